@@ -1,0 +1,4 @@
+"""fedhpc: several supercomputers as one workspace for coding agents."""
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]

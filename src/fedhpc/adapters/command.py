@@ -1,0 +1,110 @@
+"""The unit every transport runs: an argv (never a shell string), optional stdin, and its result."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "BATCH_MARK",
+    "BatchSection",
+    "Command",
+    "CommandResult",
+    "batch",
+    "quote",
+    "shell_line",
+    "split_batch",
+]
+
+
+def quote(value: str) -> str:
+    """The one quoting helper: every value that reaches a shell goes through here."""
+    return shlex.quote(value)
+
+
+def shell_line(argv: Iterable[str]) -> str:
+    """A shell command line that the shell parses back into exactly `argv`."""
+    return " ".join(quote(a) for a in argv)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What to run at a site. `argv[0]` is looked up on the site's PATH; nothing is re-parsed."""
+
+    argv: tuple[str, ...]
+    stdin: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 60.0
+    idempotent: bool = True  # only idempotent commands are retried by transports
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("a command needs at least one argv element")
+        for arg in self.argv:
+            if "\x00" in arg:
+                raise ValueError("argv elements cannot contain NUL")
+
+    def as_shell(self) -> str:
+        """The command as one shell line with environment assignments, for remote transports."""
+        assigns = [f"{k}={quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join([*assigns, shell_line(self.argv)]) if assigns else shell_line(self.argv)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What came back: exit status and both streams, decoded as UTF-8 with replacement."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+BATCH_MARK = "@@fedhpc-section"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSection:
+    """The output of one command inside a batched script."""
+
+    name: str
+    returncode: int
+    stdout: str
+
+
+def batch(sections: Mapping[str, Command], *, timeout_s: float = 60.0) -> Command:
+    """Many commands as one remote call: a bash script on stdin, each section fenced by markers.
+
+    Section names are ours (fixed identifiers); every argv element is quoted.
+    """
+    lines = ["set +e"]
+    for name, cmd in sections.items():
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"section name {name!r} must be an identifier")
+        lines.append(f"echo '{BATCH_MARK} begin {name}'")
+        lines.append(f"{cmd.as_shell()} 2>/dev/null")
+        lines.append(f"echo \"{BATCH_MARK} end {name} $?\"")
+    return Command(argv=("bash", "-s"), stdin="\n".join(lines) + "\n", timeout_s=timeout_s)
+
+
+def split_batch(stdout: str) -> dict[str, BatchSection]:
+    """Cut a batched script's output back into its sections."""
+    out: dict[str, BatchSection] = {}
+    current: str | None = None
+    buf: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(BATCH_MARK + " begin "):
+            current, buf = line.split()[-1], []
+        elif line.startswith(BATCH_MARK + " end ") and current is not None:
+            parts = line.split()
+            rc = int(parts[-1]) if parts[-1].lstrip("-").isdigit() else -1
+            out[current] = BatchSection(current, rc, "\n".join(buf) + ("\n" if buf else ""))
+            current = None
+        elif current is not None:
+            buf.append(line)
+    return out

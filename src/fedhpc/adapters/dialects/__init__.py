@@ -1,0 +1,24 @@
+"""Scheduler dialects: slurm, pbs (PBS Pro) and lsf. Pure modules, looked up by name."""
+
+from __future__ import annotations
+
+from fedhpc.adapters.dialects.base import Dialect, SchedulerRejected
+
+__all__ = ["Dialect", "SchedulerRejected", "get_dialect"]
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect for a profile's `dialect` field."""
+    if name == "slurm":
+        from fedhpc.adapters.dialects.slurm import SlurmDialect
+
+        return SlurmDialect()
+    if name == "pbs":
+        from fedhpc.adapters.dialects.pbs import PbsDialect
+
+        return PbsDialect()
+    if name == "lsf":
+        from fedhpc.adapters.dialects.lsf import LsfDialect
+
+        return LsfDialect()
+    raise KeyError(f"unknown scheduler dialect {name!r}")

@@ -1,0 +1,43 @@
+"""The transport seam: run one Command at a site and return its CommandResult."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from fedhpc.adapters.command import Command, CommandResult
+
+__all__ = ["Transport", "TransportError", "TransportUnavailable"]
+
+from fedhpc.errors import PermanentError, TransientError
+
+
+class TransportError(TransientError):
+    """The site could not be reached or the call did not finish (worth retrying)."""
+
+    code = "transport"
+
+
+class TransportUnavailable(PermanentError):
+    """The transport cannot work as configured (missing binary, credentials, endpoint)."""
+
+    code = "transport_unavailable"
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Runs commands at one site.
+
+    Contract:
+    - `run` executes `command.argv` exactly (no shell re-parsing of agent-supplied text), feeds
+      `command.stdin`, applies `command.env`, and returns the exit status with both streams.
+    - A non-zero exit status is a normal result, not an exception.
+    - `TransportError` means the command may not have run or its result was lost; the transport
+      retries it itself first, but only when `command.idempotent` is true.
+    - `command.timeout_s` bounds the call; exceeding it raises `TransportError`.
+    """
+
+    name: str
+
+    async def run(self, command: Command) -> CommandResult: ...
+
+    async def aclose(self) -> None: ...

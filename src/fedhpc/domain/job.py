@@ -1,0 +1,262 @@
+"""A concrete shape, a job spec, job states with their transition table, and observations."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from fedhpc.domain.site import SafeName
+from fedhpc.domain.units import MiB, Seconds
+
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "AccountingRecord",
+    "ArraySpec",
+    "JobObservation",
+    "JobSpec",
+    "JobState",
+    "Shape",
+    "aggregate_state",
+    "can_transition",
+    "merge_state",
+]
+
+
+class JobState(StrEnum):
+    """Lifecycle of one scheduler job (one attempt), as fedhpc sees it."""
+
+    SUBMITTED = "submitted"  # we handed it to the scheduler; no observation yet
+    PENDING = "pending"  # queued, waiting for resources or dependencies
+    RUNNING = "running"  # started (includes completing / staging)
+    COMPLETED = "completed"  # ended with exit code 0
+    FAILED = "failed"  # ended non-zero, node failure, out of memory, boot failure
+    CANCELLED = "cancelled"  # cancelled by the user, an admin or fedhpc
+    TIMEOUT = "timeout"  # hit its wall-time limit
+    UNSCHEDULABLE = "unschedulable"  # the scheduler can never run it as asked
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: frozenset[JobState] = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.UNSCHEDULABLE,
+    }
+)
+
+_ENDS = TERMINAL
+# Allowed moves. A job may jump straight to any terminal state (a short job can finish between
+# two polls); it never leaves a terminal state, and never goes back from running to pending
+# except by requeue, which Slurm reports as PENDING with reason "BeginTime"/"Requeued" and we
+# treat as a new observation of the same attempt only when the scheduler says so explicitly.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.SUBMITTED: frozenset({JobState.PENDING, JobState.RUNNING}) | _ENDS,
+    JobState.PENDING: frozenset({JobState.RUNNING}) | _ENDS,
+    JobState.RUNNING: _ENDS,
+    **{s: frozenset() for s in TERMINAL},
+}
+
+# Order used to merge observations monotonically.
+_RANK = {
+    JobState.SUBMITTED: 0,
+    JobState.PENDING: 1,
+    JobState.RUNNING: 2,
+    **{s: 3 for s in TERMINAL},
+}
+
+
+def can_transition(current: JobState, new: JobState) -> bool:
+    return new == current or new in TRANSITIONS[current]
+
+
+def merge_state(current: JobState, observed: JobState) -> JobState:
+    """Merge an observation monotonically: stale or backward observations never undo progress."""
+    if current.terminal:
+        return current
+    if _RANK[observed] < _RANK[current]:
+        return current
+    return observed if can_transition(current, observed) else current
+
+
+def aggregate_state(states: list[JobState]) -> JobState:
+    """One state for an array job from all of its elements (never just the first row)."""
+    if not states:
+        raise ValueError("no states to aggregate")
+    if all(s.terminal for s in states):
+        for bad in (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.UNSCHEDULABLE):
+            if bad in states:
+                return bad
+        return JobState.COMPLETED
+    if any(s is JobState.RUNNING for s in states) or any(s.terminal for s in states):
+        return JobState.RUNNING
+    if any(s is JobState.PENDING for s in states):
+        return JobState.PENDING
+    return JobState.SUBMITTED
+
+
+class Shape(BaseModel):
+    """A concrete, granted request: what the batch script asks for (per node where it says so)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: int = Field(default=1, ge=1)
+    cpus: int = Field(default=1, ge=1, description="CPUs per node")
+    gpus: int = Field(default=0, ge=0, description="GPUs per node")
+    memory_mib: MiB = Field(default=0, ge=0, description="per node; 0 = site default")
+    wall_time_s: Seconds = Field(default=600, ge=1)
+    accelerator_type: SafeName | None = None
+
+
+# Job names reach a directive line: keep them to a conservative charset.
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Paths reach a directive line too. Allowed: what real paths use, plus Slurm's %j/%A/%a/%x tokens.
+_PATH = re.compile(r"^[A-Za-z0-9_./%~+@=,:-]{1,1024}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _job_name(v: str) -> str:
+    if not _JOB_NAME.match(v):
+        raise ValueError("job names use letters, digits, '_', '.', '-' (at most 64, no spaces)")
+    return v
+
+
+def _path(v: str) -> str:
+    if not _PATH.match(v) or ".." in v.split("/"):
+        raise ValueError(
+            "paths use letters, digits and _ . / % ~ + @ = , : - only (no spaces, quotes, "
+            "'$', newlines or '..')"
+        )
+    return v
+
+
+def _env_name(v: str) -> str:
+    if not _ENV_NAME.match(v):
+        raise ValueError(f"{v!r} is not a valid environment variable name")
+    return v
+
+
+def _env_value(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("environment values cannot contain NUL")
+    return v
+
+
+JobName = Annotated[str, AfterValidator(_job_name)]
+SafePath = Annotated[str, AfterValidator(_path)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+
+
+class ArraySpec(BaseModel):
+    """A job array: indices start..stop (inclusive) by step, at most `limit` running at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: int = Field(default=0, ge=0)
+    stop: int = Field(ge=0)
+    step: int = Field(default=1, ge=1)
+    limit: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.stop < self.start:
+            raise ValueError("array.stop is below array.start")
+        return self
+
+    @property
+    def size(self) -> int:
+        return (self.stop - self.start) // self.step + 1
+
+
+class JobSpec(BaseModel):
+    """Everything a dialect needs to render one batch job for one site partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: JobName
+    command: tuple[str, ...] = Field(
+        min_length=1, description="argv of the task; each element is quoted, never re-parsed"
+    )
+    partition: SafeName
+    shape: Shape
+    account: SafeName | None = None
+    qos: SafeName | None = None
+    workdir: SafePath | None = None
+    stdout: SafePath | None = None
+    stderr: SafePath | None = None
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    container_image: str | None = Field(default=None, max_length=512)
+    array: ArraySpec | None = None
+
+    @model_validator(mode="after")
+    def _no_nul(self) -> Self:
+        for i, arg in enumerate(self.command):
+            if "\x00" in arg:
+                raise ValueError(f"command[{i}] contains NUL")
+        if self.container_image is not None and "\x00" in self.container_image:
+            raise ValueError("container_image contains NUL")
+        return self
+
+
+class JobObservation(BaseModel):
+    """One row of scheduler status (squeue/qstat/bjobs), one per array element."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str = Field(description="scheduler id of the job (the array's parent for elements)")
+    array_index: str | None = Field(default=None, description="element index, or a pending range")
+    state: JobState
+    native_state: str
+    reason: str | None = None
+    name: str | None = None
+    partition: str | None = None
+    nodes: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def key(self) -> str:
+        return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
+
+
+class AccountingRecord(BaseModel):
+    """One job (or array element) from scheduler accounting: the times decide wait and runtime."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str
+    array_index: str | None = None
+    name: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    state: JobState
+    native_state: str
+    submit: datetime | None = None
+    eligible: datetime | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    elapsed_s: int | None = None
+    exit_code: int | None = None
+    alloc_tres: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def wait_s(self) -> float | None:
+        base = self.eligible or self.submit
+        if base is None or self.start is None:
+            return None
+        return max(0.0, (self.start - base).total_seconds())
+
+    @property
+    def runtime_s(self) -> float | None:
+        if self.start is None or self.end is None:
+            return None
+        return max(0.0, (self.end - self.start).total_seconds())

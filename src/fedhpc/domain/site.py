@@ -1,0 +1,301 @@
+"""Static site profiles (what a center is) and live partition state (what it looks like now)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal, Self
+
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from fedhpc.domain.envelope import Arch
+from fedhpc.domain.units import MiB, Seconds
+
+__all__ = [
+    "SAFE_NAME",
+    "SafeName",
+    "Accelerator",
+    "ChargeKind",
+    "ChargeModel",
+    "ContainerSupport",
+    "Credit",
+    "DialectName",
+    "Health",
+    "NodeShape",
+    "NodeStateCounts",
+    "PartitionSpec",
+    "PartitionState",
+    "ResourceSnapshot",
+    "SiteConventions",
+    "SiteProfile",
+    "SiteState",
+    "StorageRoot",
+    "TransportSpec",
+]
+
+# Names that reach a scheduler directive (partition, account, QoS, site): no spaces, quotes or
+# shell metacharacters, so a directive line can never be broken out of.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+
+DialectName = Literal["slurm", "pbs", "lsf"]
+
+
+def _check_name(value: str) -> str:
+    if not SAFE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name (letters, digits, '_', '.', '+', '-')")
+    return value
+
+
+SafeName = Annotated[str, AfterValidator(_check_name)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Accelerator(_Frozen):
+    """One kind of accelerator in a node."""
+
+    type: str = Field(description="lower-case model, e.g. 'a100', 'h100', 'gh200', 'mi250'")
+    memory_gib: float = Field(gt=0)
+    count: int = Field(ge=1, description="per node")
+    gres: str | None = Field(default=None, description="GRES type name when it differs from type")
+
+    @field_validator("type")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return _check_name(v.lower())
+
+    @property
+    def gres_type(self) -> str:
+        return self.gres or self.type
+
+
+class NodeShape(_Frozen):
+    """What one node of a partition offers to a job."""
+
+    cpus: int = Field(ge=1, description="cores (or hardware threads) a job may request per node")
+    memory_mib: MiB = Field(gt=0, description="memory a job may request per node")
+    accelerator: Accelerator | None = None
+    count: int = Field(default=1, ge=1, description="nodes of this shape in the partition")
+
+
+class ChargeKind(StrEnum):
+    """What a site's allocation is charged in."""
+
+    NODE_HOURS = "node-hours"
+    GPU_HOURS = "gpu-hours"
+    CORE_HOURS = "core-hours"
+
+
+class ChargeModel(_Frozen):
+    """How a job's charge is computed: units x hours x rate, per partition if overridden."""
+
+    kind: ChargeKind
+    rate: float = Field(default=1.0, ge=0, description="credits per unit-hour")
+    unit: str = Field(default="SU", description="what the center calls a credit")
+    whole_node: bool = Field(default=False, description="nodes are charged whole (exclusive)")
+
+
+class PartitionSpec(_Frozen):
+    """A partition (Slurm) or queue (PBS, LSF) and its limits."""
+
+    name: SafeName
+    node: NodeShape
+    max_nodes_per_job: int = Field(default=1, ge=1)
+    max_wall_s: Seconds = Field(gt=0)
+    default_wall_s: Seconds | None = None
+    min_nodes_per_job: int = Field(default=1, ge=1)
+    qos: tuple[SafeName, ...] = Field(default=(), description="QoS names usable here")
+    default_qos: SafeName | None = None
+    max_jobs_per_user: int | None = Field(default=None, ge=1)
+    arch: Arch | None = Field(default=None, description="overrides the site's architecture")
+    charge: ChargeModel | None = Field(default=None, description="overrides the site charge")
+    account_suffix: str | None = Field(
+        default=None, description="account naming convention, e.g. '-gpu' for Delta's bXXX-delta-gpu"
+    )
+    notes: str = ""
+
+
+class ContainerSupport(_Frozen):
+    """Container runtimes available on compute nodes and how to invoke them."""
+
+    runtimes: tuple[str, ...] = Field(default=())
+    # How the runtime wraps a command; {image} and {gpu_flag} are filled in, the command follows.
+    exec_template: str = Field(default="apptainer exec {gpu_flag} {image}")
+    gpu_flag: str = Field(default="--nv")
+
+
+class SiteConventions(_Frozen):
+    """Account and QoS conventions: how users name their allocations here."""
+
+    account_pattern: str = Field(default="", description="e.g. 'bXXX-delta-{cpu|gpu}'")
+    account_required: bool = True
+    qos_required: bool = False
+    balance_command: tuple[str, ...] = Field(
+        default=(), description="argv that prints the allocation balance, e.g. ('mybalance',)"
+    )
+    gpu_request_style: Literal["gres", "gpus", "gpus-per-node"] = "gpus-per-node"
+    memory_request: bool = Field(default=True, description="False where --mem is rejected")
+    prologue: tuple[str, ...] = Field(
+        default=(), description="fixed shell lines run before the task (module loads)"
+    )
+
+
+class TransportSpec(_Frozen):
+    """How fedhpc reaches the site's login side."""
+
+    kind: Literal["local", "ssh", "globus-compute"] = "ssh"
+    host: str | None = Field(default=None, description="ssh host or alias")
+    user: str | None = None
+    endpoint_id: str | None = Field(default=None, description="Globus Compute endpoint UUID")
+    env: dict[str, str] = Field(default_factory=dict, description="environment for every command")
+    options: dict[str, str] = Field(default_factory=dict, description="extra transport options")
+
+
+
+class StorageRoot(_Frozen):
+    """A named storage area at a site, addressable by Globus if it has a collection id."""
+
+    name: str
+    path: str
+    collection_id: str | None = None
+    purged_after_days: int | None = None
+
+
+class SiteProfile(_Frozen):
+    """Static truth about one site, from its public documentation or the local federation."""
+
+    name: SafeName = Field(description="short id used everywhere, e.g. 'delta'")
+    title: str = ""
+    center: str = ""
+    docs: tuple[str, ...] = Field(default=(), description="documentation URLs the profile is from")
+    dialect: DialectName
+    arch: Arch
+    partitions: tuple[PartitionSpec, ...] = Field(min_length=1)
+    blocked_partitions: tuple[str, ...] = Field(
+        default=(), description="partitions fedhpc never places on (debug, interactive, ...)"
+    )
+    containers: ContainerSupport = Field(default_factory=ContainerSupport)
+    conventions: SiteConventions = Field(default_factory=SiteConventions)
+    charge: ChargeModel
+    transport: TransportSpec = Field(default_factory=TransportSpec)
+    storage: tuple[StorageRoot, ...] = Field(default=())
+    min_refresh_s: int = Field(default=60, ge=1, description="never probe more often than this")
+    local_test: bool = Field(default=False, description="part of the local test federation")
+
+    @model_validator(mode="after")
+    def _partitions(self) -> Self:
+        names = [p.name for p in self.partitions]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"partition names repeat: {sorted(dup)}")
+        unknown = set(self.blocked_partitions) - set(names)
+        if unknown:
+            raise ValueError(f"blocked_partitions names unknown partitions: {sorted(unknown)}")
+        return self
+
+    def partition(self, name: str) -> PartitionSpec:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise KeyError(f"site {self.name} has no partition {name!r}")
+
+    def charge_for(self, partition: str) -> ChargeModel:
+        return self.partition(partition).charge or self.charge
+
+    def arch_of(self, partition: str) -> Arch:
+        return self.partition(partition).arch or self.arch
+
+
+class Health(StrEnum):
+    """How usable a site looks from the last probe."""
+
+    OK = "ok"
+    DEGRADED = "degraded"
+    OFFLINE = "offline"
+
+
+class NodeStateCounts(_Frozen):
+    """Nodes per state bucket (sinfo's %F: allocated/idle/other, plus mixed split out)."""
+
+    idle: int = 0
+    mixed: int = 0
+    allocated: int = 0
+    down: int = 0
+    drain: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.idle + self.mixed + self.allocated + self.down + self.drain + self.other
+
+    @property
+    def usable(self) -> int:
+        return self.idle + self.mixed + self.allocated
+
+
+class PartitionState(_Frozen):
+    """Live view of one partition from one probe."""
+
+    name: str
+    nodes: NodeStateCounts = Field(default_factory=NodeStateCounts)
+    total_gpus: int = 0
+    free_gpus: int = 0
+    free_gpus_by_type: dict[str, int] = Field(default_factory=dict)
+    total_cpus: int = 0
+    free_cpus: int = 0
+    free_memory_mib: int = 0
+    max_free_gpus_on_node: int = 0
+    max_free_cpus_on_node: int = 0
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    user_pending_jobs: int = 0
+    user_running_jobs: int = 0
+    available: bool = Field(default=True, description="partition state is UP")
+
+
+class Credit(_Frozen):
+    """Allocation balance as the user's budget, with live usage where the site exposes it."""
+
+    account: str
+    budget: float | None = Field(default=None, description="what the user allows, site credits")
+    used: float | None = Field(default=None, description="live usage reported by the site")
+    balance: float | None = Field(default=None, description="remaining per the site's command")
+    unit: str = "SU"
+
+    @property
+    def remaining(self) -> float | None:
+        if self.balance is not None and self.budget is not None:
+            return min(self.balance, self.budget - (self.used or 0.0))
+        if self.balance is not None:
+            return self.balance
+        if self.budget is not None:
+            return self.budget - (self.used or 0.0)
+        return None
+
+
+class SiteState(_Frozen):
+    """Live view of one site from one batched probe."""
+
+    site: str
+    health: Health
+    collected_at: datetime
+    arch: Arch | None = None
+    partitions: tuple[PartitionState, ...] = ()
+    accounts: tuple[str, ...] = Field(default=(), description="accounts the user can charge")
+    credit: tuple[Credit, ...] = ()
+    error: str | None = None
+    latency_s: float | None = None
+
+    def partition(self, name: str) -> PartitionState | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+
+class ResourceSnapshot(_Frozen):
+    """The federation at one moment: one SiteState per enabled site."""
+
+    taken_at: datetime
+    sites: dict[str, SiteState] = Field(default_factory=dict)

@@ -1,0 +1,25 @@
+"""Site profiles (shipped TOML) and the user's config, joined into enabled sites."""
+
+from fedhpc.profiles.loader import (
+    Site,
+    devfed_root,
+    fedhpc_home,
+    load_federation,
+    load_profile,
+    load_profiles,
+    load_user_config,
+    shipped_profiles_dir,
+    user_config_path,
+)
+
+__all__ = [
+    "Site",
+    "devfed_root",
+    "fedhpc_home",
+    "load_federation",
+    "load_profile",
+    "load_profiles",
+    "load_user_config",
+    "shipped_profiles_dir",
+    "user_config_path",
+]

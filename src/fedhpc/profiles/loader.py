@@ -1,0 +1,178 @@
+"""Load shipped and user site profiles and the user's config; one clear error per broken file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from fedhpc.domain.config import UserConfig, UserSiteConfig
+from fedhpc.domain.site import SiteProfile, TransportSpec
+from fedhpc.errors import ProfileError
+
+__all__ = [
+    "Site",
+    "load_federation",
+    "load_profile",
+    "load_profiles",
+    "load_user_config",
+    "shipped_profiles_dir",
+    "user_config_path",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def shipped_profiles_dir() -> Path:
+    """The folder of profiles that ship inside the package."""
+    return Path(str(resources.files("fedhpc") / "site_profiles"))
+
+
+def devfed_root() -> Path:
+    """Where the local test federation keeps its clusters (`$FEDHPC_DEVFED_DIR`)."""
+    return Path(os.environ.get("FEDHPC_DEVFED_DIR", "/var/tmp/fedhpc-devfed"))
+
+
+def fedhpc_home() -> Path:
+    """The user's state folder: `$FEDHPC_HOME`, else `$XDG_STATE_HOME/fedhpc`."""
+    if env := os.environ.get("FEDHPC_HOME"):
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "fedhpc"
+
+
+def user_config_path() -> Path:
+    """`$FEDHPC_CONFIG`, else `config.toml` in the fedhpc home."""
+    if env := os.environ.get("FEDHPC_CONFIG"):
+        return Path(env)
+    return fedhpc_home() / "config.toml"
+
+
+def _first_error(path: Path, exc: ValidationError) -> ProfileError:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ProfileError(str(path), key, msg)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        return _raise(ProfileError(str(path), "(syntax)", str(exc)))
+    except OSError as exc:
+        return _raise(ProfileError(str(path), "(file)", exc.strerror or str(exc)))
+
+
+def _raise(err: ProfileError) -> dict[str, Any]:
+    raise err
+
+
+def _expand(value: Any, subs: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for key, sub in subs.items():
+            value = value.replace("{" + key + "}", sub)
+        return value
+    if isinstance(value, dict):
+        return {k: _expand(v, subs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, subs) for v in value]
+    return value
+
+
+def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(path, exc) from None
+
+
+def load_profile(path: Path) -> SiteProfile:
+    """One profile; the file's stem must equal its `name`."""
+    data = _expand(_read_toml(path), {"devfed": str(devfed_root())})
+    profile = _validate(SiteProfile, data, path)
+    if profile.name != path.stem:
+        raise ProfileError(str(path), "name", f"is {profile.name!r} but the file is {path.name}")
+    return profile
+
+
+def load_profiles(dirs: Iterable[Path] | None = None) -> dict[str, SiteProfile]:
+    """Shipped profiles, then each folder in order; a later file with the same name wins."""
+    folders = [shipped_profiles_dir(), *(dirs or [])]
+    out: dict[str, SiteProfile] = {}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            profile = load_profile(path)
+            out[profile.name] = profile
+    return out
+
+
+def load_user_config(path: Path | None = None) -> UserConfig:
+    """The user's config, or an empty one when the file does not exist."""
+    path = path or user_config_path()
+    if not path.exists():
+        return UserConfig()
+    return _validate(UserConfig, _read_toml(path), path)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A profile joined with the user's settings: what the adapters and placement use."""
+
+    profile: SiteProfile
+    user: UserSiteConfig
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def transport(self) -> TransportSpec:
+        """The profile's transport with the user's host, login and endpoint applied."""
+        base = self.profile.transport
+        o = self.user.transport
+        return base.model_copy(
+            update={
+                "host": o.host or base.host,
+                "user": o.user or base.user,
+                "endpoint_id": o.endpoint_id or base.endpoint_id,
+                "options": {**base.options, **o.options},
+            }
+        )
+
+
+def load_federation(
+    config: UserConfig | None = None, *, config_path: Path | None = None
+) -> dict[str, Site]:
+    """Every site that is enabled: named in the user's config, or every local-test site when
+    `FEDHPC_DEVFED=1`, or every profile when the config sets `default_site_enabled`."""
+    config = config if config is not None else load_user_config(config_path)
+    dirs = [Path(os.path.expanduser(d)) for d in config.profile_dirs]
+    profiles = load_profiles(dirs)
+    path = str(config_path or user_config_path())
+    for name in config.sites:
+        if name not in profiles:
+            raise ProfileError(path, f"sites.{name}", "no site profile has this name")
+    out: dict[str, Site] = {}
+    devfed = os.environ.get("FEDHPC_DEVFED") == "1"
+    for name, profile in profiles.items():
+        user = config.sites.get(name)
+        if user is None:
+            if not (config.default_site_enabled or (devfed and profile.local_test)):
+                continue
+            user = UserSiteConfig()
+        if user.enabled:
+            out[name] = Site(profile, user)
+    return out
