@@ -1,0 +1,57 @@
+"""Pieces every dialect shares: the script body after the directives, and directive guards."""
+
+from __future__ import annotations
+
+import re
+
+from fedhpc.adapters.command import quote, shell_line
+from fedhpc.domain.job import JobSpec
+from fedhpc.domain.site import SiteProfile
+
+__all__ = ["directive", "render_body"]
+
+# A directive value may hold only these characters: no whitespace, quotes, '#', '$', '`', ';'
+# or line breaks. JobSpec's validators already enforce this; this is the last line of defence.
+_DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./%~+@=,:\-\[\]]*$")
+
+
+def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: str = "=") -> str:
+    """One directive line such as '#SBATCH --time=00:10:00'; refuses anything unsafe."""
+    if value is None:
+        return f"{prefix} {flag}"
+    text = str(value)
+    if not _DIRECTIVE_VALUE.match(text):
+        raise ValueError(f"unsafe value for {flag}: {text!r}")
+    return f"{prefix} {flag}{sep}{text}"
+
+
+def render_body(spec: JobSpec, profile: SiteProfile, *, workdir_var: str | None = None) -> list[str]:
+    """The shell part of a batch script: strict mode, prologue, env, cd, then the quoted argv.
+
+    `workdir_var` names the scheduler's submit-dir variable for dialects without a working
+    directory directive (PBS: PBS_O_WORKDIR); Slurm and LSF set it with a directive.
+    """
+    lines = ["set -euo pipefail"]
+    lines.extend(profile.conventions.prologue)  # fixed by the profile author, never by an agent
+    for name, value in sorted(spec.env.items()):
+        lines.append(f"export {name}={quote(value)}")
+    if spec.workdir is not None:
+        lines.append(f"cd {quote(spec.workdir)}")
+    elif workdir_var is not None:
+        lines.append(f'cd "${{{workdir_var}:-$HOME}}"')
+    argv = list(spec.command)
+    if spec.container_image is not None:
+        tpl = profile.containers.exec_template
+        gpu_flag = profile.containers.gpu_flag if spec.shape.gpus > 0 else ""
+        wrapper = tpl.format(gpu_flag="\x00GPU\x00", image="\x00IMG\x00").split()
+        prefix: list[str] = []
+        for word in wrapper:
+            if word == "\x00GPU\x00":
+                prefix.extend(gpu_flag.split())
+            elif word == "\x00IMG\x00":
+                prefix.append(spec.container_image)
+            else:
+                prefix.append(word)
+        argv = prefix + argv
+    lines.append(shell_line(argv))
+    return lines
