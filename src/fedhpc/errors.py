@@ -93,6 +93,6 @@ class TransientError(FedError):
 
 
 class PermanentError(FedError):
-    """Retrying the same call will fail the same way (rejected by the scheduler, bad credentials)."""
+    """Retrying the same call fails the same way (rejected by the scheduler, bad credentials)."""
 
     code = "permanent"

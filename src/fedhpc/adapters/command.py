@@ -18,9 +18,28 @@ __all__ = [
 ]
 
 
+_CONTROL = {c for c in range(32)} | {127}
+
+
 def quote(value: str) -> str:
-    """The one quoting helper: every value that reaches a shell goes through here."""
-    return shlex.quote(value)
+    """The one quoting helper: every value that reaches a shell goes through here.
+
+    Plain text gets POSIX single quotes. Text with control characters (newline, CR, ESC...)
+    gets bash/zsh/ksh ANSI-C quoting ($'...') so that no line of a script or command line ever
+    starts with text we did not write: a quoted newline followed by '#SBATCH' stays one line.
+    """
+    if not any(ord(ch) in _CONTROL for ch in value):
+        return shlex.quote(value)
+    out = []
+    for ch in value:
+        code = ord(ch)
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif code in _CONTROL:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 def shell_line(argv: Iterable[str]) -> str:
@@ -88,7 +107,7 @@ def batch(sections: Mapping[str, Command], *, timeout_s: float = 60.0) -> Comman
             raise ValueError(f"section name {name!r} must be an identifier")
         lines.append(f"echo '{BATCH_MARK} begin {name}'")
         lines.append(f"{cmd.as_shell()} 2>/dev/null")
-        lines.append(f"echo \"{BATCH_MARK} end {name} $?\"")
+        lines.append(f'echo "{BATCH_MARK} end {name} $?"')
     return Command(argv=("bash", "-s"), stdin="\n".join(lines) + "\n", timeout_s=timeout_s)
 
 

@@ -45,13 +45,10 @@ from fedhpc.domain.site import (
 )
 
 __all__ = [
-    "AccountConfig",
-    "TransportOverride",
-    "UserConfig",
-    "UserSiteConfig",
     "TERMINAL",
     "TRANSITIONS",
     "Accelerator",
+    "AccountConfig",
     "AccountingRecord",
     "Arch",
     "ArraySpec",
@@ -80,7 +77,10 @@ __all__ = [
     "SiteProfile",
     "SiteState",
     "StorageRoot",
+    "TransportOverride",
     "TransportSpec",
+    "UserConfig",
+    "UserSiteConfig",
     "WallRange",
     "aggregate_state",
     "can_transition",

@@ -1,4 +1,4 @@
-"""ResourceEnvelope: the minimum viable and maximum useful request, plus hard and soft constraints."""
+"""ResourceEnvelope: minimum viable and maximum useful request, hard and soft constraints."""
 
 from __future__ import annotations
 
@@ -32,9 +32,12 @@ class Arch(StrEnum):
 class _Range(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    min: int
+    max: int | None
+
     @model_validator(mode="after")
     def _ordered(self) -> Self:
-        lo, hi = getattr(self, "min"), getattr(self, "max")
+        lo, hi = self.min, self.max
         if hi is not None and hi < lo:
             raise ValueError(f"max ({hi}) is below min ({lo})")
         return self
@@ -42,9 +45,7 @@ class _Range(BaseModel):
     @property
     def upper(self) -> int:
         """The maximum useful value; equal to min when no max was given."""
-        hi: int | None = getattr(self, "max")
-        lo: int = getattr(self, "min")
-        return lo if hi is None else hi
+        return self.min if self.max is None else self.max
 
 
 class IntRange(_Range):

@@ -71,7 +71,7 @@ _RANK = {
     JobState.SUBMITTED: 0,
     JobState.PENDING: 1,
     JobState.RUNNING: 2,
-    **{s: 3 for s in TERMINAL},
+    **dict.fromkeys(TERMINAL, 3),
 }
 
 
@@ -131,10 +131,10 @@ def _job_name(v: str) -> str:
 
 
 def _path(v: str) -> str:
-    if not _PATH.match(v) or ".." in v.split("/"):
+    if not _PATH.match(v) or ".." in v.split("/") or v.startswith("-"):
         raise ValueError(
             "paths use letters, digits and _ . / % ~ + @ = , : - only (no spaces, quotes, "
-            "'$', newlines or '..')"
+            "'$', newlines, '..' or a leading '-')"
         )
     return v
 

@@ -7,7 +7,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal, Self
 
-
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedhpc.domain.envelope import Arch
@@ -15,7 +14,6 @@ from fedhpc.domain.units import MiB, Seconds
 
 __all__ = [
     "SAFE_NAME",
-    "SafeName",
     "Accelerator",
     "ChargeKind",
     "ChargeModel",
@@ -28,6 +26,7 @@ __all__ = [
     "PartitionSpec",
     "PartitionState",
     "ResourceSnapshot",
+    "SafeName",
     "SiteConventions",
     "SiteProfile",
     "SiteState",
@@ -114,7 +113,8 @@ class PartitionSpec(_Frozen):
     arch: Arch | None = Field(default=None, description="overrides the site's architecture")
     charge: ChargeModel | None = Field(default=None, description="overrides the site charge")
     account_suffix: str | None = Field(
-        default=None, description="account naming convention, e.g. '-gpu' for Delta's bXXX-delta-gpu"
+        default=None,
+        description="account naming convention, e.g. '-gpu' for Delta's bXXX-delta-gpu",
     )
     notes: str = ""
 
@@ -153,7 +153,6 @@ class TransportSpec(_Frozen):
     endpoint_id: str | None = Field(default=None, description="Globus Compute endpoint UUID")
     env: dict[str, str] = Field(default_factory=dict, description="environment for every command")
     options: dict[str, str] = Field(default_factory=dict, description="extra transport options")
-
 
 
 class StorageRoot(_Frozen):

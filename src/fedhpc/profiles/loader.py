@@ -36,7 +36,7 @@ def shipped_profiles_dir() -> Path:
 
 def devfed_root() -> Path:
     """Where the local test federation keeps its clusters (`$FEDHPC_DEVFED_DIR`)."""
-    return Path(os.environ.get("FEDHPC_DEVFED_DIR", "/var/tmp/fedhpc-devfed"))
+    return Path(os.environ.get("FEDHPC_DEVFED_DIR", "/var/tmp/fedhpc-devfed"))  # noqa: S108 (root-owned test fixture)
 
 
 def fedhpc_home() -> Path:

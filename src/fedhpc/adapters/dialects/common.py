@@ -25,7 +25,9 @@ def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: st
     return f"{prefix} {flag}{sep}{text}"
 
 
-def render_body(spec: JobSpec, profile: SiteProfile, *, workdir_var: str | None = None) -> list[str]:
+def render_body(
+    spec: JobSpec, profile: SiteProfile, *, workdir_var: str | None = None
+) -> list[str]:
     """The shell part of a batch script: strict mode, prologue, env, cd, then the quoted argv.
 
     `workdir_var` names the scheduler's submit-dir variable for dialects without a working

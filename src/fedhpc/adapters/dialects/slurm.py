@@ -1,0 +1,164 @@
+"""Slurm dialect: sbatch scripts, squeue/sacct/scancel argv, and the batched capacity probe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import slurm_parse as parse
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.common import directive, render_body
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.units import format_hms
+
+__all__ = ["SlurmDialect", "StartPrediction"]
+
+StartPrediction = parse.StartPrediction
+
+# Every command sets SLURM_TIME_FORMAT=%s so times come back as epoch seconds: no guessing
+# of the cluster's time zone (slurm.conf(5), "SLURM_TIME_FORMAT" in sacct(1)/squeue(1)).
+_ENV = {"SLURM_TIME_FORMAT": "%s"}
+
+SQUEUE_FORMAT = "%i|%T|%r|%P|%N|%j"
+SACCT_FIELDS = (
+    "JobID,State,Account,Partition,Submit,Eligible,Start,End,ElapsedRaw,ExitCode,AllocTRES,JobName"
+)
+NODE_STATE_FORMAT = "%R|%a|%T|%D"
+QUEUE_COUNT_FORMAT = "%P|%T|%u"
+SSHARE_FIELDS = "Account,User,RawShares,RawUsage"
+
+
+def _ids(job_ids: Sequence[str]) -> str:
+    for j in job_ids:
+        if not j.replace("_", "").isdigit():
+            raise ValueError(f"not a Slurm job id: {j!r}")
+    return ",".join(job_ids)
+
+
+class SlurmDialect:
+    """Slurm >= 20.11. Pure: argv builders, a script renderer and parsers."""
+
+    name = "slurm"
+    prefix = "#SBATCH"
+
+    def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:
+        d = self.prefix
+        shape = spec.shape
+        conv = profile.conventions
+        lines = ["#!/bin/bash", directive(d, "--job-name", spec.name)]
+        lines.append(directive(d, "--partition", spec.partition))
+        if spec.account:
+            lines.append(directive(d, "--account", spec.account))
+        if spec.qos:
+            lines.append(directive(d, "--qos", spec.qos))
+        lines.append(directive(d, "--nodes", shape.nodes))
+        lines.append(directive(d, "--ntasks-per-node", 1))
+        lines.append(directive(d, "--cpus-per-task", shape.cpus))
+        if shape.gpus:
+            gres_type = self._gres_type(profile, spec.partition, shape.accelerator_type)
+            typed = f"{gres_type}:{shape.gpus}" if shape.accelerator_type and gres_type else None
+            if conv.gpu_request_style == "gres":
+                value = f"gpu:{gres_type}:{shape.gpus}" if gres_type else f"gpu:{shape.gpus}"
+                lines.append(directive(d, "--gres", value))
+            elif conv.gpu_request_style == "gpus":
+                lines.append(directive(d, "--gpus", typed or shape.gpus * shape.nodes))
+            else:
+                lines.append(directive(d, "--gpus-per-node", typed or shape.gpus))
+        if shape.memory_mib and conv.memory_request:
+            lines.append(directive(d, "--mem", f"{shape.memory_mib}M"))
+        lines.append(directive(d, "--time", format_hms(shape.wall_time_s)))
+        if spec.stdout:
+            lines.append(directive(d, "--output", spec.stdout))
+        if spec.stderr:
+            lines.append(directive(d, "--error", spec.stderr))
+        if spec.workdir:
+            lines.append(directive(d, "--chdir", spec.workdir))
+        if spec.array:
+            a = spec.array
+            value = f"{a.start}-{a.stop}:{a.step}" + (f"%{a.limit}" if a.limit else "")
+            lines.append(directive(d, "--array", value))
+        lines.extend(render_body(spec, profile))
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _gres_type(profile: SiteProfile, partition: str, wanted: str | None) -> str | None:
+        try:
+            acc = profile.partition(partition).node.accelerator
+        except KeyError:
+            return wanted
+        if acc is None:
+            return wanted
+        if wanted is None or wanted == acc.type:
+            return acc.gres_type
+        return wanted
+
+    def submit_command(self, script: str) -> Command:
+        return Command(("sbatch", "--parsable"), stdin=script, env=_ENV, idempotent=False)
+
+    def parse_submit(self, result: CommandResult) -> str:
+        if not result.ok:
+            raise SchedulerRejected(parse.error_text(result), hint="Check account, partition, QoS.")
+        first = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        job_id = first.split(";")[0].strip()
+        if not job_id.isdigit():
+            raise SchedulerRejected(f"sbatch printed no job id: {result.stdout.strip()!r}")
+        return job_id
+
+    def test_only_command(self, script: str) -> Command:
+        """`sbatch --test-only`: the scheduler's own start estimate, nothing is submitted."""
+        return Command(("sbatch", "--test-only"), stdin=script, env=_ENV)
+
+    def parse_test_only(self, result: CommandResult) -> StartPrediction:
+        return parse.parse_test_only(result)
+
+    def start_estimate_command(self, job_ids: Sequence[str]) -> Command:
+        """`squeue --start`: expected start times of pending jobs."""
+        argv = ("squeue", "--noheader", "--start", "--array", f"--jobs={_ids(job_ids)}")
+        return Command((*argv, "--format=%i|%S|%P"), env=_ENV)
+
+    def parse_start_estimates(self, result: CommandResult) -> dict[str, StartPrediction]:
+        return parse.parse_start_estimates(result)
+
+    def status_command(self, job_ids: Sequence[str]) -> Command:
+        argv = ("squeue", "--noheader", "--array", f"--jobs={_ids(job_ids)}")
+        return Command((*argv, f"--format={SQUEUE_FORMAT}"), env=_ENV)
+
+    def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        return parse.parse_squeue(result)
+
+    def accounting_command(self, job_ids: Sequence[str]) -> Command:
+        argv = ("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={_ids(job_ids)}")
+        return Command((*argv, f"--format={SACCT_FIELDS}"), env=_ENV)
+
+    def parse_accounting(self, result: CommandResult) -> list[AccountingRecord]:
+        return parse.parse_sacct(result)
+
+    def cancel_command(self, job_ids: Sequence[str]) -> Command:
+        return Command(("scancel", *(_ids([j]) for j in job_ids)), env=_ENV)
+
+    def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
+        sections = {
+            "sinfo": Command(("sinfo", "--noheader", f"--format={NODE_STATE_FORMAT}"), env=_ENV),
+            "nodes": Command(("scontrol", "--oneliner", "show", "node"), env=_ENV),
+            "queue": Command(
+                ("squeue", "--noheader", "--array", f"--format={QUEUE_COUNT_FORMAT}"), env=_ENV
+            ),
+            "sshare": Command(
+                ("sshare", "--noheader", "--parsable2", "--user", user, "--format", SSHARE_FIELDS),
+                env=_ENV,
+            ),
+        }
+        if profile.conventions.balance_command:
+            sections["balance"] = Command(profile.conventions.balance_command, env=_ENV)
+        return sections
+
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        return parse.parse_probe(sections, profile, user, collected_at)

@@ -1,0 +1,139 @@
+"""A site adapter joins a profile, its scheduler dialect and its transport: the only code that
+talks to a site."""
+
+from __future__ import annotations
+
+import getpass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
+from fedhpc.adapters.dialects import Dialect, get_dialect
+from fedhpc.adapters.transports.base import Transport, TransportError
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.site import Health, SiteState
+from fedhpc.errors import PermanentError, UsageError
+from fedhpc.profiles.loader import Site
+
+__all__ = ["CommandFailed", "SiteAdapter", "SubmittedJob", "open_adapter"]
+
+log = structlog.get_logger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """What a submission returns: the scheduler's id and the exact script it accepted."""
+
+    site: str
+    job_id: str
+    script: str
+
+
+class CommandFailed(PermanentError):
+    """A scheduler command ran but failed (non-zero exit) where failure is not a normal answer."""
+
+    code = "command_failed"
+
+
+class SiteAdapter:
+    """Profile x dialect x transport for one site. Stateless apart from the transport."""
+
+    def __init__(
+        self,
+        site: Site,
+        transport: Transport,
+        *,
+        dialect: Dialect | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.site = site
+        self.transport = transport
+        self.dialect = dialect or get_dialect(site.profile.dialect)
+        self._clock = clock
+
+    @property
+    def name(self) -> str:
+        return self.site.name
+
+    @property
+    def login(self) -> str:
+        """The user name the scheduler knows us by."""
+        return self.site.user.user or self.site.transport.user or getpass.getuser()
+
+    async def _run(self, command: Command) -> CommandResult:
+        env = {**self.site.transport.env, **command.env}
+        cmd = Command(
+            command.argv,
+            stdin=command.stdin,
+            env=env,
+            timeout_s=command.timeout_s,
+            idempotent=command.idempotent,
+        )
+        return await self.transport.run(cmd)
+
+    def render(self, spec: JobSpec) -> str:
+        """The batch script for `spec` on this site (pure; shown to users for audit)."""
+        try:
+            self.site.profile.partition(spec.partition)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0]), hint="Pick a partition from the profile.") from None
+        return self.dialect.render_script(spec, self.site.profile)
+
+    async def submit(self, spec: JobSpec) -> SubmittedJob:
+        """Submit one job; returns once the scheduler accepted it."""
+        script = self.render(spec)
+        result = await self._run(self.dialect.submit_command(script))
+        job_id = self.dialect.parse_submit(result)
+        log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
+        return SubmittedJob(self.name, job_id, script)
+
+    async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
+        if not job_ids:
+            return []
+        return self.dialect.parse_status(await self._run(self.dialect.status_command(job_ids)))
+
+    async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
+        if not job_ids:
+            return []
+        result = await self._run(self.dialect.accounting_command(job_ids))
+        return self.dialect.parse_accounting(result)
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        if not job_ids:
+            return
+        result = await self._run(self.dialect.cancel_command(job_ids))
+        if not result.ok:
+            raise CommandFailed(f"cancel on {self.name} failed: {result.stderr.strip()}")
+
+    async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
+        """Every probe command in ONE remote call; a transport failure means OFFLINE."""
+        sections = self.dialect.probe_sections(self.site.profile, self.login)
+        started = time.monotonic()
+        at = self._clock()
+        try:
+            result = await self._run(batch(sections, timeout_s=timeout_s))
+        except TransportError as exc:
+            log.warning("probe failed", site=self.name, error=exc.message)
+            return SiteState(
+                site=self.name, health=Health.OFFLINE, collected_at=at, error=exc.message
+            )
+        state = self.dialect.parse_probe(
+            split_batch(result.stdout), self.site.profile, self.login, at
+        )
+        return state.model_copy(update={"latency_s": round(time.monotonic() - started, 3)})
+
+
+def open_adapter(site: Site) -> SiteAdapter:
+    """The adapter for `site`, with the transport its profile and the user's config name."""
+    from fedhpc.adapters.transports import make_transport
+    from fedhpc.profiles.loader import fedhpc_home
+
+    return SiteAdapter(site, make_transport(site.transport, state_dir=fedhpc_home()))

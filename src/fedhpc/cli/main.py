@@ -1,0 +1,50 @@
+"""Entry point of the `fedhpc` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fedhpc import __version__
+from fedhpc.errors import FedError
+from fedhpc.logs import configure_logging
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fedhpc.cli import probe, sites
+    from fedhpc.devfed import cli as devfed_cli
+
+    parser = argparse.ArgumentParser(
+        prog="fedhpc",
+        description="Operate several supercomputers as one workspace (profiles, probes, devfed).",
+    )
+    parser.add_argument("--version", action="version", version=f"fedhpc {__version__}")
+    parser.add_argument("--log-level", default=None, help="stderr log level (default WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sites.add_parser(sub)
+    probe.add_parser(sub)
+    devfed_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        code: int = args.func(args)
+    except FedError as exc:
+        print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

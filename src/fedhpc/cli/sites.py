@@ -1,0 +1,71 @@
+"""`fedhpc sites`: list, show and check site profiles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedhpc.domain.site import SiteProfile
+from fedhpc.profiles import load_profile, load_profiles, load_user_config
+
+__all__ = ["add_parser"]
+
+
+def _gpus(profile: SiteProfile) -> str:
+    kinds = sorted(
+        {
+            f"{p.node.accelerator.count}x{p.node.accelerator.type}"
+            for p in profile.partitions
+            if p.node.accelerator
+        }
+    )
+    return ",".join(kinds) or "-"
+
+
+def _list(args: argparse.Namespace) -> int:
+    config = load_user_config()
+    dirs = [Path(d).expanduser() for d in config.profile_dirs]
+    profiles = load_profiles(dirs)
+    rows = [("SITE", "CENTER", "SCHED", "ARCH", "PARTITIONS", "GPUS", "CONFIGURED")]
+    for name, p in sorted(profiles.items()):
+        configured = "yes" if name in config.sites else ("devfed" if p.local_test else "-")
+        parts = ",".join(x.name for x in p.partitions)
+        rows.append((name, p.center, p.dialect, p.arch.value, parts, _gpus(p), configured))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    config = load_user_config()
+    profiles = load_profiles([Path(d).expanduser() for d in config.profile_dirs])
+    if args.site not in profiles:
+        print(f"error: no site profile named {args.site!r}; see `fedhpc sites list`")
+        return 2
+    print(json.dumps(profiles[args.site].model_dump(mode="json"), indent=2))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Validate profile files; raises ProfileError (one clear line) on the first broken one."""
+    paths = [Path(p) for p in args.files]
+    for path in paths:
+        load_profile(path)
+    if not paths:
+        load_profiles([Path(d).expanduser() for d in load_user_config().profile_dirs])
+    print(f"ok: {len(paths) or 'all'} profile(s) valid")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("sites", help="site profiles: list, show, check")
+    s = p.add_subparsers(dest="sites_cmd", required=True)
+    s.add_parser("list", help="every shipped and user profile").set_defaults(func=_list)
+    show = s.add_parser("show", help="one profile as JSON")
+    show.add_argument("site")
+    show.set_defaults(func=_show)
+    check = s.add_parser("check", help="validate profile files (default: all loaded ones)")
+    check.add_argument("files", nargs="*")
+    check.set_defaults(func=_check)
