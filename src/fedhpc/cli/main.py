@@ -14,7 +14,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import probe, sites
+    from fedhpc.cli import demo, probe, sites
     from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sites.add_parser(sub)
     probe.add_parser(sub)
+    demo.add_parser(sub)
     devfed_cli.add_parser(sub)
     return parser
 
