@@ -79,10 +79,8 @@ class ProfileError(FedError):
         self.path = path
         self.key = key
         self.reason = reason
-        super().__init__(
-            f"{path}: {key}: {reason}",
-            hint=f"Edit {path} and fix '{key}'.",
-        )
+        # The message already says where and what; a hint line would only repeat it.
+        super().__init__(f"{path}: {key}: {reason}", hint="")
 
 
 class TransientError(FedError):

@@ -14,7 +14,9 @@ from tests.injection_corpus import corpus
 def test_quote_round_trips_the_injection_corpus_through_bash(canary_dir: Path) -> None:
     for hostile in [*corpus(canary_dir), "", "tab\there", "uni\u00e9\u2603", "\x1b[31m"]:
         out = subprocess.run(
-            ["bash", "-c", f"printf %s {quote(hostile)}"], capture_output=True, cwd=canary_dir,
+            ["bash", "-c", f"printf %s {quote(hostile)}"],
+            capture_output=True,
+            cwd=canary_dir,
             check=True,
         )
         assert out.stdout.decode() == hostile
@@ -56,8 +58,9 @@ def test_batch_runs_every_section_once_and_splits_by_marker() -> None:
         }
     )
     assert cmd.argv == ("bash", "-s")
-    out = subprocess.run(list(cmd.argv), input=cmd.stdin, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        list(cmd.argv), input=cmd.stdin, capture_output=True, text=True, check=True
+    )
     sections = split_batch(out.stdout)
     assert sections["one"].stdout == "a\nb\n" and sections["one"].returncode == 0
     assert sections["two"].returncode == 3 and sections["two"].stdout == ""

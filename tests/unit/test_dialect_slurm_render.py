@@ -71,8 +71,9 @@ def test_gpu_request_follows_the_site_convention(delta: SiteProfile) -> None:
 
 
 def test_cpu_job_has_no_gpu_directive_and_array_is_rendered(delta: SiteProfile) -> None:
-    spec = _spec(partition="cpu", shape={"cpus": 4}, array={"start": 1, "stop": 9, "step": 2,
-                                                            "limit": 3})
+    spec = _spec(
+        partition="cpu", shape={"cpus": 4}, array={"start": 1, "stop": 9, "step": 2, "limit": 3}
+    )
     script = DIALECT.render_script(spec, delta)
     assert not any("--gres" in d or "--gpus" in d for d in _directives(script))
     assert "#SBATCH --array=1-9:2%3" in script
@@ -102,15 +103,19 @@ def test_injection_corpus_in_argv_env_and_image_never_executes(
         )
         script = DIALECT.render_script(spec, delta)
         assert len(_directives(script)) == len(
-            _directives(DIALECT.render_script(_spec(workdir=None, partition="cpu",
-                                                    shape={"cpus": 1}), delta))
+            _directives(
+                DIALECT.render_script(
+                    _spec(workdir=None, partition="cpu", shape={"cpus": 1}), delta
+                )
+            )
         ), "a hostile string added a directive"
         out = subprocess.run(
             ["bash", "-c", _body(script)], capture_output=True, cwd=canary_dir, check=True
         )
         assert out.stdout.decode() == f"{hostile}|$HOSTILE"
-        wrapped = DIALECT.render_script(_spec(container_image=hostile, partition="cpu",
-                                              shape={"cpus": 1}), delta)
+        wrapped = DIALECT.render_script(
+            _spec(container_image=hostile, partition="cpu", shape={"cpus": 1}), delta
+        )
         assert len(_directives(wrapped)) == len(_directives(script)) + 1  # + --chdir
     assert not list(canary_dir.iterdir())
 

@@ -78,8 +78,16 @@ def test_memory_sizes_parse_to_mib(text: str | int, mib: int) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90", 5400), ("10:30", 630), ("01:00:00", 3600), ("1-02:00:00", 93600), ("2h", 7200),
-     ("45m", 2700), (120, 120), ("1-0", 86400)],
+    [
+        ("90", 5400),
+        ("10:30", 630),
+        ("01:00:00", 3600),
+        ("1-02:00:00", 93600),
+        ("2h", 7200),
+        ("45m", 2700),
+        (120, 120),
+        ("1-0", 86400),
+    ],
 )
 def test_durations_parse_like_slurm(text: str | int, seconds: int) -> None:
     assert parse_duration(text) == seconds
@@ -110,8 +118,12 @@ def test_observations_merge_monotonically() -> None:
 
 
 def test_array_state_considers_every_element() -> None:
-    done, fail, run, pend = (JobState.COMPLETED, JobState.FAILED, JobState.RUNNING,
-                             JobState.PENDING)
+    done, fail, run, pend = (
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.RUNNING,
+        JobState.PENDING,
+    )
     assert aggregate_state([done, done, fail]) is fail  # not just the first row
     assert aggregate_state([done, pend]) is run  # some finished, some waiting: in progress
     assert aggregate_state([pend, pend]) is pend

@@ -69,15 +69,8 @@ class SiteAdapter:
         return self.site.user.user or self.site.transport.user or getpass.getuser()
 
     async def _run(self, command: Command) -> CommandResult:
-        env = {**self.site.transport.env, **command.env}
-        cmd = Command(
-            command.argv,
-            stdin=command.stdin,
-            env=env,
-            timeout_s=command.timeout_s,
-            idempotent=command.idempotent,
-        )
-        return await self.transport.run(cmd)
+        # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
+        return await self.transport.run(command)
 
     def render(self, spec: JobSpec) -> str:
         """The batch script for `spec` on this site (pure; shown to users for audit)."""

@@ -1,0 +1,85 @@
+"""The `fedhpc` command as a user runs it: the installed console script, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedhpc.profiles import load_profiles
+
+FEDHPC = shutil.which("fedhpc", path=str(Path(sys.executable).parent)) or "fedhpc"
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FEDHPC, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+        timeout=60,
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    out = _run("--help")
+    assert out.returncode == 0
+    for command in ("sites", "probe", "devfed", "demo"):
+        assert command in out.stdout
+
+
+def test_sites_list_prints_every_shipped_profile() -> None:
+    out = _run("sites", "list")
+    assert out.returncode == 0, out.stderr
+    names = {line.split()[0] for line in out.stdout.splitlines()[1:]}
+    assert names == set(load_profiles())
+    assert {"delta", "deltaai", "anvil", "vista", "perlmutter", "polaris", "sophia"} <= names
+
+
+def test_sites_show_prints_the_profile_as_json() -> None:
+    out = _run("sites", "show", "devdelta")
+    assert out.returncode == 0
+    assert '"dialect": "slurm"' in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "reason"),
+    [
+        ('name = "broken"\ndialect = "slurm"\narch = "sparc"\n', "arch", "Input should be"),
+        ("name = \n", "(syntax)", "Invalid value"),
+    ],
+)
+def test_broken_profile_gives_one_line_naming_file_key_and_reason(
+    tmp_path: Path, body: str, key: str, reason: str
+) -> None:
+    bad = tmp_path / "broken.toml"
+    bad.write_text(body)
+    out = _run("sites", "check", str(bad))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert str(bad) in lines[0]
+    assert f": {key}: " in lines[0]
+    assert reason in lines[0]
+
+
+def test_broken_user_profile_dir_breaks_sites_list_with_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "mine.toml").write_text(
+        'name = "mine"\ndialect = "slurm"\narch = "x86_64"\npartitions = []\n'
+        '[charge]\nkind = "node-hours"\n'
+    )
+    config = tmp_path / "config.toml"
+    config.write_text(f'profile_dirs = ["{folder}"]\n')
+    out = _run("sites", "list", env={"FEDHPC_CONFIG": str(config)})
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"error[profile]: {folder / 'mine.toml'}: partitions: "
+        "Tuple should have at least 1 item after validation, not 0"
+    )
