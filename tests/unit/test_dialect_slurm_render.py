@@ -126,3 +126,30 @@ def test_injection_corpus_in_directive_fields_is_rejected(field: str, canary_dir
         with pytest.raises(ValidationError) as info:
             _spec(**{field: hostile})
         assert info.value.errors()[0]["loc"][0] == field
+
+
+def test_constraint_sites_get_constraint_and_default_qos_not_partition() -> None:
+    perlmutter = load_profiles()["perlmutter"]
+    spec = JobSpec(
+        name="fedhpc-t2-1",
+        command=("true",),
+        partition="gpu-hbm80g",
+        account="m1234_g",
+        shape={"gpus": 4},
+    )
+    directives = _directives(DIALECT.render_script(spec, perlmutter))
+    assert not any(d.startswith("#SBATCH --partition") for d in directives)
+    assert "#SBATCH --constraint=gpu&hbm80g" in directives
+    assert "#SBATCH --qos=regular" in directives
+
+
+def test_whole_node_gpu_sites_get_no_gpu_flag() -> None:
+    vista = load_profiles()["vista"]
+    spec = JobSpec(name="fedhpc-t3-1", command=("true",), partition="gh", shape={"gpus": 1})
+    assert not any("gpu" in d for d in _directives(DIALECT.render_script(spec, vista)))
+
+
+def test_profile_extra_directives_are_rendered(delta: SiteProfile) -> None:
+    conv = delta.conventions.model_copy(update={"extra_directives": ("--licenses=scratch",)})
+    script = DIALECT.render_script(_spec(), delta.model_copy(update={"conventions": conv}))
+    assert "#SBATCH --licenses=scratch" in _directives(script)

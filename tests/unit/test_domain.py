@@ -173,3 +173,26 @@ def test_job_spec_rejects_bad_environment_names() -> None:
         _spec(env={"A;B": "x"})
     assert _locs(info.value)[0].startswith("env")
     assert _spec(env={"OK_NAME": "any $(value) `at` all"}).env["OK_NAME"].startswith("any")
+
+
+def test_partition_rejects_min_nodes_above_max() -> None:
+    from fedhpc.domain import PartitionSpec
+
+    with pytest.raises(ValidationError, match="exceeds max_nodes_per_job"):
+        PartitionSpec.model_validate(
+            {
+                "name": "p",
+                "node": {"cpus": 1, "memory_mib": 1},
+                "max_wall_s": 60,
+                "min_nodes_per_job": 4,
+                "max_nodes_per_job": 2,
+            }
+        )
+
+
+def test_extra_directives_must_look_like_directives() -> None:
+    from fedhpc.domain import SiteConventions
+
+    assert SiteConventions(extra_directives=("-l filesystems=home:eagle",)).extra_directives
+    with pytest.raises(ValidationError, match="not a directive"):
+        SiteConventions(extra_directives=("-l x\n#PBS -q evil",))

@@ -47,6 +47,8 @@ def _check_name(value: str) -> str:
     return value
 
 
+_EXTRA_DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(?:[ =][A-Za-z0-9_./%~+@=,:&|\[\]-]+)?$")
+
 SafeName = Annotated[str, AfterValidator(_check_name)]
 
 
@@ -112,11 +114,32 @@ class PartitionSpec(_Frozen):
     max_jobs_per_user: int | None = Field(default=None, ge=1)
     arch: Arch | None = Field(default=None, description="overrides the site's architecture")
     charge: ChargeModel | None = Field(default=None, description="overrides the site charge")
+    scheduler_partition: SafeName | None = Field(
+        default=None, description="the scheduler's own name when it differs from `name`"
+    )
+    submit_partition: bool = Field(
+        default=True,
+        description="False where the site selects nodes by constraint/QoS, not --partition",
+    )
+    constraint: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_&|.:-]+$",
+        description="Slurm --constraint that selects this partition's nodes, e.g. 'gpu&hbm80g'",
+    )
     account_suffix: str | None = Field(
         default=None,
         description="account naming convention, e.g. '-gpu' for Delta's bXXX-delta-gpu",
     )
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _nodes(self) -> Self:
+        if self.min_nodes_per_job > self.max_nodes_per_job:
+            raise ValueError(
+                f"min_nodes_per_job ({self.min_nodes_per_job}) exceeds "
+                f"max_nodes_per_job ({self.max_nodes_per_job})"
+            )
+        return self
 
 
 class ContainerSupport(_Frozen):
@@ -137,11 +160,26 @@ class SiteConventions(_Frozen):
     balance_command: tuple[str, ...] = Field(
         default=(), description="argv that prints the allocation balance, e.g. ('mybalance',)"
     )
-    gpu_request_style: Literal["gres", "gpus", "gpus-per-node"] = "gpus-per-node"
+    gpu_request_style: Literal["gres", "gpus", "gpus-per-node", "none"] = Field(
+        default="gpus-per-node",
+        description="how GPUs are asked for; 'none' where whole nodes come with their GPUs",
+    )
     memory_request: bool = Field(default=True, description="False where --mem is rejected")
     prologue: tuple[str, ...] = Field(
         default=(), description="fixed shell lines run before the task (module loads)"
     )
+    extra_directives: tuple[str, ...] = Field(
+        default=(),
+        description="directives every job needs here, e.g. '-l filesystems=home:eagle'",
+    )
+
+    @field_validator("extra_directives")
+    @classmethod
+    def _directives(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for d in v:
+            if not _EXTRA_DIRECTIVE.match(d):
+                raise ValueError(f"{d!r} is not a directive of the form '-x value' or '--name=v'")
+        return v
 
 
 class TransportSpec(_Frozen):
@@ -184,6 +222,7 @@ class SiteProfile(_Frozen):
     storage: tuple[StorageRoot, ...] = Field(default=())
     min_refresh_s: int = Field(default=60, ge=1, description="never probe more often than this")
     local_test: bool = Field(default=False, description="part of the local test federation")
+    notes: str = ""
 
     @model_validator(mode="after")
     def _partitions(self) -> Self:

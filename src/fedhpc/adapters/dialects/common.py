@@ -8,11 +8,13 @@ from fedhpc.adapters.command import quote, shell_line
 from fedhpc.domain.job import JobSpec
 from fedhpc.domain.site import SiteProfile
 
-__all__ = ["directive", "render_body"]
+__all__ = ["directive", "extra_directives", "render_body"]
 
 # A directive value may hold only these characters: no whitespace, quotes, '#', '$', '`', ';'
 # or line breaks. JobSpec's validators already enforce this; this is the last line of defence.
-_DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./%~+@=,:\-\[\]]*$")
+# '&' and '|' appear in Slurm constraint expressions; directives are parsed by the scheduler,
+# never by a shell, so they are safe there.
+_DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./%~+@=,:&|\-\[\]]*$")
 
 
 def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: str = "=") -> str:
@@ -23,6 +25,21 @@ def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: st
     if not _DIRECTIVE_VALUE.match(text):
         raise ValueError(f"unsafe value for {flag}: {text!r}")
     return f"{prefix} {flag}{sep}{text}"
+
+
+def extra_directives(prefix: str, profile: SiteProfile) -> list[str]:
+    """The profile's fixed directives (validated when the profile loaded), re-checked here."""
+    out = []
+    for text in profile.conventions.extra_directives:
+        if text.startswith("--") and "=" in text:
+            flag, value = text.split("=", 1)
+            out.append(directive(prefix, flag, value))
+        elif " " in text:
+            flag, value = text.split(" ", 1)
+            out.append(directive(prefix, flag, value, sep=" "))
+        else:
+            out.append(directive(prefix, text))
+    return out
 
 
 def render_body(

@@ -8,7 +8,7 @@ from datetime import datetime
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import slurm_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.common import directive, render_body
+from fedhpc.adapters.dialects.common import directive, extra_directives, render_body
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
@@ -47,16 +47,21 @@ class SlurmDialect:
         d = self.prefix
         shape = spec.shape
         conv = profile.conventions
+        part = profile.partition(spec.partition)
         lines = ["#!/bin/bash", directive(d, "--job-name", spec.name)]
-        lines.append(directive(d, "--partition", spec.partition))
+        if part.submit_partition:
+            lines.append(directive(d, "--partition", part.scheduler_partition or part.name))
+        if part.constraint:
+            lines.append(directive(d, "--constraint", part.constraint))
         if spec.account:
             lines.append(directive(d, "--account", spec.account))
-        if spec.qos:
-            lines.append(directive(d, "--qos", spec.qos))
+        qos = spec.qos or part.default_qos
+        if qos:
+            lines.append(directive(d, "--qos", qos))
         lines.append(directive(d, "--nodes", shape.nodes))
         lines.append(directive(d, "--ntasks-per-node", 1))
         lines.append(directive(d, "--cpus-per-task", shape.cpus))
-        if shape.gpus:
+        if shape.gpus and conv.gpu_request_style != "none":
             gres_type = self._gres_type(profile, spec.partition, shape.accelerator_type)
             typed = f"{gres_type}:{shape.gpus}" if shape.accelerator_type and gres_type else None
             if conv.gpu_request_style == "gres":
@@ -79,6 +84,7 @@ class SlurmDialect:
             a = spec.array
             value = f"{a.start}-{a.stop}:{a.step}" + (f"%{a.limit}" if a.limit else "")
             lines.append(directive(d, "--array", value))
+        lines.extend(extra_directives(d, profile))
         lines.extend(render_body(spec, profile))
         return "\n".join(lines) + "\n"
 
