@@ -101,6 +101,23 @@ def _split_id(raw: str) -> tuple[str, str | None]:
     return job, (index if sep else None)
 
 
+def _expand(index: str | None) -> list[str | None]:
+    """Array elements Slurm folds into one row ('[2-3%2]', '[1,4-6]') as one entry each, so
+    an array is never reduced to a single row; anything else is returned as it is."""
+    if index is None or not (index.startswith("[") and index.endswith("]")):
+        return [index]
+    body = index[1:-1].split("%", 1)[0]
+    out: list[str | None] = []
+    for part in body.split(","):
+        lo, _, rest = part.partition("-")
+        hi, _, step = rest.partition(":")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (step and not step.isdigit()):
+            return [index]
+        stop = int(hi) if hi else int(lo)
+        out.extend(str(i) for i in range(int(lo), stop + 1, int(step) if step else 1))
+    return out
+
+
 def _opt(value: str) -> str | None:
     v = value.strip()
     return None if v in {"", "(null)", "N/A", "None", "Unknown", "n/a"} else v
@@ -118,9 +135,9 @@ def parse_squeue(result: CommandResult) -> list[JobObservation]:
         if not line.strip():
             continue
         raw_id, native, reason, partition, nodes, name = line.split("|", 5)
-        job, index = _split_id(raw_id)
+        job, folded = _split_id(raw_id)
         r = _opt(reason)
-        out.append(
+        out.extend(
             JobObservation(
                 job_id=job,
                 array_index=index,
@@ -131,6 +148,7 @@ def parse_squeue(result: CommandResult) -> list[JobObservation]:
                 partition=_opt(partition),
                 nodes=_opt(nodes),
             )
+            for index in _expand(folded)
         )
     return out
 
@@ -160,8 +178,8 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
             continue
         jid, native, account, partition, submit, eligible, start, end, elapsed = fields[:9]
         exit_code, tres, name = fields[9:]
-        job, index = _split_id(jid)
-        out.append(
+        job, folded = _split_id(jid)
+        out.extend(
             AccountingRecord(
                 job_id=job,
                 array_index=index,
@@ -178,6 +196,7 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
                 exit_code=_exit_code(exit_code),
                 alloc_tres=dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv),
             )
+            for index in _expand(folded)
         )
     return out
 
