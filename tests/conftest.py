@@ -11,12 +11,12 @@ import pytest
 @pytest.fixture(autouse=True)
 def isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
+) -> Path:
     """Every test gets its own FEDHPC_HOME so no test reads the developer's config."""
     home = tmp_path_factory.mktemp("fedhpc-home")
     monkeypatch.setenv("FEDHPC_HOME", str(home))
     monkeypatch.delenv("FEDHPC_CONFIG", raising=False)
-    yield home
+    return home
 
 
 @pytest.fixture

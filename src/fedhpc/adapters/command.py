@@ -18,7 +18,8 @@ __all__ = [
 ]
 
 
-_CONTROL = {c for c in range(32)} | {127}
+# C0 controls, DEL, and the characters Python's splitlines() treats as line breaks.
+_CONTROL = set(range(32)) | {0x7F, 0x85, 0x2028, 0x2029}
 
 
 def quote(value: str) -> str:
@@ -35,6 +36,8 @@ def quote(value: str) -> str:
         code = ord(ch)
         if ch in "\\'":
             out.append("\\" + ch)
+        elif code in _CONTROL and code > 0x7F:
+            out.append(f"\\u{code:04x}")
         elif code in _CONTROL:
             out.append(f"\\x{code:02x}")
         else:

@@ -97,7 +97,7 @@ class SiteAdapter:
         if not job_ids:
             return []
         result = await self._run(self.dialect.accounting_command(job_ids))
-        return self.dialect.parse_accounting(result)
+        return self.dialect.parse_accounting(result, now=self._clock())
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
         if not job_ids:

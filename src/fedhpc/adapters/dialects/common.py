@@ -22,7 +22,7 @@ def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: st
     if value is None:
         return f"{prefix} {flag}"
     text = str(value)
-    if not _DIRECTIVE_VALUE.match(text):
+    if not _DIRECTIVE_VALUE.match(text) or text.startswith("-"):
         raise ValueError(f"unsafe value for {flag}: {text!r}")
     return f"{prefix} {flag}{sep}{text}"
 

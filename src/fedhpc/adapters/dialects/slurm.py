@@ -138,7 +138,10 @@ class SlurmDialect:
         argv = ("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={_ids(job_ids)}")
         return Command((*argv, f"--format={SACCT_FIELDS}"), env=_ENV)
 
-    def parse_accounting(self, result: CommandResult) -> list[AccountingRecord]:
+    def parse_accounting(
+        self, result: CommandResult, *, now: datetime | None = None
+    ) -> list[AccountingRecord]:
+        # Times are epoch seconds (SLURM_TIME_FORMAT=%s): `now` is not needed.
         return parse.parse_sacct(result)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:

@@ -130,7 +130,7 @@ def parse_squeue(result: CommandResult) -> list[JobObservation]:
         if "Invalid job id" in result.stderr:
             return []
         raise ValueError(f"squeue failed: {error_text(result)}")
-    out = []
+    out: list[JobObservation] = []
     for line in result.stdout.splitlines():
         if not line.strip():
             continue
@@ -169,7 +169,7 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
     """`sacct --parsable2 --allocations` rows; times are epoch seconds (SLURM_TIME_FORMAT=%s)."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result)}")
-    out = []
+    out: list[AccountingRecord] = []
     for line in result.stdout.splitlines():
         if not line.strip():
             continue

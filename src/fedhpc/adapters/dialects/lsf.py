@@ -1,0 +1,151 @@
+"""IBM Spectrum LSF dialect: bsub scripts on stdin, bjobs/bkill argv, the batched probe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
+
+from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import lsf_parse as parse
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.common import extra_directives, render_body
+from fedhpc.adapters.dialects.pbs_lsf_util import (
+    check_ids,
+    check_user,
+    directive,
+    error_text,
+)
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.units import format_minutes
+
+__all__ = ["LsfDialect"]
+
+_JOB_ID = re.compile(r"^\d+(?:\[\d+\])?$")
+_SUBMITTED = re.compile(r"^Job <(\d+)> is submitted", re.MULTILINE)
+
+# bjobs -o field names (bjobs(1) "-o"); -json prints them upper-case under RECORDS.
+STATUS_FIELDS = "jobid jobindex job_name stat queue exec_host exit_code exit_reason pend_reason"
+ACCOUNTING_FIELDS = (
+    "jobid jobindex job_name stat queue proj_name exit_code exit_reason "
+    "submit_time start_time finish_time run_time slots exec_host"
+)
+PROBE_JOB_FIELDS = "jobid stat queue user proj_name"
+HOST_FIELDS = "host_name status max njobs run ssusp ususp rsv"
+GPU_FIELDS = "host_name ngpus ngpus_alloc"  # LSF 10.1 GPU fields of bhosts -o
+QUEUE_FIELDS = "queue_name status"
+
+
+class LsfDialect:
+    """IBM Spectrum LSF >= 10.1.0.2 (-json output). Pure: argv builders and parsers.
+
+    `tz` is the cluster's time zone: bjobs prints local times such as 'Dec 28 19:56' with no
+    zone and usually no year (default UTC).
+    """
+
+    name = "lsf"
+    prefix = "#BSUB"
+
+    def __init__(self, tz: tzinfo = UTC) -> None:
+        self.tz = tz
+
+    def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:
+        d = self.prefix
+        shape = spec.shape
+
+        def opt(flag: str, value: str | int) -> str:
+            # '#BSUB -x value': directive() admits no quotes or spaces, so each resource
+            # string (span[...], rusage[...]) goes on its own -R line, which LSF 10.1 merges.
+            return directive(d, flag, value, sep=" ")
+
+        job_name = spec.name
+        if spec.array is not None:
+            a = spec.array
+            if a.start < 1:
+                raise ValueError("LSF array indices start at 1 (bsub -J 'name[1-N]')")
+            job_name = f"{spec.name}[{a.start}-{a.stop}:{a.step}]" + (
+                f"%{a.limit}" if a.limit else ""
+            )
+        lines = ["#!/bin/bash", opt("-J", job_name), opt("-q", spec.partition)]
+        if spec.account:
+            lines.append(opt("-P", spec.account))
+        lines.append(opt("-W", format_minutes(shape.wall_time_s)))
+        # -n counts slots for the whole job; ptile puts `cpus` of them on each host.
+        lines.append(opt("-n", shape.nodes * shape.cpus))
+        span = "span[hosts=1]" if shape.nodes == 1 else f"span[ptile={shape.cpus}]"
+        lines.append(opt("-R", span))
+        if shape.gpus:
+            lines.append(opt("-gpu", f"num={shape.gpus}"))  # num is per host (bsub -gpu)
+        if shape.memory_mib and profile.conventions.memory_request:
+            # -M limits the job's memory per host; rusage reserves per slot by default.
+            per_slot = -(-shape.memory_mib // shape.cpus)
+            lines.append(opt("-M", f"{shape.memory_mib}MB"))
+            lines.append(opt("-R", f"rusage[mem={per_slot}MB]"))
+        if spec.stdout:
+            lines.append(opt("-o", spec.stdout))
+        if spec.stderr:
+            lines.append(opt("-e", spec.stderr))
+        if spec.workdir:
+            lines.append(opt("-cwd", spec.workdir))
+        lines.extend(extra_directives(d, profile))  # site-wide, e.g. -alloc_flags smt4
+        lines.extend(render_body(spec, profile))
+        return "\n".join(lines) + "\n"
+
+    def submit_command(self, script: str) -> Command:
+        # '#BSUB' lines are honoured only when the script comes on stdin (bsub(1)).
+        return Command(("bsub",), stdin=script, idempotent=False)
+
+    def parse_submit(self, result: CommandResult) -> str:
+        m = _SUBMITTED.search(result.stdout)
+        if result.returncode != 0 or m is None:
+            raise SchedulerRejected(f"bsub rejected the job: {error_text(result)}")
+        return m.group(1)
+
+    def status_command(self, job_ids: Sequence[str]) -> Command:
+        # -a: include jobs that finished within CLEAN_PERIOD (lsb.params, default 1 hour).
+        ids = check_ids(job_ids, _JOB_ID, "LSF")
+        return Command(("bjobs", "-a", "-json", "-o", STATUS_FIELDS, *ids))
+
+    def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        return parse.parse_status(result)
+
+    def accounting_command(self, job_ids: Sequence[str]) -> Command:
+        ids = check_ids(job_ids, _JOB_ID, "LSF")
+        return Command(("bjobs", "-a", "-json", "-o", ACCOUNTING_FIELDS, *ids))
+
+    def parse_accounting(
+        self, result: CommandResult, *, now: datetime | None = None
+    ) -> list[AccountingRecord]:
+        """Records from bjobs. bjobs prints no year, so times are placed by `now` (when the
+        command ran); without it only stamps that carry a year are kept."""
+        return parse.parse_accounting(result, self.tz, now)
+
+    def cancel_command(self, job_ids: Sequence[str]) -> Command:
+        return Command(("bkill", *check_ids(job_ids, _JOB_ID, "LSF")))
+
+    def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
+        check_user(user)
+        queues = tuple(p.name for p in profile.partitions)
+        sections = {
+            "hosts": Command(("bhosts", "-o", HOST_FIELDS, "-json")),
+            "gpus": Command(("bhosts", "-o", GPU_FIELDS, "-json")),
+            "queues": Command(("bqueues", "-o", QUEUE_FIELDS, "-json", *queues)),
+            # The HOSTS line of bqueues -l says which hosts and host groups serve a queue.
+            "queuehosts": Command(("bqueues", "-l", *queues)),
+            "groups": Command(("bmgroup", "-w")),
+            "load": Command(("lsload", "-w", "-I", "mem")),
+            "jobs": Command(("bjobs", "-u", "all", "-json", "-o", PROBE_JOB_FIELDS)),
+        }
+        if profile.conventions.balance_command:
+            sections["balance"] = Command(profile.conventions.balance_command)
+        return sections
+
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        return parse.parse_probe(sections, profile, user, collected_at)

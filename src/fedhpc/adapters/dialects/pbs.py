@@ -1,0 +1,125 @@
+"""PBS Pro dialect: qsub scripts, qstat/qdel argv, and the batched pbsnodes/qstat probe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
+
+from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import pbs_parse as parse
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.common import extra_directives, render_body
+from fedhpc.adapters.dialects.pbs_lsf_util import (
+    check_ids,
+    check_user,
+    directive,
+    error_text,
+)
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.units import format_hms
+
+__all__ = ["PbsDialect"]
+
+# '123.server', '123[].server' (array), '123[4].server' (subjob); the server part is optional.
+_JOB_ID = re.compile(r"^\d+(?:\[\d*\])?(?:\.[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+# Full status with history (-x) and every subjob of an array (-t): qstat(1B).
+_QSTAT_JOBS = ("qstat", "-f", "-F", "json", "-x", "-t")
+
+
+class PbsDialect:
+    """PBS Professional / OpenPBS >= 19 (qstat -F json). Pure: argv builders and parsers.
+
+    `tz` is the PBS server's time zone: qstat prints times such as 'Thu Nov 27 10:00:00 2025'
+    in server local time without a zone, so accounting needs it to produce UTC (default UTC).
+    """
+
+    name = "pbs"
+    prefix = "#PBS"
+
+    def __init__(self, tz: tzinfo = UTC) -> None:
+        self.tz = tz
+
+    def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:
+        d = self.prefix
+        shape = spec.shape
+        # -S: run the body under bash whatever the user's login shell (qsub(1B)).
+        lines = ["#!/bin/bash", directive(d, "-S", "/bin/bash", sep=" ")]
+        lines.append(directive(d, "-N", spec.name, sep=" "))
+        lines.append(directive(d, "-q", spec.partition, sep=" "))
+        if spec.account:
+            lines.append(directive(d, "-A", spec.account, sep=" "))
+        # One chunk per node: select=N:ncpus=C[:ngpus=G][:mem=Mmb] (pbs_resources(7B)).
+        chunk = [f"select={shape.nodes}", f"ncpus={shape.cpus}"]
+        if shape.gpus:
+            chunk.append(f"ngpus={shape.gpus}")
+        if shape.memory_mib and profile.conventions.memory_request:
+            chunk.append(f"mem={shape.memory_mib}mb")
+        lines.append(directive(d, "-l", ":".join(chunk), sep=" "))
+        if shape.nodes > 1:
+            lines.append(directive(d, "-l", "place=scatter", sep=" "))
+        lines.append(directive(d, "-l", f"walltime={format_hms(shape.wall_time_s)}", sep=" "))
+        if spec.stdout:
+            lines.append(directive(d, "-o", spec.stdout, sep=" "))
+        if spec.stderr:
+            lines.append(directive(d, "-e", spec.stderr, sep=" "))
+        if spec.array is not None:
+            a = spec.array
+            rng = f"{a.start}-{a.stop}:{a.step}"
+            # '%N' caps running subjobs (OpenPBS >= 20 qsub -J "range%max").
+            lines.append(directive(d, "-J", f"{rng}%{a.limit}" if a.limit else rng, sep=" "))
+        # PBS has no working-directory directive: start where qsub ran unless spec.workdir.
+        lines.extend(extra_directives(d, profile))  # site-wide, e.g. -l filesystems=...
+        lines.extend(render_body(spec, profile, workdir_var="PBS_O_WORKDIR"))
+        return "\n".join(lines) + "\n"
+
+    def submit_command(self, script: str) -> Command:
+        # qsub with no script operand reads the script from stdin (qsub(1B)).
+        return Command(("qsub",), stdin=script, idempotent=False)
+
+    def parse_submit(self, result: CommandResult) -> str:
+        out = result.stdout.strip()
+        last = out.splitlines()[-1].strip() if out else ""
+        if result.returncode != 0 or not _JOB_ID.match(last):
+            raise SchedulerRejected(f"qsub rejected the job: {error_text(result)}")
+        return last
+
+    def status_command(self, job_ids: Sequence[str]) -> Command:
+        return Command((*_QSTAT_JOBS, *check_ids(job_ids, _JOB_ID, "PBS")))
+
+    def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        return parse.parse_status(result)
+
+    def accounting_command(self, job_ids: Sequence[str]) -> Command:
+        # Finished jobs stay in qstat -x for the server's job_history_duration (default 2 weeks).
+        return Command((*_QSTAT_JOBS, *check_ids(job_ids, _JOB_ID, "PBS")))
+
+    def parse_accounting(
+        self, result: CommandResult, *, now: datetime | None = None
+    ) -> list[AccountingRecord]:
+        # PBS prints full dates in the server's zone (self.tz): `now` is not needed.
+        return parse.parse_accounting(result, self.tz)
+
+    def cancel_command(self, job_ids: Sequence[str]) -> Command:
+        return Command(("qdel", *check_ids(job_ids, _JOB_ID, "PBS")))
+
+    def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
+        sections = {
+            "nodes": Command(("pbsnodes", "-a", "-F", "json")),
+            "queues": Command(("qstat", "-Q", "-f", "-F", "json")),
+            # The user's own jobs only: global counts come from each queue's state_count.
+            "jobs": Command(("qstat", "-f", "-F", "json", "-u", check_user(user))),
+        }
+        if profile.conventions.balance_command:
+            sections["balance"] = Command(profile.conventions.balance_command)
+        return sections
+
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        return parse.parse_probe(sections, profile, collected_at)

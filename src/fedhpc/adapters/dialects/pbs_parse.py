@@ -1,0 +1,354 @@
+"""PBS Pro output parsers: qstat -f -F json jobs (with subjobs), pbsnodes and queue JSON."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from fedhpc.adapters.command import BatchSection, CommandResult
+from fedhpc.adapters.dialects.pbs_lsf_util import as_int, error_text, health_of, load_json, size_mib
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
+from fedhpc.domain.site import Health, NodeStateCounts, PartitionState, SiteProfile, SiteState
+from fedhpc.errors import TransientError
+
+__all__ = [
+    "STATE_TABLE",
+    "finished_state",
+    "map_state",
+    "parse_accounting",
+    "parse_probe",
+    "parse_status",
+]
+
+# Job states, qstat(1B) "The job's state" (OpenPBS doc/man1/qstat.1B). A letter whose meaning
+# depends on the exit status (F finished, X finished subjob) maps to None: see finished_state.
+STATE_TABLE: dict[str, JobState | None] = {
+    "Q": JobState.PENDING,  # queued
+    "H": JobState.PENDING,  # held
+    "W": JobState.PENDING,  # waiting for its start time (qsub -a) or stage-in
+    "T": JobState.PENDING,  # being moved to a new location
+    "M": JobState.PENDING,  # moved to another server (peer scheduling): not started here
+    "U": JobState.PENDING,  # cycle-harvesting job suspended by keyboard activity, not started
+    # S: suspended after it started. Our transition table never goes back to pending, and the
+    # job holds its nodes, so it stays running.
+    "S": JobState.RUNNING,
+    "R": JobState.RUNNING,
+    "B": JobState.RUNNING,  # array with at least one subjob running
+    "E": JobState.RUNNING,  # exiting after having run: final data (Exit_status) not yet there
+    "F": None,  # finished (history, qstat -x)
+    "X": None,  # subjob finished or deleted
+}
+
+# Exit_status conventions (PBS Pro Admin Guide "Job Exit Status Codes"; pbs_job.h JOB_EXEC_*):
+# 0 success; negative = PBS-level end; > 256 = killed by signal (256 + signo).
+_KILL_WALLTIME = -29  # JOB_EXEC_KILL_WALLTIME
+_SIGNALLED = 256
+_SUBSTATE_TERMINATED = 91  # JOB_SUBSTATE_TERMINATED: finished by qdel (pbs_job.h)
+
+
+def finished_state(job: dict[str, Any]) -> JobState:
+    """F/X jobs: completed, timeout, cancelled or failed, from Exit_status and substate."""
+    raw = job.get("Exit_status")
+    status = as_int(raw) if raw is not None else None
+    comment = str(job.get("comment", "")).lower()
+    if status == _KILL_WALLTIME or (
+        status is not None and status > _SIGNALLED and "walltime" in comment
+    ):
+        return JobState.TIMEOUT
+    if status == 0:
+        return JobState.COMPLETED
+    if as_int(job.get("substate")) == _SUBSTATE_TERMINATED:
+        return JobState.CANCELLED
+    if status is None:
+        # Never reported an exit status: deleted before it ran.
+        return JobState.CANCELLED if "stime" not in job else JobState.FAILED
+    if status > _SIGNALLED and status - _SIGNALLED in (2, 9, 15):
+        return JobState.CANCELLED  # SIGINT/SIGKILL/SIGTERM: what qdel sends
+    return JobState.FAILED
+
+
+def map_state(job: dict[str, Any]) -> JobState:
+    letter = str(job.get("job_state", "")).strip()
+    mapped = STATE_TABLE.get(letter, JobState.PENDING if letter else JobState.SUBMITTED)
+    return finished_state(job) if mapped is None else mapped
+
+
+# '123.server', array parent '123[].server', subjob '123[4].server'.
+_ID = re.compile(r"^(?P<seq>\d+)(?:\[(?P<idx>\d*)\])?(?P<rest>(?:\.\S+)?)$")
+
+
+def _split(job_id: str) -> tuple[str, str | None, bool]:
+    """(parent id, element index, is array parent) for one qstat key."""
+    m = _ID.match(job_id)
+    if not m or m.group("idx") is None:
+        return job_id, None, False
+    parent = f"{m.group('seq')}[]{m.group('rest')}"
+    idx = m.group("idx")
+    return parent, (idx or None), not idx
+
+
+def _jobs(result: CommandResult) -> dict[str, dict[str, Any]]:
+    data = load_json(result.stdout)
+    if data is None:
+        # qstat exits non-zero when some ids are unknown yet still prints the rest; only
+        # a failure with no JSON at all is an error. Forgotten jobs are simply absent.
+        if result.returncode != 0 and "unknown job id" not in error_text(result).lower():
+            raise TransientError(f"qstat failed: {error_text(result)}")
+        return {}
+    jobs = data.get("Jobs", {})  # absent when nothing matched
+    return jobs if isinstance(jobs, dict) else {}
+
+
+def _rows(result: CommandResult) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """(parent id, index, attributes) for each job and subjob. An array parent is yielded only
+    when no subjob of it is listed (qstat without -t); its index is then the pending range."""
+    jobs = _jobs(result)
+    with_elements = {_split(k)[0] for k in jobs if _split(k)[1] is not None}
+    for key, attrs in jobs.items():
+        if not isinstance(attrs, dict):
+            continue
+        parent, idx, is_parent = _split(key)
+        if is_parent:
+            if parent in with_elements:
+                continue
+            idx = attrs.get("array_indices_remaining") or attrs.get("array_indices_submitted")
+        yield parent, (str(idx) if idx else None), attrs
+
+
+def _exit(attrs: dict[str, Any]) -> int | None:
+    raw = attrs.get("Exit_status")
+    return as_int(raw) if raw is not None else None
+
+
+def parse_status(result: CommandResult) -> list[JobObservation]:
+    out = []
+    for parent, idx, attrs in _rows(result):
+        state = map_state(attrs)
+        out.append(
+            JobObservation(
+                job_id=parent,
+                array_index=idx,
+                state=state,
+                native_state=str(attrs.get("job_state", "")),
+                reason=None if state is JobState.RUNNING else attrs.get("comment"),
+                name=attrs.get("Job_Name"),
+                partition=attrs.get("queue"),
+                nodes=attrs.get("exec_host"),
+                exit_code=_exit(attrs),
+            )
+        )
+    return out
+
+
+def pbs_time(value: object, tz: tzinfo) -> datetime | None:
+    """'Thu Nov 27 10:00:00 2025' (server local time, ctime(3) layout) or epoch -> aware UTC."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        naive = datetime.strptime(value.strip(), "%a %b %d %H:%M:%S %Y")
+    except ValueError:
+        return None
+    return naive.replace(tzinfo=tz).astimezone(UTC)
+
+
+def _hms(value: object) -> int | None:
+    if not isinstance(value, str) or not re.match(r"^\d+:\d{2}:\d{2}$", value):
+        return None
+    h, m, s = (int(p) for p in value.split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def parse_accounting(result: CommandResult, tz: tzinfo) -> list[AccountingRecord]:
+    out = []
+    for parent, idx, attrs in _rows(result):
+        state = map_state(attrs)
+        used = attrs.get("resources_used", {})
+        asked = attrs.get("Resource_List", {})
+        project = attrs.get("project")
+        account = attrs.get("Account_Name") or (
+            project if project and project != "_pbs_project_default" else None
+        )
+        end = None
+        if state.terminal:
+            end = pbs_time(attrs.get("obittime") or attrs.get("mtime"), tz)
+        tres = {
+            k: str(asked[k]) for k in ("select", "ncpus", "ngpus", "nodect", "mem") if k in asked
+        }
+        out.append(
+            AccountingRecord(
+                job_id=parent,
+                array_index=idx,
+                name=attrs.get("Job_Name"),
+                account=account,
+                partition=attrs.get("queue"),
+                state=state,
+                native_state=str(attrs.get("job_state", "")),
+                submit=pbs_time(attrs.get("qtime") or attrs.get("ctime"), tz),
+                eligible=pbs_time(attrs.get("etime"), tz),
+                start=pbs_time(attrs.get("stime"), tz),
+                end=end,
+                elapsed_s=_hms(used.get("walltime")) if isinstance(used, dict) else None,
+                exit_code=_exit(attrs),
+                alloc_tres=tres,
+            )
+        )
+    return out
+
+
+# pbsnodes(8B) node states (OpenPBS doc "Vnode States"); a node may list several, comma-joined.
+_DOWN = frozenset({"down", "state-unknown", "stale", "unresolvable", "unknown"})
+_DRAIN = frozenset({"offline"})  # taken out by an admin (pbsnodes -o): Slurm's "drain"
+_FULL = frozenset({"job-exclusive", "resv-exclusive", "job-busy"})
+
+
+def node_bucket(node: dict[str, Any]) -> str:
+    states = {s.strip() for s in str(node.get("state", "")).split(",")}
+    if states & _DOWN:
+        return "down"
+    if states & _DRAIN:
+        return "drain"
+    if states & _FULL:
+        return "allocated"
+    if states == {"free"}:
+        busy = node.get("resources_assigned", {}) or {}
+        used = as_int(busy.get("ncpus")) + as_int(busy.get("ngpus"))
+        return "mixed" if used or node.get("jobs") else "idle"
+    return "other"  # busy (load), provisioning, sleep, maintenance, ...
+
+
+def _selectors(queue: dict[str, Any]) -> dict[str, str]:
+    """String-valued default_chunk entries (e.g. Qlist) that bind a queue to tagged nodes."""
+    chunk = queue.get("default_chunk", {}) or {}
+    return {k: v for k, v in chunk.items() if isinstance(v, str)}
+
+
+def in_queue(node: dict[str, Any], queue: str, selectors: dict[str, str]) -> bool:
+    """A vnode serves a queue if its `queue` attribute names it, its resources match the
+    queue's default_chunk selectors, or (untagged) it serves every queue."""
+    if node.get("queue"):
+        return bool(node["queue"] == queue)
+    avail = node.get("resources_available", {}) or {}
+    if selectors:
+        return all(v in str(avail.get(k, "")).split(",") for k, v in selectors.items())
+    if "Qlist" in avail:
+        return queue in str(avail["Qlist"]).split(",")
+    return True
+
+
+def _state_counts(text: str) -> tuple[int, int]:
+    """(pending, running) from a queue's state_count 'Transit:0 Queued:3 Held:1 ... Begun:0'."""
+    counts = {k: as_int(v) for k, _, v in (p.partition(":") for p in text.split())}
+    pending = sum(counts.get(k, 0) for k in ("Transit", "Queued", "Held", "Waiting"))
+    running = sum(counts.get(k, 0) for k in ("Running", "Exiting", "Begun"))
+    return pending, running
+
+
+def _user_counts(sec: BatchSection | None, queue: str) -> tuple[int, int, list[str]]:
+    data = load_json(sec.stdout) if sec and sec.returncode == 0 else None
+    jobs = (data or {}).get("Jobs", {}) or {}
+    pending = running = 0
+    accounts: list[str] = []
+    for attrs in jobs.values():
+        if attrs.get("Account_Name") and attrs["Account_Name"] not in accounts:
+            accounts.append(attrs["Account_Name"])
+        if attrs.get("queue") != queue:
+            continue
+        state = map_state(attrs)
+        pending += state is JobState.PENDING
+        running += state is JobState.RUNNING
+    return pending, running, accounts
+
+
+def _partition(
+    name: str,
+    nodes: list[dict[str, Any]],
+    queue: dict[str, Any] | None,
+    jobs: BatchSection | None,
+    gpu_type: str | None,
+) -> tuple[PartitionState, list[str]]:
+    buckets = dict.fromkeys(("idle", "mixed", "allocated", "down", "drain", "other"), 0)
+    total_gpus = total_cpus = free_gpus = free_cpus = free_mem = max_gpus = max_cpus = 0
+    for node in nodes:
+        bucket = node_bucket(node)
+        buckets[bucket] += 1
+        avail = node.get("resources_available", {}) or {}
+        busy = node.get("resources_assigned", {}) or {}
+        total_gpus += as_int(avail.get("ngpus"))
+        total_cpus += as_int(avail.get("ncpus"))
+        if bucket not in ("idle", "mixed"):
+            continue  # exclusive, full or unusable: nothing here can start a new chunk
+        cpus = max(0, as_int(avail.get("ncpus")) - as_int(busy.get("ncpus")))
+        # A chunk needs at least one CPU, so GPUs beside fully used CPUs are not free.
+        gpus = max(0, as_int(avail.get("ngpus")) - as_int(busy.get("ngpus"))) if cpus else 0
+        free_cpus += cpus
+        free_gpus += gpus
+        free_mem += max(0, size_mib(avail.get("mem")) - size_mib(busy.get("mem")))
+        max_cpus, max_gpus = max(max_cpus, cpus), max(max_gpus, gpus)
+    pending, running = _state_counts(str((queue or {}).get("state_count", "")))
+    user_pending, user_running, accounts = _user_counts(jobs, name)
+    available = queue is not None and all(
+        str(queue.get(k, "True")) == "True" for k in ("enabled", "started")
+    )
+    state = PartitionState(
+        name=name,
+        nodes=NodeStateCounts(**buckets),
+        total_gpus=total_gpus,
+        free_gpus=free_gpus,
+        free_gpus_by_type={gpu_type: free_gpus} if gpu_type and free_gpus else {},
+        total_cpus=total_cpus,
+        free_cpus=free_cpus,
+        free_memory_mib=free_mem,
+        max_free_gpus_on_node=max_gpus,
+        max_free_cpus_on_node=max_cpus,
+        pending_jobs=pending,
+        running_jobs=running,
+        user_pending_jobs=user_pending,
+        user_running_jobs=user_running,
+        available=available,
+    )
+    return state, accounts
+
+
+def parse_probe(
+    sections: dict[str, BatchSection], profile: SiteProfile, collected_at: datetime
+) -> SiteState:
+    wanted = ["queues", "jobs"] + (["balance"] if profile.conventions.balance_command else [])
+    health, failed = health_of(sections, "nodes", wanted)
+    nodes_data = load_json(sections["nodes"].stdout) if "nodes" not in failed else None
+    if nodes_data is None:
+        return SiteState(
+            site=profile.name,
+            health=Health.OFFLINE,
+            collected_at=collected_at,
+            error="probe section failed: nodes",
+        )
+    nodes = [n for n in (nodes_data.get("nodes", {}) or {}).values() if isinstance(n, dict)]
+    queues_data = load_json(sections["queues"].stdout) if "queues" not in failed else None
+    queues = (queues_data or {}).get("Queue", {}) or {}
+    partitions: list[PartitionState] = []
+    accounts: list[str] = []
+    for spec in profile.partitions:
+        queue = queues.get(spec.name)
+        selectors = _selectors(queue or {})
+        members = [n for n in nodes if in_queue(n, spec.name, selectors)]
+        accel = spec.node.accelerator
+        state, found = _partition(
+            spec.name, members, queue, sections.get("jobs"), accel.type if accel else None
+        )
+        if queues_data is None:  # unknown, not closed: keep the queue placeable
+            state = state.model_copy(update={"available": True})
+        partitions.append(state)
+        accounts.extend(a for a in found if a not in accounts)
+    return SiteState(
+        site=profile.name,
+        health=health,
+        collected_at=collected_at,
+        arch=profile.arch,
+        partitions=tuple(partitions),
+        accounts=tuple(accounts),
+        error=f"probe sections failed: {', '.join(failed)}" if failed else None,
+    )
