@@ -33,7 +33,12 @@ class Transport(Protocol):
     - A non-zero exit status is a normal result, not an exception.
     - `TransportError` means the command may not have run or its result was lost; the transport
       retries it itself first, but only when `command.idempotent` is true.
-    - `command.timeout_s` bounds the call; exceeding it raises `TransportError`.
+    - `command.timeout_s` bounds the call. Local and ssh raise `TransportTimeout` (a
+      `TransportError`, never retried: a retry would multiply the caller's bound). Globus
+      Compute enforces it at the endpoint with coreutils `timeout`, so the command comes back
+      as a result with exit status 124 and a "timed out" line on stderr; its task id stays
+      recoverable after a restart. Callers treat exit status 124 as a timeout on every
+      transport.
     """
 
     name: str

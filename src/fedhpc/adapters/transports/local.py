@@ -1,0 +1,251 @@
+"""Run commands on this machine; also the bounded-process and retry helpers all transports share."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import structlog
+from anyio.abc import ByteReceiveStream, ByteSendStream
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
+from fedhpc.domain.site import TransportSpec
+from fedhpc.errors import PermanentError
+
+__all__ = [
+    "DEFAULT_ATTEMPTS",
+    "DEFAULT_OUTPUT_LIMIT",
+    "LocalTransport",
+    "OutputTooLarge",
+    "ProcessOutcome",
+    "TransportTimeout",
+    "int_option",
+    "retrying",
+    "run_bounded",
+]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes per stream
+DEFAULT_ATTEMPTS = 3
+_CHUNK = 65536
+
+T = TypeVar("T")
+
+
+class TransportTimeout(TransportError):
+    """The command ran past `timeout_s` and was killed; never retried (the bound is the call's)."""
+
+    code = "transport_timeout"
+    default_hint = "Raise the command's timeout_s, or make the command finish sooner."
+
+
+class OutputTooLarge(PermanentError):
+    """A stream exceeded the transport's output bound; output is never cut silently."""
+
+    code = "output_too_large"
+    default_hint = "Write large output to a file at the site and read it in pieces."
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    """Raw result of one local process: exit status and both streams as bytes."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+
+    def as_result(self) -> CommandResult:
+        return CommandResult(
+            returncode=self.returncode,
+            stdout=self.stdout.decode("utf-8", errors="replace"),
+            stderr=self.stderr.decode("utf-8", errors="replace"),
+            duration_s=self.duration_s,
+        )
+
+
+def int_option(options: Mapping[str, str], key: str, default: int, *, minimum: int = 1) -> int:
+    """An integer transport option, rejected loudly when it is not one."""
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise TransportUnavailable(
+            f"transport option {key}={raw!r} must be an integer >= {minimum}",
+            hint=f"Fix '{key}' in the site's [transport.options].",
+        )
+    return value
+
+
+def _retryable(exc: BaseException) -> bool:
+    # A timeout already spent the call's whole budget: retrying it would multiply the bound.
+    return isinstance(exc, TransportError) and not isinstance(exc, TransportTimeout)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    log.warning(
+        "transport.retry",
+        attempt=state.attempt_number,
+        error=getattr(exc, "code", type(exc).__name__),
+        message=getattr(exc, "message", ""),
+    )
+
+
+async def retrying(
+    command: Command, call: Callable[[Command], Awaitable[T]], *, attempts: int
+) -> T:
+    """The one retry rule: TransportError except timeouts, idempotent commands only."""
+    policy = AsyncRetrying(
+        stop=stop_after_attempt(attempts if command.idempotent else 1),
+        wait=wait_exponential(multiplier=0.2, min=0.2, max=2.0),
+        retry=retry_if_exception(_retryable),
+        before_sleep=_log_retry,
+        reraise=True,
+    )
+    return await policy(call, command)
+
+
+async def _drain(
+    stream: ByteReceiveStream,
+    sink: bytearray,
+    limit: int,
+    overflow: list[bool],
+    stop: anyio.CancelScope,
+) -> None:
+    async for chunk in stream:
+        if len(sink) + len(chunk) > limit:
+            overflow.append(True)
+            stop.cancel()
+            return
+        sink.extend(chunk)
+
+
+async def _feed(stream: ByteSendStream, data: bytes) -> None:
+    # The child may exit without reading its stdin; that is its business, not an error.
+    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
+        for start in range(0, len(data), _CHUNK):
+            await stream.send(data[start : start + _CHUNK])
+    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
+        await stream.aclose()
+
+
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def run_bounded(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None,
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+) -> ProcessOutcome:
+    """Run argv (never through a shell) in its own process group; kill the group on timeout,
+    cancellation or overflow. Raises TransportTimeout or OutputTooLarge."""
+    started = time.monotonic()
+    process = await anyio.open_process(
+        list(argv),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,  # its own process group, so a timeout kills grandchildren too
+    )
+    out, err = bytearray(), bytearray()
+    overflow: list[bool] = []
+    try:
+        with anyio.fail_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+                assert process.stdout is not None
+                assert process.stderr is not None
+                tg.start_soon(_drain, process.stdout, out, output_limit, overflow, tg.cancel_scope)
+                tg.start_soon(_drain, process.stderr, err, output_limit, overflow, tg.cancel_scope)
+                if stdin is not None and process.stdin is not None:
+                    tg.start_soon(_feed, process.stdin, stdin)
+            if not overflow:
+                await process.wait()
+    except TimeoutError:
+        raise TransportTimeout(
+            f"{argv[0]} did not finish within {timeout_s:g} s and was killed"
+        ) from None
+    finally:
+        if process.returncode is None:
+            _kill_group(process.pid)
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    if overflow:
+        raise OutputTooLarge(f"{argv[0]} wrote more than {output_limit} bytes to one stream")
+    assert process.returncode is not None
+    return ProcessOutcome(process.returncode, bytes(out), bytes(err), time.monotonic() - started)
+
+
+class LocalTransport:
+    """Runs commands as local processes with argv exactly as given (the devfed sites use it)."""
+
+    def __init__(
+        self,
+        spec: TransportSpec | None = None,
+        *,
+        name: str = "local",
+        attempts: int | None = None,
+        output_limit: int | None = None,
+    ) -> None:
+        spec = spec or TransportSpec(kind="local")
+        self.name = name
+        self._env = dict(spec.env)
+        self._attempts = attempts or int_option(spec.options, "attempts", DEFAULT_ATTEMPTS)
+        self._output_limit = output_limit or int_option(
+            spec.options, "output_limit_bytes", DEFAULT_OUTPUT_LIMIT
+        )
+
+    async def run(self, command: Command) -> CommandResult:
+        return await retrying(command, self._run_once, attempts=self._attempts)
+
+    async def _run_once(self, command: Command) -> CommandResult:
+        env = {**os.environ, **self._env, **command.env}
+        stdin = command.stdin.encode("utf-8") if command.stdin is not None else None
+        try:
+            outcome = await run_bounded(
+                command.argv,
+                stdin=stdin,
+                env=env,
+                timeout_s=command.timeout_s,
+                output_limit=self._output_limit,
+            )
+        except FileNotFoundError:
+            # Same answer a remote shell gives, so callers see one behaviour across transports.
+            return CommandResult(127, "", f"fedhpc: {command.argv[0]}: command not found\n")
+        except PermissionError:
+            return CommandResult(126, "", f"fedhpc: {command.argv[0]}: permission denied\n")
+        except OSError as exc:
+            raise TransportError(f"could not start {command.argv[0]}: {exc.strerror}") from None
+        log.debug("transport.local.ran", argv0=command.argv[0], rc=outcome.returncode)
+        return outcome.as_result()
+
+    async def aclose(self) -> None:
+        return None
