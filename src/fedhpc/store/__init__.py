@@ -1,0 +1,6 @@
+"""The daemon's store: SQLite in WAL mode with migrations, an append-only event log, cursors."""
+
+from fedhpc.store.db import Store, Tx
+from fedhpc.store.events import Event, event_id
+
+__all__ = ["Event", "Store", "Tx", "event_id"]

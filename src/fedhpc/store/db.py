@@ -1,0 +1,254 @@
+"""The daemon's SQLite store (WAL, migrations) and its transactions; one writer: the daemon."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from fedhpc.domain.site import SiteState
+from fedhpc.store.events import Event, event_id
+from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+__all__ = ["Store", "Tx"]
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat()
+
+
+class Tx:
+    """One write transaction. Effects and their bookkeeping commit together or not at all."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cur = await self.conn.execute(sql, params)
+        return cur.rowcount
+
+    async def append_event(
+        self,
+        kind: str,
+        subject: str,
+        payload: dict[str, Any],
+        *,
+        at: datetime,
+        key: str | None = None,
+    ) -> Event | None:
+        """Append one event. With a `key`, the id is derived from it, so appending the same
+        fact twice returns None instead of writing a duplicate."""
+        eid = event_id(key)
+        cur = await self.conn.execute(
+            "INSERT OR IGNORE INTO events (id, kind, subject, created_at, payload) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (eid, kind, subject, _iso(at), json.dumps(payload, sort_keys=True)),
+        )
+        if cur.rowcount == 0:
+            return None
+        seq = cur.lastrowid
+        assert seq is not None
+        return Event(seq=seq, id=eid, kind=kind, subject=subject, created_at=at, payload=payload)
+
+    async def set_cursor(self, consumer: str, seq: int, *, at: datetime) -> None:
+        await self.conn.execute(
+            "INSERT INTO consumers (name, cursor, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET cursor = max(cursor, excluded.cursor), "
+            "updated_at = excluded.updated_at",
+            (consumer, seq, _iso(at)),
+        )
+
+    async def mark_consumed(self, consumer: str, event_ids: Iterable[str], *, at: datetime) -> None:
+        await self.conn.execute(
+            "INSERT OR IGNORE INTO consumers (name, cursor, updated_at) VALUES (?, 0, ?)",
+            (consumer, _iso(at)),
+        )
+        await self.conn.executemany(
+            "INSERT OR IGNORE INTO consumed (consumer, event_id) VALUES (?, ?)",
+            [(consumer, e) for e in event_ids],
+        )
+
+    async def put_task(
+        self,
+        task_id: str,
+        *,
+        state: str,
+        body: dict[str, Any],
+        at: datetime,
+        idempotency_key: str | None = None,
+        group_id: str | None = None,
+    ) -> bool:
+        """Insert a task, or update its state and body; False if the key belongs to another."""
+        cur = await self.conn.execute(
+            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at "
+            "ON CONFLICT DO NOTHING",
+            (task_id, idempotency_key, group_id, _iso(at), _iso(at), state, json.dumps(body)),
+        )
+        return cur.rowcount > 0
+
+    async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
+        """Record one refresh; keep at most `keep` snapshots per site (bounded history)."""
+        for st in states:
+            await self.conn.execute(
+                "INSERT INTO snapshots (site, collected_at, health, state) VALUES (?, ?, ?, ?)",
+                (st.site, _iso(st.collected_at), st.health.value, st.model_dump_json()),
+            )
+            await self.conn.execute(
+                "DELETE FROM snapshots WHERE site = ? AND seq NOT IN "
+                "(SELECT seq FROM snapshots WHERE site = ? ORDER BY seq DESC LIMIT ?)",
+                (st.site, st.site, keep),
+            )
+
+
+class Store:
+    """One connection, one writer. Reads may run any time; writes go through `transaction()`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        self._write = anyio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        # WAL: readers never block the writer. synchronous=NORMAL keeps every committed
+        # transaction across a process crash (kill -9); only a power loss can drop the last ones.
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        await conn.execute("PRAGMA foreign_keys=ON")
+        store = cls(conn, path)
+        try:
+            await store._migrate()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+            raise
+        await anyio.Path(path).chmod(0o600)
+        return store
+
+    async def _migrate(self) -> None:
+        version = await self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} has schema {version}, newer than this fedhpc ({SCHEMA_VERSION})"
+            )
+        for n in range(version, SCHEMA_VERSION):
+            # One transaction per step: a crash mid-migration leaves the previous version.
+            await self._conn.executescript(
+                f"BEGIN IMMEDIATE;\n{MIGRATIONS[n]}\nPRAGMA user_version = {n + 1};\nCOMMIT;"
+            )
+
+    async def schema_version(self) -> int:
+        async with self._conn.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        async with self._write:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield Tx(self._conn)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._conn.execute("ROLLBACK")
+                raise
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self._conn.execute("COMMIT")
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+        async with self._conn.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    # -- events ---------------------------------------------------------------------------
+    async def events_after(
+        self, cursor: int, *, limit: int = 100, kinds: Sequence[str] = ()
+    ) -> list[Event]:
+        sql = "SELECT * FROM events WHERE seq > ?"
+        params: list[Any] = [cursor]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params.extend(kinds)
+        rows = await self._all(sql + " ORDER BY seq LIMIT ?", [*params, limit])
+        return [Event.from_row(r) for r in rows]
+
+    async def cursor(self, consumer: str) -> int:
+        rows = await self._all("SELECT cursor FROM consumers WHERE name = ?", (consumer,))
+        return int(rows[0]["cursor"]) if rows else 0
+
+    async def consumed(self, consumer: str, event_ids: Sequence[str]) -> set[str]:
+        if not event_ids:
+            return set()
+        marks = ",".join("?" * len(event_ids))
+        rows = await self._all(
+            f"SELECT event_id FROM consumed WHERE consumer = ? AND event_id IN ({marks})",  # noqa: S608 (placeholders only)
+            (consumer, *event_ids),
+        )
+        return {str(r["event_id"]) for r in rows}
+
+    # -- snapshots ------------------------------------------------------------------------
+    async def latest_site_states(self) -> dict[str, SiteState]:
+        rows = await self._all(
+            "SELECT state FROM snapshots "
+            "WHERE seq IN (SELECT max(seq) FROM snapshots GROUP BY site)"
+        )
+        states = [SiteState.model_validate_json(r["state"]) for r in rows]
+        return {s.site: s for s in states}
+
+    async def site_history(self, site: str, *, limit: int = 100) -> list[SiteState]:
+        rows = await self._all(
+            "SELECT state FROM snapshots WHERE site = ? ORDER BY seq DESC LIMIT ?", (site, limit)
+        )
+        return [SiteState.model_validate_json(r["state"]) for r in reversed(rows)]
+
+    # -- tasks ----------------------------------------------------------------------------
+    async def get_task(self, task_id: str) -> dict[str, Any] | None:
+        rows = await self._all("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        return _task(rows[0]) if rows else None
+
+    async def task_by_key(self, key: str) -> dict[str, Any] | None:
+        rows = await self._all("SELECT * FROM tasks WHERE idempotency_key = ?", (key,))
+        return _task(rows[0]) if rows else None
+
+    async def count(self, table: str) -> int:
+        if table not in {
+            "snapshots",
+            "tasks",
+            "attempts",
+            "groups",
+            "transfers",
+            "events",
+            "continuations",
+            "consumers",
+            "consumed",
+        }:
+            raise ValueError(f"no table {table!r}")
+        rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
+        return int(rows[0]["n"])
+
+
+def _task(row: aiosqlite.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "idempotency_key": row["idempotency_key"],
+        "group_id": row["group_id"],
+        "state": row["state"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "body": json.loads(row["body"]),
+    }

@@ -1,0 +1,100 @@
+"""The store's schema as numbered migrations; `PRAGMA user_version` records how far a file is."""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+# Each entry moves the schema from version i to i+1. Never edit a shipped entry: append one.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: snapshots, tasks, attempts, groups, transfers, continuations, the event log, consumers.
+    """
+    CREATE TABLE snapshots (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        site TEXT NOT NULL,
+        collected_at TEXT NOT NULL,
+        health TEXT NOT NULL,
+        state TEXT NOT NULL                -- SiteState as JSON
+    );
+    CREATE INDEX snapshots_site ON snapshots (site, seq);
+
+    CREATE TABLE groups (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        round INTEGER NOT NULL DEFAULT 0,
+        body TEXT NOT NULL                 -- objective, envelope, policy as JSON
+    );
+
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        idempotency_key TEXT UNIQUE,
+        group_id TEXT REFERENCES groups (id),
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        body TEXT NOT NULL                 -- envelope, command, placement, trace as JSON
+    );
+    CREATE INDEX tasks_state ON tasks (state);
+
+    CREATE TABLE attempts (
+        task_id TEXT NOT NULL REFERENCES tasks (id),
+        n INTEGER NOT NULL,
+        site TEXT NOT NULL,
+        partition TEXT NOT NULL,
+        job_name TEXT NOT NULL,            -- fedhpc-<task>-<attempt>: found again after a crash
+        job_id TEXT,
+        state TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (task_id, n)
+    );
+    CREATE INDEX attempts_state ON attempts (state);
+
+    CREATE TABLE transfers (
+        id TEXT PRIMARY KEY,
+        idempotency_key TEXT UNIQUE,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+
+    CREATE TABLE continuations (
+        id TEXT PRIMARY KEY,
+        subject TEXT NOT NULL,             -- task or group id
+        runtime TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX continuations_subject ON continuations (subject);
+
+    -- Append-only: rows are never updated or deleted. `seq` orders them; `id` is stable and
+    -- unique, so appending the same event twice conflicts instead of duplicating it.
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        payload TEXT NOT NULL
+    );
+    CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+        BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+    CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+        BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+
+    CREATE TABLE consumers (
+        name TEXT PRIMARY KEY,
+        cursor INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE consumed (
+        consumer TEXT NOT NULL REFERENCES consumers (name),
+        event_id TEXT NOT NULL,
+        PRIMARY KEY (consumer, event_id)
+    );
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

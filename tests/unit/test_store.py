@@ -1,0 +1,135 @@
+"""The store: migrations, WAL, the append-only event log, cursors written with their effect."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from fedhpc.domain import Health, SiteState
+from fedhpc.store import Store
+from fedhpc.store.schema import SCHEMA_VERSION
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path / "state" / "fedhpc.db")
+    yield s
+    await s.close()
+
+
+async def test_open_migrates_to_the_current_version_in_wal_mode(store: Store) -> None:
+    assert await store.schema_version() == SCHEMA_VERSION
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert store.path.stat().st_mode & 0o777 == 0o600
+    assert store.path.parent.stat().st_mode & 0o777 == 0o700
+
+
+async def test_reopening_keeps_data_and_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "fedhpc.db"
+    s = await Store.open(path)
+    async with s.transaction() as tx:
+        await tx.append_event("x", "t1", {}, at=T0)
+    await s.close()
+    s = await Store.open(path)
+    assert await s.count("events") == 1
+    await s.close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer than this fedhpc"):
+        await Store.open(path)
+
+
+async def test_events_with_the_same_key_are_written_once(store: Store) -> None:
+    async with store.transaction() as tx:
+        first = await tx.append_event(
+            "task.terminal", "t1", {"state": "completed"}, at=T0, key="t1:terminal:1"
+        )
+        again = await tx.append_event(
+            "task.terminal", "t1", {"state": "completed"}, at=T0, key="t1:terminal:1"
+        )
+        other = await tx.append_event("task.terminal", "t2", {}, at=T0)
+    assert first is not None
+    assert again is None
+    assert other is not None
+    events = await store.events_after(0)
+    assert [e.id for e in events] == [first.id, other.id]
+    assert events[0].payload == {"state": "completed"}
+    assert await store.events_after(first.seq) == [other]
+    assert [e.id for e in await store.events_after(0, kinds=["nope"])] == []
+
+
+async def test_event_log_is_append_only(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.append_event("x", "s", {}, at=T0)
+    for sql in ("UPDATE events SET kind = 'y'", "DELETE FROM events"):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            async with store.transaction() as tx:
+                await tx.execute(sql)
+    assert await store.count("events") == 1
+
+
+async def test_cursor_and_consumed_ids_commit_only_with_the_effect(store: Store) -> None:
+    async with store.transaction() as tx:
+        ev = await tx.append_event("x", "s", {}, at=T0)
+    assert ev is not None
+
+    class EffectFailed(Exception):
+        pass
+
+    with pytest.raises(EffectFailed):
+        async with store.transaction() as tx:
+            await tx.put_task("t-effect", state="pending", body={}, at=T0)
+            await tx.mark_consumed("bridge", [ev.id], at=T0)
+            await tx.set_cursor("bridge", ev.seq, at=T0)
+            raise EffectFailed
+    assert await store.cursor("bridge") == 0
+    assert await store.consumed("bridge", [ev.id]) == set()
+    assert await store.get_task("t-effect") is None
+
+    async with store.transaction() as tx:
+        await tx.put_task("t-effect", state="pending", body={}, at=T0)
+        await tx.mark_consumed("bridge", [ev.id], at=T0)
+        await tx.set_cursor("bridge", ev.seq, at=T0)
+    assert await store.cursor("bridge") == ev.seq
+    assert await store.consumed("bridge", [ev.id, "ev_other"]) == {ev.id}
+    async with store.transaction() as tx:
+        await tx.set_cursor("bridge", 0, at=T0)  # a cursor never moves back
+    assert await store.cursor("bridge") == ev.seq
+
+
+async def test_snapshot_history_is_bounded_per_site(store: Store) -> None:
+    for i in range(5):
+        states = [
+            SiteState(site=s, health=Health.OK, collected_at=T0 + timedelta(minutes=i))
+            for s in ("a", "b")
+        ]
+        async with store.transaction() as tx:
+            await tx.save_site_states(states, keep=3)
+    assert await store.count("snapshots") == 6
+    history = await store.site_history("a")
+    assert [h.collected_at for h in history] == [T0 + timedelta(minutes=i) for i in (2, 3, 4)]
+    latest = await store.latest_site_states()
+    assert set(latest) == {"a", "b"}
+    assert latest["b"].collected_at == T0 + timedelta(minutes=4)
+
+
+async def test_idempotency_key_belongs_to_one_task(store: Store) -> None:
+    async with store.transaction() as tx:
+        assert await tx.put_task(
+            "t1", state="submitted", body={"n": 1}, at=T0, idempotency_key="k1"
+        )
+        assert not await tx.put_task("t2", state="submitted", body={}, at=T0, idempotency_key="k1")
+        assert await tx.put_task("t1", state="running", body={"n": 2}, at=T0)
+    task = await store.task_by_key("k1")
+    assert task is not None
+    assert (task["id"], task["state"], task["body"]) == ("t1", "running", {"n": 2})
+    assert await store.get_task("t2") is None
