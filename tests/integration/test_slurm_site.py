@@ -200,6 +200,6 @@ async def test_injection_corpus_reaches_the_job_as_literal_text(
     job = await delta.submit(spec)
     rec = await _until_terminal(delta, job.job_id)
     assert rec.state is JobState.COMPLETED
-    text = Path(str(out).replace("%j", job.job_id)).read_text()
+    text = Path(str(out).replace("%j", job.job_id)).read_bytes().decode()
     assert text == "".join(f"{h}\n" for h in hostile)
     assert not list(canary_dir.iterdir())
