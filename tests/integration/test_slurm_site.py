@@ -63,7 +63,7 @@ async def _until_terminal(adapter: SiteAdapter, job_id: str, limit: float = 90) 
     with anyio.fail_after(limit):
         while True:
             recs = [r for r in await adapter.accounting([job_id]) if r.array_index is None]
-            if recs and recs[0].state.terminal:
+            if recs and recs[0].settled:
                 return recs[0]
             await anyio.sleep(0.5)
 
@@ -174,7 +174,7 @@ async def test_array_job_is_observed_element_by_element(site: Callable[[str], Si
     with anyio.fail_after(90):
         while True:
             recs = [r for r in await delta.accounting([job.job_id]) if r.array_index is not None]
-            if len(recs) == 4 and all(r.state.terminal for r in recs):
+            if len(recs) == 4 and all(r.settled for r in recs):
                 break
             await anyio.sleep(0.5)
     by_index = {r.array_index: r.state for r in recs}

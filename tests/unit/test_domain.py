@@ -196,3 +196,19 @@ def test_extra_directives_must_look_like_directives() -> None:
     assert SiteConventions(extra_directives=("-l filesystems=home:eagle",)).extra_directives
     with pytest.raises(ValidationError, match="not a directive"):
         SiteConventions(extra_directives=("-l x\n#PBS -q evil",))
+
+
+def test_accounting_record_is_settled_only_when_terminal_and_complete() -> None:
+    from datetime import UTC, datetime
+
+    from fedhpc.domain import AccountingRecord
+
+    t = datetime(2026, 11, 29, tzinfo=UTC)
+    partial = AccountingRecord(
+        job_id="1", state=JobState.COMPLETED, native_state="COMPLETED", submit=t, end=t
+    )
+    assert not partial.settled  # slurmdbd has not recorded the partition yet
+    full = partial.model_copy(update={"partition": "cpu"})
+    assert full.settled
+    running = full.model_copy(update={"state": JobState.RUNNING})
+    assert not running.settled

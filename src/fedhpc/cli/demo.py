@@ -63,7 +63,7 @@ async def _follow(adapter: SiteAdapter, runs: list[_Run], deadline_s: float) -> 
     with anyio.fail_after(deadline_s):
         while True:
             records = {r.job_id: r for r in await adapter.accounting(ids)}
-            if all(i in records and records[i].state.terminal for i in ids):
+            if all(i in records and records[i].settled for i in ids):
                 for run in runs:
                     run.record = records[run.job_id]
                 return

@@ -249,6 +249,17 @@ class AccountingRecord(BaseModel):
     alloc_tres: dict[str, str] = Field(default_factory=dict)
 
     @property
+    def settled(self) -> bool:
+        """Terminal and complete. Accounting is eventually consistent: slurmdbd may first hold
+        a terminal row without partition, name or eligible time (seen on Slurm 22.05)."""
+        return (
+            self.state.terminal
+            and self.partition is not None
+            and self.submit is not None
+            and self.end is not None
+        )
+
+    @property
     def wait_s(self) -> float | None:
         base = self.eligible or self.submit
         if base is None or self.start is None:
