@@ -1,0 +1,15 @@
+"""The local test federation: four real Slurm clusters on this machine (`fedhpc devfed`)."""
+
+from __future__ import annotations
+
+from fedhpc.devfed.plan import ClusterPlan, FederationPlan, plan_federation
+from fedhpc.errors import FedError
+
+__all__ = ["ClusterPlan", "DevfedError", "FederationPlan", "plan_federation"]
+
+
+class DevfedError(FedError):
+    """The local test federation could not be brought up, checked or stopped."""
+
+    code = "devfed"
+    default_hint = "Read the logs under the devfed folder's log/ directories."

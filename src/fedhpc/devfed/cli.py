@@ -1,0 +1,64 @@
+"""`fedhpc devfed up | status | down`: the local test federation from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fedhpc.devfed import manager
+from fedhpc.devfed.status import format_status
+
+__all__ = ["add_parser"]
+
+
+def _up(args: argparse.Namespace) -> int:
+    plan = manager.default_plan()
+    report = manager.up(plan, timeout_s=args.timeout)
+    nodes = sum(len(c.nodes) for c in plan.clusters)
+    if report.started:
+        what = f"started {len(report.started)} daemons"
+    else:
+        what = "already running, nothing to start"
+    print(
+        f"devfed up: {len(plan.clusters)} clusters, {nodes} nodes idle ({what}) in "
+        f"{report.elapsed_s:.1f}s; folder {plan.root}"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = manager.status(manager.default_plan())
+    sys.stdout.write(format_status(state))
+    return 0 if state.healthy else 1
+
+
+def _down(args: argparse.Namespace) -> int:
+    plan = manager.default_plan()
+    stopped = manager.down(plan, purge=args.purge)
+    kept = "removed" if args.purge else "kept (state, logs, accounting db)"
+    print(f"devfed down: stopped {len(stopped)} processes; folder {plan.root} {kept}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `devfed` and its subcommands; each sets `func(args) -> exit code`."""
+    parser = subparsers.add_parser(
+        "devfed",
+        help="the local test federation (four real Slurm clusters on this machine)",
+        description="Run four real Slurm clusters on this machine for tests and demos.",
+    )
+    sub = parser.add_subparsers(dest="devfed_command", required=True, metavar="ACTION")
+    up = sub.add_parser("up", help="install (as root), start and wait until every node is idle")
+    up.add_argument("--timeout", type=float, default=180, help="seconds to wait (default 180)")
+    up.set_defaults(func=_up)
+    status = sub.add_parser("status", help="clusters, partitions, nodes, GPUs; exit 1 if unhealthy")
+    status.set_defaults(func=_status)
+    down = sub.add_parser("down", help="stop every devfed daemon, keep the folder")
+    down.add_argument("--purge", action="store_true", help="also delete the devfed folder")
+    down.set_defaults(func=_down)
+
+
+if __name__ == "__main__":
+    from fedhpc.cli.main import main
+
+    sys.exit(main(["devfed", *sys.argv[1:]]))

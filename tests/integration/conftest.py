@@ -1,0 +1,77 @@
+"""The `devfed` fixture: the running local Slurm federation, or a failure saying how to start it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fedhpc.devfed.plan import plan_federation
+from fedhpc.profiles import load_profiles
+from fedhpc.profiles.loader import devfed_root
+
+HINT = "start it with `sudo fedhpc devfed up` (check with `fedhpc devfed status`)"
+
+
+@dataclass(frozen=True)
+class Devfed:
+    """Where the federation lives and how to address one of its clusters."""
+
+    root: Path
+    sites: tuple[str, ...]
+
+    def conf(self, site: str) -> Path:
+        if site not in self.sites:
+            raise KeyError(f"{site} is not a devfed site ({', '.join(self.sites)})")
+        return self.root / site / "slurm.conf"
+
+    def env(self, site: str) -> dict[str, str]:
+        """Environment overrides that point Slurm commands at `site`."""
+        return {"SLURM_CONF": str(self.conf(site))}
+
+    def run(self, site: str, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm command (argv) against `site`; the caller checks the return code."""
+        return subprocess.run(
+            list(argv),
+            env={**os.environ, **self.env(site)},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def devfed() -> Devfed:
+    """The running federation; fails (never skips) when any cluster does not answer `sinfo`."""
+    root = devfed_root()
+    plan = plan_federation(load_profiles().values(), root, socket.gethostname())
+    fed = Devfed(root, tuple(c.name for c in plan.clusters))
+    problems = []
+    for cluster in plan.clusters:
+        site = cluster.name
+        if not cluster.conf.exists():
+            problems.append(f"{site}: no {cluster.conf}")
+            continue
+        # A stopped controller makes sinfo retry for ~10 s; a refused connect answers at once.
+        with socket.socket() as s:
+            s.settimeout(2)
+            if s.connect_ex(("127.0.0.1", cluster.ctld_port)) != 0:
+                problems.append(f"{site}: no slurmctld on port {cluster.ctld_port}")
+                continue
+        try:
+            out = fed.run(site, "sinfo", "-h", "-o", "%P", timeout=15)
+        except subprocess.TimeoutExpired:
+            problems.append(f"{site}: sinfo timed out")
+            continue
+        if out.returncode != 0:
+            problems.append(f"{site}: {(out.stderr.strip().splitlines() or ['sinfo failed'])[-1]}")
+    if problems:
+        pytest.fail(
+            f"the local Slurm federation at {root} is not up ({'; '.join(problems)}); {HINT}"
+        )
+    return fed
