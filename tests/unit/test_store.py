@@ -85,12 +85,15 @@ async def test_cursor_and_consumed_ids_commit_only_with_the_effect(store: Store)
     class EffectFailed(Exception):
         pass
 
-    with pytest.raises(EffectFailed):
+    async def consume_then_fail() -> None:
         async with store.transaction() as tx:
             await tx.put_task("t-effect", state="pending", body={}, at=T0)
             await tx.mark_consumed("bridge", [ev.id], at=T0)
             await tx.set_cursor("bridge", ev.seq, at=T0)
             raise EffectFailed
+
+    with pytest.raises(EffectFailed):
+        await consume_then_fail()
     assert await store.cursor("bridge") == 0
     assert await store.consumed("bridge", [ev.id]) == set()
     assert await store.get_task("t-effect") is None
