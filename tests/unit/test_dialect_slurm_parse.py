@@ -169,3 +169,20 @@ def test_probe_sections_include_the_sites_balance_command() -> None:
     if anvil.conventions.balance_command:
         assert sections["balance"].argv == anvil.conventions.balance_command
     assert all(c.env["SLURM_TIME_FORMAT"] == "%s" for c in sections.values())
+
+
+def test_balance_command_output_sets_credit_balance_per_account() -> None:
+    anvil = load_profiles()["anvil"]
+    sections = {
+        "nodes": BatchSection("nodes", 0, (FIX / "scontrol_show_node.txt").read_text()),
+        "sinfo": BatchSection("sinfo", 0, (FIX / "sinfo.txt").read_text()),
+        "queue": BatchSection("queue", 0, ""),
+        "sshare": BatchSection("sshare", 0, " abc123456|alice|1|3600\n"),
+        "balance": BatchSection("balance", 0, (FIX / "mybalance.txt").read_text()),
+    }
+    state = DIALECT.parse_probe(sections, anvil, "alice", AT)
+    credit = {c.account: c for c in state.credit}
+    assert credit["abc123456"].balance == 8765.5
+    assert credit["abc123456"].used == 1.0  # RawUsage 3600 billing-seconds
+    assert credit["abc123456-gpu"].balance == 480.0
+    assert state.accounts == ("abc123456", "abc123456-gpu")

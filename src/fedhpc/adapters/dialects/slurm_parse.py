@@ -24,6 +24,7 @@ __all__ = [
     "StartPrediction",
     "error_text",
     "map_state",
+    "parse_balances",
     "parse_nodes",
     "parse_probe",
     "parse_sacct",
@@ -433,6 +434,23 @@ def _credit(text: str, user: str, unit: str) -> tuple[tuple[str, ...], tuple[Cre
     return tuple(accounts), tuple(credit)
 
 
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+
+
+def parse_balances(text: str) -> dict[str, float]:
+    """Remaining allocation per account from a center's balance command (Anvil `mybalance`,
+    Delta `accounts`, ALCF `sbank`): table rows whose first word is an account name and whose
+    last word is a number. Headers and rules have no number at the end and are skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        words = line.replace(",", "").split()
+        if len(words) < 2 or not _NUMBER.match(words[-1]):
+            continue
+        if re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", words[0]):
+            out.setdefault(words[0], float(words[-1]))
+    return out
+
+
 def _arch(nodes: list[NodeRecord], profile: SiteProfile) -> Arch:
     labels = {a.value for a in Arch}
     for n in nodes:
@@ -466,6 +484,17 @@ def parse_probe(
     queue = _queue_counts(queue_sec.stdout, user) if queue_sec else Counter()
     share = sections.get("sshare")
     accounts, credit = _credit(share.stdout if share else "", user, profile.charge.unit)
+    balance = sections.get("balance")
+    if balance is not None and balance.returncode == 0:
+        balances = parse_balances(balance.stdout)
+        credit = tuple(
+            c.model_copy(update={"balance": balances.get(c.account)}) for c in credit
+        ) + tuple(
+            Credit(account=a, balance=b, unit=profile.charge.unit)
+            for a, b in balances.items()
+            if a not in accounts
+        )
+        accounts = accounts + tuple(a for a in balances if a not in accounts)
     partitions = []
     for spec in profile.partitions:
         members = [n for n in nodes if spec.name in n.partitions]

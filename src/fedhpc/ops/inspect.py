@@ -1,0 +1,174 @@
+"""`inspect_federation`: the normalized snapshot with freshness per site, optionally filtered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedhpc.domain.envelope import Arch
+from fedhpc.domain.site import Credit, Health, SiteState
+from fedhpc.profiles.loader import Site
+
+__all__ = [
+    "FederationView",
+    "InspectRequest",
+    "PartitionView",
+    "SiteView",
+    "inspect_federation",
+    "stale_after_s",
+]
+
+
+class InspectRequest(BaseModel):
+    """Filters for `inspect_federation`; every one is optional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sites: tuple[str, ...] = Field(default=(), description="only these sites; empty = all")
+    accelerator: str | None = Field(
+        default=None, description="only partitions with this accelerator type, e.g. 'a100'"
+    )
+    arch: Arch | None = Field(default=None, description="only partitions of this architecture")
+    include_blocked: bool = Field(default=False, description="also list blocked partitions")
+
+
+class PartitionView(BaseModel):
+    """One partition: static shape from the profile, live numbers from the last probe."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    arch: Arch
+    accelerator: str | None
+    accelerator_memory_gib: float | None
+    gpus_per_node: int
+    cpus_per_node: int
+    memory_mib_per_node: int
+    max_wall_s: int
+    max_nodes_per_job: int
+    blocked: bool
+    available: bool
+    nodes_usable: int
+    nodes_total: int
+    free_gpus: int
+    total_gpus: int
+    free_cpus: int
+    total_cpus: int
+    max_free_gpus_on_node: int
+    pending_jobs: int
+    running_jobs: int
+    user_pending_jobs: int
+    user_running_jobs: int
+
+
+class SiteView(BaseModel):
+    """One site as placement sees it: health, freshness, accounts, credit, partitions."""
+
+    model_config = ConfigDict(frozen=True)
+
+    site: str
+    title: str
+    dialect: str
+    health: Health
+    stale: bool = Field(description="the last probe is older than the site's staleness bound")
+    collected_at: datetime | None
+    age_s: float | None
+    error: str | None
+    accounts: tuple[str, ...]
+    credit: tuple[Credit, ...]
+    partitions: tuple[PartitionView, ...]
+
+
+class FederationView(BaseModel):
+    """The answer of `inspect_federation`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    taken_at: datetime
+    sites: tuple[SiteView, ...]
+
+
+def stale_after_s(site: Site, refresh_s: float) -> float:
+    """A probe is stale after three refresh periods (the site's own minimum applies)."""
+    return 3 * max(refresh_s, float(site.profile.min_refresh_s))
+
+
+def _partitions(site: Site, state: SiteState | None, req: InspectRequest) -> list[PartitionView]:
+    out = []
+    for spec in site.profile.partitions:
+        acc = spec.node.accelerator
+        arch = site.profile.arch_of(spec.name)
+        blocked = spec.name in site.profile.blocked_partitions
+        if blocked and not req.include_blocked:
+            continue
+        if req.accelerator and (acc is None or acc.type != req.accelerator.lower()):
+            continue
+        if req.arch and arch != req.arch:
+            continue
+        live = state.partition(spec.name) if state else None
+        out.append(
+            PartitionView(
+                name=spec.name,
+                arch=arch,
+                accelerator=acc.type if acc else None,
+                accelerator_memory_gib=acc.memory_gib if acc else None,
+                gpus_per_node=acc.count if acc else 0,
+                cpus_per_node=spec.node.cpus,
+                memory_mib_per_node=spec.node.memory_mib,
+                max_wall_s=spec.max_wall_s,
+                max_nodes_per_job=spec.max_nodes_per_job,
+                blocked=blocked,
+                available=bool(live and live.available),
+                nodes_usable=live.nodes.usable if live else 0,
+                nodes_total=live.nodes.total if live else 0,
+                free_gpus=live.free_gpus if live else 0,
+                total_gpus=live.total_gpus if live else 0,
+                free_cpus=live.free_cpus if live else 0,
+                total_cpus=live.total_cpus if live else 0,
+                max_free_gpus_on_node=live.max_free_gpus_on_node if live else 0,
+                pending_jobs=live.pending_jobs if live else 0,
+                running_jobs=live.running_jobs if live else 0,
+                user_pending_jobs=live.user_pending_jobs if live else 0,
+                user_running_jobs=live.user_running_jobs if live else 0,
+            )
+        )
+    return out
+
+
+def inspect_federation(
+    states: Mapping[str, SiteState],
+    sites: Mapping[str, Site],
+    *,
+    now: datetime,
+    refresh_s: float,
+    request: InspectRequest | None = None,
+) -> FederationView:
+    """Join the latest site states with the profiles. Pure: `now` is an argument."""
+    req = request or InspectRequest()
+    views = []
+    for name in sorted(sites):
+        if req.sites and name not in req.sites:
+            continue
+        site, state = sites[name], states.get(name)
+        parts = _partitions(site, state, req)
+        if (req.accelerator or req.arch) and not parts:
+            continue
+        age = (now - state.collected_at).total_seconds() if state else None
+        views.append(
+            SiteView(
+                site=name,
+                title=site.profile.title,
+                dialect=site.profile.dialect,
+                health=state.health if state else Health.OFFLINE,
+                stale=age is None or age > stale_after_s(site, refresh_s),
+                collected_at=state.collected_at if state else None,
+                age_s=round(age, 3) if age is not None else None,
+                error=(state.error if state else "never probed"),
+                accounts=state.accounts if state else (),
+                credit=state.credit if state else (),
+                partitions=tuple(parts),
+            )
+        )
+    return FederationView(taken_at=now, sites=tuple(views))
