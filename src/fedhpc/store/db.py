@@ -117,6 +117,15 @@ class Store:
         self._write = anyio.Lock()
 
     @classmethod
+    async def open_readonly(cls, path: Path) -> Store:
+        """A reader for people's tools while the daemon is down; it never writes."""
+        if not await anyio.Path(path).exists():
+            raise FileNotFoundError(path)
+        conn = await aiosqlite.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        return cls(conn, path)
+
+    @classmethod
     async def open(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         conn = await aiosqlite.connect(path, isolation_level=None)

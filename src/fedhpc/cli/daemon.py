@@ -1,0 +1,130 @@
+"""`fedhpc daemon` and `fedhpc status`: run the control service; show the federation."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from datetime import UTC, datetime
+
+import anyio
+
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
+
+__all__ = ["add_parser"]
+
+
+def _daemon(args: argparse.Namespace) -> int:
+    from fedhpc.daemon.server import run_daemon
+
+    settings = DaemonSettings.from_env(refresh_s=args.refresh)
+    anyio.run(functools.partial(run_daemon, settings, once=args.once))
+    return 0
+
+
+async def _from_store(settings: DaemonSettings, req: InspectRequest) -> FederationView:
+    """The view from the store when no daemon runs (after `fedhpc daemon --once`)."""
+    from fedhpc.profiles import load_federation
+    from fedhpc.store import Store
+
+    store = await Store.open_readonly(settings.db_path)
+    try:
+        states = await store.latest_site_states()
+    finally:
+        await store.close()
+    return inspect_federation(
+        states,
+        load_federation(),
+        now=datetime.now(UTC),
+        refresh_s=settings.refresh_s,
+        request=req,
+    )
+
+
+async def _view(settings: DaemonSettings, req: InspectRequest, refresh: bool) -> FederationView:
+    from fedhpc.client import DaemonClient, DaemonUnavailable
+
+    async with DaemonClient(settings) as client:
+        try:
+            return await (client.refresh(req) if refresh else client.federation(req))
+        except DaemonUnavailable:
+            if not settings.db_path.exists():
+                raise
+    return await _from_store(settings, req)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _table(view: FederationView) -> list[str]:
+    rows = [
+        (
+            "SITE",
+            "PARTITION",
+            "ARCH",
+            "ACCEL",
+            "GPUS FREE/TOTAL",
+            "CPUS FREE/TOTAL",
+            "PENDING",
+            "RUNNING",
+            "FRESH",
+            "HEALTH",
+        )
+    ]
+    for s in view.sites:
+        health = s.health.value + (" (stale)" if s.stale else "")
+        if not s.partitions:
+            rows.append((s.site, "-", "-", "-", "-", "-", "-", "-", _age(s.age_s), health))
+        for p in s.partitions:
+            rows.append(
+                (
+                    s.site,
+                    p.name,
+                    p.arch.value,
+                    p.accelerator or "-",
+                    f"{p.free_gpus}/{p.total_gpus}",
+                    f"{p.free_cpus}/{p.total_cpus}",
+                    str(p.pending_jobs),
+                    str(p.running_jobs),
+                    _age(s.age_s),
+                    health,
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += [f"{s.site}: {s.error}" for s in view.sites if s.error]
+    return lines
+
+
+def _status(args: argparse.Namespace) -> int:
+    settings = DaemonSettings.from_env()
+    req = InspectRequest(
+        sites=tuple(args.site),
+        accelerator=args.accelerator,
+        arch=args.arch,
+        include_blocked=args.all,
+    )
+    view = anyio.run(_view, settings, req, args.refresh)
+    if args.json:
+        print(view.model_dump_json(indent=2))
+    else:
+        print("\n".join(_table(view)))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser("daemon", help="run the control daemon (collector, REST on a Unix socket)")
+    d.add_argument("--once", action="store_true", help="run one control cycle and exit")
+    d.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
+    d.set_defaults(func=_daemon)
+    s = sub.add_parser("status", help="the federation: sites, partitions, free GPUs, queues")
+    s.add_argument("--json", action="store_true", help="the FederationView as JSON")
+    s.add_argument("--site", action="append", default=[], help="only this site (repeatable)")
+    s.add_argument("--accelerator", default=None, help="only partitions with this accelerator")
+    s.add_argument("--arch", default=None, choices=["x86_64", "aarch64"])
+    s.add_argument("--all", action="store_true", help="include blocked partitions")
+    s.add_argument("--refresh", action="store_true", help="ask the daemon to probe now")
+    s.set_defaults(func=_status)

@@ -1,0 +1,117 @@
+"""A client of the daemon's REST API over its Unix socket, shared by the CLI and MCP server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import httpx2
+
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.errors import FedError, TransientError, UsageError
+from fedhpc.ops.inspect import FederationView, InspectRequest
+
+__all__ = ["DaemonClient", "DaemonUnavailable", "start_daemon"]
+
+
+class DaemonUnavailable(TransientError):
+    """Nothing answers on the daemon's socket."""
+
+    code = "daemon_unavailable"
+    default_hint = "Start it with `fedhpc daemon`, or let `fedhpc serve` start it."
+
+
+class _Remote(FedError):
+    """An error the daemon answered with; keeps its code."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(str(body.get("message", "daemon error")), hint=body.get("hint"))
+        self.code = str(body.get("code", "error"))  # type: ignore[misc]
+
+
+class DaemonClient:
+    """Typed calls to the daemon. Holds no state beyond its HTTP connection."""
+
+    def __init__(self, settings: DaemonSettings, *, timeout_s: float = 60.0) -> None:
+        self.settings = settings
+        transport = httpx2.AsyncHTTPTransport(uds=str(settings.socket_path))
+        self._http = httpx2.AsyncClient(
+            transport=transport, base_url="http://fedhpc", timeout=timeout_s
+        )
+
+    async def __aenter__(self) -> DaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            resp = await self._http.request(method, path, **kw)
+        except (httpx2.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
+            raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
+        body = resp.json()
+        if resp.status_code >= 400:
+            raise _Remote(body)
+        return body
+
+    async def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = await self._call("GET", "/v1/health")
+        return body
+
+    @staticmethod
+    def _params(req: InspectRequest | None) -> list[tuple[str, str]]:
+        if req is None:
+            return []
+        params = [("site", s) for s in req.sites]
+        if req.accelerator:
+            params.append(("accelerator", req.accelerator))
+        if req.arch:
+            params.append(("arch", req.arch.value))
+        if req.include_blocked:
+            params.append(("include_blocked", "1"))
+        return params
+
+    async def federation(self, req: InspectRequest | None = None) -> FederationView:
+        body = await self._call("GET", "/v1/federation", params=self._params(req))
+        return FederationView.model_validate(body)
+
+    async def refresh(self, req: InspectRequest | None = None) -> FederationView:
+        body = await self._call("POST", "/v1/refresh", params=self._params(req))
+        return FederationView.model_validate(body)
+
+    async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        body = await self._call("GET", "/v1/events", params={"after": after, "limit": limit})
+        events: list[dict[str, Any]] = body["events"]
+        return events
+
+    async def wait_until_up(self, timeout_s: float = 20.0) -> None:
+        with anyio.move_on_after(timeout_s):
+            while True:
+                try:
+                    await self.health()
+                except DaemonUnavailable:
+                    await anyio.sleep(0.1)
+                else:
+                    return
+        raise DaemonUnavailable(f"the daemon did not come up within {timeout_s:g} s")
+
+
+def start_daemon(settings: DaemonSettings) -> int:
+    """Start `fedhpc daemon` detached (own session, output to the daemon log); its pid."""
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not os.access(settings.home, os.W_OK):
+        raise UsageError(f"{settings.home} is not writable")
+    with settings.log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "FEDHPC_HOME": str(settings.home)},
+        )
+    return proc.pid

@@ -1,0 +1,157 @@
+"""The collector: one batched probe per site per refresh, concurrently, into the store."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import anyio
+import structlog
+
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.collector.credit import with_budgets
+from fedhpc.domain.site import Health, SiteState
+from fedhpc.profiles.loader import Site
+from fedhpc.store import Store, Tx
+
+__all__ = ["Collector", "RefreshReport"]
+
+log = structlog.get_logger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RefreshReport:
+    """What one refresh did: which sites were probed, how long each took, the whole round."""
+
+    def __init__(self) -> None:
+        self.probed: dict[str, float] = {}
+        self.wall_s = 0.0
+
+    @property
+    def slowest_s(self) -> float:
+        return max(self.probed.values(), default=0.0)
+
+
+class Collector:
+    """Keeps the latest SiteState per site. Each site is probed at most once per its own
+    interval (the larger of the daemon's refresh and the profile's `min_refresh_s`), and a
+    failing site backs off exponentially up to 8 intervals."""
+
+    def __init__(
+        self,
+        sites: Mapping[str, Site],
+        adapters: Mapping[str, SiteAdapter],
+        store: Store,
+        *,
+        refresh_s: float = 60.0,
+        probe_timeout_s: float = 30.0,
+        history_keep: int = 1440,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.sites = dict(sites)
+        self.adapters = dict(adapters)
+        self.store = store
+        self.refresh_s = refresh_s
+        self.probe_timeout_s = probe_timeout_s
+        self.history_keep = history_keep
+        self._clock = clock
+        self.latest: dict[str, SiteState] = {}
+        self.remote_calls: Counter[str] = Counter()
+        self._due: dict[str, float] = {}
+        self._failures: Counter[str] = Counter()
+        self.wake = anyio.Event()
+        self._changes: list[tuple[str, SiteState, Health | None]] = []
+
+    def interval(self, site: str) -> float:
+        base = max(self.refresh_s, float(self.sites[site].profile.min_refresh_s))
+        return base * float(min(8, 2 ** self._failures[site]))
+
+    async def load(self) -> None:
+        """Start from the store's latest states, so a restarted daemon serves a view at once."""
+        stored = await self.store.latest_site_states()
+        self.latest = {k: v for k, v in stored.items() if k in self.sites}
+
+    async def _probe(self, name: str, report: RefreshReport) -> None:
+        started = time.monotonic()
+        at = self._clock()
+        self.remote_calls[name] += 1
+        state: SiteState | None = None
+        with anyio.move_on_after(self.probe_timeout_s):
+            try:
+                state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
+            except Exception as exc:  # a broken site must not stop the others
+                log.warning("probe error", site=name, error=repr(exc))
+                state = SiteState(
+                    site=name, health=Health.OFFLINE, collected_at=at, error=f"probe failed: {exc}"
+                )
+        if state is None:
+            state = SiteState(
+                site=name,
+                health=Health.OFFLINE,
+                collected_at=at,
+                error=f"probe timed out after {self.probe_timeout_s:g} s",
+            )
+        if state.health is Health.OFFLINE:
+            self._failures[name] += 1
+        else:
+            self._failures[name] = 0
+        before = self.latest.get(name)
+        if before is None or (before.health is Health.OFFLINE) != (state.health is Health.OFFLINE):
+            self._changes.append((name, state, before.health if before else None))
+        self.latest[name] = with_budgets(state, self.sites[name])
+        elapsed = time.monotonic() - started
+        report.probed[name] = elapsed
+        self._due[name] = time.monotonic() + self.interval(name)
+        log.info("probed", site=name, health=state.health.value, seconds=round(elapsed, 3))
+
+    async def refresh(self, *, force: bool = False) -> RefreshReport:
+        """Probe every site that is due (all with `force`), concurrently, and store the round."""
+        now = time.monotonic()
+        due = [n for n in self.sites if force or self._due.get(n, 0.0) <= now]
+        report = RefreshReport()
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for name in due:
+                tg.start_soon(self._probe, name, report, name=f"probe:{name}")
+        report.wall_s = time.monotonic() - started
+        changes, self._changes = self._changes, []
+        if due:
+            with anyio.CancelScope(shield=True):  # a refresh that ran is always recorded
+                async with self.store.transaction() as tx:
+                    await tx.save_site_states([self.latest[n] for n in due], keep=self.history_keep)
+                    for name, state, before in changes:
+                        await self._health_event(tx, name, state, before)
+        return report
+
+    async def _health_event(
+        self, tx: Tx, name: str, state: SiteState, before: Health | None
+    ) -> None:
+        """A site lost (offline) or regained is a decision-relevant event; other changes are
+        routine and stay in the snapshots. A site first seen healthy emits nothing."""
+        if state.health is Health.OFFLINE:
+            kind = "site.offline"
+        elif before is Health.OFFLINE:
+            kind = "site.online"
+        else:
+            return
+        await tx.append_event(
+            kind,
+            name,
+            {"site": name, "health": state.health.value, "error": state.error},
+            at=state.collected_at,
+            key=f"{kind}:{name}:{state.collected_at.isoformat()}",
+        )
+
+    async def run(self, stopping: anyio.Event) -> None:
+        """Refresh until `stopping` is set; `wake` forces an early refresh."""
+        while not stopping.is_set():
+            await self.refresh()
+            next_due = min(self._due.values(), default=time.monotonic() + self.refresh_s)
+            with anyio.move_on_after(max(0.05, next_due - time.monotonic())):
+                await self.wake.wait()
+            self.wake = anyio.Event()

@@ -1,0 +1,144 @@
+"""The daemon process: one task group of named services, a private Unix socket, SIGTERM grace."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import anyio
+import structlog
+import uvicorn
+
+from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.collector import Collector
+from fedhpc.daemon.app import DaemonState, build_app
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.errors import UsageError
+from fedhpc.profiles import load_federation
+from fedhpc.store import Store
+
+__all__ = ["run_daemon"]
+
+log = structlog.get_logger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the supervisor owns SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.contextmanager
+def _single_instance(settings: DaemonSettings) -> Iterator[IO[str]]:
+    """One daemon per home: an exclusive lock held for the process's life."""
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    settings.home.chmod(0o700)
+    fh = settings.lock_path.open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise UsageError(
+            f"a fedhpc daemon already runs for {settings.home}",
+            hint="Use it (fedhpc status), or stop it first (kill its pid).",
+        ) from None
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield fh
+    finally:
+        fh.close()
+
+
+def _bind(path: Path) -> socket.socket:
+    """A Unix socket only the user can reach (0600 in a 0700 folder)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # we hold the lock: any socket file here is stale
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    path.chmod(0o600)
+    sock.listen(64)
+    return sock
+
+
+async def _close_adapters(adapters: dict[str, SiteAdapter]) -> None:
+    with anyio.CancelScope(shield=True):
+        for adapter in adapters.values():
+            await adapter.transport.aclose()
+
+
+async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
+    """Serve until SIGTERM/SIGINT (or run one control cycle with `once`)."""
+    with _single_instance(settings):
+        store = await Store.open(settings.db_path)
+        sites = load_federation()
+        adapters = {name: open_adapter(site) for name, site in sites.items()}
+        collector = Collector(
+            sites,
+            adapters,
+            store,
+            refresh_s=settings.refresh_s,
+            probe_timeout_s=settings.probe_timeout_s,
+            history_keep=settings.history_keep,
+        )
+        try:
+            await collector.load()
+            if once:
+                report = await collector.refresh(force=True)
+                log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
+                return
+            await _serve(settings, store, collector)
+        finally:
+            await _close_adapters(adapters)
+            with anyio.CancelScope(shield=True):
+                await store.close()
+
+
+async def _serve(settings: DaemonSettings, store: Store, collector: Collector) -> None:
+    state = DaemonState(store, collector, datetime.now(UTC))
+    config = uvicorn.Config(
+        build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
+    )
+    server = _Server(config)
+    sock = _bind(settings.socket_path)
+    stopping = anyio.Event()
+    log.info("daemon up", socket=str(settings.socket_path), sites=sorted(collector.sites))
+
+    async def watch_signals(services: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("stopping", signal=signal.Signals(signum).name, grace_s=settings.grace_s)
+                stopping.set()  # stop claiming new work
+                collector.wake.set()
+                server.should_exit = True
+                await anyio.sleep(settings.grace_s)
+                services.cancel()  # grace is over
+                return
+
+    try:
+        async with anyio.create_task_group() as outer:
+            async with anyio.create_task_group() as services:
+                outer.start_soon(watch_signals, services.cancel_scope, name="signals")
+                services.start_soon(collector.run, stopping, name="collector")
+                services.start_soon(server.serve, [sock], name="rest")
+            outer.cancel_scope.cancel()  # the services ended: stop watching signals
+    finally:
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            settings.socket_path.unlink()
+        log.info("daemon down")

@@ -1,0 +1,54 @@
+"""Where the daemon keeps its socket, store and log, and how often it refreshes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedhpc.profiles.loader import fedhpc_home
+
+__all__ = ["DaemonSettings"]
+
+
+class DaemonSettings(BaseModel):
+    """Daemon settings; `from_env` reads FEDHPC_HOME and FEDHPC_REFRESH_S and friends."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path
+    refresh_s: float = Field(default=60.0, gt=0, description="collector refresh interval")
+    probe_timeout_s: float = Field(default=30.0, gt=0)
+    history_keep: int = Field(default=1440, ge=1, description="snapshots kept per site")
+    grace_s: float = Field(default=10.0, ge=0, description="SIGTERM grace before cancelling")
+
+    @property
+    def socket_path(self) -> Path:
+        return self.home / "daemon.sock"
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "fedhpc.db"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / "daemon.lock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "daemon.log"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> DaemonSettings:
+        values: dict[str, object] = {"home": fedhpc_home()}
+        for key, env in (
+            ("refresh_s", "FEDHPC_REFRESH_S"),
+            ("probe_timeout_s", "FEDHPC_PROBE_TIMEOUT_S"),
+            ("history_keep", "FEDHPC_HISTORY_KEEP"),
+            ("grace_s", "FEDHPC_GRACE_S"),
+        ):
+            if env in os.environ:
+                values[key] = os.environ[env]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
