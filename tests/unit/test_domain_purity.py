@@ -29,6 +29,8 @@ PURE_MODULES = (
     "fedhpc.adapters.dialects.slurm",
     "fedhpc.adapters.dialects.pbs",
     "fedhpc.adapters.dialects.lsf",
+    "fedhpc.placement",
+    "fedhpc.ops",
 )
 
 

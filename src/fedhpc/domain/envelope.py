@@ -97,6 +97,7 @@ class DraftSource(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
     HISTORY = "history"
+    HEURISTIC = "heuristic"
     DEFAULT = "default"
 
 

@@ -1,0 +1,80 @@
+"""Best-feasible placement: pure, deterministic functions over an immutable snapshot."""
+
+from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
+from fedhpc.placement.context import Ledger, Live, shape_key
+from fedhpc.placement.credit import Budget, Charge, allowed_budget, predict_charge
+from fedhpc.placement.draft import EnvelopeDraft, Workload, draft_envelope
+from fedhpc.placement.estimators import (
+    EnvCache,
+    RuntimeDeclaration,
+    RuntimeModel,
+    RuntimeObservation,
+    SchedulerEstimates,
+    WaitEstimate,
+    WaitHistory,
+    WaitObservation,
+    paper_wait,
+    size_bucket,
+)
+from fedhpc.placement.group import place_group
+from fedhpc.placement.normalize import known_accelerator_types, normalize_envelope, parse_envelope
+from fedhpc.placement.place import place
+from fedhpc.placement.rules import RULES, Category, Outcome, RuleResult
+from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings, WaitMethod
+from fedhpc.placement.sizing import joint_shapes, size_shape
+from fedhpc.placement.trace import (
+    CandidateReasons,
+    CandidateTrace,
+    DecisionTrace,
+    Estimates,
+    Placement,
+    Unschedulable,
+)
+
+__all__ = [
+    "RULES",
+    "AccountChoice",
+    "Budget",
+    "CandidateReasons",
+    "CandidateTrace",
+    "Category",
+    "Charge",
+    "DecisionTrace",
+    "EnvCache",
+    "EnvelopeDraft",
+    "Estimates",
+    "Ledger",
+    "Live",
+    "Objective",
+    "Outcome",
+    "Placement",
+    "Policy",
+    "PolicyKind",
+    "RuleResult",
+    "RuntimeDeclaration",
+    "RuntimeModel",
+    "RuntimeObservation",
+    "SchedulerEstimates",
+    "Settings",
+    "Unschedulable",
+    "WaitEstimate",
+    "WaitHistory",
+    "WaitMethod",
+    "WaitObservation",
+    "Workload",
+    "account_choices",
+    "allowed_budget",
+    "candidate_id",
+    "draft_envelope",
+    "joint_shapes",
+    "known_accelerator_types",
+    "normalize_envelope",
+    "paper_wait",
+    "parse_envelope",
+    "place",
+    "place_group",
+    "predict_charge",
+    "shape_key",
+    "size_bucket",
+    "size_shape",
+]

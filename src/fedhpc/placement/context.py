@@ -1,0 +1,168 @@
+"""What one rule or estimator sees: a partition's profile, its live capacity, a candidate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.job import Shape
+from fedhpc.domain.site import PartitionSpec, PartitionState, SiteProfile, SiteState
+from fedhpc.placement.settings import Settings
+from fedhpc.profiles.loader import Site
+
+if TYPE_CHECKING:
+    from fedhpc.placement.credit import Budget, Charge
+
+__all__ = [
+    "CandidateContext",
+    "Ledger",
+    "Live",
+    "PartitionContext",
+    "PartitionMemo",
+    "shape_key",
+]
+
+
+def shape_key(shape: Shape) -> str:
+    """A short stable name for a shape: nodes, GPUs, CPUs, memory (MiB) and wall time (s)."""
+    acc = f"-{shape.accelerator_type}" if shape.accelerator_type else ""
+    return (
+        f"n{shape.nodes}-g{shape.gpus}{acc}-c{shape.cpus}-m{shape.memory_mib}-t{shape.wall_time_s}"
+    )
+
+
+@dataclass(slots=True)
+class Ledger:
+    """Claims by earlier placements of the same group that the snapshot cannot show yet.
+
+    The only mutable thing placement touches; its owner (a group placer) adds to it between calls.
+    """
+
+    gpus: dict[tuple[str, str], int] = field(default_factory=dict)
+    cpus: dict[tuple[str, str], int] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    spent: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    site_total: dict[str, float] = field(default_factory=dict)
+
+    def claim(
+        self, site: str, partition: str, account: str | None, shape: Shape, charge: float
+    ) -> None:
+        key = (site, partition)
+        self.gpus[key] = self.gpus.get(key, 0) + shape.gpus * shape.nodes
+        self.cpus[key] = self.cpus.get(key, 0) + shape.cpus * shape.nodes
+        self.jobs[key] = self.jobs.get(key, 0) + 1
+        self.spent[(site, account)] = self.spent.get((site, account), 0.0) + charge
+        self.site_total[site] = self.site_total.get(site, 0.0) + charge
+
+    def site_spent(self, site: str) -> float:
+        return self.site_total.get(site, 0.0)
+
+    def fingerprint(self, site: str, partition: str) -> tuple[int, int, int, float]:
+        """Everything a claim can change about one partition's evaluation."""
+        key = (site, partition)
+        return (
+            self.gpus.get(key, 0),
+            self.cpus.get(key, 0),
+            self.jobs.get(key, 0),
+            self.site_total.get(site, 0.0),
+        )
+
+
+class PartitionMemo:
+    """Per-partition evaluations of one group's decisions, reused while the envelope and the
+    partition's ledger fingerprint are unchanged. Keyed by the identity of the caller's envelope
+    object, which the group keeps alive, so an id is never reused within one memo. Only valid for
+    one snapshot, policy and time: `place_group` makes a fresh one per call."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self) -> None:
+        self._store: dict[tuple[object, ...], Any] = {}
+
+    @staticmethod
+    def key(env: object, site: str, partition: str, ledger: Ledger | None) -> tuple[object, ...]:
+        fp = ledger.fingerprint(site, partition) if ledger is not None else None
+        return (id(env), site, partition, fp)
+
+    def get(self, key: tuple[object, ...]) -> Any:
+        return self._store.get(key)
+
+    def put(self, key: tuple[object, ...], value: Any) -> None:
+        self._store[key] = value
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """A partition's observed capacity with the ledger's claims taken off."""
+
+    free_gpus: int
+    max_free_gpus_on_node: int
+    free_cpus: int
+    max_free_cpus_on_node: int
+    free_memory_mib: int
+    free_nodes: int
+    usable_nodes: int
+    pending: int
+    running: int
+    user_jobs: int
+
+    @classmethod
+    def of(cls, site: str, p: PartitionState, ledger: Ledger | None) -> Live:
+        key = (site, p.name)
+        g = ledger.gpus.get(key, 0) if ledger else 0
+        c = ledger.cpus.get(key, 0) if ledger else 0
+        j = ledger.jobs.get(key, 0) if ledger else 0
+        free_gpus = max(0, p.free_gpus - g)
+        free_cpus = max(0, p.free_cpus - c)
+        return cls(
+            free_gpus=free_gpus,
+            max_free_gpus_on_node=min(p.max_free_gpus_on_node, free_gpus),
+            free_cpus=free_cpus,
+            max_free_cpus_on_node=min(p.max_free_cpus_on_node, free_cpus),
+            free_memory_mib=p.free_memory_mib,
+            free_nodes=p.nodes.idle + p.nodes.mixed,
+            usable_nodes=p.nodes.usable,
+            # Claimed jobs count as queued: they will be ahead of the next child.
+            pending=p.pending_jobs + j,
+            running=p.running_jobs,
+            user_jobs=p.user_pending_jobs + p.user_running_jobs + j,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionContext:
+    """Everything about one (site, partition) that every candidate there shares."""
+
+    envelope: ResourceEnvelope
+    site: Site
+    spec: PartitionSpec
+    state: SiteState | None
+    pstate: PartitionState | None
+    live: Live | None
+    now: datetime
+    settings: Settings
+    ledger: Ledger | None
+    task_budget: float | None
+    fixed_site: str | None = None
+
+    @property
+    def profile(self) -> SiteProfile:
+        return self.site.profile
+
+    @property
+    def name(self) -> str:
+        return f"{self.site.name}/{self.spec.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateContext:
+    """One candidate: a partition, an account (None when none applies) and a concrete shape."""
+
+    part: PartitionContext
+    account: str | None
+    qos: str | None
+    shape: Shape
+    charge: Charge
+    budget: Budget

@@ -1,0 +1,274 @@
+"""`draft_envelope`: a typed, auditable draft from a task description and code snippets.
+
+Three sources: user-authored and agent-authored drafts are validated and recorded as given; with
+no draft, a deterministic heuristic classifies the workload from signals in the text. Nothing
+here bypasses validation or the placement rules: the draft is a hypothesis, kept beside the
+normalized envelope."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from fedhpc.domain.envelope import DraftInfo, DraftSource, ResourceEnvelope
+from fedhpc.domain.site import SiteProfile
+from fedhpc.errors import ValidationFailed
+from fedhpc.placement.normalize import normalize_envelope, parse_envelope
+
+__all__ = ["DraftIssue", "EnvelopeDraft", "Workload", "draft_envelope"]
+
+GIB = 1024
+
+
+class Workload(StrEnum):
+    """The workload classes the heuristic drafter knows."""
+
+    CPU_PREPROCESSING = "cpu-preprocessing"
+    SINGLE_GPU_INFERENCE = "single-gpu-inference"
+    MULTI_GPU_DDP = "multi-gpu-ddp"
+    PARAMETER_SWEEP = "parameter-sweep"
+
+
+class DraftIssue(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    reason: str
+
+
+class EnvelopeDraft(BaseModel):
+    """The draft as proposed, the normalized envelope (None when invalid), and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: DraftSource
+    heuristic: bool
+    workload: Workload | None
+    proposed: dict[str, Any]
+    envelope: ResourceEnvelope | None
+    rationale: str
+    confidence: float
+    signals: tuple[str, ...]
+    fanout: int | None = None  # parameter sweeps: how many children the text suggests
+    valid: bool
+    issues: tuple[DraftIssue, ...] = ()
+
+
+_I = re.IGNORECASE
+_SIGNALS: dict[str, re.Pattern[str]] = {
+    "ddp": re.compile(
+        r"torch\.distributed|DistributedDataParallel|init_process_group|torchrun|"
+        r"--nproc[_-]per[_-]node|deepspeed|accelerate launch|\bDDP\b|\bFSDP\b|multi-?gpu|"
+        r"distributed (?:data[- ]parallel )?training",
+        _I,
+    ),
+    "gpu": re.compile(r"\bcuda\b|\.cuda\(\)|\bgpus?\b|torch\.device|\.to\(['\"]cuda", _I),
+    "inference": re.compile(
+        r"\binferen|\bpredict|\.generate\(|model\.eval\(\)|no_grad|inference_mode|vllm|\bserv",
+        _I,
+    ),
+    "sweep": re.compile(
+        r"\bsweep|grid search|hyper-?parameter|itertools\.product|optuna|ray\.tune|--array|"
+        r"for (?:seed|lr|alpha|beta|config)\b",
+        _I,
+    ),
+    "cpu": re.compile(
+        r"preprocess|tokeni[sz]|pandas|\bcsv\b|parquet|multiprocessing|joblib|n_jobs|\bresiz|"
+        r"\bconvert|\bETL\b|feature extraction|\bdask\b|\bcpu\b",
+        _I,
+    ),
+}
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)", _I)
+_NNODES = re.compile(r"--nnodes[= ](\d+)", _I)
+_WORKERS = re.compile(r"num_workers\s*=\s*(\d+)")
+_POOL = re.compile(
+    r"(?:Pool|ProcessPoolExecutor)\(\s*(?:processes\s*=\s*|max_workers\s*=\s*)?(\d+)|n_jobs\s*=\s*(\d+)"
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(hours?|hrs?|h|minutes?|mins?)\b", _I)
+_COUNT = re.compile(
+    r"(\d+)\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b", _I
+)
+_PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*B\b(?:[- ]param\w*|[- ]model)?")
+
+
+def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    if m is None:
+        return None
+    return int(next(g for g in m.groups() if g is not None))
+
+
+def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
+    m = _DURATION.search(description)
+    if m is None:
+        return {"min": default[0], "max": default[1]}, "default wall time for the class"
+    scale = 3600 if m.group(2).lower().startswith("h") else 60
+    seconds = max(60, round(float(m.group(1)) * scale))
+    return {"min": seconds, "max": 2 * seconds}, f"stated duration {m.group(0)!r}, doubled for max"
+
+
+def _classify(hits: set[str], nproc: int | None) -> Workload:
+    if "ddp" in hits or (nproc is not None and nproc > 1):
+        return Workload.MULTI_GPU_DDP
+    if "sweep" in hits:
+        return Workload.PARAMETER_SWEEP
+    if "gpu" in hits or "inference" in hits:
+        return Workload.SINGLE_GPU_INFERENCE
+    return Workload.CPU_PREPROCESSING
+
+
+def _heuristic(
+    description: str, text: str
+) -> tuple[Workload, dict[str, Any], list[str], list[str], int | None]:
+    hits = {name for name, rx in _SIGNALS.items() if rx.search(text)}
+    signals = sorted(f"{n}: {_SIGNALS[n].search(text).group(0)!r}" for n in hits)  # type: ignore[union-attr]
+    nproc, nnodes = _first_int(_NPROC, text), _first_int(_NNODES, text)
+    workers, pool = _first_int(_WORKERS, text), _first_int(_POOL, text)
+    for label, value in (
+        ("nproc_per_node", nproc),
+        ("nnodes", nnodes),
+        ("num_workers", workers),
+        ("pool", pool),
+    ):
+        if value is not None:
+            signals.append(f"{label}={value}")
+    kind = _classify(hits, nproc)
+    why: list[str] = []
+    fanout: int | None = None
+    if kind is Workload.MULTI_GPU_DDP:
+        gmax = max(nproc or 4, 1)
+        per_gpu = (workers or 7) + 1
+        draft: dict[str, Any] = {
+            "gpus": {"min": 1, "max": gmax},
+            "cpus": {"min": per_gpu, "max": per_gpu * gmax},
+            "memory": {"min": 32 * GIB, "max": 128 * GIB},
+            "nodes": {"min": 1, "max": max(nnodes or 1, 1)},
+        }
+        why.append(
+            f"GPUs 1-{gmax} ({'nproc_per_node' if nproc else 'DDP default'}); a smaller "
+            "shape often completes sooner under a queue"
+        )
+        why.append(f"{per_gpu} CPUs per GPU ({'num_workers + 1' if workers else 'default'})")
+        wall = _wall(description, (2 * 3600, 4 * 3600))
+    elif kind is Workload.PARAMETER_SWEEP:
+        uses_gpu = "gpu" in hits
+        fanout = _first_int(_COUNT, description)
+        draft = (
+            {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 2, "max": 8}}
+            if uses_gpu
+            else {
+                "gpus": {"min": 0, "max": 0},
+                "cpus": {"min": 1, "max": 4},
+                "memory": {"min": 2 * GIB, "max": 8 * GIB},
+            }
+        )
+        why.append(
+            f"one {'GPU' if uses_gpu else 'small CPU'} envelope per sweep child"
+            + (f"; {fanout} children suggested" if fanout else "")
+        )
+        wall = _wall(description, (1800, 3600))
+    elif kind is Workload.SINGLE_GPU_INFERENCE:
+        cmax = (workers or 7) + 1
+        draft = {
+            "gpus": {"min": 1, "max": 1},
+            "cpus": {"min": 2, "max": max(cmax, 2)},
+            "memory": {"min": 16 * GIB, "max": 64 * GIB},
+        }
+        params = _PARAMS.search(text)
+        if params:
+            need = math.ceil(float(params.group(1)) * 2 * 1.2)
+            draft["min_accelerator_memory_gib"] = need
+            why.append(f"{params.group(0)!r}: fp16 weights + 20% need >= {need} GiB per GPU")
+        why.append("one GPU: inference rarely scales across GPUs without model parallelism")
+        wall = _wall(description, (1800, 3600))
+    else:
+        cmax = max(pool or workers or 64, 4)
+        draft = {
+            "gpus": {"min": 0, "max": 0},
+            "cpus": {"min": 4, "max": cmax},
+            "memory": {"min": 8 * GIB, "max": max(2 * GIB * cmax, 8 * GIB)},
+        }
+        why.append(
+            f"CPUs 4-{cmax} ({'pool size' if pool else 'num_workers' if workers else 'default'})"
+            "; 2 GiB per CPU at most"
+        )
+        wall = _wall(description, (3600, 2 * 3600))
+    draft["wall_time"] = wall[0]
+    why.append(wall[1])
+    return kind, draft, signals, why, fanout
+
+
+def _issues(exc: ValidationFailed) -> tuple[DraftIssue, ...]:
+    return tuple(DraftIssue(field=i.field, reason=i.reason) for i in exc.issues)
+
+
+def draft_envelope(
+    description: str,
+    code_context: Sequence[str] = (),
+    proposed: ResourceEnvelope | Mapping[str, Any] | None = None,
+    *,
+    source: DraftSource | None = None,
+    rationale: str = "",
+    confidence: float | None = None,
+    profiles: Iterable[SiteProfile] = (),
+    sites: Collection[str] | None = None,
+) -> EnvelopeDraft:
+    """A draft from `proposed` (user- or agent-authored) or, without one, from the heuristic.
+    `code_context` items are snippets (the caller reads files). Invalid drafts come back with
+    `valid=False` and per-field issues rather than raising: a draft is a proposal."""
+    profiles = list(profiles)
+    text = "\n".join([description, *code_context])
+    workload: Workload | None = None
+    signals: list[str] = []
+    fanout: int | None = None
+    if proposed is not None:
+        src = source or DraftSource.ASSISTANT
+        heuristic = False
+        raw = (
+            proposed.model_dump(mode="json", exclude_none=True)
+            if isinstance(proposed, ResourceEnvelope)
+            else dict(proposed)
+        )
+        conf = confidence if confidence is not None else (1.0 if src is DraftSource.USER else 0.5)
+        why = rationale or ("as written by the user" if src is DraftSource.USER else "as proposed")
+    else:
+        src, heuristic = DraftSource.HEURISTIC, True
+        workload, raw, signals, reasons, fanout = _heuristic(description, text)
+        strength = sum(1 for s in signals if "=" in s or ":" in s)
+        conf = (
+            confidence
+            if confidence is not None
+            else (min(0.9, 0.5 + 0.1 * strength) if strength else 0.3)
+        )
+        why = f"{workload.value}: " + "; ".join(reasons)
+        if rationale:
+            why = f"{rationale}; {why}"
+    conf = min(max(conf, 0.0), 1.0)
+    info = DraftInfo(source=src, rationale=why[:4000], confidence=conf)
+    envelope: ResourceEnvelope | None = None
+    issues: tuple[DraftIssue, ...] = ()
+    try:
+        parsed = parse_envelope({k: v for k, v in raw.items() if k != "draft"})
+        envelope = normalize_envelope(parsed, profiles, sites=sites).model_copy(
+            update={"draft": info}
+        )
+    except ValidationFailed as exc:
+        issues = _issues(exc)
+    return EnvelopeDraft(
+        source=src,
+        heuristic=heuristic,
+        workload=workload,
+        proposed=raw,
+        envelope=envelope,
+        rationale=why,
+        confidence=conf,
+        signals=tuple(signals),
+        fanout=fanout,
+        valid=envelope is not None,
+        issues=issues,
+    )

@@ -1,0 +1,270 @@
+"""Estimates for the objective: queue wait W (three ways), runtime R, environment preparation E."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.job import Shape
+from fedhpc.placement.context import Live
+from fedhpc.placement.settings import Settings, WaitMethod
+
+__all__ = [
+    "EnvCache",
+    "RuntimeDeclaration",
+    "RuntimeModel",
+    "RuntimeObservation",
+    "SchedulerEstimates",
+    "WaitEstimate",
+    "WaitHistory",
+    "WaitObservation",
+    "env_prep_s",
+    "estimate_wait",
+    "paper_wait",
+    "size_bucket",
+]
+
+# (site, partition, shape_key) -> the start time the scheduler predicts (sbatch --test-only).
+SchedulerEstimates = Mapping[tuple[str, str, str], datetime]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WaitObservation(_Frozen):
+    """One observed queue wait (start - eligible) of a finished or started job."""
+
+    site: str
+    partition: str
+    gpus: int = Field(default=0, ge=0, description="per node")
+    cpus: int = Field(default=1, ge=1, description="per node")
+    nodes: int = Field(default=1, ge=1)
+    wait_s: float = Field(ge=0)
+    observed_at: datetime
+
+
+class RuntimeObservation(_Frozen):
+    """One observed runtime of this kind of task at a shape."""
+
+    gpus: int = Field(default=0, ge=0, description="per node")
+    cpus: int = Field(default=1, ge=1, description="per node")
+    nodes: int = Field(default=1, ge=1)
+    runtime_s: float = Field(gt=0)
+
+
+class RuntimeDeclaration(_Frozen):
+    """A declared runtime at a reference shape, and how it scales (Amdahl serial fraction)."""
+
+    seconds: float = Field(gt=0)
+    gpus: int = Field(default=0, ge=0, description="per node, at the reference shape")
+    cpus: int = Field(default=1, ge=1, description="per node, at the reference shape")
+    nodes: int = Field(default=1, ge=1)
+    serial_fraction: float | None = Field(default=None, ge=0, le=1)
+
+
+class EnvCache(_Frozen):
+    """Environments (image or env names) already prepared per site, and what preparing costs."""
+
+    cached: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    prepare_s: dict[str, float] = Field(default_factory=dict, description="per-site cost")
+
+
+def _units(gpus: int, cpus: int, nodes: int) -> tuple[str, int]:
+    return ("gpu", gpus * nodes) if gpus else ("cpu", cpus * nodes)
+
+
+def size_bucket(gpus: int, cpus: int, nodes: int) -> str:
+    """Request-size bucket by powers of two of the scaling units: 'gpu:4-7', 'cpu:32-63'."""
+    kind, n = _units(gpus, cpus, nodes)
+    lo = 1 << (max(n, 1).bit_length() - 1)
+    hi = lo * 2 - 1
+    return f"{kind}:{lo}" if lo == hi else f"{kind}:{lo}-{hi}"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitEstimate:
+    """Typical and 90th-percentile wait, and which method produced them."""
+
+    wait_s: float
+    p90_s: float
+    source: str
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile; the median of an even count is the mean of the middle two."""
+    n = len(sorted_values)
+    if q == 0.5:
+        mid = n // 2
+        return sorted_values[mid] if n % 2 else (sorted_values[mid - 1] + sorted_values[mid]) / 2
+    return sorted_values[min(n - 1, max(0, math.ceil(q * n) - 1))]
+
+
+class WaitHistory:
+    """Observed waits indexed per (site, partition, size bucket) and per (site, partition), using
+    only observations inside the window before `now` (later ones are ignored: replayable)."""
+
+    def __init__(
+        self, observations: Iterable[WaitObservation], *, now: datetime, settings: Settings
+    ) -> None:
+        self.min_samples = settings.learned_min_samples
+        oldest = now.timestamp() - settings.learned_window_s
+        keep = [o for o in observations if oldest <= o.observed_at.timestamp() <= now.timestamp()]
+        keep.sort(key=lambda o: (o.observed_at, o.wait_s), reverse=True)
+        by_bucket: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        by_part: dict[tuple[str, str], list[float]] = defaultdict(list)
+        cap = settings.learned_max_samples
+        for o in keep:
+            b = (o.site, o.partition, size_bucket(o.gpus, o.cpus, o.nodes))
+            if len(by_bucket[b]) < cap:
+                by_bucket[b].append(o.wait_s)
+            if len(by_part[b[:2]]) < cap:
+                by_part[b[:2]].append(o.wait_s)
+        self._bucket = {k: sorted(v) for k, v in by_bucket.items()}
+        self._part = {k: sorted(v) for k, v in by_part.items()}
+
+    def estimate(self, site: str, partition: str, shape: Shape) -> WaitEstimate | None:
+        bucket = size_bucket(shape.gpus, shape.cpus, shape.nodes)
+        values = self._bucket.get((site, partition, bucket), [])
+        source = f"learned:{bucket}"
+        if len(values) < self.min_samples:
+            values, source = self._part.get((site, partition), []), "learned:partition"
+        if len(values) < self.min_samples:
+            return None
+        return WaitEstimate(
+            _quantile(values, 0.5), _quantile(values, 0.9), f"{source} (n={len(values)})"
+        )
+
+
+def paper_wait(shape: Shape, live: Live | None, settings: Settings) -> WaitEstimate:
+    """Request-sized slots in free GRES/CPU first; when none, queue depth x a per-job wait.
+    It never infers free GPUs from node state alone (a mixed node may have none)."""
+    u = settings.uncertainty_factor
+    if live is None:
+        return WaitEstimate(math.inf, math.inf, "paper:no-live-state")
+    if shape.gpus:
+        per_node_ok = live.max_free_gpus_on_node >= shape.gpus
+        slots = live.free_gpus // shape.gpus if per_node_ok else 0
+    else:
+        per_node_ok = live.max_free_cpus_on_node >= shape.cpus
+        slots = live.free_cpus // shape.cpus if per_node_ok else 0
+    if slots >= shape.nodes:
+        return WaitEstimate(
+            settings.dispatch_s, settings.dispatch_s * u, f"paper:free-slots={slots}"
+        )
+    wait = settings.dispatch_s + (live.pending + 1) * settings.per_pending_s
+    return WaitEstimate(wait, wait * u, f"paper:queue-depth={live.pending}")
+
+
+def estimate_wait(
+    method: WaitMethod,
+    *,
+    site: str,
+    partition: str,
+    key: str,
+    shape: Shape,
+    live: Live | None,
+    now: datetime,
+    settings: Settings,
+    history: WaitHistory | None,
+    scheduler: SchedulerEstimates | None,
+) -> WaitEstimate:
+    """W by the chosen method, falling back (scheduler -> learned -> paper) when it has no data."""
+    if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and scheduler:
+        start = scheduler.get((site, partition, key))
+        if start is not None:
+            w = max(0.0, (start - now).total_seconds())
+            return WaitEstimate(
+                w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler"
+            )
+    if method in (WaitMethod.LEARNED, WaitMethod.AUTO) and history is not None:
+        learned = history.estimate(site, partition, shape)
+        if learned is not None:
+            return learned
+    return paper_wait(shape, live, settings)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeModel:
+    """R(shape) = a + b / units (Amdahl), fitted from history, a declaration, or the envelope."""
+
+    serial_s: float
+    parallel_s: float  # at one unit
+    exact: Mapping[tuple[int, int, int], float]
+    source: str
+
+    @classmethod
+    def build(
+        cls,
+        env: ResourceEnvelope,
+        declared: RuntimeDeclaration | None,
+        history: Sequence[RuntimeObservation],
+        settings: Settings,
+    ) -> RuntimeModel:
+        if history:
+            by_shape: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+            for o in history:
+                by_shape[(o.gpus, o.cpus, o.nodes)].append(o.runtime_s)
+            exact = {k: _quantile(sorted(v), 0.5) for k, v in by_shape.items()}
+            pts = [(_units(*k)[1], r) for k, r in sorted(exact.items())]
+            fitted = _fit_amdahl(pts)
+            if fitted is not None:
+                return cls(fitted[0], fitted[1], exact, "history:fit")
+            u0, r0 = pts[0]
+            s = settings.serial_fraction
+            return cls(r0 * s, r0 * (1 - s) * max(u0, 1), exact, "history:amdahl")
+        if declared is not None:
+            s = (
+                settings.serial_fraction
+                if declared.serial_fraction is None
+                else declared.serial_fraction
+            )
+            u0 = _units(declared.gpus, declared.cpus, declared.nodes)[1]
+            r0 = declared.seconds
+            return cls(r0 * s, r0 * (1 - s) * max(u0, 1), {}, "declared:amdahl")
+        # Nothing known: the minimum wall time at the minimum shape, Amdahl to other shapes.
+        u0 = _units(env.gpus.min, env.cpus.min, env.nodes.min)[1]
+        r0, s = float(env.wall_time.min), settings.serial_fraction
+        return cls(r0 * s, r0 * (1 - s) * max(u0, 1), {}, "envelope:wall_time.min")
+
+    def runtime(self, shape: Shape) -> tuple[float, str]:
+        hit = self.exact.get((shape.gpus, shape.cpus, shape.nodes))
+        if hit is not None:
+            return hit, "history:exact"
+        units = max(_units(shape.gpus, shape.cpus, shape.nodes)[1], 1)
+        return self.serial_s + self.parallel_s / units, self.source
+
+
+def _fit_amdahl(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
+    """Least squares of R = a + b/u over distinct unit counts; None below two sizes."""
+    xs = {u for u, _ in points}
+    if len(xs) < 2:
+        return None
+    n = len(points)
+    inv = [1.0 / max(u, 1) for u, _ in points]
+    ys = [r for _, r in points]
+    mx, my = sum(inv) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in inv)
+    b = sum((x - mx) * (y - my) for x, y in zip(inv, ys, strict=True)) / sxx
+    b = max(b, 0.0)
+    a = max(my - b * mx, 0.0)
+    return a, b
+
+
+def env_prep_s(
+    site: str, environment: str | None, cache: EnvCache | None, settings: Settings
+) -> tuple[float, str]:
+    """E: zero when nothing is required or the site has it cached, else the preparation cost."""
+    if environment is None:
+        return 0.0, "none required"
+    if cache is not None and environment in cache.cached.get(site, ()):
+        return 0.0, "cached"
+    if cache is not None and site in cache.prepare_s:
+        return cache.prepare_s[site], "site preparation cost"
+    return settings.default_prepare_s, "default preparation cost"

@@ -1,0 +1,83 @@
+"""What to relax when nothing is feasible: the rule whose removal would free the most candidates."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.placement.rules import Category, Outcome
+from fedhpc.placement.trace import CandidateTrace
+from fedhpc.profiles.loader import Site
+
+__all__ = ["relax_hint"]
+
+
+def _largest_accelerator(sites: Mapping[str, Site]) -> str:
+    best: tuple[float, str] = (0.0, "none")
+    for name in sorted(sites):
+        for part in sites[name].profile.partitions:
+            acc = part.node.accelerator
+            if acc is not None and acc.memory_gib > best[0]:
+                best = (acc.memory_gib, f"{acc.type} at {name}/{part.name}")
+    return f"{best[0]:g} GiB ({best[1]})"
+
+
+def _advice(cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site]) -> str:
+    if cat is Category.ACCELERATOR:
+        if env.min_accelerator_memory_gib:
+            return (
+                f"lower min_accelerator_memory_gib ({env.min_accelerator_memory_gib:g}); the "
+                f"largest accelerator is {_largest_accelerator(sites)}"
+            )
+        return "allow more accelerator_types, or change the GPU range"
+    if cat is Category.CAPACITY:
+        return "lower the minimum GPUs, CPUs, memory or nodes per job"
+    if cat is Category.WALL_TIME:
+        return "lower wall_time.min or split the task into shorter steps"
+    if cat is Category.CREDIT:
+        return "raise the budget in your config or shorten wall_time.max / the shape"
+    if cat is Category.AUTHORIZATION:
+        return "add an account for these sites and partitions in your config"
+    if cat in (Category.HEALTH, Category.FRESHNESS):
+        return "refresh the snapshot, or wait until the site answers again"
+    if cat is Category.SITE_POLICY:
+        return "widen sites_include / sites_exclude, or use a policy that allows more sites"
+    if cat is Category.ARCHITECTURE:
+        return "allow more architectures"
+    if cat is Category.CONTAINER:
+        return "allow another container runtime, or run without a container"
+    return "wait for some of your jobs to finish, or use another QoS"
+
+
+def relax_hint(
+    env: ResourceEnvelope, rejected: Sequence[CandidateTrace], sites: Mapping[str, Site]
+) -> str:
+    """One sentence: which rule blocks most, what relaxing it would open up, and an example."""
+    if not rejected:
+        return "no site or partition is enabled: enable a site in your config"
+    sole: Counter[Category] = Counter()
+    anyf: Counter[Category] = Counter()
+    example: dict[Category, str] = {}
+    for c in rejected:
+        fails = [r for r in c.rules if r.outcome is Outcome.FAIL]
+        for r in fails:
+            anyf[r.category] += 1
+            example.setdefault(r.category, f"{c.id}: {r.reason}")
+        if len(fails) == 1:
+            sole[fails[0].category] += 1
+    order = list(Category)
+    if sole:
+        # Every category that alone blocks some candidate, most candidates first.
+        cats = sorted(sole, key=lambda k: (-sole[k], order.index(k)))[:3]
+        parts = [
+            f"{sole[c]} of {len(rejected)} candidates fail only on {c.value}: "
+            f"{_advice(c, env, sites)} (e.g. {example[c]})"
+            for c in cats
+        ]
+        return "; ".join(parts)
+    cat = min(anyf, key=lambda k: (-anyf[k], order.index(k)))
+    return (
+        f"every candidate fails more than one rule; most often {cat.value} "
+        f"({anyf[cat]} of {len(rejected)}): {_advice(cat, env, sites)} (e.g. {example[cat]})"
+    )

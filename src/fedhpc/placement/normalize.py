@@ -1,0 +1,131 @@
+"""Envelope validation beyond pydantic: units, unknown accelerator types, contradictions."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.site import SiteProfile
+from fedhpc.errors import FieldIssue, ValidationFailed
+
+__all__ = ["known_accelerator_types", "normalize_envelope", "parse_envelope"]
+
+# Below these, a number is far more likely a unit slip ('64' meant 64G, '2' meant 2h) than intent.
+_MIN_PLAUSIBLE_MIB = 64
+_MIN_PLAUSIBLE_WALL_S = 60
+
+
+def known_accelerator_types(profiles: Iterable[SiteProfile]) -> frozenset[str]:
+    """Every accelerator type (and GRES name) any profile's partitions offer."""
+    out: set[str] = set()
+    for profile in profiles:
+        for part in profile.partitions:
+            acc = part.node.accelerator
+            if acc is not None:
+                out.add(acc.type)
+                out.add(acc.gres_type.lower())
+    return frozenset(out)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "envelope"
+
+
+def parse_envelope(data: ResourceEnvelope | Mapping[str, Any]) -> ResourceEnvelope:
+    """A ResourceEnvelope from a mapping; pydantic's errors become one `FieldIssue` per field."""
+    if isinstance(data, ResourceEnvelope):
+        return data
+    try:
+        return ResourceEnvelope.model_validate(data)
+    except ValidationError as exc:
+        issues = [
+            FieldIssue(_loc(tuple(e["loc"])), str(e["msg"]).removeprefix("Value error, "))
+            for e in exc.errors()
+        ]
+        raise ValidationFailed(issues) from None
+
+
+def _unit_issues(env: ResourceEnvelope) -> list[FieldIssue]:
+    issues: list[FieldIssue] = []
+    for name, mib in (("memory.min", env.memory.min), ("memory.max", env.memory.max)):
+        if mib and mib < _MIN_PLAUSIBLE_MIB:
+            issues.append(
+                FieldIssue(name, f"{mib} MiB looks like a unit slip; write '{mib}G' for GiB")
+            )
+    for name, sec in (("wall_time.min", env.wall_time.min), ("wall_time.max", env.wall_time.max)):
+        if sec is not None and sec < _MIN_PLAUSIBLE_WALL_S:
+            issues.append(
+                FieldIssue(
+                    name,
+                    f"{sec} s is below the one-minute granularity of batch schedulers; "
+                    f"write '{sec}h' or '{sec}m' if hours or minutes were meant",
+                )
+            )
+    return issues
+
+
+def _site_issues(env: ResourceEnvelope, sites: Collection[str]) -> list[FieldIssue]:
+    issues: list[FieldIssue] = []
+    known = ", ".join(sorted(sites))
+    for field in ("sites_include", "sites_exclude"):
+        for i, name in enumerate(getattr(env, field)):
+            if name not in sites:
+                issues.append(FieldIssue(f"{field}[{i}]", f"unknown site {name!r}; known: {known}"))
+    for i, name in enumerate(env.preferences.sites):
+        where = f"preferences.sites[{i}]"
+        if name not in sites:
+            issues.append(FieldIssue(where, f"unknown site {name!r}; known: {known}"))
+        elif name in env.sites_exclude or (env.sites_include and name not in env.sites_include):
+            issues.append(FieldIssue(where, f"prefers {name!r}, which the envelope excludes"))
+    for i, ref in enumerate(env.preferences.partitions):
+        site, _, part = ref.partition("/")
+        if not part:
+            issues.append(
+                FieldIssue(f"preferences.partitions[{i}]", f"{ref!r} is not 'site/partition'")
+            )
+        elif site not in sites:
+            issues.append(FieldIssue(f"preferences.partitions[{i}]", f"unknown site {site!r}"))
+    return issues
+
+
+def normalize_envelope(
+    envelope: ResourceEnvelope,
+    profiles: Iterable[SiteProfile] = (),
+    *,
+    sites: Collection[str] | None = None,
+) -> ResourceEnvelope:
+    """The envelope with accelerator types lower-cased and de-duplicated, or `ValidationFailed`
+    naming every offending field. `profiles` define the known accelerator types and `sites` the
+    known site names; either check is skipped when nothing is known."""
+    profiles = list(profiles)
+    issues = _unit_issues(envelope)
+    types: list[str] = []
+    known = known_accelerator_types(profiles) if envelope.accelerator_types else frozenset()
+    for i, raw in enumerate(envelope.accelerator_types):
+        t = raw.strip().lower()
+        if known and t not in known:
+            issues.append(
+                FieldIssue(
+                    f"accelerator_types[{i}]",
+                    f"unknown accelerator type {raw!r}; known: {', '.join(sorted(known))}",
+                )
+            )
+        elif t not in types:
+            types.append(t)
+    if sites is not None:
+        issues.extend(_site_issues(envelope, sites))
+    elif profiles:
+        issues.extend(_site_issues(envelope, {p.name for p in profiles}))
+    if envelope.container is not None and not envelope.container.runtimes:
+        issues.append(FieldIssue("container.runtimes", "empty; name at least one runtime"))
+    if issues:
+        raise ValidationFailed(issues)
+    if tuple(types) == envelope.accelerator_types:
+        return envelope
+    return envelope.model_copy(update={"accelerator_types": tuple(types)})

@@ -1,0 +1,78 @@
+"""Placement policy and the numbers its rules and estimators use; all of it goes in the trace."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Objective", "Policy", "PolicyKind", "Settings", "WaitMethod"]
+
+
+class PolicyKind(StrEnum):
+    """How a feasible candidate is chosen (the paper's Table IV compares all three)."""
+
+    BEST_FEASIBLE = "best-feasible"  # minimum estimated completion W + R + E
+    SHORTEST_QUEUE = "shortest-queue"  # fewest pending jobs in the partition
+    FIXED_SITE = "fixed-site"  # one named site whenever it is feasible
+
+
+class Objective(StrEnum):
+    """Which completion estimate best-feasible minimises."""
+
+    EXPECTED = "expected"  # typical wait
+    P90 = "p90"  # 90th-percentile wait: trades a little median for a shorter tail
+
+
+class WaitMethod(StrEnum):
+    """Where the queue-wait estimate comes from."""
+
+    PAPER = "paper"  # request-sized free slots, then queue depth
+    SCHEDULER = "scheduler"  # sbatch --test-only supplied as input; paper when missing
+    LEARNED = "learned"  # this federation's observed waits; paper when too few
+    AUTO = "auto"  # scheduler, else learned, else paper
+
+
+class Settings(BaseModel):
+    """Tunable numbers. Defaults are deliberately coarse: estimates rank, they do not promise."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dispatch_s: float = Field(default=10.0, ge=0, description="wait when a slot is free now")
+    per_pending_s: float = Field(
+        default=120.0, ge=0, description="paper estimator: wait per job queued ahead"
+    )
+    uncertainty_factor: float = Field(
+        default=2.0, ge=1, description="p90/expected for estimates without history"
+    )
+    staleness_factor: float = Field(
+        default=5.0, gt=0, description="a probe older than this x min_refresh_s is stale"
+    )
+    min_staleness_s: float = Field(default=60.0, ge=0, description="floor of the stale bound")
+    learned_min_samples: int = Field(default=3, ge=1)
+    learned_window_s: float = Field(default=14 * 86400.0, gt=0)
+    learned_max_samples: int = Field(default=200, ge=1, description="most recent per bucket")
+    default_prepare_s: float = Field(default=600.0, ge=0, description="E when uncached")
+    serial_fraction: float = Field(
+        default=0.1, ge=0, le=1, description="Amdahl serial fraction when history cannot fit one"
+    )
+    allow_cpu_on_gpu_partitions: bool = False
+    max_shapes: int = Field(default=4, ge=1, description="joint sizing: shapes per partition")
+
+
+class Policy(BaseModel):
+    """The selectable placement policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: PolicyKind = PolicyKind.BEST_FEASIBLE
+    site: str | None = Field(default=None, description="FIXED_SITE: the site")
+    fallback: bool = Field(
+        default=True, description="FIXED_SITE: use other sites when the fixed one is infeasible"
+    )
+    objective: Objective = Objective.EXPECTED
+    wait: WaitMethod = WaitMethod.AUTO
+    joint_sizing: bool = Field(
+        default=True, description="best-feasible: evaluate several legal shapes per partition"
+    )
+    settings: Settings = Field(default_factory=Settings)

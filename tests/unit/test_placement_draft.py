@@ -1,0 +1,143 @@
+"""Envelope normalization (per-field errors) and `draft_envelope` for its three sources."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedhpc.domain import DraftSource, ResourceEnvelope
+from fedhpc.errors import ValidationFailed
+from fedhpc.placement import Workload, draft_envelope, normalize_envelope, parse_envelope
+from tests.unit.test_placement_world import env, gpu_partition, profile
+
+PROFILES = [profile("alpha", gpu_partition("g")), profile("beta", gpu_partition("h", "h100"))]
+
+
+def _fields(exc: ValidationFailed) -> list[str]:
+    return [i.field for i in exc.issues]
+
+
+def test_min_above_max_names_the_dimension() -> None:
+    with pytest.raises(ValidationFailed) as err:
+        parse_envelope({"gpus": {"min": 4, "max": 2}, "cpus": {"min": -1}})
+    assert _fields(err.value) == ["gpus", "cpus.min"]
+    assert err.value.as_dict()["code"] == "validation"
+
+
+def test_unknown_accelerator_type_names_the_item_and_the_known_types() -> None:
+    with pytest.raises(ValidationFailed) as err:
+        normalize_envelope(env(gpus=1, accelerator_types=("A100", "tpu")), PROFILES)
+    (issue,) = err.value.issues
+    assert issue.field == "accelerator_types[1]" and "a100, h100" in issue.reason
+
+
+def test_normalization_lowercases_and_deduplicates_accelerator_types() -> None:
+    out = normalize_envelope(env(gpus=1, accelerator_types=("A100", "a100 ")), PROFILES)
+    assert out.accelerator_types == ("a100",)
+
+
+def test_unit_slips_are_reported_per_field() -> None:
+    with pytest.raises(ValidationFailed) as err:
+        normalize_envelope(env(memory=(16, 32), wall_time=2), PROFILES)
+    assert _fields(err.value) == ["memory.min", "memory.max", "wall_time.min"]
+    assert "'16G'" in err.value.issues[0].reason
+
+
+def test_contradictory_site_preferences_are_rejected() -> None:
+    bad = env(sites_exclude=("beta",), preferences={"sites": ["beta"], "partitions": ["alpha"]})
+    with pytest.raises(ValidationFailed) as err:
+        normalize_envelope(bad, PROFILES)
+    assert _fields(err.value) == ["preferences.sites[0]", "preferences.partitions[0]"]
+    with pytest.raises(ValidationFailed) as err:
+        normalize_envelope(env(sites_include=("gamma",)), PROFILES)
+    assert _fields(err.value) == ["sites_include[0]"]
+
+
+DDP = """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+loader = DataLoader(ds, batch_size=64, num_workers=8)
+# launch: torchrun --nproc_per_node=4 train.py
+"""
+
+
+@pytest.mark.parametrize(
+    ("description", "code", "workload"),
+    [
+        ("tokenize and shard the corpus with pandas", ["Pool(32)"], Workload.CPU_PREPROCESSING),
+        (
+            "run inference with a 7B model on the test set",
+            ["model.eval()"],
+            Workload.SINGLE_GPU_INFERENCE,
+        ),
+        ("train the ResNet", [DDP], Workload.MULTI_GPU_DDP),
+        (
+            "hyperparameter sweep over 24 configs of the small MLP on CPU",
+            [],
+            Workload.PARAMETER_SWEEP,
+        ),
+    ],
+)
+def test_heuristic_drafter_recognises_the_workload_class(
+    description: str, code: list[str], workload: Workload
+) -> None:
+    draft = draft_envelope(description, code, profiles=PROFILES)
+    assert draft.workload is workload
+    assert draft.heuristic and draft.valid and draft.envelope is not None
+    assert draft.envelope.draft is not None and draft.envelope.draft.source is DraftSource.HEURISTIC
+    assert 0 < draft.confidence <= 0.9 and draft.rationale.startswith(workload.value)
+
+
+def test_ddp_draft_reads_nproc_per_node_and_num_workers() -> None:
+    draft = draft_envelope("train the ResNet", [DDP])
+    e = draft.envelope
+    assert e is not None
+    assert (e.gpus.min, e.gpus.upper) == (1, 4)
+    assert (e.cpus.min, e.cpus.upper) == (9, 36)
+    assert "nproc_per_node=4" in draft.signals and "num_workers=8" in draft.signals
+
+
+def test_inference_draft_derives_accelerator_memory_from_model_size() -> None:
+    draft = draft_envelope("serve a 13B model for inference", ["x.cuda()"])
+    assert draft.envelope is not None and draft.envelope.min_accelerator_memory_gib == 32
+
+
+def test_sweep_draft_reports_fanout_and_a_cpu_child_envelope() -> None:
+    draft = draft_envelope("grid search over 24 configs", ["for lr in [0.1, 0.01]:"])
+    assert draft.fanout == 24
+    assert draft.envelope is not None and draft.envelope.gpus.upper == 0
+
+
+def test_stated_duration_sets_the_wall_time() -> None:
+    draft = draft_envelope("preprocess the images, takes about 3 hours")
+    assert draft.envelope is not None
+    assert (draft.envelope.wall_time.min, draft.envelope.wall_time.upper) == (10800, 21600)
+
+
+def test_user_authored_draft_is_validated_and_recorded_as_given() -> None:
+    mine = env(gpus=(1, 2), cpus=8)
+    draft = draft_envelope("my job", proposed=mine, source=DraftSource.USER)
+    assert draft.source is DraftSource.USER and draft.confidence == 1.0 and not draft.heuristic
+    assert draft.envelope is not None and draft.envelope.gpus == mine.gpus
+    assert draft.proposed["gpus"] == {"min": 1, "max": 2}
+
+
+def test_agent_authored_invalid_draft_is_kept_with_per_field_issues() -> None:
+    proposed = {"gpus": {"min": 4, "max": 1}, "accelerator_types": ["a100"]}
+    draft = draft_envelope("x", proposed=proposed, rationale="guess", confidence=0.7)
+    assert draft.source is DraftSource.ASSISTANT and not draft.valid and draft.envelope is None
+    assert [i.field for i in draft.issues] == ["gpus"]
+    assert draft.proposed == proposed and draft.confidence == 0.7
+
+
+def test_agent_draft_with_unknown_accelerator_fails_validation_against_profiles() -> None:
+    draft = draft_envelope(
+        "x", proposed={"gpus": {"min": 1}, "accelerator_types": ["tpu"]}, profiles=PROFILES
+    )
+    assert not draft.valid and draft.issues[0].field == "accelerator_types[0]"
+
+
+def test_draft_serializes_with_both_the_original_and_the_normalized_envelope() -> None:
+    draft = draft_envelope("train", [DDP])
+    data = draft.model_dump(mode="json")
+    assert data["proposed"]["gpus"] == {"min": 1, "max": 4}
+    assert ResourceEnvelope.model_validate(data["envelope"]) == draft.envelope

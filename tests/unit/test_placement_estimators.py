@@ -1,0 +1,145 @@
+"""Wait (paper, scheduler, learned), runtime scaling, environment preparation, budgets."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from fedhpc.domain import Credit, Shape
+from fedhpc.placement import (
+    EnvCache,
+    RuntimeDeclaration,
+    RuntimeModel,
+    RuntimeObservation,
+    Settings,
+    WaitHistory,
+    WaitMethod,
+    WaitObservation,
+    allowed_budget,
+    paper_wait,
+    size_bucket,
+)
+from fedhpc.placement.context import Ledger, Live
+from fedhpc.placement.estimators import env_prep_s, estimate_wait
+from tests.unit.test_placement_world import NOW, env, gpu_partition, profile, pstate, site, state
+
+S = Settings()
+G = gpu_partition("g", count=4)
+
+
+def live(**kw: int) -> Live:
+    return Live.of("s", pstate("g", G, **kw), None)
+
+
+def obs(wait: float, *, gpus: int = 1, hours_ago: float = 1, part: str = "g") -> WaitObservation:
+    return WaitObservation(
+        site="s",
+        partition=part,
+        gpus=gpus,
+        cpus=8,
+        wait_s=wait,
+        observed_at=NOW - timedelta(hours=hours_ago),
+    )
+
+
+def test_paper_wait_uses_free_request_sized_slots_first() -> None:
+    w = paper_wait(Shape(gpus=4), live(pending_jobs=823), S)
+    assert w.wait_s == S.dispatch_s and w.source.startswith("paper:free-slots")
+
+
+def test_paper_wait_falls_back_to_queue_depth_without_a_slot() -> None:
+    w = paper_wait(Shape(gpus=4), live(free_gpus=1, max_free_gpus_on_node=1, pending_jobs=3), S)
+    assert w.wait_s == S.dispatch_s + 4 * S.per_pending_s
+    assert w.p90_s == w.wait_s * S.uncertainty_factor
+
+
+def test_paper_wait_never_infers_free_gpus_from_node_state_alone() -> None:
+    # 6 GPUs free in total, but no node has 4 of them: a 4-GPU job has no slot now.
+    w = paper_wait(Shape(gpus=4), live(free_gpus=6, max_free_gpus_on_node=3, pending_jobs=0), S)
+    assert w.source.startswith("paper:queue-depth")
+
+
+def test_learned_wait_uses_the_request_size_bucket_median_and_p90() -> None:
+    hist = WaitHistory(
+        [obs(w, gpus=4) for w in (100, 200, 300, 400, 5000)] + [obs(1, gpus=1)] * 5,
+        now=NOW,
+        settings=S,
+    )
+    w = hist.estimate("s", "g", Shape(gpus=4))
+    assert w is not None and (w.wait_s, w.p90_s) == (300, 5000)
+    assert w.source.startswith("learned:gpu:4-7")
+    assert size_bucket(4, 8, 1) == "gpu:4-7" and size_bucket(0, 48, 1) == "cpu:32-63"
+
+
+def test_learned_wait_falls_back_to_the_partition_then_to_nothing() -> None:
+    hist = WaitHistory([obs(60, gpus=1)] * 3, now=NOW, settings=S)
+    w = hist.estimate("s", "g", Shape(gpus=4))
+    assert w is not None and w.source.startswith("learned:partition")
+    assert WaitHistory([obs(60)] * 2, now=NOW, settings=S).estimate("s", "g", Shape(gpus=1)) is None
+
+
+def test_learned_wait_ignores_observations_outside_the_window_and_after_now() -> None:
+    old = [obs(9999, hours_ago=24 * 30)] * 5
+    future = [obs(9999, hours_ago=-1)] * 5
+    assert WaitHistory(old + future, now=NOW, settings=S).estimate("s", "g", Shape(gpus=1)) is None
+
+
+def test_auto_wait_prefers_scheduler_then_learned_then_paper() -> None:
+    shape, key = Shape(gpus=1), "k"
+    hist = WaitHistory([obs(700)] * 3, now=NOW, settings=S)
+    sched = {("s", "g", key): NOW + timedelta(seconds=90)}
+    args: dict[str, Any] = {
+        "site": "s",
+        "partition": "g",
+        "key": key,
+        "shape": shape,
+        "live": live(),
+        "now": NOW,
+        "settings": S,
+    }
+    assert estimate_wait(WaitMethod.AUTO, history=hist, scheduler=sched, **args).wait_s == 90
+    assert estimate_wait(WaitMethod.AUTO, history=hist, scheduler={}, **args).wait_s == 700
+    paper = estimate_wait(WaitMethod.AUTO, history=None, scheduler=None, **args)
+    assert paper.source.startswith("paper")
+    learned_only = estimate_wait(WaitMethod.LEARNED, history=hist, scheduler=sched, **args)
+    assert learned_only.wait_s == 700
+
+
+def test_declared_runtime_scales_by_amdahl() -> None:
+    e = env(gpus=(1, 4))
+    m = RuntimeModel.build(e, RuntimeDeclaration(seconds=1000, gpus=1, serial_fraction=0.1), [], S)
+    assert m.runtime(Shape(gpus=1))[0] == 1000
+    assert m.runtime(Shape(gpus=4))[0] == 100 + 900 / 4
+
+
+def test_runtime_history_is_exact_where_observed_and_fitted_elsewhere() -> None:
+    hist = [RuntimeObservation(gpus=1, runtime_s=1000), RuntimeObservation(gpus=2, runtime_s=600)]
+    m = RuntimeModel.build(env(gpus=(1, 4)), None, hist, S)
+    assert m.runtime(Shape(gpus=2)) == (600, "history:exact")
+    r4, src = m.runtime(Shape(gpus=4))
+    assert src == "history:fit" and r4 == 400  # R = 200 + 800/u through both points
+
+
+def test_runtime_without_information_comes_from_the_minimum_wall_time() -> None:
+    m = RuntimeModel.build(env(cpus=(4, 64), wall_time="1h"), None, [], S)
+    assert m.runtime(Shape(cpus=4))[0] == 3600 and m.source == "envelope:wall_time.min"
+
+
+def test_environment_preparation_is_free_when_cached() -> None:
+    cache = EnvCache(cached={"a": ("torch.sif",)}, prepare_s={"b": 120})
+    assert env_prep_s("a", "torch.sif", cache, S) == (0.0, "cached")
+    assert env_prep_s("b", "torch.sif", cache, S)[0] == 120
+    assert env_prep_s("c", "torch.sif", cache, S)[0] == S.default_prepare_s
+    assert env_prep_s("c", None, None, S)[0] == 0
+
+
+def test_budget_is_the_tightest_of_task_account_site_and_balance() -> None:
+    p = profile("p", G)
+    st = state(p, accounts=("a",), credit=(Credit(account="a", used=40.0, balance=500.0),))
+    s = site(p, budget=100.0, task_budget=80.0, accounts=[{"name": "a", "budget": 70.0}])
+    b = allowed_budget(s, st, "a", None, None)
+    assert b.allowed == 30.0 and "account a" in b.binding  # 70 - 40 used
+    assert allowed_budget(s, st, "a", 5.0, None).allowed == 5.0
+    ledger = Ledger()
+    ledger.claim("p", "g", "a", Shape(gpus=1), 25.0)
+    assert allowed_budget(s, st, "a", None, ledger).allowed == 5.0
