@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,20 @@ import httpx2
 
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import FedError, TransientError, UsageError
+from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.tasks import (
+    CancelRequest,
+    GroupView,
+    ReplanRequest,
+    ResultManifest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+    TaskHandle,
+    TaskSummary,
+)
+from fedhpc.placement.draft import EnvelopeDraft
 
 __all__ = ["DaemonClient", "DaemonUnavailable", "start_daemon"]
 
@@ -82,6 +96,50 @@ class DaemonClient:
     async def refresh(self, req: InspectRequest | None = None) -> FederationView:
         body = await self._call("POST", "/v1/refresh", params=self._params(req))
         return FederationView.model_validate(body)
+
+    async def draft_envelope(self, req: DraftRequest) -> EnvelopeDraft:
+        body = await self._call("POST", "/v1/envelopes/draft", content=req.model_dump_json())
+        return EnvelopeDraft.model_validate(body)
+
+    async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
+        body = await self._call("POST", "/v1/tasks", content=req.model_dump_json())
+        return TaskHandle.model_validate(body)
+
+    async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
+        body = await self._call("POST", "/v1/groups", content=req.model_dump_json())
+        return GroupView.model_validate(body)
+
+    async def group(self, group_id: str) -> GroupView:
+        return GroupView.model_validate(await self._call("GET", f"/v1/groups/{group_id}"))
+
+    async def get_result(self, req: ResultRequest) -> ResultManifest:
+        params: dict[str, Any] = {"max_bytes": req.max_bytes}
+        if req.preview:
+            params["preview"] = req.preview
+        body = await self._call("GET", f"/v1/tasks/{req.task_id}", params=params)
+        return ResultManifest.model_validate(body)
+
+    async def tasks(self, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
+        params: dict[str, Any] = {"limit": limit} | ({"state": state} if state else {})
+        body = await self._call("GET", "/v1/tasks", params=params)
+        return [TaskSummary.model_validate(t) for t in body["tasks"]]
+
+    async def cancel(self, req: CancelRequest) -> TaskHandle:
+        body = await self._call("POST", f"/v1/tasks/{req.task_id}/cancel")
+        return TaskHandle.model_validate(body)
+
+    async def replan(self, req: ReplanRequest) -> TaskHandle:
+        body = await self._call(
+            "POST", f"/v1/tasks/{req.task_id}/replan", content=req.model_dump_json()
+        )
+        return TaskHandle.model_validate(body)
+
+    async def ack_events(self, consumer: str, through: int) -> int:
+        """Move `consumer`'s cursor to `through` (a pulled client's acknowledgement)."""
+        body = await self._call(
+            "POST", "/v1/events/ack", content=json.dumps({"consumer": consumer, "through": through})
+        )
+        return int(body["cursor"])
 
     async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         body = await self._call("GET", "/v1/events", params={"after": after, "limit": limit})

@@ -1,5 +1,6 @@
 """The operation contract: request and answer models shared by REST, MCP and the CLI."""
 
+from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import (
     FederationView,
     InspectRequest,
@@ -7,5 +8,42 @@ from fedhpc.ops.inspect import (
     SiteView,
     inspect_federation,
 )
+from fedhpc.ops.tasks import (
+    AdaptationPolicy,
+    AttemptView,
+    CancelRequest,
+    GroupChild,
+    GroupView,
+    OutputRef,
+    Provenance,
+    ReplanRequest,
+    ResultManifest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+    TaskHandle,
+    TaskSummary,
+)
 
-__all__ = ["FederationView", "InspectRequest", "PartitionView", "SiteView", "inspect_federation"]
+__all__ = [
+    "AdaptationPolicy",
+    "AttemptView",
+    "CancelRequest",
+    "DraftRequest",
+    "FederationView",
+    "GroupChild",
+    "GroupView",
+    "InspectRequest",
+    "OutputRef",
+    "PartitionView",
+    "Provenance",
+    "ReplanRequest",
+    "ResultManifest",
+    "ResultRequest",
+    "SiteView",
+    "SubmitGroupRequest",
+    "SubmitTaskRequest",
+    "TaskHandle",
+    "TaskSummary",
+    "inspect_federation",
+]
