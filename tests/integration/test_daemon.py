@@ -221,14 +221,16 @@ async def test_kill_9_loses_no_snapshot_or_event(home: Path, devfed: Any) -> Non
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    async with DaemonClient(settings) as client:
-        await client.wait_until_up(30)
-        refreshes: set[Any] = set()
-        with anyio.fail_after(30):
-            while len(refreshes) < 12:  # several refreshes of every site have committed
-                refreshes |= {s.collected_at for s in (await client.federation()).sites}
-                await anyio.sleep(0.2)
-        view = await client.federation()  # everything served was committed first
+    try:
+        async with DaemonClient(settings) as client:
+            await client.wait_until_up(30)
+            refreshes: set[Any] = set()
+            with anyio.fail_after(30):
+                while len(refreshes) < 12:  # several refreshes of every site have committed
+                    refreshes |= {s.collected_at for s in (await client.federation()).sites}
+                    await anyio.sleep(0.2)
+            view = await client.federation()  # everything served was committed first
+    finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     store = await Store.open(settings.db_path)

@@ -40,6 +40,11 @@ class UserSiteConfig(_Strict):
     budget: float | None = Field(default=None, ge=0, description="site-wide budget in credits")
     task_budget: float | None = Field(default=None, ge=0, description="per-task ceiling")
     transport: TransportOverride = Field(default_factory=TransportOverride)
+    workdir: str | None = Field(
+        default=None,
+        pattern=r"^/[A-Za-z0-9_./~+@=,:-]*$",
+        description="where task folders go; default <scratch>/<user>/fedhpc",
+    )
     collections: dict[str, str] = Field(
         default_factory=dict, description="storage root name -> Globus collection id"
     )

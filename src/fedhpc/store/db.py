@@ -94,6 +94,49 @@ class Tx:
         )
         return cur.rowcount > 0
 
+    async def put_attempt(
+        self,
+        task_id: str,
+        n: int,
+        *,
+        site: str,
+        partition: str,
+        job_name: str,
+        job_id: str | None,
+        state: str,
+        body: dict[str, Any],
+        at: datetime,
+    ) -> None:
+        """Insert or update one attempt (the intent is written before the job is submitted)."""
+        await self.conn.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (task_id, n) DO UPDATE SET job_id = excluded.job_id, "
+            "state = excluded.state, updated_at = excluded.updated_at, body = excluded.body",
+            (
+                task_id,
+                n,
+                site,
+                partition,
+                job_name,
+                job_id,
+                state,
+                _iso(at),
+                _iso(at),
+                json.dumps(body),
+            ),
+        )
+
+    async def put_group(
+        self, group_id: str, *, state: str, round_: int, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO groups (id, created_at, state, round, body) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, round = excluded.round, "
+            "body = excluded.body",
+            (group_id, _iso(at), state, round_, json.dumps(body)),
+        )
+
     async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
         """Record one refresh; keep at most `keep` snapshots per site (bounded history)."""
         for st in states:
@@ -234,6 +277,63 @@ class Store:
         rows = await self._all("SELECT * FROM tasks WHERE idempotency_key = ?", (key,))
         return _task(rows[0]) if rows else None
 
+    async def attempts(self, task_id: str) -> list[dict[str, Any]]:
+        rows = await self._all("SELECT * FROM attempts WHERE task_id = ? ORDER BY n", (task_id,))
+        return [_attempt(r) for r in rows]
+
+    async def attempts_in(self, states: Sequence[str]) -> list[dict[str, Any]]:
+        marks = ",".join("?" * len(states))
+        rows = await self._all(
+            f"SELECT * FROM attempts WHERE state IN ({marks}) ORDER BY task_id, n",  # noqa: S608
+            tuple(states),
+        )
+        return [_attempt(r) for r in rows]
+
+    async def finished_attempts(self, limit: int = 2000) -> list[dict[str, Any]]:
+        """Recent attempts that ran: the learned wait estimator's history."""
+        rows = await self._all(
+            "SELECT * FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?",
+            (limit,),
+        )
+        return [_attempt(r) for r in rows]
+
+    async def list_tasks(
+        self, *, state: str | None = None, group_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        sql, params = "SELECT * FROM tasks", []
+        where = []
+        if state:
+            where.append("state = ?")
+            params.append(state)
+        if group_id:
+            where.append("group_id = ?")
+            params.append(group_id)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = await self._all(sql + " ORDER BY created_at DESC, id LIMIT ?", [*params, limit])
+        return [_task(r) for r in rows]
+
+    async def get_group(self, group_id: str) -> dict[str, Any] | None:
+        rows = await self._all("SELECT * FROM groups WHERE id = ?", (group_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return {
+            "id": r["id"],
+            "state": r["state"],
+            "round": r["round"],
+            "created_at": r["created_at"],
+            "body": json.loads(r["body"]),
+        }
+
+    async def groups_in(self, states: Sequence[str]) -> list[str]:
+        marks = ",".join("?" * len(states))
+        rows = await self._all(
+            f"SELECT id FROM groups WHERE state IN ({marks}) ORDER BY id",  # noqa: S608
+            tuple(states),
+        )
+        return [str(r["id"]) for r in rows]
+
     async def count(self, table: str) -> int:
         if table not in {
             "snapshots",
@@ -249,6 +349,21 @@ class Store:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
         return int(rows[0]["n"])
+
+
+def _attempt(row: aiosqlite.Row) -> dict[str, Any]:
+    return {
+        "task_id": row["task_id"],
+        "n": row["n"],
+        "site": row["site"],
+        "partition": row["partition"],
+        "job_name": row["job_name"],
+        "job_id": row["job_id"],
+        "state": row["state"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "body": json.loads(row["body"]),
+    }
 
 
 def _task(row: aiosqlite.Row) -> dict[str, Any]:
