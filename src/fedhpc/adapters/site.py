@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
+from fedhpc.adapters.command import Command, CommandResult, batch, shell_line, split_batch
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.transports.base import Transport, TransportError
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
@@ -80,10 +80,20 @@ class SiteAdapter:
             raise UsageError(str(exc.args[0]), hint="Pick a partition from the profile.") from None
         return self.dialect.render_script(spec, self.site.profile)
 
-    async def submit(self, spec: JobSpec) -> SubmittedJob:
-        """Submit one job; returns once the scheduler accepted it."""
+    async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
+        """Submit one job; returns once the scheduler accepted it. `ensure_dirs` are created
+        first in the same remote call (the job's working and output folders)."""
         script = self.render(spec)
-        result = await self._run(self.dialect.submit_command(script))
+        command = self.dialect.submit_command(script)
+        if ensure_dirs:
+            # The folders travel as positional arguments, never inside the script text.
+            command = Command(
+                ("bash", "-c", f'mkdir -p -- "$@" && exec {shell_line(command.argv)}', "fedhpc",
+                 *ensure_dirs),
+                stdin=command.stdin, env=command.env, timeout_s=command.timeout_s,
+                idempotent=False,
+            )  # fmt: skip
+        result = await self._run(command)
         job_id = self.dialect.parse_submit(result)
         log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
         return SubmittedJob(self.name, job_id, script)
@@ -105,6 +115,31 @@ class SiteAdapter:
         result = await self._run(self.dialect.cancel_command(job_ids))
         if not result.ok:
             raise CommandFailed(f"cancel on {self.name} failed: {result.stderr.strip()}")
+
+    async def find(self, names: Sequence[str]) -> dict[str, str]:
+        """Job ids of our jobs by name (after a crash lost the id); absent names are unknown."""
+        if not names:
+            return {}
+        return self.dialect.parse_find(await self._run(self.dialect.find_command(names)))
+
+    async def file_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        """Sizes of files at the site in one call; None for a file that is not there."""
+        if not paths:
+            return {}
+        script = 'for f in "$@"; do s=$(stat -c %s -- "$f" 2>/dev/null) || s=-; echo "$s"; done'
+        result = await self._run(Command(("bash", "-c", script, "fedhpc", *paths)))
+        sizes = result.stdout.split()
+        return {p: (int(s) if s.isdigit() else None) for p, s in zip(paths, sizes, strict=False)}
+
+    async def head(self, path: str, max_bytes: int) -> tuple[str, bool]:
+        """At most `max_bytes` of a file (decoded with replacement) and whether it was cut."""
+        result = await self._run(
+            Command(("head", "-c", str(max_bytes + 1), "--", path), timeout_s=30.0)
+        )
+        if not result.ok:
+            raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
+        text = result.stdout
+        return text[:max_bytes], len(text) > max_bytes
 
     async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
         """Every probe command in ONE remote call; a transport failure means OFFLINE."""

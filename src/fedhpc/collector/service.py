@@ -66,6 +66,7 @@ class Collector:
         self._failures: Counter[str] = Counter()
         self.wake = anyio.Event()
         self._changes: list[tuple[str, SiteState, Health | None]] = []
+        self.ready = anyio.Event()  # set after the first refresh of this process
 
     def interval(self, site: str) -> float:
         base = max(self.refresh_s, float(self.sites[site].profile.min_refresh_s))
@@ -126,6 +127,7 @@ class Collector:
                     await tx.save_site_states([self.latest[n] for n in due], keep=self.history_keep)
                     for name, state, before in changes:
                         await self._health_event(tx, name, state, before)
+        self.ready.set()
         return report
 
     async def _health_event(

@@ -14,8 +14,27 @@ from starlette.routing import Route
 
 from fedhpc import __version__
 from fedhpc.collector import Collector
-from fedhpc.errors import FedError, FieldIssue, ValidationFailed
+from fedhpc.domain.job import JobState
+from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
+from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
+from fedhpc.ops.tasks import (
+    CancelRequest,
+    ReplanRequest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+)
+from fedhpc.orchestrator import (
+    Orchestrator,
+    cancel,
+    get_result,
+    group_view,
+    list_tasks,
+    replan,
+    submit_group,
+)
+from fedhpc.placement import draft_envelope
 from fedhpc.store import Store
 
 __all__ = ["DaemonState", "build_app"]
@@ -30,13 +49,38 @@ class EventsQuery(BaseModel):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class TasksQuery(BaseModel):
+    """Query of GET /v1/tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: JobState | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class AckRequest(BaseModel):
+    """POST /v1/events/ack: a pulling client's cursor moves to `through`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    consumer: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
+    through: int = Field(ge=0)
+
+
 class DaemonState:
     """What request handlers may use: the store (read), the collector, the start time."""
 
-    def __init__(self, store: Store, collector: Collector, started_at: datetime) -> None:
+    def __init__(
+        self,
+        store: Store,
+        collector: Collector,
+        started_at: datetime,
+        orchestrator: Orchestrator,
+    ) -> None:
         self.store = store
         self.collector = collector
         self.started_at = started_at
+        self.orchestrator = orchestrator
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(
@@ -72,7 +116,8 @@ def _guard(fn: Handler) -> Handler:
             ]
             return _error(ValidationFailed(issues), 422)
         except FedError as exc:
-            return _error(exc, 400 if exc.code in {"usage", "validation"} else 500)
+            status = {"usage": 400, "validation": 422, "not_found": 404}.get(exc.code, 500)
+            return _error(exc, status)
 
     return wrapped
 
@@ -110,7 +155,71 @@ def build_app(state: DaemonState) -> Starlette:
         rows = await state.store.events_after(q.after, limit=q.limit)
         return JSONResponse({"events": [e.model_dump(mode="json") for e in rows]})
 
+    o = state.orchestrator
+
+    async def body(request: Request) -> bytes:
+        raw = await request.body()
+        if len(raw) > 1_000_000:
+            raise UsageError("request body over 1 MB", hint="Send references, not content.")
+        return raw or b"{}"
+
+    async def submit_task(request: Request) -> Response:
+        req = SubmitTaskRequest.model_validate_json(await body(request))
+        return _json(await o.submit_task(req))
+
+    async def tasks(request: Request) -> Response:
+        q = TasksQuery.model_validate(dict(request.query_params))
+        rows = await list_tasks(o, state=q.state, limit=q.limit)
+        return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
+
+    async def result(request: Request) -> Response:
+        req = ResultRequest.model_validate(
+            {"task_id": request.path_params["task_id"], **dict(request.query_params)}
+        )
+        return _json(await get_result(o, req))
+
+    async def cancel_task(request: Request) -> Response:
+        return _json(await cancel(o, CancelRequest(task_id=request.path_params["task_id"])))
+
+    async def replan_task(request: Request) -> Response:
+        req = ReplanRequest.model_validate_json(await body(request))
+        if req.task_id != request.path_params["task_id"]:
+            raise UsageError("task_id in the body and the path differ")
+        return _json(await replan(o, req))
+
+    async def submit_group_(request: Request) -> Response:
+        req = SubmitGroupRequest.model_validate_json(await body(request))
+        return _json(await submit_group(o, req))
+
+    async def group(request: Request) -> Response:
+        return _json(await group_view(o, request.path_params["group_id"]))
+
+    async def draft(request: Request) -> Response:
+        req = DraftRequest.model_validate_json(await body(request))
+        answer = draft_envelope(
+            req.description, req.code_context, req.proposed, source=req.source,
+            rationale=req.rationale, confidence=req.confidence,
+            profiles=[s.profile for s in state.collector.sites.values()],
+            sites=state.collector.sites.keys(),
+        )  # fmt: skip
+        return _json(answer)
+
+    async def ack(request: Request) -> Response:
+        req = AckRequest.model_validate_json(await body(request))
+        async with state.store.transaction() as tx:
+            await tx.set_cursor(req.consumer, req.through, at=datetime.now(UTC))
+        return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
+
     routes = [
+        Route("/v1/tasks", _guard(submit_task), methods=["POST"]),
+        Route("/v1/tasks", _guard(tasks), methods=["GET"]),
+        Route("/v1/tasks/{task_id}", _guard(result), methods=["GET"]),
+        Route("/v1/tasks/{task_id}/cancel", _guard(cancel_task), methods=["POST"]),
+        Route("/v1/tasks/{task_id}/replan", _guard(replan_task), methods=["POST"]),
+        Route("/v1/groups", _guard(submit_group_), methods=["POST"]),
+        Route("/v1/groups/{group_id}", _guard(group), methods=["GET"]),
+        Route("/v1/envelopes/draft", _guard(draft), methods=["POST"]),
+        Route("/v1/events/ack", _guard(ack), methods=["POST"]),
         Route("/v1/health", _guard(health), methods=["GET"]),
         Route("/v1/federation", _guard(federation), methods=["GET"]),
         Route("/v1/refresh", _guard(refresh), methods=["POST"]),

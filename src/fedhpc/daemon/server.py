@@ -21,6 +21,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.app import DaemonState, build_app
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
+from fedhpc.orchestrator import Orchestrator, tick
 from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 
@@ -96,21 +97,28 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
             probe_timeout_s=settings.probe_timeout_s,
             history_keep=settings.history_keep,
         )
+        orchestrator = Orchestrator(
+            store, collector, adapters, cycle_s=settings.cycle_s,
+            intent_grace_s=settings.intent_grace_s,
+        )  # fmt: skip
         try:
             await collector.load()
             if once:
                 report = await collector.refresh(force=True)
+                await tick(orchestrator)
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
                 return
-            await _serve(settings, store, collector)
+            await _serve(settings, store, collector, orchestrator)
         finally:
             await _close_adapters(adapters)
             with anyio.CancelScope(shield=True):
                 await store.close()
 
 
-async def _serve(settings: DaemonSettings, store: Store, collector: Collector) -> None:
-    state = DaemonState(store, collector, datetime.now(UTC))
+async def _serve(
+    settings: DaemonSettings, store: Store, collector: Collector, orchestrator: Orchestrator
+) -> None:
+    state = DaemonState(store, collector, datetime.now(UTC), orchestrator)
     config = uvicorn.Config(
         build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
     )
@@ -125,6 +133,7 @@ async def _serve(settings: DaemonSettings, store: Store, collector: Collector) -
                 log.info("stopping", signal=signal.Signals(signum).name, grace_s=settings.grace_s)
                 stopping.set()  # stop claiming new work
                 collector.wake.set()
+                orchestrator.wake.set()
                 server.should_exit = True
                 await anyio.sleep(settings.grace_s)
                 services.cancel()  # grace is over
@@ -135,6 +144,7 @@ async def _serve(settings: DaemonSettings, store: Store, collector: Collector) -
             async with anyio.create_task_group() as services:
                 outer.start_soon(watch_signals, services.cancel_scope, name="signals")
                 services.start_soon(collector.run, stopping, name="collector")
+                services.start_soon(orchestrator.run, stopping, name="orchestrator")
                 services.start_soon(server.serve, [sock], name="rest")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:

@@ -22,6 +22,10 @@ class DaemonSettings(BaseModel):
     probe_timeout_s: float = Field(default=30.0, gt=0)
     history_keep: int = Field(default=1440, ge=1, description="snapshots kept per site")
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM grace before cancelling")
+    cycle_s: float = Field(default=10.0, gt=0, description="orchestrator control cycle")
+    intent_grace_s: float = Field(
+        default=45.0, ge=1, description="after a crash, resubmit an unseen intent this late"
+    )
 
     @property
     def socket_path(self) -> Path:
@@ -47,6 +51,8 @@ class DaemonSettings(BaseModel):
             ("probe_timeout_s", "FEDHPC_PROBE_TIMEOUT_S"),
             ("history_keep", "FEDHPC_HISTORY_KEEP"),
             ("grace_s", "FEDHPC_GRACE_S"),
+            ("cycle_s", "FEDHPC_CYCLE_S"),
+            ("intent_grace_s", "FEDHPC_INTENT_GRACE_S"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]

@@ -64,6 +64,15 @@ class Dialect(Protocol):
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command: ...
 
+    def find_command(self, names: Sequence[str]) -> Command:
+        """Look our jobs up by name (fedhpc-<task>-<attempt>): how a restarted daemon finds a
+        job whose id it never recorded. Names are ours, validated job names."""
+        ...
+
+    def parse_find(self, result: CommandResult) -> dict[str, str]:
+        """Job name -> scheduler job id, for every name the scheduler knows."""
+        ...
+
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
         """The probe commands; the site adapter batches them into one remote call."""
         ...

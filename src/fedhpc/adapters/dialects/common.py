@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from fedhpc.adapters.command import quote, shell_line
 from fedhpc.domain.job import JobSpec
 from fedhpc.domain.site import SiteProfile
 
-__all__ = ["directive", "extra_directives", "render_body"]
+__all__ = ["check_names", "directive", "extra_directives", "parse_name_pairs", "render_body"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_names(names: Sequence[str]) -> list[str]:
+    """Job names for a lookup: only the conservative job-name charset passes."""
+    bad = [n for n in names if not _NAME.match(n)]
+    if bad:
+        raise ValueError(f"not job names: {bad!r}")
+    return list(names)
+
+
+def parse_name_pairs(text: str, sep: str | None = None) -> dict[str, str]:
+    """'<job id><sep><name>' lines -> {name: job id}; the first id seen per name wins."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.strip().split(sep, 1)
+        if len(parts) == 2 and parts[0].strip() and parts[1].strip():
+            out.setdefault(parts[1].strip(), parts[0].strip())
+    return out
+
 
 # A directive value may hold only these characters: no whitespace, quotes, '#', '$', '`', ';'
 # or line breaks. JobSpec's validators already enforce this; this is the last line of defence.

@@ -6,10 +6,15 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import lsf_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.common import extra_directives, render_body
+from fedhpc.adapters.dialects.common import (
+    check_names,
+    extra_directives,
+    parse_name_pairs,
+    render_body,
+)
 from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_ids,
     check_user,
@@ -120,6 +125,21 @@ class LsfDialect:
         """Records from bjobs. bjobs prints no year, so times are placed by `now` (when the
         command ran); without it only stamps that carry a year are kept."""
         return parse.parse_accounting(result, self.tz, now)
+
+    def find_command(self, names: Sequence[str]) -> Command:
+        """bjobs -a -J per name (finished jobs within CLEAN_PERIOD too), one call in all."""
+        sections = {
+            f"n{i}": Command(("bjobs", "-a", "-noheader", "-o", "jobid job_name", "-J", name))
+            for i, name in enumerate(check_names(names))
+        }
+        return batch(sections)
+
+    def parse_find(self, result: CommandResult) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for section in split_batch(result.stdout).values():
+            for name, job in parse_name_pairs(section.stdout).items():
+                found.setdefault(name, job)
+        return found
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("bkill", *check_ids(job_ids, _JOB_ID, "LSF")))

@@ -6,10 +6,15 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.common import extra_directives, render_body
+from fedhpc.adapters.dialects.common import (
+    check_names,
+    extra_directives,
+    parse_name_pairs,
+    render_body,
+)
 from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_ids,
     check_user,
@@ -100,6 +105,22 @@ class PbsDialect:
     ) -> list[AccountingRecord]:
         # PBS prints full dates in the server's zone (self.tz): `now` is not needed.
         return parse.parse_accounting(result, self.tz)
+
+    def find_command(self, names: Sequence[str]) -> Command:
+        """qselect -x -N per name (PBS Pro: -x includes finished jobs), one call in all."""
+        sections = {
+            f"n{i}": Command(("sh", "-c", 'for j in $(qselect -x -N "$1"); do echo "$j $1"; done',
+                              "fedhpc", name))
+            for i, name in enumerate(check_names(names))
+        }  # fmt: skip
+        return batch(sections)
+
+    def parse_find(self, result: CommandResult) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for section in split_batch(result.stdout).values():
+            for name, job in parse_name_pairs(section.stdout).items():
+                found.setdefault(name, job)
+        return found
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("qdel", *check_ids(job_ids, _JOB_ID, "PBS")))

@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import slurm_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.common import directive, extra_directives, render_body
+from fedhpc.adapters.dialects.common import (
+    check_names,
+    directive,
+    extra_directives,
+    parse_name_pairs,
+    render_body,
+)
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
@@ -146,6 +152,38 @@ class SlurmDialect:
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("scancel", *(_ids([j]) for j in job_ids)), env=_ENV)
+
+    def find_command(self, names: Sequence[str]) -> Command:
+        """squeue (live jobs) and sacct (finished ones, last 7 days) by name, in one call."""
+        joined = ",".join(check_names(names))
+        return batch(
+            {
+                "live": Command(
+                    ("squeue", "--noheader", f"--name={joined}", "--format=%i|%j"), env=_ENV
+                ),
+                "done": Command(
+                    (
+                        "sacct",
+                        "--noheader",
+                        "--parsable2",
+                        "--allocations",
+                        "--starttime=now-7days",
+                        f"--name={joined}",
+                        "--format=JobID,JobName",
+                    ),
+                    env=_ENV,
+                ),
+            }
+        )
+
+    def parse_find(self, result: CommandResult) -> dict[str, str]:
+        sections = split_batch(result.stdout)
+        found: dict[str, str] = {}
+        for key in ("live", "done"):
+            if key in sections and sections[key].returncode == 0:
+                for name, job in parse_name_pairs(sections[key].stdout, "|").items():
+                    found.setdefault(name, job.split("_", 1)[0])
+        return found
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
         sections = {

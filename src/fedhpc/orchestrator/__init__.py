@@ -1,0 +1,22 @@
+"""The orchestrator: durable tasks and attempts, bounded adaptation, groups, restart safety."""
+
+from fedhpc.orchestrator.control import tick
+from fedhpc.orchestrator.groups import advance_groups, group_view, submit_group
+from fedhpc.orchestrator.ops import cancel, get_result, list_tasks, replan
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.service import Orchestrator, TaskNotFound
+
+__all__ = [
+    "AttemptRecord",
+    "Orchestrator",
+    "TaskNotFound",
+    "TaskRecord",
+    "advance_groups",
+    "cancel",
+    "get_result",
+    "group_view",
+    "list_tasks",
+    "replan",
+    "submit_group",
+    "tick",
+]

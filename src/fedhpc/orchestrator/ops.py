@@ -1,0 +1,123 @@
+"""get_result, cancel, replan and task listing: the agent's and people's view of tasks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fedhpc.domain.job import JobState
+from fedhpc.errors import UsageError
+from fedhpc.ops.tasks import (
+    CancelRequest,
+    OutputRef,
+    ReplanRequest,
+    ResultManifest,
+    ResultRequest,
+    TaskHandle,
+    TaskSummary,
+)
+from fedhpc.orchestrator.control import cancel_attempt
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Placement
+
+__all__ = ["cancel", "get_result", "list_tasks", "replan"]
+
+
+def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | None:
+    if task.accepted_attempt is not None:
+        return next((a for a in atts if a.n == task.accepted_attempt), None)
+    live = [a for a in atts if not a.superseded]
+    return live[-1] if live else (atts[-1] if atts else None)
+
+
+async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
+    """The manifest: state, attempts, provenance, output references with sizes; content only
+    as a bounded preview on request."""
+    task = await o.load_task(req.task_id)
+    atts = await o.load_attempts(task.id)
+    cur = _current(atts, task)
+    outputs: list[OutputRef] = []
+    preview, truncated = None, False
+    if cur is not None and cur.job_id is not None and o.online(cur.site):
+        adapter = o.adapters[cur.site]
+        files: list[tuple[str, str]] = [("stdout", cur.stdout or ""), ("stderr", cur.stderr or "")]
+        files += [("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
+                  for p in task.request.outputs]  # fmt: skip
+        files = [(k, p) for k, p in files if p]
+        sizes = await adapter.file_sizes([p for _, p in files])
+        outputs = [OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p))
+                   for k, p in files]  # fmt: skip
+        if req.preview:
+            path = cur.stdout if req.preview == "stdout" else cur.stderr
+            if path and sizes.get(path) is not None:
+                preview, truncated = await adapter.head(path, req.max_bytes)
+    return ResultManifest(
+        task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
+        created_at=task.created_at, attempts=tuple(a.view() for a in atts),
+        provenance=task.provenance, outputs=tuple(outputs), preview=preview,
+        truncated=truncated, reasons=task.reasons,
+    )  # fmt: skip
+
+
+async def list_tasks(
+    o: Orchestrator, *, state: str | None = None, limit: int = 100
+) -> list[TaskSummary]:
+    out = []
+    for row in await o.store.list_tasks(state=state, limit=limit):
+        task = TaskRecord.model_validate(row["body"])
+        atts = await o.load_attempts(task.id)
+        cur = _current(atts, task)
+        out.append(
+            TaskSummary(
+                task_id=task.id, name=task.request.name, state=task.state,
+                site=cur.site if cur else None, partition=cur.partition if cur else None,
+                job_id=cur.job_id if cur else None, attempts=len(atts), group_id=task.group_id,
+                updated_at=datetime.fromisoformat(row["updated_at"]),
+            )
+        )  # fmt: skip
+    return out
+
+
+async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
+    """Cancel every live attempt; the task ends cancelled (the caller already knows: no event)."""
+    async with o.lock:
+        task = await o.load_task(req.task_id)
+        atts = await o.load_attempts(task.id)
+        if task.state.terminal:
+            return o.handle(task, _current(atts, task))
+        live = [a for a in atts if not a.state.terminal]
+        for a in live:
+            await cancel_attempt(o, a)
+            a.superseded = True
+        task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
+        async with o.store.transaction() as tx:
+            await o.save(tx, task, *live, at=o.clock())
+        return o.handle(task, _current(atts, task))
+
+
+async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
+    """Re-place a task that has not started: new exclusions and/or envelope, same path as the
+    automatic re-placement."""
+    async with o.lock:
+        task = await o.load_task(req.task_id)
+        atts = await o.load_attempts(task.id)
+        live = [a for a in atts if not a.state.terminal and not a.superseded]
+        if task.state.terminal:
+            raise UsageError(f"task {task.id} is already {task.state.value}",
+                             hint="Submit a new task instead.")  # fmt: skip
+        if any(a.state is JobState.RUNNING for a in live):
+            raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
+        task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
+        if req.envelope is not None:
+            task.request = task.request.model_copy(update={"envelope": req.envelope})
+        decision = await o.decide(task)
+        if not isinstance(decision, Placement):
+            raise UsageError(f"no feasible placement: {decision.hint}",
+                             hint="Relax the envelope or exclude fewer sites.")  # fmt: skip
+        for a in live:
+            a.superseded, a.reason = True, "replanned on request"
+            await cancel_attempt(o, a)
+        async with o.store.transaction() as tx:
+            await o.save(tx, task, *live, at=o.clock())
+        att = await o.dispatch(task, decision)
+        return o.handle(task, att)

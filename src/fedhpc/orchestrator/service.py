@@ -1,0 +1,300 @@
+"""The orchestrator: submit (validate, place, render, dispatch, persist), then own the remote
+lifecycle in control cycles. All writes go through one lock: the daemon is the only writer."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import anyio
+import structlog
+
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.transports.base import TransportError
+from fedhpc.collector import Collector
+from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
+from fedhpc.domain.job import JobSpec, JobState
+from fedhpc.domain.site import Health, ResourceSnapshot
+from fedhpc.errors import UsageError
+from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
+from fedhpc.placement import Placement, Policy, Unschedulable, WaitObservation, place
+from fedhpc.profiles.loader import Site
+from fedhpc.store import Store, Tx
+
+__all__ = ["Orchestrator", "TaskNotFound"]
+
+log = structlog.get_logger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class TaskNotFound(UsageError):
+    code = "not_found"
+    default_hint = "List tasks with `fedhpc tasks` (or the list_events tool)."
+
+
+def request_key(req: SubmitTaskRequest) -> str:
+    """The idempotency key: the caller's, else a digest of the request itself."""
+    if req.idempotency_key:
+        return req.idempotency_key
+    return "sha256:" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+
+
+class Orchestrator:
+    """Tasks and attempts. `tick()` is one control cycle; `run()` repeats it."""
+
+    # An intent (attempt written, job id unknown) younger than this may still be in sbatch:
+    # only older intents that the scheduler does not know are submitted again.
+    INTENT_GRACE_S = 45.0
+
+    def __init__(
+        self,
+        store: Store,
+        collector: Collector,
+        adapters: Mapping[str, SiteAdapter],
+        *,
+        cycle_s: float = 10.0,
+        intent_grace_s: float | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.store = store
+        self.collector = collector
+        self.adapters = dict(adapters)
+        self.cycle_s = cycle_s
+        if intent_grace_s is not None:
+            self.INTENT_GRACE_S = intent_grace_s
+        self.clock = clock
+        self.lock = anyio.Lock()
+        self.wake = anyio.Event()
+
+    @property
+    def sites(self) -> dict[str, Site]:
+        return self.collector.sites
+
+    # -- records ----------------------------------------------------------------------------
+    async def load_task(self, task_id: str) -> TaskRecord:
+        row = await self.store.get_task(task_id)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id!r}")
+        return TaskRecord.model_validate(row["body"])
+
+    async def load_attempts(self, task_id: str) -> list[AttemptRecord]:
+        return [AttemptRecord.from_row(r) for r in await self.store.attempts(task_id)]
+
+    @staticmethod
+    async def save(tx: Tx, task: TaskRecord, *attempts: AttemptRecord, at: datetime) -> None:
+        await tx.put_task(
+            task.id, state=task.state.value, body=task.model_dump(mode="json"), at=at,
+            idempotency_key=task.idempotency_key, group_id=task.group_id,
+        )  # fmt: skip
+        for a in attempts:
+            await tx.put_attempt(
+                a.task_id, a.n, site=a.site, partition=a.partition, job_name=a.job_name,
+                job_id=a.job_id, state=a.state.value, body=a.model_dump(mode="json"), at=at,
+            )  # fmt: skip
+
+    # -- placement --------------------------------------------------------------------------
+    async def _history(self) -> list[WaitObservation]:
+        out = []
+        for row in await self.store.finished_attempts():
+            a = AttemptRecord.from_row(row)
+            if a.wait_s is not None and a.ended_at is not None:
+                out.append(
+                    WaitObservation(
+                        site=a.site, partition=a.partition, gpus=a.shape.gpus, cpus=a.shape.cpus,
+                        nodes=a.shape.nodes, wait_s=a.wait_s, observed_at=a.ended_at,
+                    )
+                )  # fmt: skip
+        return out
+
+    async def decide(
+        self, task: TaskRecord, *, exclude: tuple[str, ...] = (), wall_s: int | None = None
+    ) -> Placement | Unschedulable:
+        """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
+        (soft: dropped when nothing else fits)."""
+        req = task.request
+        env = req.envelope
+        if wall_s is not None:
+            hi = max(wall_s, env.wall_time.upper)
+            env = env.model_copy(update={"wall_time": env.wall_time.model_copy(
+                update={"min": wall_s, "max": hi})})  # fmt: skip
+        known = set(self.sites)
+        drop = tuple(sorted((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
+                            & known - set(env.sites_include)))  # fmt: skip
+        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
+        policy = Policy(kind=req.policy, site=req.fixed_site)
+        history = await self._history()
+
+        def attempt(avoid: tuple[str, ...]) -> Placement | Unschedulable:
+            e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
+            return place(e, snapshot, self.sites, policy, now=self.clock(), history=history,
+                         task_budget=req.task_budget)  # fmt: skip
+
+        avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
+        decision = attempt(avoid)
+        if avoid and isinstance(decision, Unschedulable):
+            decision = attempt(())
+        return decision
+
+    @staticmethod
+    def summary(p: Placement) -> str:
+        e = p.estimates
+        return (
+            f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
+            f"({e.wait_source}) + run {e.runtime_s:.0f}s; {p.trace.feasible} feasible of "
+            f"{len(p.trace.candidates)} candidates"
+        )
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def _workbase(self, site: Site, login: str) -> str:
+        if site.user.workdir:
+            return site.user.workdir.rstrip("/")
+        roots = {r.name: r.path for r in site.profile.storage}
+        root = roots.get("scratch") or roots.get("work") or next(iter(roots.values()), "/tmp")  # noqa: S108
+        return f"{root}/fedhpc" if site.profile.local_test else f"{root}/{login}/fedhpc"
+
+    async def dispatch(self, task: TaskRecord, p: Placement) -> AttemptRecord:
+        """Persist the intent, submit, persist the job id. A crash between the two writes is
+        resolved by `find` on the job name, so nothing is ever submitted twice."""
+        now = self.clock()
+        adapter = self.adapters[p.site]
+        n = task.attempts_made + 1
+        base = f"{self._workbase(adapter.site, adapter.login)}/{task.id}"
+        req = task.request
+        att = AttemptRecord(
+            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
+            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
+            estimate_s=p.estimates.completion_s, stdout=f"{base}/{n}.out",
+            stderr=f"{base}/{n}.err", workdir=req.workdir or base,
+        )  # fmt: skip
+        task.attempts_made = n
+        task.decision = self.summary(p)
+        async with self.store.transaction() as tx:
+            await self.save(tx, task, att, at=now)
+        spec = JobSpec(
+            name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
+            account=p.account, qos=p.qos, workdir=att.workdir, stdout=att.stdout,
+            stderr=att.stderr, env=req.env, container_image=req.container_image,
+        )  # fmt: skip
+        try:
+            job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
+        except SchedulerRejected as exc:
+            att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
+        except TransportError as exc:
+            # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
+            log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)
+            return att
+        else:
+            att.job_id, att.submitted_at = job.job_id, self.clock()
+            log.info("dispatched", task=task.id, attempt=n, site=p.site, job_id=job.job_id)
+        async with self.store.transaction() as tx:
+            await self.save(tx, task, att, at=self.clock())
+        return att
+
+    # -- events -----------------------------------------------------------------------------
+    async def emit(self, tx: Tx, kind: str, task: TaskRecord, **payload: object) -> None:
+        """One event per registered fact, keyed so it can never be written twice."""
+        body: dict[str, object] = {"task_id": task.id, "state": task.state.value,
+                                   "result": f"fedhpc://tasks/{task.id}"}  # fmt: skip
+        if task.group_id:
+            body["group_id"] = task.group_id
+        body.update({k: v for k, v in payload.items() if v is not None})
+        await tx.append_event(kind, task.id, body, at=self.clock(), key=f"{kind}:{task.id}")
+
+    # -- submit -----------------------------------------------------------------------------
+    def handle(self, task: TaskRecord, att: AttemptRecord | None) -> TaskHandle:
+        return TaskHandle(
+            task_id=task.id, state=task.state, site=att.site if att else None,
+            partition=att.partition if att else None, account=att.account if att else None,
+            shape=att.shape if att else None, job_id=att.job_id if att else None,
+            attempt=att.n if att else 0, decision=task.decision, reasons=task.reasons,
+        )  # fmt: skip
+
+    async def submit_task(
+        self,
+        req: SubmitTaskRequest,
+        *,
+        group_id: str | None = None,
+        avoid_sites: tuple[str, ...] = (),
+    ) -> TaskHandle:
+        key = request_key(req)
+        async with self.lock:
+            existing = await self.store.task_by_key(key)
+            if existing is not None:  # a retried call: the same task, never a second job
+                task = TaskRecord.model_validate(existing["body"])
+                atts = await self.load_attempts(task.id)
+                return self.handle(task, atts[-1] if atts else None)
+            task = TaskRecord(
+                id=new_id("t"), request=req, idempotency_key=key, created_at=self.clock(),
+                group_id=group_id, avoid_sites=avoid_sites,
+            )  # fmt: skip
+            return await self._place_and_dispatch(task)
+
+    async def _place_and_dispatch(self, task: TaskRecord) -> TaskHandle:
+        rejected: list[str] = []
+        for _ in range(3):  # a scheduler may refuse a candidate the rules accepted
+            decision = await self.decide(task, exclude=tuple(rejected))
+            if isinstance(decision, Unschedulable):
+                return await self._unschedulable(task, decision)
+            task.provenance = self._provenance(task.request.envelope, decision)
+            att = await self.dispatch(task, decision)
+            if att.state is not JobState.FAILED:
+                return self.handle(task, att)
+            rejected.append(att.site)
+            log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
+        task.state = JobState.FAILED
+        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}",)
+        async with self.store.transaction() as tx:
+            await self.save(tx, task, at=self.clock())
+            await self.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
+        return self.handle(task, None)
+
+    async def _unschedulable(self, task: TaskRecord, u: Unschedulable) -> TaskHandle:
+        task.state = JobState.UNSCHEDULABLE
+        task.reasons = (u.hint, *(f"{r.id}: {'; '.join(r.reasons)}" for r in u.reasons[:8]))
+        task.decision = f"unschedulable: {u.hint}"
+        async with self.store.transaction() as tx:
+            await self.save(tx, task, at=self.clock())
+            await self.emit(tx, "task.unschedulable", task, reason=u.hint)
+        return self.handle(task, None)
+
+    @staticmethod
+    def _provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
+        draft = env.draft
+        return Provenance(
+            envelope_source=(draft.source if draft else DraftSource.USER).value,
+            rationale=draft.rationale if draft else "",
+            confidence=draft.confidence if draft else None,
+            policy=p.trace.policy.kind.value,
+            decision=Orchestrator.summary(p),
+            candidates=len(p.trace.candidates),
+            feasible=p.trace.feasible,
+        )
+
+    async def run(self, stopping: anyio.Event) -> None:
+        """Control cycles until `stopping` is set; `wake` starts one early."""
+        from fedhpc.orchestrator.control import tick
+
+        await self.collector.ready.wait()  # never act on a view from before this process
+        while not stopping.is_set():
+            try:
+                await tick(self)
+            except Exception:  # a bad cycle is logged and retried, never fatal to the daemon
+                log.exception("control cycle failed")
+            with anyio.move_on_after(self.cycle_s):
+                await self.wake.wait()
+            self.wake = anyio.Event()
+
+    def offline(self, site: str) -> bool:
+        """Known to be unreachable (not merely not probed yet)."""
+        state = self.collector.latest.get(site)
+        return state is not None and state.health is Health.OFFLINE
+
+    def online(self, site: str) -> bool:
+        state = self.collector.latest.get(site)
+        return state is not None and state.health is not Health.OFFLINE
