@@ -1,0 +1,88 @@
+"""Start and stop real `fedhpc daemon` processes for integration tests; drain the federation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.ops.tasks import ResultManifest, ResultRequest
+
+FAST = {
+    "FEDHPC_REFRESH_S": "1",
+    "FEDHPC_CYCLE_S": "1",
+    "FEDHPC_PROBE_TIMEOUT_S": "6",
+    "FEDHPC_GRACE_S": "2",
+    "FEDHPC_INTENT_GRACE_S": "5",
+}
+
+
+def start(home: Path, **env: str) -> subprocess.Popen[bytes]:
+    """A daemon for `home` (FEDHPC_DEVFED=1), its stderr in home/../daemon-<pid>.log."""
+    home.mkdir(parents=True, exist_ok=True)
+    full = {**os.environ, **FAST, **env, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
+            "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
+    log = (home.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
+        stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    log.close()
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@asynccontextmanager
+async def running(home: Path, **env: str) -> AsyncIterator[DaemonClient]:
+    proc = start(home, **env)
+    try:
+        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+            await client.wait_until_up(30)
+            await client.refresh()  # placement sees a fresh view from the start
+            yield client
+    finally:
+        stop(proc)
+
+
+async def wait_terminal(client: DaemonClient, task_id: str, limit: float = 120) -> ResultManifest:
+    with anyio.fail_after(limit):
+        while True:
+            result = await client.get_result(ResultRequest(task_id=task_id))
+            if result.state.terminal:
+                return result
+            await anyio.sleep(0.5)
+
+
+def drain(devfed: Any) -> None:
+    """Cancel every job on every cluster and wait until the queues are empty."""
+    for site in devfed.sites:
+        devfed.run(site, "scancel", "--user", "root")
+    deadline = time.monotonic() + 60
+    busy: list[str] = list(devfed.sites)
+    while busy and time.monotonic() < deadline:
+        busy = [s for s in devfed.sites if devfed.run(s, "squeue", "-h").stdout.strip()]
+        time.sleep(0.3)
+    if busy:
+        pytest.fail(f"jobs did not drain: {busy}")
+
+
+def sbatch(devfed: Any, site: str, *args: str) -> str:
+    out = devfed.run(site, "sbatch", "--parsable", *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split(";")[0]
