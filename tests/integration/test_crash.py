@@ -1,0 +1,96 @@
+"""Crash safety: a 50-task workload while the daemon is killed with SIGKILL ten times at random
+points. Every task ends in its true state, no job is submitted twice, no event is lost or
+written again under a new id."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fedhpc.client import DaemonClient, DaemonUnavailable
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest, TaskHandle
+from tests.integration.daemon_util import drain, start, stop
+
+pytestmark = pytest.mark.devfed
+
+TASKS = 50
+KILLS = 10
+
+
+def _request(i: int) -> SubmitTaskRequest:
+    fails = i % 10 == 7  # a few tasks really fail: their true terminal state is "failed"
+    script = f"sleep {1 + i % 3}; exit {3 if fails else 0}"
+    return SubmitTaskRequest(
+        command=("bash", "-c", script), name=f"crash{i}",
+        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1}, "wall_time": {"min": "5m"}}),
+        adaptation=AdaptationPolicy(max_retries=0, replace_pending=False),
+        idempotency_key=f"crash-test-{i}",
+    )  # fmt: skip
+
+
+async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path: Path) -> None:
+    drain(devfed)
+    home = tmp_path / "h"
+    settings = DaemonSettings.from_env(home=home)
+    rng = random.Random(20261129)
+    handles: dict[int, TaskHandle] = {}
+    proc = start(home)
+    kills = 0
+    try:
+        async with DaemonClient(settings, timeout_s=20) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+            pending = list(range(TASKS))
+            with anyio.fail_after(600):
+                while pending or kills < KILLS:
+                    if pending:  # submit a few; a call cut by a kill is simply sent again
+                        for i in pending[: rng.randint(1, 8)]:
+                            try:
+                                handles[i] = await client.submit_task(_request(i))
+                            except DaemonUnavailable:
+                                break
+                        pending = [i for i in range(TASKS) if i not in handles]
+                    if kills < KILLS:
+                        await anyio.sleep(rng.uniform(0.0, 1.5))
+                        stop(proc, kill=True)
+                        kills += 1
+                        proc = start(home)
+                        await client.wait_until_up(30)
+            # Let the last daemon finish the work.
+            with anyio.fail_after(300):
+                while True:
+                    tasks = await client.tasks(limit=1000)
+                    if len(tasks) == TASKS and all(t.state.terminal for t in tasks):
+                        break
+                    await anyio.sleep(1)
+            events = await client.events(limit=1000)
+    finally:
+        stop(proc)
+    states = {t.name: t.state for t in tasks}
+    for i in range(TASKS):
+        expected = JobState.FAILED if i % 10 == 7 else JobState.COMPLETED
+        assert states[f"crash{i}"] is expected, (i, states[f"crash{i}"])
+    assert {h.task_id for h in handles.values()} == {t.task_id for t in tasks}
+    # sacct on every cluster: each job name was submitted exactly once.
+    names: Counter[str] = Counter()
+    for site in devfed.sites:
+        out = devfed.run(site, "sacct", "-n", "-X", "-P", "--starttime=now-1hours",
+                         "-o", "JobName")  # fmt: skip
+        names.update(n for n in out.stdout.split() if n.startswith("fedhpc-t"))
+    ours = {n: c for n, c in names.items() if n.rsplit("-", 1)[0].removeprefix("fedhpc-")
+            in {t.task_id for t in tasks}}  # fmt: skip
+    assert ours, "no jobs found in accounting"
+    assert max(ours.values()) == 1, {n: c for n, c in ours.items() if c > 1}
+    assert len(ours) == TASKS  # no retries were allowed: one job per task
+    # One event per task end, none lost, none duplicated under a new id.
+    by_subject = Counter(e["subject"] for e in events)
+    assert len(events) == TASKS
+    assert set(by_subject.values()) == {1}
+    assert len({e["id"] for e in events}) == TASKS
