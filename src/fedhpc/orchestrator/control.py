@@ -35,6 +35,8 @@ async def tick(o: Orchestrator) -> None:
                 await _observe(o, site, atts)
             except TransportError as exc:
                 log.warning("observe failed", site=site, error=exc.message)
+            except Exception:  # one site's bad answer must not stall the others
+                log.exception("observe failed", site=site)
         await _adapt_pending(o)
         from fedhpc.orchestrator.groups import advance_groups
 
