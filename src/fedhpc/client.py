@@ -13,6 +13,7 @@ import httpx2
 
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import FedError, TransientError, UsageError
+from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, SessionReport
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
@@ -140,6 +141,18 @@ class DaemonClient:
             "POST", "/v1/events/ack", content=json.dumps({"consumer": consumer, "through": through})
         )
         return int(body["cursor"])
+
+    async def register_continuation(self, subject: str, spec: ContinuationSpec) -> str:
+        payload = json.dumps({"subject": subject, "spec": spec.model_dump(mode="json")})
+        body = await self._call("POST", "/v1/continuations", content=payload)
+        return str(body["id"])
+
+    async def report_session(self, report: SessionReport) -> None:
+        await self._call("POST", "/v1/sessions", content=report.model_dump_json())
+
+    async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
+        body = await self._call("GET", "/v1/deliveries", params=[("state", s) for s in states])
+        return [DeliveryView.model_validate(d) for d in body["deliveries"]]
 
     async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         body = await self._call("GET", "/v1/events", params={"after": after, "limit": limit})

@@ -14,7 +14,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import daemon, demo, probe, sites
+    from fedhpc.cli import daemon, demo, hooks, probe, sites
     from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_parser(sub)
     demo.add_parser(sub)
     daemon.add_parser(sub)
+    hooks.add_parser(sub)
     devfed_cli.add_parser(sub)
     return parser
 

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from fedhpc import __version__
 from fedhpc.collector import Collector
+from fedhpc.daemon.routes_bridge import bridge_routes
 from fedhpc.domain.job import JobState
 from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.draft import DraftRequest
@@ -211,6 +212,7 @@ def build_app(state: DaemonState) -> Starlette:
         return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
 
     routes = [
+        *bridge_routes(state, guard=_guard, read_body=body),
         Route("/v1/tasks", _guard(submit_task), methods=["POST"]),
         Route("/v1/tasks", _guard(tasks), methods=["GET"]),
         Route("/v1/tasks/{task_id}", _guard(result), methods=["GET"]),

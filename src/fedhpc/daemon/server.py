@@ -17,6 +17,7 @@ import structlog
 import uvicorn
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import DaemonState, build_app
 from fedhpc.daemon.settings import DaemonSettings
@@ -106,6 +107,7 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
             if once:
                 report = await collector.refresh(force=True)
                 await tick(orchestrator)
+                await Bridge(store, settings.home).cycle()
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
                 return
             await _serve(settings, store, collector, orchestrator)
@@ -119,6 +121,12 @@ async def _serve(
     settings: DaemonSettings, store: Store, collector: Collector, orchestrator: Orchestrator
 ) -> None:
     state = DaemonState(store, collector, datetime.now(UTC), orchestrator)
+    bridge = Bridge(
+        store, settings.home, poll_s=settings.bridge_poll_s,
+        max_attempts=settings.bridge_attempts, backoff_s=settings.bridge_backoff_s,
+        process_timeout_s=settings.resume_timeout_s,
+    )  # fmt: skip
+    orchestrator.notify = bridge.wake.set
     config = uvicorn.Config(
         build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
     )
@@ -134,6 +142,7 @@ async def _serve(
                 stopping.set()  # stop claiming new work
                 collector.wake.set()
                 orchestrator.wake.set()
+                bridge.wake.set()
                 server.should_exit = True
                 await anyio.sleep(settings.grace_s)
                 services.cancel()  # grace is over
@@ -145,6 +154,7 @@ async def _serve(
                 outer.start_soon(watch_signals, services.cancel_scope, name="signals")
                 services.start_soon(collector.run, stopping, name="collector")
                 services.start_soon(orchestrator.run, stopping, name="orchestrator")
+                services.start_soon(bridge.run, stopping, name="bridge")
                 services.start_soon(server.serve, [sock], name="rest")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:

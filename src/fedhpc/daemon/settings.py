@@ -23,6 +23,10 @@ class DaemonSettings(BaseModel):
     history_keep: int = Field(default=1440, ge=1, description="snapshots kept per site")
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM grace before cancelling")
     cycle_s: float = Field(default=10.0, gt=0, description="orchestrator control cycle")
+    bridge_poll_s: float = Field(default=1.0, gt=0, description="resume bridge poll")
+    bridge_attempts: int = Field(default=5, ge=1, description="deliveries tried before dead")
+    bridge_backoff_s: float = Field(default=2.0, gt=0, description="first retry delay")
+    resume_timeout_s: float = Field(default=900.0, gt=0, description="a resume is killed after")
     intent_grace_s: float = Field(
         default=45.0, ge=1, description="after a crash, resubmit an unseen intent this late"
     )
@@ -53,6 +57,10 @@ class DaemonSettings(BaseModel):
             ("grace_s", "FEDHPC_GRACE_S"),
             ("cycle_s", "FEDHPC_CYCLE_S"),
             ("intent_grace_s", "FEDHPC_INTENT_GRACE_S"),
+            ("bridge_poll_s", "FEDHPC_BRIDGE_POLL_S"),
+            ("bridge_attempts", "FEDHPC_BRIDGE_ATTEMPTS"),
+            ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),
+            ("resume_timeout_s", "FEDHPC_RESUME_TIMEOUT_S"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]

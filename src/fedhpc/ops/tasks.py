@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
+from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.placement.settings import PolicyKind
 
 __all__ = [
@@ -83,6 +84,9 @@ class SubmitTaskRequest(_In):
     )
     task_budget: float | None = Field(default=None, ge=0, description="credits for this task")
     adaptation: AdaptationPolicy = Field(default_factory=AdaptationPolicy)
+    continuation: ContinuationSpec | None = Field(
+        default=None, description="wake this agent session on the task's result or exception"
+    )
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
@@ -229,6 +233,9 @@ class SubmitGroupRequest(_In):
     workdir: SafePath | None = None
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     adaptation: AdaptationPolicy = Field(default_factory=AdaptationPolicy)
+    continuation: ContinuationSpec | None = Field(
+        default=None, description="wake this agent session when the round ends"
+    )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
 
 

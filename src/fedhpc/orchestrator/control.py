@@ -41,6 +41,7 @@ async def tick(o: Orchestrator) -> None:
         from fedhpc.orchestrator.groups import advance_groups
 
         await advance_groups(o)
+    o.notify()
 
 
 async def _observe(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> None:

@@ -37,6 +37,8 @@ async def submit_group(o: Orchestrator, req: SubmitGroupRequest) -> GroupView:
                                body={"objective": req.objective, "key": key,
                                      "required": [c.required for c in req.children],
                                      "spread": req.spread})  # fmt: skip
+    if req.continuation is not None:
+        await o.register(gid, req.continuation)
     used: list[str] = []
     for i, child in enumerate(req.children):
         handle = await o.submit_task(

@@ -4,6 +4,7 @@ lifecycle in control cycles. All writes go through one lock: the daemon is the o
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -18,6 +19,7 @@ from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.domain.site import Health, ResourceSnapshot
 from fedhpc.errors import UsageError
+from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Placement, Policy, Unschedulable, WaitObservation, place
@@ -71,6 +73,7 @@ class Orchestrator:
         self.clock = clock
         self.lock = anyio.Lock()
         self.wake = anyio.Event()
+        self.notify: Callable[[], None] = lambda: None  # told after events may have landed
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -233,7 +236,21 @@ class Orchestrator:
                 id=new_id("t"), request=req, idempotency_key=key, created_at=self.clock(),
                 group_id=group_id, avoid_sites=avoid_sites,
             )  # fmt: skip
-            return await self._place_and_dispatch(task)
+            if req.continuation is not None:
+                await self.register(task.id, req.continuation)
+            handle = await self._place_and_dispatch(task)
+        self.notify()
+        return handle
+
+    async def register(self, subject: str, spec: ContinuationSpec) -> str:
+        """Attach a continuation to a task or group (idempotent per subject and spec)."""
+        body = spec.model_dump(mode="json")
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
+        cid = f"c{subject}-{digest}"
+        async with self.store.transaction() as tx:
+            await tx.put_continuation(cid, subject=subject, runtime=spec.runtime.value, body=body,
+                                      at=self.clock())  # fmt: skip
+        return cid
 
     async def _place_and_dispatch(self, task: TaskRecord) -> TaskHandle:
         rejected: list[str] = []

@@ -137,6 +137,55 @@ class Tx:
             (group_id, _iso(at), state, round_, json.dumps(body)),
         )
 
+    async def put_continuation(
+        self, cid: str, *, subject: str, runtime: str, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT OR IGNORE INTO continuations (id, subject, runtime, created_at, body) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (cid, subject, runtime, _iso(at), json.dumps(body)),
+        )
+
+    async def put_delivery(
+        self,
+        did: str,
+        *,
+        event_id: str,
+        continuation_id: str,
+        state: str,
+        attempts: int,
+        next_at: datetime,
+        body: dict[str, Any],
+        at: datetime,
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO deliveries (id, event_id, continuation_id, state, attempts, next_at, "
+            "updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = excluded.state, attempts = excluded.attempts, next_at = excluded.next_at, "
+            "updated_at = excluded.updated_at, body = excluded.body",
+            (
+                did,
+                event_id,
+                continuation_id,
+                state,
+                attempts,
+                _iso(next_at),
+                _iso(at),
+                json.dumps(body),
+            ),
+        )
+
+    async def put_session(
+        self, *, runtime: str, cwd: str, session_id: str, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO sessions (cwd, runtime, session_id, reported_at, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (runtime, cwd) DO UPDATE SET "
+            "session_id = excluded.session_id, reported_at = excluded.reported_at, "
+            "body = excluded.body",
+            (cwd, runtime, session_id, _iso(at), json.dumps(body)),
+        )
+
     async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
         """Record one refresh; keep at most `keep` snapshots per site (bounded history)."""
         for st in states:
@@ -334,6 +383,58 @@ class Store:
         )
         return [str(r["id"]) for r in rows]
 
+    async def continuations_for(self, subjects: Sequence[str]) -> list[dict[str, Any]]:
+        if not subjects:
+            return []
+        marks = ",".join("?" * len(subjects))
+        rows = await self._all(
+            f"SELECT * FROM continuations WHERE subject IN ({marks}) ORDER BY id",  # noqa: S608
+            tuple(subjects),
+        )
+        return [
+            {
+                "id": r["id"],
+                "subject": r["subject"],
+                "runtime": r["runtime"],
+                "created_at": r["created_at"],
+                "body": json.loads(r["body"]),
+            }
+            for r in rows
+        ]
+
+    async def deliveries(
+        self, *, states: Sequence[str] = (), limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM deliveries"
+        params: list[Any] = []
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            params.extend(states)
+        rows = await self._all(sql + " ORDER BY next_at, id LIMIT ?", [*params, limit])
+        return [
+            {
+                "id": r["id"],
+                "event_id": r["event_id"],
+                "continuation_id": r["continuation_id"],
+                "state": r["state"],
+                "attempts": r["attempts"],
+                "next_at": r["next_at"],
+                "updated_at": r["updated_at"],
+                "body": json.loads(r["body"]),
+            }
+            for r in rows
+        ]
+
+    async def session(self, runtime: str, cwd: str) -> str | None:
+        rows = await self._all(
+            "SELECT session_id FROM sessions WHERE runtime = ? AND cwd = ?", (runtime, cwd)
+        )
+        return str(rows[0]["session_id"]) if rows else None
+
+    async def event(self, event_id: str) -> Event | None:
+        rows = await self._all("SELECT * FROM events WHERE id = ?", (event_id,))
+        return Event.from_row(rows[0]) if rows else None
+
     async def count(self, table: str) -> int:
         if table not in {
             "snapshots",
@@ -345,6 +446,8 @@ class Store:
             "continuations",
             "consumers",
             "consumed",
+            "deliveries",
+            "sessions",
         }:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)

@@ -95,6 +95,29 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (consumer, event_id)
     );
     """,
+    # 2: the resume bridge: deliveries of events to continuations, and reported agent sessions.
+    """
+    CREATE TABLE deliveries (
+        id TEXT PRIMARY KEY,               -- event id + continuation id: one resume per pair
+        event_id TEXT NOT NULL,
+        continuation_id TEXT NOT NULL,
+        state TEXT NOT NULL,               -- pending | started | delivered | dead
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        body TEXT NOT NULL                 -- payload, runtime record, last error
+    );
+    CREATE INDEX deliveries_state ON deliveries (state, next_at);
+
+    CREATE TABLE sessions (
+        cwd TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        reported_at TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (runtime, cwd)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,225 @@
+"""The data contract: move_data, stage-in and stage-out, and the transfer handle and view."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from fedhpc.domain.job import SafePath
+
+__all__ = [
+    "DATA_REF_PATTERN",
+    "DataLocation",
+    "DataRef",
+    "MoveDataRequest",
+    "StageOut",
+    "SyncLevel",
+    "TransferError",
+    "TransferHandle",
+    "TransferMode",
+    "TransferOptions",
+    "TransferProvenance",
+    "TransferRequest",
+    "TransferState",
+    "TransferView",
+]
+
+# site:root/relative/path. The relative part is checked again, segment by segment, when the
+# reference is resolved (no `..`, no control characters); this pattern only gives the shape.
+DATA_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}:[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}(/.*)?$"
+
+
+def _ref(value: str) -> str:
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise ValueError("a data reference holds no control characters")
+    return value
+
+
+DataRef = Annotated[
+    str,
+    Field(
+        pattern=DATA_REF_PATTERN,
+        max_length=4096,
+        description="site:root/relative/path, e.g. devanvil:scratch/run1/out.dat",
+        examples=["delta:work/proj/run1/out.dat"],
+    ),
+    AfterValidator(_ref),
+]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TransferMode(StrEnum):
+    """Why data moves: the same mechanics, recorded for provenance and shown to people."""
+
+    STAGE = "stage"  # bring inputs to where a task will run
+    REPLICATE = "replicate"  # copy results to another site for the next task
+    RETURN = "return"  # bring results back to the user's home site
+
+
+class SyncLevel(StrEnum):
+    """Globus Transfer's sync levels: skip a file when the destination already matches."""
+
+    EXISTS = "exists"
+    SIZE = "size"
+    MTIME = "mtime"
+    CHECKSUM = "checksum"
+
+
+class TransferState(StrEnum):
+    """waiting (for a task to produce the source) -> queued -> active -> succeeded | failed."""
+
+    WAITING = "waiting"
+    QUEUED = "queued"
+    ACTIVE = "active"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TransferState.SUCCEEDED, TransferState.FAILED)
+
+    @property
+    def rank(self) -> int:
+        """Observations merge monotonically: a state never moves back to a lower rank."""
+        return _RANK[self]
+
+
+_RANK = {
+    TransferState.WAITING: 0,
+    TransferState.QUEUED: 1,
+    TransferState.ACTIVE: 2,
+    TransferState.SUCCEEDED: 3,
+    TransferState.FAILED: 3,
+}
+
+
+class TransferOptions(_In):
+    """How to copy: shared by move_data and a task's stage-out."""
+
+    recursive: bool = Field(default=False, description="the source is a folder")
+    sync_level: SyncLevel | None = Field(
+        default=None, description="skip files the destination already has (default: copy all)"
+    )
+    verify_checksum: bool = Field(default=True, description="verify each file after copying")
+
+
+class MoveDataRequest(TransferOptions):
+    """move_data: copy between storage endpoints, never through the agent."""
+
+    mode: TransferMode = TransferMode.REPLICATE
+    source: DataRef
+    destination: DataRef
+    label: str | None = Field(
+        default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.,+-]*$"
+    )
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="retrying with the same key never transfers twice (default: from the request)",
+    )
+
+
+class StageOut(TransferOptions):
+    """A task's output to replicate once the task completes; its transfer id is known at
+    submission, so the next task can declare it as stage-in right away."""
+
+    source: SafePath = Field(description="relative to the task's workdir (or absolute in a root)")
+    destination: DataRef
+    mode: TransferMode = TransferMode.REPLICATE
+
+
+class TransferRequest(_In):
+    """GET /v1/transfers/{id}: the view, optionally with a bounded preview of the destination."""
+
+    transfer_id: str = Field(min_length=1, max_length=64)
+    preview: bool = False
+    max_bytes: int = Field(default=4096, ge=1, le=65536)
+
+
+class DataLocation(_Out):
+    """A resolved reference: which site, which storage root, which collection, which path."""
+
+    site: str
+    root: str
+    root_path: str = Field(description="the storage root's folder at the site")
+    collection_id: str | None = None
+    path: str
+
+
+class TransferError(_Out):
+    """Why a transfer failed (or is blocked), with a stable code and how to fix it."""
+
+    code: str
+    message: str
+    hint: str = ""
+
+
+_NEXT = (
+    "Accepted. End your turn: fedhpc moves the data site to site and resumes you when it "
+    "succeeds or fails. Do not poll, and do not copy the data yourself."
+)
+
+
+class TransferHandle(_Out):
+    """The immediate, durable answer of move_data."""
+
+    transfer_id: str
+    state: TransferState
+    mode: TransferMode
+    source: str
+    destination: str
+    backend: str
+    after_task: str | None = None
+    trace: tuple[str, ...] = Field(
+        default=(), description="how the references and backend were chosen"
+    )
+    next: str = _NEXT
+
+
+class TransferView(TransferHandle):
+    """GET /v1/transfers/{id}: state, sizes and checksums; content only as a bounded preview."""
+
+    source_location: DataLocation | None = None
+    destination_location: DataLocation
+    backend_id: str | None = None
+    submission_id: str | None = None
+    created_at: datetime
+    submitted_at: datetime | None = None
+    completed_at: datetime | None = None
+    bytes: int | None = None
+    files: int | None = None
+    checksums: dict[str, str] = Field(default_factory=dict, description="relative path -> sha256")
+    checksum_verified: bool | None = None
+    error: TransferError | None = None
+    blocked: TransferError | None = Field(default=None, description="waiting for a person")
+    awaited_by: tuple[str, ...] = Field(default=(), description="tasks whose stage-in this is")
+    preview: str | None = None
+    truncated: bool = False
+
+
+class TransferProvenance(_Out):
+    """One transfer in a task's manifest: where its data came from and what arrived."""
+
+    transfer_id: str
+    direction: str  # "stage_in" | "stage_out"
+    state: TransferState
+    mode: TransferMode
+    source_site: str | None
+    source_path: str | None
+    destination_site: str
+    destination_path: str
+    backend: str
+    bytes: int | None = None
+    checksums: dict[str, str] = Field(default_factory=dict)
+    after_task: str | None = None
