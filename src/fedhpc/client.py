@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx2
@@ -14,6 +15,7 @@ import httpx2
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import FedError, TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, SessionReport
+from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
@@ -30,6 +32,11 @@ from fedhpc.ops.tasks import (
 from fedhpc.placement.draft import EnvelopeDraft
 
 __all__ = ["DaemonClient", "DaemonUnavailable", "start_daemon"]
+
+
+def _seg(value: str) -> str:
+    """One URL path segment: ids never reach another route ('/', '?', control characters)."""
+    return quote(value, safe="")
 
 
 class DaemonUnavailable(TransientError):
@@ -68,9 +75,12 @@ class DaemonClient:
             resp = await self._http.request(method, path, **kw)
         except (httpx2.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
             raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
-        body = resp.json()
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {"code": "daemon_error", "message": f"HTTP {resp.status_code} from the daemon"}
         if resp.status_code >= 400:
-            raise _Remote(body)
+            raise _Remote(body if isinstance(body, dict) else {"message": str(body)})
         return body
 
     async def health(self) -> dict[str, Any]:
@@ -111,13 +121,13 @@ class DaemonClient:
         return GroupView.model_validate(body)
 
     async def group(self, group_id: str) -> GroupView:
-        return GroupView.model_validate(await self._call("GET", f"/v1/groups/{group_id}"))
+        return GroupView.model_validate(await self._call("GET", f"/v1/groups/{_seg(group_id)}"))
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         params: dict[str, Any] = {"max_bytes": req.max_bytes}
         if req.preview:
             params["preview"] = req.preview
-        body = await self._call("GET", f"/v1/tasks/{req.task_id}", params=params)
+        body = await self._call("GET", f"/v1/tasks/{_seg(req.task_id)}", params=params)
         return ResultManifest.model_validate(body)
 
     async def tasks(self, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
@@ -126,12 +136,12 @@ class DaemonClient:
         return [TaskSummary.model_validate(t) for t in body["tasks"]]
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
-        body = await self._call("POST", f"/v1/tasks/{req.task_id}/cancel")
+        body = await self._call("POST", f"/v1/tasks/{_seg(req.task_id)}/cancel")
         return TaskHandle.model_validate(body)
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         body = await self._call(
-            "POST", f"/v1/tasks/{req.task_id}/replan", content=req.model_dump_json()
+            "POST", f"/v1/tasks/{_seg(req.task_id)}/replan", content=req.model_dump_json()
         )
         return TaskHandle.model_validate(body)
 
@@ -153,6 +163,17 @@ class DaemonClient:
     async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
         body = await self._call("GET", "/v1/deliveries", params=[("state", s) for s in states])
         return [DeliveryView.model_validate(d) for d in body["deliveries"]]
+
+    async def move_data(self, req: MoveDataRequest) -> TransferHandle:
+        body = await self._call("POST", "/v1/transfers", content=req.model_dump_json())
+        return TransferHandle.model_validate(body)
+
+    async def transfer(self, req: TransferRequest) -> TransferView:
+        params: dict[str, Any] = {"max_bytes": req.max_bytes} | (
+            {"preview": "1"} if req.preview else {}
+        )
+        body = await self._call("GET", f"/v1/transfers/{_seg(req.transfer_id)}", params=params)
+        return TransferView.model_validate(body)
 
     async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         body = await self._call("GET", "/v1/events", params={"after": after, "limit": limit})

@@ -1,137 +1,130 @@
-"""`fedhpc demo`: the local federation end to end, as far as the built layers reach.
+"""`fedhpc demo`: the whole loop on the local federation, in a few minutes.
 
-It probes the four devfed clusters (one remote call each), submits a small job to every
-feasible partition through the site adapters, follows them to completion and prints the
-scheduler's own accounting. Later layers (placement, daemon, MCP, resume) extend this demo.
+1. bring up (or reuse) the local federation and start a daemon of its own;
+2. a scripted agent drives fedhpc through a real MCP client: inspect, draft an envelope,
+   submit a 4-child group, then exit (one site is saturated with background jobs first);
+3. the daemon runs and adapts the group (the child on the saturated site is re-placed);
+4. the round's event resumes the agent through the `command` runtime;
+5. the agent reads the manifests and prints a summary and a timeline of attempts per site.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 
-from fedhpc.adapters.site import SiteAdapter, open_adapter
-from fedhpc.domain.job import AccountingRecord, JobSpec, JobState, Shape
-from fedhpc.domain.site import Health, SiteState
+from fedhpc.adapters.site import open_adapter
+from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 
 __all__ = ["add_parser"]
 
-
-@dataclass
-class _Run:
-    site: str
-    partition: str
-    job_id: str
-    gpus: int
-    record: AccountingRecord | None = None
+FAST = {"FEDHPC_REFRESH_S": "2", "FEDHPC_CYCLE_S": "1", "FEDHPC_BRIDGE_POLL_S": "0.5"}
 
 
-def _jobs_for(site: Site, state: SiteState) -> list[JobSpec]:
-    specs = []
-    for part in site.profile.partitions:
-        live = state.partition(part.name)
-        if part.name in site.profile.blocked_partitions or live is None or not live.available:
-            continue
-        gpus = 1 if part.node.accelerator else 0
-        specs.append(
-            JobSpec(
-                name=f"fedhpc-demo-{part.name.lower()}"[:60],
-                command=(
-                    "bash",
-                    "-c",
-                    'echo "on $(hostname) GPUs=${CUDA_VISIBLE_DEVICES:-none}"; sleep 3',
-                ),
-                partition=part.name,
-                account="fedhpc-gpu" if gpus else "fedhpc-cpu",
-                shape=Shape(cpus=1, gpus=gpus, memory_mib=256, wall_time_s=300),
-                stdout=f"{site.profile.storage[0].path}/%x-%j.out"
-                if site.profile.storage
-                else None,
-            )
-        )
-    return specs
+def _say(text: str) -> None:
+    print(f"demo: {text}", flush=True)
 
 
-async def _follow(adapter: SiteAdapter, runs: list[_Run], deadline_s: float) -> None:
-    ids = [r.job_id for r in runs]
-    with anyio.fail_after(deadline_s):
-        while True:
-            records = {r.job_id: r for r in await adapter.accounting(ids)}
-            if all(i in records and records[i].settled for i in ids):
-                for run in runs:
-                    run.record = records[run.job_id]
-                return
-            await anyio.sleep(1)
+def _federation() -> None:
+    from fedhpc.devfed.manager import default_plan, status, up
+
+    plan = default_plan()
+    if status(plan).healthy:
+        _say("local federation: 4 Slurm clusters up")
+        return
+    if os.geteuid() != 0:
+        raise UsageError("the local federation is down", hint="Run `sudo fedhpc devfed up`.")
+    _say("bringing up the local federation (4 Slurm clusters)...")
+    up(plan)
 
 
-async def _demo(deadline_s: float) -> int:
-    os.environ.setdefault("FEDHPC_DEVFED", "1")
-    sites = {n: s for n, s in load_federation().items() if s.profile.local_test}
-    if not sites:
-        raise UsageError("no local federation sites", hint="Run `fedhpc devfed up` first.")
-    adapters = {n: open_adapter(s) for n, s in sites.items()}
-    states: dict[str, SiteState] = {}
+async def _saturate(site_name: str, partition: str, gpus: int) -> list[str]:
+    site = load_federation()[site_name]
+    adapter = open_adapter(site)
+    root = site.profile.storage[0].path
+    ids = []
+    for i in range(2):
+        job = await adapter.submit(JobSpec(
+            name=f"fedhpc-demo-load-{i}", command=("sleep", "900"), partition=partition,
+            account="fedhpc-gpu", shape=Shape(gpus=gpus, cpus=1, wall_time_s=1200),
+            stdout=f"{root}/demo-load-%j.out",
+        ))  # fmt: skip
+        ids.append(job.job_id)
+    await adapter.transport.aclose()
+    return ids
 
-    async def probe(name: str) -> None:
-        states[name] = await adapters[name].probe()
 
-    t0 = time.monotonic()
-    async with anyio.create_task_group() as tg:
-        for name in adapters:
-            tg.start_soon(probe, name)
-    print(f"== probed {len(states)} sites in {time.monotonic() - t0:.2f}s (one call per site)")
-    for name in sorted(states):
-        st = states[name]
-        gpus = sum(p.free_gpus for p in st.partitions)
-        print(
-            f"  {name:<11} {st.health.value:<8} arch={st.arch} free GPUs={gpus} "
-            f"accounts={','.join(st.accounts) or '-'}"
-        )
-    runs: dict[str, list[_Run]] = {}
-    for name in sorted(states):
-        if states[name].health is Health.OFFLINE:
-            continue
-        for spec in _jobs_for(sites[name], states[name]):
-            submitted = await adapters[name].submit(spec)
-            runs.setdefault(name, []).append(
-                _Run(name, spec.partition, submitted.job_id, spec.shape.gpus)
-            )
-    total = sum(len(r) for r in runs.values())
-    print(f"== submitted {total} jobs; following them through sacct")
-    async with anyio.create_task_group() as tg:
-        for name, site_runs in runs.items():
-            tg.start_soon(_follow, adapters[name], site_runs, deadline_s)
-    print(
-        f"  {'site':<11} {'partition':<18} {'job':>6} {'gpus':>4} {'state':<10} "
-        f"{'wait s':>6} {'run s':>6}"
-    )
-    ok = True
-    for site_runs in runs.values():
-        for run in site_runs:
-            rec = run.record
-            assert rec is not None
-            ok &= rec.state is JobState.COMPLETED
-            print(
-                f"  {run.site:<11} {run.partition:<18} {run.job_id:>6} {run.gpus:>4} "
-                f"{rec.state.value:<10} {rec.wait_s or 0:>6.0f} {rec.runtime_s or 0:>6.0f}"
-            )
-    for adapter in adapters.values():
-        await adapter.transport.aclose()
-    print("== demo " + ("passed" if ok else "FAILED"))
-    return 0 if ok else 1
+async def _cancel(site_name: str, ids: list[str]) -> None:
+    adapter = open_adapter(load_federation()[site_name])
+    await adapter.cancel(ids)
+    await adapter.transport.aclose()
 
 
 def _run(args: argparse.Namespace) -> int:
-    return anyio.run(_demo, float(args.deadline))
+    os.environ["FEDHPC_DEVFED"] = "1"
+    _federation()
+    home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
+    os.environ["FEDHPC_HOME"] = str(home)
+    from fedhpc.client import DaemonClient
+    from fedhpc.daemon.settings import DaemonSettings
+
+    env = {**os.environ, **FAST}
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / "daemon.log").open("ab")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    load: list[str] = []
+    try:
+
+        async def ready() -> None:
+            async with DaemonClient(DaemonSettings.from_env()) as client:
+                await client.wait_until_up(30)
+                await client.refresh()
+
+        anyio.run(ready)
+        _say(f"daemon up (pid {daemon.pid}, home {home})")
+        load = anyio.run(_saturate, "devanvil", "ai", 2)
+        _say(f"devanvil's H100s are now busy with background jobs {', '.join(load)}")
+        out = home / "agent-resumed.txt"
+        started = time.monotonic()
+        agent = subprocess.run(
+            [sys.executable, "-m", "fedhpc.demo.agent", "plan", "--out", str(out)],
+            env=os.environ.copy(), check=False,
+        )  # fmt: skip
+        if agent.returncode != 0:
+            _say("the agent failed")
+            return 1
+        _say("the agent has ended its turn; the daemon runs the group and will resume it")
+        deadline = started + args.deadline
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not out.exists():
+            _say(f"no resume within {args.deadline:.0f}s; see `fedhpc deliveries`")
+            return 1
+        print(out.read_text(), end="")
+        _say(f"done in {time.monotonic() - started:.0f}s with zero status calls by the agent")
+        return 0
+    finally:
+        if load:
+            anyio.run(_cancel, "devanvil", load)
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        log.close()
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run the local-federation demo (after `fedhpc devfed up`)")
-    p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the jobs")
+    p = sub.add_parser("demo", help="the whole loop on the local federation (a few minutes)")
+    p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the resume")
+    p.add_argument("--home", default=None, help="state folder (default: a new temporary one)")
     p.set_defaults(func=_run)

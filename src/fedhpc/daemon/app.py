@@ -15,6 +15,7 @@ from starlette.routing import Route
 from fedhpc import __version__
 from fedhpc.collector import Collector
 from fedhpc.daemon.routes_bridge import bridge_routes
+from fedhpc.daemon.routes_data import data_routes
 from fedhpc.domain.job import JobState
 from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.draft import DraftRequest
@@ -37,6 +38,7 @@ from fedhpc.orchestrator import (
 )
 from fedhpc.placement import draft_envelope
 from fedhpc.store import Store
+from fedhpc.transfer.service import TransferService
 
 __all__ = ["DaemonState", "build_app"]
 
@@ -46,7 +48,7 @@ class EventsQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    after: int = Field(default=0, ge=0, description="the last event seq already seen")
+    after: int = Field(default=0, ge=0, le=2**62, description="the last event seq already seen")
     limit: int = Field(default=100, ge=1, le=1000)
 
 
@@ -65,7 +67,7 @@ class AckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     consumer: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
-    through: int = Field(ge=0)
+    through: int = Field(ge=0, le=2**62)
 
 
 class DaemonState:
@@ -82,6 +84,7 @@ class DaemonState:
         self.collector = collector
         self.started_at = started_at
         self.orchestrator = orchestrator
+        self.transfers: TransferService | None = None
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(
@@ -226,5 +229,6 @@ def build_app(state: DaemonState) -> Starlette:
         Route("/v1/federation", _guard(federation), methods=["GET"]),
         Route("/v1/refresh", _guard(refresh), methods=["POST"]),
         Route("/v1/events", _guard(events), methods=["GET"]),
+        *data_routes(state),
     ]
     return Starlette(routes=routes)

@@ -25,6 +25,7 @@ from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator, tick
 from fedhpc.profiles import load_federation
 from fedhpc.store import Store
+from fedhpc.transfer.service import TransferService
 
 __all__ = ["run_daemon"]
 
@@ -127,6 +128,15 @@ async def _serve(
         process_timeout_s=settings.resume_timeout_s,
     )  # fmt: skip
     orchestrator.notify = bridge.wake.set
+
+    def changed() -> None:
+        orchestrator.wake.set()
+        bridge.wake.set()
+
+    state.transfers = transfers = TransferService(
+        store, collector.sites, orchestrator.adapters, home=settings.home,
+        cycle_s=settings.cycle_s, on_change=changed,
+    )  # fmt: skip
     config = uvicorn.Config(
         build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
     )
@@ -143,6 +153,7 @@ async def _serve(
                 collector.wake.set()
                 orchestrator.wake.set()
                 bridge.wake.set()
+                transfers.wake.set()
                 server.should_exit = True
                 await anyio.sleep(settings.grace_s)
                 services.cancel()  # grace is over
@@ -155,6 +166,7 @@ async def _serve(
                 services.start_soon(collector.run, stopping, name="collector")
                 services.start_soon(orchestrator.run, stopping, name="orchestrator")
                 services.start_soon(bridge.run, stopping, name="bridge")
+                services.start_soon(transfers.run, stopping, name="transfers")
                 services.start_soon(server.serve, [sock], name="rest")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:

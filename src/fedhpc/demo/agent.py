@@ -43,7 +43,7 @@ async def plan(out: Path) -> None:
     async with Client(_server({"FEDHPC_CONTINUATION": continuation}), mode="legacy") as client:
         tools = await client.list_tools()
         print(f"agent: connected; {len(tools.tools)} fedhpc tools")
-        view = await _call(client, "inspect_federation", {})
+        view = await _call(client, "inspect_federation", {"refresh": True})
         for s in view["sites"]:
             free = sum(p["free_gpus"] for p in s["partitions"])
             pend = sum(p["pending_jobs"] for p in s["partitions"])
@@ -88,7 +88,8 @@ async def resume(out: Path, payload: dict[str, Any]) -> None:
         group = json.loads(getattr(contents[0], "text", "{}"))
         results = [await _call(client, "get_result", {"task_id": c["task_id"]})
                    for c in group["children"]]  # fmt: skip
-    t0 = min(datetime.fromisoformat(r["created_at"]) for r in results)
+    stamps = [a["submitted_at"] for r in results for a in r["attempts"] if a["submitted_at"]]
+    t0 = min(datetime.fromisoformat(s) for s in stamps)
     lines.append(f"agent: group {group['state']}: {group['counts']}")
     lines.append("agent: timeline (seconds after submission)")
     lines.append(f"  {'task':<13} {'n':>1} {'site':<11} {'partition':<10} {'state':<10} "

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
 from fedhpc.ops.continuations import ContinuationSpec
+from fedhpc.ops.data import StageOut, TransferProvenance
 from fedhpc.placement.settings import PolicyKind
 
 __all__ = [
@@ -87,6 +88,12 @@ class SubmitTaskRequest(_In):
     continuation: ContinuationSpec | None = Field(
         default=None, description="wake this agent session on the task's result or exception"
     )
+    stage_in: tuple[str, ...] = Field(
+        default=(), max_length=64, description="transfer ids to wait for; runs where they land"
+    )
+    stage_out: tuple[StageOut, ...] = Field(
+        default=(), max_length=64, description="outputs to copy elsewhere once the task completes"
+    )
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
@@ -117,6 +124,7 @@ class TaskHandle(_Out):
     attempt: int = 0
     decision: str = Field(default="", description="why this placement, in one line")
     reasons: tuple[str, ...] = Field(default=(), description="why it cannot run, if it cannot")
+    transfers: tuple[str, ...] = Field(default=(), description="stage-out transfer ids")
     next: str = _NEXT
 
 
@@ -186,6 +194,7 @@ class ResultManifest(_Out):
     preview: str | None = None
     truncated: bool = False
     reasons: tuple[str, ...] = ()
+    data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
 
 
 class TaskSummary(_Out):

@@ -9,6 +9,7 @@ import structlog
 
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
+from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.records import ACTIVE, AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement
@@ -38,6 +39,7 @@ async def tick(o: Orchestrator) -> None:
             except Exception:  # one site's bad answer must not stall the others
                 log.exception("observe failed", site=site)
         await _adapt_pending(o)
+        await staging.advance(o)  # dispatch tasks whose stage-in succeeded
         from fedhpc.orchestrator.groups import advance_groups
 
         await advance_groups(o)
@@ -166,9 +168,10 @@ async def _accept(o: Orchestrator, task: TaskRecord, a: AttemptRecord) -> None:
     for x in others:
         x.superseded = True
         await cancel_attempt(o, x)
+    quiet = await staging.consumed_downstream(o, task)  # the next task's outcome will report
     async with o.store.transaction() as tx:
         await o.save(tx, task, *others, at=o.clock())
-        if task.group_id is None:  # a group's children report once, as the round
+        if task.group_id is None and not quiet:  # a group's children report once, as the round
             await o.emit(tx, "task.terminal", task, site=a.site, attempt=a.n, job_id=a.job_id,
                          wait_s=a.wait_s, runtime_s=a.runtime_s)  # fmt: skip
 

@@ -15,6 +15,7 @@ from fedhpc.ops.tasks import (
     TaskHandle,
     TaskSummary,
 )
+from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.control import cancel_attempt
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
@@ -55,7 +56,7 @@ async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
         task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
         created_at=task.created_at, attempts=tuple(a.view() for a in atts),
         provenance=task.provenance, outputs=tuple(outputs), preview=preview,
-        truncated=truncated, reasons=task.reasons,
+        truncated=truncated, reasons=task.reasons, data=await staging.data_provenance(o, task),
     )  # fmt: skip
 
 

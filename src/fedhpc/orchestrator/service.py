@@ -21,6 +21,7 @@ from fedhpc.domain.site import Health, ResourceSnapshot
 from fedhpc.errors import UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
+from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Placement, Policy, Unschedulable, WaitObservation, place
 from fedhpc.profiles.loader import Site
@@ -216,6 +217,7 @@ class Orchestrator:
             partition=att.partition if att else None, account=att.account if att else None,
             shape=att.shape if att else None, job_id=att.job_id if att else None,
             attempt=att.n if att else 0, decision=task.decision, reasons=task.reasons,
+            transfers=staging.stage_out_ids(task),
         )  # fmt: skip
 
     async def submit_task(
@@ -236,9 +238,10 @@ class Orchestrator:
                 id=new_id("t"), request=req, idempotency_key=key, created_at=self.clock(),
                 group_id=group_id, avoid_sites=avoid_sites,
             )  # fmt: skip
+            waiting = staging.declared(task) and not await staging.prepare(self, task)
             if req.continuation is not None:
                 await self.register(task.id, req.continuation)
-            handle = await self._place_and_dispatch(task)
+            handle = self.handle(task, None) if waiting else await self._place_and_dispatch(task)
         self.notify()
         return handle
 

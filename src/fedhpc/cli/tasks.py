@@ -1,0 +1,181 @@
+"""`fedhpc tasks`, `task ID`, `events [--follow]`, `cancel ID`: the daemon's REST API for people."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import anyio
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, TaskHandle, TaskSummary
+
+__all__ = ["add_parser"]
+
+R = TypeVar("R")
+
+
+def _with_client(op: Callable[[DaemonClient], Awaitable[R]]) -> R:
+    async def run() -> R:
+        async with DaemonClient(DaemonSettings.from_env()) as client:
+            return await op(client)
+
+    return anyio.run(run)
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the first row is the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _when(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    rows = _with_client(lambda c: c.tasks(state=args.state, limit=args.limit))
+    if args.json:
+        print(json.dumps([t.model_dump(mode="json") for t in rows], indent=2))
+        return 0
+    print(_task_table(rows))
+    return 0
+
+
+def _task_table(rows: Sequence[TaskSummary]) -> str:
+    head = ("TASK", "NAME", "STATE", "SITE", "PARTITION", "JOB", "TRIES", "GROUP", "UPDATED")
+    body = [
+        (
+            t.task_id,
+            t.name or "-",
+            t.state.value,
+            t.site or "-",
+            t.partition or "-",
+            t.job_id or "-",
+            str(t.attempts),
+            t.group_id or "-",
+            _when(t.updated_at),
+        )
+        for t in rows
+    ]
+    return table([head, *body]) if body else "no tasks"
+
+
+def _task(args: argparse.Namespace) -> int:
+    req = ResultRequest(task_id=args.task_id, preview=args.preview, max_bytes=args.max_bytes)
+    manifest = _with_client(lambda c: c.get_result(req))
+    if args.json:
+        print(manifest.model_dump_json(indent=2))
+        return 0
+    print(_manifest_text(manifest))
+    return 0
+
+
+def _manifest_text(m: ResultManifest) -> str:
+    lines = [f"task {m.task_id}" + (f" ({m.name})" if m.name else "") + f": {m.state.value}"]
+    if m.group_id:
+        lines.append(f"group {m.group_id}")
+    if m.provenance:
+        lines.append(f"placement: {m.provenance.decision}")
+    lines.extend(f"reason: {r}" for r in m.reasons)
+    if m.attempts:
+        head = ("#", "SITE", "PARTITION", "JOB", "STATE", "WAIT", "RUNTIME", "EXIT")
+        body = [
+            (
+                str(a.n) + ("*" if a.superseded else ""),
+                a.site,
+                a.partition,
+                a.job_id or "-",
+                a.state.value,
+                f"{a.wait_s:.0f}s" if a.wait_s is not None else "-",
+                f"{a.runtime_s:.0f}s" if a.runtime_s is not None else "-",
+                str(a.exit_code) if a.exit_code is not None else "-",
+            )
+            for a in m.attempts
+        ]
+        lines += ["", table([head, *body])]
+    if m.outputs:
+        lines += [
+            "",
+            table([("OUTPUT", "SITE", "PATH"), *((o.kind, o.site, o.path) for o in m.outputs)]),
+        ]
+    if m.preview is not None:
+        lines += ["", m.preview + ("\n[truncated]" if m.truncated else "")]
+    return "\n".join(lines)
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    payload = json.dumps(e.get("payload", {}), separators=(",", ":"))
+    if len(payload) > 100:
+        payload = payload[:97] + "..."
+    return f"{e['seq']:>6}  {e['created_at'][:19]}  {e['kind']:<20}  {e['subject']:<16}  {payload}"
+
+
+async def _follow(args: argparse.Namespace) -> None:
+    after = args.after
+    async with DaemonClient(DaemonSettings.from_env()) as client:
+        while True:
+            rows = await client.events(after=after, limit=args.limit)
+            for e in rows:
+                print(json.dumps(e) if args.json else _event_line(e), flush=True)
+                after = max(after, int(e["seq"]))
+            if not args.follow:
+                return
+            if not rows:
+                await anyio.sleep(args.interval)
+
+
+def _events(args: argparse.Namespace) -> int:
+    if not args.json and not args.follow:
+        rows = _with_client(lambda c: c.events(after=args.after, limit=args.limit))
+        print("\n".join(_event_line(e) for e in rows) if rows else "no events")
+        return 0
+    if args.json and not args.follow:
+        rows = _with_client(lambda c: c.events(after=args.after, limit=args.limit))
+        print(json.dumps(rows, indent=2))
+        return 0
+    anyio.run(_follow, args)  # --follow: one line per event (JSON lines with --json)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    handle: TaskHandle = _with_client(lambda c: c.cancel(CancelRequest(task_id=args.task_id)))
+    if args.json:
+        print(handle.model_dump_json(indent=2))
+    else:
+        print(f"task {handle.task_id}: {handle.state.value}")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    t = sub.add_parser("tasks", help="recent tasks, newest first")
+    t.add_argument("--state", default=None, help="only tasks in this state")
+    t.add_argument("--limit", type=int, default=50)
+    t.add_argument("--json", action="store_true", help="as JSON")
+    t.set_defaults(func=_tasks)
+
+    one = sub.add_parser("task", help="one task: attempts, placement, outputs")
+    one.add_argument("task_id", metavar="ID")
+    one.add_argument("--preview", choices=["stdout", "stderr"], default=None)
+    one.add_argument("--max-bytes", type=int, default=4096)
+    one.add_argument("--json", action="store_true", help="the result manifest as JSON")
+    one.set_defaults(func=_task)
+
+    ev = sub.add_parser("events", help="the event log (task ended, site offline, ...)")
+    ev.add_argument("--after", type=int, default=0, help="start after this seq")
+    ev.add_argument("--limit", type=int, default=100)
+    ev.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    ev.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
+    ev.add_argument("--json", action="store_true", help="as JSON (JSON lines with --follow)")
+    ev.set_defaults(func=_events)
+
+    c = sub.add_parser("cancel", help="cancel a task (kills its job)")
+    c.add_argument("task_id", metavar="ID")
+    c.add_argument("--json", action="store_true", help="the task handle as JSON")
+    c.set_defaults(func=_cancel)

@@ -1,0 +1,102 @@
+"""Parameter types shared by the tools, with compact advertised schemas.
+
+The envelope and the adaptation policy validate as the contract's models (`ResourceEnvelope`,
+`AdaptationPolicy`), but advertise a hand-written schema: the generated one is ~2.3 KB and
+would appear in three tools. A unit test keeps the property names in step with the models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, WithJsonSchema
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.ops.tasks import AdaptationPolicy
+from fedhpc.placement.settings import PolicyKind
+
+__all__ = [
+    "ADAPTATION_SCHEMA",
+    "ENVELOPE_SCHEMA",
+    "ID_PATTERN",
+    "Adapt",
+    "Argv",
+    "Env",
+    "Envelope",
+    "GroupAdapt",
+    "GroupEnvelope",
+    "GroupIdemKey",
+    "IdemKey",
+    "OtherEnvelope",
+    "Policy",
+    "TaskId",
+    "Workdir",
+]
+
+_INT = {"type": "integer"}
+_RANGE = {"type": "object", "properties": {"min": _INT, "max": _INT}}
+_SIZE = {"anyOf": [{"type": "integer"}, {"type": "string"}]}  # portable: no type arrays
+_STRS = {"type": "array", "items": {"type": "string"}}
+
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "{min: viable, max: useful} per dimension; gpus, cpus, memory are per node. "
+        "memory in MiB or '64G'; wall_time in s or '2h'. draft_envelope drafts one."
+    ),
+    "properties": {
+        "gpus": _RANGE,
+        "cpus": _RANGE,
+        "memory": {"type": "object", "properties": {"min": _SIZE, "max": _SIZE}},
+        "nodes": _RANGE,
+        "wall_time": {"type": "object", "properties": {"min": _SIZE, "max": _SIZE}},
+        "architectures": {"type": "array", "items": {"enum": ["x86_64", "aarch64"]}},
+        "accelerator_types": {**_STRS, "description": "e.g. a100, h100, gh200"},
+        "min_accelerator_memory_gib": {"type": "number"},
+        "container": {"type": "object", "properties": {"image": {"type": "string"}}},
+        "sites_include": _STRS,
+        "sites_exclude": _STRS,
+        "preferences": {
+            "type": "object",
+            "properties": {"sites": _STRS, "partitions": _STRS, "spread": {"type": "boolean"}},
+        },
+        "draft": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
+
+ADAPTATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "autonomy budgets: max_retries, max_wall_extensions, wall_factor, replace_pending, "
+        "replace_after_s, replace_margin_s, max_replacements"
+    ),
+}
+
+Envelope = Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
+GroupEnvelope = Annotated[
+    ResourceEnvelope,
+    WithJsonSchema({"type": "object", "description": "shared by all children, as in submit_task"}),
+]
+OtherEnvelope = Annotated[
+    ResourceEnvelope | None,
+    WithJsonSchema({"type": "object", "description": "an envelope, as in submit_task"}),
+]
+Adapt = Annotated[AdaptationPolicy | None, WithJsonSchema(ADAPTATION_SCHEMA)]
+GroupAdapt = Annotated[
+    AdaptationPolicy | None,
+    WithJsonSchema({"type": "object", "description": "as in submit_task"}),
+]
+Argv = Annotated[
+    list[str], Field(min_length=1, description="argv, each element verbatim (no shell)")
+]
+# Ids are a prefix and hex digits; the pattern also keeps '/', '?' and control characters out
+# of the daemon's URL paths.
+ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+TaskId = Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
+Policy = Annotated[PolicyKind, Field(description="how to pick among feasible sites")]
+Workdir = Annotated[str | None, Field(description="default: a per-task folder")]
+Env = Annotated[dict[str, str], Field(description="environment variables")]
+GroupIdemKey = Annotated[str | None, Field(description="as in submit_task")]
+IdemKey = Annotated[
+    str | None, Field(description="same key, same submission; default: from the request")
+]

@@ -1,0 +1,112 @@
+"""Every failure becomes a tool result the model can read: `{code, message, hint[, fields]}`."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+import structlog
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, ValidationError
+
+from fedhpc.errors import FedError, FieldIssue, ValidationFailed
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "InternalError",
+    "ResponseTooLarge",
+    "UnknownTool",
+    "arguments_error",
+    "error_result",
+    "guarded",
+    "validation_failed",
+]
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T", bound=BaseModel)
+
+# Tool answers are context the model pays for; beyond this, answer with a pointer instead.
+MAX_RESPONSE_BYTES = 48 * 1024
+
+
+class InternalError(FedError):
+    """A bug or an answer fedhpc did not expect; the details stay in the server's log."""
+
+    code = "internal"
+    default_hint = "This is a fedhpc bug: retry once, then report it with the server's stderr."
+
+
+class UnknownTool(FedError):
+    code = "unknown_tool"
+
+
+class ResponseTooLarge(FedError):
+    code = "too_large"
+
+
+def validation_failed(exc: ValidationError, prefix: str = "") -> ValidationFailed:
+    """Pydantic's errors as one ValidationFailed naming each field by its dotted path."""
+    issues = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(str(p) for p in err["loc"])
+        field = ".".join(p for p in (prefix, path) if p) or "(arguments)"
+        issues.append(FieldIssue(field, err["msg"]))
+    return ValidationFailed(issues)
+
+
+def error_result(exc: FedError) -> CallToolResult:
+    """The is_error result: compact JSON text, so every client shows the model the same thing.
+
+    No structuredContent on purpose: it would have to match the tool's outputSchema."""
+    text = json.dumps(exc.as_dict(), separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _size_checked(name: str, answer: T, pointer: str) -> T | CallToolResult:
+    size = len(answer.model_dump_json().encode())
+    if size <= MAX_RESPONSE_BYTES:
+        return answer
+    return error_result(
+        ResponseTooLarge(
+            f"{name}'s answer is {size} bytes, above the {MAX_RESPONSE_BYTES}-byte cap",
+            hint=pointer,
+        )
+    )
+
+
+def guarded(
+    pointer: str = "Narrow the request.",
+) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T | CallToolResult]]]:
+    """Wrap a tool so nothing escapes as an untyped error, and cap the answer's size.
+
+    `functools.wraps` keeps the signature, so the SDK still derives the input and output
+    schemas from the wrapped function; it passes a returned CallToolResult through as is."""
+
+    def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T | CallToolResult]]:
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | CallToolResult:
+            try:
+                answer = await fn(*args, **kwargs)
+            except ValidationError as exc:
+                return error_result(validation_failed(exc))
+            except FedError as exc:
+                return error_result(exc)
+            except Exception as exc:
+                log.exception("tool crashed", tool=fn.__name__)
+                return error_result(InternalError(f"{fn.__name__} failed: {type(exc).__name__}"))
+            return _size_checked(fn.__name__, answer, pointer)
+
+        return wrapper
+
+    return decorate
+
+
+def arguments_error(tool: str, exc: ValidationError) -> CallToolResult:
+    """The typed answer for arguments that do not match a tool's input schema."""
+    failed = validation_failed(exc)
+    failed.hint = f"Fix the named fields of {tool} and call it again."
+    return error_result(failed)

@@ -1,0 +1,131 @@
+"""Compact JSON schemas: tool definitions are context the model pays for on every turn.
+
+The rewrites keep what a client validates (types, enums, bounds, required) and drop what only
+decorates: titles, class docstrings, and defaults that say "empty". Output schemas also lose
+descriptions. Nullable scalars become `{"type": [t, "null"]}`; in inputs an optional parameter
+whose default is null simply omits the null branch (leaving it out means the same)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["compact_input", "compact_output"]
+
+_NAME_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+_EMPTY: tuple[Any, ...] = (None, [], {}, "", False)
+_NULL = {"type": "null"}
+# What an output schema keeps: the shape and the types. Bounds, formats and `required` only
+# restate what the daemon already guarantees, and cost context on every turn.
+_OUTPUT_KEYS = frozenset({"type", "properties", "items", "enum", "anyOf", "$ref", "$defs"})
+
+
+def _nullable(node: dict[str, Any], drop_null: bool) -> dict[str, Any]:
+    """`anyOf: [X, null]` as X (inputs, optional) or as X with "null" added to its type."""
+    branches = node.get("anyOf")
+    if not isinstance(branches, list) or len(branches) != 2 or _NULL not in branches:
+        return node
+    other = next(b for b in branches if b != _NULL)
+    rest = {k: v for k, v in node.items() if k != "anyOf"}
+    if drop_null:
+        return {**other, **rest}
+    kind = other.get("type")
+    if isinstance(kind, str) and set(other) <= {"type", "format", "minimum", "maximum"}:
+        return {**other, "type": [kind, "null"], **rest}
+    return node
+
+
+def _walk(node: Any, *, output: bool, optional: bool = False) -> Any:
+    if isinstance(node, list):
+        return [_walk(item, output=output) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if optional and not output and node.get("default", 0) is None:
+        node = _nullable(node, drop_null=True)
+    else:
+        node = _nullable(node, drop_null=False)
+    required = set(node.get("required", ()))
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" or (output and key not in _OUTPUT_KEYS):
+            continue
+        if key == "default" and any(value == e and type(value) is type(e) for e in _EMPTY):
+            continue
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {
+                name: _walk(sub, output=output, optional=name not in required)
+                for name, sub in value.items()
+            }
+        elif key in _NAME_MAPS and isinstance(value, dict):
+            # Keys here are names (a property may well be called "title").
+            out[key] = {name: _walk(sub, output=output) for name, sub in value.items()}
+        else:
+            out[key] = _walk(value, output=output)
+    return out
+
+
+def _inline_enums(schema: dict[str, Any]) -> dict[str, Any]:
+    """Put an enum used once where it is used (shorter, and clients that drop `$defs` still
+    see the values); then drop definitions nothing refers to."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+    text = repr(schema)
+    enums = {
+        f"#/$defs/{n}": d
+        for n, d in defs.items()
+        if "enum" in d and text.count(f"'#/$defs/{n}'") == 1  # used once: inlining is shorter
+    }
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, list):
+            return [sub(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if ref in enums:
+            return {**enums[ref], **{k: v for k, v in node.items() if k != "$ref"}}
+        return {k: sub(v) for k, v in node.items()}
+
+    out: dict[str, Any] = sub({k: v for k, v in schema.items() if k != "$defs"})
+    rest = {n: sub(d) for n, d in defs.items() if f"#/$defs/{n}" not in enums}
+    reachable: set[str] = set()
+    frontier: list[Any] = [out]
+    while frontier:
+        seen = repr(frontier.pop())
+        for name, definition in rest.items():
+            if name not in reachable and f"'#/$defs/{name}'" in seen:
+                reachable.add(name)
+                frontier.append(definition)
+    if reachable:
+        out["$defs"] = {n: d for n, d in rest.items() if n in reachable}
+    return out
+
+
+def _opaque(schema: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """Refer to the named definitions as plain objects (before `_walk` folds nullables)."""
+    refs = {f"#/$defs/{n}" for n in names}
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, list):
+            return [sub(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("$ref") in refs:
+            return {"type": "object", **{k: v for k, v in node.items() if k != "$ref"}}
+        return {k: sub(v) for k, v in node.items()}
+
+    out: dict[str, Any] = sub(schema)
+    return out
+
+
+def compact_input(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop titles, class docstrings and empty defaults; keep parameter descriptions."""
+    out: dict[str, Any] = _walk(schema, output=False)
+    for definition in out.get("$defs", {}).values():
+        if isinstance(definition, dict):
+            definition.pop("description", None)
+    return _inline_enums(out)
+
+
+def compact_output(schema: dict[str, Any], opaque: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Keep the shape and the types (what clients check); `opaque` definitions are advertised
+    as plain objects and dropped once nothing refers to them."""
+    return _inline_enums(_walk(_opaque(schema, opaque), output=True))

@@ -1,0 +1,163 @@
+"""`build_server`: the MCP face of fedhpc, a stateless client of the daemon."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.tools import Tool
+from pydantic import BaseModel, ValidationError
+
+from fedhpc import __version__
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.errors import FedError, UsageError
+from fedhpc.mcp_server.link import DaemonLink, open_link
+from fedhpc.mcp_server.params import ID_PATTERN
+from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
+from fedhpc.mcp_server.schema import compact_input, compact_output
+from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
+from fedhpc.ops.tasks import ResultRequest
+
+__all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
+
+INSTRUCTIONS = """\
+fedhpc runs jobs on several supercomputers as one workspace. Work in this loop:
+1. Observe: inspect_federation (health, free GPUs, queues, credit per site).
+2. Plan: draft_envelope gives min-viable/max-useful bounds; check them.
+3. Act: submit_task (one job) or submit_group (a sweep); fedhpc picks site and shape.
+4. Yield: end your turn after submitting. Do not poll: fedhpc watches the jobs.
+5. Resume: you are continued with the outcome or a decision to make; read it with
+   get_result, then replan or cancel if needed. Pull-only clients: list_events, ack_events.
+Errors come back as {code, message, hint}; a validation error names the field.
+Moving data between sites (move_data) is not available yet."""
+
+
+# In answers these nested records stay plain objects: an envelope has the shape of
+# submit_task's `envelope` parameter, and the keys of a shape, a provenance or a transfer speak
+# for themselves. Typing them in full would cost ~3 KB of tools/list (see docs/mcp.md).
+OPAQUE_IN_ANSWERS = frozenset({"ResourceEnvelope", "Shape", "Provenance", "TransferProvenance"})
+
+
+def build_tools() -> list[Tool]:
+    """The tools with honest annotations and compacted schemas (structure unchanged)."""
+    tools = []
+    for fn in TOOLS:
+        description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+        tool = Tool.from_function(fn, description=description, annotations=ANNOTATIONS[fn.__name__])
+        tool.parameters = compact_input(tool.parameters)
+        if tool.fn_metadata.output_schema is not None:
+            tool.fn_metadata.output_schema = compact_output(
+                tool.fn_metadata.output_schema, OPAQUE_IN_ANSWERS
+            )
+        tools.append(tool)
+    return tools
+
+
+def _arguments_guard(tools: Mapping[str, Tool]) -> Any:
+    """Validate `tools/call` arguments before the SDK does, so the failure is typed.
+
+    The SDK would answer the same arguments with free text; this answers with
+    `{code: "validation", message, hint, fields: [{field, reason}]}`."""
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, Mapping | None):
+            return await call_next(ctx)  # malformed params: the SDK's JSON-RPC error is right
+        tool = tools.get(name)
+        if tool is None:
+            return error_result(
+                UnknownTool(f"no tool named {name[:64]!r}", hint=f"Tools: {', '.join(tools)}.")
+            )
+        try:
+            tool.fn_metadata.validate_arguments(dict(arguments or {}))
+        except ValidationError as exc:
+            return arguments_error(name, exc)
+        return await call_next(ctx)
+
+    return middleware
+
+
+def build_server(settings: DaemonSettings | None = None, *, autostart: bool = True) -> MCPServer:
+    """The server; each run (stdio connection, or the HTTP manager) opens one daemon link."""
+    resolved = settings or DaemonSettings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[DaemonLink]) -> AsyncIterator[DaemonLink]:
+        async with open_link(resolved, autostart=autostart) as link:
+            yield link
+
+    tools = build_tools()
+    server: MCPServer[DaemonLink] = MCPServer(
+        "fedhpc",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        tools=tools,
+        lifespan=lifespan,
+        log_level="WARNING",
+        middleware=[_arguments_guard({t.name: t for t in tools})],
+    )
+    _add_resources(server, resolved, autostart)
+    return server
+
+
+def _checked_id(value: str) -> str:
+    if not re.fullmatch(ID_PATTERN, value) or len(value) > 64:
+        raise ResourceError(json.dumps(UsageError(f"not an id: {value[:64]!r}").as_dict()))
+    return value
+
+
+def _add_resources(
+    server: MCPServer[DaemonLink], settings: DaemonSettings, autostart: bool
+) -> None:
+    def link(ctx: Context[DaemonLink, Any]) -> DaemonLink:
+        value: DaemonLink = ctx.request_context.lifespan_context
+        return value
+
+    async def read(link: DaemonLink, op: Callable[[DaemonClient], Awaitable[BaseModel]]) -> str:
+        try:
+            answer = await link.call(op)
+        except FedError as exc:  # resources have no is_error: the JSON-RPC error carries it
+            raise ResourceError(json.dumps(exc.as_dict())) from exc
+        return answer.model_dump_json()
+
+    @server.resource(
+        "fedhpc://federation",
+        name="federation",
+        description="the federation snapshot (as inspect_federation)",
+        mime_type="application/json",
+    )
+    async def federation() -> str:
+        # Static resources get no Context in mcp 2.3, so this read opens its own link.
+        async with open_link(settings, autostart=autostart) as fresh:
+            return await read(fresh, lambda c: c.federation())
+
+    @server.resource(
+        "fedhpc://tasks/{task_id}",
+        name="task",
+        description="a task's result manifest (as get_result)",
+        mime_type="application/json",
+    )
+    async def task(task_id: str, ctx: Context[DaemonLink, Any]) -> str:
+        req = ResultRequest(task_id=_checked_id(task_id))
+        return await read(link(ctx), lambda c: c.get_result(req))
+
+    @server.resource(
+        "fedhpc://groups/{group_id}",
+        name="group",
+        description="a group: its children and counts",
+        mime_type="application/json",
+    )
+    async def group(group_id: str, ctx: Context[DaemonLink, Any]) -> str:
+        checked = _checked_id(group_id)
+        return await read(link(ctx), lambda c: c.group(checked))

@@ -1,0 +1,346 @@
+"""The tools: flat, described parameters in; the contract's models (`fedhpc.ops`) out.
+
+Each tool builds the contract's request model, so the daemon and the CLI validate the same way,
+and calls the daemon. `guarded` turns every failure into a typed `{code, message, hint}`."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal
+
+import structlog
+from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fedhpc.domain.envelope import Arch, DraftSource
+from fedhpc.mcp_server.link import DaemonLink
+from fedhpc.mcp_server.params import (
+    Adapt,
+    Argv,
+    Env,
+    Envelope,
+    GroupAdapt,
+    GroupEnvelope,
+    GroupIdemKey,
+    IdemKey,
+    OtherEnvelope,
+    Policy,
+    TaskId,
+    Workdir,
+)
+from fedhpc.mcp_server.results import guarded
+from fedhpc.mcp_server.session_meta import agent_session
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.tasks import (
+    AdaptationPolicy,
+    CancelRequest,
+    GroupChild,
+    GroupView,
+    ReplanRequest,
+    ResultManifest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+    TaskHandle,
+)
+from fedhpc.placement.draft import EnvelopeDraft
+from fedhpc.placement.settings import PolicyKind
+
+__all__ = ["ANNOTATIONS", "TOOLS", "AckAnswer", "EventView", "EventsPage"]
+
+log = structlog.get_logger(__name__)
+
+Ctx = Context[DaemonLink, Any]
+SEQ_MAX = 2**53  # event sequence numbers: JSON-safe, and inside SQLite's 64-bit integers
+
+
+def _link(ctx: Ctx) -> DaemonLink:
+    link: DaemonLink = ctx.request_context.lifespan_context
+    return link
+
+
+def _client_name(ctx: Ctx) -> str | None:
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _continuation(ctx: Ctx, tool: str) -> ContinuationSpec | None:
+    """Who to wake when the work ends. In order: the FEDHPC_CONTINUATION the server was started
+    with (a JSON ContinuationSpec, for scripted agents); the Codex thread named in every
+    tools/call; Claude Code's session in this folder, which its SessionStart hook reports to
+    the daemon (the MCP server never sees it). Other clients pull with list_events."""
+    configured = os.environ.get("FEDHPC_CONTINUATION")
+    if configured:
+        try:
+            return ContinuationSpec.model_validate_json(configured)
+        except ValidationError:
+            log.warning("FEDHPC_CONTINUATION is not a valid continuation", tool=tool)
+    session = agent_session(ctx.request_context.meta)
+    if session is not None:
+        try:
+            return ContinuationSpec(
+                runtime=Runtime.CODEX, session_id=session.thread_id, cwd=os.getcwd()
+            )
+        except ValidationError:
+            log.warning("unusable codex thread id", tool=tool, thread_id=session.thread_id[:64])
+            return None
+    if _client_name(ctx) == "claude-code":
+        return ContinuationSpec(runtime=Runtime.CLAUDE_CODE, cwd=os.getcwd())
+    return None
+
+
+@guarded("Filter with sites=[...], accelerator or arch, or read resource fedhpc://federation.")
+async def inspect_federation(
+    ctx: Ctx,
+    *,
+    sites: Annotated[list[str], Field(description="only these sites; empty = all")] = [],  # noqa: B006 (never mutated)
+    accelerator: Annotated[
+        str | None, Field(description="only partitions with this accelerator, e.g. 'a100'")
+    ] = None,
+    arch: Annotated[Arch | None, Field(description="only this CPU architecture")] = None,
+    include_blocked: Annotated[bool, Field(description="also list blocked partitions")] = False,
+    refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
+) -> FederationView:
+    """Observe: each site's health, freshness, partitions, free GPUs/CPUs, queues and credit.
+    Start here."""
+    req = InspectRequest(
+        sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
+    )
+    return await _link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
+
+
+@guarded()
+async def draft_envelope(
+    ctx: Ctx,
+    *,
+    description: Annotated[str, Field(description="what the task does, in words")],
+    code_context: Annotated[
+        list[str], Field(description="code snippets or command lines (not paths)")
+    ] = [],  # noqa: B006
+    proposed: Annotated[
+        dict[str, Any] | None, Field(description="your own envelope to validate and normalize")
+    ] = None,
+    source: Annotated[
+        Literal["user", "assistant"] | None, Field(description="who wrote `proposed`")
+    ] = None,
+    rationale: Annotated[str, Field(description="why these bounds")] = "",
+    confidence: Annotated[float | None, Field(description="0..1")] = None,
+) -> EnvelopeDraft:
+    """Plan: draft an envelope (min viable / max useful per dimension) from a description, or
+    check your own. Review it, then pass its `envelope` to submit_task."""
+    req = DraftRequest(
+        description=description,
+        code_context=tuple(code_context),
+        proposed=proposed,
+        source=DraftSource(source) if source else None,
+        rationale=rationale,
+        confidence=confidence,
+    )
+    return await _link(ctx).call(lambda c: c.draft_envelope(req))
+
+
+@guarded()
+async def submit_task(
+    ctx: Ctx,
+    *,
+    command: Argv,
+    envelope: Envelope,
+    name: Annotated[str | None, Field(description="a label for people")] = None,
+    policy: Policy = PolicyKind.BEST_FEASIBLE,
+    fixed_site: Annotated[str | None, Field(description="the site, with fixed-site")] = None,
+    workdir: Workdir = None,
+    env: Env = {},  # noqa: B006
+    container_image: Annotated[str | None, Field(description="run inside this image")] = None,
+    outputs: Annotated[list[str], Field(description="files it writes, relative")] = [],  # noqa: B006
+    task_budget: Annotated[float | None, Field(description="credits for this task")] = None,
+    adaptation: Adapt = None,
+    idempotency_key: IdemKey = None,
+) -> TaskHandle:
+    """Act: place one job within `envelope` on the best feasible site and submit it. Then end
+    your turn: fedhpc resumes you with the outcome."""
+    req = SubmitTaskRequest.model_validate(
+        {
+            "command": command,
+            "envelope": envelope,
+            "name": name,
+            "policy": policy,
+            "fixed_site": fixed_site,
+            "workdir": workdir,
+            "env": env,
+            "container_image": container_image,
+            "outputs": outputs,
+            "task_budget": task_budget,
+            "adaptation": adaptation or AdaptationPolicy(),
+            "continuation": _continuation(ctx, "submit_task"),
+            "idempotency_key": idempotency_key,
+        }
+    )
+    return await _link(ctx).call(lambda c: c.submit_task(req))
+
+
+@guarded("Read resource fedhpc://groups/{group_id} for the whole group.")
+async def submit_group(
+    ctx: Ctx,
+    *,
+    objective: Annotated[str, Field(description="what the group achieves together")],
+    children: Annotated[
+        list[GroupChild], Field(min_length=1, description="one {command, name?, required?} each")
+    ],
+    envelope: GroupEnvelope,
+    policy: PolicyKind = PolicyKind.BEST_FEASIBLE,
+    spread: Annotated[bool, Field(description="prefer distinct systems")] = True,
+    workdir: str | None = None,
+    env: dict[str, str] = {},  # noqa: B006
+    adaptation: GroupAdapt = None,
+    idempotency_key: GroupIdemKey = None,
+) -> GroupView:
+    """Act: submit related jobs (a sweep) under one objective and envelope. Then end your
+    turn: fedhpc resumes you when the round ends."""
+    req = SubmitGroupRequest.model_validate(
+        {
+            "objective": objective,
+            "children": children,
+            "envelope": envelope,
+            "policy": policy,
+            "spread": spread,
+            "workdir": workdir,
+            "env": env,
+            "adaptation": adaptation or AdaptationPolicy(),
+            "continuation": _continuation(ctx, "submit_group"),
+            "idempotency_key": idempotency_key,
+        }
+    )
+    return await _link(ctx).call(lambda c: c.submit_group(req))
+
+
+@guarded("Lower max_bytes, or read resource fedhpc://tasks/{task_id}.")
+async def get_result(
+    ctx: Ctx,
+    *,
+    task_id: TaskId,
+    preview: Annotated[
+        Literal["stdout", "stderr"] | None, Field(description="include the tail of this output")
+    ] = None,
+    max_bytes: Annotated[int, Field(ge=1, le=65536, description="preview size cap")] = 4096,
+) -> ResultManifest:
+    """Resume: a task's state, attempts, provenance and output references, with a bounded
+    preview. Use it when resumed; do not poll."""
+    req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes)
+    return await _link(ctx).call(lambda c: c.get_result(req))
+
+
+@guarded()
+async def replan(
+    ctx: Ctx,
+    *,
+    task_id: TaskId,
+    exclude_sites: Annotated[list[str], Field(description="sites not to use")] = [],  # noqa: B006
+    envelope: OtherEnvelope = None,
+) -> TaskHandle:
+    """Decide: re-place a task that has not started (exclude sites, change its envelope). Its
+    queued attempt moves; no work is lost."""
+    req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
+    return await _link(ctx).call(lambda c: c.replan(req))
+
+
+@guarded()
+async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
+    """Decide: cancel a task; its job is killed and its work lost."""
+    req = CancelRequest(task_id=task_id)
+    return await _link(ctx).call(lambda c: c.cancel(req))
+
+
+class EventView(BaseModel):
+    """One fact from the event log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    id: str
+    kind: str
+    subject: str
+    created_at: str
+    payload: dict[str, Any]
+
+
+class EventsPage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    events: list[EventView]
+    next_after: int = Field(description="pass as `after` for the next page")
+    more: bool
+
+
+class AckAnswer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    consumer: str
+    cursor: int
+
+
+@guarded("Use a smaller limit.")
+async def list_events(
+    ctx: Ctx,
+    *,
+    after: Annotated[int, Field(ge=0, le=SEQ_MAX, description="the last seq already seen")] = 0,
+    limit: Annotated[int, Field(ge=1, le=200)] = 50,
+) -> EventsPage:
+    """Pull clients: events after `after` (task ended, decision needed, site offline)."""
+    rows = await _link(ctx).call(lambda c: c.events(after=after, limit=limit + 1))
+    events = [EventView.model_validate(r) for r in rows[:limit]]
+    return EventsPage(
+        events=events, next_after=events[-1].seq if events else after, more=len(rows) > limit
+    )
+
+
+@guarded()
+async def ack_events(
+    ctx: Ctx,
+    *,
+    consumer: Annotated[str, Field(min_length=1, max_length=64, description="your client name")],
+    through: Annotated[int, Field(ge=0, le=SEQ_MAX, description="the last seq you handled")],
+) -> AckAnswer:
+    """Pull clients: mark events up to `through` handled for `consumer`."""
+    cursor = await _link(ctx).call(lambda c: c.ack_events(consumer, through))
+    return AckAnswer(consumer=consumer, cursor=cursor)
+
+
+def _hints(read_only: bool, destructive: bool, idempotent: bool, world: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=world,
+    )
+
+
+# Honest annotations (see docs/mcp.md): submissions are idempotent through their key, replan
+# keeps all work done (only a queued attempt moves), cancel kills work.
+ANNOTATIONS: dict[str, ToolAnnotations] = {
+    "inspect_federation": _hints(True, False, True, True),
+    "draft_envelope": _hints(True, False, True, False),
+    "submit_task": _hints(False, False, True, True),
+    "submit_group": _hints(False, False, True, True),
+    "get_result": _hints(True, False, True, True),
+    "replan": _hints(False, False, False, True),
+    "cancel": _hints(False, True, True, True),
+    "list_events": _hints(True, False, True, False),
+    "ack_events": _hints(False, False, True, False),
+}
+
+TOOLS = (
+    inspect_federation,
+    draft_envelope,
+    submit_task,
+    submit_group,
+    get_result,
+    replan,
+    cancel,
+    list_events,
+    ack_events,
+)

@@ -1,0 +1,181 @@
+"""The two transports: stdio with a request guard, and streamable HTTP with a bearer token.
+
+mcp 2.3.0's stdio server drops every line it cannot decode without answering (a request nested
+deeper than ~195 levels, an escaped lone surrogate, a wrong envelope), so the caller waits
+forever. `GuardedStdin` decodes each line first, answers what it cannot pass on with a
+JSON-RPC error carrying the request's id, and hands the SDK only lines it can decode."""
+
+from __future__ import annotations
+
+import hmac
+import io
+import ipaddress
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import IO, Any, cast
+
+import anyio
+import structlog
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    ErrorData,
+    JSONRPCError,
+    jsonrpc_message_adapter,
+)
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fedhpc.errors import UsageError
+
+__all__ = ["BearerGuard", "GuardedStdin", "is_loopback", "run_http", "run_stdio"]
+
+log = structlog.get_logger(__name__)
+
+
+def _request_id(line: str) -> int | str | None:
+    """The id of a request the SDK could not decode, when Python's parser can still read it."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None  # a notification, a response, or not an envelope: nobody waits
+    rid = message.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, int | str):
+        return None
+    return rid
+
+
+def _reason(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    return str(first["msg"])[:200]
+
+
+class GuardedStdin:
+    """An async line source for `stdio_server(stdin=...)` that answers undecodable requests."""
+
+    def __init__(self, lines: AsyncIterator[str]) -> None:
+        self._lines = lines
+        self._reply: Any = None  # the SDK's write stream, attached once it exists
+        self._ready = anyio.Event()
+        self.answered = 0
+
+    def attach(self, write_stream: Any) -> None:
+        """Where error answers go: the transport's write stream, shared with the server."""
+        self._reply = write_stream
+        self._ready.set()
+
+    def __aiter__(self) -> GuardedStdin:
+        return self
+
+    async def __anext__(self) -> str:
+        async for line in self._lines:
+            if not line.strip():
+                continue
+            try:
+                jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValidationError as exc:
+                await self._refuse(line, exc)
+                continue
+            return line
+        raise StopAsyncIteration
+
+    async def _refuse(self, line: str, exc: ValidationError) -> None:
+        rid = _request_id(line)
+        log.warning("undecodable message", bytes=len(line), answered=rid is not None)
+        if rid is None:
+            return
+        # Python's parser read it, so it is JSON the SDK cannot take (too deep, a lone
+        # surrogate, or not a JSON-RPC envelope): an invalid request, not a parse error.
+        error = ErrorData(code=INVALID_REQUEST, message=f"request refused: {_reason(exc)}")
+        await self._ready.wait()
+        assert self._reply is not None
+        await self._reply.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+        self.answered += 1
+
+
+def _take_stdin() -> IO[bytes]:
+    """The wire's stdin as a private descriptor; fd 0 then reads /dev/null, so children and
+    stray reads cannot steal protocol bytes (what the SDK does when it owns stdin)."""
+    wire = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return os.fdopen(wire, "rb", closefd=True)
+
+
+async def _lines(raw: IO[bytes]) -> AsyncIterator[str]:
+    text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+    async for line in anyio.wrap_file(text):
+        yield line
+
+
+async def run_stdio(server: MCPServer[Any]) -> None:
+    """Serve one client on stdin/stdout (the SDK diverts fd 1 to stderr while serving)."""
+    guard = GuardedStdin(_lines(_take_stdin()))
+    async with stdio_server(stdin=cast(Any, guard)) as (read_stream, write_stream):
+        guard.attach(write_stream)
+        # MCPServer has no public "run on these streams"; run_stdio_async does exactly this.
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class BearerGuard:
+    """ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers", [])).get(b"authorization", b"")
+        if hmac.compare_digest(given, self._expected):  # constant time
+            await self.app(scope, receive, send)
+            return
+        body = b'{"error":"unauthorized","hint":"send Authorization: Bearer $FEDHPC_MCP_TOKEN"}'
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+async def run_http(server: MCPServer[Any], host: str, port: int, token: str | None) -> None:
+    """Streamable HTTP at /mcp. Loopback needs no token; any other address refuses to start
+    without one. A token, once given, is checked on loopback too."""
+    import uvicorn
+
+    if not is_loopback(host) and not token:
+        raise UsageError(
+            f"refusing to serve MCP on {host} without a bearer token",
+            hint="Set FEDHPC_MCP_TOKEN to a long random secret, or serve on 127.0.0.1.",
+        )
+    app: ASGIApp = server.streamable_http_app(host=host)
+    if token:
+        app = BearerGuard(app, token)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    print(f"fedhpc MCP on http://{host}:{port}/mcp", file=sys.stderr)
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,144 @@
+"""Stage-in and stage-out: a task waits for its input transfers before dispatch, and names
+its output transfers at submission, so the next task can wait for them at once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from fedhpc.domain.job import JobState
+from fedhpc.errors import UsageError
+from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.profiles.loader import Site
+from fedhpc.transfer import records
+from fedhpc.transfer.errors import TransferNotFound
+from fedhpc.transfer.records import TransferRecord, stage_out_id
+from fedhpc.transfer.refs import parse_ref, resolve
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from fedhpc.orchestrator.service import Orchestrator
+
+__all__ = ["advance", "consumed_downstream", "data_provenance", "declared", "prepare",
+           "stage_out_ids"]  # fmt: skip
+
+log = structlog.get_logger(__name__)
+
+
+def declared(task: TaskRecord) -> bool:
+    return bool(task.request.stage_in or task.request.stage_out)
+
+
+def stage_out_ids(task: TaskRecord) -> tuple[str, ...]:
+    return tuple(stage_out_id(task.id, i) for i in range(len(task.request.stage_out)))
+
+
+def _stage_out(task: TaskRecord, i: int, so: StageOut, sites: dict[str, Site],
+               now: datetime) -> TransferRecord:  # fmt: skip
+    """The output transfer, waiting for the task; its destination resolves now (a typo is the
+    caller's error at submission), its source once the task completed somewhere."""
+    site = sites.get(parse_ref(so.destination)[0])
+    dst = resolve(so.destination, sites,
+                  need_collection=site is not None and not site.profile.local_test)  # fmt: skip
+    return TransferRecord(
+        id=stage_out_id(task.id, i), idempotency_key=f"{task.id}:stage_out:{i}", mode=so.mode,
+        source_ref=f"task:{task.id}/{so.source}", destination_ref=so.destination, source=None,
+        destination=dst, options=TransferOptions.model_validate(so.model_dump(
+            include={"recursive", "sync_level", "verify_checksum"})),
+        backend=None, state=TransferState.WAITING, after_task=task.id, source_rel=so.source,
+        created_at=now, trace=(f"waits for task {task.id}: {so.source} in its workdir",
+                               f"destination {so.destination} -> {dst.site}:{dst.path}"),
+    )  # fmt: skip
+
+
+async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
+    """Persist the task's stage-out transfers and register it with its stage-in transfers;
+    True when every stage-in already succeeded (dispatch now). The task runs where its inputs
+    arrive: every other site is excluded."""
+    req, now = task.request, o.clock()
+    outs = [_stage_out(task, i, so, o.sites, now) for i, so in enumerate(req.stage_out)]
+    async with o.store.transaction() as tx:
+        ins = {tid: await records.get(tx, tid) for tid in req.stage_in}
+    missing = sorted(tid for tid, r in ins.items() if r is None)
+    if missing:
+        raise TransferNotFound(f"stage_in names unknown transfers: {', '.join(missing)}")
+    targets = {r.destination.site for r in ins.values() if r is not None}
+    if len(targets) > 1:
+        raise UsageError(
+            f"stage_in transfers deliver to several sites: {sorted(targets)}",
+            hint="Stage every input to the one site where the task should run.",
+        )
+    if targets:
+        (site,) = targets
+        if req.fixed_site and req.fixed_site != site:
+            raise UsageError(f"the inputs arrive at {site}, but fixed_site is {req.fixed_site}")
+        task.excluded_sites = tuple(sorted(set(o.sites) - {site}))
+        task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
+    async with o.store.transaction() as tx:
+        await o.save(tx, task, at=now)
+        for out in outs:
+            await records.put(tx, out, at=now)
+        for tid in req.stage_in:
+            rec = await records.get(tx, tid)
+            if rec is not None and task.id not in rec.awaited_by:
+                rec.awaited_by = (*rec.awaited_by, task.id)
+                await records.put(tx, rec, at=now)
+    return all(r is not None and r.state is TransferState.SUCCEEDED for r in ins.values())
+
+
+async def advance(o: Orchestrator) -> None:
+    """Each cycle: dispatch tasks whose stage-in succeeded; end those whose stage-in failed
+    (one exception event, unless the producing task's own event already said why)."""
+    for row in await o.store.list_tasks(state=JobState.SUBMITTED.value, limit=100_000):
+        body = row["body"]
+        if not body["request"].get("stage_in") or body.get("attempts_made"):
+            continue
+        task = TaskRecord.model_validate(body)
+        async with o.store.transaction() as tx:
+            ins = [await records.get(tx, tid) for tid in task.request.stage_in]
+        failed = [r for r in ins if r is None or r.state is TransferState.FAILED]
+        if failed:
+            await _fail(o, task, failed[0], task.request.stage_in[ins.index(failed[0])])
+        elif all(r is not None and r.state is TransferState.SUCCEEDED for r in ins):
+            log.info("stage-in done, dispatching", task=task.id)
+            await o._place_and_dispatch(task)  # the orchestrator's own path
+
+
+async def _fail(o: Orchestrator, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:
+    err = rec.error if rec is not None else None
+    why = f"{err.code}: {err.message}" if err else "the transfer is gone"
+    task.state = JobState.FAILED
+    task.reasons = (f"stage-in {tid} failed: {why}",)
+    async with o.store.transaction() as tx:
+        await o.save(tx, task, at=o.clock())
+        if rec is None or rec.cause != "upstream":
+            await o.emit(tx, "task.stage_in_failed", task, transfer_id=tid, reason=task.reasons[0],
+                         hint=err.hint if err else None)  # fmt: skip
+
+
+async def consumed_downstream(o: Orchestrator, task: TaskRecord) -> bool:
+    """Does a task already wait for this task's outputs? Then its completion is routine: the
+    next task's outcome is the event that matters."""
+    if not task.request.stage_out:
+        return False
+    async with o.store.transaction() as tx:
+        outs = [await records.get(tx, tid) for tid in stage_out_ids(task)]
+    return any(r is not None and r.awaited_by for r in outs)
+
+
+async def data_provenance(o: Orchestrator, task: TaskRecord) -> tuple[TransferProvenance, ...]:
+    """The task's inputs and outputs for its manifest: sites, paths, transfer ids, checksums."""
+    if not declared(task):
+        return ()
+    out: list[TransferProvenance] = []
+    async with o.store.transaction() as tx:
+        for direction, ids in (("stage_in", task.request.stage_in),
+                               ("stage_out", stage_out_ids(task))):  # fmt: skip
+            for tid in ids:
+                rec = await records.get(tx, tid)
+                if rec is not None:
+                    out.append(rec.provenance(direction))
+    return tuple(out)

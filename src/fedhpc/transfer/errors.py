@@ -1,0 +1,93 @@
+"""Typed transfer errors: each with a stable code and a hint saying how to fix it."""
+
+from __future__ import annotations
+
+from fedhpc.errors import PermanentError, TransientError, UsageError
+
+__all__ = [
+    "BadDataRef",
+    "NoCollection",
+    "OutsideRoot",
+    "PathTraversal",
+    "TransferAuthError",
+    "TransferFailed",
+    "TransferNotFound",
+    "TransferUnavailable",
+    "UnknownRoot",
+    "UnknownSite",
+    "UnsupportedRoute",
+]
+
+
+class BadDataRef(UsageError):
+    """The reference does not have the form site:root/relative/path."""
+
+    code = "bad_data_ref"
+    default_hint = "Write references as site:root/relative/path, e.g. delta:work/run1/out.dat."
+
+
+class PathTraversal(UsageError):
+    """The relative path tries to leave its storage root (`..`, absolute, control characters)."""
+
+    code = "path_traversal"
+    default_hint = "Use a path relative to the storage root, without `..` segments."
+
+
+class UnknownSite(UsageError):
+    code = "unknown_site"
+    default_hint = "List the enabled sites with `fedhpc status`."
+
+
+class UnknownRoot(UsageError):
+    code = "unknown_root"
+    default_hint = "Use a storage root the site's profile names (e.g. scratch, work, home)."
+
+
+class NoCollection(UsageError):
+    """A Globus transfer needs a collection id for the storage root, and none is configured."""
+
+    code = "unknown_collection"
+    default_hint = (
+        'Add it to your config.toml: [sites.<site>.collections] <root> = "<collection uuid>".'
+    )
+
+
+class UnsupportedRoute(UsageError):
+    """No backend can move data between these two sites."""
+
+    code = "unsupported_route"
+
+
+class OutsideRoot(PermanentError):
+    """A path resolves (through a symlink or a task's workdir) outside every configured root."""
+
+    code = "outside_root"
+    default_hint = "Keep task outputs and transfer paths inside the site's storage roots."
+
+
+class TransferNotFound(UsageError):
+    code = "not_found"
+    default_hint = "Transfer ids come from move_data or a task's stage_out."
+
+
+class TransferAuthError(PermanentError):
+    """The transfer service refused our credentials (expired consent, missing tokens, 401/403).
+    A person must log in again; the daemon never prompts."""
+
+    code = "transfer_auth"
+    default_hint = (
+        "Renew the daemon's Globus credentials (client credentials in GLOBUS_CLIENT_ID/"
+        "GLOBUS_CLIENT_SECRET, or log in again to refresh the stored tokens and consents)."
+    )
+
+
+class TransferFailed(PermanentError):
+    """The backend refused or failed the transfer; retrying the same request fails the same."""
+
+    code = "transfer_failed"
+
+
+class TransferUnavailable(TransientError):
+    """The transfer service did not answer (network, 5xx): the daemon retries next cycle."""
+
+    code = "transfer_unavailable"

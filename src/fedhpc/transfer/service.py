@@ -1,0 +1,326 @@
+"""The transfer service: durable transfers in the store, submitted under persisted submission
+ids, polled every cycle, with events only where someone has a decision to make."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.errors import FedError
+from fedhpc.ops.data import (
+    MoveDataRequest,
+    TransferError,
+    TransferHandle,
+    TransferRequest,
+    TransferState,
+    TransferView,
+)
+from fedhpc.profiles.loader import Site
+from fedhpc.store import Store, Tx
+from fedhpc.transfer import records
+from fedhpc.transfer.backend import TransferBackend, TransferSpec
+from fedhpc.transfer.errors import TransferNotFound, TransferUnavailable
+from fedhpc.transfer.records import TransferRecord
+from fedhpc.transfer.refs import choose_backend, locate, resolve
+
+__all__ = ["TransferService", "plan_transfer", "request_key"]
+
+log = structlog.get_logger(__name__)
+
+_LIVE = (TransferState.WAITING, TransferState.QUEUED, TransferState.ACTIVE)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def request_key(req: MoveDataRequest) -> str:
+    if req.idempotency_key:
+        return req.idempotency_key
+    return "sha256:" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+
+
+def plan_transfer(
+    req: MoveDataRequest, sites: Mapping[str, Site], *, transfer_id: str, now: datetime
+) -> TransferRecord:
+    """Resolve both references and pick the backend; every mistake is a typed error here,
+    before anything is stored or moved."""
+    src = resolve(req.source, sites)
+    dst_site = sites.get(req.destination.split(":", 1)[0])
+    backend = choose_backend(sites[src.site], dst_site) if dst_site else None
+    dst = resolve(req.destination, sites, need_collection=backend == "globus")
+    if backend == "globus":
+        src = resolve(req.source, sites, need_collection=True)
+    assert backend is not None  # resolve() refused an unknown destination site
+    trace = (
+        f"source {req.source} -> {src.site}:{src.path}"
+        + (f" (collection {src.collection_id})" if src.collection_id else ""),
+        f"destination {req.destination} -> {dst.site}:{dst.path}"
+        + (f" (collection {dst.collection_id})" if dst.collection_id else ""),
+        f"backend {backend}: "
+        + ("both sites are local-test sites on this machine" if backend == "local"
+           else "Globus Transfer between the two collections"),
+    )  # fmt: skip
+    return TransferRecord(
+        id=transfer_id, idempotency_key=request_key(req), mode=req.mode,
+        source_ref=req.source, destination_ref=req.destination, source=src, destination=dst,
+        options=req, label=req.label or "", backend=backend, created_at=now, trace=trace,
+    )  # fmt: skip
+
+
+class TransferService:
+    """A daemon service: `move_data` answers at once with a durable handle; `run` advances
+    every live transfer each cycle (after a restart too: the store is the only state)."""
+
+    def __init__(
+        self,
+        store: Store,
+        sites: Mapping[str, Site],
+        adapters: Mapping[str, SiteAdapter] | None = None,
+        *,
+        home: Path,
+        backends: Mapping[str, TransferBackend] | None = None,
+        cycle_s: float = 10.0,
+        clock: Callable[[], datetime] = _utcnow,
+        on_change: Callable[[], object] | None = None,
+    ) -> None:
+        self.store = store
+        self.sites = dict(sites)
+        self.adapters = dict(adapters or {})
+        self.home = home
+        self._backends: dict[str, TransferBackend] = dict(backends or {})
+        self.cycle_s = cycle_s
+        self.clock = clock
+        self.on_change = on_change  # wakes the orchestrator when a stage-in may be decided
+        self.lock = anyio.Lock()
+        self.wake = anyio.Event()
+
+    def backend(self, name: str) -> TransferBackend:
+        """Backends are built on first use: the Globus SDK is imported only if it is needed."""
+        if name not in self._backends:
+            if name == "local":
+                from fedhpc.transfer.local import LocalBackend
+
+                self._backends[name] = LocalBackend(self.home / "transfers")
+            elif name == "globus":
+                from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
+
+                self._backends[name] = GlobusBackend(lambda: daemon_transfer_client(self.home))
+            else:
+                raise KeyError(name)
+        return self._backends[name]
+
+    # -- operations -------------------------------------------------------------------------
+    async def move_data(self, req: MoveDataRequest) -> TransferHandle:
+        key = request_key(req)
+        async with self.lock:
+            async with self.store.transaction() as tx:
+                existing = await records.get_by_key(tx, key)
+            if existing is not None:  # a retried call: the same transfer, never a second copy
+                return existing.handle()
+            rec = plan_transfer(req, self.sites, transfer_id=records.new_transfer_id(),
+                                now=self.clock())  # fmt: skip
+            async with self.store.transaction() as tx:
+                await records.put(tx, rec, at=self.clock())
+            rec = await self._advance(rec)
+            return rec.handle()
+
+    async def load(self, transfer_id: str) -> TransferRecord:
+        async with self.store.transaction() as tx:
+            rec = await records.get(tx, transfer_id)
+        if rec is None:
+            raise TransferNotFound(f"no transfer {transfer_id!r}")
+        return rec
+
+    async def view(self, req: TransferRequest) -> TransferView:
+        """The transfer's state, sizes and checksums; a preview of the destination file only
+        when asked, and at most `max_bytes`."""
+        rec = await self.load(req.transfer_id)
+        preview, truncated = None, False
+        adapter = self.adapters.get(rec.destination.site)
+        if (req.preview and adapter is not None and rec.state is TransferState.SUCCEEDED
+                and not rec.options.recursive):  # fmt: skip
+            preview, truncated = await adapter.head(rec.destination.path, req.max_bytes)
+        return rec.view(preview, truncated)
+
+    # -- the cycle --------------------------------------------------------------------------
+    async def tick(self) -> None:
+        async with self.lock:
+            async with self.store.transaction() as tx:
+                live = await records.in_states(tx, _LIVE)
+            for rec in live:
+                try:
+                    await self._advance(rec)
+                except Exception:  # one transfer's trouble never stalls the others
+                    log.exception("transfer cycle failed", transfer=rec.id)
+
+    async def run(self, stopping: anyio.Event) -> None:
+        while not stopping.is_set():
+            await self.tick()
+            with anyio.move_on_after(self.cycle_s):
+                await self.wake.wait()
+            self.wake = anyio.Event()
+
+    async def _advance(self, rec: TransferRecord) -> TransferRecord:
+        if rec.state is TransferState.WAITING:
+            rec = await self._release(rec)
+        if rec.state is TransferState.QUEUED:
+            rec = await self._submit(rec)
+        elif rec.state is TransferState.ACTIVE:
+            rec = await self._poll(rec)
+        return rec
+
+    async def _release(self, rec: TransferRecord) -> TransferRecord:
+        """A stage-out waits for its task: once it completed, its output is the source."""
+        assert rec.after_task is not None
+        assert rec.source_rel is not None
+        row = await self.store.get_task(rec.after_task)
+        state = row["state"] if row else "missing"
+        if state in ("submitted", "pending", "running"):
+            return rec
+        if state != "completed" or row is None:
+            why = f"task {rec.after_task} ended {state}: nothing to copy"
+            err = TransferError(code="upstream_failed", message=why)
+            return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
+        accepted = row["body"].get("accepted_attempt")
+        att = next((a for a in await self.store.attempts(rec.after_task) if a["n"] == accepted),
+                   None)  # fmt: skip
+        if att is None:
+            err = TransferError(code="upstream_failed", message="no accepted attempt")
+            return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
+        workdir = str(att["body"].get("workdir") or "")
+        path = posixpath.normpath(posixpath.join(workdir, rec.source_rel))
+        try:
+            site = self.sites[att["site"]]
+            src = locate(site, path)
+            backend = choose_backend(site, self.sites[rec.destination.site])
+        except FedError as exc:
+            return await self._end(rec, TransferState.FAILED, error=_err(exc))
+        rec.source, rec.backend, rec.state = src, backend, TransferState.QUEUED
+        rec.trace = (*rec.trace, f"task {rec.after_task} completed on {src.site}: source "
+                     f"{src.path} (root {src.root}); backend {backend}")  # fmt: skip
+        return await self._save(rec)
+
+    async def _submit(self, rec: TransferRecord) -> TransferRecord:
+        assert rec.backend is not None
+        assert rec.source is not None
+        source, backend = rec.source, self.backend(rec.backend)
+        try:
+            sid = rec.submission_id
+            if sid is None:
+                sid = rec.submission_id = await backend.submission_id()
+                rec = await self._save(rec)  # persisted BEFORE submitting: a retry reuses it
+            spec = TransferSpec(
+                transfer_id=rec.id, submission_id=sid, source=source,
+                destination=rec.destination, recursive=rec.options.recursive,
+                sync_level=rec.options.sync_level, verify_checksum=rec.options.verify_checksum,
+                label=rec.label,
+            )  # fmt: skip
+            backend_id = await backend.submit(spec)
+        except TransferUnavailable as exc:
+            log.warning("transfer submit deferred", transfer=rec.id, error=exc.message)
+            return rec
+        except FedError as exc:
+            return await self._end(rec, TransferState.FAILED, error=_err(exc))
+        rec.backend_id, rec.submitted_at = backend_id, self.clock()
+        rec.state = TransferState.ACTIVE
+        log.info("transfer submitted", transfer=rec.id, backend=rec.backend, id=backend_id)
+        return await self._save(rec)
+
+    async def _poll(self, rec: TransferRecord) -> TransferRecord:
+        assert rec.backend is not None
+        assert rec.backend_id is not None
+        try:
+            st = await self.backend(rec.backend).status(rec.backend_id)
+        except TransferUnavailable as exc:
+            log.warning("transfer poll failed", transfer=rec.id, error=exc.message)
+            return rec
+        except FedError as exc:  # credentials: the copy may go on, but we cannot see it
+            if rec.blocked is None or rec.blocked.code != exc.code:
+                rec.blocked = _err(exc)
+                return await self._save(rec, blocked=True)
+            return rec
+        rec.bytes = st.bytes if st.bytes is not None else rec.bytes
+        rec.files = st.files if st.files is not None else rec.files
+        rec.checksums = st.checksums or rec.checksums
+        if st.checksum_verified is not None:
+            rec.checksum_verified = st.checksum_verified
+        if st.state.terminal:
+            rec.blocked = None
+            return await self._end(rec, st.state, error=st.error)
+        newly_blocked = st.blocked is not None and (
+            rec.blocked is None or rec.blocked.code != st.blocked.code
+        )
+        rec.blocked = st.blocked
+        return await self._save(rec, blocked=newly_blocked)
+
+    async def _end(
+        self,
+        rec: TransferRecord,
+        state: TransferState,
+        *,
+        error: TransferError | None = None,
+        cause: str | None = None,
+    ) -> TransferRecord:
+        rec.state, rec.error, rec.cause, rec.completed_at = state, error, cause, self.clock()
+        log.info("transfer ended", transfer=rec.id, state=state.value,
+                 error=error.code if error else None)  # fmt: skip
+        rec = await self._save(rec)
+        if self.on_change is not None:
+            self.on_change()
+        return rec
+
+    async def _save(self, rec: TransferRecord, *, blocked: bool = False) -> TransferRecord:
+        """Write the record; tasks may have registered as waiters meanwhile, so they are
+        merged from the stored row in the same transaction that decides the event."""
+        async with self.store.transaction() as tx:
+            stored = await records.get(tx, rec.id)
+            if stored is not None:
+                rec.awaited_by = tuple(sorted(set(rec.awaited_by) | set(stored.awaited_by)))
+                was_terminal = stored.state.terminal
+            else:
+                was_terminal = False
+            await records.put(tx, rec, at=self.clock())
+            if rec.state.terminal and not was_terminal:
+                await self._emit_terminal(tx, rec)
+            if blocked and rec.blocked is not None:
+                await self._emit(tx, "transfer.blocked", rec, key=f"{rec.id}:{rec.blocked.code}",
+                                 error=rec.blocked.model_dump())  # fmt: skip
+        return rec
+
+    async def _emit_terminal(self, tx: Tx, rec: TransferRecord) -> None:
+        """Decision-relevant only: a transfer a task waits on reports through that task (the
+        task runs, or its stage-in failure is the task's one exception event); a failure
+        caused by the producing task is already that task's event."""
+        if rec.awaited_by or rec.cause == "upstream":
+            return
+        if rec.state is TransferState.SUCCEEDED:
+            await self._emit(tx, "transfer.succeeded", rec, bytes=rec.bytes, files=rec.files)
+        else:
+            await self._emit(tx, "transfer.failed", rec,
+                             error=rec.error.model_dump() if rec.error else None)  # fmt: skip
+
+    async def _emit(self, tx: Tx, kind: str, rec: TransferRecord, *, key: str | None = None,
+                    **payload: Any) -> None:  # fmt: skip
+        body: dict[str, Any] = {
+            "transfer_id": rec.id, "state": rec.state.value, "mode": rec.mode.value,
+            "source": rec.source_ref, "destination": rec.destination_ref,
+            "result": f"fedhpc://transfers/{rec.id}",
+        }  # fmt: skip
+        if rec.after_task:
+            body["after_task"] = rec.after_task
+        body.update({k: v for k, v in payload.items() if v is not None})
+        await tx.append_event(kind, rec.id, body, at=self.clock(),
+                              key=f"{kind}:{key or rec.id}")  # fmt: skip
+
+
+def _err(exc: FedError) -> TransferError:
+    return TransferError(code=exc.code, message=exc.message, hint=exc.hint)

@@ -1,0 +1,111 @@
+"""`fedhpc serve --http`: streamable HTTP on loopback, and a bearer token on any other address."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from fedhpc.client import DaemonClient
+from tests.integration.daemon_util import running
+from tests.integration.mcp_support import serve_argv, serve_env
+
+pytestmark = pytest.mark.devfed
+
+TOKEN = "t0ken-" + "x" * 40
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Path, DaemonClient]]:
+    home = tmp_path / "h"
+    async with running(home) as client:
+        yield home, client
+
+
+def _start(home: Path, *args: str, **env: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        serve_argv("--http", "--port", str(port), "--no-autostart", *args),
+        env=serve_env(home, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return proc, port
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, port
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the HTTP server did not start listening")
+
+
+@pytest.fixture
+def stop() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=15)
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+
+
+async def test_loopback_http_serves_tools_without_a_token(
+    daemon: tuple[Path, DaemonClient], stop: list[subprocess.Popen[bytes]]
+) -> None:
+    home, _ = daemon
+    proc, port = _start(home)
+    stop.append(proc)
+    async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool("inspect_federation", {"sites": ["devdelta"]})
+    assert "submit_task" in names
+    assert not result.is_error
+    assert [s["site"] for s in result.structured_content["sites"]] == ["devdelta"]  # type: ignore[index]
+
+
+def test_another_address_without_a_token_refuses_to_start(
+    tmp_path: Path, stop: list[subprocess.Popen[bytes]]
+) -> None:
+    proc, _ = _start(tmp_path / "h", "--host", "0.0.0.0")
+    stop.append(proc)
+    assert proc.wait(timeout=30) == 2
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert "bearer token" in err
+    assert "FEDHPC_MCP_TOKEN" in err
+
+
+async def test_another_address_needs_the_bearer_token(
+    daemon: tuple[Path, DaemonClient], stop: list[subprocess.Popen[bytes]]
+) -> None:
+    home, _ = daemon
+    proc, port = _start(home, "--host", "0.0.0.0", FEDHPC_MCP_TOKEN=TOKEN)
+    stop.append(proc)
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with httpx2.AsyncClient() as http:
+        for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            denied = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                     headers=header)  # fmt: skip
+            assert denied.status_code == 401
+    authed = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    async with authed, Client(streamable_http_client(url, http_client=authed), mode="legacy") as c:
+        result = await c.call_tool("list_events", {})
+    assert not result.is_error, result.content

@@ -1,0 +1,60 @@
+"""Compact schemas keep what clients validate; the hand-written envelope schema stays in step."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.mcp_server.params import ADAPTATION_SCHEMA, ENVELOPE_SCHEMA
+from fedhpc.mcp_server.schema import compact_input, compact_output
+from fedhpc.ops.tasks import AdaptationPolicy
+
+
+class Inner(BaseModel):
+    """A docstring the model need not read."""
+
+    title: str = Field(description="a property that happens to be called title")
+    n: int = Field(default=0, ge=0)
+
+
+class Outer(BaseModel):
+    inner: Inner
+    maybe: str | None = None
+
+
+def test_input_compaction_drops_titles_and_docstrings_but_not_a_property_named_title() -> None:
+    schema = compact_input(Outer.model_json_schema())
+    inner = schema["$defs"]["Inner"]
+    assert "title" in inner["properties"]
+    assert inner["properties"]["title"]["description"].startswith("a property")
+    assert "description" not in inner
+    assert "title" not in inner["properties"]["n"]
+    assert inner["properties"]["n"]["minimum"] == 0
+    assert schema["properties"]["maybe"] == {"type": "string"}  # optional: null = leave it out
+    assert inner["required"] == ["title"]
+
+
+def test_output_compaction_keeps_types_and_nullability() -> None:
+    schema = compact_output(Outer.model_json_schema())
+    assert schema == {
+        "type": "object",
+        "properties": {"inner": {"$ref": "#/$defs/Inner"}, "maybe": {"type": ["string", "null"]}},
+        "$defs": {
+            "Inner": {
+                "type": "object",
+                "properties": {"title": {"type": "string"}, "n": {"type": "integer"}},
+            }
+        },
+    }
+
+
+def test_opaque_definitions_become_plain_objects_and_leave_no_orphans() -> None:
+    schema = compact_output(Outer.model_json_schema(), frozenset({"Inner"}))
+    assert schema["properties"]["inner"] == {"type": "object"}
+    assert "$defs" not in schema
+
+
+def test_the_advertised_envelope_names_exactly_the_contract_fields() -> None:
+    assert set(ENVELOPE_SCHEMA["properties"]) == set(ResourceEnvelope.model_fields)
+    for name in AdaptationPolicy.model_fields:
+        assert name in ADAPTATION_SCHEMA["description"]

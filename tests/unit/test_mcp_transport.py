@@ -1,0 +1,119 @@
+"""The stdio request guard and the HTTP bearer guard, without a network."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from mcp.shared.message import SessionMessage
+
+from fedhpc.mcp_server.transport import BearerGuard, GuardedStdin, is_loopback
+
+PING = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+DEEP = '{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":' + "[" * 250 + "]" * 250 + "}}"
+SURROGATE = '{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"\\udc00"}}'
+
+
+async def _lines(*lines: str) -> AsyncIterator[str]:
+    for line in lines:
+        yield line + "\n"
+
+
+async def _run(*lines: str) -> tuple[list[str], list[dict[str, Any]]]:
+    send, receive = anyio.create_memory_object_stream[SessionMessage](10)
+    guard = GuardedStdin(_lines(*lines))
+    guard.attach(send)
+    passed = [line async for line in guard]
+    send.close()
+    answers = [json.loads(m.message.model_dump_json(by_alias=True)) async for m in receive]
+    receive.close()
+    return passed, answers
+
+
+async def test_decodable_lines_pass_through_unchanged() -> None:
+    passed, answers = await _run(PING, '{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    assert passed == [PING + "\n", '{"jsonrpc":"2.0","method":"notifications/initialized"}\n']
+    assert answers == []
+
+
+@pytest.mark.parametrize(
+    ("line", "rid"),
+    [(DEEP, 2), (SURROGATE, "s"), ('{"jsonrpc":"2.0","id":3,"method":7}', 3),
+     ('{"jsonrpc":"1.0","id":4,"method":"ping"}', 4)],
+)  # fmt: skip
+async def test_an_undecodable_request_is_answered_with_its_id(line: str, rid: Any) -> None:
+    passed, answers = await _run(line, PING)
+    assert passed == [PING + "\n"]
+    (answer,) = answers
+    assert answer["id"] == rid
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["message"].startswith("request refused")
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["garbage", "{", "[]", '{"id":5}', '{"jsonrpc":"2.0","id":true,"method":7}',
+     '{"jsonrpc":"2.0","id":{"a":1},"method":7}', '{"jsonrpc":"2.0","method":7}', ""],
+)  # fmt: skip
+async def test_without_a_usable_id_nothing_is_answered(line: str) -> None:
+    passed, answers = await _run(line, PING)
+    assert passed == [PING + "\n"]
+    assert answers == []
+
+
+async def _asgi(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    await app(scope, receive, send)
+    status: int = sent[0]["status"]
+    return status
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([(b"authorization", b"Bearer s3cret")], 200),
+        ([(b"authorization", b"Bearer s3cre")], 401),
+        ([(b"authorization", b"bearer s3cret")], 401),
+        ([(b"authorization", b"s3cret")], 401),
+        ([], 401),
+    ],
+)
+async def test_the_bearer_guard_admits_only_the_exact_token(
+    headers: list[tuple[bytes, bytes]], status: int
+) -> None:
+    assert await _asgi(BearerGuard(_ok, "s3cret"), headers) == status
+
+
+async def test_lifespan_events_pass_the_bearer_guard() -> None:
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    await BearerGuard(app, "t")({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
+    assert seen == ["lifespan"]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
+     ("localhost", True), ("0.0.0.0", False), ("10.0.0.5", False), ("example.org", False)],
+)  # fmt: skip
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
