@@ -10,7 +10,8 @@ import pytest
 from fedhpc.adapters.command import BatchSection, CommandResult
 from fedhpc.adapters.dialects import SchedulerRejected
 from fedhpc.adapters.dialects.slurm import SlurmDialect
-from fedhpc.adapters.dialects.slurm_parse import map_state, parse_nodes
+from fedhpc.adapters.dialects.slurm_parse import map_state
+from fedhpc.adapters.dialects.slurm_probe import parse_nodes
 from fedhpc.domain import Health, JobState, aggregate_state
 from fedhpc.profiles import load_profiles
 

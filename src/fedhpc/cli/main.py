@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fedhpc import __version__
-from fedhpc.errors import FedError
+from fedhpc.cli.run import run
 from fedhpc.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
@@ -39,16 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    try:
-        code: int = args.func(args)
-    except FedError as exc:
-        print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return code
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@ import functools
 import json
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 
-from fedhpc.errors import FedError, UsageError
+from fedhpc.cli.run import run
+from fedhpc.errors import UsageError
 from fedhpc.logs import configure_logging
 
 __all__ = ["add_parser", "main", "skills_source"]
@@ -103,13 +103,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", *(argv or [])])
     configure_logging()
-    try:
-        code: int = args.func(args)
-    except FedError as exc:
-        print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return code
+    return run(args)

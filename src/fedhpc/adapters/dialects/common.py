@@ -5,11 +5,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fedhpc.adapters.command import quote, shell_line
+from fedhpc.adapters.command import CommandResult, quote, shell_line, split_batch
 from fedhpc.domain.job import JobSpec
 from fedhpc.domain.site import SiteProfile
 
-__all__ = ["check_names", "directive", "extra_directives", "parse_name_pairs", "render_body"]
+__all__ = [
+    "check_names",
+    "directive",
+    "extra_directives",
+    "parse_found",
+    "parse_name_pairs",
+    "render_body",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -20,6 +27,15 @@ def check_names(names: Sequence[str]) -> list[str]:
     if bad:
         raise ValueError(f"not job names: {bad!r}")
     return list(names)
+
+
+def parse_found(result: CommandResult) -> dict[str, str]:
+    """A batched per-name lookup's output ('<job id> <name>' lines per section) -> name: id."""
+    found: dict[str, str] = {}
+    for section in split_batch(result.stdout).values():
+        for name, job in parse_name_pairs(section.stdout).items():
+            found.setdefault(name, job)
+    return found
 
 
 def parse_name_pairs(text: str, sep: str | None = None) -> dict[str, str]:

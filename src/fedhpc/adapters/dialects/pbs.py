@@ -6,13 +6,13 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
 from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import (
     check_names,
     extra_directives,
-    parse_name_pairs,
+    parse_found,
     render_body,
 )
 from fedhpc.adapters.dialects.pbs_lsf_util import (
@@ -116,11 +116,7 @@ class PbsDialect:
         return batch(sections)
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for section in split_batch(result.stdout).values():
-            for name, job in parse_name_pairs(section.stdout).items():
-                found.setdefault(name, job)
-        return found
+        return parse_found(result)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("qdel", *check_ids(job_ids, _JOB_ID, "PBS")))

@@ -15,6 +15,7 @@ from fedhpc.adapters.dialects.common import (
     parse_name_pairs,
     render_body,
 )
+from fedhpc.adapters.dialects.slurm_probe import parse_probe
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
@@ -208,4 +209,4 @@ class SlurmDialect:
         user: str,
         collected_at: datetime,
     ) -> SiteState:
-        return parse.parse_probe(sections, profile, user, collected_at)
+        return parse_probe(sections, profile, user, collected_at)

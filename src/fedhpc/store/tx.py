@@ -1,0 +1,196 @@
+"""One write transaction of the store: effects and their bookkeeping commit together."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import aiosqlite
+
+from fedhpc.domain.site import SiteState
+from fedhpc.store.events import Event, event_id
+
+__all__ = ["Tx", "iso"]
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat()
+
+
+class Tx:
+    """One write transaction. Effects and their bookkeeping commit together or not at all."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cur = await self.conn.execute(sql, params)
+        return cur.rowcount
+
+    async def append_event(
+        self,
+        kind: str,
+        subject: str,
+        payload: dict[str, Any],
+        *,
+        at: datetime,
+        key: str | None = None,
+    ) -> Event | None:
+        """Append one event. With a `key`, the id is derived from it, so appending the same
+        fact twice returns None instead of writing a duplicate."""
+        eid = event_id(key)
+        cur = await self.conn.execute(
+            "INSERT OR IGNORE INTO events (id, kind, subject, created_at, payload) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (eid, kind, subject, iso(at), json.dumps(payload, sort_keys=True)),
+        )
+        if cur.rowcount == 0:
+            return None
+        seq = cur.lastrowid
+        assert seq is not None
+        return Event(seq=seq, id=eid, kind=kind, subject=subject, created_at=at, payload=payload)
+
+    async def set_cursor(self, consumer: str, seq: int, *, at: datetime) -> None:
+        await self.conn.execute(
+            "INSERT INTO consumers (name, cursor, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET cursor = max(cursor, excluded.cursor), "
+            "updated_at = excluded.updated_at",
+            (consumer, seq, iso(at)),
+        )
+
+    async def mark_consumed(self, consumer: str, event_ids: Iterable[str], *, at: datetime) -> None:
+        await self.conn.execute(
+            "INSERT OR IGNORE INTO consumers (name, cursor, updated_at) VALUES (?, 0, ?)",
+            (consumer, iso(at)),
+        )
+        await self.conn.executemany(
+            "INSERT OR IGNORE INTO consumed (consumer, event_id) VALUES (?, ?)",
+            [(consumer, e) for e in event_ids],
+        )
+
+    async def put_task(
+        self,
+        task_id: str,
+        *,
+        state: str,
+        body: dict[str, Any],
+        at: datetime,
+        idempotency_key: str | None = None,
+        group_id: str | None = None,
+    ) -> bool:
+        """Insert a task, or update its state and body; False if the key belongs to another."""
+        cur = await self.conn.execute(
+            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at "
+            "ON CONFLICT DO NOTHING",
+            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body)),
+        )
+        return cur.rowcount > 0
+
+    async def put_attempt(
+        self,
+        task_id: str,
+        n: int,
+        *,
+        site: str,
+        partition: str,
+        job_name: str,
+        job_id: str | None,
+        state: str,
+        body: dict[str, Any],
+        at: datetime,
+    ) -> None:
+        """Insert or update one attempt (the intent is written before the job is submitted)."""
+        await self.conn.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (task_id, n) DO UPDATE SET job_id = excluded.job_id, "
+            "state = excluded.state, updated_at = excluded.updated_at, body = excluded.body",
+            (
+                task_id,
+                n,
+                site,
+                partition,
+                job_name,
+                job_id,
+                state,
+                iso(at),
+                iso(at),
+                json.dumps(body),
+            ),
+        )
+
+    async def put_group(
+        self, group_id: str, *, state: str, round_: int, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO groups (id, created_at, state, round, body) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, round = excluded.round, "
+            "body = excluded.body",
+            (group_id, iso(at), state, round_, json.dumps(body)),
+        )
+
+    async def put_continuation(
+        self, cid: str, *, subject: str, runtime: str, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT OR IGNORE INTO continuations (id, subject, runtime, created_at, body) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (cid, subject, runtime, iso(at), json.dumps(body)),
+        )
+
+    async def put_delivery(
+        self,
+        did: str,
+        *,
+        event_id: str,
+        continuation_id: str,
+        state: str,
+        attempts: int,
+        next_at: datetime,
+        body: dict[str, Any],
+        at: datetime,
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO deliveries (id, event_id, continuation_id, state, attempts, next_at, "
+            "updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = excluded.state, attempts = excluded.attempts, next_at = excluded.next_at, "
+            "updated_at = excluded.updated_at, body = excluded.body",
+            (
+                did,
+                event_id,
+                continuation_id,
+                state,
+                attempts,
+                iso(next_at),
+                iso(at),
+                json.dumps(body),
+            ),
+        )
+
+    async def put_session(
+        self, *, runtime: str, cwd: str, session_id: str, body: dict[str, Any], at: datetime
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO sessions (cwd, runtime, session_id, reported_at, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (runtime, cwd) DO UPDATE SET "
+            "session_id = excluded.session_id, reported_at = excluded.reported_at, "
+            "body = excluded.body",
+            (cwd, runtime, session_id, iso(at), json.dumps(body)),
+        )
+
+    async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
+        """Record one refresh; keep at most `keep` snapshots per site (bounded history)."""
+        for st in states:
+            await self.conn.execute(
+                "INSERT INTO snapshots (site, collected_at, health, state) VALUES (?, ?, ?, ?)",
+                (st.site, iso(st.collected_at), st.health.value, st.model_dump_json()),
+            )
+            await self.conn.execute(
+                "DELETE FROM snapshots WHERE site = ? AND seq NOT IN "
+                "(SELECT seq FROM snapshots WHERE site = ? ORDER BY seq DESC LIMIT ?)",
+                (st.site, st.site, keep),
+            )
