@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import sys
 from datetime import UTC, datetime
 
 import anyio
@@ -15,6 +17,12 @@ __all__ = ["add_parser"]
 
 
 def _daemon(args: argparse.Namespace) -> int:
+    if sys.modules.get("rich") is not None:
+        # Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich.
+        argv = ["--once"] if args.once else []
+        if args.refresh is not None:
+            argv += ["--refresh", str(args.refresh)]
+        os.execv(sys.executable, [sys.executable, "-m", "fedhpc.daemon", *argv])  # noqa: S606
     from fedhpc.daemon.server import run_daemon
 
     settings = DaemonSettings.from_env(refresh_s=args.refresh)

@@ -27,8 +27,10 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "transfer.failed",
 )
 
-_SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-_PATH = r"^/[^\x00-\x1f]{0,1023}$"
+# Lengths go in max_length, never in the pattern: pydantic-core compiles a bounded repeat of a
+# large character class ("[^\s]{1,2000}") into a DFA of ~9 MB per model, measured.
+_SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+_PATH = r"^/[^\x00-\x1f]*$"
 
 
 class Runtime(StrEnum):
@@ -48,14 +50,18 @@ class ContinuationSpec(BaseModel):
 
     runtime: Runtime
     session_id: str | None = Field(
-        default=None, pattern=_SESSION,
+        default=None, max_length=128, pattern=_SESSION,
         description="Claude session id / Codex thread id; claude-code: default = the session "
         "the SessionStart hook last reported for cwd",
     )  # fmt: skip
-    cwd: str | None = Field(default=None, pattern=_PATH, description="the session's folder")
+    cwd: str | None = Field(
+        default=None, max_length=1024, pattern=_PATH, description="the session's folder"
+    )
     command: tuple[str, ...] = Field(default=(), max_length=64, description="runtime command")
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,2000}$")
-    inbox: str | None = Field(default=None, pattern=_SESSION, description="inbox name")
+    url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://\S+$")
+    inbox: str | None = Field(
+        default=None, max_length=128, pattern=_SESSION, description="inbox name"
+    )
     events: tuple[str, ...] = Field(default=DEFAULT_WAKE_EVENTS, max_length=32)
 
     @model_validator(mode="after")
@@ -107,8 +113,8 @@ class SessionReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    session_id: str = Field(pattern=_SESSION)
-    cwd: str = Field(pattern=_PATH)
+    session_id: str = Field(max_length=128, pattern=_SESSION)
+    cwd: str = Field(max_length=1024, pattern=_PATH)
     transcript_path: str | None = None
     source: str | None = None
     runtime: Runtime = Runtime.CLAUDE_CODE
