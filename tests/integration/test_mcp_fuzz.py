@@ -30,7 +30,10 @@ from fedhpc.mcp_server import build_server
 
 CASES = int(os.environ.get("FEDHPC_FUZZ_CASES", "1000"))
 # `internal` would mean a crash in fedhpc (or an answer it could not read): a bug.
-TYPED = {"validation", "usage", "permanent", "transient", "not_found", "unknown_tool", "too_large"}
+TYPED = {"validation", "usage", "permanent", "transient", "not_found", "unknown_tool", "too_large",
+         # move_data's reference errors (docs/data.md)
+         "bad_data_ref", "path_traversal", "unknown_site", "unknown_root", "unknown_collection",
+         "unsupported_route"}  # fmt: skip
 
 Scalar = st.one_of(
     st.none(),
@@ -145,6 +148,7 @@ TOOLS = [
     "get_result",
     "replan",
     "cancel",
+    "move_data",
     "list_events",
     "ack_events",
 ]

@@ -54,7 +54,7 @@ def test_tools_list_has_schemas_annotations_and_no_portability_errors(
     out = _inspect(inspector, home, "--method", "tools/list", "--strict")
     tools = {t["name"]: t for t in _json(out)["tools"]}
     assert "0 errors" in out.stderr
-    assert len(tools) == 9
+    assert len(tools) == 10
     for tool in tools.values():
         assert tool["inputSchema"]["type"] == "object"
         assert tool["outputSchema"]["type"] == "object"

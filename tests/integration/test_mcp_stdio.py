@@ -32,6 +32,7 @@ TOOLS = {
     "get_result",
     "replan",
     "cancel",
+    "move_data",
     "list_events",
     "ack_events",
 }
@@ -183,7 +184,7 @@ async def test_bad_inputs_return_typed_errors_that_name_the_field(
             await client.call_tool("submit_task", {"command": ["true"], "envelope": {"gpu": 1}})
         )
         no_task = _error(await client.call_tool("get_result", {"task_id": "t_nope"}))
-        no_tool = _error(await client.call_tool("move_data", {}))
+        no_tool = _error(await client.call_tool("copy_data", {}))
     assert missing["code"] == "validation"
     assert [f["field"] for f in missing["fields"]] == ["envelope"]
     assert inverted["fields"][0]["field"] == "envelope.gpus"

@@ -22,7 +22,7 @@ from fedhpc.mcp_server.results import MAX_RESPONSE_BYTES, guarded
 
 TOOLS = {
     "inspect_federation", "draft_envelope", "submit_task", "submit_group", "get_result",
-    "replan", "cancel", "list_events", "ack_events",
+    "replan", "cancel", "move_data", "list_events", "ack_events",
 }  # fmt: skip
 
 
@@ -50,7 +50,8 @@ async def test_the_handshake_carries_name_version_and_the_loop_instructions(
     for step in ("Observe", "Plan", "Act", "Yield", "Resume"):
         assert step in INSTRUCTIONS
     assert len(INSTRUCTIONS.splitlines()) <= 10
-    assert "move_data" in INSTRUCTIONS  # says it is not available yet
+    assert "move_data" in INSTRUCTIONS
+    assert "not available" not in INSTRUCTIONS
 
 
 async def test_annotations_are_honest(tmp_path: Path) -> None:
@@ -69,6 +70,7 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
     assert hints["submit_group"] == (False, False, True, True)
     assert hints["cancel"][:2] == (False, True)
     assert hints["replan"][:2] == (False, False)
+    assert hints["move_data"] == (False, False, True, True)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +93,16 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
         ("list_events", {"limit": 0}, "limit"),
         ("ack_events", {"consumer": "", "through": 1}, "consumer"),
         ("draft_envelope", {"description": "x", "confidence": 3}, "confidence"),
+        ("submit_task", {"command": ["x"], "envelope": {}, "stage_in": "t1"}, "stage_in"),
+        ("move_data", {"source": "devanvil:scratch/a"}, "destination"),
+        ("move_data", {"source": "a", "destination": "devvista:scratch/a"}, "source"),
+        ("move_data", {"source": "devanvil:scratch/a", "destination": "devvista:scratch/\x01"},
+         "destination"),
+        ("move_data", {"source": "a:b/c", "destination": "d:e/f", "sync_level": "fast"},
+         "sync_level"),
+        ("move_data", {"source": "a:b/c", "destination": "d:e/f", "mode": "move"}, "mode"),
+        ("move_data", {"source": "a:b/c", "destination": "d:e/f", "idempotency_key": ""},
+         "idempotency_key"),
     ],
 )  # fmt: skip
 async def test_a_validation_error_is_typed_and_names_the_field(
@@ -105,9 +117,10 @@ async def test_a_validation_error_is_typed_and_names_the_field(
 
 async def test_an_unknown_tool_is_a_typed_error_listing_the_tools(tmp_path: Path) -> None:
     async with connect(tmp_path) as client:
-        body = _error(await client.call_tool("move_data", {"src": "a", "dst": "b"}))
+        body = _error(await client.call_tool("copy_data", {"src": "a", "dst": "b"}))
     assert body["code"] == "unknown_tool"
     assert "submit_task" in body["hint"]
+    assert "move_data" in body["hint"]
 
 
 async def test_without_a_daemon_a_call_says_so_with_a_hint(tmp_path: Path) -> None:
@@ -122,7 +135,11 @@ async def test_tasks_groups_and_the_snapshot_are_resources(tmp_path: Path) -> No
         listed = await client.list_resource_templates()
         resources = {r.uri for r in (await client.list_resources()).resources}
     templates = {t.uri_template for t in listed.resource_templates}
-    assert templates == {"fedhpc://tasks/{task_id}", "fedhpc://groups/{group_id}"}
+    assert templates == {
+        "fedhpc://tasks/{task_id}",
+        "fedhpc://groups/{group_id}",
+        "fedhpc://transfers/{transfer_id}",
+    }
     assert resources == {"fedhpc://federation"}
 
 

@@ -29,7 +29,9 @@ def test_the_skills_cover_the_agent_loop() -> None:
     assert names == {"fedhpc-inspect", "fedhpc-envelopes", "fedhpc-submit", "fedhpc-continue"}
     submit = (skills_source() / "fedhpc-submit" / "SKILL.md").read_text()
     assert "submit_group" in submit
-    assert "not yet available" in submit  # moving data
+    assert "move_data" in submit
+    assert "stage_in" in submit
+    assert "not yet available" not in submit
 
 
 @pytest.mark.parametrize("folder", SKILLS, ids=[p.name for p in SKILLS])

@@ -20,7 +20,12 @@ _NEXT = {
     "task.unschedulable": ["draft_envelope(...)", "submit_task(...) with a relaxed envelope"],
     "group.round_terminal": ["get_result(task_id) for each child", "submit_group(...)"],
     "group.stalled_child": ["replan(task_id, exclude_sites=[...])", "cancel(task_id)"],
-    "transfer.failed": ["move_data(...) again", "cancel(task_id)"],
+    "transfer.succeeded": [
+        "read the resource in `result`",
+        "submit_task(..., stage_in=[transfer_id]) for the next step",
+    ],
+    "transfer.failed": ["read the resource in `result`", "move_data(...) again"],
+    "transfer.blocked": ["ask the user to renew the daemon's Globus credentials"],
 }
 
 
@@ -42,7 +47,7 @@ def build_payload(
         "state": p.get("state"),
         "result": p.get("result"),
     }
-    for key in ("task_id", "group_id", "site", "counts", "round"):
+    for key in ("task_id", "group_id", "transfer_id", "site", "counts", "round"):
         if p.get(key) is not None:
             out[key] = p[key]
     if p.get("reason"):

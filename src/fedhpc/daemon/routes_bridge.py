@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, SessionReport
 from fedhpc.orchestrator import TaskNotFound
+from fedhpc.transfer.errors import TransferNotFound
 
 if TYPE_CHECKING:
     from fedhpc.daemon.app import DaemonState
@@ -24,7 +25,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class RegisterContinuation(BaseModel):
-    """POST /v1/continuations: wake `spec` for events of an existing task or group."""
+    """POST /v1/continuations: wake `spec` for events of an existing task, group or transfer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -41,12 +42,23 @@ def bridge_routes(
     o = state.orchestrator
     body = read_body
 
+    async def is_transfer(subject: str) -> bool:
+        if state.transfers is None:
+            return False
+        try:
+            await state.transfers.load(subject)
+        except TransferNotFound:
+            return False
+        return True
+
     async def register(request: Request) -> Response:
         req = RegisterContinuation.model_validate_json(await body(request))
-        if await state.store.get_task(req.subject) is None and (
-            await state.store.get_group(req.subject) is None
+        if (
+            await state.store.get_task(req.subject) is None
+            and await state.store.get_group(req.subject) is None
+            and not await is_transfer(req.subject)
         ):
-            raise TaskNotFound(f"no task or group {req.subject!r}")
+            raise TaskNotFound(f"no task, group or transfer {req.subject!r}")
         cid = await o.register(req.subject, req.spec)
         return JSONResponse({"id": cid, "subject": req.subject})
 

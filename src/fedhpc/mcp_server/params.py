@@ -40,8 +40,8 @@ _STRS = {"type": "array", "items": {"type": "string"}}
 ENVELOPE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
-        "{min: viable, max: useful} per dimension; gpus, cpus, memory are per node. "
-        "memory in MiB or '64G'; wall_time in s or '2h'. draft_envelope drafts one."
+        "{min: viable, max: useful}; gpus, cpus, memory per node; memory in MiB or '64G', "
+        "wall_time in s or '2h'"
     ),
     "properties": {
         "gpus": _RANGE,
@@ -95,8 +95,6 @@ ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 TaskId = Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
 Policy = Annotated[PolicyKind, Field(description="how to pick among feasible sites")]
 Workdir = Annotated[str | None, Field(description="default: a per-task folder")]
-Env = Annotated[dict[str, str], Field(description="environment variables")]
+Env = dict[str, str]
 GroupIdemKey = Annotated[str | None, Field(description="as in submit_task")]
-IdemKey = Annotated[
-    str | None, Field(description="same key, same submission; default: from the request")
-]
+IdemKey = Annotated[str | None, Field(description="same key, same task; default: from the request")]

@@ -14,9 +14,9 @@ __all__ = ["compact_input", "compact_output"]
 _NAME_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 _EMPTY: tuple[Any, ...] = (None, [], {}, "", False)
 _NULL = {"type": "null"}
-# What an output schema keeps: the shape and the types. Bounds, formats and `required` only
-# restate what the daemon already guarantees, and cost context on every turn.
-_OUTPUT_KEYS = frozenset({"type", "properties", "items", "enum", "anyOf", "$ref", "$defs"})
+# What an output schema keeps: the shape and the types. Bounds, formats, enums and `required`
+# only restate what the daemon already guarantees, and cost context on every turn.
+_OUTPUT_KEYS = frozenset({"type", "properties", "items", "anyOf", "$ref", "$defs"})
 
 
 def _nullable(node: dict[str, Any], drop_null: bool) -> dict[str, Any]:
@@ -50,6 +50,8 @@ def _walk(node: Any, *, output: bool, optional: bool = False) -> Any:
             continue
         if key == "default" and any(value == e and type(value) is type(e) for e in _EMPTY):
             continue
+        if key == "additionalProperties" and value is True:  # what JSON Schema assumes anyway
+            continue
         if key == "properties" and isinstance(value, dict):
             out[key] = {
                 name: _walk(sub, output=output, optional=name not in required)
@@ -65,13 +67,15 @@ def _walk(node: Any, *, output: bool, optional: bool = False) -> Any:
 
 def _inline_enums(schema: dict[str, Any]) -> dict[str, Any]:
     """Put an enum used once where it is used (shorter, and clients that drop `$defs` still
-    see the values); then drop definitions nothing refers to."""
+    see the values), and a bare `{"type": ...}` everywhere (shorter than its `$ref`); then
+    drop definitions nothing refers to."""
     defs: dict[str, Any] = schema.get("$defs", {})
     text = repr(schema)
     enums = {
         f"#/$defs/{n}": d
         for n, d in defs.items()
-        if "enum" in d and text.count(f"'#/$defs/{n}'") == 1  # used once: inlining is shorter
+        if ("enum" in d and text.count(f"'#/$defs/{n}'") == 1)  # used once: inlining is shorter
+        or set(d) == {"type"}
     }
 
     def sub(node: Any) -> Any:

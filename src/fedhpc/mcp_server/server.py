@@ -24,6 +24,7 @@ from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
 from fedhpc.mcp_server.schema import compact_input, compact_output
 from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
+from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import ResultRequest
 
 __all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
@@ -37,7 +38,7 @@ fedhpc runs jobs on several supercomputers as one workspace. Work in this loop:
 5. Resume: you are continued with the outcome or a decision to make; read it with
    get_result, then replan or cancel if needed. Pull-only clients: list_events, ack_events.
 Errors come back as {code, message, hint}; a validation error names the field.
-Moving data between sites (move_data) is not available yet."""
+Data moves site to site with move_data (never through you); a task's stage_in waits for it."""
 
 
 # In answers these nested records stay plain objects: an envelope has the shape of
@@ -161,3 +162,13 @@ def _add_resources(
     async def group(group_id: str, ctx: Context[DaemonLink, Any]) -> str:
         checked = _checked_id(group_id)
         return await read(link(ctx), lambda c: c.group(checked))
+
+    @server.resource(
+        "fedhpc://transfers/{transfer_id}",
+        name="transfer",
+        description="a transfer (move_data, stage-out): state, bytes, checksums, paths",
+        mime_type="application/json",
+    )
+    async def transfer(transfer_id: str, ctx: Context[DaemonLink, Any]) -> str:
+        req = TransferRequest(transfer_id=_checked_id(transfer_id))
+        return await read(link(ctx), lambda c: c.transfer(req))

@@ -32,6 +32,7 @@ from fedhpc.mcp_server.params import (
 from fedhpc.mcp_server.results import guarded
 from fedhpc.mcp_server.session_meta import agent_session
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
@@ -49,7 +50,7 @@ from fedhpc.ops.tasks import (
 from fedhpc.placement.draft import EnvelopeDraft
 from fedhpc.placement.settings import PolicyKind
 
-__all__ = ["ANNOTATIONS", "TOOLS", "AckAnswer", "EventView", "EventsPage"]
+__all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS", "AckAnswer", "EventView", "EventsPage"]
 
 log = structlog.get_logger(__name__)
 
@@ -100,7 +101,7 @@ async def inspect_federation(
     *,
     sites: Annotated[list[str], Field(description="only these sites; empty = all")] = [],  # noqa: B006 (never mutated)
     accelerator: Annotated[
-        str | None, Field(description="only partitions with this accelerator, e.g. 'a100'")
+        str | None, Field(description="only this accelerator, e.g. a100")
     ] = None,
     arch: Annotated[Arch | None, Field(description="only this CPU architecture")] = None,
     include_blocked: Annotated[bool, Field(description="also list blocked partitions")] = False,
@@ -123,7 +124,7 @@ async def draft_envelope(
         list[str], Field(description="code snippets or command lines (not paths)")
     ] = [],  # noqa: B006
     proposed: Annotated[
-        dict[str, Any] | None, Field(description="your own envelope to validate and normalize")
+        dict[str, Any] | None, Field(description="your own envelope to check")
     ] = None,
     source: Annotated[
         Literal["user", "assistant"] | None, Field(description="who wrote `proposed`")
@@ -131,8 +132,8 @@ async def draft_envelope(
     rationale: Annotated[str, Field(description="why these bounds")] = "",
     confidence: Annotated[float | None, Field(description="0..1")] = None,
 ) -> EnvelopeDraft:
-    """Plan: draft an envelope (min viable / max useful per dimension) from a description, or
-    check your own. Review it, then pass its `envelope` to submit_task."""
+    """Plan: draft min-viable/max-useful bounds from a description and code, or check
+    yours; pass its `envelope` to submit_task."""
     req = DraftRequest(
         description=description,
         code_context=tuple(code_context),
@@ -155,14 +156,15 @@ async def submit_task(
     fixed_site: Annotated[str | None, Field(description="the site, with fixed-site")] = None,
     workdir: Workdir = None,
     env: Env = {},  # noqa: B006
-    container_image: Annotated[str | None, Field(description="run inside this image")] = None,
+    container_image: str | None = None,
     outputs: Annotated[list[str], Field(description="files it writes, relative")] = [],  # noqa: B006
     task_budget: Annotated[float | None, Field(description="credits for this task")] = None,
     adaptation: Adapt = None,
+    stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
 ) -> TaskHandle:
-    """Act: place one job within `envelope` on the best feasible site and submit it. Then end
-    your turn: fedhpc resumes you with the outcome."""
+    """Act: place one job within `envelope` on the best feasible site. Then end your turn:
+    fedhpc resumes you with the outcome."""
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,
@@ -176,6 +178,7 @@ async def submit_task(
             "outputs": outputs,
             "task_budget": task_budget,
             "adaptation": adaptation or AdaptationPolicy(),
+            "stage_in": stage_in,
             "continuation": _continuation(ctx, "submit_task"),
             "idempotency_key": idempotency_key,
         }
@@ -188,9 +191,7 @@ async def submit_group(
     ctx: Ctx,
     *,
     objective: Annotated[str, Field(description="what the group achieves together")],
-    children: Annotated[
-        list[GroupChild], Field(min_length=1, description="one {command, name?, required?} each")
-    ],
+    children: Annotated[list[GroupChild], Field(min_length=1)],
     envelope: GroupEnvelope,
     policy: PolicyKind = PolicyKind.BEST_FEASIBLE,
     spread: Annotated[bool, Field(description="prefer distinct systems")] = True,
@@ -199,8 +200,8 @@ async def submit_group(
     adaptation: GroupAdapt = None,
     idempotency_key: GroupIdemKey = None,
 ) -> GroupView:
-    """Act: submit related jobs (a sweep) under one objective and envelope. Then end your
-    turn: fedhpc resumes you when the round ends."""
+    """Act: related jobs (a sweep) under one objective and envelope. Then end your turn:
+    fedhpc resumes you when the round ends."""
     req = SubmitGroupRequest.model_validate(
         {
             "objective": objective,
@@ -228,8 +229,8 @@ async def get_result(
     ] = None,
     max_bytes: Annotated[int, Field(ge=1, le=65536, description="preview size cap")] = 4096,
 ) -> ResultManifest:
-    """Resume: a task's state, attempts, provenance and output references, with a bounded
-    preview. Use it when resumed; do not poll."""
+    """Resume: a task's state, attempts, provenance, outputs and transfers by reference, with
+    a bounded preview. Do not poll."""
     req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes)
     return await _link(ctx).call(lambda c: c.get_result(req))
 
@@ -242,8 +243,8 @@ async def replan(
     exclude_sites: Annotated[list[str], Field(description="sites not to use")] = [],  # noqa: B006
     envelope: OtherEnvelope = None,
 ) -> TaskHandle:
-    """Decide: re-place a task that has not started (exclude sites, change its envelope). Its
-    queued attempt moves; no work is lost."""
+    """Decide: re-place a task that has not started (exclude sites, change its envelope); no
+    work is lost."""
     req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
     return await _link(ctx).call(lambda c: c.replan(req))
 
@@ -253,6 +254,46 @@ async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
     """Decide: cancel a task; its job is killed and its work lost."""
     req = CancelRequest(task_id=task_id)
     return await _link(ctx).call(lambda c: c.cancel(req))
+
+
+# A transfer's own outcomes; a transfer that a task waits for raises none (the task's does).
+TRANSFER_EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
+
+
+@guarded()
+async def move_data(
+    ctx: Ctx,
+    *,
+    source: Annotated[str, Field(description="site:root/path, e.g. delta:work/in.dat")],
+    destination: Annotated[str, Field(description="site:root/path")],
+    mode: TransferMode = TransferMode.REPLICATE,
+    recursive: Annotated[bool, Field(description="source is a folder")] = False,
+    sync_level: Annotated[SyncLevel | None, Field(description="skip existing files")] = None,
+    verify_checksum: bool = True,
+    idempotency_key: GroupIdemKey = None,
+) -> TransferHandle:
+    """Act: copy files site to site, never through you. Then end your turn, or pass
+    transfer_id to submit_task's stage_in."""
+    req = MoveDataRequest.model_validate(
+        {
+            "source": source,
+            "destination": destination,
+            "mode": mode,
+            "recursive": recursive,
+            "sync_level": sync_level,
+            "verify_checksum": verify_checksum,
+            "idempotency_key": idempotency_key,
+        }
+    )
+    link = _link(ctx)
+    handle = await link.call(lambda c: c.move_data(req))
+    spec = _continuation(ctx, "move_data")
+    if spec is not None and not handle.state.terminal:
+        # Registered right after the handle: a transfer's outcome is observed on a later cycle
+        # at the earliest. Idempotent per subject and spec, like a retried move_data.
+        wake = spec.model_copy(update={"events": TRANSFER_EVENTS})
+        await link.call(lambda c: c.register_continuation(handle.transfer_id, wake))
+    return handle
 
 
 class EventView(BaseModel):
@@ -319,8 +360,9 @@ def _hints(read_only: bool, destructive: bool, idempotent: bool, world: bool) ->
     )
 
 
-# Honest annotations (see docs/mcp.md): submissions are idempotent through their key, replan
-# keeps all work done (only a queued attempt moves), cancel kills work.
+# Honest annotations (see docs/mcp.md): submissions and move_data are idempotent through their
+# key, replan keeps all work done (only a queued attempt moves), cancel kills work. move_data
+# writes only its destination path, and sync_level decides what it skips there.
 ANNOTATIONS: dict[str, ToolAnnotations] = {
     "inspect_federation": _hints(True, False, True, True),
     "draft_envelope": _hints(True, False, True, False),
@@ -329,6 +371,7 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "get_result": _hints(True, False, True, True),
     "replan": _hints(False, False, False, True),
     "cancel": _hints(False, True, True, True),
+    "move_data": _hints(False, False, True, True),
     "list_events": _hints(True, False, True, False),
     "ack_events": _hints(False, False, True, False),
 }
@@ -341,6 +384,7 @@ TOOLS = (
     get_result,
     replan,
     cancel,
+    move_data,
     list_events,
     ack_events,
 )
