@@ -15,6 +15,7 @@ import pytest
 
 CACHE = Path(os.environ.get("FEDHPC_NPM_CACHE", "/tmp/fedhpc-npm"))
 INSPECTOR = ("@modelcontextprotocol/inspector", "2.12.0", "mcp-inspector")
+CODEX = ("@openai/codex", "0.171.0", "codex")
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 
 

@@ -43,7 +43,7 @@ def test_codex_block_parses_and_matches_docs_mcp_md() -> None:
     assert documented == [ours]
     server = ours["mcp_servers"]["fedhpc"]
     assert (server["command"], server["args"], server["required"]) == ("fedhpc", ["serve"], True)
-    assert server["tools"]["cancel"]["approval_mode"] == "approve"  # destructive: needs approval
+    assert server["default_tools_approval_mode"] == "approve"  # codex exec: tools that act
 
 
 def test_claude_hooks_call_existing_fedhpc_hook_subcommands() -> None:

@@ -127,7 +127,11 @@ async def _serve(
         max_attempts=settings.bridge_attempts, backoff_s=settings.bridge_backoff_s,
         process_timeout_s=settings.resume_timeout_s,
     )  # fmt: skip
-    orchestrator.notify = bridge.wake.set
+
+    def wake_bridge() -> None:  # not `bridge.wake.set`: Bridge.run replaces its Event each cycle
+        bridge.wake.set()
+
+    orchestrator.notify = wake_bridge
 
     def changed() -> None:
         orchestrator.wake.set()

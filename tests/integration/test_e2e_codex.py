@@ -1,0 +1,209 @@
+"""The real Codex CLI (npm @openai/codex) against a fake Responses API on loopback, with
+`fedhpc serve` registered (`required = true`) and a real daemon on the local federation:
+
+1. `codex exec --json` runs one turn: the fake model calls `submit_task` (the MCP server
+   records the Codex thread from `_meta`) and ends the turn; the CLI exits;
+2. the job runs on the local Slurm federation;
+3. the bridge resumes the thread (`codex exec resume THREAD "<payload>" --json
+   --skip-git-repo-check`, under a timeout) with the continuation payload;
+4. the fake model sees the payload and calls `get_result`.
+
+Checked as for Claude Code: no model turn between the submission and the resume, one resume
+per event (also when the daemon is SIGKILLed while the delivery is `started`), the payload
+under 2 KB, no planted credential anywhere, nothing leaving loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from tests.integration.daemon_util import start, stop
+from tests.integration.fake_models import (
+    CANARY_API_KEY,
+    FakeOpenAI,
+    canary_env,
+    delivery_files,
+    leaks,
+    no_egress,
+    result_json,
+)
+from tests.integration.mcp_support import serve_argv
+from tests.integration.npm_tools import CODEX, npm_tool
+
+pytestmark = pytest.mark.devfed
+
+VENV_BIN = str(Path(sys.executable).parent)
+PROMPT = "Run `echo done` on the federation with fedhpc, then stop."
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    return npm_tool(*CODEX)
+
+
+def _config(codex_home: Path, fedhome: Path, model_url: str) -> None:
+    argv = serve_argv()
+    lines = [
+        'model = "fake-model"',
+        'model_provider = "fakeoai"',
+        'approval_policy = "never"',
+        "check_for_update_on_startup = false",
+        "",
+        # Off, or Codex calls chatgpt.com, ab.chatgpt.com and github.com (seen by ProxyTrap).
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[features]",
+        "plugins = false",
+        "apps = false",
+        "",
+        "[model_providers.fakeoai]",
+        'name = "fake"',
+        f'base_url = "{model_url}/v1"',
+        'wire_api = "responses"',
+        'env_key = "FAKE_OPENAI_API_KEY"',
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        "",
+        "[mcp_servers.fedhpc]",
+        f"command = {json.dumps(argv[0])}",
+        f"args = {json.dumps(argv[1:])}",
+        "required = true",  # else the first turn may start before the tools are listed
+        "startup_timeout_sec = 30",
+        "",
+        "[mcp_servers.fedhpc.env]",
+        f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
+        "",
+        # `codex exec` (approval policy never) refuses every tool not marked read-only
+        # unless its approval mode is approve: submit_task is the one this agent needs.
+        "[mcp_servers.fedhpc.tools.submit_task]",
+        'approval_mode = "approve"',
+        "",
+        "[mcp_servers.fedhpc.tools.cancel]",
+        'approval_mode = "approve"',
+    ]
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text("\n".join(lines) + "\n")
+
+
+def _env(codex: Path, home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
+    """What both the first `codex exec` and the daemon (hence the resumed codex) see."""
+    return {
+        "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "CODEX_HOME": str(home / ".codex"),
+        "FAKE_OPENAI_API_KEY": CANARY_API_KEY,
+        "FEDHPC_HOME": str(fedhome),
+        "FEDHPC_CODEX_BIN": str(codex),
+        "FEDHPC_RESUME_TIMEOUT_S": "90",
+        "FEDHPC_BRIDGE_POLL_S": "0.5",
+        **canary_env(),
+        **extra,
+    }
+
+
+def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [str(codex), "exec", "--json", "--skip-git-repo-check", PROMPT],
+        cwd=project, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, f"codex exited {out.returncode}: {out.stdout}\n{out.stderr}"
+    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+
+
+async def _until(client: DaemonClient, state: str, limit: float = 90) -> None:
+    with anyio.fail_after(limit):
+        while not [d for d in await client.deliveries() if d.state == state]:
+            await anyio.sleep(0.2)
+
+
+@pytest.mark.parametrize("kill_mid_delivery", [False, True], ids=["clean", "daemon-killed"])
+async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
+    codex: Path, devfed: Any, tmp_path: Path, kill_mid_delivery: bool
+) -> None:
+    home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
+    for folder in (home, project):
+        folder.mkdir()
+    with FakeOpenAI() as fake, no_egress() as (trap, watch):
+        release = fake.hold_resume() if kill_mid_delivery else None
+        _config(home / ".codex", fedhome, fake.url)
+        env = _env(codex, home, fedhome, {**trap.env(), **watch.env()})
+        proc = start(fedhome, **env)
+        try:
+            async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
+                await client.wait_until_up(30)
+                await client.refresh()
+                # (1) submit, end the turn; the CLI exits
+                lines = await anyio.to_thread.run_sync(_first_turn, codex, project, env)
+                thread = next(x["thread_id"] for x in lines if x["type"] == "thread.started")
+                calls = [x["item"] for x in lines if x["type"] == "item.completed"
+                         and x["item"].get("type") == "mcp_tool_call"]  # fmt: skip
+                done = [(c["tool"], c["status"]) for c in calls]
+                assert done == [("submit_task", "completed")], json.dumps(calls)
+                assert fake.phases() == ["start", "after_submit"], fake.exchanges
+                task_id = result_json(fake.exchanges[-1].tool_results[0])["task_id"]
+                # (2) + (3) the job runs; the bridge resumes the thread
+                if kill_mid_delivery:
+                    assert release is not None
+                    await _until(client, "started")
+                    with anyio.fail_after(60):  # the resumed CLI is asking the model
+                        while not fake.resume_seen.is_set():
+                            await anyio.sleep(0.1)
+                    stop(proc, kill=True)
+                    proc = start(fedhome, **env)
+                    await client.wait_until_up(30)
+                    release.set()
+                await _until(client, "delivered")
+                await anyio.sleep(3)  # more bridge cycles: still one resume
+                deliveries = await client.deliveries()
+                events = await client.events(after=0, limit=1000)
+        finally:
+            stop(proc)
+    # (4) the model saw the payload in the same thread and read the result
+    assert fake.errors == []
+    assert fake.phases() == ["start", "after_submit", "resume", "after_result"]
+    assert fake.tool_calls() == ["submit_task", "get_result"]
+    assert fake.status_calls_between_submit_and_resume() == []
+    (resume,) = fake.resumes()
+    assert resume.payload is not None
+    assert resume.payload["task_id"] == task_id
+    assert resume.payload["state"] == "completed"
+    assert resume.arguments == {"task_id": task_id}
+    if resume.session is not None:
+        assert resume.session == thread
+    result = result_json(fake.exchanges[-1].tool_results[0])
+    assert result["task_id"] == task_id
+    assert result["state"] == "completed"
+    # the resumed process ran `codex exec resume` on the same thread and called get_result
+    out = [json.loads(x) for x in (fedhome / "deliveries").glob("*/out").__next__()
+           .read_text().splitlines() if x.startswith("{")]  # fmt: skip
+    assert next(x["thread_id"] for x in out if x["type"] == "thread.started") == thread
+    assert [x["item"]["tool"] for x in out if x["type"] == "item.completed"
+            and x["item"].get("type") == "mcp_tool_call"] == ["get_result"]  # fmt: skip
+    # one delivery, one launch, payload under the cap
+    (d,) = deliveries
+    assert (d.state, d.attempts) == ("delivered", 0)
+    assert d.payload_bytes < 2048
+    payloads = sorted((fedhome / "deliveries").glob("*/payload.json"))
+    assert len(payloads) == 1
+    assert len(payloads[0].read_bytes()) < 2048
+    # no credential anywhere the agent or the payloads can see
+    texts = delivery_files(fedhome)
+    texts["events"] = json.dumps(events)
+    for i, ex in enumerate(fake.exchanges):
+        texts[f"exchange {i} ({ex.phase})"] = "\n".join([ex.prompt, *ex.tool_results])
+    assert leaks(texts) == []
+    # nothing left loopback
+    assert trap.hits == []
+    assert watch.peers == set()
+    assert watch.pids
