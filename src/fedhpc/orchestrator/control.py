@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import anyio
 import structlog
 
 from fedhpc.adapters.transports.base import TransportError
@@ -70,9 +71,34 @@ async def _observe(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> Non
         if a.job_id and (a.job_id not in live or live[a.job_id].state.terminal)
     ]
     records = {r.job_id: r for r in await adapter.accounting(gone) if r.array_index is None}
+    # A job that just ended is often not settled in accounting yet (slurmdbd lags slurmctld by
+    # a fraction of a second). Ask again briefly rather than a whole cycle later: this is most
+    # of the delay between a job's end and its event.
+    just_ended = {
+        a.job_id
+        for a in bound
+        if a.job_id in gone and not a.state.terminal and not _settled(records, a.job_id)
+    }
+    for _ in range(SETTLE_RETRIES):
+        if not just_ended:
+            break
+        await anyio.sleep(SETTLE_PAUSE_S)
+        for r in await adapter.accounting(sorted(j for j in just_ended if j)):
+            if r.array_index is None:
+                records[r.job_id] = r
+        just_ended = {j for j in just_ended if j and not _settled(records, j)}
     for a in bound:
         assert a.job_id is not None
         await _merge(o, a, live.get(a.job_id), records.get(a.job_id))
+
+
+SETTLE_RETRIES = 3
+SETTLE_PAUSE_S = 0.3
+
+
+def _settled(records: dict[str, AccountingRecord], job_id: str | None) -> bool:
+    rec = records.get(job_id or "")
+    return rec is not None and rec.settled
 
 
 async def _resubmit_intent(o: Orchestrator, task: TaskRecord, a: AttemptRecord) -> None:
