@@ -12,7 +12,6 @@ import io
 import ipaddress
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any, cast
 
@@ -177,5 +176,5 @@ async def run_http(server: MCPServer[Any], host: str, port: int, token: str | No
     if token:
         app = BearerGuard(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
-    print(f"fedhpc MCP on http://{host}:{port}/mcp", file=sys.stderr)
+    log.warning("serving MCP over streamable HTTP", url=f"http://{host}:{port}/mcp")
     await uvicorn.Server(config).serve()
