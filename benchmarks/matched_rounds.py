@@ -1,0 +1,593 @@
+"""The placement-quality experiment (the paper's Table IV in miniature) on the local federation.
+
+Each round: probe every site once (one snapshot); ask every policy what it would pick; submit
+the same fixed-shape job (`sleep N`) to EVERY feasible candidate partition within seconds
+(matched submissions); wait for all of them; read Submit/Eligible/Start/End from sacct. Rounds
+cycle CPU, 1-GPU and 4-GPU requests. Background load comes from `loadgen.py` (seeded).
+
+Per policy: share of rounds it picked the fastest observed placement, median and mean
+completion (End - Submit), mean wait (Start - Eligible), median and p95 additional completion
+time vs the fastest placement of that round.
+
+Run: .venv/bin/python benchmarks/matched_rounds.py [--rounds 15] [--seed 1] [--quick]
+Writes benchmarks/results/matched_rounds{,-quick}.{md,csv,svg}. Cancels every job it submitted
+(matched and load) when done or interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+
+os.environ.setdefault("FEDHPC_DEVFED", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loadgen import LoadGenerator
+
+from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
+from fedhpc.placement import Placement, Policy, WaitObservation, place
+from fedhpc.placement_io import requests_from_trace, scheduler_estimates
+from fedhpc.profiles import load_federation
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KINDS = ("cpu", "gpu1", "gpu4")
+ENVELOPES = {
+    "cpu": {"cpus": {"min": 8, "max": 8}, "memory": {"min": "4G", "max": "4G"}},
+    "gpu1": {
+        "gpus": {"min": 1, "max": 1},
+        "cpus": {"min": 4, "max": 4},
+        "memory": {"min": "4G", "max": "4G"},
+    },
+    "gpu4": {
+        "gpus": {"min": 4, "max": 4},
+        "cpus": {"min": 8, "max": 8},
+        "memory": {"min": "8G", "max": "8G"},
+    },
+}
+POLICIES = ("fixed-site", "shortest-queue", "bf-paper", "bf-scheduler", "bf-learned")
+PAPER = {  # the paper's Table IV (19 rounds, 83 jobs, 4 production systems)
+    "fixed-site": "median +42 s, p95 +5,873 s",
+    "shortest-queue": "median +4 s, p95 +3,000 s, mean completion 738 s",
+    "best-feasible": "median +4 s, p95 +3,000 s, mean completion 817 s",
+}
+
+
+def _policy(name: str, fixed: str) -> Policy:
+    if name == "fixed-site":
+        return Policy(kind="fixed-site", site=fixed, joint_sizing=False, wait="paper")
+    if name == "shortest-queue":
+        return Policy(kind="shortest-queue", joint_sizing=False, wait="paper")
+    return Policy(joint_sizing=False, wait=name.removeprefix("bf-"))
+
+
+@dataclass
+class Job:
+    round: int
+    kind: str
+    site: str
+    partition: str
+    job_id: str
+    sleep_s: int
+    submit: datetime | None = None
+    eligible: datetime | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    state: str = ""
+    censored: bool = False
+
+    @property
+    def completion(self) -> float | None:
+        if self.submit is None or self.end is None:
+            return None
+        return (self.end - self.submit).total_seconds()
+
+    @property
+    def wait(self) -> float | None:
+        base = self.eligible or self.submit
+        # A censored job that never started waited at least until the cutoff (a lower bound).
+        start = self.start or (self.end if self.censored else None)
+        return None if base is None or start is None else (start - base).total_seconds()
+
+
+@dataclass
+class Round:
+    index: int
+    kind: str
+    taken_at: datetime
+    picks: dict[str, str] = field(default_factory=dict)  # policy -> "site/partition"
+    jobs: dict[str, Job] = field(default_factory=dict)  # "site/partition" -> job
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)  # site -> (pending, free gpu)
+
+
+async def probe_all(ads: dict[str, SiteAdapter]) -> ResourceSnapshot:
+    states = {}
+
+    async def one(n: str) -> None:
+        states[n] = await ads[n].probe()
+
+    async with anyio.create_task_group() as tg:
+        for n in sorted(ads):
+            tg.start_soon(one, n)
+    return ResourceSnapshot(taken_at=datetime.now(UTC), sites=states)
+
+
+def history_from(rounds: list[Round]) -> list[WaitObservation]:
+    out = []
+    for r in rounds:
+        env = ENVELOPES[r.kind]
+        for job in r.jobs.values():
+            if job.wait is None or job.censored or job.start is None:
+                continue
+            out.append(
+                WaitObservation(
+                    site=job.site,
+                    partition=job.partition,
+                    gpus=env.get("gpus", {}).get("min", 0),
+                    cpus=env["cpus"]["min"],
+                    nodes=1,
+                    wait_s=max(0.0, job.wait),
+                    observed_at=job.start,
+                )
+            )
+    return out
+
+
+async def run_round(
+    i: int,
+    kind: str,
+    sites,
+    ads,
+    *,
+    fixed: str,
+    sleep_s: int,
+    timeout_s: float,
+    done: list[Round],
+) -> Round:
+    env = ResourceEnvelope.model_validate(
+        {**ENVELOPES[kind], "wall_time": {"min": f"{sleep_s + 300}s", "max": f"{sleep_s + 300}s"}}
+    )
+    snap = await probe_all(ads)
+    now = snap.taken_at
+    rnd = Round(i, kind, now)
+    for n, st in snap.sites.items():
+        rnd.queues[n] = (
+            sum(p.pending_jobs for p in st.partitions),
+            sum(p.free_gpus for p in st.partitions),
+        )
+    first = place(env, snap, sites, _policy("bf-paper", fixed), now=now)
+    if not isinstance(first, Placement):
+        print(f"round {i} ({kind}): unschedulable: {first.hint}")
+        return rnd
+    estimates = await scheduler_estimates(requests_from_trace(first.trace, top=16), ads)
+    hist = history_from(done)
+    for name in POLICIES:
+        d = place(
+            env,
+            snap,
+            sites,
+            _policy(name, fixed),
+            now=now,
+            history=hist,
+            estimates=estimates if name == "bf-scheduler" else None,
+        )
+        if isinstance(d, Placement):
+            rnd.picks[name] = f"{d.site}/{d.partition}"
+    # Matched submissions: the same shape to every feasible (site, partition), concurrently.
+    cands = {}
+    for c in first.trace.candidates:
+        if c.feasible and f"{c.site}/{c.partition}" not in cands:
+            cands[f"{c.site}/{c.partition}"] = c
+
+    async def submit(key: str) -> None:
+        c = cands[key]
+        spec = JobSpec(
+            name=f"fedhpc-match-r{i}-{c.site}-{c.partition}",
+            command=("sleep", str(sleep_s)),
+            partition=c.partition,
+            account=c.account,
+            qos=c.qos,
+            shape=c.shape,
+            stdout="/dev/null",
+            stderr="/dev/null",
+        )
+        job = await ads[c.site].submit(spec)
+        rnd.jobs[key] = Job(i, kind, c.site, c.partition, job.job_id, sleep_s)
+
+    async with anyio.create_task_group() as tg:
+        for key in sorted(cands):
+            tg.start_soon(submit, key)
+    done.append(rnd)  # registered before waiting, so an interrupt still cancels its jobs
+    await settle(rnd, ads, timeout_s)
+    return rnd
+
+
+async def settle(rnd: Round, ads, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        by_site: dict[str, list[Job]] = {}
+        for j in rnd.jobs.values():
+            by_site.setdefault(j.site, []).append(j)
+        pending = False
+        for site, jobs in by_site.items():
+            recs = {r.job_id: r for r in await ads[site].accounting([j.job_id for j in jobs])}
+            for j in jobs:
+                r = recs.get(j.job_id)
+                if r is None:
+                    pending = True
+                    continue
+                j.submit, j.eligible, j.start, j.end = r.submit, r.eligible, r.start, r.end
+                j.state = r.native_state
+                if not r.settled:
+                    pending = True
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            cutoff = datetime.now(UTC)
+            live = [j for j in rnd.jobs.values() if j.end is None]
+            for j in live:  # censored: the completion is a lower bound
+                j.censored = True
+                j.end = cutoff if j.start is None else max(cutoff, j.start)
+            await cancel_jobs(ads, live)
+            return
+        await anyio.sleep(2.0)
+
+
+async def cancel_jobs(ads, jobs: list[Job]) -> None:
+    by_site: dict[str, list[str]] = {}
+    for j in jobs:
+        by_site.setdefault(j.site, []).append(j.job_id)
+    for site, ids in by_site.items():
+        try:
+            live = [o.job_id for o in await ads[site].status(ids) if not o.state.terminal]
+            live = sorted(set(live) & set(ids))
+            if live:
+                await ads[site].cancel(live)
+        except Exception as exc:
+            print(f"cancel on {site} failed: {exc}")
+
+
+async def cancel_rounds(rounds: list[Round]) -> None:
+    sites = load_federation()
+    ads = {n: open_adapter(s) for n, s in sites.items()}
+    try:
+        await cancel_jobs(ads, [j for r in rounds for j in r.jobs.values()])
+    finally:
+        for ad in ads.values():
+            await ad.transport.aclose()
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, math.ceil(q * len(s)) - 1)] if s else float("nan")
+
+
+def summarize(rounds: list[Round]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name in POLICIES:
+        comps, waits, extra, fastest = [], [], [], 0
+        n = 0
+        for r in rounds:
+            got = {k: j.completion for k, j in r.jobs.items() if j.completion is not None}
+            pick = r.picks.get(name)
+            if not got or pick not in got:
+                continue
+            if all(j.censored for j in r.jobs.values()):
+                continue  # nothing finished: no fastest placement to compare against
+            n += 1
+            best = min(got.values())
+            c = got[pick]
+            comps.append(c)
+            extra.append(c - best)
+            fastest += c - best <= 1.0  # sacct has whole-second resolution
+            w = r.jobs[pick].wait
+            if w is not None:
+                waits.append(w)
+        out[name] = {
+            "rounds": n,
+            "fastest": fastest / n if n else float("nan"),
+            "median_c": statistics.median(comps) if comps else float("nan"),
+            "mean_c": statistics.fmean(comps) if comps else float("nan"),
+            "mean_w": statistics.fmean(waits) if waits else float("nan"),
+            "median_x": statistics.median(extra) if extra else float("nan"),
+            "p95_x": pct(extra, 0.95),
+        }
+    return out
+
+
+def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[Path]:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    machine = (
+        f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
+    njobs = sum(len(r.jobs) for r in rounds)
+    ncens = sum(j.censored for r in rounds for j in r.jobs.values())
+    cmd = "python benchmarks/matched_rounds.py " + " ".join(sys.argv[1:])
+    lines = [
+        f"# Matched-submission rounds ({'--quick' if args.quick else 'full'} run)",
+        "",
+        f"Command: `{cmd.strip()}`; seed {args.seed}; started {started:%Y-%m-%d %H:%M} UTC; "
+        f"machine: {machine}; local federation (4 Slurm clusters) with seeded background load "
+        f"(loadgen.py). {len(rounds)} rounds ({', '.join(r.kind for r in rounds)}), {njobs} "
+        f"matched jobs, {ncens} censored at the round timeout (their completion is a lower "
+        f"bound). Fixed site: {args.fixed_site}. Rounds where every job was censored "
+        f"({sum(all(j.censored for j in r.jobs.values()) for r in rounds)}) are left out of "
+        "the policy figures. Completion = sacct End - Submit; wait = Start - Eligible.",
+        "",
+        "| policy | rounds | picked fastest | median completion | mean completion | mean wait "
+        "| median additional | p95 additional |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        lines.append(
+            f"| {name} | {s['rounds']} | {s['fastest'] * 100:.0f} % | {s['median_c']:.0f} s "
+            f"| {s['mean_c']:.0f} s | {s['mean_w']:.0f} s | {s['median_x']:.0f} s "
+            f"| {s['p95_x']:.0f} s |"
+        )
+    lines += [
+        "",
+        "Paper (Table IV, production systems): "
+        + "; ".join(f"{k}: {v}" for k, v in PAPER.items())
+        + ".",
+    ]
+    md = RESULTS / f"{stem}.md"
+    md.write_text("\n".join(lines) + "\n")
+    csv_path = RESULTS / f"{stem}.csv"
+    with csv_path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "seed",
+                "round",
+                "kind",
+                "snapshot_at",
+                "site",
+                "partition",
+                "job_id",
+                "sleep_s",
+                "submit",
+                "eligible",
+                "start",
+                "end",
+                "state",
+                "censored",
+                "wait_s",
+                "completion_s",
+                "fastest_s",
+                "picked_by",
+            ]
+        )
+        for r in rounds:
+            got = [j.completion for j in r.jobs.values() if j.completion is not None]
+            best = min(got) if got else None
+            for key, j in sorted(r.jobs.items()):
+                iso = [t.isoformat() if t else "" for t in (j.submit, j.eligible, j.start, j.end)]
+                w.writerow(
+                    [
+                        args.seed,
+                        r.index,
+                        r.kind,
+                        r.taken_at.isoformat(),
+                        j.site,
+                        j.partition,
+                        j.job_id,
+                        j.sleep_s,
+                        *iso,
+                        j.state,
+                        int(j.censored),
+                        j.wait,
+                        j.completion,
+                        best,
+                        " ".join(p for p, k in sorted(r.picks.items()) if k == key),
+                    ]
+                )
+    svg = RESULTS / f"{stem}.svg"
+    svg.write_text(render_svg(rounds, args, machine))
+    return [md, csv_path, svg]
+
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_svg(rounds: list[Round], args, machine: str) -> str:  # noqa: PLR0915 (one drawing)
+    w, h, pad = 1000, 440, 50
+    pw = (w - 3 * pad) // 2
+    ph = h - 2 * pad - 30
+    o = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{pad}" y="18" font-size="13">Matched rounds: seed {args.seed}, '
+        f"{len(rounds)} rounds{' (--quick)' if args.quick else ''}; {_esc(machine)}</text>",
+    ]
+
+    def axes(x0: int, title: str, xl: str, yl: str, *, xmax: float, ymax: float) -> None:
+        y0 = pad + ph
+        o.append(f'<text x="{x0}" y="{pad - 8}" font-size="12">{_esc(title)}</text>')
+        o.append(f'<line x1="{x0}" y1="{y0}" x2="{x0 + pw}" y2="{y0}" stroke="black"/>')
+        o.append(f'<line x1="{x0}" y1="{pad}" x2="{x0}" y2="{y0}" stroke="black"/>')
+        o.append(f'<text x="{x0 + pw // 2}" y="{y0 + 28}" text-anchor="middle">{xl}</text>')
+        o.append(
+            f'<text x="{x0 - 36}" y="{pad + ph // 2}" transform="rotate(-90 {x0 - 36} '
+            f'{pad + ph // 2})" text-anchor="middle">{yl}</text>'
+        )
+        for k in range(5):
+            v = ymax * k / 4
+            y = y0 - ph * k / 4
+            o.append(f'<text x="{x0 - 4}" y="{y + 4:.0f}" text-anchor="end">{v:.0f}</text>')
+            o.append(f'<line x1="{x0}" y1="{y:.0f}" x2="{x0 + pw}" y2="{y:.0f}" stroke="#eee"/>')
+            xv = xmax * k / 4
+            o.append(
+                f'<text x="{x0 + pw * k / 4:.0f}" y="{y0 + 14}" '
+                f'text-anchor="middle">{xv:.0f}</text>'
+            )
+
+    # Left: completion per policy per round.
+    comps = [j.completion for r in rounds for j in r.jobs.values() if j.completion is not None]
+    ymax = max(comps, default=1) * 1.1 or 1
+    xmax = max(len(rounds), 1)
+    x0 = pad
+    axes(
+        x0,
+        "completion (s) of each policy's pick per round",
+        "round",
+        "completion s",
+        xmax=xmax,
+        ymax=ymax,
+    )
+    for pi, name in enumerate(POLICIES):
+        pts = []
+        for ri, r in enumerate(rounds):
+            j = r.jobs.get(r.picks.get(name, ""))
+            if j is None or j.completion is None:
+                continue
+            x = x0 + pw * (ri + 1) / xmax
+            y = pad + ph - ph * j.completion / ymax
+            pts.append((x + (pi - 2) * 2, y))
+        col = COLORS[pi]
+        if pts:
+            o.append(
+                f'<polyline fill="none" stroke="{col}" stroke-width="1.5" points="'
+                + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+                + '"/>'
+            )
+        for x, y in pts:
+            o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{col}"/>')
+        o.append(
+            f'<rect x="{x0 + 10}" y="{pad + 4 + 14 * pi}" width="10" height="10" '
+            f'fill="{col}"/><text x="{x0 + 24}" y="{pad + 13 + 14 * pi}">{name}</text>'
+        )
+    for ri, r in enumerate(rounds):  # the fastest observed placement, as a black tick
+        got = [j.completion for j in r.jobs.values() if j.completion is not None]
+        if got:
+            x = x0 + pw * (ri + 1) / xmax
+            y = pad + ph - ph * min(got) / ymax
+            o.append(
+                f'<line x1="{x - 6:.1f}" y1="{y:.1f}" x2="{x + 6:.1f}" y2="{y:.1f}" '
+                f'stroke="black" stroke-width="2"/>'
+            )
+    o.append(
+        f'<text x="{x0 + pw - 4}" y="{pad + 12}" text-anchor="end">black tick = fastest '
+        "observed</text>"
+    )
+    # Right: Figure-1-style pending vs free GPUs per site (one point per round snapshot).
+    x1 = 2 * pad + pw
+    sites = sorted({s for r in rounds for s in r.queues})
+    pmax = max((q[0] for r in rounds for q in r.queues.values()), default=1) * 1.1 or 1
+    gmax = max((q[1] for r in rounds for q in r.queues.values()), default=1) * 1.1 or 1
+    axes(
+        x1,
+        "queue shape per site at each snapshot",
+        "free GPUs",
+        "pending jobs",
+        xmax=gmax,
+        ymax=pmax,
+    )
+    rng = random.Random(0)  # noqa: S311 (jitter for overlapping points only)
+    for si, site in enumerate(sites):
+        col = COLORS[si % len(COLORS)]
+        for r in rounds:
+            if site not in r.queues:
+                continue
+            pend, free = r.queues[site]
+            x = x1 + pw * free / gmax + rng.uniform(-3, 3)
+            y = pad + ph - ph * pend / pmax + rng.uniform(-3, 3)
+            o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{col}" fill-opacity="0.6"/>')
+        o.append(
+            f'<rect x="{x1 + pw - 110}" y="{pad + 4 + 14 * si}" width="10" height="10" '
+            f'fill="{col}"/><text x="{x1 + pw - 96}" y="{pad + 13 + 14 * si}">{site}</text>'
+        )
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+async def experiment(args, rounds: list[Round]) -> None:
+    sites = load_federation()
+    ads = {n: open_adapter(s) for n, s in sites.items()}
+    rng = random.Random(args.seed)  # noqa: S311 (seeded sleep durations)
+    try:
+        for i in range(args.rounds):
+            kind = KINDS[i % len(KINDS)]
+            lo, hi = (5, 15) if args.quick else (20, 90)
+            sleep_s = rng.randint(lo, hi)
+            t0 = time.monotonic()
+            r = await run_round(
+                i,
+                kind,
+                sites,
+                ads,
+                fixed=args.fixed_site,
+                sleep_s=sleep_s,
+                timeout_s=args.round_timeout,
+                done=rounds,
+            )
+            comps = {k: j.completion for k, j in r.jobs.items()}
+            print(
+                f"round {i} {kind} sleep {sleep_s}s ({time.monotonic() - t0:.0f}s): "
+                f"picks {r.picks} completions {comps}",
+                flush=True,
+            )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await cancel_jobs(ads, [j for r in rounds for j in r.jobs.values()])
+            for ad in ads.values():
+                await ad.transport.aclose()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=None, help="default 15 (--quick: 3)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="3 rounds, short sleeps, a few minutes")
+    ap.add_argument("--fixed-site", default="devdelta")
+    ap.add_argument("--round-timeout", type=float, default=None, help="s; then jobs are censored")
+    ap.add_argument("--warmup", type=float, default=None, help="s of load before round 0")
+    args = ap.parse_args()
+    args.rounds = args.rounds or (3 if args.quick else 15)
+    args.round_timeout = args.round_timeout or (90 if args.quick else 120)
+    args.warmup = args.warmup if args.warmup is not None else (10 if args.quick else 30)
+    from fedhpc.logs import configure_logging
+
+    configure_logging("warning")
+    started = datetime.now(UTC)
+    load = LoadGenerator(seed=args.seed, scale=0.3 if args.quick else 1.0).start()
+    rounds: list[Round] = []
+    try:
+        time.sleep(args.warmup)
+        anyio.run(experiment, args, rounds)
+    except KeyboardInterrupt:
+        print("interrupted: cancelling submitted jobs", file=sys.stderr)
+    finally:
+        anyio.run(cancel_rounds, rounds)  # again, in case an interrupt skipped the first pass
+        n = load.stop()
+        print(
+            f"load: {sum(len(v) for v in load.submitted.values())} jobs, {n} cancelled; "
+            f"errors {load.errors[:3]}"
+        )
+    done = [r for r in rounds if r.jobs]
+    summary = summarize(done)
+    stem = "matched_rounds-quick" if args.quick else "matched_rounds"
+    for p in write_outputs(done, summary, args, stem, started):
+        print(f"wrote {p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p}")
+    print((RESULTS / f"{stem}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
