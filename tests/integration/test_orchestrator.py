@@ -75,6 +75,19 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
         acct = fed.run(attempt.site, "sacct", "-n", "-X", "-P", f"--name={attempt.job_name}",
                        "--starttime=now-1hours", "-o", "JobID")  # fmt: skip
         assert acct.stdout.split() == [attempt.job_id]
+        # The task ended on slurmdbd's first final row, which lacks the eligible time; the
+        # daemon fills it in once the row settles, without a second event.
+        with anyio.fail_after(60):
+            while (await client.get_result(ResultRequest(task_id=handle.task_id))).attempts[
+                0
+            ].eligible_at is None:
+                await anyio.sleep(0.5)
+        filled = (await client.get_result(ResultRequest(task_id=handle.task_id))).attempts[0]
+        eligible = fed.run(attempt.site, "env", "SLURM_TIME_FORMAT=%s", "sacct", "-n", "-X",
+                           "-P", f"--jobs={attempt.job_id}", "-o", "Eligible")  # fmt: skip
+        assert filled.eligible_at is not None
+        assert int(filled.eligible_at.timestamp()) == int(eligible.stdout.strip())
+        assert await _events(client) == [("task.terminal", handle.task_id)]
 
 
 async def test_timeout_is_resubmitted_with_a_longer_wall_time(fed: Any, tmp_path: Path) -> None:

@@ -208,7 +208,10 @@ def test_accounting_record_is_settled_only_when_terminal_and_complete() -> None:
         job_id="1", state=JobState.COMPLETED, native_state="COMPLETED", submit=t, end=t
     )
     assert not partial.settled  # slurmdbd has not recorded the partition yet
+    assert partial.final  # ... but the outcome is known
     full = partial.model_copy(update={"partition": "cpu"})
     assert full.settled
     running = full.model_copy(update={"state": JobState.RUNNING})
     assert not running.settled
+    assert not running.final
+    assert not partial.model_copy(update={"end": None}).final

@@ -260,6 +260,13 @@ class AccountingRecord(BaseModel):
         )
 
     @property
+    def final(self) -> bool:
+        """Terminal with an end time: the outcome is known, though slurmdbd may still fill in
+        the partition, eligible time and job name a second or two later (`settled`). The state,
+        start, end and exit code of such a row are already the scheduler's last word."""
+        return self.state.terminal and self.end is not None
+
+    @property
     def wait_s(self) -> float | None:
         base = self.eligible or self.submit
         if base is None or self.start is None:

@@ -38,7 +38,7 @@ __all__ = [
 # shell metacharacters, so a directive line can never be broken out of.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 
-DialectName = Literal["slurm", "pbs", "lsf"]
+DialectName = Literal["slurm", "pbs", "lsf", "process"]
 
 
 def _check_name(value: str) -> str:

@@ -3,6 +3,7 @@ the jobs that left the queue), merge monotonically, and adapt within each task's
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import anyio
@@ -39,6 +40,11 @@ async def tick(o: Orchestrator) -> None:
                 log.warning("observe failed", site=site, error=exc.message)
             except Exception:  # one site's bad answer must not stall the others
                 log.exception("observe failed", site=site)
+        for site in [s for s in o.unsettled if s not in by_site and o.online(s)]:
+            try:
+                await _backfill(o, site, None)
+            except Exception:  # accounting details only: never stalls the cycle
+                log.exception("accounting backfill failed", site=site)
         await _adapt_pending(o)
         await staging.advance(o)  # dispatch tasks whose stage-in succeeded
         from fedhpc.orchestrator.groups import advance_groups
@@ -70,14 +76,15 @@ async def _observe(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> Non
         for a in bound
         if a.job_id and (a.job_id not in live or live[a.job_id].state.terminal)
     ]
-    records = {r.job_id: r for r in await adapter.accounting(gone) if r.array_index is None}
-    # A job that just ended is often not settled in accounting yet (slurmdbd lags slurmctld by
-    # a fraction of a second). Ask again briefly rather than a whole cycle later: this is most
-    # of the delay between a job's end and its event.
+    ask = sorted({*gone, *o.unsettled.get(site, {})})
+    records = {r.job_id: r for r in await adapter.accounting(ask) if r.array_index is None}
+    # A job that left the queue a moment ago may have no final accounting row yet (slurmctld
+    # tells slurmdbd a fraction of a second later). Ask again briefly rather than a whole
+    # cycle later: this is most of the delay between a job's end and its event.
     just_ended = {
         a.job_id
         for a in bound
-        if a.job_id in gone and not a.state.terminal and not _settled(records, a.job_id)
+        if a.job_id in gone and not a.state.terminal and not _final(records, a.job_id)
     }
     for _ in range(SETTLE_RETRIES):
         if not just_ended:
@@ -86,19 +93,55 @@ async def _observe(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> Non
         for r in await adapter.accounting(sorted(j for j in just_ended if j)):
             if r.array_index is None:
                 records[r.job_id] = r
-        just_ended = {j for j in just_ended if j and not _settled(records, j)}
+        just_ended = {j for j in just_ended if j and not _final(records, j)}
     for a in bound:
         assert a.job_id is not None
         await _merge(o, a, live.get(a.job_id), records.get(a.job_id))
+    await _backfill(o, site, records)
 
 
-SETTLE_RETRIES = 3
-SETTLE_PAUSE_S = 0.3
+SETTLE_RETRIES = 4
+SETTLE_PAUSE_S = 0.2
+BACKFILL_S = 120.0  # how long to wait for slurmdbd to complete a final row
 
 
-def _settled(records: dict[str, AccountingRecord], job_id: str | None) -> bool:
+def _final(records: dict[str, AccountingRecord], job_id: str | None) -> bool:
     rec = records.get(job_id or "")
-    return rec is not None and rec.settled
+    return rec is not None and rec.final
+
+
+async def _backfill(
+    o: Orchestrator, site: str, records: dict[str, AccountingRecord] | None
+) -> None:
+    """Fill in what a final-but-unsettled row lacked (eligible time, hence the wait) once the
+    row settles. Never changes a state and never emits: the outcome was already reported."""
+    waiting = o.unsettled.get(site)
+    if not waiting:
+        return
+    if records is None:
+        got = await o.adapters[site].accounting(sorted(waiting))
+        records = {r.job_id: r for r in got if r.array_index is None}
+    now = time.monotonic()
+    for job_id, (task_id, n, since) in list(waiting.items()):
+        rec = records.get(job_id)
+        if rec is not None and rec.settled:
+            task = await o.load_task(task_id)
+            for a in await o.load_attempts(task_id):
+                if a.n == n:
+                    _times(a, rec)
+                    async with o.store.transaction() as tx:
+                        await o.save(tx, task, a, at=o.clock())
+        elif now - since < BACKFILL_S:
+            continue
+        del waiting[job_id]
+    if not waiting:
+        o.unsettled.pop(site, None)
+
+
+def _times(a: AttemptRecord, rec: AccountingRecord) -> None:
+    a.eligible_at, a.started_at, a.ended_at = rec.eligible, rec.start, rec.end
+    a.submitted_at = rec.submit or a.submitted_at
+    a.wait_s, a.runtime_s, a.exit_code = rec.wait_s, rec.runtime_s, rec.exit_code
 
 
 async def _resubmit_intent(o: Orchestrator, task: TaskRecord, a: AttemptRecord) -> None:
@@ -122,13 +165,13 @@ async def _merge(
     o: Orchestrator, a: AttemptRecord, ob: JobObservation | None, rec: AccountingRecord | None
 ) -> None:
     before = a.state
-    if rec is not None and rec.state.terminal and not rec.settled:
-        rec = None  # accounting not complete yet: decide next cycle
+    if rec is not None and rec.state.terminal and not rec.final:
+        rec = None  # no end time yet: decide next cycle
     observed = rec.state if rec is not None else (ob.state if ob is not None else None)
     if observed is None:
         return  # unknown until accounting confirms it
     if observed.terminal and rec is None:
-        return  # squeue says done; wait for the settled accounting record
+        return  # squeue says done; wait for the final accounting row
     a.state = merge_state(a.state, observed)
     a.native_state = rec.native_state if rec else (ob.native_state if ob else a.native_state)
     if ob is not None and ob.reason:
@@ -136,9 +179,9 @@ async def _merge(
     if a.state is JobState.PENDING and a.pending_since is None:
         a.pending_since = o.clock()
     if rec is not None:
-        a.eligible_at, a.started_at, a.ended_at = rec.eligible, rec.start, rec.end
-        a.submitted_at = rec.submit or a.submitted_at
-        a.wait_s, a.runtime_s, a.exit_code = rec.wait_s, rec.runtime_s, rec.exit_code
+        _times(a, rec)
+        if rec.final and not rec.settled and a.job_id is not None:
+            o.unsettled.setdefault(a.site, {})[a.job_id] = (a.task_id, a.n, time.monotonic())
     if a.state == before and rec is None:
         return
     task = await o.load_task(a.task_id)

@@ -75,6 +75,9 @@ class Orchestrator:
         self.lock = anyio.Lock()
         self.wake = anyio.Event()
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
+        # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
+        # but not yet settled accounting row; their eligible time is filled in when it settles.
+        self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -302,11 +305,14 @@ class Orchestrator:
 
         await self.collector.ready.wait()  # never act on a view from before this process
         while not stopping.is_set():
+            started = anyio.current_time()
             try:
                 await tick(self)
             except Exception:  # a bad cycle is logged and retried, never fatal to the daemon
                 log.exception("control cycle failed")
-            with anyio.move_on_after(self.cycle_s):
+            # Cycles start every cycle_s (not cycle_s after the last one ended): a slow cycle
+            # does not stretch the interval the continuation latency is measured against.
+            with anyio.move_on_after(max(0.0, started + self.cycle_s - anyio.current_time())):
                 await self.wake.wait()
             self.wake = anyio.Event()
 
