@@ -29,6 +29,7 @@ PURE_MODULES = (
     "fedhpc.adapters.dialects.slurm",
     "fedhpc.adapters.dialects.pbs",
     "fedhpc.adapters.dialects.lsf",
+    "fedhpc.adapters.dialects.process",
     "fedhpc.placement",
     "fedhpc.ops",
 )

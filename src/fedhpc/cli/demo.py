@@ -1,6 +1,8 @@
 """`fedhpc demo`: the whole loop on the local federation, in a few minutes.
 
-1. bring up (or reuse) the local federation and start a daemon of its own;
+1. bring up (or reuse) the local Slurm federation, or, where Slurm cannot run (not root, no
+   apt, `devfed up` fails), fall back to the same four sites running jobs as local processes
+   (`FEDHPC_DEVFED=process`, dialect `process`); then start a daemon of its own;
 2. a scripted agent drives fedhpc through a real MCP client: inspect, draft an envelope,
    submit a 4-child group, then exit (one site is saturated with background jobs first);
 3. the daemon runs and adapts the group (the child on the saturated site is re-placed);
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,7 @@ from fedhpc.adapters.site import open_adapter
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation
+from fedhpc.profiles.loader import devfed_process_root
 
 __all__ = ["add_parser"]
 
@@ -34,17 +38,59 @@ def _say(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
 
-def _federation() -> None:
-    from fedhpc.devfed.manager import default_plan, status, up
+PROCESS_NOTE = (
+    "falling back to 4 sites that run jobs as local processes (devanvil, devdelta, "
+    "devdeltaai, devvista: same partitions and capacities, scheduler fedhpc.localsched)"
+)
 
-    plan = default_plan()
-    if status(plan).healthy:
-        _say("local federation: 4 Slurm clusters up")
-        return
+
+def _slurm_problem() -> str | None:
+    """None when the local Slurm federation is healthy or was brought up; else why it is not
+    used."""
+    try:
+        from fedhpc.devfed.manager import default_plan, status, up
+
+        plan = default_plan()
+        if status(plan).healthy:
+            _say("local federation: 4 Slurm clusters up")
+            return None
+    except Exception as exc:  # a broken install must not stop the demo: fall back
+        return f"its state could not be read ({exc})"
     if os.geteuid() != 0:
-        raise UsageError("the local federation is down", hint="Run `sudo fedhpc devfed up`.")
+        return "it is not running, and starting it needs root (sudo fedhpc devfed up)"
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        return "Slurm is not installed and there is no apt-get to install it"
     _say("bringing up the local federation (4 Slurm clusters)...")
-    up(plan)
+    try:
+        up(plan)
+    except Exception as exc:  # any failure to install or start Slurm means: fall back
+        return f"`fedhpc devfed up` failed: {exc}"
+    return None
+
+
+def _choose_sites(wanted: str) -> str:
+    """'slurm' or 'process': the sites the demo runs on, saying why when it falls back."""
+    if wanted == "process":
+        _say("sites: 4 sites that run jobs as local processes (--sites process)")
+        return "process"
+    problem = _slurm_problem()
+    if problem is None:
+        return "slurm"
+    if wanted == "slurm":
+        raise UsageError(
+            f"the local Slurm federation is not usable: {problem}",
+            hint="Run `sudo fedhpc devfed up`, or `fedhpc demo --sites process`.",
+        )
+    _say(f"not using Slurm: {problem}")
+    _say(PROCESS_NOTE)
+    return "process"
+
+
+def _prepare_process_sites() -> None:
+    for site in load_federation().values():
+        for root in site.profile.storage:
+            Path(root.path).mkdir(parents=True, exist_ok=True)
+    _say(f"local-process sites ready under {devfed_process_root()}")
 
 
 async def _saturate(site_name: str, partition: str, gpus: int) -> list[str]:
@@ -70,8 +116,12 @@ async def _cancel(site_name: str, ids: list[str]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    os.environ["FEDHPC_DEVFED"] = "1"
-    _federation()
+    os.environ.pop("FEDHPC_DEVFED", None)  # the Slurm check reads the Slurm profiles
+    mode = _choose_sites(args.sites)
+    # The daemon, the agent and the MCP servers it starts all inherit this.
+    os.environ["FEDHPC_DEVFED"] = "1" if mode == "slurm" else "process"
+    if mode == "process":
+        _prepare_process_sites()
     home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
     os.environ["FEDHPC_HOME"] = str(home)
     from fedhpc.client import DaemonClient
@@ -127,4 +177,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("demo", help="the whole loop on the local federation (a few minutes)")
     p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the resume")
     p.add_argument("--home", default=None, help="state folder (default: a new temporary one)")
+    p.add_argument(
+        "--sites", choices=("auto", "slurm", "process"), default="auto",
+        help="auto: the Slurm federation when it is up or can be brought up (root), else "
+        "four sites that run jobs as local processes",
+    )  # fmt: skip
     p.set_defaults(func=_run)

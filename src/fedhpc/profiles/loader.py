@@ -18,6 +18,8 @@ from fedhpc.errors import ProfileError
 
 __all__ = [
     "Site",
+    "devfed_mode",
+    "devfed_process_root",
     "load_federation",
     "load_profile",
     "load_profiles",
@@ -37,6 +39,46 @@ def shipped_profiles_dir() -> Path:
 def devfed_root() -> Path:
     """Where the local test federation keeps its clusters (`$FEDHPC_DEVFED_DIR`)."""
     return Path(os.environ.get("FEDHPC_DEVFED_DIR", "/var/tmp/fedhpc-devfed"))  # noqa: S108 (root-owned test fixture)
+
+
+def devfed_mode() -> str | None:
+    """Which local federation `FEDHPC_DEVFED` enables: 'slurm' (=1), 'process' (=process)."""
+    return {"1": "slurm", "process": "process"}.get(os.environ.get("FEDHPC_DEVFED", ""))
+
+
+def _writable(path: Path) -> bool:
+    """`path` is (or could be created as) a folder we may write in."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def devfed_process_root() -> Path:
+    """Where the process-mode dev sites keep scheduler state and storage: `$FEDHPC_DEVFED_DIR`
+    when it is set and writable, else a folder of the user's own
+    (`$XDG_STATE_HOME/fedhpc/devfed`), so any user can run them and the Slurm federation's
+    root-owned folder is never written by them."""
+    env = os.environ.get("FEDHPC_DEVFED_DIR")
+    if env and _writable(Path(env)):
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "fedhpc" / "devfed"
+
+
+def _as_process_site(data: dict[str, Any]) -> dict[str, Any]:
+    """A local-test profile run by fedhpc.localsched instead of Slurm: same name, partitions and
+    capacities; the scheduler's state in `{devfed}/<site>/localsched`."""
+    name = str(data.get("name", ""))
+    return {
+        **data,
+        "dialect": "process",
+        "title": f"{data.get('title', name)}, jobs as local processes",
+        "transport": {
+            "kind": "local",
+            "env": {"FEDHPC_LOCALSCHED_ROOT": "{devfed}/" + name + "/localsched"},
+        },
+    }
 
 
 def fedhpc_home() -> Path:
@@ -99,7 +141,11 @@ def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
 
 def load_profile(path: Path) -> SiteProfile:
     """One profile; the file's stem must equal its `name`."""
-    data = _expand(_read_toml(path), {"devfed": str(devfed_root())})
+    data = _read_toml(path)
+    root = devfed_root()
+    if data.get("local_test") is True and devfed_mode() == "process":
+        data, root = _as_process_site(data), devfed_process_root()
+    data = _expand(data, {"devfed": str(root)})
     profile = _validate(SiteProfile, data, path)
     if profile.name != path.stem:
         raise ProfileError(str(path), "name", f"is {profile.name!r} but the file is {path.name}")
@@ -157,7 +203,8 @@ def load_federation(
     config: UserConfig | None = None, *, config_path: Path | None = None
 ) -> dict[str, Site]:
     """Every site that is enabled: named in the user's config, or every local-test site when
-    `FEDHPC_DEVFED=1`, or every profile when the config sets `default_site_enabled`."""
+    `FEDHPC_DEVFED=1` (Slurm) or `=process` (local processes), or every profile when the
+    config sets `default_site_enabled`."""
     config = config if config is not None else load_user_config(config_path)
     dirs = [Path(os.path.expanduser(d)) for d in config.profile_dirs]
     profiles = load_profiles(dirs)
@@ -166,7 +213,7 @@ def load_federation(
         if name not in profiles:
             raise ProfileError(path, f"sites.{name}", "no site profile has this name")
     out: dict[str, Site] = {}
-    devfed = os.environ.get("FEDHPC_DEVFED") == "1"
+    devfed = devfed_mode() is not None
     for name, profile in profiles.items():
         user = config.sites.get(name)
         if user is None:

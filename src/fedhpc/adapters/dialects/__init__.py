@@ -1,4 +1,5 @@
-"""Scheduler dialects: slurm, pbs (PBS Pro) and lsf. Pure modules, looked up by name."""
+"""Scheduler dialects: slurm, pbs (PBS Pro), lsf and process (fedhpc.localsched). Pure modules,
+looked up by name."""
 
 from __future__ import annotations
 
@@ -21,4 +22,8 @@ def get_dialect(name: str) -> Dialect:
         from fedhpc.adapters.dialects.lsf import LsfDialect
 
         return LsfDialect()
+    if name == "process":
+        from fedhpc.adapters.dialects.process import ProcessDialect
+
+        return ProcessDialect()
     raise KeyError(f"unknown scheduler dialect {name!r}")

@@ -1,0 +1,156 @@
+"""The `process` dialect: sites whose jobs run as local processes under `fedhpc.localsched`.
+
+Every command is `<python> -m fedhpc.localsched VERB ...`; the scheduler's state folder comes
+from the site's transport environment (`FEDHPC_LOCALSCHED_ROOT`), as `SLURM_CONF` does for
+Slurm. The probe carries the partitions' capacity from the profile, so the scheduler always
+runs with the profile's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import process_parse as parse
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.common import check_names, directive, render_body
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.site import SAFE_NAME, SiteProfile, SiteState
+
+__all__ = ["ROOT_ENV", "ProcessDialect", "accounts_of", "config_of"]
+
+ROOT_ENV = "FEDHPC_LOCALSCHED_ROOT"
+_ALTERNATIVES = re.compile(r"\{([^{}]*)\}")
+
+
+def accounts_of(profile: SiteProfile) -> list[str]:
+    """The accounts a process site accepts: its account pattern with each '{a|b}' expanded
+    ('fedhpc-{cpu|gpu}' -> fedhpc-cpu, fedhpc-gpu); none (any account) without a pattern."""
+    names = [profile.conventions.account_pattern] if profile.conventions.account_pattern else []
+    while any(_ALTERNATIVES.search(n) for n in names):
+        out = []
+        for n in names:
+            m = _ALTERNATIVES.search(n)
+            if m is None:
+                out.append(n)
+                continue
+            out.extend(n[: m.start()] + alt + n[m.end() :] for alt in m.group(1).split("|"))
+        names = out
+    return [n for n in dict.fromkeys(names) if SAFE_NAME.match(n)]
+
+
+def config_of(profile: SiteProfile) -> dict[str, Any]:
+    """The scheduler configuration a profile implies: one partition per profile partition."""
+    parts = []
+    for p in profile.partitions:
+        acc = p.node.accelerator
+        parts.append({
+            "name": p.name, "nodes": p.node.count, "cpus": p.node.cpus,
+            "memory_mib": p.node.memory_mib, "max_wall_s": p.max_wall_s,
+            "gpus": acc.count if acc else 0, "gpu_type": acc.type if acc else None,
+        })  # fmt: skip
+    return {"partitions": parts, "accounts": accounts_of(profile)}
+
+
+def _ids(job_ids: Sequence[str]) -> str:
+    for j in job_ids:
+        if not j.isdigit():
+            raise ValueError(f"not a localsched job id: {j!r}")
+    return ",".join(job_ids)
+
+
+class ProcessDialect:
+    """fedhpc.localsched. Pure: argv builders, a script renderer and parsers. `python` is the
+    interpreter that has fedhpc installed (default: this one)."""
+
+    name = "process"
+    prefix = "#LOCALSCHED"
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+
+    def _cmd(self, *args: str, stdin: str | None = None, idempotent: bool = True) -> Command:
+        argv = (self.python, "-m", "fedhpc.localsched", *args)
+        return Command(argv, stdin=stdin, idempotent=idempotent)
+
+    def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:
+        if spec.array is not None:
+            raise ValueError("the process scheduler runs no job arrays; submit one job per task")
+        d, shape = self.prefix, spec.shape
+        lines = ["#!/bin/bash", directive(d, "--job-name", spec.name)]
+        lines.append(directive(d, "--partition", spec.partition))
+        if spec.account:
+            lines.append(directive(d, "--account", spec.account))
+        lines.append(directive(d, "--nodes", shape.nodes))
+        lines.append(directive(d, "--cpus", shape.cpus))
+        if shape.gpus:
+            lines.append(directive(d, "--gpus", shape.gpus))
+        if shape.memory_mib and profile.conventions.memory_request:
+            lines.append(directive(d, "--mem", shape.memory_mib))
+        lines.append(directive(d, "--time", shape.wall_time_s))
+        if spec.stdout:
+            lines.append(directive(d, "--output", spec.stdout))
+        if spec.stderr:
+            lines.append(directive(d, "--error", spec.stderr))
+        if spec.workdir:
+            lines.append(directive(d, "--chdir", spec.workdir))
+        # The profile's extra_directives name another scheduler's options: not rendered here.
+        lines.extend(render_body(spec, profile))
+        return "\n".join(lines) + "\n"
+
+    def submit_command(self, script: str) -> Command:
+        return self._cmd("submit", stdin=script, idempotent=False)
+
+    def parse_submit(self, result: CommandResult) -> str:
+        if not result.ok:
+            raise SchedulerRejected(parse.error_text(result), hint="Check account and partition.")
+        out = result.stdout.strip()
+        job_id = out.splitlines()[-1].strip() if out else ""
+        if not job_id.isdigit():
+            raise SchedulerRejected(f"localsched printed no job id: {out!r}")
+        return job_id
+
+    def status_command(self, job_ids: Sequence[str]) -> Command:
+        return self._cmd("queue", "--jobs", _ids(job_ids))
+
+    def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        return parse.parse_queue(result)
+
+    def accounting_command(self, job_ids: Sequence[str]) -> Command:
+        return self._cmd("acct", "--jobs", _ids(job_ids))
+
+    def parse_accounting(
+        self, result: CommandResult, *, now: datetime | None = None
+    ) -> list[AccountingRecord]:
+        # Times are ISO 8601 with their zone: `now` is not needed.
+        return parse.parse_acct(result)
+
+    def cancel_command(self, job_ids: Sequence[str]) -> Command:
+        return self._cmd("cancel", *(_ids([j]) for j in job_ids))
+
+    def find_command(self, names: Sequence[str]) -> Command:
+        return self._cmd("find", *check_names(names))
+
+    def parse_find(self, result: CommandResult) -> dict[str, str]:
+        return parse.parse_find(result)
+
+    def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
+        config = json.dumps(config_of(profile), sort_keys=True)
+        sections = {"probe": self._cmd("probe", f"--user={user}", f"--config={config}")}
+        if profile.conventions.balance_command:
+            sections["balance"] = Command(profile.conventions.balance_command)
+        return sections
+
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        return parse.parse_probe(sections, profile, collected_at)
