@@ -187,3 +187,22 @@ def test_balance_command_output_sets_credit_balance_per_account() -> None:
     assert credit["abc123456"].used == 1.0  # RawUsage 3600 billing-seconds
     assert credit["abc123456-gpu"].balance == 480.0
     assert state.accounts == ("abc123456", "abc123456-gpu")
+
+
+def test_probe_counts_pending_jobs_that_cannot_start_as_blocked() -> None:
+    """Recorded on the local federation: one job pending on Resources, one on a dependency, one
+    held, one with a begin time (on two partitions): only the first is ahead of a new job."""
+    vista = load_profiles()["devvista"]
+    sections = {
+        "nodes": BatchSection("nodes", 0, (FIX / "scontrol_show_node.txt").read_text()),
+        "sinfo": BatchSection("sinfo", 0, (FIX / "sinfo.txt").read_text()),
+        "queue": BatchSection("queue", 0, (FIX / "squeue_queue_reasons.txt").read_text()),
+        "sshare": BatchSection("sshare", 0, (FIX / "sshare.txt").read_text()),
+    }
+    state = DIALECT.parse_probe(sections, vista, "root", AT)
+    gh, dev = state.partition("gh"), state.partition("gh-dev")
+    assert gh is not None
+    assert dev is not None
+    assert (gh.pending_jobs, gh.blocked_pending_jobs, gh.running_jobs) == (4, 3, 1)
+    assert (dev.pending_jobs, dev.blocked_pending_jobs) == (1, 1)
+

@@ -93,7 +93,7 @@ def test_auto_wait_prefers_scheduler_then_learned_then_paper() -> None:
         "partition": "g",
         "key": key,
         "shape": shape,
-        "live": live(),
+        "live": live(pending_jobs=2),  # someone is queued ahead: the scheduler's word counts
         "now": NOW,
         "settings": S,
     }
@@ -103,6 +103,26 @@ def test_auto_wait_prefers_scheduler_then_learned_then_paper() -> None:
     assert paper.source.startswith("paper")
     learned_only = estimate_wait(WaitMethod.LEARNED, history=hist, scheduler=sched, **args)
     assert learned_only.wait_s == 700
+
+
+def test_a_free_slot_with_only_blocked_jobs_queued_starts_now_whatever_slurm_predicts() -> None:
+    """Slurm's will-run test plans dependency-blocked jobs ahead of ours; they never start
+    first, so a free request-sized slot means the job starts at once."""
+    shape, key = Shape(gpus=4, cpus=8), "k"
+    sched = {("s", "g", key): NOW + timedelta(seconds=3000)}
+
+    def wait(**kw: int) -> tuple[float, str]:
+        w = estimate_wait(WaitMethod.SCHEDULER, site="s", partition="g", key=key, shape=shape,
+                          live=live(**kw), now=NOW, settings=S, history=None,
+                          scheduler=sched)  # fmt: skip
+        return w.wait_s, w.source
+
+    assert wait(pending_jobs=6, blocked_pending_jobs=6) == (S.dispatch_s, "scheduler:free-now")
+    assert wait() == (S.dispatch_s, "scheduler:free-now")
+    # One job that can take the slot is queued ahead: the scheduler knows who goes first.
+    assert wait(pending_jobs=7, blocked_pending_jobs=6) == (3000, "scheduler")
+    # No request-sized slot on any node (three GPUs free): the scheduler's estimate stands.
+    assert wait(free_gpus=3, blocked_pending_jobs=0) == (3000, "scheduler")
 
 
 def test_declared_runtime_scales_by_amdahl() -> None:

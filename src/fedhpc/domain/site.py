@@ -289,6 +289,9 @@ class PartitionState(_Frozen):
     max_free_gpus_on_node: int = 0
     max_free_cpus_on_node: int = 0
     pending_jobs: int = 0
+    blocked_pending_jobs: int = Field(
+        default=0, description="of pending_jobs, those waiting on a dependency, hold or begin time"
+    )
     running_jobs: int = 0
     user_pending_jobs: int = 0
     user_running_jobs: int = 0

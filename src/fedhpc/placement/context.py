@@ -107,6 +107,7 @@ class Live:
     pending: int
     running: int
     user_jobs: int
+    blocked: int = 0  # of `pending`, jobs that cannot start now whatever is free (dependencies)
 
     @classmethod
     def of(cls, site: str, p: PartitionState, ledger: Ledger | None) -> Live:
@@ -128,6 +129,7 @@ class Live:
             pending=p.pending_jobs + j,
             running=p.running_jobs,
             user_jobs=p.user_pending_jobs + p.user_running_jobs + j,
+            blocked=p.blocked_pending_jobs,
         )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "WaitObservation",
     "env_prep_s",
     "estimate_wait",
+    "free_now",
     "paper_wait",
     "size_bucket",
 ]
@@ -142,18 +143,27 @@ class WaitHistory:
         )
 
 
+def _slots(shape: Shape, live: Live) -> int:
+    """Request-sized slots free now: per node first (a job never spans a node's slots)."""
+    if shape.gpus:
+        return live.free_gpus // shape.gpus if live.max_free_gpus_on_node >= shape.gpus else 0
+    return live.free_cpus // shape.cpus if live.max_free_cpus_on_node >= shape.cpus else 0
+
+
+def free_now(shape: Shape, live: Live | None) -> bool:
+    """A request-sized slot is free and no pending job that could take it is queued ahead."""
+    if live is None or live.pending - live.blocked > 0:
+        return False
+    return _slots(shape, live) >= shape.nodes
+
+
 def paper_wait(shape: Shape, live: Live | None, settings: Settings) -> WaitEstimate:
     """Request-sized slots in free GRES/CPU first; when none, queue depth x a per-job wait.
     It never infers free GPUs from node state alone (a mixed node may have none)."""
     u = settings.uncertainty_factor
     if live is None:
         return WaitEstimate(math.inf, math.inf, "paper:no-live-state")
-    if shape.gpus:
-        per_node_ok = live.max_free_gpus_on_node >= shape.gpus
-        slots = live.free_gpus // shape.gpus if per_node_ok else 0
-    else:
-        per_node_ok = live.max_free_cpus_on_node >= shape.cpus
-        slots = live.free_cpus // shape.cpus if per_node_ok else 0
+    slots = _slots(shape, live)
     if slots >= shape.nodes:
         return WaitEstimate(
             settings.dispatch_s, settings.dispatch_s * u, f"paper:free-slots={slots}"
@@ -179,6 +189,12 @@ def estimate_wait(
     if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and scheduler:
         start = scheduler.get((site, partition, key))
         if start is not None:
+            if free_now(shape, live):
+                # Slurm's will-run test (sbatch --test-only) also plans pending jobs that cannot
+                # start (dependencies, holds): with a slot free and nothing able to take it
+                # first, the job starts at once whatever it predicts (Slurm 22.05, seen here).
+                d = settings.dispatch_s
+                return WaitEstimate(d, d * settings.uncertainty_factor, "scheduler:free-now")
             w = max(0.0, (start - now).total_seconds())
             return WaitEstimate(
                 w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler"

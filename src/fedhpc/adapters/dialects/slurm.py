@@ -33,7 +33,7 @@ SACCT_FIELDS = (
     "JobID,State,Account,Partition,Submit,Eligible,Start,End,ElapsedRaw,ExitCode,AllocTRES,JobName"
 )
 NODE_STATE_FORMAT = "%R|%a|%T|%D"
-QUEUE_COUNT_FORMAT = "%P|%T|%u"
+QUEUE_COUNT_FORMAT = "%P|%T|%u|%r"
 SSHARE_FIELDS = "Account,User,RawShares,RawUsage"
 
 

@@ -168,6 +168,7 @@ def _partition_state(
         max_free_gpus_on_node=max(free_gpus, default=0),
         max_free_cpus_on_node=max(free_cpus, default=0),
         pending_jobs=queue[(name, "pending", False)] + queue[(name, "pending", True)],
+        blocked_pending_jobs=queue[(name, "blocked", False)] + queue[(name, "blocked", True)],
         running_jobs=queue[(name, "running", False)] + queue[(name, "running", True)],
         user_pending_jobs=queue[(name, "pending", True)],
         user_running_jobs=queue[(name, "running", True)],
@@ -175,20 +176,32 @@ def _partition_state(
     )
 
 
+# Pending reasons (squeue %r) of jobs that cannot start whatever capacity is free: they are in
+# the queue but not ahead of anyone. Limit reasons (AssocGrp*, QOSMax*...) are not here: the
+# same limit may hold our own job back.
+BLOCKED_REASONS = frozenset(
+    {"Dependency", "DependencyNeverSatisfied", "JobHeldUser", "JobHeldAdmin", "BeginTime"}
+)
+
+
 def _queue_counts(text: str, user: str) -> Counter[tuple[str, str, bool]]:
-    """(partition, pending|running, is_user) -> jobs, from `squeue --array -o %P|%T|%u`."""
+    """(partition, pending|running|blocked, is_user) -> jobs, from `squeue --array -o
+    %P|%T|%u|%r`; a blocked job is also counted as pending."""
     counts: Counter[tuple[str, str, bool]] = Counter()
     for line in text.splitlines():
         if line.count("|") < 2:
             continue
-        partitions, native, owner = line.split("|", 2)
+        partitions, native, owner, *rest = line.split("|", 3)
         state = map_state(native)
         kind = {JobState.PENDING: "pending", JobState.RUNNING: "running"}.get(state)
         if kind is None:
             continue
+        blocked = kind == "pending" and bool(rest) and rest[0].strip() in BLOCKED_REASONS
         # A job pending on several partitions counts in each of them.
         for part in partitions.split(","):
             counts[(part.strip(), kind, owner.strip() == user)] += 1
+            if blocked:
+                counts[(part.strip(), "blocked", owner.strip() == user)] += 1
     return counts
 
 
