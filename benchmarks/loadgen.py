@@ -1,17 +1,21 @@
 """Seeded background load for the local federation, shaped like the paper's Figure 1.
 
 Each site gets its own arrival process (one stream per partition): jobs of different sizes and
-durations arrive as a Poisson process and are submitted with `sbatch` through
-`SiteAdapter.submit`, named `fedhpc-load-<site>-<partition>-<n>`. The shapes are chosen so that:
+durations arrive as a Poisson process and are submitted with `sbatch`, named
+`fedhpc-load-<site>-<partition>-<n>`. The shapes are chosen so that the queue length a site
+shows says little about how soon a new job starts there, as on the paper's production systems:
 
-- devdelta has MANY pending jobs and MANY free GPUs: a stream of whole-node CPU jobs keeps `cpu`
-  full with a queue behind it, and each GPU partition holds one small running job with 4-GPU
-  jobs queued behind it, blocked, while 2-3 GPUs stay free (the hard case: free small slots
-  next to a long queue);
-- devdeltaai has FEW pending jobs and ONE free GPU: a 3-GPU job holds `ghx4`, with at most one
-  2-GPU job waiting behind it;
-- devvista has FEW pending jobs and MANY free GPUs: only occasional CPU work on `gg`;
-- devanvil gets a light mixed load (one H100 busy now and then, CPU jobs on `shared`).
+- devdelta has MANY pending jobs and MANY free GPUs. `gpuA40x4` is idle but holds a queue of
+  pipeline stages waiting on a running upstream job (Reason=Dependency: pending in squeue,
+  holding nothing); `gpuA100x4` holds one small long job with 4-GPU jobs queued behind it
+  (three GPUs free, but a backfilled job must end before the queued job's reservation: the
+  case where "free GPUs" mislead); `cpu` is full with a real queue behind it;
+- devdeltaai has FEW pending jobs and ONE free GPU: a long 3-GPU job holds `ghx4`, with at
+  most one 2-GPU job waiting behind it;
+- devvista has FEW pending jobs and MANY free GPUs (`gh`, `gh-dev` idle), but its CPU node
+  `gg` is held by one long whole-node job with nothing queued (busy, queue empty);
+- devanvil: `shared` holds a queue of pipeline stages waiting on an upstream job (many
+  pending, CPUs free); `ai` gets a light load (one H100 busy now and then).
 
 Seeded with `random.Random(seed)` per stream, so the arrival sequence is reproducible (the
 scheduler's reaction to it is real, so queues differ a little between runs).
@@ -37,6 +41,7 @@ import anyio
 
 os.environ.setdefault("FEDHPC_DEVFED", "1")
 
+from fedhpc.adapters.command import Command
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, Shape
 from fedhpc.profiles import load_federation
@@ -54,7 +59,13 @@ class Stream:
     max_pending: int  # stop arriving while this many jobs pend in the partition
     initial: tuple[tuple[int, int, float], ...] = ()  # (cpus, gpus, duration_s) burst at start
     gpu: bool = False
+    blocked: bool = False  # pipeline stages: depend (afterok) on the site's upstream job
 
+
+# Where each site's upstream job runs (1 CPU, for the whole experiment): the stages of
+# `blocked` streams wait on it.
+UPSTREAM = {"devdelta": "interactive", "devanvil": "shared"}
+UPSTREAM_S = 3300  # under devdelta interactive's 1 h MaxTime with the 120 s wall margin
 
 # The Figure-1 shape. Durations are in seconds before scaling.
 STREAMS: tuple[Stream, ...] = (
@@ -62,17 +73,18 @@ STREAMS: tuple[Stream, ...] = (
     Stream("devdelta", "cpu", 4.0, ((64, 0), (48, 0), (32, 0)), (120, 400), 12,
            initial=((64, 0, 600),) + ((64, 0, 300),) * 6),
     Stream("devdelta", "gpuA100x4", 1.5, ((8, 4),), (200, 500), 5,
-           initial=((4, 1, 900), (8, 4, 400), (8, 4, 400)), gpu=True),
-    Stream("devdelta", "gpuA40x4", 1.5, ((8, 4), (8, 3)), (200, 500), 5,
-           initial=((4, 2, 900), (8, 4, 400), (8, 3, 400)), gpu=True),
+           initial=((4, 1, 2400), (8, 4, 400), (8, 4, 400)), gpu=True),
+    Stream("devdelta", "gpuA40x4", 1.5, ((8, 4), (8, 2)), (200, 500), 10,
+           initial=((8, 4, 400),) * 6, gpu=True, blocked=True),
     # devdeltaai: few pending, one free GPU.
     Stream("devdeltaai", "ghx4", 0.3, ((8, 2),), (60, 200), 1,
-           initial=((12, 3, 400),), gpu=True),
-    # devvista: few pending, many free GPUs.
-    Stream("devvista", "gg", 0.5, ((144, 0), (72, 0)), (60, 240), 1),
-    # devanvil: light mixed load.
+           initial=((12, 3, 2400),), gpu=True),
+    # devvista: few pending, many free GPUs; its CPU node busy with an empty queue.
+    Stream("devvista", "gg", 0.0, ((144, 0),), (60, 240), 0, initial=((144, 0, 2400),)),
+    # devanvil: a queue of pipeline stages next to free CPUs; a light GPU load.
     Stream("devanvil", "ai", 0.3, ((8, 1),), (60, 240), 1, gpu=True),
-    Stream("devanvil", "shared", 1.0, ((64, 0), (32, 0), (128, 0)), (60, 300), 2),
+    Stream("devanvil", "shared", 1.0, ((64, 0), (32, 0)), (60, 300), 8,
+           initial=((64, 0, 300),) * 5, blocked=True),
 )  # fmt: skip
 
 
@@ -87,6 +99,7 @@ class LoadGenerator:
     tick_s: float = 2.0
     streams: tuple[Stream, ...] = STREAMS
     submitted: dict[str, list[str]] = field(default_factory=dict)  # site -> job ids
+    upstream: dict[str, str] = field(default_factory=dict)  # site -> upstream job id
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -132,11 +145,33 @@ class LoadGenerator:
             stderr="/dev/null",
         )
         try:
-            job = await ad.submit(spec)
+            if st.blocked:  # a pipeline stage: pending on the upstream job, holding nothing
+                up = self.upstream[st.site]
+                command = Command(("sbatch", "--parsable", f"--dependency=afterok:{up}"),
+                                  stdin=ad.render(spec), env={"SLURM_TIME_FORMAT": "%s"},
+                                  idempotent=False)  # fmt: skip
+                job_id = ad.dialect.parse_submit(await ad.transport.run(command))
+            else:
+                job_id = (await ad.submit(spec)).job_id
         except Exception as exc:
             self.errors.append(f"{st.site}/{st.partition}: {exc}")
             return
-        self.submitted.setdefault(st.site, []).append(job.job_id)
+        self.submitted.setdefault(st.site, []).append(job_id)
+
+    async def _upstream(self, ad: SiteAdapter, partition: str) -> None:
+        """The running job a site's pipeline stages wait on: 1 CPU, the whole experiment."""
+        spec = JobSpec(
+            name=f"fedhpc-load-{ad.name}-upstream",
+            command=("sleep", str(UPSTREAM_S)),
+            partition=partition,
+            account="fedhpc-cpu",
+            shape=Shape(cpus=1, memory_mib=1024, wall_time_s=UPSTREAM_S + 120),
+            stdout="/dev/null",
+            stderr="/dev/null",
+        )
+        job = await ad.submit(spec)
+        self.upstream[ad.name] = job.job_id
+        self.submitted.setdefault(ad.name, []).append(job.job_id)
 
     async def _run(self) -> None:
         sites = load_federation()
@@ -147,6 +182,8 @@ class LoadGenerator:
         }
         counters: dict[tuple[str, str], int] = {}
         try:
+            for site in sorted({st.site for st in self.streams if st.blocked} & set(ads)):
+                await self._upstream(ads[site], UPSTREAM[site])
             for st in self.streams:  # the initial burst shapes the queues right away
                 if st.site not in ads:
                     continue

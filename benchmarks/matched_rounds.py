@@ -145,6 +145,27 @@ def history_from(rounds: list[Round]) -> list[WaitObservation]:
     return out
 
 
+async def load_history(ads, load: LoadGenerator | None) -> list[WaitObservation]:
+    """Waits of the background jobs that have started (sacct), for the learned estimator: what
+    a daemon's history of the same queues would hold."""
+    if load is None:
+        return []
+    out = []
+    for site, ids in sorted(load.job_ids().items()):
+        if site not in ads or not ids:
+            continue
+        for r in await ads[site].accounting(ids):
+            if r.array_index is not None or r.start is None or r.wait_s is None or not r.partition:
+                continue
+            tres = r.alloc_tres
+            gpus = int(tres.get("gres/gpu", "0") or 0)
+            cpus = int(tres.get("cpu", "1") or 1)
+            out.append(WaitObservation(site=site, partition=r.partition, gpus=gpus, cpus=cpus,
+                                       nodes=1, wait_s=max(0.0, r.wait_s),
+                                       observed_at=r.start))  # fmt: skip
+    return out
+
+
 async def run_round(
     i: int,
     kind: str,
@@ -155,6 +176,7 @@ async def run_round(
     sleep_s: int,
     timeout_s: float,
     done: list[Round],
+    load: LoadGenerator | None = None,
 ) -> Round:
     env = ResourceEnvelope.model_validate(
         {**ENVELOPES[kind], "wall_time": {"min": f"{sleep_s + 300}s", "max": f"{sleep_s + 300}s"}}
@@ -172,7 +194,7 @@ async def run_round(
         print(f"round {i} ({kind}): unschedulable: {first.hint}")
         return rnd
     estimates = await scheduler_estimates(requests_from_trace(first.trace, top=16), ads)
-    hist = history_from(done)
+    hist = history_from(done) + await load_history(ads, load)
     for name in POLICIES:
         d = place(
             env,
@@ -518,7 +540,7 @@ def render_svg(rounds: list[Round], args, machine: str) -> str:  # noqa: PLR0915
     return "\n".join(o) + "\n"
 
 
-async def experiment(args, rounds: list[Round]) -> None:
+async def experiment(args, rounds: list[Round], load: LoadGenerator | None = None) -> None:
     sites = load_federation()
     ads = {n: open_adapter(s) for n, s in sites.items()}
     rng = random.Random(args.seed)  # noqa: S311 (seeded sleep durations)
@@ -537,6 +559,7 @@ async def experiment(args, rounds: list[Round]) -> None:
                 sleep_s=sleep_s,
                 timeout_s=args.round_timeout,
                 done=rounds,
+                load=load,
             )
             comps = {k: j.completion for k, j in r.jobs.items()}
             print(
@@ -571,7 +594,7 @@ def main() -> None:
     rounds: list[Round] = []
     try:
         time.sleep(args.warmup)
-        anyio.run(experiment, args, rounds)
+        anyio.run(experiment, args, rounds, load)
     except KeyboardInterrupt:
         print("interrupted: cancelling submitted jobs", file=sys.stderr)
     finally:
