@@ -205,4 +205,3 @@ def test_probe_counts_pending_jobs_that_cannot_start_as_blocked() -> None:
     assert dev is not None
     assert (gh.pending_jobs, gh.blocked_pending_jobs, gh.running_jobs) == (4, 3, 1)
     assert (dev.pending_jobs, dev.blocked_pending_jobs) == (1, 1)
-

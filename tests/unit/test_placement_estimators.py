@@ -72,10 +72,21 @@ def test_learned_wait_uses_the_request_size_bucket_median_and_p90() -> None:
 
 
 def test_learned_wait_falls_back_to_the_partition_then_to_nothing() -> None:
-    hist = WaitHistory([obs(60, gpus=1)] * 3, now=NOW, settings=S)
-    w = hist.estimate("s", "g", Shape(gpus=4))
+    hist = WaitHistory([obs(60, gpus=2), obs(90, gpus=4), obs(30, gpus=8)], now=NOW, settings=S)
+    w = hist.estimate("s", "g", Shape(gpus=1))
     assert w is not None and w.source.startswith("learned:partition")
+    assert w.wait_s == 60
     assert WaitHistory([obs(60)] * 2, now=NOW, settings=S).estimate("s", "g", Shape(gpus=1)) is None
+
+
+def test_learned_wait_never_vouches_for_a_large_request_with_small_ones() -> None:
+    """Three 1-GPU jobs that started at once say nothing about a 4-GPU job's wait: the
+    fallback uses only requests at least as large, and here there are none."""
+    hist = WaitHistory([obs(0, gpus=1)] * 3, now=NOW, settings=S)
+    assert hist.estimate("s", "g", Shape(gpus=4)) is None
+    bigger = WaitHistory([obs(0, gpus=1)] * 3 + [obs(600, gpus=8)] * 3, now=NOW, settings=S)
+    w = bigger.estimate("s", "g", Shape(gpus=4))
+    assert w is not None and w.wait_s == 600
 
 
 def test_learned_wait_ignores_observations_outside_the_window_and_after_now() -> None:

@@ -119,23 +119,30 @@ class WaitHistory:
         keep = [o for o in observations if oldest <= o.observed_at.timestamp() <= now.timestamp()]
         keep.sort(key=lambda o: (o.observed_at, o.wait_s), reverse=True)
         by_bucket: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-        by_part: dict[tuple[str, str], list[float]] = defaultdict(list)
+        by_part: dict[tuple[str, str], list[tuple[str, int, float]]] = defaultdict(list)
         cap = settings.learned_max_samples
         for o in keep:
             b = (o.site, o.partition, size_bucket(o.gpus, o.cpus, o.nodes))
             if len(by_bucket[b]) < cap:
                 by_bucket[b].append(o.wait_s)
             if len(by_part[b[:2]]) < cap:
-                by_part[b[:2]].append(o.wait_s)
+                by_part[b[:2]].append((*_units(o.gpus, o.cpus, o.nodes), o.wait_s))
         self._bucket = {k: sorted(v) for k, v in by_bucket.items()}
-        self._part = {k: sorted(v) for k, v in by_part.items()}
+        self._part = dict(by_part)
 
     def estimate(self, site: str, partition: str, shape: Shape) -> WaitEstimate | None:
         bucket = size_bucket(shape.gpus, shape.cpus, shape.nodes)
         values = self._bucket.get((site, partition, bucket), [])
         source = f"learned:{bucket}"
         if len(values) < self.min_samples:
-            values, source = self._part.get((site, partition), []), "learned:partition"
+            # The partition's other requests, but only those at least as large as this one: a
+            # small job's short wait says nothing about a large one (the paper's estimator failed
+            # on larger requests; ours did too, in the matched rounds, before this rule).
+            kind, units = _units(shape.gpus, shape.cpus, shape.nodes)
+            values = sorted(
+                w for k, u, w in self._part.get((site, partition), []) if k == kind and u >= units
+            )
+            source = "learned:partition"
         if len(values) < self.min_samples:
             return None
         return WaitEstimate(
