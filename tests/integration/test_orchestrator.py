@@ -72,9 +72,6 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
         assert len(preview.preview) == 100
         assert preview.truncated
         assert await _events(client) == [("task.terminal", handle.task_id)]
-        acct = fed.run(attempt.site, "sacct", "-n", "-X", "-P", f"--name={attempt.job_name}",
-                       "--starttime=now-1hours", "-o", "JobID")  # fmt: skip
-        assert acct.stdout.split() == [attempt.job_id]
         # The task ended on slurmdbd's first final row, which lacks the eligible time; the
         # daemon fills it in once the row settles, without a second event.
         with anyio.fail_after(60):
@@ -88,6 +85,10 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
         assert filled.eligible_at is not None
         assert int(filled.eligible_at.timestamp()) == int(eligible.stdout.strip())
         assert await _events(client) == [("task.terminal", handle.task_id)]
+        # Settled now: the job's name is in accounting too (the first final row lacked it).
+        acct = fed.run(attempt.site, "sacct", "-n", "-X", "-P", f"--name={attempt.job_name}",
+                       "--starttime=now-1hours", "-o", "JobID")  # fmt: skip
+        assert acct.stdout.split() == [attempt.job_id]
 
 
 async def test_timeout_is_resubmitted_with_a_longer_wall_time(fed: Any, tmp_path: Path) -> None:

@@ -216,4 +216,6 @@ async def test_scheduler_estimates_come_from_real_sbatch_test_only(
     second = place(one_gpu, snap, sites, now=now, estimates=predicted)
     assert isinstance(second, Placement)
     sources = {c.estimates.wait_source for c in second.trace.candidates if c.estimates}
-    assert "scheduler" in sources
+    # The scheduler's own estimate, or its yield to a slot free now with nothing queued ahead
+    # (on an idle federation, every answered candidate).
+    assert sources & {"scheduler", "scheduler:free-now"}

@@ -101,6 +101,8 @@ async def advance_groups(o: Orchestrator) -> None:
         body: dict[str, Any] = group["body"]
         children = await _children(o, gid)
         required = body.get("required") or [True] * len(children)
+        if len(children) < len(required):
+            continue  # submit_group is still adding children: no round can be over yet
         for i, (task, att) in enumerate(children):
             siblings = [t for j, (t, _) in enumerate(children) if j != i]
             stalled = (
