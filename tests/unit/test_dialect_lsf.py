@@ -279,6 +279,7 @@ def test_probe_counts_hosts_gpus_slots_and_jobs_per_queue(profile: SiteProfile) 
     assert (cpu.nodes.mixed, cpu.nodes.allocated, cpu.nodes.total) == (1, 1, 2)
     assert (cpu.free_cpus, cpu.free_memory_mib, cpu.total_gpus) == (124, 240 * 1024, 0)
     assert (cpu.pending_jobs, cpu.running_jobs, cpu.user_pending_jobs) == (2, 1, 1)
+    assert (cpu.blocked_pending_jobs, gpu.blocked_pending_jobs) == (1, 0)  # carol's PSUSP job
     debug = state.partition("debug")
     assert debug is not None
     assert (debug.available, debug.nodes.total) == (False, 2)

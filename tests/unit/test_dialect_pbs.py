@@ -292,6 +292,7 @@ def test_probe_counts_nodes_gpus_cpus_and_jobs_per_queue(profile: SiteProfile) -
     assert gpu.free_memory_mib == (512 - 64) * 1024 + 512 * 1024 + 512 * 1024
     assert (gpu.max_free_gpus_on_node, gpu.max_free_cpus_on_node) == (4, 64)
     assert (gpu.pending_jobs, gpu.running_jobs) == (6, 4)
+    assert gpu.blocked_pending_jobs == 1  # Held:1: a hold or a dependency, not ahead of anyone
     assert (gpu.user_pending_jobs, gpu.user_running_jobs) == (1, 2)
     assert gpu.available
     cpu = state.partition("cpu")
@@ -299,6 +300,7 @@ def test_probe_counts_nodes_gpus_cpus_and_jobs_per_queue(profile: SiteProfile) -
     assert (cpu.nodes.mixed, cpu.nodes.allocated, cpu.free_cpus, cpu.total_gpus) == (1, 1, 124, 0)
     assert cpu.free_memory_mib == 250000 - 1024
     assert (cpu.pending_jobs, cpu.running_jobs, cpu.user_pending_jobs) == (3, 8, 1)
+    assert cpu.blocked_pending_jobs == 1  # Waiting:1 (a start time)
     debug = state.partition("debug")
     assert debug is not None
     assert (debug.available, debug.nodes.total) == (False, 0)

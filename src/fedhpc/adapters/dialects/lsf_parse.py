@@ -360,7 +360,7 @@ def _partition(
         free_cpus, free_gpus = free_cpus + cpus, free_gpus + g
         memory += free_mem.get(str(host.get("HOST_NAME")), 0)
         max_cpus, max_gpus = max(max_cpus, cpus), max(max_gpus, g)
-    counts = dict.fromkeys(("p", "r", "up", "ur"), 0)
+    counts = dict.fromkeys(("p", "r", "up", "ur", "b"), 0)
     for rec in jobs:
         if rec.get("QUEUE") != name:
             continue
@@ -369,6 +369,7 @@ def _partition(
         if kind:
             counts[kind] += 1
             counts["u" + kind] += rec.get("USER") == user
+        counts["b"] += rec.get("STAT") == "PSUSP"  # suspended while pending: not ahead of anyone
     return PartitionState(
         name=name,
         nodes=NodeStateCounts(**buckets),
@@ -381,6 +382,7 @@ def _partition(
         max_free_gpus_on_node=max_gpus,
         max_free_cpus_on_node=max_cpus,
         pending_jobs=counts["p"],
+        blocked_pending_jobs=counts["b"],
         running_jobs=counts["r"],
         user_pending_jobs=counts["up"],
         user_running_jobs=counts["ur"],

@@ -239,12 +239,14 @@ def in_queue(node: dict[str, Any], queue: str, selectors: dict[str, str]) -> boo
     return True
 
 
-def _state_counts(text: str) -> tuple[int, int]:
-    """(pending, running) from a queue's state_count 'Transit:0 Queued:3 Held:1 ... Begun:0'."""
+def _state_counts(text: str) -> tuple[int, int, int]:
+    """(pending, running, blocked) from a queue's state_count 'Transit:0 Queued:3 Held:1 ...'.
+    Held (holds, dependencies) and Waiting (a start time) jobs are pending but cannot start
+    whatever is free: blocked."""
     counts = {k: as_int(v) for k, _, v in (p.partition(":") for p in text.split())}
     pending = sum(counts.get(k, 0) for k in ("Transit", "Queued", "Held", "Waiting"))
     running = sum(counts.get(k, 0) for k in ("Running", "Exiting", "Begun"))
-    return pending, running
+    return pending, running, counts.get("Held", 0) + counts.get("Waiting", 0)
 
 
 def _user_counts(sec: BatchSection | None, queue: str) -> tuple[int, int, list[str]]:
@@ -288,7 +290,7 @@ def _partition(
         free_gpus += gpus
         free_mem += max(0, size_mib(avail.get("mem")) - size_mib(busy.get("mem")))
         max_cpus, max_gpus = max(max_cpus, cpus), max(max_gpus, gpus)
-    pending, running = _state_counts(str((queue or {}).get("state_count", "")))
+    pending, running, blocked = _state_counts(str((queue or {}).get("state_count", "")))
     user_pending, user_running, accounts = _user_counts(jobs, name)
     available = queue is not None and all(
         str(queue.get(k, "True")) == "True" for k in ("enabled", "started")
@@ -305,6 +307,7 @@ def _partition(
         max_free_gpus_on_node=max_gpus,
         max_free_cpus_on_node=max_cpus,
         pending_jobs=pending,
+        blocked_pending_jobs=blocked,
         running_jobs=running,
         user_pending_jobs=user_pending,
         user_running_jobs=user_running,
