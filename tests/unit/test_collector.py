@@ -178,3 +178,24 @@ async def test_inspect_marks_stale_sites_and_filters(sites: dict[str, Site], sto
     never = inspect_federation({}, sites, now=T0, refresh_s=60)
     assert never.sites[0].health is Health.OFFLINE
     assert never.sites[0].error == "never probed"
+
+
+def test_inspect_shows_which_pending_jobs_are_blocked(sites: dict[str, Site]) -> None:
+    """Recorded: on gh, one job pending on Resources and three that cannot start (dependency,
+    hold, begin time): the agent sees the queue is mostly not ahead of it."""
+    from fedhpc.adapters.command import BatchSection
+    from fedhpc.adapters.dialects.slurm import SlurmDialect
+
+    sections = {
+        name: BatchSection(name, 0, (FIX / file).read_text())
+        for name, file in (
+            ("sinfo", "sinfo.txt"),
+            ("nodes", "scontrol_show_node.txt"),
+            ("queue", "squeue_queue_reasons.txt"),
+            ("sshare", "sshare.txt"),
+        )
+    }
+    state = SlurmDialect().parse_probe(sections, sites["devvista"].profile, "root", T0)
+    view = inspect_federation({"devvista": state}, sites, now=T0, refresh_s=60)
+    gh = next(p for p in view.sites[0].partitions if p.name == "gh")
+    assert (gh.pending_jobs, gh.blocked_pending_jobs) == (4, 3)

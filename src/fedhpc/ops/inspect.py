@@ -58,6 +58,7 @@ class PartitionView(BaseModel):
     total_cpus: int
     max_free_gpus_on_node: int
     pending_jobs: int
+    blocked_pending_jobs: int = 0  # of pending_jobs, those that cannot start (dependencies, holds)
     running_jobs: int
     user_pending_jobs: int
     user_running_jobs: int
@@ -129,6 +130,7 @@ def _partitions(site: Site, state: SiteState | None, req: InspectRequest) -> lis
                 total_cpus=live.total_cpus if live else 0,
                 max_free_gpus_on_node=live.max_free_gpus_on_node if live else 0,
                 pending_jobs=live.pending_jobs if live else 0,
+                blocked_pending_jobs=live.blocked_pending_jobs if live else 0,
                 running_jobs=live.running_jobs if live else 0,
                 user_pending_jobs=live.user_pending_jobs if live else 0,
                 user_running_jobs=live.user_running_jobs if live else 0,
