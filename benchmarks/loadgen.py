@@ -35,13 +35,12 @@ import random
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 
 os.environ.setdefault("FEDHPC_DEVFED", "1")
 
-from fedhpc.adapters.command import Command
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, Shape
 from fedhpc.profiles import load_federation
@@ -146,10 +145,9 @@ class LoadGenerator:
         )
         try:
             if st.blocked:  # a pipeline stage: pending on the upstream job, holding nothing
-                up = self.upstream[st.site]
-                command = Command(("sbatch", "--parsable", f"--dependency=afterok:{up}"),
-                                  stdin=ad.render(spec), env={"SLURM_TIME_FORMAT": "%s"},
-                                  idempotent=False)  # fmt: skip
+                sbatch = ad.dialect.submit_command(ad.render(spec))
+                after = f"--dependency=afterok:{self.upstream[st.site]}"
+                command = replace(sbatch, argv=(*sbatch.argv, after))
                 job_id = ad.dialect.parse_submit(await ad.transport.run(command))
             else:
                 job_id = (await ad.submit(spec)).job_id

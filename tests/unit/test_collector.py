@@ -3,7 +3,6 @@ Slurm output recorded from the local federation; and the inspect_federation view
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,13 +69,6 @@ def sites(monkeypatch: pytest.MonkeyPatch) -> dict[str, Site]:
     )
     all_sites = load_federation(config)
     return {"devvista": all_sites["devvista"]}
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "c.db")
-    yield s
-    await s.close()
 
 
 def _collector(sites: dict[str, Site], store: Store, fake: FakeTransport) -> Collector:

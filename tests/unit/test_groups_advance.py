@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, cast
-
-import pytest
 
 from fedhpc.orchestrator.groups import advance_groups
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "state" / "fedhpc.db")
-    yield s
-    await s.close()
 
 
 async def test_a_group_whose_children_are_still_being_submitted_stays_open(store: Store) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,13 +13,6 @@ from fedhpc.store import Store
 from fedhpc.store.schema import SCHEMA_VERSION
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "state" / "fedhpc.db")
-    yield s
-    await s.close()
 
 
 async def test_open_migrates_to_the_current_version_in_wal_mode(store: Store) -> None:

@@ -12,6 +12,7 @@ from fedhpc.domain.site import SiteProfile
 __all__ = [
     "check_names",
     "directive",
+    "error_text",
     "extra_directives",
     "parse_found",
     "parse_name_pairs",
@@ -27,6 +28,12 @@ def check_names(names: Sequence[str]) -> list[str]:
     if bad:
         raise ValueError(f"not job names: {bad!r}")
     return list(names)
+
+
+def error_text(result: CommandResult) -> str:
+    """The last line a failed command printed (stderr, else stdout), else its exit status."""
+    text = (result.stderr or result.stdout).strip()
+    return text.splitlines()[-1] if text else f"exit status {result.returncode}"
 
 
 def parse_found(result: CommandResult) -> dict[str, str]:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from fedhpc.adapters.command import BatchSection, CommandResult
+from fedhpc.adapters.dialects.common import error_text
 from fedhpc.adapters.dialects.slurm_probe import parse_balances
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
 from fedhpc.domain.site import (
@@ -36,11 +37,6 @@ STATE_MAP: dict[str, JobState] = {
     "CANCELLED": JobState.CANCELLED,
     "TIMEOUT": JobState.TIMEOUT,
 }
-
-
-def error_text(result: CommandResult) -> str:
-    text = (result.stderr or result.stdout).strip()
-    return text.splitlines()[-1] if text else f"exit status {result.returncode}"
 
 
 def _rows(result: CommandResult, verb: str) -> list[dict[str, Any]]:

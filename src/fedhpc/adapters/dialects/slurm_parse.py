@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fedhpc.adapters.command import CommandResult
+from fedhpc.adapters.dialects.common import error_text
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
 
 __all__ = [
@@ -76,11 +77,6 @@ def map_state(native: str, reason: str | None = None) -> JobState:
     if state is JobState.PENDING and reason in NEVER_RUNS:
         return JobState.UNSCHEDULABLE
     return state
-
-
-def error_text(result: CommandResult) -> str:
-    text = (result.stderr or result.stdout).strip()
-    return text.splitlines()[-1] if text else f"exit status {result.returncode}"
 
 
 def _split_id(raw: str) -> tuple[str, str | None]:
