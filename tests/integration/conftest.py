@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +48,25 @@ class Devfed:
         )
 
 
+# Tests drain every cluster (`scancel --user root`), so two pytest runs sharing the one local
+# federation (several checkouts on one machine) would cancel each other's jobs: one at a time.
+LOCK = Path(os.environ.get("FEDHPC_DEVFED_TEST_LOCK", "/tmp/fedhpc-devfed-tests.lock"))
+
+
 @pytest.fixture(scope="session")
-def devfed() -> Devfed:
-    """The running federation; fails (never skips) when any cluster does not answer `sinfo`."""
+def devfed() -> Iterator[Devfed]:
+    """The running federation, held exclusively by this pytest run; fails (never skips) when
+    any cluster does not answer `sinfo`."""
+    with LOCK.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.stderr.write(f"devfed: another test run holds {LOCK}; waiting for it\n")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield _check_devfed()
+
+
+def _check_devfed() -> Devfed:
     root = devfed_root()
     plan = plan_federation(load_profiles().values(), root, socket.gethostname())
     fed = Devfed(root, tuple(c.name for c in plan.clusters))
