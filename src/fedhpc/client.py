@@ -175,8 +175,14 @@ class DaemonClient:
         body = await self._call("GET", f"/v1/transfers/{_seg(req.transfer_id)}", params=params)
         return TransferView.model_validate(body)
 
-    async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        body = await self._call("GET", "/v1/events", params={"after": after, "limit": limit})
+    async def events(
+        self, after: int = 0, limit: int = 100, consumer: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Events after `after` and, with `consumer`, after what it acknowledged."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if consumer is not None:
+            params["consumer"] = consumer
+        body = await self._call("GET", "/v1/events", params=params)
         events: list[dict[str, Any]] = body["events"]
         return events
 

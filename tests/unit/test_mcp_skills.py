@@ -71,11 +71,56 @@ def test_install_skills_copies_to_both_clients_and_replaces_its_own(
     assert (claude / "mine").is_dir()  # someone else's skill is left alone
 
 
-def test_install_skills_defaults_to_the_project_folders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder as cwd and an empty home of its own: the user-level folders are ours."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    return home
+
+
+def test_install_skills_defaults_to_the_project_folders_and_says_what_went_where(
+    user_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     assert _run(["install-skills"]) == 0
-    assert "installed .claude/skills/fedhpc-inspect" in capsys.readouterr().out
-    assert (tmp_path / ".agents" / "skills" / "fedhpc-continue" / "SKILL.md").is_file()
-    assert install_skills([tmp_path / "again"])  # idempotent, returns what it wrote
+    out = capsys.readouterr()
+    project = Path.cwd()
+    names = ", ".join(p.name for p in SKILLS)
+    assert f"installed 4 skills for Claude Code in {project}/.claude/skills: {names}" in out.out
+    assert f"installed 4 skills for Codex in {project}/.agents/skills: {names}" in out.out
+    assert "hooks from docs/continuation.md" in out.out
+    assert out.err == ""  # one level only: no warning
+    assert (project / ".agents" / "skills" / "fedhpc-continue" / "SKILL.md").is_file()
+    assert install_skills([project / "again"])  # idempotent, returns what it wrote
+
+
+def test_install_skills_warns_when_one_client_would_list_every_skill_twice(
+    user_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["install-skills", "--claude", str(user_home / ".claude/skills")]) == 0
+    assert capsys.readouterr().err == ""
+    assert _run(["install-skills", "--json"]) == 0  # now the project level as well
+    answer = json.loads(capsys.readouterr().out)
+    (warning,) = answer["warnings"]  # Claude Code: both levels; Codex: project only
+    assert warning.startswith("Claude Code now finds the fedhpc skills in")
+    assert str(user_home / ".claude/skills") in warning
+    assert "lists every skill twice" in warning
+    assert [t["client"] for t in answer["targets"]] == ["Claude Code", "Codex"]
+    assert "docs/continuation.md" in answer["hooks"]
+
+
+def test_a_symlinked_codex_folder_is_one_copy_not_a_double_listing(
+    user_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_skills([Path(".claude/skills")])
+    Path(".agents").mkdir()
+    Path(".agents/skills").symlink_to("../.claude/skills")
+    (user_home / ".codex").mkdir()
+    (user_home / ".codex" / "skills").symlink_to(Path.cwd() / ".claude/skills")
+    assert _run(["install-skills", "--codex", ".agents/skills"]) == 0
+    assert capsys.readouterr().err == ""

@@ -14,10 +14,18 @@ _NEXT = {
     "task.terminal": ["get_result(task_id)", "submit_task(...) for the next step"],
     "task.retry_exhausted": [
         "get_result(task_id, preview='stderr')",
-        "replan(task_id, ...)",
-        "submit_task(...) with a changed envelope",
+        "submit_task(...) again with a fixed command or envelope",
     ],
-    "task.unschedulable": ["draft_envelope(...)", "submit_task(...) with a relaxed envelope"],
+    "task.unschedulable": [
+        "replan(task_id, envelope=..., exclude_sites=[...]) to place it again",
+        "draft_envelope(...) to relax the envelope",
+    ],
+    "task.stage_in_failed": ["read `reason`", "move_data(...) again, then submit_task(...)"],
+    "task.site_lost": [
+        "wait: it stays on the site and fedhpc resumes you when it ends",
+        "replan(task_id, exclude_sites=[site]) if it has not started",
+        "cancel(task_id), then submit_task(...)",
+    ],
     "group.round_terminal": ["get_result(task_id) for each child", "submit_group(...)"],
     "group.stalled_child": ["replan(task_id, exclude_sites=[...])", "cancel(task_id)"],
     "transfer.succeeded": [

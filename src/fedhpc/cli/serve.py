@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,15 +60,56 @@ def install_skills(targets: Sequence[Path]) -> list[Path]:
     return written
 
 
+# Where each client loads skills from (REFERENCE: Claude Code 2.1.197, Codex 0.171.0): a
+# skill found in two of one client's folders is listed twice in every request.
+def _levels(client: str) -> list[Path]:
+    home = Path.home()
+    if client == "Claude Code":
+        return [Path(".claude/skills"), home / ".claude/skills"]
+    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    return [Path(".agents/skills"), Path(".codex/skills"), home / ".agents/skills",
+            codex_home / "skills"]  # fmt: skip
+
+
+def _holders(folders: Sequence[Path], names: set[str]) -> list[Path]:
+    """The distinct folders (by real path: a symlinked copy is one copy) holding our skills."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        if any((folder / n / "SKILL.md").is_file() for n in names):
+            seen.setdefault(folder.resolve(), folder)
+    return list(seen.values())
+
+
 def _install(args: argparse.Namespace) -> int:
-    chosen = [Path(d) for d in (args.claude, args.codex) if d]
-    targets = chosen or [Path(".claude/skills"), Path(".agents/skills")]
-    written = install_skills(targets)
+    chosen = [("Claude Code", args.claude), ("Codex", args.codex)]
+    targets = [(c, Path(d)) for c, d in chosen if d] or [
+        ("Claude Code", Path(".claude/skills")), ("Codex", Path(".agents/skills"))]  # fmt: skip
+    names = sorted(p.name for p in skills_source().iterdir() if (p / "SKILL.md").is_file())
+    written = install_skills([t for _, t in targets])
+    lines = [f"installed {len(names)} skills for {client} in {target.resolve()}: "
+             f"{', '.join(names)}" for client, target in targets]  # fmt: skip
+    warnings = []
+    for client, target in targets:
+        holders = _holders([target, *_levels(client)], set(names))
+        if len(holders) > 1:
+            where = " and ".join(str(h.resolve()) for h in holders)
+            warnings.append(
+                f"{client} now finds the fedhpc skills in {where}: it lists every skill twice "
+                f"in each request. Keep one: rm -r {holders[-1].resolve()}/fedhpc-*"
+            )
+    hooks = ("Claude Code resumes your session when work ends only with the fedhpc hooks "
+             "from docs/continuation.md in .claude/settings.json; Codex needs none.")  # fmt: skip
     if args.json:
-        print(json.dumps({"installed": [str(p) for p in written]}, indent=2))
+        print(json.dumps({"installed": [str(p) for p in written],
+                          "targets": [{"client": c, "folder": str(t.resolve()), "skills": names}
+                                      for c, t in targets],
+                          "warnings": warnings, "hooks": hooks}, indent=2))  # fmt: skip
     else:
-        for path in written:
-            print(f"installed {path}")
+        for line in lines:
+            print(line)
+        print(hooks)
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
@@ -89,7 +131,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     i = sub.add_parser(
         "install-skills",
         help="copy the agent skills to .claude/skills and .agents/skills",
-        description="With no flag, installs into ./.claude/skills and ./.agents/skills.",
+        description="With no flag, installs into ./.claude/skills and ./.agents/skills. Install "
+        "each client's skills at one level only (project or user): both lists every skill "
+        "twice. Claude Code resumes also need the hooks from docs/continuation.md.",
     )
     i.add_argument("--claude", metavar="DIR", help="Claude Code skills folder")
     i.add_argument("--codex", metavar="DIR", help="Codex skills folder")

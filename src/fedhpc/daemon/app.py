@@ -19,6 +19,7 @@ from fedhpc.daemon.routes_data import data_routes
 from fedhpc.domain.job import JobState
 from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.events import AckRequest, EventsQuery, check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.ops.tasks import (
     CancelRequest,
@@ -43,15 +44,6 @@ from fedhpc.transfer.service import TransferService
 __all__ = ["DaemonState", "build_app"]
 
 
-class EventsQuery(BaseModel):
-    """Query of GET /v1/events."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    after: int = Field(default=0, ge=0, le=2**62, description="the last event seq already seen")
-    limit: int = Field(default=100, ge=1, le=1000)
-
-
 class TasksQuery(BaseModel):
     """Query of GET /v1/tasks."""
 
@@ -59,15 +51,6 @@ class TasksQuery(BaseModel):
 
     state: JobState | None = None
     limit: int = Field(default=100, ge=1, le=1000)
-
-
-class AckRequest(BaseModel):
-    """POST /v1/events/ack: a pulling client's cursor moves to `through`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    consumer: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
-    through: int = Field(ge=0, le=2**62)
 
 
 class DaemonState:
@@ -156,7 +139,10 @@ def build_app(state: DaemonState) -> Starlette:
 
     async def events(request: Request) -> Response:
         q = EventsQuery.model_validate(dict(request.query_params))
-        rows = await state.store.events_after(q.after, limit=q.limit)
+        after = q.after
+        if q.consumer is not None:  # what the consumer acknowledged is not listed again
+            after = max(after, await state.store.cursor(q.consumer))
+        rows = await state.store.events_after(after, limit=q.limit)
         return JSONResponse({"events": [e.model_dump(mode="json") for e in rows]})
 
     o = state.orchestrator
@@ -210,8 +196,12 @@ def build_app(state: DaemonState) -> Starlette:
 
     async def ack(request: Request) -> Response:
         req = AckRequest.model_validate_json(await body(request))
+        check_consumer(req.consumer)
+        # Never past the newest event: an acknowledgement of a future seq would hide events
+        # that have not happened yet.
+        through = min(req.through, await state.store.last_seq())
         async with state.store.transaction() as tx:
-            await tx.set_cursor(req.consumer, req.through, at=datetime.now(UTC))
+            await tx.set_cursor(req.consumer, through, at=datetime.now(UTC))
         return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
 
     routes = [

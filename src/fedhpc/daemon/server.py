@@ -101,7 +101,7 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
         )
         orchestrator = Orchestrator(
             store, collector, adapters, cycle_s=settings.cycle_s,
-            intent_grace_s=settings.intent_grace_s,
+            intent_grace_s=settings.intent_grace_s, site_lost_after_s=settings.site_lost_s,
         )  # fmt: skip
         try:
             await collector.load()

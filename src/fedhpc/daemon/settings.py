@@ -30,6 +30,9 @@ class DaemonSettings(BaseModel):
     intent_grace_s: float = Field(
         default=45.0, ge=1, description="after a crash, resubmit an unseen intent this late"
     )
+    site_lost_s: float = Field(
+        default=300.0, ge=0, description="offline this long: stuck work wakes the agent"
+    )
 
     @property
     def socket_path(self) -> Path:
@@ -57,6 +60,7 @@ class DaemonSettings(BaseModel):
             ("grace_s", "FEDHPC_GRACE_S"),
             ("cycle_s", "FEDHPC_CYCLE_S"),
             ("intent_grace_s", "FEDHPC_INTENT_GRACE_S"),
+            ("site_lost_s", "FEDHPC_SITE_LOST_S"),
             ("bridge_poll_s", "FEDHPC_BRIDGE_POLL_S"),
             ("bridge_attempts", "FEDHPC_BRIDGE_ATTEMPTS"),
             ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),

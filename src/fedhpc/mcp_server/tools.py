@@ -34,6 +34,7 @@ from fedhpc.mcp_server.session_meta import agent_session
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.events import check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
     AdaptationPolicy,
@@ -243,8 +244,8 @@ async def replan(
     exclude_sites: Annotated[list[str], Field(description="sites not to use")] = [],  # noqa: B006
     envelope: OtherEnvelope = None,
 ) -> TaskHandle:
-    """Decide: re-place a task that has not started (exclude sites, change its envelope); no
-    work is lost."""
+    """Decide: re-place a task that has not started, or an unschedulable one (exclude sites,
+    change its envelope); no work is lost."""
     req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
     return await _link(ctx).call(lambda c: c.replan(req))
 
@@ -330,9 +331,14 @@ async def list_events(
     *,
     after: Annotated[int, Field(ge=0, le=SEQ_MAX, description="the last seq already seen")] = 0,
     limit: Annotated[int, Field(ge=1, le=200)] = 50,
+    consumer: Annotated[
+        str | None, Field(max_length=64, description="skip what it acknowledged")
+    ] = None,
 ) -> EventsPage:
     """Pull clients: events after `after` (task ended, decision needed, site offline)."""
-    rows = await _link(ctx).call(lambda c: c.events(after=after, limit=limit + 1))
+    rows = await _link(ctx).call(
+        lambda c: c.events(after=after, limit=limit + 1, consumer=consumer)
+    )
     events = [EventView.model_validate(r) for r in rows[:limit]]
     return EventsPage(
         events=events, next_after=events[-1].seq if events else after, more=len(rows) > limit
@@ -347,6 +353,7 @@ async def ack_events(
     through: Annotated[int, Field(ge=0, le=SEQ_MAX, description="the last seq you handled")],
 ) -> AckAnswer:
     """Pull clients: mark events up to `through` handled for `consumer`."""
+    check_consumer(consumer)
     cursor = await _link(ctx).call(lambda c: c.ack_events(consumer, through))
     return AckAnswer(consumer=consumer, cursor=cursor)
 

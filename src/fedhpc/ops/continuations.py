@@ -22,6 +22,8 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "task.terminal",
     "task.retry_exhausted",
     "task.unschedulable",
+    "task.stage_in_failed",
+    "task.site_lost",
     "group.round_terminal",
     "group.stalled_child",
     "transfer.failed",

@@ -30,7 +30,7 @@ async def tick(o: Orchestrator) -> None:
             by_site[row["site"]].append(AttemptRecord.from_row(row))
         for site, atts in sorted(by_site.items()):
             if o.offline(site):
-                await _site_lost(o, atts)
+                await _site_lost(o, site, atts)
                 continue
             if not o.online(site):
                 continue  # not probed yet: nothing to conclude
@@ -258,21 +258,40 @@ async def cancel_attempt(o: Orchestrator, a: AttemptRecord) -> None:
         a.cancel_pending = True
 
 
-async def _site_lost(o: Orchestrator, atts: list[AttemptRecord]) -> None:
-    """The site is offline: move its queued work elsewhere; running jobs keep their chance."""
+async def _site_lost(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> None:
+    """The site is offline: move its queued work elsewhere within each task's re-placement
+    budget; running jobs keep their chance. Work that stays there (running, nowhere else to
+    go, or the budget spent) wakes the agent once per attempt, after `site_lost_after_s`."""
+    went = await o.store.last_event("site.offline", site)
+    lost_s = (o.clock() - went.created_at).total_seconds() if went is not None else 0.0
     for a in atts:
-        if a.superseded or a.state is JobState.RUNNING:
+        if a.superseded:
             continue
         task = await o.load_task(a.task_id)
-        decision = await o.decide(task, exclude=(a.site,))
-        if not isinstance(decision, Placement):
+        if task.state.terminal:
             continue
-        a.superseded, a.cancel_pending = True, True
-        a.reason = f"re-placed: {a.site} offline"
+        why = "its job was running there and may still be"
+        if a.state is not JobState.RUNNING:
+            why = "no re-placement left in its adaptation budget"
+            if task.replacements_used < task.request.adaptation.max_replacements:
+                decision = await o.decide(task, exclude=(a.site,))
+                if isinstance(decision, Placement):
+                    task.replacements_used += 1
+                    a.superseded, a.cancel_pending = True, True
+                    a.reason = f"re-placed: {a.site} offline"
+                    async with o.store.transaction() as tx:
+                        await o.save(tx, task, a, at=o.clock())
+                    await o.dispatch(task, decision)
+                    log.info("re-placed from lost site", task=task.id, old=a.site,
+                             new=decision.site)  # fmt: skip
+                    continue
+                why = f"no other site fits: {decision.hint}"
+        if lost_s < o.site_lost_after_s:
+            continue
+        reason = f"{a.site} offline for {lost_s:.0f}s; attempt {a.n}: {why}"
         async with o.store.transaction() as tx:
-            await o.save(tx, task, a, at=o.clock())
-        await o.dispatch(task, decision)
-        log.info("re-placed from lost site", task=task.id, old=a.site, new=decision.site)
+            await o.emit(tx, "task.site_lost", task, key=f"{a.n}", site=a.site, attempt=a.n,
+                         job_id=a.job_id, attempt_state=a.state.value, reason=reason)  # fmt: skip
 
 
 async def _adapt_pending(o: Orchestrator) -> None:

@@ -97,13 +97,16 @@ async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
 
 
 async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
-    """Re-place a task that has not started: new exclusions and/or envelope, same path as the
-    automatic re-placement."""
+    """Re-place a task that has not started, or place an unschedulable one again: new
+    exclusions and/or envelope, same path as the automatic re-placement. Nothing is saved
+    when the result is still unplaceable."""
     async with o.lock:
         task = await o.load_task(req.task_id)
         atts = await o.load_attempts(task.id)
         live = [a for a in atts if not a.state.terminal and not a.superseded]
-        if task.state.terminal:
+        if task.state is JobState.UNSCHEDULABLE:
+            await _reopenable(o, task)
+        elif task.state.terminal:
             raise UsageError(f"task {task.id} is already {task.state.value}",
                              hint="Submit a new task instead.")  # fmt: skip
         if any(a.state is JobState.RUNNING for a in live):
@@ -114,11 +117,27 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
         decision = await o.decide(task)
         if not isinstance(decision, Placement):
             raise UsageError(f"no feasible placement: {decision.hint}",
-                             hint="Relax the envelope or exclude fewer sites.")  # fmt: skip
+                             hint="Relax the envelope (draft_envelope helps) or exclude fewer "
+                             "sites; the task is unchanged.")  # fmt: skip
+        if task.state is JobState.UNSCHEDULABLE:
+            task.state, task.reasons = JobState.SUBMITTED, ()
         for a in live:
             a.superseded, a.reason = True, "replanned on request"
             await cancel_attempt(o, a)
+        task.provenance = o._provenance(task.request.envelope, decision)
         async with o.store.transaction() as tx:
             await o.save(tx, task, *live, at=o.clock())
         att = await o.dispatch(task, decision)
         return o.handle(task, att)
+
+
+async def _reopenable(o: Orchestrator, task: TaskRecord) -> None:
+    """An unschedulable group child re-enters placement only while its round is open."""
+    if task.group_id is None:
+        return
+    group = await o.store.get_group(task.group_id)
+    if group is not None and group["state"] != "running":
+        raise UsageError(
+            f"task {task.id} belongs to group {task.group_id}, whose round already ended",
+            hint="Submit the group again with submit_group and a changed envelope.",
+        )

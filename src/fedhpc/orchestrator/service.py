@@ -63,6 +63,7 @@ class Orchestrator:
         *,
         cycle_s: float = 10.0,
         intent_grace_s: float | None = None,
+        site_lost_after_s: float = 300.0,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.store = store
@@ -72,6 +73,9 @@ class Orchestrator:
         if intent_grace_s is not None:
             self.INTENT_GRACE_S = intent_grace_s
         self.clock = clock
+        # Work on an offline site that fedhpc cannot move wakes the agent after this long: a
+        # probe that failed once is not yet a lost site.
+        self.site_lost_after_s = site_lost_after_s
         self.lock = anyio.Lock()
         self.wake = anyio.Event()
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
@@ -204,14 +208,17 @@ class Orchestrator:
         return att
 
     # -- events -----------------------------------------------------------------------------
-    async def emit(self, tx: Tx, kind: str, task: TaskRecord, **payload: object) -> None:
-        """One event per registered fact, keyed so it can never be written twice."""
+    async def emit(self, tx: Tx, kind: str, task: TaskRecord, *, key: str | None = None,
+                   **payload: object) -> None:  # fmt: skip
+        """One event per registered fact, keyed so it can never be written twice (per task,
+        or per `key` for a fact that can recur, such as one attempt's lost site)."""
         body: dict[str, object] = {"task_id": task.id, "state": task.state.value,
                                    "result": f"fedhpc://tasks/{task.id}"}  # fmt: skip
         if task.group_id:
             body["group_id"] = task.group_id
         body.update({k: v for k, v in payload.items() if v is not None})
-        await tx.append_event(kind, task.id, body, at=self.clock(), key=f"{kind}:{task.id}")
+        await tx.append_event(kind, task.id, body, at=self.clock(),
+                              key=f"{kind}:{task.id}" + (f":{key}" if key else ""))  # fmt: skip
 
     # -- submit -----------------------------------------------------------------------------
     def handle(self, task: TaskRecord, att: AttemptRecord | None) -> TaskHandle:

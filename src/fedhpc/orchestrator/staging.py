@@ -22,10 +22,25 @@ if TYPE_CHECKING:
 
     from fedhpc.orchestrator.service import Orchestrator
 
-__all__ = ["advance", "consumed_downstream", "data_provenance", "declared", "prepare",
-           "stage_out_ids"]  # fmt: skip
+__all__ = ["StageInFailed", "advance", "consumed_downstream", "data_provenance", "declared",
+           "prepare", "stage_out_ids"]  # fmt: skip
 
 log = structlog.get_logger(__name__)
+
+
+class StageInFailed(UsageError):
+    """A stage_in transfer had already failed when the task was submitted: nothing to wait for."""
+
+    code = "stage_in_failed"
+
+    def __init__(self, transfer_id: str, rec: TransferRecord) -> None:
+        why = f"{rec.error.code}: {rec.error.message}" if rec.error else "failed"
+        super().__init__(
+            f"stage_in transfer {transfer_id} already failed ({why})",
+            hint=" ".join(x for x in (rec.error.hint if rec.error else "",
+                                      "Move the data again with move_data, then submit with "
+                                      "the new transfer id.") if x),
+        )  # fmt: skip
 
 
 def declared(task: TaskRecord) -> bool:
@@ -78,6 +93,13 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
         task.excluded_sites = tuple(sorted(set(o.sites) - {site}))
         task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
     async with o.store.transaction() as tx:
+        # Re-read in the transaction that registers the task as a waiter: a transfer that
+        # failed before it had a waiter already raised its own event (transfer.failed), so the
+        # task is refused here rather than failed later with a second event for one failure.
+        for tid in req.stage_in:
+            rec = await records.get(tx, tid)
+            if rec is not None and rec.state is TransferState.FAILED:
+                raise StageInFailed(tid, rec)
         await o.save(tx, task, at=now)
         for out in outs:
             await records.put(tx, out, at=now)

@@ -107,6 +107,18 @@ class Store:
         rows = await self._all(sql + " ORDER BY seq LIMIT ?", [*params, limit])
         return [Event.from_row(r) for r in rows]
 
+    async def last_event(self, kind: str, subject: str) -> Event | None:
+        """The newest event of `kind` about `subject` (e.g. when a site last went offline)."""
+        rows = await self._all(
+            "SELECT * FROM events WHERE kind = ? AND subject = ? ORDER BY seq DESC LIMIT 1",
+            (kind, subject),
+        )
+        return Event.from_row(rows[0]) if rows else None
+
+    async def last_seq(self) -> int:
+        rows = await self._all("SELECT coalesce(max(seq), 0) AS seq FROM events")
+        return int(rows[0]["seq"])
+
     async def cursor(self, consumer: str) -> int:
         rows = await self._all("SELECT cursor FROM consumers WHERE name = ?", (consumer,))
         return int(rows[0]["cursor"]) if rows else 0
