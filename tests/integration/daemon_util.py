@@ -29,9 +29,10 @@ FAST = {
 
 
 def start(home: Path, **env: str) -> subprocess.Popen[bytes]:
-    """A daemon for `home` (FEDHPC_DEVFED=1), its stderr in home/../daemon-<pid>.log."""
+    """A daemon for `home` (FEDHPC_DEVFED=1 unless `env` says otherwise), its stderr in
+    home/../daemon-<pid>.log."""
     home.mkdir(parents=True, exist_ok=True)
-    full = {**os.environ, **FAST, **env, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
+    full = {**os.environ, **FAST, "FEDHPC_DEVFED": "1", **env, "FEDHPC_HOME": str(home),
             "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
     log = (home.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
     proc = subprocess.Popen(
