@@ -53,3 +53,30 @@ def test_every_wake_event_has_its_own_next_steps(kind: str) -> None:
     assert steps != ["get_result(task_id)"]  # not the generic fallback
     if kind in {"task.retry_exhausted", "task.terminal", "task.stage_in_failed"}:
         assert not any(s.startswith("replan") for s in steps)  # replan refuses ended tasks
+
+
+async def test_a_task_reopened_by_replan_reports_its_new_outcome_as_a_new_event(
+    store: Store,
+) -> None:
+    """Event ids come from their meaning (a retried write never duplicates one); after a replan
+    reopened an unschedulable task, the same kind of outcome is a new fact and must wake."""
+    from typing import Any, cast
+
+    from fedhpc.domain import JobState, ResourceEnvelope
+    from fedhpc.ops.tasks import SubmitTaskRequest
+    from fedhpc.orchestrator.records import TaskRecord
+    from fedhpc.orchestrator.service import Orchestrator
+
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: at)
+    env = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
+    task = TaskRecord(id="t1", idempotency_key="k", created_at=at, state=JobState.UNSCHEDULABLE,
+                      request=SubmitTaskRequest(command=("true",), envelope=env))  # fmt: skip
+    for _ in range(2):  # the same fact twice: one event
+        async with store.transaction() as tx:
+            await o.emit(tx, "task.unschedulable", task, reason="r")
+    task.reopened = 1
+    async with store.transaction() as tx:
+        await o.emit(tx, "task.unschedulable", task, reason="r")
+    kinds = [e.kind for e in await store.events_after(0, limit=10)]
+    assert kinds == ["task.unschedulable", "task.unschedulable"]

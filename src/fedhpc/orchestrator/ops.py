@@ -121,6 +121,7 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
                              "sites; the task is unchanged.")  # fmt: skip
         if task.state is JobState.UNSCHEDULABLE:
             task.state, task.reasons = JobState.SUBMITTED, ()
+            task.reopened += 1
         for a in live:
             a.superseded, a.reason = True, "replanned on request"
             await cancel_attempt(o, a)

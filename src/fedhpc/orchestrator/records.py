@@ -92,6 +92,7 @@ class TaskRecord(BaseModel):
     retries_used: int = 0
     extensions_used: int = 0
     replacements_used: int = 0
+    reopened: int = Field(default=0, description="times replan placed it after it ended")
     excluded_sites: tuple[str, ...] = ()
     accepted_attempt: int | None = None
     attempts_made: int = 0

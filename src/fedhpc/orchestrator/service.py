@@ -217,8 +217,10 @@ class Orchestrator:
         if task.group_id:
             body["group_id"] = task.group_id
         body.update({k: v for k, v in payload.items() if v is not None})
+        # A task replan reopened reports its new outcome as a new fact, not a duplicate.
+        base = f"{kind}:{task.id}" + (f":reopened{task.reopened}" if task.reopened else "")
         await tx.append_event(kind, task.id, body, at=self.clock(),
-                              key=f"{kind}:{task.id}" + (f":{key}" if key else ""))  # fmt: skip
+                              key=base + (f":{key}" if key else ""))  # fmt: skip
 
     # -- submit -----------------------------------------------------------------------------
     def handle(self, task: TaskRecord, att: AttemptRecord | None) -> TaskHandle:
