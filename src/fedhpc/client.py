@@ -13,7 +13,7 @@ import anyio
 import httpx2
 
 from fedhpc.daemon.settings import DaemonSettings
-from fedhpc.errors import FedError, TransientError, UsageError
+from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, SessionReport
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest
@@ -46,12 +46,23 @@ class DaemonUnavailable(TransientError):
     default_hint = "Start it with `fedhpc daemon`, or let `fedhpc serve` start it."
 
 
-class _Remote(FedError):
-    """An error the daemon answered with; keeps its code."""
+_KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
 
-    def __init__(self, body: dict[str, Any]) -> None:
+
+class _Remote(FedError):
+    """An error the daemon answered with; keeps its code, and its class from the HTTP status."""
+
+    def __init__(self, body: dict[str, Any], status: int = 500) -> None:
         super().__init__(str(body.get("message", "daemon error")), hint=body.get("hint"))
         self.code = str(body.get("code", "error"))  # type: ignore[misc]
+        self.kind = _KIND_OF_STATUS.get(status, ErrorKind.INTERNAL)  # type: ignore[misc]
+        self.body = body
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        if isinstance(self.body.get("fields"), list):
+            out["fields"] = self.body["fields"]  # a validation error names its fields
+        return out
 
 
 class DaemonClient:
@@ -80,7 +91,9 @@ class DaemonClient:
         except ValueError:
             body = {"code": "daemon_error", "message": f"HTTP {resp.status_code} from the daemon"}
         if resp.status_code >= 400:
-            raise _Remote(body if isinstance(body, dict) else {"message": str(body)})
+            raise _Remote(
+                body if isinstance(body, dict) else {"message": str(body)}, resp.status_code
+            )
         return body
 
     async def health(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def test_broken_profile_gives_one_line_naming_file_key_and_reason(
     bad = tmp_path / "broken.toml"
     bad.write_text(body)
     out = _run("sites", "check", str(bad))
-    assert out.returncode == 2
+    assert out.returncode == 3  # validation (docs/errors.md)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert str(bad) in lines[0]
@@ -78,7 +78,7 @@ def test_broken_user_profile_dir_breaks_sites_list_with_one_line(tmp_path: Path)
     config = tmp_path / "config.toml"
     config.write_text(f'profile_dirs = ["{folder}"]\n')
     out = _run("sites", "list", env={"FEDHPC_CONFIG": str(config)})
-    assert out.returncode == 2
+    assert out.returncode == 3  # validation (docs/errors.md)
     assert out.stderr.strip() == (
         f"error[profile]: {folder / 'mine.toml'}: partitions: "
         "Tuple should have at least 1 item after validation, not 0"

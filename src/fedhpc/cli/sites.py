@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from fedhpc.domain.site import SiteProfile
+from fedhpc.errors import NotFound
 from fedhpc.profiles import load_profile, load_profiles, load_user_config
 
 __all__ = ["add_parser"]
@@ -42,8 +43,7 @@ def _show(args: argparse.Namespace) -> int:
     config = load_user_config()
     profiles = load_profiles([Path(d).expanduser() for d in config.profile_dirs])
     if args.site not in profiles:
-        print(f"error: no site profile named {args.site!r}; see `fedhpc sites list`")
-        return 2
+        raise NotFound(f"no site profile named {args.site!r}", hint="See `fedhpc sites list`.")
     print(json.dumps(profiles[args.site].model_dump(mode="json"), indent=2))
     return 0
 

@@ -22,6 +22,7 @@ def with_budgets(state: SiteState, site: Site) -> SiteState:
                 budget=acct.budget if acct.budget is not None else site.user.budget,
                 used=seen.used if seen else None,
                 balance=seen.balance if seen else None,
+                unusable=seen.unusable if seen else None,
                 unit=unit,
             )
         )

@@ -12,6 +12,7 @@ import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
+from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
@@ -75,7 +76,7 @@ class Collector:
     async def load(self) -> None:
         """Start from the store's latest states, so a restarted daemon serves a view at once."""
         stored = await self.store.latest_site_states()
-        self.latest = {k: v for k, v in stored.items() if k in self.sites}
+        self.latest = {k: sanitize_state(v) for k, v in stored.items() if k in self.sites}
 
     async def _probe(self, name: str, report: RefreshReport) -> None:
         started = time.monotonic()
@@ -97,6 +98,7 @@ class Collector:
                 collected_at=at,
                 error=f"probe timed out after {self.probe_timeout_s:g} s",
             )
+        state = sanitize_state(state)
         if state.health is Health.OFFLINE:
             self._failures[name] += 1
         else:

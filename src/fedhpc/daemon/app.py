@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -14,10 +16,11 @@ from starlette.routing import Route
 
 from fedhpc import __version__
 from fedhpc.collector import Collector
+from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.routes_bridge import bridge_routes
 from fedhpc.daemon.routes_data import data_routes
 from fedhpc.domain.job import JobState
-from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
+from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.events import AckRequest, EventsQuery, check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
@@ -41,13 +44,16 @@ from fedhpc.placement import draft_envelope
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 
-__all__ = ["DaemonState", "build_app"]
+__all__ = ["DaemonState", "build_app", "status_of"]
+
+log = structlog.get_logger(__name__)
+
 
 
 class TasksQuery(BaseModel):
     """Query of GET /v1/tasks."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     state: JobState | None = None
     limit: int = Field(default=100, ge=1, le=1000)
@@ -83,28 +89,41 @@ def _json(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status, media_type="application/json")
 
 
-def _error(exc: FedError, status: int) -> JSONResponse:
-    return JSONResponse(exc.as_dict(), status_code=status)
+def status_of(exc: FedError) -> int:
+    """The HTTP status of a typed error: its class decides, never its code string."""
+    return HTTP_STATUS[exc.kind]
+
+
+def _error(exc: FedError) -> JSONResponse:
+    return JSONResponse(exc.as_dict(), status_code=status_of(exc))
+
+
+class _Internal(FedError):
+    code = "internal"
+    default_hint = "This is a fedhpc bug: retry once, then report it with the daemon's log."
 
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _guard(fn: Handler) -> Handler:
-    """Every failure leaves as {code, message, hint}; validation errors name the field."""
+    """Every failure leaves as {code, message, hint} with the status of its class; validation
+    errors name the field; anything untyped is logged and answered as `internal` (500)."""
 
     async def wrapped(request: Request) -> Response:
         try:
             return await fn(request)
         except ValidationError as exc:
             issues = [
-                FieldIssue(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"])
-                for e in exc.errors()
+                FieldIssue(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"][:500])
+                for e in exc.errors(include_url=False, include_input=False)
             ]
-            return _error(ValidationFailed(issues), 422)
+            return _error(ValidationFailed(issues))
         except FedError as exc:
-            status = {"usage": 400, "validation": 422, "not_found": 404}.get(exc.code, 500)
-            return _error(exc, status)
+            return _error(exc)
+        except Exception as exc:  # a bug: the caller gets a typed answer, the log the details
+            log.exception("request failed", path=request.url.path, error=repr(exc)[:500])
+            return _error(_Internal(f"the daemon failed on {request.url.path}"))
 
     return wrapped
 
@@ -147,11 +166,7 @@ def build_app(state: DaemonState) -> Starlette:
 
     o = state.orchestrator
 
-    async def body(request: Request) -> bytes:
-        raw = await request.body()
-        if len(raw) > 1_000_000:
-            raise UsageError("request body over 1 MB", hint="Send references, not content.")
-        return raw or b"{}"
+    body = read_body
 
     async def submit_task(request: Request) -> Response:
         req = SubmitTaskRequest.model_validate_json(await body(request))
@@ -186,12 +201,13 @@ def build_app(state: DaemonState) -> Starlette:
 
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await body(request))
-        answer = draft_envelope(
-            req.description, req.code_context, req.proposed, source=req.source,
+        work = partial(
+            draft_envelope, req.description, req.code_context, req.proposed, source=req.source,
             rationale=req.rationale, confidence=req.confidence,
             profiles=[s.profile for s in state.collector.sites.values()],
-            sites=state.collector.sites.keys(),
+            sites=frozenset(state.collector.sites),
         )  # fmt: skip
+        answer = await run_bounded(work, budget_s=DRAFT_BUDGET_S, what="draft_envelope")
         return _json(answer)
 
     async def ack(request: Request) -> Response:

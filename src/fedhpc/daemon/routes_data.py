@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fedhpc.daemon.limits import read_body
 from fedhpc.errors import UsageError
 from fedhpc.ops.data import MoveDataRequest, TransferRequest
 from fedhpc.transfer.service import TransferService
@@ -27,10 +28,7 @@ def data_routes(state: object) -> list[Route]:
         return svc
 
     async def move_data(request: Request) -> Response:
-        raw = await request.body()
-        if len(raw) > _MAX_BODY:
-            raise UsageError("request body over 100 kB", hint="Send references, not content.")
-        req = MoveDataRequest.model_validate_json(raw or b"{}")
+        req = MoveDataRequest.model_validate_json(await read_body(request, _MAX_BODY))
         return _json(await service().move_data(req))
 
     async def transfer(request: Request) -> Response:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedhpc.devfed.plan import ClusterPlan, FederationPlan, plan_federation
-from fedhpc.errors import FedError
+from fedhpc.errors import ErrorKind, FedError
 
 __all__ = ["ClusterPlan", "DevfedError", "FederationPlan", "plan_federation"]
 
@@ -12,4 +12,5 @@ class DevfedError(FedError):
     """The local test federation could not be brought up, checked or stopped."""
 
     code = "devfed"
+    kind = ErrorKind.USAGE
     default_hint = "Read the logs under the devfed folder's log/ directories."

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.site import SafeName
+from fedhpc.domain.units import MAX_CREDITS
 
 __all__ = ["AccountConfig", "TransportOverride", "UserConfig", "UserSiteConfig"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class AccountConfig(_Strict):
@@ -18,7 +19,9 @@ class AccountConfig(_Strict):
 
     name: SafeName
     partitions: tuple[SafeName, ...] = Field(default=(), description="empty = every partition")
-    budget: float | None = Field(default=None, ge=0, description="credits fedhpc may spend")
+    budget: float | None = Field(
+        default=None, ge=0, le=MAX_CREDITS, description="credits fedhpc may spend"
+    )
     qos: SafeName | None = None
 
 
@@ -37,8 +40,12 @@ class UserSiteConfig(_Strict):
     enabled: bool = True
     user: str | None = Field(default=None, description="login name at the site")
     accounts: tuple[AccountConfig, ...] = ()
-    budget: float | None = Field(default=None, ge=0, description="site-wide budget in credits")
-    task_budget: float | None = Field(default=None, ge=0, description="per-task ceiling")
+    budget: float | None = Field(
+        default=None, ge=0, le=MAX_CREDITS, description="site-wide budget in credits"
+    )
+    task_budget: float | None = Field(
+        default=None, ge=0, le=MAX_CREDITS, description="per-task ceiling"
+    )
     transport: TransportOverride = Field(default_factory=TransportOverride)
     workdir: str | None = Field(
         default=None,

@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedhpc.domain.units import MiB, Seconds
+from fedhpc.domain.units import MAX_COUNT, MiB, Seconds
 
 __all__ = [
     "Arch",
@@ -30,7 +30,7 @@ class Arch(StrEnum):
 
 
 class _Range(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     min: int
     max: int | None
@@ -51,8 +51,10 @@ class _Range(BaseModel):
 class IntRange(_Range):
     """A count bounded below by the minimum viable value and above by the maximum useful one."""
 
-    min: int = Field(default=0, ge=0, description="minimum viable")
-    max: int | None = Field(default=None, ge=0, description="maximum useful; None means = min")
+    min: int = Field(default=0, ge=0, le=MAX_COUNT, description="minimum viable")
+    max: int | None = Field(
+        default=None, ge=0, le=MAX_COUNT, description="maximum useful; None means = min"
+    )
 
 
 class MemoryRange(_Range):
@@ -72,7 +74,7 @@ class WallRange(_Range):
 class ContainerRequest(BaseModel):
     """A container the task must run in; the site must support one of the runtimes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     image: str = Field(min_length=1, max_length=512, description="image reference or .sif path")
     runtimes: tuple[str, ...] = Field(
@@ -84,7 +86,7 @@ class ContainerRequest(BaseModel):
 class Preferences(BaseModel):
     """Soft preferences: they order feasible candidates but never make one infeasible."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     sites: tuple[str, ...] = Field(default=(), description="preferred sites, best first")
     partitions: tuple[str, ...] = Field(default=(), description="preferred 'site/partition'")
@@ -104,7 +106,7 @@ class DraftSource(StrEnum):
 class DraftInfo(BaseModel):
     """Provenance of a drafted envelope: auditable, never authoritative."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     source: DraftSource
     rationale: str = Field(default="", max_length=4000)
@@ -114,7 +116,7 @@ class DraftInfo(BaseModel):
 class ResourceEnvelope(BaseModel):
     """Min/max bounds per dimension (per node for GPUs, CPUs and memory) and constraints."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     gpus: IntRange = Field(default_factory=IntRange, description="GPUs per node")
     cpus: IntRange = Field(default_factory=lambda: IntRange(min=1), description="CPUs per node")
@@ -126,7 +128,7 @@ class ResourceEnvelope(BaseModel):
     accelerator_types: tuple[str, ...] = Field(
         default=(), description="allowed accelerator types such as 'a100', 'h100'; empty = any"
     )
-    min_accelerator_memory_gib: float = Field(default=0, ge=0)
+    min_accelerator_memory_gib: float = Field(default=0, ge=0, le=MAX_COUNT)
     container: ContainerRequest | None = None
     sites_include: tuple[str, ...] = Field(default=(), description="only these sites; empty = all")
     sites_exclude: tuple[str, ...] = Field(default=())

@@ -107,7 +107,7 @@ def aggregate_state(states: list[JobState]) -> JobState:
 class Shape(BaseModel):
     """A concrete, granted request: what the batch script asks for (per node where it says so)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     nodes: int = Field(default=1, ge=1)
     cpus: int = Field(default=1, ge=1, description="CPUs per node")
@@ -160,7 +160,7 @@ EnvValue = Annotated[str, AfterValidator(_env_value)]
 class ArraySpec(BaseModel):
     """A job array: indices start..stop (inclusive) by step, at most `limit` running at once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     start: int = Field(default=0, ge=0)
     stop: int = Field(ge=0)
@@ -181,7 +181,7 @@ class ArraySpec(BaseModel):
 class JobSpec(BaseModel):
     """Everything a dialect needs to render one batch job for one site partition."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: JobName
     command: tuple[str, ...] = Field(
@@ -211,7 +211,7 @@ class JobSpec(BaseModel):
 class JobObservation(BaseModel):
     """One row of scheduler status (squeue/qstat/bjobs), one per array element."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     job_id: str = Field(description="scheduler id of the job (the array's parent for elements)")
     array_index: str | None = Field(default=None, description="element index, or a pending range")
@@ -231,7 +231,7 @@ class JobObservation(BaseModel):
 class AccountingRecord(BaseModel):
     """One job (or array element) from scheduler accounting: the times decide wait and runtime."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     job_id: str
     array_index: str | None = None

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedhpc.domain.envelope import Arch
-from fedhpc.domain.units import MiB, Seconds
+from fedhpc.domain.units import MAX_COUNT, MAX_CREDITS, MiB, Seconds, UtcDatetime
 
 __all__ = [
     "SAFE_NAME",
@@ -53,15 +52,15 @@ SafeName = Annotated[str, AfterValidator(_check_name)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Accelerator(_Frozen):
     """One kind of accelerator in a node."""
 
     type: str = Field(description="lower-case model, e.g. 'a100', 'h100', 'gh200', 'mi250'")
-    memory_gib: float = Field(gt=0)
-    count: int = Field(ge=1, description="per node")
+    memory_gib: float = Field(gt=0, le=MAX_COUNT)
+    count: int = Field(ge=1, le=MAX_COUNT, description="per node")
     gres: str | None = Field(default=None, description="GRES type name when it differs from type")
 
     @field_validator("type")
@@ -77,10 +76,14 @@ class Accelerator(_Frozen):
 class NodeShape(_Frozen):
     """What one node of a partition offers to a job."""
 
-    cpus: int = Field(ge=1, description="cores (or hardware threads) a job may request per node")
+    cpus: int = Field(
+        ge=1, le=MAX_COUNT, description="cores (or hardware threads) a job may request per node"
+    )
     memory_mib: MiB = Field(gt=0, description="memory a job may request per node")
     accelerator: Accelerator | None = None
-    count: int = Field(default=1, ge=1, description="nodes of this shape in the partition")
+    count: int = Field(
+        default=1, ge=1, le=MAX_COUNT, description="nodes of this shape in the partition"
+    )
 
 
 class ChargeKind(StrEnum):
@@ -95,7 +98,7 @@ class ChargeModel(_Frozen):
     """How a job's charge is computed: units x hours x rate, per partition if overridden."""
 
     kind: ChargeKind
-    rate: float = Field(default=1.0, ge=0, description="credits per unit-hour")
+    rate: float = Field(default=1.0, ge=0, le=MAX_CREDITS, description="credits per unit-hour")
     unit: str = Field(default="SU", description="what the center calls a credit")
     whole_node: bool = Field(default=False, description="nodes are charged whole (exclusive)")
 
@@ -105,10 +108,10 @@ class PartitionSpec(_Frozen):
 
     name: SafeName
     node: NodeShape
-    max_nodes_per_job: int = Field(default=1, ge=1)
+    max_nodes_per_job: int = Field(default=1, ge=1, le=MAX_COUNT)
     max_wall_s: Seconds = Field(gt=0)
     default_wall_s: Seconds | None = None
-    min_nodes_per_job: int = Field(default=1, ge=1)
+    min_nodes_per_job: int = Field(default=1, ge=1, le=MAX_COUNT)
     qos: tuple[SafeName, ...] = Field(default=(), description="QoS names usable here")
     default_qos: SafeName | None = None
     max_jobs_per_user: int | None = Field(default=None, ge=1)
@@ -220,7 +223,9 @@ class SiteProfile(_Frozen):
     charge: ChargeModel
     transport: TransportSpec = Field(default_factory=TransportSpec)
     storage: tuple[StorageRoot, ...] = Field(default=())
-    min_refresh_s: int = Field(default=60, ge=1, description="never probe more often than this")
+    min_refresh_s: int = Field(
+        default=60, ge=1, le=86400, description="never probe more often than this"
+    )
     local_test: bool = Field(default=False, description="part of the local test federation")
     notes: str = ""
 
@@ -299,16 +304,26 @@ class PartitionState(_Frozen):
 
 
 class Credit(_Frozen):
-    """Allocation balance as the user's budget, with live usage where the site exposes it."""
+    """Allocation balance as the user's budget, with live usage where the site exposes it.
+    Probe numbers may arrive non-finite; the collector's `sanitize_state` clears them and sets
+    `unusable`, which placement's credit rule refuses."""
+
+    # Probe output is checked by the collector, which needs to see a NaN to report it.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=True)
 
     account: str
     budget: float | None = Field(default=None, description="what the user allows, site credits")
     used: float | None = Field(default=None, description="live usage reported by the site")
     balance: float | None = Field(default=None, description="remaining per the site's command")
     unit: str = "SU"
+    unusable: str | None = Field(
+        default=None, description="why the site's credit numbers cannot be trusted (NaN, absurd)"
+    )
 
     @property
     def remaining(self) -> float | None:
+        if self.unusable is not None:
+            return None
         if self.balance is not None and self.budget is not None:
             return min(self.balance, self.budget - (self.used or 0.0))
         if self.balance is not None:
@@ -321,9 +336,11 @@ class Credit(_Frozen):
 class SiteState(_Frozen):
     """Live view of one site from one batched probe."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=True)
+
     site: str
     health: Health
-    collected_at: datetime
+    collected_at: UtcDatetime
     arch: Arch | None = None
     partitions: tuple[PartitionState, ...] = ()
     accounts: tuple[str, ...] = Field(default=(), description="accounts the user can charge")
@@ -338,5 +355,5 @@ class SiteState(_Frozen):
 class ResourceSnapshot(_Frozen):
     """The federation at one moment: one SiteState per enabled site."""
 
-    taken_at: datetime
+    taken_at: UtcDatetime
     sites: dict[str, SiteState] = Field(default_factory=dict)

@@ -11,7 +11,7 @@ import structlog
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
 
-from fedhpc.errors import FedError, FieldIssue, ValidationFailed
+from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -42,10 +42,12 @@ class InternalError(FedError):
 
 class UnknownTool(FedError):
     code = "unknown_tool"
+    kind = ErrorKind.NOT_FOUND
 
 
 class ResponseTooLarge(FedError):
     code = "too_large"
+    kind = ErrorKind.TOO_LARGE
 
 
 def validation_failed(exc: ValidationError, prefix: str = "") -> ValidationFailed:

@@ -48,7 +48,7 @@ class Runtime(StrEnum):
 class ContinuationSpec(BaseModel):
     """Carried by a task or group: wake this agent session when one of `events` happens."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     runtime: Runtime
     session_id: str | None = Field(

@@ -51,7 +51,7 @@ DataRef = Annotated[
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class _Out(BaseModel):

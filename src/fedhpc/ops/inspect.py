@@ -24,7 +24,7 @@ __all__ = [
 class InspectRequest(BaseModel):
     """Filters for `inspect_federation`; every one is optional."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     sites: tuple[str, ...] = Field(default=(), description="only these sites; empty = all")
     accelerator: str | None = Field(

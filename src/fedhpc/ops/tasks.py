@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
+from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut, TransferProvenance
 from fedhpc.placement.settings import PolicyKind
@@ -37,7 +38,7 @@ _NEXT = (
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class _Out(BaseModel):
@@ -55,9 +56,14 @@ class AdaptationPolicy(_In):
     replace_pending: bool = Field(
         default=True, description="move a pending attempt when another site is clearly better"
     )
-    replace_after_s: float = Field(default=120.0, ge=0, description="pending this long first")
+    replace_after_s: float = Field(
+        default=120.0, ge=0, le=MAX_SECONDS, description="pending this long first"
+    )
     replace_margin_s: float = Field(
-        default=60.0, ge=0, description="the new placement must finish this much sooner"
+        default=60.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="the new placement must finish this much sooner",
     )
     max_replacements: int = Field(default=2, ge=0, le=10)
 
@@ -83,7 +89,9 @@ class SubmitTaskRequest(_In):
     outputs: tuple[SafePath, ...] = Field(
         default=(), max_length=64, description="artifacts the task writes, relative to workdir"
     )
-    task_budget: float | None = Field(default=None, ge=0, description="credits for this task")
+    task_budget: float | None = Field(
+        default=None, ge=0, le=MAX_CREDITS, description="credits for this task"
+    )
     adaptation: AdaptationPolicy = Field(default_factory=AdaptationPolicy)
     continuation: ContinuationSpec | None = Field(
         default=None, description="wake this agent session on the task's result or exception"
@@ -235,7 +243,7 @@ class SubmitGroupRequest(_In):
     """Related children under one objective, envelope, round and policy."""
 
     objective: str = Field(min_length=1, max_length=2000)
-    children: tuple[GroupChild, ...] = Field(min_length=1, max_length=1000)
+    children: tuple[GroupChild, ...] = Field(min_length=1, max_length=MAX_GROUP_CHILDREN)
     envelope: ResourceEnvelope
     policy: PolicyKind = PolicyKind.BEST_FEASIBLE
     spread: bool = Field(default=True, description="prefer distinct systems (soft)")

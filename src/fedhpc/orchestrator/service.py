@@ -18,7 +18,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.domain.site import Health, ResourceSnapshot
-from fedhpc.errors import UsageError
+from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.orchestrator import staging
@@ -38,6 +38,7 @@ def _utcnow() -> datetime:
 
 class TaskNotFound(UsageError):
     code = "not_found"
+    kind = ErrorKind.NOT_FOUND
     default_hint = "List tasks with `fedhpc tasks` (or the list_events tool)."
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fedhpc.domain.config import AccountConfig
@@ -56,6 +57,7 @@ class Budget:
     allowed: float | None
     binding: str  # which bound decided, for the trace
     site_remaining: float | None  # for the credit-fraction tie-break
+    unusable: str | None = None  # the site's numbers cannot be trusted: the credit rule fails
 
 
 def _account_config(site: Site, account: str | None) -> AccountConfig | None:
@@ -66,6 +68,20 @@ def _credit_row(state: SiteState | None, account: str | None) -> Credit | None:
     if state is None or account is None:
         return None
     return next((c for c in state.credit if c.account == account), None)
+
+
+def _unusable(state: SiteState | None, row: Credit | None) -> str | None:
+    """Why this site's credit numbers cannot decide anything, or None. NaN compares false with
+    everything, so a NaN usage once looked "within budget"; any non-finite number refuses."""
+    if row is not None and row.unusable:
+        return f"credit data for account {row.account} is unusable: {row.unusable}"
+    rows = state.credit if state is not None else ()
+    for c in rows:
+        for name in ("budget", "used", "balance"):
+            value = getattr(c, name)
+            if value is not None and not math.isfinite(value):
+                return f"the site reported {name}={value} for account {c.account}"
+    return None
 
 
 def allowed_budget(
@@ -84,6 +100,9 @@ def allowed_budget(
     if site.user.task_budget is not None:
         bounds.append((site.user.task_budget, f"per-task ceiling {site.user.task_budget:g}"))
     row = _credit_row(state, account)
+    broken = _unusable(state, row)
+    if broken is not None:
+        return Budget(None, broken, None, unusable=broken)
     used_acct = (row.used or 0.0) if row else 0.0
     acct = _account_config(site, account)
     if acct is not None and acct.budget is not None:
@@ -101,5 +120,8 @@ def allowed_budget(
         bounds.append((site_remaining, f"site budget {site.user.budget:g} - used {used_site:g}"))
     if not bounds:
         return Budget(None, "no budget or balance known", None)
+    if any(not math.isfinite(b[0]) for b in bounds):  # e.g. a ledger fed a broken charge
+        bad = next(label for value, label in bounds if not math.isfinite(value))
+        return Budget(None, f"not a finite budget: {bad}", None, unusable=bad)
     value, label = min(bounds, key=lambda b: b[0])
     return Budget(round(max(value, 0.0), 4), label, site_remaining)

@@ -17,12 +17,31 @@ from pydantic import BaseModel, ConfigDict
 
 from fedhpc.domain.envelope import DraftInfo, DraftSource, ResourceEnvelope
 from fedhpc.domain.site import SiteProfile
-from fedhpc.errors import ValidationFailed
+from fedhpc.domain.units import MAX_GROUP_CHILDREN
+from fedhpc.errors import FieldIssue, ValidationFailed
 from fedhpc.placement.normalize import normalize_envelope, parse_envelope
 
-__all__ = ["DraftIssue", "EnvelopeDraft", "Workload", "draft_envelope"]
+__all__ = [
+    "MAX_CODE_CONTEXT_CHARS",
+    "MAX_CODE_CONTEXT_ITEMS",
+    "MAX_DESCRIPTION_CHARS",
+    "DraftIssue",
+    "EnvelopeDraft",
+    "Workload",
+    "draft_envelope",
+]
 
 GIB = 1024
+
+# Input limits, checked before any pattern runs (docs/errors.md). Every pattern below is linear
+# in its input, so these bound the drafter's time (benchmarks/hostile.py measures it).
+MAX_DESCRIPTION_CHARS = 8000
+MAX_CODE_CONTEXT_ITEMS = 32
+MAX_CODE_CONTEXT_CHARS = 64_000  # all snippets together
+# A number longer than this is not a resource count anyone meant; it reads as "huge" and fails
+# validation by range, so the draft comes back valid=False instead of raising.
+_MAX_DIGITS = 15
+_HUGE = 10**_MAX_DIGITS
 
 
 class Workload(StrEnum):
@@ -89,18 +108,29 @@ _WORKERS = re.compile(r"num_workers\s*=\s*(\d+)")
 _POOL = re.compile(
     r"(?:Pool|ProcessPoolExecutor)\(\s*(?:processes\s*=\s*|max_workers\s*=\s*)?(\d+)|n_jobs\s*=\s*(\d+)"
 )
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(hours?|hrs?|h|minutes?|mins?)\b", _I)
+# Each number pattern starts only where a digit run starts (the look-behind): a search that
+# retried inside a run of n digits cost O(n^2) (40,000 digits took 91 s).
+_DURATION = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(hours?|hrs?|h|minutes?|mins?)\b", _I)
 _COUNT = re.compile(
-    r"(\d+)\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b", _I
+    r"(?<!\d)(\d+)\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b", _I
 )
-_PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*B\b(?:[- ]param\w*|[- ]model)?")
+_PARAMS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*B\b(?:[- ]param\w*|[- ]model)?")
+
+
+def _number(digits: str) -> float:
+    """A matched number, capped: an absurdly long one reads as huge (and fails validation),
+    never as an OverflowError or Python's int-string limit."""
+    whole, _, frac = digits.partition(".")
+    if len(whole.lstrip("0")) > _MAX_DIGITS:
+        return float(_HUGE)
+    return float(f"{whole}.{frac[:_MAX_DIGITS]}" if frac else whole)
 
 
 def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     if m is None:
         return None
-    return int(next(g for g in m.groups() if g is not None))
+    return round(_number(next(g for g in m.groups() if g is not None)))
 
 
 def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
@@ -108,7 +138,7 @@ def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], s
     if m is None:
         return {"min": default[0], "max": default[1]}, "default wall time for the class"
     scale = 3600 if m.group(2).lower().startswith("h") else 60
-    seconds = max(60, round(float(m.group(1)) * scale))
+    seconds = max(60, round(_number(m.group(1)) * scale))
     return {"min": seconds, "max": 2 * seconds}, f"stated duration {m.group(0)!r}, doubled for max"
 
 
@@ -158,6 +188,12 @@ def _heuristic(
     elif kind is Workload.PARAMETER_SWEEP:
         uses_gpu = "gpu" in hits
         fanout = _first_int(_COUNT, description)
+        if fanout is not None and fanout > MAX_GROUP_CHILDREN:
+            why.append(
+                f"the text asks for {fanout} runs; one group holds at most {MAX_GROUP_CHILDREN}"
+                " children, so submit the sweep in several groups"
+            )
+            fanout = MAX_GROUP_CHILDREN
         draft = (
             {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 2, "max": 8}}
             if uses_gpu
@@ -181,7 +217,7 @@ def _heuristic(
         }
         params = _PARAMS.search(text)
         if params:
-            need = math.ceil(float(params.group(1)) * 2 * 1.2)
+            need = math.ceil(_number(params.group(1)) * 2 * 1.2)
             draft["min_accelerator_memory_gib"] = need
             why.append(f"{params.group(0)!r}: fp16 weights + 20% need >= {need} GiB per GPU")
         why.append("one GPU: inference rarely scales across GPUs without model parallelism")
@@ -203,6 +239,34 @@ def _heuristic(
     return kind, draft, signals, why, fanout
 
 
+def check_inputs(description: str, code_context: Sequence[str]) -> None:
+    """`ValidationFailed` naming the field when the text is over the drafter's limits."""
+    issues: list[FieldIssue] = []
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        issues.append(
+            FieldIssue(
+                "description", f"{len(description)} characters; at most {MAX_DESCRIPTION_CHARS}"
+            )
+        )
+    if len(code_context) > MAX_CODE_CONTEXT_ITEMS:
+        issues.append(
+            FieldIssue(
+                "code_context", f"{len(code_context)} snippets; at most {MAX_CODE_CONTEXT_ITEMS}"
+            )
+        )
+    total = sum(len(s) for s in code_context)
+    if total > MAX_CODE_CONTEXT_CHARS:
+        issues.append(
+            FieldIssue(
+                "code_context",
+                f"{total} characters in all; at most {MAX_CODE_CONTEXT_CHARS} "
+                "(send the relevant lines, not whole files)",
+            )
+        )
+    if issues:
+        raise ValidationFailed(issues)
+
+
 def _issues(exc: ValidationFailed) -> tuple[DraftIssue, ...]:
     return tuple(DraftIssue(field=i.field, reason=i.reason) for i in exc.issues)
 
@@ -220,7 +284,9 @@ def draft_envelope(
 ) -> EnvelopeDraft:
     """A draft from `proposed` (user- or agent-authored) or, without one, from the heuristic.
     `code_context` items are snippets (the caller reads files). Invalid drafts come back with
-    `valid=False` and per-field issues rather than raising: a draft is a proposal."""
+    `valid=False` and per-field issues rather than raising: a draft is a proposal. Text over
+    the input limits raises `ValidationFailed` before any parsing."""
+    check_inputs(description, code_context)
     profiles = list(profiles)
     text = "\n".join([description, *code_context])
     workload: Workload | None = None

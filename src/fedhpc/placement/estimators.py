@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
+from fedhpc.domain.units import MAX_SECONDS, UtcDatetime, as_utc
 from fedhpc.placement.context import Live
 from fedhpc.placement.settings import Settings, WaitMethod
 
@@ -36,7 +37,7 @@ SchedulerEstimates = Mapping[tuple[str, str, str], datetime]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class WaitObservation(_Frozen):
@@ -47,8 +48,8 @@ class WaitObservation(_Frozen):
     gpus: int = Field(default=0, ge=0, description="per node")
     cpus: int = Field(default=1, ge=1, description="per node")
     nodes: int = Field(default=1, ge=1)
-    wait_s: float = Field(ge=0)
-    observed_at: datetime
+    wait_s: float = Field(ge=0, le=MAX_SECONDS)
+    observed_at: UtcDatetime
 
 
 class RuntimeObservation(_Frozen):
@@ -57,13 +58,13 @@ class RuntimeObservation(_Frozen):
     gpus: int = Field(default=0, ge=0, description="per node")
     cpus: int = Field(default=1, ge=1, description="per node")
     nodes: int = Field(default=1, ge=1)
-    runtime_s: float = Field(gt=0)
+    runtime_s: float = Field(gt=0, le=MAX_SECONDS)
 
 
 class RuntimeDeclaration(_Frozen):
     """A declared runtime at a reference shape, and how it scales (Amdahl serial fraction)."""
 
-    seconds: float = Field(gt=0)
+    seconds: float = Field(gt=0, le=MAX_SECONDS)
     gpus: int = Field(default=0, ge=0, description="per node, at the reference shape")
     cpus: int = Field(default=1, ge=1, description="per node, at the reference shape")
     nodes: int = Field(default=1, ge=1)
@@ -202,7 +203,7 @@ def estimate_wait(
                 # first, the job starts at once whatever it predicts (Slurm 22.05, seen here).
                 d = settings.dispatch_s
                 return WaitEstimate(d, d * settings.uncertainty_factor, "scheduler:free-now")
-            w = max(0.0, (start - now).total_seconds())
+            w = min(max(0.0, (as_utc(start) - as_utc(now)).total_seconds()), MAX_SECONDS)
             return WaitEstimate(
                 w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler"
             )

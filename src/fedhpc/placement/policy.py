@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ from fedhpc.domain.envelope import Preferences
 from fedhpc.placement.settings import Objective, Policy, PolicyKind
 from fedhpc.placement.trace import Estimates
 
-__all__ = ["KEY_TAIL", "preference_rank", "primary_fields", "sort_key", "waste"]
+__all__ = ["KEY_TAIL", "preference_rank", "primary_fields", "sort_key", "waste", "whole_seconds"]
 
 # After the policy's primary criterion: lower fraction of remaining site credit, lower
 # specialized-resource waste, user preference (site, partition, account order), stable id.
@@ -60,6 +61,22 @@ def waste(gpus_per_node: int, nodes: int, accelerators_per_node: int, whole_node
     return max(0, accelerators_per_node - gpus_per_node) * nodes
 
 
+# Estimates past this many seconds all rank alike (and last): no estimate means "never".
+_NEVER_S = 10**15
+
+
+def whole_seconds(value: float) -> int:
+    """A completion estimate in whole seconds for sorting; infinite, NaN or absurd estimates
+    (no live state, a broken probe) rank last instead of raising OverflowError."""
+    if math.isnan(value) or value >= _NEVER_S:
+        return _NEVER_S
+    return max(round(value), -_NEVER_S)
+
+
+def _fraction(value: float) -> float:
+    return value if math.isfinite(value) else math.inf
+
+
 def sort_key(
     policy: Policy, c: Ranked, est: Estimates, prefs: Preferences
 ) -> tuple[float | int | str, ...]:
@@ -70,13 +87,13 @@ def sort_key(
     if policy.kind is PolicyKind.SHORTEST_QUEUE:
         primary = (c.queue_depth,)
     elif policy.kind is PolicyKind.FIXED_SITE:
-        primary = (0 if c.site == policy.site else 1, round(completion))
+        primary = (0 if c.site == policy.site else 1, whole_seconds(completion))
     else:
-        primary = (round(completion),)
+        primary = (whole_seconds(completion),)
     ps, pp = preference_rank(prefs, c.site, c.partition)
     return (
         *primary,
-        round(est.credit_fraction, 6),
+        round(_fraction(est.credit_fraction), 6),
         est.waste,
         ps,
         pp,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fedhpc.domain.site import Health
+from fedhpc.domain.units import as_utc
 from fedhpc.placement.context import CandidateContext, PartitionContext
 
 __all__ = [
@@ -90,7 +91,8 @@ def health(p: PartitionContext) -> RuleResult:
     if p.state.health is Health.OFFLINE:
         return _fail(c, f"{p.site.name} is offline: {p.state.error or 'probe failed'}")
     if p.pstate is None:
-        return _fail(c, f"the probe did not report partition {p.spec.name}")
+        why = f" ({p.state.error})" if p.state.error else ""
+        return _fail(c, f"the probe did not report partition {p.spec.name}{why}")
     if not p.pstate.available:
         return _fail(c, f"partition {p.spec.name} is not up")
     if p.state.health is Health.DEGRADED:
@@ -107,7 +109,8 @@ def freshness(p: PartitionContext) -> RuleResult:
     c = Category.FRESHNESS
     if p.state is None:
         return _fail(c, "no probe to be fresh")
-    age = (p.now - p.state.collected_at).total_seconds()
+    # Both sides in UTC: a naive time (an old snapshot, a hand-made state) is never a TypeError.
+    age = (as_utc(p.now) - as_utc(p.state.collected_at)).total_seconds()
     bound = staleness_bound_s(p)
     if age > bound:
         return _fail(c, f"probe is {age:.0f} s old; the bound is {bound:.0f} s")
@@ -241,6 +244,8 @@ def capacity(x: CandidateContext) -> RuleResult:
 def credit(x: CandidateContext) -> RuleResult:
     c, p = Category.CREDIT, x.part
     charge, budget = x.charge, x.budget
+    if budget.unusable is not None:
+        return _fail(c, f"cannot check the charge on {p.site.name}: {budget.unusable}")
     if budget.allowed is None:
         return _note(c, f"charge {charge.explain()}; no budget or balance known to check it")
     if charge.amount > budget.allowed:

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fedhpc.domain.units import MAX_COUNT, MAX_SECONDS
+
 __all__ = ["Objective", "Policy", "PolicyKind", "Settings", "WaitMethod"]
 
 
@@ -36,34 +38,47 @@ class WaitMethod(StrEnum):
 class Settings(BaseModel):
     """Tunable numbers. Defaults are deliberately coarse: estimates rank, they do not promise."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    dispatch_s: float = Field(default=10.0, ge=0, description="wait when a slot is free now")
+    dispatch_s: float = Field(
+        default=10.0, ge=0, le=MAX_SECONDS, description="wait when a slot is free now"
+    )
     per_pending_s: float = Field(
-        default=120.0, ge=0, description="paper estimator: wait per job queued ahead"
+        default=120.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="paper estimator: wait per job queued ahead",
     )
     uncertainty_factor: float = Field(
-        default=2.0, ge=1, description="p90/expected for estimates without history"
+        default=2.0, ge=1, le=1000, description="p90/expected for estimates without history"
     )
     staleness_factor: float = Field(
-        default=5.0, gt=0, description="a probe older than this x min_refresh_s is stale"
+        default=5.0, gt=0, le=1000, description="a probe older than this x min_refresh_s is stale"
     )
-    min_staleness_s: float = Field(default=60.0, ge=0, description="floor of the stale bound")
-    learned_min_samples: int = Field(default=3, ge=1)
-    learned_window_s: float = Field(default=14 * 86400.0, gt=0)
-    learned_max_samples: int = Field(default=200, ge=1, description="most recent per bucket")
-    default_prepare_s: float = Field(default=600.0, ge=0, description="E when uncached")
+    min_staleness_s: float = Field(
+        default=60.0, ge=0, le=MAX_SECONDS, description="floor of the stale bound"
+    )
+    learned_min_samples: int = Field(default=3, ge=1, le=MAX_COUNT)
+    learned_window_s: float = Field(default=14 * 86400.0, gt=0, le=MAX_SECONDS)
+    learned_max_samples: int = Field(
+        default=200, ge=1, le=MAX_COUNT, description="most recent per bucket"
+    )
+    default_prepare_s: float = Field(
+        default=600.0, ge=0, le=MAX_SECONDS, description="E when uncached"
+    )
     serial_fraction: float = Field(
         default=0.1, ge=0, le=1, description="Amdahl serial fraction when history cannot fit one"
     )
     allow_cpu_on_gpu_partitions: bool = False
-    max_shapes: int = Field(default=4, ge=1, description="joint sizing: shapes per partition")
+    max_shapes: int = Field(
+        default=4, ge=1, le=64, description="joint sizing: shapes per partition"
+    )
 
 
 class Policy(BaseModel):
     """The selectable placement policy."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: PolicyKind = PolicyKind.BEST_FEASIBLE
     site: str | None = Field(default=None, description="FIXED_SITE: the site")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedhpc.errors import PermanentError, TransientError, UsageError
+from fedhpc.errors import ErrorKind, PermanentError, TransientError, UsageError
 
 __all__ = [
     "BadDataRef",
@@ -23,6 +23,7 @@ class BadDataRef(UsageError):
     """The reference does not have the form site:root/relative/path."""
 
     code = "bad_data_ref"
+    kind = ErrorKind.VALIDATION
     default_hint = "Write references as site:root/relative/path, e.g. delta:work/run1/out.dat."
 
 
@@ -30,16 +31,19 @@ class PathTraversal(UsageError):
     """The relative path tries to leave its storage root (`..`, absolute, control characters)."""
 
     code = "path_traversal"
+    kind = ErrorKind.VALIDATION
     default_hint = "Use a path relative to the storage root, without `..` segments."
 
 
 class UnknownSite(UsageError):
     code = "unknown_site"
+    kind = ErrorKind.NOT_FOUND
     default_hint = "List the enabled sites with `fedhpc status`."
 
 
 class UnknownRoot(UsageError):
     code = "unknown_root"
+    kind = ErrorKind.NOT_FOUND
     default_hint = "Use a storage root the site's profile names (e.g. scratch, work, home)."
 
 
@@ -62,11 +66,13 @@ class OutsideRoot(PermanentError):
     """A path resolves (through a symlink or a task's workdir) outside every configured root."""
 
     code = "outside_root"
+    kind = ErrorKind.VALIDATION
     default_hint = "Keep task outputs and transfer paths inside the site's storage roots."
 
 
 class TransferNotFound(UsageError):
     code = "not_found"
+    kind = ErrorKind.NOT_FOUND
     default_hint = "Transfer ids come from move_data or a task's stage_out."
 
 
@@ -75,6 +81,7 @@ class TransferAuthError(PermanentError):
     A person must log in again; the daemon never prompts."""
 
     code = "transfer_auth"
+    kind = ErrorKind.USAGE
     default_hint = (
         "Renew the daemon's Globus credentials (client credentials in GLOBUS_CLIENT_ID/"
         "GLOBUS_CLIENT_SECRET, or log in again to refresh the stored tokens and consents)."

@@ -8,7 +8,7 @@ from fedhpc.adapters.command import Command, CommandResult
 
 __all__ = ["Transport", "TransportError", "TransportUnavailable"]
 
-from fedhpc.errors import PermanentError, TransientError
+from fedhpc.errors import ErrorKind, PermanentError, TransientError
 
 
 class TransportError(TransientError):
@@ -21,6 +21,7 @@ class TransportUnavailable(PermanentError):
     """The transport cannot work as configured (missing binary, credentials, endpoint)."""
 
     code = "transport_unavailable"
+    kind = ErrorKind.UNAVAILABLE
 
 
 @runtime_checkable

@@ -45,7 +45,7 @@ from fedhpc.adapters.transports.local import (
     retrying,
 )
 from fedhpc.domain.site import TransportSpec
-from fedhpc.errors import FedError, PermanentError
+from fedhpc.errors import ErrorKind, FedError, PermanentError
 
 __all__ = [
     "DEFAULT_SNIPPET_LINES",
@@ -76,6 +76,7 @@ class CommandTooLarge(PermanentError):
     """The command and its stdin do not fit in one endpoint task."""
 
     code = "command_too_large"
+    kind = ErrorKind.TOO_LARGE
     default_hint = "Stage large inputs as files at the site (Globus Transfer) and pass paths."
 
 
