@@ -10,7 +10,7 @@ import anyio
 import pytest
 from mcp.shared.message import SessionMessage
 
-from fedhpc.mcp_server.transport import BearerGuard, GuardedStdin, is_loopback
+from fedhpc.mcp_server.transport import BearerGuard, BodyLimit, GuardedStdin, is_loopback
 
 PING = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
 DEEP = '{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":' + "[" * 250 + "]" * 250 + "}}"
@@ -117,3 +117,69 @@ async def test_lifespan_events_pass_the_bearer_guard() -> None:
 )  # fmt: skip
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+VERY_DEEP = (
+    '{"jsonrpc":"2.0","method":"tools/call","params":{"x":'
+    + "[" * 100_000 + "]" * 100_000 + '},"id":"deep"}'
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("line", "rid"),
+    [(VERY_DEEP, "deep"),
+     ('{"id":7,"params":' + "{\"a\":" * 50_000 + "1" + "}" * 50_000 + ',"method":"ping"}', 7),
+     ('{"jsonrpc":"2.0","id":8,"method":"ping","params":{"s":"' + "x" * 4_000_001 + '"}}', 8)],
+)  # fmt: skip
+async def test_a_request_too_deep_for_any_parser_or_too_large_is_answered(
+    line: str, rid: Any
+) -> None:
+    passed, answers = await _run(line, PING)
+    assert passed == [PING + "\n"]
+    (answer,) = answers
+    assert answer["id"] == rid and answer["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"jsonrpc":"2.0","result":' + "[" * 5000 + "]" * 5000 + ',"id":1}',  # a response
+     '{"jsonrpc":"2.0","method":"x","params":' + "[" * 5000 + "]" * 5000 + "}",  # notification
+     '{"jsonrpc":"2.0","method":"x","params":{"id":3,"d":' + "[" * 5000 + "]" * 5000 + "}}"],
+)  # fmt: skip
+async def test_a_deep_message_nobody_waits_for_gets_no_answer(line: str) -> None:
+    passed, answers = await _run(line, PING)
+    assert passed == [PING + "\n"] and answers == []
+
+
+async def _post(body: bytes, declared: bool) -> tuple[int, bytes, bytes]:
+    sent: list[dict[str, Any]] = []
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)] or [b""]
+    received: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def echo(scope: Any, receive_: Any, send_: Any) -> None:
+        message = await receive_()
+        received.append(message["body"])
+        await _ok(scope, receive_, send_)
+
+    headers = [(b"content-length", str(len(body)).encode())] if declared else []
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    await BodyLimit(echo, limit=100_000)(scope, receive, send)
+    return sent[0]["status"], sent[1]["body"], b"".join(received)
+
+
+@pytest.mark.parametrize("declared", [True, False])
+async def test_the_http_body_limit_refuses_oversized_bodies_and_passes_others_whole(
+    declared: bool,
+) -> None:
+    status, body, seen = await _post(b"x" * 100_001, declared)
+    assert status == 413 and json.loads(body)["error"]["code"] == -32600 and seen == b""
+    small = b'{"jsonrpc":"2.0","id":1,"method":"ping"}' * 1000
+    status, _, seen = await _post(small, declared)
+    assert status == 200 and seen == small

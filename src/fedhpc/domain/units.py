@@ -41,7 +41,7 @@ _FACTOR_MIB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024*
 
 def _bounded(number: float, limit: int, what: str, unit: str) -> int:
     """A finite, non-negative number up to `limit`, rounded; else a ValueError that says why."""
-    if not math.isfinite(number):
+    if isinstance(number, float) and not math.isfinite(number):
         raise ValueError(f"{what} must be a finite number")
     if number < 0:
         raise ValueError(f"{what} cannot be negative")

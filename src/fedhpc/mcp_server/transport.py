@@ -3,7 +3,10 @@
 mcp 2.3.0's stdio server drops every line it cannot decode without answering (a request nested
 deeper than ~195 levels, an escaped lone surrogate, a wrong envelope), so the caller waits
 forever. `GuardedStdin` decodes each line first, answers what it cannot pass on with a
-JSON-RPC error carrying the request's id, and hands the SDK only lines it can decode."""
+JSON-RPC error carrying the request's id, and hands the SDK only lines it can decode. The id is
+found by a linear scan when Python's own parser gives up (100,000 levels deep), and a line over
+`MAX_MESSAGE_BYTES` is refused unread by the SDK. Over HTTP the SDK answers undecodable bodies
+itself; `BodyLimit` refuses oversized ones before they are read."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import io
 import ipaddress
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import IO, Any, cast
 
@@ -31,16 +35,75 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.errors import UsageError
 
-__all__ = ["BearerGuard", "GuardedStdin", "is_loopback", "run_http", "run_stdio"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "BearerGuard",
+    "BodyLimit",
+    "GuardedStdin",
+    "is_loopback",
+    "run_http",
+    "run_stdio",
+]
 
 log = structlog.get_logger(__name__)
 
+# One JSON-RPC message: tool arguments are small (the daemon caps its own bodies at 1 MB).
+MAX_MESSAGE_BYTES = 4_000_000
+
+# JSON tokens for the fallback scan: a string (escapes kept whole), a bracket or separator, or
+# a bare scalar. Linear: no token pattern can backtrack across another.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
+_INT = re.compile(r"-?(?:0|[1-9]\d{0,17})")
+
+
+def _scan_id(line: str) -> int | str | None:
+    """The top-level "id" of a request too deep for Python's parser, in one linear pass: only
+    keys and scalar values at depth 1 matter, everything deeper is skipped token by token."""
+    depth, key, after_colon, is_request = 0, None, False, False
+    rid: int | str | None = None
+    for m in _TOKEN.finditer(line):
+        tok = m.group()
+        if tok in "{[":
+            depth += 1
+            after_colon = False
+        elif tok in "}]":
+            depth -= 1
+        elif depth != 1 or tok == ",":
+            after_colon = False
+            key = None if depth == 1 else key
+        elif tok == ":":
+            after_colon = True
+        elif not after_colon:
+            key = tok
+        else:
+            if key == '"method"':
+                is_request = True
+            elif key == '"id"':
+                rid = _scalar_id(tok)
+            after_colon = False
+    return rid if is_request else None
+
+
+def _scalar_id(tok: str) -> int | str | None:
+    if _INT.fullmatch(tok):
+        return int(tok)
+    if tok.startswith('"'):
+        try:
+            value = json.loads(tok)
+        except ValueError:
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
 
 def _request_id(line: str) -> int | str | None:
-    """The id of a request the SDK could not decode, when Python's parser can still read it."""
+    """The id of a request the SDK could not decode: from Python's parser when it can read the
+    line, else from a linear scan (a request nested deeper than Python's recursion limit)."""
     try:
         message = json.loads(line)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        return _scan_id(line)
+    except ValueError:
         return None
     if not isinstance(message, dict) or "method" not in message:
         return None  # a notification, a response, or not an envelope: nobody waits
@@ -76,22 +139,25 @@ class GuardedStdin:
         async for line in self._lines:
             if not line.strip():
                 continue
+            if len(line) > MAX_MESSAGE_BYTES:
+                await self._refuse(line, f"message over {MAX_MESSAGE_BYTES} bytes")
+                continue
             try:
                 jsonrpc_message_adapter.validate_json(line, by_name=False)
             except ValidationError as exc:
-                await self._refuse(line, exc)
+                await self._refuse(line, _reason(exc))
                 continue
             return line
         raise StopAsyncIteration
 
-    async def _refuse(self, line: str, exc: ValidationError) -> None:
+    async def _refuse(self, line: str, reason: str) -> None:
         rid = _request_id(line)
         log.warning("undecodable message", bytes=len(line), answered=rid is not None)
         if rid is None:
             return
-        # Python's parser read it, so it is JSON the SDK cannot take (too deep, a lone
+        # Its id could be read, so it is JSON the SDK cannot take (too deep, too large, a lone
         # surrogate, or not a JSON-RPC envelope): an invalid request, not a parse error.
-        error = ErrorData(code=INVALID_REQUEST, message=f"request refused: {_reason(exc)}")
+        error = ErrorData(code=INVALID_REQUEST, message=f"request refused: {reason}")
         await self._ready.wait()
         assert self._reply is not None
         await self._reply.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
@@ -162,6 +228,63 @@ class BearerGuard:
         await send({"type": "http.response.body", "body": body})
 
 
+class BodyLimit:
+    """ASGI middleware: an HTTP body over `limit` bytes is refused (413, a JSON-RPC error)
+    before the SDK reads it into memory; a declared Content-Length is checked first."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_MESSAGE_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def _too_large(self, send: Send) -> None:
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": None,
+             "error": {"code": INVALID_REQUEST, "message": f"body over {self.limit} bytes"}}
+        ).encode()  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._too_large(send)
+            return
+        # Read the body here, bounded, and hand the SDK the same bytes as one message.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
 async def run_http(server: MCPServer[Any], host: str, port: int, token: str | None) -> None:
     """Streamable HTTP at /mcp. Loopback needs no token; any other address refuses to start
     without one. A token, once given, is checked on loopback too."""
@@ -172,7 +295,7 @@ async def run_http(server: MCPServer[Any], host: str, port: int, token: str | No
             f"refusing to serve MCP on {host} without a bearer token",
             hint="Set FEDHPC_MCP_TOKEN to a long random secret, or serve on 127.0.0.1.",
         )
-    app: ASGIApp = server.streamable_http_app(host=host)
+    app: ASGIApp = BodyLimit(server.streamable_http_app(host=host))
     if token:
         app = BearerGuard(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fedhpc.domain.config import AccountConfig
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import ChargeKind, Credit, PartitionSpec, SiteProfile, SiteState
+from fedhpc.domain.units import finite_or_none
 from fedhpc.placement.context import Ledger
 from fedhpc.profiles.loader import Site
 
@@ -79,7 +80,7 @@ def _unusable(state: SiteState | None, row: Credit | None) -> str | None:
     for c in rows:
         for name in ("budget", "used", "balance"):
             value = getattr(c, name)
-            if value is not None and not math.isfinite(value):
+            if value is not None and finite_or_none(value) is None:
                 return f"the site reported {name}={value} for account {c.account}"
     return None
 

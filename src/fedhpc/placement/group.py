@@ -8,6 +8,7 @@ from datetime import datetime
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import ResourceSnapshot
+from fedhpc.domain.units import as_utc
 from fedhpc.placement.context import Ledger, PartitionMemo
 from fedhpc.placement.estimators import (
     EnvCache,
@@ -39,6 +40,7 @@ def place_group(
 ) -> list[Placement | Unschedulable]:
     """One decision per child, in order. Deterministic like `place`."""
     policy = policy or Policy()
+    now = as_utc(now)
     waits = WaitHistory(history, now=now, settings=policy.settings) if history else ()
     ledger = Ledger()
     memo = PartitionMemo()  # children share envelopes: unchanged partitions are not re-evaluated

@@ -9,6 +9,7 @@ from datetime import datetime
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionState, ResourceSnapshot, SiteState
+from fedhpc.domain.units import as_utc
 from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
 from fedhpc.placement.context import (
     CandidateContext,
@@ -233,6 +234,7 @@ def place(
     partition's evaluation while nothing it depends on has changed (see `place_group`)."""
     policy = policy or Policy()
     s = policy.settings
+    now = as_utc(now)  # a naive clock is UTC, never a TypeError against aware probe times
     env = normalize_envelope(envelope, (x.profile for x in sites.values()), sites=sites.keys())
     if environment is None and env.container is not None:
         environment = env.container.image

@@ -68,9 +68,9 @@ _NEVER_S = 10**15
 def whole_seconds(value: float) -> int:
     """A completion estimate in whole seconds for sorting; infinite, NaN or absurd estimates
     (no live state, a broken probe) rank last instead of raising OverflowError."""
-    if math.isnan(value) or value >= _NEVER_S:
-        return _NEVER_S
-    return max(round(value), -_NEVER_S)
+    if not math.isfinite(value) or value >= _NEVER_S:
+        return _NEVER_S  # -inf too: no real estimate is below zero
+    return max(round(value), 0)
 
 
 def _fraction(value: float) -> float:
