@@ -20,6 +20,7 @@ from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
 from fedhpc.placement.normalize import normalize_envelope, parse_envelope
+from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
     "MAX_CODE_CONTEXT_CHARS",
@@ -37,7 +38,7 @@ GIB = 1024
 # in its input, so these bound the drafter's time (benchmarks/hostile.py measures it).
 MAX_DESCRIPTION_CHARS = 8000
 MAX_CODE_CONTEXT_ITEMS = 32
-MAX_CODE_CONTEXT_CHARS = 64_000  # all snippets together
+MAX_CODE_CONTEXT_CHARS = 32_000  # all snippets together (about 800 lines)
 # A number longer than this is not a resource count anyone meant; it reads as "huge" and fails
 # validation by range, so the draft comes back valid=False instead of raising.
 _MAX_DIGITS = 15
@@ -78,43 +79,44 @@ class EnvelopeDraft(BaseModel):
     issues: tuple[DraftIssue, ...] = ()
 
 
-_I = re.IGNORECASE
-_SIGNALS: dict[str, re.Pattern[str]] = {
-    "ddp": re.compile(
-        r"torch\.distributed|DistributedDataParallel|init_process_group|torchrun|"
-        r"--nproc[_-]per[_-]node|deepspeed|accelerate launch|\bDDP\b|\bFSDP\b|multi-?gpu|"
-        r"distributed (?:data[- ]parallel )?training",
-        _I,
-    ),
-    "gpu": re.compile(r"\bcuda\b|\.cuda\(\)|\bgpus?\b|torch\.device|\.to\(['\"]cuda", _I),
-    "inference": re.compile(
-        r"\binferen|\bpredict|\.generate\(|model\.eval\(\)|no_grad|inference_mode|vllm|\bserv",
-        _I,
-    ),
-    "sweep": re.compile(
-        r"\bsweep|grid search|hyper-?parameter|itertools\.product|optuna|ray\.tune|--array|"
-        r"for (?:seed|lr|alpha|beta|config)\b",
-        _I,
-    ),
-    "cpu": re.compile(
-        r"preprocess|tokeni[sz]|pandas|\bcsv\b|parquet|multiprocessing|joblib|n_jobs|\bresiz|"
-        r"\bconvert|\bETL\b|feature extraction|\bdask\b|\bcpu\b",
-        _I,
-    ),
-}
-_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)", _I)
-_NNODES = re.compile(r"--nnodes[= ](\d+)", _I)
+# Signals, matched on the ASCII-lower-cased text (see textscan: why no pattern is
+# case-insensitive or starts with an assertion). `worded` alternatives must start a word.
+_SIGNALS = Signals(
+    {
+        "ddp": (
+            r"torch\.distributed|distributeddataparallel|init_process_group|torchrun|"
+            r"--nproc[_-]per[_-]node|deepspeed|accelerate launch|multi-?gpu|"
+            r"distributed (?:data[- ]parallel )?training",
+            r"ddp\b|fsdp\b",
+        ),
+        "gpu": (r"\.cuda\(\)|torch\.device|\.to\(['\"]cuda", r"cuda\b|gpus?\b"),
+        "inference": (
+            r"\.generate\(|model\.eval\(\)|no_grad|inference_mode|vllm",
+            r"inferen|predict|serv",
+        ),
+        "sweep": (
+            r"grid search|hyper-?parameter|itertools\.product|optuna|ray\.tune|--array|"
+            r"for (?:seed|lr|alpha|beta|config)\b",
+            r"sweep",
+        ),
+        "cpu": (
+            r"preprocess|tokeni[sz]|pandas|parquet|multiprocessing|joblib|n_jobs|"
+            r"feature extraction",
+            r"csv\b|resiz|convert|etl\b|dask\b|cpu\b",
+        ),
+    }
+)
+# After a literal prefix (on the lower-cased text for the first two): linear as they stand.
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
+_NNODES = re.compile(r"--nnodes[= ](\d+)")
 _WORKERS = re.compile(r"num_workers\s*=\s*(\d+)")
 _POOL = re.compile(
     r"(?:Pool|ProcessPoolExecutor)\(\s*(?:processes\s*=\s*|max_workers\s*=\s*)?(\d+)|n_jobs\s*=\s*(\d+)"
 )
-# Each number pattern starts only where a digit run starts (the look-behind): a search that
-# retried inside a run of n digits cost O(n^2) (40,000 digits took 91 s).
-_DURATION = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(hours?|hrs?|h|minutes?|mins?)\b", _I)
-_COUNT = re.compile(
-    r"(?<!\d)(\d+)\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b", _I
-)
-_PARAMS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*B\b(?:[- ]param\w*|[- ]model)?")
+# A number's last digit and its unit; `number_before` reads the number backwards.
+_DURATION = re.compile(r"\d\s*(hours?|hrs?|h|minutes?|mins?)\b")
+_COUNT = re.compile(r"\d\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b")
+_PARAMS = re.compile(r"\d\s*B\b(?:[- ]param\w*|[- ]model)?")  # case matters: 7B, not 7b
 
 
 def _number(digits: str) -> float:
@@ -134,12 +136,20 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
 
 
 def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
-    m = _DURATION.search(description)
-    if m is None:
+    low = lower_ascii(description)
+    found = number_before(low, _DURATION)
+    if found is None:
         return {"min": default[0], "max": default[1]}, "default wall time for the class"
-    scale = 3600 if m.group(2).lower().startswith("h") else 60
-    seconds = max(60, round(_number(m.group(1)) * scale))
-    return {"min": seconds, "max": 2 * seconds}, f"stated duration {m.group(0)!r}, doubled for max"
+    number, start, end = found
+    scale = 3600 if low[start + len(number) :].lstrip().startswith("h") else 60
+    seconds = max(60, round(_number(number) * scale))
+    stated = _shown(description[start:end])
+    return {"min": seconds, "max": 2 * seconds}, f"stated duration {stated!r}, doubled for max"
+
+
+def _shown(text: str) -> str:
+    """A matched piece of the text for the rationale, shortened when it is a long number."""
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-12:]}"
 
 
 def _classify(hits: set[str], nproc: int | None) -> Workload:
@@ -155,9 +165,11 @@ def _classify(hits: set[str], nproc: int | None) -> Workload:
 def _heuristic(
     description: str, text: str
 ) -> tuple[Workload, dict[str, Any], list[str], list[str], int | None]:
-    hits = {name for name, rx in _SIGNALS.items() if rx.search(text)}
-    signals = sorted(f"{n}: {_SIGNALS[n].search(text).group(0)!r}" for n in hits)  # type: ignore[union-attr]
-    nproc, nnodes = _first_int(_NPROC, text), _first_int(_NNODES, text)
+    low = lower_ascii(text)
+    spans = _SIGNALS.search(low)
+    hits = set(spans)
+    signals = sorted(f"{n}: {text[a:b]!r}" for n, (a, b) in spans.items())
+    nproc, nnodes = _first_int(_NPROC, low), _first_int(_NNODES, low)
     workers, pool = _first_int(_WORKERS, text), _first_int(_POOL, text)
     for label, value in (
         ("nproc_per_node", nproc),
@@ -187,7 +199,8 @@ def _heuristic(
         wall = _wall(description, (2 * 3600, 4 * 3600))
     elif kind is Workload.PARAMETER_SWEEP:
         uses_gpu = "gpu" in hits
-        fanout = _first_int(_COUNT, description)
+        count = number_before(lower_ascii(description), _COUNT)
+        fanout = round(_number(count[0])) if count else None
         if fanout is not None and fanout > MAX_GROUP_CHILDREN:
             why.append(
                 f"the text asks for {fanout} runs; one group holds at most {MAX_GROUP_CHILDREN}"
@@ -215,11 +228,12 @@ def _heuristic(
             "cpus": {"min": 2, "max": max(cmax, 2)},
             "memory": {"min": 16 * GIB, "max": 64 * GIB},
         }
-        params = _PARAMS.search(text)
+        params = number_before(text, _PARAMS)
         if params:
-            need = math.ceil(_number(params.group(1)) * 2 * 1.2)
+            need = math.ceil(_number(params[0]) * 2 * 1.2)
             draft["min_accelerator_memory_gib"] = need
-            why.append(f"{params.group(0)!r}: fp16 weights + 20% need >= {need} GiB per GPU")
+            said = _shown(text[params[1] : params[2]])
+            why.append(f"{said!r}: fp16 weights + 20% need >= {need} GiB per GPU")
         why.append("one GPU: inference rarely scales across GPUs without model parallelism")
         wall = _wall(description, (1800, 3600))
     else:
