@@ -49,7 +49,6 @@ __all__ = ["DaemonState", "build_app", "status_of"]
 log = structlog.get_logger(__name__)
 
 
-
 class TasksQuery(BaseModel):
     """Query of GET /v1/tasks."""
 
