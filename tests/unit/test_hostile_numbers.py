@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +23,13 @@ from fedhpc.domain.units import (
     parse_duration,
     parse_memory_mib,
 )
-from fedhpc.errors import ValidationFailed
+from fedhpc.errors import ProfileError, ValidationFailed
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.placement import Placement, Policy, Settings, Unschedulable, place, place_group
 from fedhpc.placement.normalize import parse_envelope
 from fedhpc.placement.policy import whole_seconds
 from fedhpc.placement.trace import Estimates
+from fedhpc.profiles import load_profile, load_user_config
 from tests.unit.test_placement_world import (
     NOW,
     env,
@@ -257,3 +259,48 @@ def test_place_and_place_group_answer_or_raise_validation_for_any_number(
         if isinstance(out, Placement):
             assert budget is None or (math.isfinite(budget) and out.estimates.charge <= budget)
             assert math.isfinite(out.estimates.completion_s)
+
+
+_PROFILE = """name = "mine"
+dialect = "slurm"
+arch = "x86_64"
+[charge]
+kind = "node-hours"
+rate = {rate}
+[[partitions]]
+name = "p"
+max_wall_s = {wall}
+[partitions.node]
+cpus = {cpus}
+memory_mib = {memory}
+"""
+_SANE = {"rate": "1.0", "wall": '"48h"', "cpus": "8", "memory": '"64G"'}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [("rate", "inf", "charge.rate"), ("rate", "nan", "charge.rate"),
+     ("wall", "1e400", "partitions.0.max_wall_s"), ("cpus", "9" * 30, "partitions.0.node.cpus"),
+     ("memory", '"nan"', "partitions.0.node.memory_mib"),
+     ("memory", "-inf", "partitions.0.node.memory_mib")],
+)  # fmt: skip
+def test_a_profile_with_a_non_finite_or_absurd_number_names_the_file_and_key(
+    tmp_path: Path, key: str, value: str, field: str
+) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(_PROFILE.format(**{**_SANE, key: value}))
+    with pytest.raises(ProfileError) as caught:
+        load_profile(path)
+    assert caught.value.key == field and str(path) in caught.value.message
+    assert caught.value.kind.value == "validation"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e16", "-1"])
+def test_a_user_config_budget_that_is_not_a_finite_credit_is_refused(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[sites.devdelta]\nbudget = {value}\n")
+    with pytest.raises(ProfileError) as caught:
+        load_user_config(path)
+    assert caught.value.key == "sites.devdelta.budget"

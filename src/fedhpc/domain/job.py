@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.site import SafeName
-from fedhpc.domain.units import MiB, Seconds
+from fedhpc.domain.units import MiB, Seconds, UtcDatetime
 
 __all__ = [
     "TERMINAL",
@@ -240,10 +239,11 @@ class AccountingRecord(BaseModel):
     partition: str | None = None
     state: JobState
     native_state: str
-    submit: datetime | None = None
-    eligible: datetime | None = None
-    start: datetime | None = None
-    end: datetime | None = None
+    # Dialects parse times in the site's zone; a naive one here is taken as UTC (units.as_utc).
+    submit: UtcDatetime | None = None
+    eligible: UtcDatetime | None = None
+    start: UtcDatetime | None = None
+    end: UtcDatetime | None = None
     elapsed_s: int | None = None
     exit_code: int | None = None
     alloc_tres: dict[str, str] = Field(default_factory=dict)
