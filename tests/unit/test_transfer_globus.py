@@ -178,10 +178,14 @@ async def test_an_inactive_task_waiting_for_credentials_is_active_but_blocked() 
     assert st.state is TransferState.ACTIVE
     assert st.blocked is not None
     assert st.blocked.code == "AUTH"
-    assert "credentials" in st.blocked.hint.lower()
+    assert "fedhpc login" in st.blocked.hint
 
 
-async def test_expired_consent_at_submit_is_a_typed_authorization_error() -> None:
+async def test_a_missing_data_access_consent_at_submit_names_the_exact_login_command() -> None:
+    scope = (
+        "urn:globus:auth:scope:transfer.api.globus.org:all"
+        f"[*https://auth.globus.org/scopes/{DST}/data_access]"
+    )
     load_response(
         RegisteredResponse(
             service="transfer",
@@ -191,13 +195,14 @@ async def test_expired_consent_at_submit_is_a_typed_authorization_error() -> Non
             json={
                 "code": "ConsentRequired",
                 "message": "Missing required data_access consent",
-                "required_scopes": ["urn:globus:auth:scope:transfer.api.globus.org:all"],
+                "required_scopes": [scope],
             },
         )
     )
     with pytest.raises(FedError) as exc:
         await _backend().submit(_spec("8b1a0f0e-2222-4000-8000-000000000002"))
-    assert exc.value.code == "transfer_auth"
+    assert exc.value.code == "globus_login_required"
+    assert f"`fedhpc login --scope '{scope}'`" in exc.value.hint
     assert "dummy-token" not in exc.value.message
 
 
@@ -261,10 +266,11 @@ async def test_without_stored_tokens_the_daemon_fails_typed_instead_of_prompting
 ) -> None:
     monkeypatch.setenv("GLOBUS_CLIENT_ID", "c7f0e6a8-3333-4000-8000-000000000002")
     monkeypatch.delenv("GLOBUS_CLIENT_SECRET", raising=False)
-    backend = GlobusBackend(lambda: daemon_transfer_client(tmp_path))
+    backend = GlobusBackend(lambda: daemon_transfer_client(tmp_path), home=tmp_path)
     with pytest.raises(FedError) as exc:
         await backend.submission_id()
-    assert exc.value.code == "transfer_auth"
+    assert exc.value.code == "globus_login_required"
+    assert "`fedhpc login`" in exc.value.hint
     assert not responses.calls  # nothing was sent, nothing asked on stdin
 
 

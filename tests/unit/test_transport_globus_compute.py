@@ -31,7 +31,6 @@ from globus_compute_sdk.serialize import ComputeSerializer
 from globus_sdk.testing import RegisteredResponse, get_last_request, load_response
 
 from fedhpc.adapters.command import Command
-from fedhpc.adapters.transports import globus_compute as gc_module
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import TransportUnavailable
 from fedhpc.adapters.transports.globus_compute import (
@@ -41,6 +40,8 @@ from fedhpc.adapters.transports.globus_compute import (
 )
 from fedhpc.adapters.transports.local import OutputTooLarge
 from fedhpc.domain.site import TransportSpec
+from fedhpc.errors import FedError
+from fedhpc.globus_auth import apps as auth_apps
 from tests.injection_corpus import CANARY_NAME, corpus
 
 ENDPOINT = "4b116d3c-1703-4f8f-9f6f-39921e5864df"
@@ -273,15 +274,19 @@ async def test_a_command_too_large_for_one_task_is_refused_before_submission(
 # --- credentials ------------------------------------------------------------------------------
 
 
-def test_missing_credentials_raise_transport_unavailable(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+async def test_without_a_login_or_service_identity_the_first_call_names_fedhpc_login(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mocked_globus: None
 ) -> None:
     monkeypatch.delenv("GLOBUS_COMPUTE_CLIENT_ID", raising=False)
     monkeypatch.delenv("GLOBUS_COMPUTE_CLIENT_SECRET", raising=False)
-    with pytest.raises(TransportUnavailable) as caught:
-        make_transport(_spec(), state_dir=tmp_path)
-    assert caught.value.code == "transport_unavailable"
-    assert "GLOBUS_COMPUTE_CLIENT_SECRET" in caught.value.hint
+    monkeypatch.delenv("FEDHPC_GLOBUS_IDENTITY", raising=False)
+    auth_apps.reset()
+    transport = make_transport(_spec(), state_dir=tmp_path)  # a later login needs no restart
+    with pytest.raises(FedError) as caught:
+        await transport.run(Command(("true",)))
+    assert caught.value.code == "globus_login_required"
+    assert "`fedhpc login`" in caught.value.hint
+    assert not responses.calls  # nothing sent, nothing read from stdin
 
 
 @pytest.fixture
@@ -305,7 +310,7 @@ async def test_a_secret_in_the_environment_never_reaches_logs_or_errors(
     monkeypatch.setenv("GLOBUS_COMPUTE_CLIENT_ID", client_id)
     monkeypatch.setenv("GLOBUS_COMPUTE_CLIENT_SECRET", secret)
     monkeypatch.setenv("GLOBUS_COMPUTE_USER_DIR", str(tmp_path / "gc-user"))
-    monkeypatch.setattr(gc_module, "_shared_client", [])  # build a fresh SDK client from env
+    auth_apps.reset()  # build a fresh SDK client from the environment
     load_response(
         RegisteredResponse(
             service="auth",

@@ -33,7 +33,11 @@ _NEXT = {
         "submit_task(..., stage_in=[transfer_id]) for the next step",
     ],
     "transfer.failed": ["read the resource in `result`", "move_data(...) again"],
-    "transfer.blocked": ["ask the user to renew the daemon's Globus credentials"],
+    "task.stage_in_failed": [
+        "ask the user to run the command in `hint`, if there is one (e.g. `fedhpc login ...`)",
+        "move_data(...) again, then submit_task(..., stage_in=[new transfer_id])",
+    ],
+    "transfer.blocked": ["ask the user to run the command in `hint` (e.g. `fedhpc login`)"],
 }
 
 
@@ -60,6 +64,9 @@ def build_payload(
             out[key] = p[key]
     if p.get("reason"):
         out["reason"] = str(p["reason"])[:300]
+    hint = p.get("hint") or (p.get("error") or {}).get("hint")
+    if hint:  # the fix a person must make, e.g. the exact `fedhpc login --scope ...` command
+        out["hint"] = str(hint)[:500]
     out["attempts"] = [
         {k: a.get(k) for k in ("n", "site", "partition", "state", "job_id", "wait_s",
                                "runtime_s", "exit_code") if a.get(k) is not None}

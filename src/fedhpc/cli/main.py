@@ -14,7 +14,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import daemon, demo, hooks, probe, serve, sites, tasks
+    from fedhpc.cli import daemon, demo, hooks, login, probe, serve, sites, tasks
     from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     daemon.add_parser(sub)
     hooks.add_parser(sub)
+    login.add_parser(sub)
     serve.add_parser(sub)
     tasks.add_parser(sub)
     devfed_cli.add_parser(sub)

@@ -19,6 +19,7 @@ from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.domain.site import Health, ResourceSnapshot
 from fedhpc.errors import ErrorKind, UsageError
+from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.orchestrator import staging
@@ -197,6 +198,11 @@ class Orchestrator:
             job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
         except SchedulerRejected as exc:
             att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
+        except GlobusLoginRequired as exc:
+            # Refused before anything ran (no login, a missing consent): the reason carries
+            # the exact `fedhpc login` command, so the woken agent can ask the person for it.
+            att.state, att.ended_at = JobState.FAILED, self.clock()
+            att.reason = f"{exc.message}. {exc.hint}"
         except TransportError as exc:
             # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
             log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)
@@ -281,7 +287,8 @@ class Orchestrator:
             rejected.append(att.site)
             log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
         task.state = JobState.FAILED
-        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}",)
+        last = f": {att.reason}" if att.reason else ""
+        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
         async with self.store.transaction() as tx:
             await self.save(tx, task, at=self.clock())
             await self.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])

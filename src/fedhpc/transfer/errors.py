@@ -83,8 +83,8 @@ class TransferAuthError(PermanentError):
     code = "transfer_auth"
     kind = ErrorKind.USAGE
     default_hint = (
-        "Renew the daemon's Globus credentials (client credentials in GLOBUS_CLIENT_ID/"
-        "GLOBUS_CLIENT_SECRET, or log in again to refresh the stored tokens and consents)."
+        "Run `fedhpc login` to renew your Globus login and consents (see `fedhpc login "
+        "--status`), or, for a service identity, check GLOBUS_CLIENT_ID/GLOBUS_CLIENT_SECRET."
     )
 
 

@@ -3,7 +3,6 @@ synchronous and heavy: it is imported here only, lazily, and called in a worker 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,38 +30,23 @@ _BLOCKED = {"AUTH", "CONSENT_REQUIRED", "PAUSED_BY_ADMIN", "PERMISSION_DENIED"}
 
 
 def daemon_transfer_client(home: Path) -> globus_sdk.TransferClient:
-    """A TransferClient that never prompts: client credentials (GLOBUS_CLIENT_ID and
-    GLOBUS_CLIENT_SECRET) as a service identity, else the user's stored refresh tokens
-    (GLOBUS_CLIENT_ID of a native app the user logged in with once)."""
+    """A TransferClient that never prompts: the person's `fedhpc login` tokens (refreshed and
+    rotated), or a service identity (GLOBUS_CLIENT_ID and GLOBUS_CLIENT_SECRET); the precedence
+    is `fedhpc.globus_auth.identity.choose_identity`'s."""
+    from fedhpc.globus_auth.apps import transfer_client
+
+    return transfer_client(home)
+
+
+def _classify(exc: Exception, home: Path | None = None) -> Exception:
+    """SDK exceptions -> our taxonomy (login / auth / request / transient). Never leaks
+    tokens: only the API's code and message are kept."""
     import globus_sdk
-    from globus_sdk.token_storage import SQLiteTokenStorage
 
-    client_id = os.environ.get("GLOBUS_CLIENT_ID")
-    if not client_id:
-        raise TransferAuthError("no Globus client configured (GLOBUS_CLIENT_ID is unset)")
-    config = globus_sdk.GlobusAppConfig(
-        token_storage=SQLiteTokenStorage(home / "globus-tokens.db"),
-        request_refresh_tokens=True,
-        token_validation_error_handler=None,  # the default would start a login on stdin
-    )
-    secret = os.environ.get("GLOBUS_CLIENT_SECRET")
-    app: globus_sdk.GlobusApp
-    if secret:
-        app = globus_sdk.ClientApp("fedhpc", client_id=client_id, client_secret=secret,
-                                   config=config)  # fmt: skip
-    else:
-        app = globus_sdk.UserApp("fedhpc", client_id=client_id, config=config)
-    return globus_sdk.TransferClient(app=app)
+    from fedhpc.globus_auth.apps import translate as auth_error
 
-
-def _classify(exc: Exception) -> Exception:
-    """SDK exceptions -> our taxonomy (auth / request / transient). Never leaks tokens: only
-    the API's code and message are kept."""
-    import globus_sdk
-    from globus_sdk.token_storage.validating_token_storage.errors import TokenValidationError
-
-    if isinstance(exc, TokenValidationError):
-        return TransferAuthError(f"Globus credentials are missing or expired: {type(exc).__name__}")
+    if (login := auth_error(exc, home)) is not None:
+        return login  # a missing consent or login: the hint is the exact `fedhpc login` command
     if isinstance(exc, globus_sdk.GlobusAPIError):
         code, msg = str(exc.code), str(exc.message)
         if exc.http_status in (401, 403) or code in _AUTH_CODES:
@@ -81,21 +65,21 @@ class GlobusBackend:
 
     name = "globus"
 
-    def __init__(self, client_factory: Callable[[], globus_sdk.TransferClient]) -> None:
-        self._factory = client_factory
-        self._client: globus_sdk.TransferClient | None = None
+    def __init__(
+        self, client_factory: Callable[[], globus_sdk.TransferClient], *, home: Path | None = None
+    ) -> None:
+        self._factory = client_factory  # asked on every call: a new login is picked up at once
+        self._home = home
 
     def _tc(self) -> globus_sdk.TransferClient:
-        if self._client is None:
-            self._client = self._factory()
-        return self._client
+        return self._factory()
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
         def run() -> Any:
             try:
                 return fn()
             except Exception as exc:
-                raise _classify(exc) from None
+                raise _classify(exc, self._home) from None
 
         return await anyio.to_thread.run_sync(run)
 

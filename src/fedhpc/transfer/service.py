@@ -113,7 +113,9 @@ class TransferService:
             elif name == "globus":
                 from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
 
-                self._backends[name] = GlobusBackend(lambda: daemon_transfer_client(self.home))
+                self._backends[name] = GlobusBackend(
+                    lambda: daemon_transfer_client(self.home), home=self.home
+                )
             else:
                 raise KeyError(name)
         return self._backends[name]

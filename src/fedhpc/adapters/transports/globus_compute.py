@@ -46,6 +46,7 @@ from fedhpc.adapters.transports.local import (
 )
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import ErrorKind, FedError, PermanentError
+from fedhpc.globus_auth.identity import choose_identity
 
 __all__ = [
     "DEFAULT_SNIPPET_LINES",
@@ -67,7 +68,6 @@ _KILL_GRACE_S = 10
 _BACKSTOP_S = 60  # ShellFunction's walltime, past our own `timeout`; it only stops waiting
 _OUT, _ERR, _END = "@@fedhpc-gc-out", "@@fedhpc-gc-err", "@@fedhpc-gc-end"
 _TIMED_OUT = 124  # coreutils timeout's status
-_SECRET_VARS = ("GLOBUS_COMPUTE_CLIENT_ID", "GLOBUS_COMPUTE_CLIENT_SECRET")
 
 T = TypeVar("T")
 
@@ -175,17 +175,22 @@ def _float_option(options: Mapping[str, str], key: str, default: float) -> float
     return value
 
 
-def _translate(exc: Exception) -> Exception:
+def _translate(exc: Exception, home: Path | None = None) -> Exception:
     """SDK errors as fedhpc errors. Messages name status codes, never request data."""
     import globus_sdk
     from globus_compute_sdk.errors import SerdeError, TaskExecutionFailed
 
+    from fedhpc.globus_auth.apps import translate as auth_error
+
+    if (login := auth_error(exc, home)) is not None:
+        return login  # a person must log in or consent: the hint is the exact command
     if isinstance(exc, globus_sdk.GlobusAPIError):
         what = f"Globus Compute answered HTTP {exc.http_status} ({exc.code})"
         if exc.http_status in (401, 403):
             return TransportUnavailable(
                 f"{what}: the credentials were refused",
-                hint="Check GLOBUS_COMPUTE_CLIENT_ID/SECRET and the endpoint's allowed identities.",
+                hint="See `fedhpc login --status` (your own identity), or for a service identity "
+                "check GLOBUS_COMPUTE_CLIENT_ID/SECRET; the endpoint must allow the identity.",
             )
         if exc.http_status == 429 or exc.http_status >= 500:
             return TransportError(what)
@@ -200,17 +205,7 @@ def _translate(exc: Exception) -> Exception:
     return exc
 
 
-def _client_from_environment() -> ComputeClient:
-    from globus_compute_sdk import Client
-
-    # Client credentials make the SDK build a ClientApp: a token grant, never a login prompt.
-    # do_version_check=False: one fewer network call that could fail a whole site at start.
-    client: ComputeClient = Client(do_version_check=False)
-    return client
-
-
 _shared_lock = threading.Lock()
-_shared_client: list[ComputeClient] = []  # one SDK client per process, built on first use
 # Registered ShellFunction ids per client and (snippet_lines, walltime): once per process.
 _functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], str]] = weakref.WeakKeyDictionary()
 
@@ -232,14 +227,10 @@ class GlobusComputeTransport:
                 "a globus-compute transport needs an endpoint_id",
                 hint="Set endpoint_id in the site's [transport] (or your user config).",
             )
-        if client is None and not all(os.environ.get(var) for var in _SECRET_VARS):
-            raise TransportUnavailable(
-                "no Globus Compute credentials: fedhpc never logs in interactively",
-                hint=(
-                    "Create a client identity at app.globus.org and export "
-                    "GLOBUS_COMPUTE_CLIENT_ID and GLOBUS_COMPUTE_CLIENT_SECRET for the daemon."
-                ),
-            )
+        if client is None:
+            # Which identity (the person's `fedhpc login`, or client credentials) is decided
+            # per call: a login made after the daemon started is used without a restart.
+            choose_identity("compute", os.environ)
         self.name = name or f"globus-compute:{spec.endpoint_id}"
         self.endpoint_id = spec.endpoint_id
         self.state_dir = state_dir
@@ -262,7 +253,7 @@ class GlobusComputeTransport:
         except FedError:
             raise
         except Exception as exc:
-            translated = _translate(exc)
+            translated = _translate(exc, self.state_dir)
             if translated is exc:
                 raise
             raise translated from None  # SDK exceptions carry request data; keep them out
@@ -270,10 +261,11 @@ class GlobusComputeTransport:
     def _get_client(self) -> ComputeClient:
         if self._client is not None:
             return self._client
-        with _shared_lock:
-            if not _shared_client:
-                _shared_client.append(_client_from_environment())
-            return _shared_client[0]
+        from fedhpc.globus_auth.apps import compute_client
+
+        # One SDK client per process and identity (cached there); never a login prompt.
+        client: ComputeClient = compute_client(self.state_dir)
+        return client
 
     def _function_id(self, client: ComputeClient, walltime: int) -> str:
         from globus_compute_sdk import ShellFunction
