@@ -97,8 +97,12 @@ def translate(exc: BaseException, home: Path | None = None) -> FedError | None:
         return login_required(
             f"the stored Globus login is unusable ({type(exc).__name__})", None, record
         )
-    refused = isinstance(exc, globus_sdk.AuthAPIError) and exc.http_status in (400, 401)
-    if refused and exc.code == "invalid_grant":  # type: ignore[attr-defined]
+    if isinstance(exc, globus_sdk.AuthAPIError) and exc.http_status in (400, 401):
+        body = exc.raw_json if isinstance(exc.raw_json, dict) else {}
+        refused = "invalid_grant" in (exc.code, body.get("error"))  # OAuth puts it in "error"
+    else:
+        refused = False
+    if refused:
         return login_required("Globus refused the stored login (expired or revoked)", None, record)
     if isinstance(exc, globus_sdk.GlobusAPIError) and exc.http_status == 403:
         gare = to_gare(exc)

@@ -62,25 +62,19 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def _private_file(path: Path) -> None:
-    """Create the file 0600 before any library opens it, so it is never world-readable."""
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-    os.close(fd)
-    if stat.S_IMODE(path.stat().st_mode) != 0o600:
-        path.chmod(0o600)
-
-
 def open_token_storage(home: Path, *, create: bool) -> SQLiteTokenStorage | None:
     """The person's token database, or None when there is none and `create` is false."""
     from globus_sdk.token_storage import SQLiteTokenStorage
 
     path = tokens_path(home)
-    if not path.exists():
-        if not create:
-            return None
-        private_dir(globus_dir(home))
-        _private_file(path)
-    return SQLiteTokenStorage(path, namespace=NAMESPACE)
+    if not path.exists() and not create:
+        return None
+    private_dir(globus_dir(home))
+    # The SDK creates the file under umask 0o177 (0600); tighten an older file all the same.
+    storage = SQLiteTokenStorage(path, namespace=NAMESPACE)
+    if stat.S_IMODE(path.stat().st_mode) != 0o600:
+        path.chmod(0o600)
+    return storage
 
 
 def read_record(home: Path) -> LoginRecord | None:
