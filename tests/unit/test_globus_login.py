@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import responses
+import structlog
 
 from fedhpc.cli.main import main
 from fedhpc.globus_auth import apps as auth_apps
@@ -45,6 +46,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FEDHPC_GLOBUS_CLIENT_ID", CLIENT_ID)
     auth_apps.reset()
     return home
+
+
+@pytest.fixture(autouse=True)
+def keep_logging() -> Iterator[None]:
+    """main() points structlog at this test's captured stderr: restore it for later tests."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
