@@ -20,7 +20,6 @@ _NEXT = {
         "replan(task_id, envelope=..., exclude_sites=[...]) to place it again",
         "draft_envelope(...) to relax the envelope",
     ],
-    "task.stage_in_failed": ["read `reason`", "move_data(...) again, then submit_task(...)"],
     "task.site_lost": [
         "wait: it stays on the site and fedhpc resumes you when it ends",
         "replan(task_id, exclude_sites=[site]) if it has not started",
@@ -34,7 +33,7 @@ _NEXT = {
     ],
     "transfer.failed": ["read the resource in `result`", "move_data(...) again"],
     "task.stage_in_failed": [
-        "ask the user to run the command in `hint`, if there is one (e.g. `fedhpc login ...`)",
+        "read `reason`; if there is a `hint`, ask the user to run its command (`fedhpc login`...)",
         "move_data(...) again, then submit_task(..., stage_in=[new transfer_id])",
     ],
     "transfer.blocked": ["ask the user to run the command in `hint` (e.g. `fedhpc login`)"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fedhpc.errors import PermanentError, UsageError
+from fedhpc.errors import ErrorKind, PermanentError, UsageError
 from fedhpc.globus_auth.scopes import login_command
 
 __all__ = ["GlobusIdentityConfig", "GlobusLoginFailed", "GlobusLoginRequired", "GlobusNoClient"]
@@ -15,6 +15,7 @@ class GlobusLoginRequired(PermanentError):
     data_access, a session requirement). The daemon never prompts: it reports this instead."""
 
     code = "globus_login_required"
+    kind = ErrorKind.USAGE  # the person's move: run the command in the hint
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class GlobusLoginFailed(PermanentError):
     """The login flow did not produce tokens (bad or expired code, identity change)."""
 
     code = "globus_login_failed"
+    kind = ErrorKind.USAGE
     default_hint = "Run `fedhpc login` again and paste the newest code (codes expire in minutes)."
 
 
