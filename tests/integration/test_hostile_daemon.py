@@ -24,6 +24,7 @@ from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import RawSession
+from tests.integration.test_mcp_http import _start as _start_http
 
 pytestmark = pytest.mark.devfed
 
@@ -234,3 +235,36 @@ def test_serve_answers_a_100000_deep_request_and_keeps_serving(tmp_path: Path) -
     after = raw.request(99, "tools/call", {"name": "get_result", "arguments": {"task_id": ""}})
     assert after["result"]["isError"] is True
     assert raw.close() == 0
+
+
+_HTTP_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+}
+
+
+def test_mcp_over_http_answers_deep_surrogate_and_oversized_bodies(tmp_path: Path) -> None:
+    proc, port = _start_http(tmp_path / "h")
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deep = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cancel",'
+                '"arguments":{"task_id":' + "[" * 100_000 + "]" * 100_000 + "}}}")  # fmt: skip
+        surrogate = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":'
+                     '"cancel","arguments":{"task_id":"\\ud800"}}}')  # fmt: skip
+        huge = b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"s":"' + b"x" * 4_100_000
+        with httpx2.Client(timeout=30) as http:
+            for body in (deep.encode(), surrogate.encode(), huge + b'"}}'):
+                resp = http.post(url, content=body, headers=_HTTP_HEADERS)
+                assert resp.status_code in {400, 413}, resp.text[:300]
+                assert resp.json()["error"]["code"] in {-32700, -32600, -32602}
+            init = {"jsonrpc": "2.0", "id": 9, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+            ok = http.post(url, json=init, headers=_HTTP_HEADERS)
+            assert ok.status_code == 200, ok.text[:300]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
