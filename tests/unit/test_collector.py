@@ -14,6 +14,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain import AccountConfig, Arch, Health, UserConfig, UserSiteConfig
+from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.inspect import InspectRequest, inspect_federation
 from fedhpc.profiles import Site, load_federation
 from fedhpc.store import Store
@@ -51,6 +52,8 @@ class FakeTransport:
             raise TransportError("connection refused")
         if self.mode == "hang":
             await anyio.sleep(60)
+        if self.mode == "login":
+            raise GlobusLoginRequired("nobody is logged in to Globus for fedhpc")
         return CommandResult(0, _probe_output(), "")
 
     async def aclose(self) -> None:
@@ -134,6 +137,20 @@ async def test_unreachable_or_hanging_site_goes_offline_with_its_error_and_an_ev
     assert col.interval("devvista") == 60
     kinds = [e.kind for e in await store.events_after(0)]
     assert kinds == ["site.offline", "site.online"]  # one event per change, none for routine
+
+
+async def test_a_site_that_needs_a_globus_login_shows_the_command_in_its_error(
+    sites: dict[str, Site], store: Store
+) -> None:
+    fake = FakeTransport()
+    fake.mode = "login"
+    col = _collector(sites, store, fake)
+    await col.refresh(force=True)
+    state = col.latest["devvista"]
+    assert state.health is Health.OFFLINE
+    assert state.error is not None
+    assert "nobody is logged in to Globus" in state.error
+    assert "Run `fedhpc login`" in state.error
 
 
 async def test_a_restarted_collector_starts_from_the_stored_view(

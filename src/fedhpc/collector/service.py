@@ -14,6 +14,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain.site import Health, SiteState
+from fedhpc.errors import FedError
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 
@@ -88,9 +89,10 @@ class Collector:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
                 log.warning("probe error", site=name, error=repr(exc))
-                state = SiteState(
-                    site=name, health=Health.OFFLINE, collected_at=at, error=f"probe failed: {exc}"
-                )
+                why = f"probe failed: {exc}"
+                if isinstance(exc, FedError) and exc.hint:  # e.g. the `fedhpc login` to run
+                    why += f" ({exc.hint})"
+                state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
         if state is None:
             state = SiteState(
                 site=name,
