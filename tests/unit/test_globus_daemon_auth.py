@@ -26,7 +26,7 @@ from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import FedError
 from fedhpc.globus_auth import apps as auth_apps
 from fedhpc.globus_auth.identity import Identity, choose_identity
-from fedhpc.globus_auth.login import login
+from fedhpc.globus_auth.login import login, logout
 from fedhpc.globus_auth.scopes import TRANSFER_SCOPE, data_access_scope
 from fedhpc.globus_auth.store import open_token_storage
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
@@ -214,6 +214,12 @@ async def test_a_new_login_is_used_by_a_running_daemon_without_restart(
     load_response(globus_sdk.TransferClient.get_submission_id)
     await backend.submission_id()
     assert _auth_headers("transfer.api.globus.org")[-1].startswith(BEARER)
+    logout(home)  # from another process, as `fedhpc logout` would
+    sent = len(responses.calls)
+    with pytest.raises(FedError) as after:
+        await backend.submission_id()
+    assert after.value.code == "globus_login_required"
+    assert len(responses.calls) == sent  # the cached app is not used after a logout
 
 
 def test_identity_precedence_service_credentials_then_the_person_unless_forced() -> None:
