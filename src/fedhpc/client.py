@@ -140,6 +140,8 @@ class DaemonClient:
         params: dict[str, Any] = {"max_bytes": req.max_bytes}
         if req.preview:
             params["preview"] = req.preview
+        if req.brief:
+            params["brief"] = "true"
         body = await self._call("GET", f"/v1/tasks/{_seg(req.task_id)}", params=params)
         return ResultManifest.model_validate(body)
 

@@ -124,7 +124,10 @@ async def test_submit_task_then_get_result_after_it_completes(
         handle = TaskHandle.model_validate(await _call(client, "submit_task", **args))
         assert handle.job_id
         assert handle.site in SITES
-        assert "End your turn" in handle.next
+        # This client has no continuation (not Codex, not Claude Code, no
+        # FEDHPC_CONTINUATION): the answer must not tell it to wait for a resume.
+        assert "End your turn" not in handle.next
+        assert "nothing will resume" in handle.next
         again = TaskHandle.model_validate(await _call(client, "submit_task", **args))
         assert again.task_id == handle.task_id  # idempotent: no second job
         with anyio.fail_after(120):

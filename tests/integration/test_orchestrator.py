@@ -53,7 +53,7 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
         assert again.job_id == handle.job_id
         assert handle.state is JobState.SUBMITTED
         assert handle.job_id
-        assert "End your turn" in handle.next
+        assert "nothing will resume" in handle.next  # no continuation was asked for
         done = await wait_terminal(client, handle.task_id)
         assert done.state is JobState.COMPLETED
         (attempt,) = done.attempts
@@ -68,9 +68,11 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
             ResultRequest(task_id=handle.task_id, preview="stdout", max_bytes=100)
         )
         assert preview.preview is not None
-        assert preview.preview.startswith("line 1\nline 2\n")
+        assert preview.preview.endswith("line 1999\nline 2000\n")  # a tail: the last bytes
         assert len(preview.preview) == 100
         assert preview.truncated
+        assert preview.stderr is None  # it completed: no stderr tail
+        assert preview.next.startswith("Completed")
         assert await _events(client) == [("task.terminal", handle.task_id)]
         # The task ended on slurmdbd's first final row, which lacks the eligible time; the
         # daemon fills it in once the row settles, without a second event.
@@ -164,10 +166,10 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
     async with running(tmp_path / "h") as client:
         handle = await client.submit_task(SubmitTaskRequest(
             command=("sleep", "3"), envelope=_env(gpus={"min": 1, "max": 1}),
-            policy=PolicyKind.FIXED_SITE, fixed_site="devdeltaai",
+            policy=PolicyKind.FIXED_SITE, fixed_site="devdeltaai", fallback=True,
             adaptation=AdaptationPolicy(replace_pending=False),
         ))  # fmt: skip
-        assert handle.site == "devdeltaai"
+        assert handle.site == "devdeltaai"  # fallback only when the fixed site cannot run it
         import os
         import signal
 
@@ -179,6 +181,7 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
                     await anyio.sleep(0.5)
             assert r.attempts[0].superseded
             assert r.attempts[1].site != "devdeltaai"
+            assert r.provenance is not None and "FALLBACK" in r.provenance.decision
         finally:
             from tests.unit.test_cli import _run  # the installed CLI, as a user runs it
 

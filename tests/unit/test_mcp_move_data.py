@@ -98,7 +98,7 @@ async def test_move_data_sends_the_contract_request_and_answers_with_the_handle(
     assert not result.is_error, result.content
     handle = TransferHandle.model_validate(result.structured_content)
     assert (handle.transfer_id, handle.state, handle.backend) == ("x0123456789a", "queued", "local")
-    assert "End your turn" in handle.next
+    assert "Nothing will resume this session" in handle.next  # a pull client: no promise
     sent = fake.moves[0]
     assert (sent.source, sent.destination) == (REQUEST["source"], REQUEST["destination"])
     assert (sent.mode, sent.sync_level, sent.verify_checksum) == (
@@ -121,7 +121,9 @@ async def test_a_known_agent_session_is_woken_by_the_transfers_own_events(
     fake = FakeDaemon()
     fake.install(monkeypatch)
     async with connect(tmp_path) as client:
-        assert not (await client.call_tool("move_data", REQUEST)).is_error
+        result = await client.call_tool("move_data", REQUEST)
+    assert not result.is_error
+    assert "End your turn" in TransferHandle.model_validate(result.structured_content).next
     ((subject, registered),) = fake.registered
     assert subject == "x0123456789a"
     assert registered.command == ("/bin/true",)
@@ -135,8 +137,10 @@ async def test_a_transfer_already_ended_registers_nothing(
     fake = FakeDaemon(TransferState.SUCCEEDED)  # a retried call after the copy finished
     fake.install(monkeypatch)
     async with connect(tmp_path) as client:
-        assert not (await client.call_tool("move_data", REQUEST)).is_error
+        result = await client.call_tool("move_data", REQUEST)
+    assert not result.is_error
     assert fake.registered == []
+    assert TransferHandle.model_validate(result.structured_content).next.startswith("Already")
 
 
 async def test_submit_task_passes_stage_in_transfer_ids(

@@ -183,8 +183,27 @@ def test_joint_sizing_compares_several_shapes_per_partition() -> None:
     shapes = {c.shape.gpus for c in joint.trace.candidates if c.partition == "g"}
     assert shapes == {1, 2, 4}
     assert joint.shape.gpus == 4  # waiting for 4 GPUs beats running 4 h on the free one
-    single = placed(place(ddp, snap, sites, Policy(joint_sizing=False), now=NOW, runtime=runtime))
-    assert single.shape.gpus == 1 and len(single.trace.candidates) == 1
+    single = place(ddp, snap, sites, Policy(joint_sizing=False), now=NOW, runtime=runtime)
+    assert isinstance(single, Unschedulable)  # 1 GPU needs 4 h; the envelope allows 2 h
+    assert len(single.trace.candidates) == 1
+    assert "predicted runtime 14400 s" in single.reasons[0].reasons[0]
+
+
+def test_a_shape_whose_predicted_runtime_exceeds_its_wall_time_is_rejected_with_that_reason() -> (
+    None
+):
+    p = profile("p", gpu_partition("g", count=4))
+    sites = {"p": site(p)}
+    snap = snapshot(state(p, g={"free_gpus": 4, "max_free_gpus_on_node": 4}))
+    job = env(gpus=(1, 4), cpus=(4, 32), wall_time="1h")
+    runtime = RuntimeDeclaration(seconds=2 * 3600, gpus=1, cpus=8, serial_fraction=0.05)
+    out = placed(place(job, snap, sites, now=NOW, runtime=runtime))
+    assert out.estimates.runtime_s * 1.1 <= out.shape.wall_time_s  # the chosen one finishes
+    short = [c for c in out.trace.candidates if not c.feasible]
+    # 2 h on one GPU, 1.05 h on two (+10 %) cannot fit in 1 h; 0.58 h on four can
+    assert {c.shape.gpus for c in short} == {1, 2}
+    assert all(any("exceeds the 3600 s" in f for f in c.failures()) for c in short)
+    assert out.shape.gpus == 4
 
 
 def test_group_children_see_earlier_claims_on_capacity() -> None:

@@ -19,7 +19,7 @@ from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import PermanentError, UsageError
 from fedhpc.profiles.loader import Site
 
-__all__ = ["CommandFailed", "SiteAdapter", "SubmittedJob", "open_adapter"]
+__all__ = ["CommandFailed", "SiteAdapter", "SubmittedJob", "WorkdirFailed", "open_adapter"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,16 @@ class CommandFailed(PermanentError):
     """A scheduler command ran but failed (non-zero exit) where failure is not a normal answer."""
 
     code = "command_failed"
+
+
+class WorkdirFailed(PermanentError):
+    """The job's folders could not be created: no scheduler ever saw the job."""
+
+    code = "workdir_failed"
+    PREFIX = "cannot create the job's folder"
+
+
+_MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
 
 
 class SiteAdapter:
@@ -87,13 +97,16 @@ class SiteAdapter:
         command = self.dialect.submit_command(script)
         if ensure_dirs:
             # The folders travel as positional arguments, never inside the script text.
+            line = f'mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec {shell_line(command.argv)}'
             command = Command(
-                ("bash", "-c", f'mkdir -p -- "$@" && exec {shell_line(command.argv)}', "fedhpc",
-                 *ensure_dirs),
+                ("bash", "-c", line, "fedhpc", *ensure_dirs),
                 stdin=command.stdin, env=command.env, timeout_s=command.timeout_s,
                 idempotent=False,
             )  # fmt: skip
         result = await self._run(command)
+        if ensure_dirs and result.returncode == _MKDIR_FAILED and "mkdir" in result.stderr:
+            why = result.stderr.strip().splitlines()[-1][:300]
+            raise WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
         job_id = self.dialect.parse_submit(result)
         log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
         return SubmittedJob(self.name, job_id, script)
@@ -140,6 +153,19 @@ class SiteAdapter:
             raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
         text = result.stdout
         return text[:max_bytes], len(text) > max_bytes
+
+    async def tail(self, path: str, max_bytes: int) -> tuple[str, bool]:
+        """The last `max_bytes` of a file (where a failing job's error is), decoded with
+        replacement, and whether earlier bytes were left out."""
+        script = 'wc -c < "$2"; tail -c "$1" -- "$2"'
+        result = await self._run(
+            Command(("bash", "-c", script, "fedhpc", str(max_bytes), path), timeout_s=30.0)
+        )
+        if not result.ok:
+            raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
+        size, _, text = result.stdout.partition("\n")
+        cut = size.strip().isdigit() and int(size) > max_bytes
+        return text, bool(cut)
 
     async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
         """Every probe command in ONE remote call; a transport failure means OFFLINE."""

@@ -103,10 +103,16 @@ def _manifest_text(m: ResultManifest) -> str:
     if m.outputs:
         lines += [
             "",
-            table([("OUTPUT", "SITE", "PATH"), *((o.kind, o.site, o.path) for o in m.outputs)]),
+            table(
+                [("OUTPUT", "SITE", "PATH"), *((o.kind, o.site or "-", o.path) for o in m.outputs)]
+            ),
         ]
     if m.preview is not None:
-        lines += ["", m.preview + ("\n[truncated]" if m.truncated else "")]
+        lines += ["", ("[...]\n" if m.truncated else "") + m.preview]
+    if m.stderr is not None:
+        lines += ["", "stderr:", ("[...]\n" if m.stderr_truncated else "") + m.stderr]
+    if m.next:
+        lines += ["", m.next]
     return "\n".join(lines)
 
 
@@ -162,8 +168,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     one = sub.add_parser("task", help="one task: attempts, placement, outputs")
     one.add_argument("task_id", metavar="ID")
-    one.add_argument("--preview", choices=["stdout", "stderr"], default=None)
-    one.add_argument("--max-bytes", type=int, default=4096)
+    one.add_argument("--preview", choices=["stdout", "stderr", "none"], default=None)
+    one.add_argument("--max-bytes", type=int, default=2048)
     one.add_argument("--json", action="store_true", help="the result manifest as JSON")
     one.set_defaults(func=_task)
 

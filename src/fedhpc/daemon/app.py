@@ -19,6 +19,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.routes_bridge import bridge_routes
 from fedhpc.daemon.routes_data import data_routes
+from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.domain.job import JobState
 from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.draft import DraftRequest
@@ -36,6 +37,9 @@ from fedhpc.orchestrator import (
     cancel,
     get_result,
     group_view,
+    hinted,
+    hinted_group,
+    hinted_result,
     list_tasks,
     replan,
     submit_group,
@@ -169,7 +173,8 @@ def build_app(state: DaemonState) -> Starlette:
 
     async def submit_task(request: Request) -> Response:
         req = SubmitTaskRequest.model_validate_json(await body(request))
-        return _json(await o.submit_task(req))
+        check_request_sites(state.collector, fixed_site=req.fixed_site, envelope=req.envelope)
+        return _json(await hinted(o, await o.submit_task(req), "submit_task"))
 
     async def tasks(request: Request) -> Response:
         q = TasksQuery.model_validate(dict(request.query_params))
@@ -180,23 +185,27 @@ def build_app(state: DaemonState) -> Starlette:
         req = ResultRequest.model_validate(
             {"task_id": request.path_params["task_id"], **dict(request.query_params)}
         )
-        return _json(await get_result(o, req))
+        return _json(await hinted_result(o, await get_result(o, req)))
 
     async def cancel_task(request: Request) -> Response:
-        return _json(await cancel(o, CancelRequest(task_id=request.path_params["task_id"])))
+        handle = await cancel(o, CancelRequest(task_id=request.path_params["task_id"]))
+        return _json(await hinted(o, handle, "cancel"))
 
     async def replan_task(request: Request) -> Response:
         req = ReplanRequest.model_validate_json(await body(request))
         if req.task_id != request.path_params["task_id"]:
             raise UsageError("task_id in the body and the path differ")
-        return _json(await replan(o, req))
+        check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
+        return _json(await hinted(o, await replan(o, req), "replan"))
 
     async def submit_group_(request: Request) -> Response:
         req = SubmitGroupRequest.model_validate_json(await body(request))
-        return _json(await submit_group(o, req))
+        check_request_sites(state.collector, envelope=req.envelope)
+        return _json(await hinted_group(o, await submit_group(o, req), "submit_group"))
 
     async def group(request: Request) -> Response:
-        return _json(await group_view(o, request.path_params["group_id"]))
+        view = await group_view(o, request.path_params["group_id"])
+        return _json(await hinted_group(o, view, "group"))
 
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await body(request))

@@ -93,8 +93,10 @@ Argv = Annotated[
 # of the daemon's URL paths.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 TaskId = Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
-Policy = Annotated[PolicyKind, Field(description="how to pick among feasible sites")]
-Workdir = Annotated[str | None, Field(description="default: a per-task folder")]
+Policy = PolicyKind | None
+Workdir = Annotated[
+    str | None, Field(description="relative to the task folder, or inside a storage root")
+]
 Env = dict[str, str]
 GroupIdemKey = Annotated[str | None, Field(description="as in submit_task")]
 IdemKey = Annotated[str | None, Field(description="same key, same task; default: from the request")]

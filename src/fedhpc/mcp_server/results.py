@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
 
@@ -18,7 +19,9 @@ __all__ = [
     "InternalError",
     "ResponseTooLarge",
     "UnknownTool",
+    "answer_result",
     "arguments_error",
+    "compact",
     "error_result",
     "guarded",
     "validation_failed",
@@ -68,10 +71,46 @@ def error_result(exc: FedError) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def _size_checked(name: str, answer: T, pointer: str) -> T | CallToolResult:
-    size = len(answer.model_dump_json().encode())
+_EMPTY: tuple[object, ...] = (None, "", (), [], {}, False, 0)
+
+
+def _is_empty(value: object) -> bool:
+    return any(value == e and type(value) is type(e) for e in _EMPTY) or value is None
+
+
+def compact(value: Any) -> Any:
+    """A model as plain JSON data without what carries nothing: an optional field (one with a
+    default) is left out when it is null, empty, false or zero. Required fields always stay,
+    so the result still validates as the model (and matches the tool's output schema)."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        out: dict[str, Any] = {}
+        for name, info in fields.items():
+            item = getattr(value, name)
+            if not info.is_required() and _is_empty(item):
+                continue
+            out[info.serialization_alias or name] = compact(item)
+        return out
+    if isinstance(value, dict):
+        return {str(k): compact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [compact(v) for v in value]
+    return to_jsonable_python(value)
+
+
+def answer_result(answer: BaseModel) -> CallToolResult:
+    """A successful answer: compact JSON text (what the model reads), and the same data as
+    `structuredContent`."""
+    data = compact(answer)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _size_checked(name: str, answer: T, pointer: str) -> CallToolResult:
+    result = answer_result(answer)
+    size = len(result.content[0].text.encode())  # type: ignore[union-attr]
     if size <= MAX_RESPONSE_BYTES:
-        return answer
+        return result
     return error_result(
         ResponseTooLarge(
             f"{name}'s answer is {size} bytes, above the {MAX_RESPONSE_BYTES}-byte cap",

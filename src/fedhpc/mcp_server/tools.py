@@ -37,6 +37,7 @@ from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.events import check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
+    PREVIEW_BYTES,
     AdaptationPolicy,
     CancelRequest,
     GroupChild,
@@ -152,9 +153,14 @@ async def submit_task(
     *,
     command: Argv,
     envelope: Envelope,
-    name: Annotated[str | None, Field(description="a label for people")] = None,
-    policy: Policy = PolicyKind.BEST_FEASIBLE,
-    fixed_site: Annotated[str | None, Field(description="the site, with fixed-site")] = None,
+    name: str | None = None,
+    policy: Policy = None,
+    fixed_site: Annotated[
+        str | None, Field(description="run only here (implies policy fixed-site)")
+    ] = None,
+    fallback: Annotated[
+        bool, Field(description="fixed_site may fall back; decision says so")
+    ] = False,
     workdir: Workdir = None,
     env: Env = {},  # noqa: B006
     container_image: str | None = None,
@@ -164,8 +170,8 @@ async def submit_task(
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
 ) -> TaskHandle:
-    """Act: place one job within `envelope` on the best feasible site. Then end your turn:
-    fedhpc resumes you with the outcome."""
+    """Act: place one job within `envelope` on the best feasible site. Then do what the
+    answer's `next` says."""
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,
@@ -173,6 +179,7 @@ async def submit_task(
             "name": name,
             "policy": policy,
             "fixed_site": fixed_site,
+            "fallback": fallback,
             "workdir": workdir,
             "env": env,
             "container_image": container_image,
@@ -201,8 +208,8 @@ async def submit_group(
     adaptation: GroupAdapt = None,
     idempotency_key: GroupIdemKey = None,
 ) -> GroupView:
-    """Act: related jobs (a sweep) under one objective and envelope. Then end your turn:
-    fedhpc resumes you when the round ends."""
+    """Act: related jobs (a sweep) under one objective and envelope. Then do what the
+    answer's `next` says."""
     req = SubmitGroupRequest.model_validate(
         {
             "objective": objective,
@@ -226,13 +233,16 @@ async def get_result(
     *,
     task_id: TaskId,
     preview: Annotated[
-        Literal["stdout", "stderr"] | None, Field(description="include the tail of this output")
+        Literal["stdout", "stderr", "none"] | None,
+        Field(description="whose tail goes in `preview`; default stdout"),
     ] = None,
-    max_bytes: Annotated[int, Field(ge=1, le=65536, description="preview size cap")] = 4096,
+    max_bytes: Annotated[
+        int, Field(ge=1, le=65536, description="tail size cap per stream")
+    ] = PREVIEW_BYTES,
 ) -> ResultManifest:
-    """Resume: a task's state, attempts, provenance, outputs and transfers by reference, with
-    a bounded preview. Do not poll."""
-    req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes)
+    """Resume: a task's state, attempts, outputs by reference, the last bytes of stdout
+    (`preview`) and, if it failed, of stderr. Do not poll."""
+    req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes, brief=True)
     return await _link(ctx).call(lambda c: c.get_result(req))
 
 
@@ -273,7 +283,7 @@ async def move_data(
     verify_checksum: bool = True,
     idempotency_key: GroupIdemKey = None,
 ) -> TransferHandle:
-    """Act: copy files site to site, never through you. Then end your turn, or pass
+    """Act: copy files site to site, never through you. Then follow `next`, or pass
     transfer_id to submit_task's stage_in."""
     req = MoveDataRequest.model_validate(
         {
@@ -294,7 +304,16 @@ async def move_data(
         # at the earliest. Idempotent per subject and spec, like a retried move_data.
         wake = spec.model_copy(update={"events": TRANSFER_EVENTS})
         await link.call(lambda c: c.register_continuation(handle.transfer_id, wake))
-    return handle
+        return handle
+    where = f"fedhpc://transfers/{handle.transfer_id}"
+    if handle.state.terminal:
+        hint = f"Already {handle.state.value}: read {where}."
+    else:
+        hint = (
+            f"Nothing will resume this session: read {where} later, or pass transfer_id to "
+            "submit_task's stage_in (the task waits for it)."
+        )
+    return handle.model_copy(update={"next": hint})
 
 
 class EventView(BaseModel):

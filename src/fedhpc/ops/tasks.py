@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut, TransferProvenance
+from fedhpc.ops.workdir import check_workdir
 from fedhpc.placement.settings import PolicyKind
 
 __all__ = [
@@ -29,12 +30,8 @@ __all__ = [
     "SubmitTaskRequest",
     "TaskHandle",
     "TaskSummary",
+    "check_argv",
 ]
-
-_NEXT = (
-    "Submitted. End your turn now: fedhpc watches the job and resumes you with the result or "
-    "an exception that needs a decision. Do not poll."
-)
 
 
 class _In(BaseModel):
@@ -81,9 +78,20 @@ class SubmitTaskRequest(_In):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="a label for people; the job name is fedhpc-<task>-<attempt>",
     )
-    policy: PolicyKind = Field(default=PolicyKind.BEST_FEASIBLE)
-    fixed_site: str | None = Field(default=None, description="with policy fixed-site")
-    workdir: SafePath | None = Field(default=None, description="default: a per-task folder")
+    policy: PolicyKind = Field(
+        default=PolicyKind.BEST_FEASIBLE, description="fixed_site alone implies fixed-site"
+    )
+    fixed_site: str | None = Field(default=None, description="run only on this site")
+    fallback: bool = Field(
+        default=False,
+        description="with fixed_site: if that site cannot run the task, place it elsewhere "
+        "(the answer's decision says so); default: an error or unschedulable",
+    )
+    workdir: SafePath | None = Field(
+        default=None,
+        description="relative: under the task's folder on the site; absolute: inside one of "
+        "the site's storage roots; default: the task's folder",
+    )
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     container_image: str | None = Field(default=None, max_length=512)
     outputs: tuple[SafePath, ...] = Field(
@@ -109,14 +117,51 @@ class SubmitTaskRequest(_In):
         description="retrying with the same key never submits twice (default: from the request)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_policy(cls, data: object) -> object:
+        """`fixed_site` without a policy means the fixed-site policy."""
+        if isinstance(data, dict) and data.get("policy", "") is None:
+            data = {k: v for k, v in data.items() if k != "policy"}
+        if isinstance(data, dict) and data.get("fixed_site") and "policy" not in data:
+            return {**data, "policy": PolicyKind.FIXED_SITE}
+        return data
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, argv: tuple[str, ...]) -> tuple[str, ...]:
+        return check_argv(argv)
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        return check_workdir(v) if v is not None else None
+
     @model_validator(mode="after")
     def _fixed(self) -> Self:
         if self.policy is PolicyKind.FIXED_SITE and not self.fixed_site:
-            raise ValueError("policy fixed-site needs fixed_site")
-        for i, arg in enumerate(self.command):
-            if "\x00" in arg:
-                raise ValueError(f"command[{i}] contains NUL")
+            raise ValueError("policy fixed-site needs fixed_site (the site to run on)")
+        if self.fixed_site and self.policy is not PolicyKind.FIXED_SITE:
+            raise ValueError(
+                f"fixed_site is used only by policy fixed-site, not {self.policy.value}: "
+                "drop policy (fixed_site implies fixed-site) or drop fixed_site"
+            )
+        if self.fallback and not self.fixed_site:
+            raise ValueError("fallback applies only with fixed_site")
         return self
+
+
+def check_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The program must be a name or path (an empty or space-padded one can only fail later);
+    later arguments may be empty (`printf ''` means it), never hold NUL."""
+    if argv and not argv[0].strip():
+        raise ValueError("command[0] is empty: the first element is the program to run")
+    if argv and argv[0] != argv[0].strip():
+        raise ValueError(f"command[0] {argv[0]!r} has surrounding spaces; no shell trims them")
+    for i, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise ValueError(f"command[{i}] contains NUL")
+    return argv
 
 
 class TaskHandle(_Out):
@@ -133,7 +178,7 @@ class TaskHandle(_Out):
     decision: str = Field(default="", description="why this placement, in one line")
     reasons: tuple[str, ...] = Field(default=(), description="why it cannot run, if it cannot")
     transfers: tuple[str, ...] = Field(default=(), description="stage-out transfer ids")
-    next: str = _NEXT
+    next: str = Field(default="", description="what to do now (empty on a group's children)")
 
 
 class AttemptView(_Out):
@@ -142,12 +187,12 @@ class AttemptView(_Out):
     n: int
     site: str
     partition: str
-    account: str | None
-    qos: str | None
-    shape: Shape
-    job_name: str
-    job_id: str | None
     state: JobState
+    account: str | None = None
+    qos: str | None = None
+    shape: Shape | None = Field(default=None, description="absent in get_result's brief form")
+    job_name: str = ""
+    job_id: str | None = None
     reason: str | None = None
     superseded: bool = False
     submitted_at: datetime | None = None
@@ -163,8 +208,8 @@ class OutputRef(_Out):
     """A file a task produced, by reference: never its content unless asked, and bounded."""
 
     kind: Literal["stdout", "stderr", "artifact"]
-    site: str
     path: str
+    site: str | None = Field(default=None, description="absent: the current attempt's site")
     bytes: int | None = None
 
 
@@ -180,29 +225,41 @@ class Provenance(_Out):
     feasible: int
 
 
+PREVIEW_BYTES = 2048
+
+
 class ResultRequest(_In):
-    """get_result: a task's manifest, optionally with a bounded preview of one output."""
+    """get_result: a task's manifest with bounded tails of its output.
+
+    `preview` names the stream whose tail goes in `preview` (default stdout; "none" for
+    none); when the task failed or timed out, the tail of stderr comes too (in `stderr`).
+    `brief` (the MCP face) leaves out what the agent already has: timestamps, shapes, job
+    names, provenance, and output files whose whole content is in a tail."""
 
     task_id: str = Field(min_length=1, max_length=64)
-    preview: Literal["stdout", "stderr"] | None = None
-    max_bytes: int = Field(default=4096, ge=1, le=65536)
+    preview: Literal["stdout", "stderr", "none"] | None = None
+    max_bytes: int = Field(default=PREVIEW_BYTES, ge=1, le=65536)
+    brief: bool = False
 
 
 class ResultManifest(_Out):
     """The compact answer of get_result."""
 
     task_id: str
-    name: str | None
     state: JobState
+    name: str | None = None
     group_id: str | None = None
-    created_at: datetime
-    attempts: tuple[AttemptView, ...]
-    provenance: Provenance | None
-    outputs: tuple[OutputRef, ...]
-    preview: str | None = None
-    truncated: bool = False
+    created_at: datetime | None = None
+    attempts: tuple[AttemptView, ...] = ()
+    provenance: Provenance | None = None
+    outputs: tuple[OutputRef, ...] = ()
+    preview: str | None = Field(default=None, description="the last bytes of stdout (or asked)")
+    truncated: bool = Field(default=False, description="preview omits earlier bytes")
+    stderr: str | None = Field(default=None, description="the last bytes of stderr, on failure")
+    stderr_truncated: bool = False
     reasons: tuple[str, ...] = ()
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
+    next: str = ""
 
 
 class TaskSummary(_Out):
@@ -238,6 +295,11 @@ class GroupChild(_In):
     name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     required: bool = Field(default=True, description="the round waits for it")
 
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, argv: tuple[str, ...]) -> tuple[str, ...]:
+        return check_argv(argv)
+
 
 class SubmitGroupRequest(_In):
     """Related children under one objective, envelope, round and policy."""
@@ -253,6 +315,12 @@ class SubmitGroupRequest(_In):
     continuation: ContinuationSpec | None = Field(
         default=None, description="wake this agent session when the round ends"
     )
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        return check_workdir(v) if v is not None else None
+
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
@@ -265,4 +333,4 @@ class GroupView(_Out):
     round: int
     children: tuple[TaskHandle, ...]
     counts: dict[str, int]
-    next: str = _NEXT
+    next: str = ""

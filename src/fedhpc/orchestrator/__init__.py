@@ -1,5 +1,6 @@
 """The orchestrator: durable tasks and attempts, bounded adaptation, groups, restart safety."""
 
+from fedhpc.orchestrator.answers import hinted, hinted_group, hinted_result
 from fedhpc.orchestrator.control import tick
 from fedhpc.orchestrator.groups import advance_groups, group_view, submit_group
 from fedhpc.orchestrator.ops import cancel, get_result, list_tasks, replan
@@ -15,6 +16,9 @@ __all__ = [
     "cancel",
     "get_result",
     "group_view",
+    "hinted",
+    "hinted_group",
+    "hinted_result",
     "list_tasks",
     "replan",
     "submit_group",

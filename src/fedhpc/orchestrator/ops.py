@@ -6,7 +6,9 @@ from datetime import datetime
 
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
+from fedhpc.ops.hints import next_hint
 from fedhpc.ops.tasks import (
+    AttemptView,
     CancelRequest,
     OutputRef,
     ReplanRequest,
@@ -32,13 +34,13 @@ def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | Non
 
 
 async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
-    """The manifest: state, attempts, provenance, output references with sizes; content only
-    as a bounded preview on request."""
+    """The manifest: state, attempts, provenance, output references with sizes, and bounded
+    tails (the last bytes, where errors are) of stdout and, after a failure, of stderr."""
     task = await o.load_task(req.task_id)
     atts = await o.load_attempts(task.id)
     cur = _current(atts, task)
     outputs: list[OutputRef] = []
-    preview, truncated = None, False
+    tails: dict[str, tuple[str, bool]] = {}
     if cur is not None and cur.job_id is not None and o.online(cur.site):
         adapter = o.adapters[cur.site]
         files: list[tuple[str, str]] = [("stdout", cur.stdout or ""), ("stderr", cur.stderr or "")]
@@ -48,16 +50,54 @@ async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
         sizes = await adapter.file_sizes([p for _, p in files])
         outputs = [OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p))
                    for k, p in files]  # fmt: skip
-        if req.preview:
-            path = cur.stdout if req.preview == "stdout" else cur.stderr
-            if path and sizes.get(path) is not None:
-                preview, truncated = await adapter.head(path, req.max_bytes)
-    return ResultManifest(
+        for stream in _tail_streams(req, task.state):
+            path = cur.stdout if stream == "stdout" else cur.stderr
+            if path and sizes.get(path):
+                tails[stream] = await adapter.tail(path, req.max_bytes)
+    first = "stderr" if req.preview == "stderr" else "stdout"
+    preview, truncated = tails.get(first, (None, False))
+    extra, extra_cut = tails.get("stderr", (None, False)) if first == "stdout" else (None, False)
+    manifest = ResultManifest(
         task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
         created_at=task.created_at, attempts=tuple(a.view() for a in atts),
         provenance=task.provenance, outputs=tuple(outputs), preview=preview,
-        truncated=truncated, reasons=task.reasons, data=await staging.data_provenance(o, task),
+        truncated=truncated, stderr=extra, stderr_truncated=extra_cut, reasons=task.reasons,
+        data=await staging.data_provenance(o, task),
     )  # fmt: skip
+    return _brief(manifest, tails) if req.brief else manifest
+
+
+def _tail_streams(req: ResultRequest, state: JobState) -> tuple[str, ...]:
+    """stdout (or the stream asked for), plus stderr when the task did not complete."""
+    if req.preview == "none":
+        return ()
+    first = req.preview or "stdout"
+    failed = state in {JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED}
+    return (first, "stderr") if failed and first == "stdout" else (first,)
+
+
+def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManifest:
+    """What an agent needs after a resume, without what it has or can derive: no timestamps,
+    shapes or job names per attempt, no provenance (the submit answer had the decision), and
+    no reference to an output whose whole content is in a tail or that is empty."""
+    site = next((a.site for a in reversed(m.attempts) if not a.superseded), None)
+    shown = {k for k, (_, cut) in tails.items() if not cut}
+    outputs = tuple(
+        o.model_copy(update={"site": None if o.site == site else o.site})
+        for o in m.outputs
+        if not (o.kind in shown or (o.kind != "artifact" and o.bytes == 0))
+    )
+    attempts = tuple(
+        AttemptView(
+            n=a.n, site=a.site, partition=a.partition, state=a.state, job_id=a.job_id,
+            reason=a.reason, superseded=a.superseded, wait_s=a.wait_s, runtime_s=a.runtime_s,
+            exit_code=a.exit_code,
+        )
+        for a in m.attempts
+    )  # fmt: skip
+    return m.model_copy(
+        update={"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
+    )
 
 
 async def list_tasks(
@@ -80,12 +120,14 @@ async def list_tasks(
 
 
 async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
-    """Cancel every live attempt; the task ends cancelled (the caller already knows: no event)."""
+    """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
+    A task that had already ended stays as it was, and the answer says nothing was cancelled."""
     async with o.lock:
         task = await o.load_task(req.task_id)
         atts = await o.load_attempts(task.id)
         if task.state.terminal:
-            return o.handle(task, _current(atts, task))
+            hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
+            return o.handle(task, _current(atts, task)).model_copy(update={"next": hint})
         live = [a for a in atts if not a.state.terminal]
         for a in live:
             await cancel_attempt(o, a)
@@ -93,7 +135,8 @@ async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
         task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
         async with o.store.transaction() as tx:
             await o.save(tx, task, *live, at=o.clock())
-        return o.handle(task, _current(atts, task))
+        hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
+        return o.handle(task, _current(atts, task)).model_copy(update={"next": hint})
 
 
 async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:

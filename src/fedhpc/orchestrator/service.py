@@ -12,7 +12,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
@@ -22,7 +22,8 @@ from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
-from fedhpc.orchestrator import staging
+from fedhpc.ops.workdir import resolve_workdir
+from fedhpc.orchestrator import staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Placement, Policy, Unschedulable, WaitObservation, place
 from fedhpc.profiles.loader import Site
@@ -137,10 +138,11 @@ class Orchestrator:
             env = env.model_copy(update={"wall_time": env.wall_time.model_copy(
                 update={"min": wall_s, "max": hi})})  # fmt: skip
         known = set(self.sites)
-        drop = tuple(sorted((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
-                            & known - set(env.sites_include)))  # fmt: skip
+        cannot_hold = workdirs.sites_without(req.workdir, self.sites)  # absolute workdir
+        drop = tuple(sorted(((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
+                             & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
-        policy = Policy(kind=req.policy, site=req.fixed_site)
+        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
         history = await self._history()
 
         def attempt(avoid: tuple[str, ...]) -> Placement | Unschedulable:
@@ -158,7 +160,8 @@ class Orchestrator:
     def summary(p: Placement) -> str:
         e = p.estimates
         return (
-            f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
+            workdirs.fallback_note(p)
+            + f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
             f"({e.wait_source}) + run {e.runtime_s:.0f}s; {p.trace.feasible} feasible of "
             f"{len(p.trace.candidates)} candidates"
         )
@@ -179,14 +182,16 @@ class Orchestrator:
         n = task.attempts_made + 1
         base = f"{self._workbase(adapter.site, adapter.login)}/{task.id}"
         req = task.request
+        workdir = resolve_workdir(req.workdir, base, adapter.site.profile)
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
             qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
             estimate_s=p.estimates.completion_s, stdout=f"{base}/{n}.out",
-            stderr=f"{base}/{n}.err", workdir=req.workdir or base,
+            stderr=f"{base}/{n}.err", workdir=workdir,
         )  # fmt: skip
         task.attempts_made = n
         task.decision = self.summary(p)
+        task.provenance = self._provenance(req.envelope, p)  # re-placements too: never stale
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=now)
         spec = JobSpec(
@@ -196,7 +201,7 @@ class Orchestrator:
         )  # fmt: skip
         try:
             job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
-        except SchedulerRejected as exc:
+        except (SchedulerRejected, WorkdirFailed) as exc:
             att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
         except GlobusLoginRequired as exc:
             # Refused before anything ran (no login, a missing consent): the reason carries
@@ -284,11 +289,17 @@ class Orchestrator:
             att = await self.dispatch(task, decision)
             if att.state is not JobState.FAILED:
                 return self.handle(task, att)
+            if att.reason and att.reason.startswith(WorkdirFailed.PREFIX):
+                rejected = [att.site]  # the job's folder: one clear failure, not a retry
+                break
             rejected.append(att.site)
             log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
         task.state = JobState.FAILED
-        last = f": {att.reason}" if att.reason else ""
-        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
+        if att.reason and att.reason.startswith(WorkdirFailed.PREFIX):
+            task.reasons = (att.reason,)  # the job's folder, not the scheduler
+        else:
+            last = f": {att.reason}" if att.reason else ""
+            task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
         async with self.store.transaction() as tx:
             await self.save(tx, task, at=self.clock())
             await self.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])

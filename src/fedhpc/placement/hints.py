@@ -34,7 +34,10 @@ def _advice(cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site]) -> 
     if cat is Category.CAPACITY:
         return "lower the minimum GPUs, CPUs, memory or nodes per job"
     if cat is Category.WALL_TIME:
-        return "lower wall_time.min or split the task into shorter steps"
+        return (
+            "lower wall_time.min or split the task into shorter steps (if the predicted "
+            "runtime is what exceeds it: raise wall_time.max, or allow more GPUs/CPUs)"
+        )
     if cat is Category.CREDIT:
         return "raise the budget in your config or shorten wall_time.max / the shape"
     if cat is Category.AUTHORIZATION:

@@ -34,7 +34,7 @@ from fedhpc.placement.estimators import (
 from fedhpc.placement.hints import relax_hint
 from fedhpc.placement.normalize import normalize_envelope
 from fedhpc.placement.policy import KEY_TAIL, Ranked, primary_fields, sort_key, waste
-from fedhpc.placement.rules import RULES, Level, Outcome, RuleResult
+from fedhpc.placement.rules import RULES, Category, Level, Outcome, RuleResult
 from fedhpc.placement.settings import Policy, PolicyKind
 from fedhpc.placement.sizing import joint_shapes, size_shape
 from fedhpc.placement.trace import (
@@ -55,6 +55,8 @@ _PART_RULES = tuple((i, r.partition_fn) for i, r in enumerate(RULES) if r.level 
 _ACCOUNT_RULES = tuple((i, r.candidate_fn) for i, r in enumerate(RULES) if r.level is Level.ACCOUNT)
 _SHAPE_RULES = tuple((i, r.candidate_fn) for i, r in enumerate(RULES) if r.level is Level.SHAPE)
 
+
+_WALL = next(i for i, r in enumerate(RULES) if r.category is Category.WALL_TIME)
 
 # Every slot of a candidate's row is overwritten by its rule; this only gives the row its length.
 _PLACEHOLDER = tuple(RuleResult(r.category, Outcome.NOTE, "not evaluated") for r in RULES)
@@ -92,6 +94,24 @@ def _estimates(x: CandidateContext, key: str, inputs: _Inputs) -> Estimates:
         charge_unit=x.charge.unit,
         credit_fraction=round(fraction, 6),
         waste=waste(x.shape.gpus, x.shape.nodes, acc.count if acc else 0, model.whole_node),
+    )
+
+
+def _wall_short(x: CandidateContext, est: Estimates, margin: float) -> str | None:
+    """Why this shape would be killed at its wall-time limit, or None when its requested wall
+    time covers the predicted runtime plus `margin`. A runtime predicted from the envelope's
+    own wall time is no evidence (it fits by construction) and is not checked."""
+    if est.runtime_source.startswith("envelope"):
+        return None
+    need = est.runtime_s * (1 + margin)
+    wall = x.shape.wall_time_s
+    if need <= wall:
+        return None
+    env, cap = x.part.envelope.wall_time, x.part.spec.max_wall_s
+    return (
+        f"predicted runtime {est.runtime_s:.0f} s ({est.runtime_source}) + {margin:.0%} margin "
+        f"exceeds the {wall} s this shape may request (envelope wall_time.max "
+        f"{env.upper} s, {x.part.name} caps {cap} s)"
     )
 
 
@@ -144,6 +164,10 @@ def _candidate(
     if not feasible:
         return CandidateTrace(cid, site, part, x.account, x.qos, x.shape, depth, False, tuple(row))
     est = _estimates(x, key, inputs)
+    short = _wall_short(x, est, inputs.policy.settings.wall_margin)
+    if short is not None:
+        row[_WALL] = RuleResult(Category.WALL_TIME, Outcome.FAIL, short)
+        return CandidateTrace(cid, site, part, x.account, x.qos, x.shape, depth, False, tuple(row))
     ranked = Ranked(cid, site, part, account_rank, depth or 0)
     sort = sort_key(inputs.policy, ranked, est, p.envelope.preferences)
     return CandidateTrace(
@@ -284,7 +308,9 @@ def place(
         feasible=len(ranked_feasible),
     )
     if chosen is None:
-        reasons = tuple(CandidateReasons(c.id, tuple(c.failures())) for c in rejected)
+        # A fixed site's own reasons first: the others only say the policy excludes them.
+        first = sorted(rejected, key=lambda c: c.site != fixed) if fixed else rejected
+        reasons = tuple(CandidateReasons(c.id, tuple(c.failures())) for c in first)
         return Unschedulable.model_construct(
             state="unschedulable", hint=relax_hint(env, rejected, sites), reasons=reasons,
             trace=trace,

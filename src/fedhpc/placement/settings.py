@@ -73,6 +73,9 @@ class Settings(BaseModel):
     max_shapes: int = Field(
         default=4, ge=1, le=64, description="joint sizing: shapes per partition"
     )
+    wall_margin: float = Field(
+        default=0.1, ge=0, le=10, description="a shape's wall time covers runtime x (1 + this)"
+    )
 
 
 class Policy(BaseModel):

@@ -1,0 +1,70 @@
+"""`next`: what the agent should do now, for every tool and every state, from one function.
+
+An answer is an instruction: "end your turn" only when a continuation will wake the agent,
+"read the result" only when there is one, and never `replan` for work that cannot be
+re-placed (replan refuses finished tasks)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["HintTool", "next_hint"]
+
+HintTool = Literal["submit_task", "submit_group", "get_result", "replan", "cancel", "group"]
+
+_TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout", "unschedulable"})
+
+_WAIT = "End your turn now: fedhpc resumes you with the outcome. Do not poll."
+_NO_WAKE = (
+    "No continuation is bound to this session, so nothing will resume it: call {read} when "
+    "you want the outcome (list_events shows when it ends)."
+)
+_ENDED = {
+    "completed": "Completed: read it now with {read}.",
+    "failed": "Failed: read why now with {read} (stderr tail, exit code, reasons).",
+    "timeout": "Hit its wall-time limit: read it with {read}, then submit again with a larger "
+    "envelope.wall_time.",
+    "cancelled": "Cancelled: nothing more will happen.",
+    "unschedulable": "No site can run it as asked (see reasons): change the envelope, sites or "
+    "fixed_site and submit a new task.",
+}
+_READ = {
+    "completed": "Completed: the stdout tail is above; full files are in outputs.",
+    "failed": "Failed: see the stderr tail, exit_code and reasons; fix the cause and submit again.",
+    "timeout": "Hit its wall-time limit: submit again with a larger envelope.wall_time.",
+}
+
+
+def next_hint(
+    tool: HintTool,
+    state: str,
+    *,
+    resumes: bool,
+    ref: str = "",
+    cancelled_now: bool = False,
+) -> str:
+    """The `next` line of an answer.
+
+    `state` is a task state (or a group state: running, completed, failed, cancelled); any
+    state that is not terminal counts as live, whatever new ones the submit pipeline adds.
+    `resumes`: a continuation will wake this agent when the work ends. `ref` names what to
+    read (a task id); `cancelled_now`: this cancel call stopped live work."""
+    group = tool in {"submit_group", "group"}
+    read = (
+        f"get_result(task_id={ref!r})" if ref and not group else
+        "get_result(task_id) for each child" if group else "get_result(task_id)"
+    )  # fmt: skip
+    if tool == "cancel":
+        if cancelled_now:
+            return "Cancelled: its job was killed; nothing more will happen."
+        if state in _TERMINAL:
+            return f"Nothing was cancelled: it had already ended ({state}). Read it with {read}."
+    if state not in _TERMINAL:
+        if tool == "get_result":
+            return _WAIT if resumes else "Still running: call get_result again later."
+        return _WAIT if resumes else _NO_WAKE.format(read=read)
+    if tool == "get_result":
+        return _READ.get(state) or _ENDED[state].format(read=read)
+    if group and state == "failed":
+        return f"Some children failed: read them with {read}."
+    return _ENDED[state].format(read=read)

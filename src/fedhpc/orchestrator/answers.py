@@ -1,0 +1,36 @@
+"""The `next` line of each answer, decided with what the daemon knows: whether a continuation
+will wake the agent (one registered on the task or its group) and the outcome."""
+
+from __future__ import annotations
+
+from fedhpc.ops.hints import HintTool, next_hint
+from fedhpc.ops.tasks import GroupView, ResultManifest, TaskHandle
+from fedhpc.orchestrator.service import Orchestrator
+
+__all__ = ["hinted", "hinted_group", "hinted_result", "resumes"]
+
+
+async def resumes(o: Orchestrator, *subjects: str | None) -> bool:
+    """A continuation is registered for one of `subjects` (a task, its group, a transfer)."""
+    return bool(await o.store.continuations_for([s for s in subjects if s]))
+
+
+async def hinted(o: Orchestrator, handle: TaskHandle, tool: HintTool) -> TaskHandle:
+    """`handle` with its `next` line (one it already has is kept: cancel decides its own)."""
+    if handle.next:
+        return handle
+    task = await o.load_task(handle.task_id)
+    wake = await resumes(o, task.id, task.group_id)
+    hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id)
+    return handle.model_copy(update={"next": hint})
+
+
+async def hinted_group(o: Orchestrator, view: GroupView, tool: HintTool) -> GroupView:
+    wake = await resumes(o, view.group_id)
+    return view.model_copy(update={"next": next_hint(tool, view.state, resumes=wake)})
+
+
+async def hinted_result(o: Orchestrator, manifest: ResultManifest) -> ResultManifest:
+    wake = await resumes(o, manifest.task_id, manifest.group_id)
+    hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id)
+    return manifest.model_copy(update={"next": hint})

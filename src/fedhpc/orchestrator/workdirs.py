@@ -1,0 +1,34 @@
+"""Placement inputs and notes that follow from the request: which sites can hold an absolute
+workdir, and the line that says a fixed-site task fell back to another site."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fedhpc.ops.workdir import sites_holding
+from fedhpc.placement import Placement
+from fedhpc.placement.settings import PolicyKind
+from fedhpc.profiles.loader import Site
+
+__all__ = ["fallback_note", "sites_without"]
+
+
+def sites_without(workdir: str | None, sites: Mapping[str, Site]) -> set[str]:
+    """Sites none of whose storage roots contain an absolute `workdir` (none for relative)."""
+    if not workdir or not workdir.startswith("/"):
+        return set()
+    holding = sites_holding(workdir, (s.profile for s in sites.values()))
+    return set(sites) - holding
+
+
+def fallback_note(p: Placement) -> str:
+    """'fell back from X (why); ' when a fixed-site task runs elsewhere, else ''."""
+    policy = p.trace.policy
+    if policy.kind is not PolicyKind.FIXED_SITE or not policy.site or p.site == policy.site:
+        return ""
+    why = next(
+        (r.reason for c in p.trace.candidates if c.site == policy.site
+         for r in c.rules if r.failed),
+        "not among the usable sites",
+    )  # fmt: skip
+    return f"FALLBACK from fixed site {policy.site} ({why}): "
