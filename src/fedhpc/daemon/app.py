@@ -25,6 +25,7 @@ from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, UsageError, Validat
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.events import AckRequest, EventsQuery, check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
+from fedhpc.ops.suggest import request_model, unknown_field_reason
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -117,8 +118,14 @@ def _guard(fn: Handler) -> Handler:
         try:
             return await fn(request)
         except ValidationError as exc:
+            root = request_model(exc.title)
             issues = [
-                FieldIssue(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"][:500])
+                FieldIssue(
+                    ".".join(str(p) for p in e["loc"]) or "(body)",
+                    unknown_field_reason(root, tuple(e["loc"]))
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"][:500],
+                )
                 for e in exc.errors(include_url=False, include_input=False)
             ]
             return _error(ValidationFailed(issues))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
 from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
+from fedhpc.ops.suggest import request_model, unknown_field_reason
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -53,13 +54,20 @@ class ResponseTooLarge(FedError):
     kind = ErrorKind.TOO_LARGE
 
 
-def validation_failed(exc: ValidationError, prefix: str = "") -> ValidationFailed:
-    """Pydantic's errors as one ValidationFailed naming each field by its dotted path."""
+def validation_failed(
+    exc: ValidationError, prefix: str = "", root: type[BaseModel] | None = None
+) -> ValidationFailed:
+    """Pydantic's errors as one ValidationFailed naming each field by its dotted path; an
+    unknown key says which field was probably meant."""
+    root = root or request_model(exc.title)
     issues = []
     for err in exc.errors(include_url=False, include_input=False):
         path = ".".join(str(p) for p in err["loc"])
         field = ".".join(p for p in (prefix, path) if p) or "(arguments)"
-        issues.append(FieldIssue(field, err["msg"]))
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = unknown_field_reason(root, tuple(err["loc"]))
+        issues.append(FieldIssue(field, reason))
     return ValidationFailed(issues)
 
 
@@ -80,15 +88,20 @@ def _is_empty(value: object) -> bool:
 
 def compact(value: Any) -> Any:
     """A model as plain JSON data without what carries nothing: an optional field (one with a
-    default) is left out when it is null, empty, false or zero. Required fields always stay,
+    default) is left out when it is null, or empty/false/zero and equal to its default (an
+    exit code of 0 stays: its default is null). Required fields always stay,
     so the result still validates as the model (and matches the tool's output schema)."""
     if isinstance(value, BaseModel):
         fields = type(value).model_fields
         out: dict[str, Any] = {}
         for name, info in fields.items():
             item = getattr(value, name)
-            if not info.is_required() and _is_empty(item):
-                continue
+            if (
+                not info.is_required()
+                and _is_empty(item)
+                and (item is None or item == info.get_default(call_default_factory=True))
+            ):
+                continue  # null, or empty and equal to its default: it carries nothing
             out[info.serialization_alias or name] = compact(item)
         return out
     if isinstance(value, dict):
@@ -146,8 +159,10 @@ def guarded(
     return decorate
 
 
-def arguments_error(tool: str, exc: ValidationError) -> CallToolResult:
+def arguments_error(
+    tool: str, exc: ValidationError, root: type[BaseModel] | None = None
+) -> CallToolResult:
     """The typed answer for arguments that do not match a tool's input schema."""
-    failed = validation_failed(exc)
+    failed = validation_failed(exc, root=root)
     failed.hint = f"Fix the named fields of {tool} and call it again."
     return error_result(failed)

@@ -18,13 +18,14 @@ from pydantic import BaseModel, ValidationError
 from fedhpc import __version__
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
-from fedhpc.errors import FedError, UsageError
+from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
 from fedhpc.mcp_server.schema import compact_input, compact_output
 from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
 from fedhpc.ops.data import TransferRequest
+from fedhpc.ops.suggest import unknown_field_reason
 from fedhpc.ops.tasks import ResultRequest
 
 __all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
@@ -80,10 +81,17 @@ def _arguments_guard(tools: Mapping[str, Tool]) -> Any:
             return error_result(
                 UnknownTool(f"no tool named {name[:64]!r}", hint=f"Tools: {', '.join(tools)}.")
             )
+        model = tool.fn_metadata.arg_model
+        unknown = sorted(set(arguments or {}) - set(model.model_fields))
+        if unknown:  # the SDK would drop them silently: say which parameter was meant
+            issues = [FieldIssue(k, unknown_field_reason(model, (k,))) for k in unknown]
+            return error_result(
+                ValidationFailed(issues, hint=f"Fix the named fields of {name} and call it again.")
+            )
         try:
             tool.fn_metadata.validate_arguments(dict(arguments or {}))
         except ValidationError as exc:
-            return arguments_error(name, exc)
+            return arguments_error(name, exc, model)
         return await call_next(ctx)
 
     return middleware

@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
@@ -137,17 +144,28 @@ class SubmitTaskRequest(_In):
     def _workdir(cls, v: str | None) -> str | None:
         return check_workdir(v) if v is not None else None
 
+    @field_validator("fixed_site")
+    @classmethod
+    def _fixed_site(cls, v: str | None, info: ValidationInfo) -> str | None:
+        policy = info.data.get("policy")
+        if v and policy is not None and policy is not PolicyKind.FIXED_SITE:
+            raise ValueError(
+                f"used only by policy fixed-site, not {policy.value}: drop policy "
+                "(fixed_site implies fixed-site) or drop fixed_site"
+            )
+        return v
+
+    @field_validator("fallback")
+    @classmethod
+    def _fallback(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and not info.data.get("fixed_site"):
+            raise ValueError("applies only with fixed_site")
+        return v
+
     @model_validator(mode="after")
     def _fixed(self) -> Self:
         if self.policy is PolicyKind.FIXED_SITE and not self.fixed_site:
             raise ValueError("policy fixed-site needs fixed_site (the site to run on)")
-        if self.fixed_site and self.policy is not PolicyKind.FIXED_SITE:
-            raise ValueError(
-                f"fixed_site is used only by policy fixed-site, not {self.policy.value}: "
-                "drop policy (fixed_site implies fixed-site) or drop fixed_site"
-            )
-        if self.fallback and not self.fixed_site:
-            raise ValueError("fallback applies only with fixed_site")
         return self
 
 

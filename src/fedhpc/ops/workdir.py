@@ -33,6 +33,8 @@ def check_workdir(path: str) -> str:
             f"{path!r} is not a folder for a job: omit workdir for the task's own folder"
         )
     rel = path if path.startswith("/") else path.removeprefix("./")
+    if ".." in rel.split("/"):
+        raise ValueError("'..' would leave the task's folder or storage root")
     if "." in rel.rstrip("/").split("/"):
         raise ValueError("'.' components are ambiguous: write the path without them")
     return rel.rstrip("/")
