@@ -340,3 +340,18 @@ def test_configured_account_budget_limits_the_charge() -> None:
     out = place(env(gpus=2, wall_time="1h"), snap, sites, now=NOW)
     assert isinstance(out, Unschedulable)
     assert "account acct budget 4" in out.reasons[0].reasons[0]
+
+
+def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_wall_time() -> (
+    None
+):
+    """gpus.min = 0 made the minimum shape count CPUs (2 units) and a 1-GPU shape count 1:
+    the Amdahl prediction (1,140 s) exceeded the 600 s requested. The envelope's own claim
+    (600 s suffice at the minimum) caps it."""
+    p = profile("p", gpu_partition("g", count=4))
+    sites = {"p": site(p)}
+    snap = snapshot(state(p))
+    job = env(gpus=(0, 1), cpus=(2, 2), wall_time="10m")
+    out = placed(place(job, snap, sites, now=NOW))
+    assert out.shape.gpus == 1
+    assert out.estimates.runtime_s <= out.shape.wall_time_s == 600

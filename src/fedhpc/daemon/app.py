@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -138,6 +138,20 @@ def _guard(fn: Handler) -> Handler:
     return wrapped
 
 
+R = TypeVar("R", SubmitTaskRequest, SubmitGroupRequest, ReplanRequest)
+
+
+def _sites_checked(state: DaemonState, req: R) -> R:
+    """`req` once every site it names is usable (typed error naming the config fix if not)."""
+    if isinstance(req, SubmitTaskRequest):
+        check_request_sites(state.collector, fixed_site=req.fixed_site, envelope=req.envelope)
+    elif isinstance(req, SubmitGroupRequest):
+        check_request_sites(state.collector, envelope=req.envelope)
+    else:
+        check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
+    return req
+
+
 def build_app(state: DaemonState) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse(
@@ -179,8 +193,7 @@ def build_app(state: DaemonState) -> Starlette:
     body = read_body
 
     async def submit_task(request: Request) -> Response:
-        req = SubmitTaskRequest.model_validate_json(await body(request))
-        check_request_sites(state.collector, fixed_site=req.fixed_site, envelope=req.envelope)
+        req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await body(request)))
         return _json(await hinted(o, await o.submit_task(req), "submit_task"))
 
     async def tasks(request: Request) -> Response:
@@ -199,15 +212,14 @@ def build_app(state: DaemonState) -> Starlette:
         return _json(await hinted(o, handle, "cancel"))
 
     async def replan_task(request: Request) -> Response:
-        req = ReplanRequest.model_validate_json(await body(request))
+        req = _sites_checked(state, ReplanRequest.model_validate_json(await body(request)))
         if req.task_id != request.path_params["task_id"]:
             raise UsageError("task_id in the body and the path differ")
         check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
         return _json(await hinted(o, await replan(o, req), "replan"))
 
     async def submit_group_(request: Request) -> Response:
-        req = SubmitGroupRequest.model_validate_json(await body(request))
-        check_request_sites(state.collector, envelope=req.envelope)
+        req = _sites_checked(state, SubmitGroupRequest.model_validate_json(await body(request)))
         return _json(await hinted_group(o, await submit_group(o, req), "submit_group"))
 
     async def group(request: Request) -> Response:

@@ -1,8 +1,8 @@
 """`next`: what the agent should do now, for every tool and every state, from one function.
 
 An answer is an instruction: "end your turn" only when a continuation will wake the agent,
-"read the result" only when there is one, and never `replan` for work that cannot be
-re-placed (replan refuses finished tasks)."""
+"read the result" only when there is one, and `replan` only where it works (a task that has
+not started, or an unschedulable one; it refuses other finished tasks)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ _ENDED = {
     "timeout": "Hit its wall-time limit: read it with {read}, then submit again with a larger "
     "envelope.wall_time.",
     "cancelled": "Cancelled: nothing more will happen.",
-    "unschedulable": "No site can run it as asked (see reasons): change the envelope, sites or "
-    "fixed_site and submit a new task.",
+    "unschedulable": "No site can run it as asked (see reasons): replan it with a changed "
+    "envelope or exclude_sites, or submit a new task (another fixed_site, fallback).",
 }
 _READ = {
     "completed": "Completed: the stdout tail is above; full files are in outputs.",

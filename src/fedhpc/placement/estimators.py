@@ -222,6 +222,11 @@ class RuntimeModel:
     parallel_s: float  # at one unit
     exact: Mapping[tuple[int, int, int], float]
     source: str
+    # The envelope's own claim: wall_time.min suffices at the minimum shape, so no granted
+    # shape (at least the minimum in every dimension) is predicted to take longer. Without
+    # this cap a GPU shape of an envelope whose minimum counts CPUs (gpus.min = 0) came out
+    # slower than its wall time.
+    cap_s: float | None = None
 
     @classmethod
     def build(
@@ -255,14 +260,15 @@ class RuntimeModel:
         # Nothing known: the minimum wall time at the minimum shape, Amdahl to other shapes.
         u0 = _units(env.gpus.min, env.cpus.min, env.nodes.min)[1]
         r0, s = float(env.wall_time.min), settings.serial_fraction
-        return cls(r0 * s, r0 * (1 - s) * max(u0, 1), {}, "envelope:wall_time.min")
+        return cls(r0 * s, r0 * (1 - s) * max(u0, 1), {}, "envelope:wall_time.min", r0)
 
     def runtime(self, shape: Shape) -> tuple[float, str]:
         hit = self.exact.get((shape.gpus, shape.cpus, shape.nodes))
         if hit is not None:
             return hit, "history:exact"
         units = max(_units(shape.gpus, shape.cpus, shape.nodes)[1], 1)
-        return self.serial_s + self.parallel_s / units, self.source
+        r = self.serial_s + self.parallel_s / units
+        return (min(r, self.cap_s) if self.cap_s is not None else r), self.source
 
 
 def _fit_amdahl(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
