@@ -342,9 +342,7 @@ def test_configured_account_budget_limits_the_charge() -> None:
     assert "account acct budget 4" in out.reasons[0].reasons[0]
 
 
-def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_wall_time() -> (
-    None
-):
+def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_wall_time() -> None:
     """gpus.min = 0 made the minimum shape count CPUs (2 units) and a 1-GPU shape count 1:
     the Amdahl prediction (1,140 s) exceeded the 600 s requested. The envelope's own claim
     (600 s suffice at the minimum) caps it."""
