@@ -110,7 +110,7 @@ def _manifest_text(m: ResultManifest) -> str:
     if m.preview is not None:
         lines += ["", ("[...]\n" if m.truncated else "") + m.preview]
     if m.stderr is not None:
-        lines += ["", "stderr:", ("[...]\n" if m.stderr_truncated else "") + m.stderr]
+        lines += ["", "stderr (tail):", m.stderr]
     if m.next:
         lines += ["", m.next]
     return "\n".join(lines)

@@ -92,7 +92,12 @@ Argv = Annotated[
 # Ids are a prefix and hex digits; the pattern also keeps '/', '?' and control characters out
 # of the daemon's URL paths.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
-TaskId = Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
+# Validated in full; advertised as a plain string (the pattern cost ~60 B in three tools).
+TaskId = Annotated[
+    str,
+    Field(min_length=1, max_length=64, pattern=ID_PATTERN),
+    WithJsonSchema({"type": "string"}),
+]
 Policy = PolicyKind | None
 Workdir = Annotated[
     str | None, Field(description="relative to the task folder, or inside a storage root")

@@ -234,11 +234,9 @@ async def get_result(
     task_id: TaskId,
     preview: Annotated[
         Literal["stdout", "stderr", "none"] | None,
-        Field(description="whose tail goes in `preview`; default stdout"),
+        Field(description="default stdout"),
     ] = None,
-    max_bytes: Annotated[
-        int, Field(ge=1, le=65536, description="tail size cap per stream")
-    ] = PREVIEW_BYTES,
+    max_bytes: Annotated[int, Field(ge=1, le=65536, description="per tail")] = PREVIEW_BYTES,
 ) -> ResultManifest:
     """Resume: a task's state, attempts, outputs by reference, the last bytes of stdout
     (`preview`) and, if it failed, of stderr. Do not poll."""

@@ -273,8 +273,9 @@ class ResultManifest(_Out):
     outputs: tuple[OutputRef, ...] = ()
     preview: str | None = Field(default=None, description="the last bytes of stdout (or asked)")
     truncated: bool = Field(default=False, description="preview omits earlier bytes")
-    stderr: str | None = Field(default=None, description="the last bytes of stderr, on failure")
-    stderr_truncated: bool = False
+    stderr: str | None = Field(
+        default=None, description="the last bytes of stderr, on failure (its size: outputs)"
+    )
     reasons: tuple[str, ...] = ()
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
     next: str = ""

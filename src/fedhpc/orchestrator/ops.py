@@ -56,12 +56,12 @@ async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
                 tails[stream] = await adapter.tail(path, req.max_bytes)
     first = "stderr" if req.preview == "stderr" else "stdout"
     preview, truncated = tails.get(first, (None, False))
-    extra, extra_cut = tails.get("stderr", (None, False)) if first == "stdout" else (None, False)
+    extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
     manifest = ResultManifest(
         task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
         created_at=task.created_at, attempts=tuple(a.view() for a in atts),
         provenance=task.provenance, outputs=tuple(outputs), preview=preview,
-        truncated=truncated, stderr=extra, stderr_truncated=extra_cut, reasons=task.reasons,
+        truncated=truncated, stderr=extra, reasons=task.reasons,
         data=await staging.data_provenance(o, task),
     )  # fmt: skip
     return _brief(manifest, tails) if req.brief else manifest
