@@ -177,3 +177,33 @@ def test_no_code_on_stdin_is_a_typed_error_not_a_hang(
     assert code == 2
     assert "no authorization code was entered" in err
     assert not fake.posts
+
+
+def test_login_scope_adds_a_consent_that_later_logins_ask_again(
+    home: Path, fake: FakeAuth, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = "6f1e3c2a-0000-4000-8000-00000000e001"
+    extra = f"urn:globus:auth:scope:transfer.api.globus.org:all[*{data_access_scope(other)}]"
+    assert login(monkeypatch, capsys, "--scope", extra)[0] == 0
+    code, out, _ = login(monkeypatch, capsys)  # a plain login later keeps asking for it
+    assert code == 0
+    url = next(line for line in out.splitlines() if line.startswith("https://auth.globus.org"))
+    asked = parse_qs(urlparse(url).query)["scope"][0]
+    assert data_access_scope(other) in asked
+    assert data_access_scope(COLLECTION) in asked
+
+
+@pytest.mark.parametrize("bad", ["transfer:all[unclosed", "a]b"])
+def test_a_malformed_scope_is_refused_before_the_flow_starts(
+    home: Path,
+    fake: FakeAuth,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bad: str,
+) -> None:
+    code, out, err = login(monkeypatch, capsys, "--scope", bad)
+    assert code == 2
+    assert "error[globus_login_failed]" in err
+    assert "is not a Globus scope" in err
+    assert "https://auth.globus.org" not in out
+    assert not fake.posts
