@@ -14,7 +14,7 @@ import httpx2
 
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
-from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, SessionReport
+from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.inspect import FederationView, InspectRequest
@@ -172,8 +172,24 @@ class DaemonClient:
         body = await self._call("POST", "/v1/continuations", content=payload)
         return str(body["id"])
 
-    async def report_session(self, report: SessionReport) -> None:
-        await self._call("POST", "/v1/sessions", content=report.model_dump_json())
+    async def report_binding(self, binding: ToolBinding) -> None:
+        await self._call("POST", "/v1/bindings", content=binding.model_dump_json())
+
+    async def binding(self, tool_use_id: str) -> ToolBinding | None:
+        """The session the PreToolUse hook reported for this tool call, or None."""
+        try:
+            body = await self._call("GET", f"/v1/bindings/{_seg(tool_use_id)}")
+        except _Remote as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+        return ToolBinding.model_validate(body)
+
+    async def retry_deliveries(self, ids: list[str], *, all_dead: bool = False
+                               ) -> dict[str, list[str]]:  # fmt: skip
+        body = await self._call("POST", "/v1/deliveries/retry",
+                                content=json.dumps({"ids": ids, "all_dead": all_dead}))  # fmt: skip
+        return {"retried": list(body["retried"]), "not_dead": list(body["not_dead"])}
 
     async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
         body = await self._call("GET", "/v1/deliveries", params=[("state", s) for s in states])

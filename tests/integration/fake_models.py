@@ -7,13 +7,16 @@ carries (so a resumed CLI process finds the same script):
 
 * the first turn calls fedhpc `submit_task` (1 CPU, wall 5m, `bash -c "echo done"`);
 * the tool result of `submit_task` -> a text answer that ends the turn (the agent goes idle);
-* a later user prompt holding the fedhpc continuation payload (the resume) -> `get_result`
-  for the payload's task; a later prompt without the payload is recorded in `errors`;
+* a later user prompt holding fedhpc continuation payloads (the resume; several when events
+  were coalesced), or pointing at payloads already in the session (a retry's nudge) ->
+  `get_result` for the first payload's task; a later prompt without either is recorded in
+  `errors`;
 * the tool result of `get_result` -> a closing text.
 
 Every request is recorded as an `Exchange`, so tests count model turns, tool calls, resumes,
 and scan the tool results the model received. `hold_resume()` makes the resume's answer wait
-until the test releases it (to kill the daemon while a delivery is `started`).
+until the test releases it (to kill the daemon while a delivery is `started`); `down` makes
+every agent request fail with HTTP 529 (the model endpoint is down) until cleared.
 
 `ProxyTrap` and `NetWatch` check that nothing leaves loopback: the first is the HTTP(S) proxy
 the CLIs are given (any request reaching it went for a non-loopback host), the second samples
@@ -56,7 +59,15 @@ SUBMIT_ARGS: dict[str, Any] = {
     "envelope": {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}},
     "name": "e2e-echo",
 }
-_PAYLOAD = re.compile(r"\{\"[^\n]*\"fedhpc\":\"continuation\"[^\n]*\}")
+_PAYLOAD = re.compile(r"\{[^\n]*\"fedhpc\":\"continuation\"[^\n]*\}")
+NUDGE_MARK = "fedhpc: the event(s) "
+
+
+def payloads_in(text: str) -> list[dict[str, Any]]:
+    """Every continuation payload line in a text, in order."""
+    return [json.loads(m.group(0)) for m in _PAYLOAD.finditer(text)]
+
+
 _REPLIES = {  # the closing text of a turn, by phase
     "after_submit": "Submitted. Ending my turn: fedhpc resumes me with the outcome.",
     "after_result": "FAKE-MODEL: the task is done.",
@@ -74,7 +85,10 @@ class Exchange:
     arguments: dict[str, Any] = field(default_factory=dict)
     tool_results: list[str] = field(default_factory=list)  # what the model was fed back
     prompt: str = ""  # the newest user text
-    payload: dict[str, Any] | None = None  # the continuation payload, on a resume
+    payload: dict[str, Any] | None = None  # the (first) continuation payload, on a resume
+    payloads: list[dict[str, Any]] = field(default_factory=list)  # all of this resume's
+    history: list[str] = field(default_factory=list)  # every user text of the conversation
+    tools: list[str] = field(default_factory=list)  # the fedhpc tools the request offered
     session: str | None = None  # the client's session header, when it sends one
 
 
@@ -86,6 +100,8 @@ class _Turn:
     result_of: str | None  # the fedhpc tool whose result closes the input, if any
     results: list[str]
     prompt: str
+    history: list[str] = field(default_factory=list)  # every user text, oldest first
+    tools: list[str] = field(default_factory=list)
 
 
 class FakeModel:
@@ -100,6 +116,8 @@ class FakeModel:
         self._lock = threading.Lock()
         self._hold: threading.Event | None = None
         self.resume_seen = threading.Event()
+        self.down = False  # agent requests answer 529 while set
+        self.submit_args: dict[str, Any] = SUBMIT_ARGS  # what the first turn submits
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -179,25 +197,35 @@ class FakeModel:
         elif turn.result_of is not None:
             ex.phase = "unexpected"
             self.errors.append(f"a result of {turn.result_of} reached the model")
-        elif PAYLOAD_MARK in turn.prompt:
+        elif PAYLOAD_MARK in turn.prompt or NUDGE_MARK in turn.prompt:
             ex.phase = "resume"
-            found = _PAYLOAD.search(turn.prompt)
-            if found is None:
+            ex.payloads = payloads_in(turn.prompt)
+            if NUDGE_MARK in turn.prompt:  # events already in the session: find them there
+                held = [p for text in turn.history[:-1] for p in payloads_in(text)
+                        if p["delivery"] in turn.prompt]  # fmt: skip
+                ex.payloads = held + ex.payloads
+            if not ex.payloads:
                 self.errors.append("the resume prompt holds no parseable payload")
                 return
-            ex.payload = json.loads(found.group(0))
+            ex.payload = ex.payloads[0]
             task = ex.payload.get("task_id") or ex.payload.get("subject")
             ex.tool, ex.arguments = "get_result", {"task_id": task}
-        elif any(e.phase == "start" for e in self.exchanges):
+        elif any(e.phase == "start" and e.session == ex.session for e in self.exchanges):
             ex.phase = "unexpected"
             self.errors.append(f"a later prompt without the payload: {turn.prompt[:200]!r}")
         else:
             ex.phase = "start"
-            ex.tool, ex.arguments = "submit_task", SUBMIT_ARGS
+            ex.tool, ex.arguments = "submit_task", self.submit_args
 
     def _record(self, path: str, turn: _Turn, session: str | None) -> Exchange:
         ex = Exchange(at=time.time(), path=path, phase="", tool_results=turn.results,
-                      prompt=turn.prompt, session=session)  # fmt: skip
+                      prompt=turn.prompt, session=session, history=turn.history,
+                      tools=turn.tools)  # fmt: skip
+        if self.down and turn.has_tools:
+            ex.phase = "down"
+            with self._lock:
+                self.exchanges.append(ex)
+            return ex
         with self._lock:
             self._decide(turn, ex)
             self.exchanges.append(ex)
@@ -213,8 +241,18 @@ class FakeModel:
         raise NotImplementedError
 
     # -- what tests ask -----------------------------------------------------------------
-    def phases(self) -> list[str]:
-        return [e.phase for e in self.exchanges if e.phase != "aux"]
+    def phases(self, session: str | None = None) -> list[str]:
+        return [e.phase for e in self.exchanges if e.phase not in ("aux", "down")
+                and (session is None or e.session == session)]  # fmt: skip
+
+    def seen_deliveries(self, session: str | None = None) -> list[str]:
+        """The delivery ids in the newest conversation the model received (of `session`), in
+        order, each as often as it appears: a forked transcript or a re-sent event shows."""
+        agent = [e for e in self.exchanges if e.phase not in ("aux", "down")
+                 and (session is None or e.session == session)]  # fmt: skip
+        if not agent:
+            return []
+        return [p["delivery"] for text in agent[-1].history for p in payloads_in(text)]
 
     def tool_calls(self) -> list[str]:
         return [e.tool for e in self.exchanges if e.tool]
@@ -278,9 +316,12 @@ class FakeAnthropic(FakeModel):
                 result_of = name.removeprefix(self.PREFIX)
                 results += _texts(b.get("content"))
         prompt = "\n".join(_texts(last.get("content"))) if last.get("role") == "user" else ""
-        has_tools = any(str(t.get("name", "")).startswith(self.PREFIX)
-                        for t in body.get("tools") or [])  # fmt: skip
-        return _Turn(has_tools, result_of, results, "" if result_of else prompt)
+        tools = [str(t.get("name", "")) for t in body.get("tools") or []
+                 if str(t.get("name", "")).startswith(self.PREFIX)]  # fmt: skip
+        history = ["\n".join(t for t in _texts(m.get("content")) if PAYLOAD_MARK in t
+                             or NUDGE_MARK in t or m is last)
+                   for m in messages if m.get("role") == "user"]  # fmt: skip
+        return _Turn(bool(tools), result_of, results, "" if result_of else prompt, history, tools)
 
     def _answer(
         self, path: str, body: dict[str, Any], headers: dict[str, str]
@@ -289,6 +330,9 @@ class FakeAnthropic(FakeModel):
             return 200, "application/json", b'{"input_tokens":12}'
         session = headers.get("x-claude-code-session-id") or headers.get("X-Claude-Code-Session-Id")
         ex = self._record(path, self._turn(body), session)
+        if ex.phase == "down":
+            err = b'{"type":"error","error":{"type":"overloaded_error","message":"down"}}'
+            return 529, "application/json", err
         mid = f"msg_{uuid.uuid4().hex[:20]}"
         if ex.tool:
             block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
@@ -353,13 +397,18 @@ class FakeOpenAI(FakeModel):
         prompt = "\n".join(t for m in reversed(tail) for t in _texts(m.get("content")))
         tools = json.dumps(body.get("tools") or [])
         has_tools = self.NAMESPACE in tools or "submit_task" in tools
-        return _Turn(has_tools, result_of, results, prompt)
+        history = ["\n".join(_texts(i.get("content"))) for i in items
+                   if i.get("type") == "message" and i.get("role") == "user"]  # fmt: skip
+        return _Turn(has_tools, result_of, results, prompt, history,
+                     [self.NAMESPACE] if has_tools else [])  # fmt: skip
 
     def _answer(
         self, path: str, body: dict[str, Any], headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
         session = headers.get("session-id") or headers.get("Session-Id")
         ex = self._record(path, self._turn(body), session)
+        if ex.phase == "down":
+            return 503, "application/json", b'{"error":{"message":"down","type":"server_error"}}'
         rid = f"resp_{uuid.uuid4().hex[:20]}"
         if ex.tool:
             item: dict[str, Any] = {
@@ -553,7 +602,7 @@ def delivery_files(home: Path) -> dict[str, str]:
     return {
         str(p): p.read_text(errors="replace")
         for p in sorted(root.glob("*/*"))
-        if p.name in ("payload.json", "out")
+        if p.name in ("prompt.txt", "stdin", "out", "err")
     }
 
 

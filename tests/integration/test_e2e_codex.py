@@ -10,7 +10,10 @@
 
 Checked as for Claude Code: no model turn between the submission and the resume, one resume
 per event (also when the daemon is SIGKILLed while the delivery is `started`), the payload
-under 2 KB, no planted credential anywhere, nothing leaving loopback."""
+once and under 600 B, no planted credential anywhere, nothing leaving loopback. The daemon is
+started from a filtered environment (no model key): resumes work from `[resume.codex]` alone.
+Also: jobs ending together (never "already has an active writer"; each event once, in order)
+and the model endpoint down then back (the model sees the event once)."""
 
 from __future__ import annotations
 
@@ -18,15 +21,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from fedhpc.bridge.payload import SINGLE_CAP
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
-from tests.integration.daemon_util import start, stop
+from tests.integration.daemon_util import FAST, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,
     FakeOpenAI,
@@ -95,20 +100,47 @@ def _config(codex_home: Path, fedhome: Path, model_url: str) -> None:
     (codex_home / "config.toml").write_text("\n".join(lines) + "\n")
 
 
-def _env(codex: Path, home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
-    """What both the first `codex exec` and the daemon (hence the resumed codex) see."""
+def _resume_config(fedhome: Path, codex: Path, env: dict[str, str]) -> None:
+    """[resume.codex]: the binary and the whole environment of resumes (the key in an
+    env_file); the daemon's own environment holds none of it."""
+    secret = fedhome / "codex.env"
+    secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n")
+    secret.chmod(0o600)
+    lines = ["[resume.codex]", f"binary = {json.dumps(str(codex))}",
+             f'path = "{VENV_BIN}:/usr/bin:/bin"', f"env_file = {json.dumps(str(secret))}",
+             "[resume.codex.env]"]  # fmt: skip
+    lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
+    (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+
+
+def _env(home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
+    """What the first `codex exec` sees."""
     return {
         "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": str(home),
         "CODEX_HOME": str(home / ".codex"),
         "FAKE_OPENAI_API_KEY": CANARY_API_KEY,
         "FEDHPC_HOME": str(fedhome),
-        "FEDHPC_CODEX_BIN": str(codex),
-        "FEDHPC_RESUME_TIMEOUT_S": "90",
-        "FEDHPC_BRIDGE_POLL_S": "0.5",
         **canary_env(),
         **extra,
     }
+
+
+def _daemon_env(home: Path, fedhome: Path, bridge: dict[str, str]) -> dict[str, str]:
+    """A daemon started from a filtered client environment (as Claude Code's hook or another
+    client would): no model key, a short PATH. Resumes must work from the config alone."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "FEDHPC_BRIDGE_POLL_S": "0.3",
+            "FEDHPC_RESUME_TIMEOUT_S": "90", **bridge}  # fmt: skip
+
+
+def _start(fedhome: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    full = {**FAST, **env, "FEDHPC_HOME": str(fedhome), "FEDHPC_DEVFED": "1",
+            "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
+    log = (fedhome.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
+                            stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+    log.close()
+    return proc
 
 
 def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -121,9 +153,9 @@ def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[st
     return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
 
 
-async def _until(client: DaemonClient, state: str, limit: float = 90) -> None:
+async def _until(client: DaemonClient, state: str, n: int = 1, limit: float = 120) -> None:
     with anyio.fail_after(limit):
-        while not [d for d in await client.deliveries() if d.state == state]:
+        while len([d for d in await client.deliveries() if d.state == state]) < n:
             await anyio.sleep(0.2)
 
 
@@ -132,13 +164,17 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     codex: Path, devfed: Any, tmp_path: Path, kill_mid_delivery: bool
 ) -> None:
     home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
-    for folder in (home, project):
+    for folder in (home, project, fedhome):
         folder.mkdir()
     with FakeOpenAI() as fake, no_egress() as (trap, watch):
         release = fake.hold_resume() if kill_mid_delivery else None
         _config(home / ".codex", fedhome, fake.url)
-        env = _env(codex, home, fedhome, {**trap.env(), **watch.env()})
-        proc = start(fedhome, **env)
+        guards = {**trap.env(), **watch.env()}
+        env = _env(home, fedhome, guards)
+        _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex"), **canary_env(),
+                                        **guards})  # fmt: skip
+        daemon = _daemon_env(home, fedhome, {})
+        proc = _start(fedhome, daemon)
         try:
             async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
                 await client.wait_until_up(30)
@@ -160,7 +196,7 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
                         while not fake.resume_seen.is_set():
                             await anyio.sleep(0.1)
                     stop(proc, kill=True)
-                    proc = start(fedhome, **env)
+                    proc = _start(fedhome, daemon)
                     await client.wait_until_up(30)
                     release.set()
                 await _until(client, "delivered")
@@ -190,13 +226,12 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     assert next(x["thread_id"] for x in out if x["type"] == "thread.started") == thread
     assert [x["item"]["tool"] for x in out if x["type"] == "item.completed"
             and x["item"].get("type") == "mcp_tool_call"] == ["get_result"]  # fmt: skip
-    # one delivery, one launch, payload under the cap
+    # one delivery, one launch, the payload once and under the cap
     (d,) = deliveries
     assert (d.state, d.attempts) == ("delivered", 0)
-    assert d.payload_bytes < 2048
-    payloads = sorted((fedhome / "deliveries").glob("*/payload.json"))
-    assert len(payloads) == 1
-    assert len(payloads[0].read_bytes()) < 2048
+    assert len(resume.prompt.encode()) <= SINGLE_CAP
+    assert resume.prompt.count('"fedhpc":"continuation"') == 1
+    assert len(list((fedhome / "deliveries").glob("*/prompt.txt"))) == 1
     # no credential anywhere the agent or the payloads can see
     texts = delivery_files(fedhome)
     texts["events"] = json.dumps(events)

@@ -1,4 +1,4 @@
-"""The continuation payload: compact, capped, and free of anything secret."""
+"""The continuation payload: compact, capped, ordered, never re-sent, free of anything secret."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.bridge import HARD_CAP, TARGET, build_payload, prompt_text
+from fedhpc.bridge import HARD_CAP, SINGLE_CAP, TARGET, build_payload, prompt_text
+from fedhpc.bridge.payload import nudge_text
 from fedhpc.cli.hooks import user_prompt_submit
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
+
+PAYLOAD_MARK = '"fedhpc":"continuation"'
 
 
 def _event(**payload: object) -> dict[str, object]:
@@ -26,22 +29,56 @@ def _attempt(n: int) -> dict[str, object]:
             "stdout": "/scratch/x.out", "account": "secret-account-name"}  # fmt: skip
 
 
-def test_payload_names_the_event_the_result_and_the_next_actions() -> None:
+def test_payload_names_the_event_the_task_and_the_next_action() -> None:
     p = build_payload(_event(site="devdelta"), [_attempt(1)], delivery_id="d1")
     assert p["event"] == "task.terminal"
-    assert p["result"] == "fedhpc://tasks/t1"
-    assert p["attempts"][0]["job_id"] == "1001"
-    assert "account" not in p["attempts"][0]  # only what the agent needs to decide
+    assert p["task_id"] == "t1"
+    assert "subject" not in p  # the task id says it
+    assert "result" not in p  # the default reference follows from the task id
+    assert p["attempt"]["job_id"] == "1001"
+    assert "account" not in p["attempt"]  # only what the agent needs to decide
     assert p["next"][0].startswith("get_result")
     assert len(json.dumps(p)) < TARGET
+
+
+def test_a_single_task_terminal_event_is_at_most_600_bytes_as_the_model_sees_it() -> None:
+    event = {"kind": "task.terminal", "id": "ev_01HZX8V0Q2W3E4R5T6Y7U8I9O0", "seq": 123456,
+             "subject": "t-01hzx8v0q2w3e4r5t6y7u8i9o0", "created_at": "2026-11-30T12:00:00+00:00",
+             "payload": {"task_id": "t-01hzx8v0q2w3e4r5t6y7u8i9o0", "state": "completed",
+                         "site": "devperlmutter", "attempt": 3, "job_id": "1234567",
+                         "result": "fedhpc://tasks/t-01hzx8v0q2w3e4r5t6y7u8i9o0"}}  # fmt: skip
+    attempt = {"n": 3, "site": "devperlmutter", "partition": "gpu_ss11", "state": "completed",
+               "job_id": "1234567", "wait_s": 12.5, "runtime_s": 3601.25,
+               "exit_code": 0}  # fmt: skip
+    did = "d123456-ct-01hzx8v0q2w3e4r5t6y7u8i9o0-0123456789"
+    text = prompt_text([build_payload(event, [attempt], delivery_id=did)])
+    assert len(text.encode()) <= SINGLE_CAP, len(text.encode())
+    assert did in text and "get_result" in text
+
+
+def test_events_coalesced_into_one_resume_keep_their_order_and_each_appears_once() -> None:
+    payloads = [build_payload(_event(), [], delivery_id=f"d{i}") for i in range(1, 11)]
+    text = prompt_text(payloads)
+    lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    assert [x["delivery"] for x in lines] == [f"d{i}" for i in range(1, 11)]
+
+
+def test_a_retry_never_resends_an_event_the_session_already_holds() -> None:
+    payloads = [build_payload(_event(), [], delivery_id=f"d{i}") for i in (1, 2)]
+    text = prompt_text(payloads, seen=["d1"])
+    lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    assert [x["delivery"] for x in lines] == ["d2"]  # d1 is only pointed at
+    assert "d1" in text
+    only = nudge_text(["d1", "d2"])
+    assert PAYLOAD_MARK not in only and "d1, d2" in only
 
 
 def test_payload_stays_under_the_cap_whatever_the_event_holds() -> None:
     huge = _event(reason="x" * 50_000, counts={f"k{i}": i for i in range(2000)})
     p = build_payload(huge, [_attempt(i) for i in range(100)], delivery_id="d1")
-    assert len(json.dumps(p, separators=(",", ":"))) <= HARD_CAP
-    assert p["result"] == "fedhpc://tasks/t1"
-    assert len(prompt_text(p).encode()) <= HARD_CAP + 400
+    assert len(json.dumps(p, separators=(",", ":"))) <= TARGET
+    assert p["task_id"] == "t1"
+    assert len(prompt_text([p]).encode()) <= HARD_CAP
 
 
 def test_a_planted_secret_in_the_environment_never_reaches_a_payload(
@@ -52,7 +89,7 @@ def test_a_planted_secret_in_the_environment_never_reaches_a_payload(
     monkeypatch.setenv("ANTHROPIC_API_KEY", canary)
     p = build_payload(_event(), [_attempt(1)], delivery_id="d1")
     assert canary not in json.dumps(p)
-    assert canary not in prompt_text(p)
+    assert canary not in prompt_text([p])
 
 
 def test_continuation_specs_name_what_each_runtime_needs() -> None:
@@ -60,11 +97,13 @@ def test_continuation_specs_name_what_each_runtime_needs() -> None:
         ContinuationSpec(runtime=Runtime.COMMAND)
     with pytest.raises(ValueError, match="needs session_id"):
         ContinuationSpec(runtime=Runtime.CODEX)
-    with pytest.raises(ValueError, match="session_id or cwd"):
-        ContinuationSpec(runtime=Runtime.CLAUDE_CODE)
+    with pytest.raises(ValueError, match="needs session_id"):
+        ContinuationSpec(runtime=Runtime.CLAUDE_CODE, cwd="/work/p")  # never "the last one here"
+    with pytest.raises(ValueError, match="needs cwd"):
+        ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id="s1")
     with pytest.raises(ValueError, match="session_id"):
         ContinuationSpec(runtime=Runtime.CODEX, session_id="x; rm -rf /")
-    assert ContinuationSpec(runtime=Runtime.CLAUDE_CODE, cwd="/work/p").events
+    assert ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id="s1", cwd="/work/p").events
 
 
 def test_user_prompt_submit_hook_injects_and_empties_the_inbox(tmp_path: Path) -> None:

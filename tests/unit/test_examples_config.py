@@ -51,7 +51,11 @@ def test_claude_hooks_call_existing_fedhpc_hook_subcommands() -> None:
     documented = [json.loads(b) for b in _blocks("continuation.md", "json") if '"hooks"' in b]
     assert documented == [ours]
     hooks = ours["hooks"]
-    assert set(hooks) == {"SessionStart", "UserPromptSubmit"}
+    assert set(hooks) == {"PreToolUse", "UserPromptSubmit"}
+    (bind,) = hooks["PreToolUse"]
+    for tool in ("submit_task", "submit_group", "move_data"):  # the tools that start work
+        assert re.fullmatch(bind["matcher"], f"mcp__fedhpc__{tool}"), tool
+    assert not re.fullmatch(bind["matcher"], "mcp__fedhpc__get_result")
     commands = [h["command"] for entry in hooks.values() for m in entry for h in m["hooks"]]
     assert all(h["type"] == "command" for e in hooks.values() for m in e for h in m["hooks"])
     choices = _hook_choices()
@@ -59,4 +63,4 @@ def test_claude_hooks_call_existing_fedhpc_hook_subcommands() -> None:
         argv = shlex.split(command)
         assert argv[:2] == ["fedhpc", "hook"], command
         assert len(argv) == 3 and argv[2] in choices, (command, choices)
-    assert {shlex.split(c)[2] for c in commands} == {"session-start", "user-prompt-submit"}
+    assert {shlex.split(c)[2] for c in commands} == {"pre-tool-use", "user-prompt-submit"}

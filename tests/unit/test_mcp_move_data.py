@@ -98,7 +98,8 @@ async def test_move_data_sends_the_contract_request_and_answers_with_the_handle(
     assert not result.is_error, result.content
     handle = TransferHandle.model_validate(result.structured_content)
     assert (handle.transfer_id, handle.state, handle.backend) == ("x0123456789a", "queued", "local")
-    assert "Nothing will resume this session" in handle.next  # a pull client: no promise
+    # this client names no session: the answer must not promise a resume
+    assert "will NOT resume" in handle.next and "End your turn" not in handle.next
     sent = fake.moves[0]
     assert (sent.source, sent.destination) == (REQUEST["source"], REQUEST["destination"])
     assert (sent.mode, sent.sync_level, sent.verify_checksum) == (

@@ -1,14 +1,19 @@
-"""The compact continuation payload: what woke the agent and what it may do next (pure)."""
+"""The compact continuation payload: what woke the agent and what it may do next (pure).
+
+One JSON line per event, each carrying its delivery id: the marker the bridge looks for in the
+session's own record before it re-sends anything (a retry never shows an event twice)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["HARD_CAP", "TARGET", "build_payload", "prompt_text"]
+__all__ = ["HARD_CAP", "SINGLE_CAP", "TARGET", "build_payload", "nudge_text", "prompt_text"]
 
-TARGET = 2048  # bytes: what a payload normally stays under
-HARD_CAP = 4096  # bytes: never more; the rest is behind the result reference
+SINGLE_CAP = 600  # bytes: a single task's terminal event, as the model sees it
+TARGET = 1024  # bytes: what one event's JSON normally stays under
+HARD_CAP = 4096  # bytes: never more per event; the rest is behind the result reference
 
 _NEXT = {
     "task.terminal": ["get_result(task_id)", "submit_task(...) for the next step"],
@@ -38,6 +43,15 @@ _NEXT = {
     ],
     "transfer.blocked": ["ask the user to run the command in `hint` (e.g. `fedhpc login`)"],
 }
+_ATTEMPT_KEYS = ("n", "site", "state", "job_id", "runtime_s", "exit_code")
+_TAIL = (
+    "Read results with fedhpc get_result, then decide the next step. "
+    "Do not poll: fedhpc resumes you when something else needs you."
+)
+
+
+def _size(obj: dict[str, Any]) -> int:
+    return len(json.dumps(obj, separators=(",", ":")).encode())
 
 
 def build_payload(
@@ -53,38 +67,58 @@ def build_payload(
         "fedhpc": "continuation",
         "delivery": delivery_id,
         "event": event["kind"],
-        "event_id": event["id"],
-        "subject": event["subject"],
-        "state": p.get("state"),
-        "result": p.get("result"),
     }
-    for key in ("task_id", "group_id", "transfer_id", "site", "counts", "round"):
+    for key in ("task_id", "group_id", "transfer_id"):
         if p.get(key) is not None:
             out[key] = p[key]
+    if event["subject"] not in out.values():
+        out["subject"] = event["subject"]
+    out["state"] = p.get("state")
+    for key in ("site", "counts", "round"):
+        if p.get(key) is not None:
+            out[key] = p[key]
+    if p.get("result") and p["result"] != f"fedhpc://tasks/{event['subject']}":
+        out["result"] = p["result"]  # the default reference follows from the subject
     if p.get("reason"):
         out["reason"] = str(p["reason"])[:300]
     hint = p.get("hint") or (p.get("error") or {}).get("hint")
     if hint:  # the fix a person must make, e.g. the exact `fedhpc login --scope ...` command
         out["hint"] = str(hint)[:500]
-    out["attempts"] = [
-        {k: a.get(k) for k in ("n", "site", "partition", "state", "job_id", "wait_s",
-                               "runtime_s", "exit_code") if a.get(k) is not None}
-        for a in attempts[-3:]
-    ]  # fmt: skip
+    if attempts:
+        last = attempts[-1]
+        out["attempt"] = {k: last[k] for k in _ATTEMPT_KEYS if last.get(k) is not None}
     out["next"] = _NEXT.get(event["kind"], ["get_result(task_id)"])
-    while len(json.dumps(out, separators=(",", ":"))) > TARGET and out["attempts"]:
-        out["attempts"].pop(0)
-    if len(json.dumps(out, separators=(",", ":"))) > HARD_CAP:
-        out = {k: out[k] for k in ("fedhpc", "delivery", "event", "event_id", "subject",
-                                   "state", "result")}  # fmt: skip
+    if _size(out) > TARGET and "counts" in out:
+        out["counts"] = {k: out["counts"][k] for k in list(out["counts"])[:20]}
+    if _size(out) > HARD_CAP or _size(out) > TARGET:
+        keep = ("fedhpc", "delivery", "event", "task_id", "group_id", "transfer_id", "subject",
+                "state", "hint", "next")  # fmt: skip
+        out = {k: out[k] for k in keep if k in out}
     return out
 
 
-def prompt_text(payload: dict[str, Any]) -> str:
-    """The payload as the resumed agent's next user message."""
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    return (
-        f"fedhpc event {payload['event']} for {payload['subject']}: {body}\n"
-        "Read the result with the fedhpc get_result tool, then decide the next step. "
-        "Do not poll: fedhpc resumes you again when something needs a decision."
-    )
+def _line(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def prompt_text(payloads: Sequence[dict[str, Any]], *, seen: Sequence[str] = ()) -> str:
+    """The resumed agent's next user message: one JSON line per event not yet in the session
+    (event order), a pointer to those the session already holds (`seen` delivery ids), then
+    what to do. A subject's id is the argument of get_result."""
+    lines: list[str] = []
+    fresh = [p for p in payloads if p["delivery"] not in seen]
+    if seen:
+        lines.append(
+            "fedhpc: the event(s) " + ", ".join(seen) + " in an earlier message of this "
+            "session reached you while your turn could not run; act on them now."
+        )
+    if fresh:
+        lines.append("fedhpc events:" if len(fresh) > 1 else "fedhpc event:")
+        lines += [_line(p) for p in fresh]
+    lines.append(_TAIL)
+    return "\n".join(lines)
+
+
+def nudge_text(seen: Sequence[str]) -> str:
+    """A retry whose events are all in the session already: point at them, never re-send."""
+    return prompt_text([], seen=seen)

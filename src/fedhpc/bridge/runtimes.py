@@ -1,21 +1,46 @@
 """How a continuation wakes its agent. Process runtimes run detached with their exit status
-written to a file, so a restarted daemon learns what happened instead of resuming twice."""
+written to a file, so a restarted daemon learns what happened instead of resuming twice.
+
+A resume gets the environment the `[resume]` section of the user config gives its runtime,
+never the daemon's own: the daemon may have been started by any client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from fedhpc.bridge.payload import prompt_text
-from fedhpc.errors import PermanentError, TransientError, UsageError
+from fedhpc.domain.config import ResumeRuntime
+from fedhpc.errors import TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 
-__all__ = ["Launched", "collect", "launch", "mcp_config", "process_alive"]
+__all__ = [
+    "DEFAULT_PATH",
+    "Launched",
+    "Outcome",
+    "binary",
+    "check_result",
+    "collect",
+    "kill",
+    "launch",
+    "mcp_config",
+    "model_answered",
+    "process_alive",
+    "resume_env",
+    "tail_of",
+]
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_BASE_VARS = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
+_NAMES = {Runtime.CLAUDE_CODE: ("claude", "FEDHPC_CLAUDE_BIN"),
+          Runtime.CODEX: ("codex", "FEDHPC_CODEX_BIN")}  # fmt: skip
+TAIL = 600  # bytes of stdout and of stderr kept as a failure's reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,73 +51,143 @@ class Launched:
     folder: Path
 
 
-def _binary(env: str, name: str) -> str:
-    found = os.environ.get(env) or shutil.which(name)
-    if not found:
-        raise UsageError(f"{name} not found", hint=f"Install it or set {env}.")
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a resume process ended: its status, and the tails of what it printed."""
+
+    status: int
+    out: str
+    err: str
+
+    def reason(self) -> str:
+        parts = [f"exit {self.status}"]
+        if self.out.strip():
+            parts.append(f"stdout: {self.out.strip()[-TAIL:]}")
+        if self.err.strip():
+            parts.append(f"stderr: {self.err.strip()[-TAIL:]}")
+        return "; ".join(parts)
+
+
+def _env_file(path: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    file = Path(path).expanduser()
+    try:
+        lines = file.read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(
+            f"resume env_file {file}: {exc.strerror}", hint="Fix [resume] in the config."
+        ) from exc
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep:
+            raise UsageError(f"resume env_file {file}: {key[:40]!r} is not KEY=VALUE")
+        found[key.strip()] = value.strip().strip('"').strip("'")
+    return found
+
+
+def resume_env(cfg: ResumeRuntime, home: Path) -> dict[str, str]:
+    """The whole environment of a resume: identity (HOME, USER, LANG), PATH, FEDHPC_HOME, then
+    the config's env_file and env. Credentials come only from the config."""
+    env = {k: os.environ[k] for k in _BASE_VARS if k in os.environ}
+    env["PATH"] = cfg.path or DEFAULT_PATH
+    env["FEDHPC_HOME"] = str(home)
+    if cfg.env_file:
+        env.update(_env_file(cfg.env_file))
+    env.update(cfg.env)
+    return env
+
+
+def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
+    """The CLI to run: the config's `binary`, else FEDHPC_CLAUDE_BIN/FEDHPC_CODEX_BIN, else the
+    name on the resume's PATH."""
+    name, var = _NAMES[runtime]
+    found = cfg.binary or os.environ.get(var) or shutil.which(name, path=env.get("PATH"))
+    if not found or not os.access(found, os.X_OK):
+        raise UsageError(
+            f"{name} not found for resumes" + (f" at {found}" if found else ""),
+            hint=f"Set binary under [resume.{runtime.value}] in the fedhpc config "
+            "(docs/continuation.md), then `fedhpc deliveries check`.",
+        )
     return found
 
 
 def mcp_config(home: Path) -> Path:
-    """The MCP config a resumed Claude session needs to see its fedhpc tools again."""
+    """The MCP config a resumed Claude session needs to see its fedhpc tools again.
+    `alwaysLoad` makes Claude Code wait for the server before the turn's first model request
+    (without it, `-p` loads servers asynchronously and a turn can start without the tools)."""
     path = home / "mcp.json"
-    fedhpc = shutil.which("fedhpc") or "fedhpc"
-    body = {"mcpServers": {"fedhpc": {"type": "stdio", "command": fedhpc, "args": ["serve"],
-                                      "env": {"FEDHPC_HOME": str(home)}}}}  # fmt: skip
-    path.write_text(json.dumps(body, indent=2))
-    path.chmod(0o600)
+    local = Path(sys.executable).parent / "fedhpc"
+    fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
+    server = {"type": "stdio", "command": fedhpc, "args": ["serve"],
+              "env": {"FEDHPC_HOME": str(home)}, "alwaysLoad": True}  # fmt: skip
+    body = {"mcpServers": {"fedhpc": server}}
+    text = json.dumps(body, indent=2)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        tmp.replace(path)
     return path
 
 
-def _argv(spec: ContinuationSpec, session: str | None, text: str, home: Path) -> list[str]:
+def _argv(spec: ContinuationSpec, session: str | None, text: str, home: Path, exe: str
+          ) -> list[str]:  # fmt: skip
     if spec.runtime is Runtime.COMMAND:
         return list(spec.command)
+    assert session is not None
     if spec.runtime is Runtime.CLAUDE_CODE:
-        if session is None:
-            raise TransientError(
-                "no Claude session known for this cwd yet",
-                hint="Install the SessionStart hook (docs/continuation.md).",
-            )
         return [
-            _binary("FEDHPC_CLAUDE_BIN", "claude"), "-p", "--resume", session, text,
-            "--output-format", "json", "--mcp-config", str(mcp_config(home)),
-            "--allowedTools", "mcp__fedhpc",
+            exe, "-p", "--resume", session, text, "--output-format", "stream-json", "--verbose",
+            "--mcp-config", str(mcp_config(home)), "--allowedTools", "mcp__fedhpc",
         ]  # fmt: skip
     if spec.runtime is Runtime.CODEX:
-        assert session is not None
-        return [_binary("FEDHPC_CODEX_BIN", "codex"), "exec", "resume", session, text, "--json",
-                "--skip-git-repo-check"]  # fmt: skip
+        return [exe, "exec", "resume", session, text, "--json", "--skip-git-repo-check"]
     raise ValueError(f"{spec.runtime} is not a process runtime")
 
 
 def launch(
     spec: ContinuationSpec,
-    session: str | None,
-    payload: dict[str, Any],
+    text: str,
     folder: Path,
     *,
     home: Path,
+    cfg: ResumeRuntime,
     timeout_s: float,
+    stdin_text: str | None = None,
 ) -> Launched:
-    """Start the runtime detached: payload on stdin (command) or as the prompt (claude, codex);
-    `rc` appears in `folder` when it ends, killed after `timeout_s` (codex waits forever for
-    a model it cannot reach)."""
+    """Start the runtime detached in the session's cwd. Claude and Codex get `text` as their
+    prompt argument and /dev/null as stdin (`claude -p` appends stdin to the prompt); a command
+    gets `stdin_text` on stdin. `rc` appears in `folder` when it ends; it is killed after
+    `timeout_s`."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = prompt_text(payload)
-    (folder / "payload.json").write_text(json.dumps(payload, separators=(",", ":")))
-    argv = _argv(spec, session, text, home)
+    (folder / "prompt.txt").write_text(text)
+    # claude -p appends stdin to its prompt: only a command gets anything there
+    piped = stdin_text if spec.runtime is Runtime.COMMAND else None
+    (folder / "stdin").write_text(piped or "")
+    env = resume_env(cfg, home)
+    exe = binary(spec.runtime, cfg, env) if spec.runtime in _NAMES else ""
+    argv = _argv(spec, spec.session_id, text, home, exe)
     wrapper = (
-        'timeout --kill-after=5 "$1" "${@:3}" < "$2/payload.json" > "$2/out" 2> "$2/err"; '
+        'timeout --kill-after=5 "$1" "${@:3}" < "$2/stdin" > "$2/out" 2> "$2/err"; '
         'echo $? > "$2/rc.tmp" && mv "$2/rc.tmp" "$2/rc"'
     )
     cwd = spec.cwd if spec.cwd and Path(spec.cwd).is_dir() else str(folder)
-    proc = subprocess.Popen(
-        ["bash", "-c", wrapper, "fedhpc-resume", str(int(timeout_s)), str(folder), *argv],
-        cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,  # survives a daemon crash; its rc file tells the next daemon
+    # Detached twice: the wrapper leads its own session (it survives a daemon crash, and
+    # `kill` ends its whole group) and is nobody's child here (no zombie to reap).
+    outer = 'setsid bash -c "$1" fedhpc-resume "${@:2}" < /dev/null > /dev/null 2>&1 & echo $!'
+    done = subprocess.run(
+        ["bash", "-c", outer, "fedhpc-launch", wrapper, str(int(timeout_s)), str(folder), *argv],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=30, check=False,
     )  # fmt: skip
-    (folder / "pid").write_text(str(proc.pid))
-    return Launched(proc.pid, folder)
+    pid = int(done.stdout.strip() or "0")
+    if done.returncode != 0 or pid <= 0:
+        raise TransientError(f"could not start the resume: {done.stderr.strip()[-300:]}")
+    (folder / "pid").write_text(str(pid))
+    return Launched(pid, folder)
 
 
 def process_alive(pid: int) -> bool:
@@ -103,28 +198,97 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+    try:
+        return stat.read_text().split()[2] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
-def collect(folder: Path) -> tuple[int, str] | None:
-    """(exit status, stderr tail) once the process ended, else None."""
+def kill(pid: int) -> None:
+    """End a resume: its whole process group (the wrapper is the group leader)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+
+
+def tail_of(path: Path) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 4 * TAIL))
+        return fh.read().decode(errors="replace")[-TAIL:]
+
+
+def collect(folder: Path) -> Outcome | None:
+    """How the process ended, once it did, else None."""
     rc = folder / "rc"
     if not rc.exists():
         return None
-    err = (folder / "err").read_text(errors="replace")[-500:] if (folder / "err").exists() else ""
-    return int(rc.read_text().strip() or "1"), err
+    text = rc.read_text().strip()
+    status = int(text) if text.lstrip("-").isdigit() else 1
+    return Outcome(status, tail_of(folder / "out"), tail_of(folder / "err"))
 
 
-def check_result(spec: ContinuationSpec, folder: Path, status: int, err: str) -> None:
-    """Raise when a resume did not really happen (Claude may exit 1 with is_error JSON)."""
-    if status == 124:
-        raise TransientError(f"{spec.runtime.value} timed out")
-    if status != 0:
-        raise TransientError(f"{spec.runtime.value} exited {status}: {err.strip()[-200:]}")
+def _lines(folder: Path) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    path = folder / "out"
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+def model_answered(spec: ContinuationSpec, folder: Path) -> bool:
+    """Whether the resumed turn got any answer from the model yet (a turn still waiting for
+    its first answer after the start timeout is stuck on an unreachable model)."""
+    path = folder / "out"
+    if spec.runtime not in _NAMES or not path.exists():
+        return True
+    wanted = ('"type":"assistant"',) if spec.runtime is Runtime.CLAUDE_CODE else (
+        '"type":"item.completed"', '"type":"turn.completed"')  # fmt: skip
+    text = path.read_text(errors="replace")
+    return any(w in text for w in wanted)
+
+
+def check_result(spec: ContinuationSpec, folder: Path, done: Outcome) -> bool | None:
+    """Raise when a resume did not really happen; else whether the resumed turn had fedhpc's
+    tools (claude-code: from the CLI's init line; None where the runtime does not say)."""
+    if done.status in (124, 137, 143):
+        raise TransientError(f"{spec.runtime.value} timed out or was stopped; {done.reason()}")
     if spec.runtime is Runtime.CLAUDE_CODE:
-        try:
-            answer = json.loads((folder / "out").read_text() or "{}")
-        except json.JSONDecodeError:
-            return
-        if answer.get("is_error"):
-            raise PermanentError(f"claude: {str(answer.get('result'))[:200]}")
+        lines = _lines(folder)
+        result = next((x for x in reversed(lines) if x.get("type") == "result"), None)
+        if done.status != 0 or result is None or result.get("is_error"):
+            said = str(result.get("result"))[:300] if result else ""
+            raise TransientError(
+                f"claude-code did not complete the turn{': ' + said if said else ''}; "
+                f"{done.reason()}"
+            )
+        init = next((x for x in lines if x.get("subtype") == "init"), {})
+        servers = init.get("mcp_servers")
+        tools = init.get("tools")
+        status = next((s.get("status") for s in (servers if isinstance(servers, list) else [])
+                       if isinstance(s, dict) and s.get("name") == "fedhpc"), None)  # fmt: skip
+        has = status == "connected" and any(
+            str(t).startswith("mcp__fedhpc__") for t in (tools if isinstance(tools, list) else [])
+        )
+        if not has:
+            raise TransientError(
+                f"the resumed Claude turn ran without fedhpc's tools (server {status or 'absent'})"
+            )
+        return True
+    if done.status != 0:
+        raise TransientError(f"{spec.runtime.value} failed; {done.reason()}")
+    if spec.runtime is Runtime.CODEX:
+        lines = _lines(folder)
+        if any(x.get("type") == "turn.failed" for x in lines) or not any(
+            x.get("type") == "turn.completed" for x in lines
+        ):
+            raise TransientError(f"codex did not complete the turn; {done.reason()}")
+    return None

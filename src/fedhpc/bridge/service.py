@@ -1,10 +1,14 @@
 """The resume bridge: routes new events to their continuations (cursor, consumed ids and the
-delivery records in one transaction) and delivers each at least once, with bounded retries,
-a dead-letter state, and no second resume after a daemon restart."""
+delivery records in one transaction) and delivers them: at most one resume in flight per
+session, events that arrive meanwhile coalesced into the next resume in event order, a retry
+never re-sending what the session already holds, bounded retries, a dead-letter state, and no
+second resume after a daemon restart."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,20 +16,45 @@ from typing import Any
 
 import anyio
 import structlog
+from pydantic import ValidationError
 
-from fedhpc.bridge.payload import build_payload
-from fedhpc.bridge.runtimes import check_result, collect, launch, process_alive
+from fedhpc.bridge.payload import build_payload, prompt_text
+from fedhpc.bridge.records import seen
+from fedhpc.bridge.runtimes import (
+    Outcome,
+    check_result,
+    collect,
+    kill,
+    launch,
+    model_answered,
+    process_alive,
+    resume_env,
+    tail_of,
+)
+from fedhpc.domain.config import ResumeConfig
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Event, Store
 
-__all__ = ["Bridge"]
+__all__ = ["Bridge", "session_key"]
 
 log = structlog.get_logger(__name__)
+
+_SESSIONS = (Runtime.CLAUDE_CODE, Runtime.CODEX)
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def session_key(spec: ContinuationSpec) -> str:
+    """What runs one resume at a time: the agent session, else the same target (command,
+    url or inbox), whichever task or group it was registered for."""
+    if spec.runtime in _SESSIONS and spec.session_id:
+        return f"{spec.runtime.value}:{spec.session_id}"
+    target = spec.model_dump(mode="json", exclude={"events"})
+    digest = hashlib.sha256(json.dumps(target, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{spec.runtime.value}:{digest}"
 
 
 class Bridge:
@@ -39,10 +68,12 @@ class Bridge:
         home: Path,
         *,
         clock: Callable[[], datetime] = _utcnow,
-        max_attempts: int = 5,
-        backoff_s: float = 2.0,
-        process_timeout_s: float = 900.0,
+        max_attempts: int = 4,
+        backoff_s: float = 5.0,
+        process_timeout_s: float = 1800.0,
+        start_timeout_s: float = 120.0,
         poll_s: float = 1.0,
+        resume: Callable[[], ResumeConfig] = ResumeConfig,
     ) -> None:
         self.store = store
         self.home = home
@@ -50,7 +81,9 @@ class Bridge:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.process_timeout_s = process_timeout_s
+        self.start_timeout_s = start_timeout_s
         self.poll_s = poll_s
+        self.resume = resume  # read at each launch: a fixed config needs no daemon restart
         self.wake = anyio.Event()
 
     # -- routing ----------------------------------------------------------------------------
@@ -72,118 +105,175 @@ class Bridge:
         }
         conts = await self.store.continuations_for(sorted(subjects))
         now = self.clock()
-        made = 0
         plans: list[tuple[str, Event, dict[str, Any], dict[str, Any]]] = []
         for e in events:
             if e.id in done:
                 continue  # consumed before a crash: never routed twice
             for c in conts:
-                spec = ContinuationSpec.model_validate(c["body"])
+                try:
+                    spec = ContinuationSpec.model_validate(c["body"])
+                except ValidationError:
+                    log.warning("unusable continuation (no bound session)", continuation=c["id"])
+                    continue
                 if e.kind not in spec.events:
                     continue
                 if c["subject"] not in (e.subject, e.payload.get("group_id")):
                     continue
                 did = f"d{e.seq}-{c['id']}"
-                payload = build_payload(e.model_dump(mode="json"), await self._attempts(e),
-                                        delivery_id=did)  # fmt: skip
-                plans.append((did, e, c, payload))
+                body = {
+                    "payload": build_payload(e.model_dump(mode="json"), await self._attempts(e),
+                                             delivery_id=did),
+                    "runtime": c["runtime"], "spec": c["body"], "seq": e.seq, "kind": e.kind,
+                    "subject": e.subject, "key": session_key(spec),
+                }  # fmt: skip
+                plans.append((did, e, c, body))
         async with self.store.transaction() as tx:
-            for did, e, c, payload in plans:
-                await tx.put_delivery(
-                    did, event_id=e.id, continuation_id=c["id"], state="pending", attempts=0,
-                    next_at=now, at=now,
-                    body={"payload": payload, "runtime": c["runtime"], "spec": c["body"]},
-                )  # fmt: skip
-                made += 1
+            for did, e, c, body in plans:
+                await tx.put_delivery(did, event_id=e.id, continuation_id=c["id"],
+                                      state="pending", attempts=0, next_at=now, at=now,
+                                      body=body)  # fmt: skip
             await tx.mark_consumed(self.CONSUMER, [e.id for e in events], at=now)
             await tx.set_cursor(self.CONSUMER, events[-1].seq, at=now)
-        return made
+        return len(plans)
+
+    # -- records ----------------------------------------------------------------------------
+    async def _save_all(self, ds: list[dict[str, Any]], state: str, *,
+                        next_at: datetime | None = None) -> None:  # fmt: skip
+        """One transaction for a resume's deliveries: they change state together."""
+        async with self.store.transaction() as tx:
+            for d in ds:
+                await tx.put_delivery(
+                    d["id"], event_id=d["event_id"], continuation_id=d["continuation_id"],
+                    state=state, attempts=d["attempts"], next_at=next_at or self.clock(),
+                    body=d["body"], at=self.clock(),
+                )  # fmt: skip
+
+    async def _failed(self, ds: list[dict[str, Any]], error: str) -> None:
+        now = self.clock()
+        for d in ds:
+            d["attempts"] += 1
+            d["body"] = {**d["body"], "last_error": error[:2000]}
+            if d["attempts"] >= self.max_attempts:
+                log.warning("delivery dead", delivery=d["id"], error=error[:300])
+                await self._save_all([d], "dead")
+                continue
+            delay = min(300.0, self.backoff_s * 2 ** (d["attempts"] - 1))
+            log.info("delivery retry", delivery=d["id"], in_s=delay, error=error[:200])
+            await self._save_all([d], "pending", next_at=now + timedelta(seconds=delay))
+
+    def _folder(self, resume_id: str) -> Path:
+        return self.home / "deliveries" / resume_id
 
     # -- delivery ---------------------------------------------------------------------------
-    async def _save(self, d: dict[str, Any], state: str, *, next_at: datetime | None = None,
-                    error: str | None = None) -> None:  # fmt: skip
-        body = dict(d["body"])
-        if error is not None:
-            body["last_error"] = error[:500]
-        async with self.store.transaction() as tx:
-            await tx.put_delivery(
-                d["id"], event_id=d["event_id"], continuation_id=d["continuation_id"],
-                state=state, attempts=d["attempts"], next_at=next_at or self.clock(),
-                body=body, at=self.clock(),
-            )  # fmt: skip
-
-    async def _failed(self, d: dict[str, Any], error: str) -> None:
-        d["attempts"] += 1
-        if d["attempts"] >= self.max_attempts:
-            log.warning("delivery dead", delivery=d["id"], error=error)
-            await self._save(d, "dead", error=error)
-            return
-        delay = min(300.0, self.backoff_s * 2 ** (d["attempts"] - 1))
-        await self._save(d, "pending", next_at=self.clock() + timedelta(seconds=delay),
-                         error=error)  # fmt: skip
-
-    def _folder(self, d: dict[str, Any]) -> Path:
-        return self.home / "deliveries" / f"{d['id']}-{d['attempts']}"
-
-    async def _session(self, spec: ContinuationSpec) -> str | None:
-        if spec.session_id:
-            return spec.session_id
-        if spec.runtime is Runtime.CLAUDE_CODE and spec.cwd:
-            return await self.store.session(spec.runtime.value, spec.cwd)
-        return None
-
-    async def _start(self, d: dict[str, Any]) -> None:
-        spec = ContinuationSpec.model_validate(d["body"]["spec"])
+    async def _deliver_direct(self, d: dict[str, Any], spec: ContinuationSpec) -> None:
         payload: dict[str, Any] = d["body"]["payload"]
         try:
             if spec.runtime is Runtime.INBOX:
                 self._to_inbox(spec, payload)
-                await self._save(d, "delivered")
-            elif spec.runtime is Runtime.WEBHOOK:
-                await self._post(spec, payload, d["id"])
-                await self._save(d, "delivered")
             else:
-                session = await self._session(spec)
-                # "started" is committed before the process exists: after a crash, a started
-                # delivery with an rc file is finished, one with a live pid is waited for.
-                await self._save(d, "started")
-                launch(spec, session, payload, self._folder(d), home=self.home,
-                       timeout_s=self.process_timeout_s)  # fmt: skip
-                log.info("resuming", delivery=d["id"], runtime=spec.runtime.value)
+                await self._post(spec, payload, d["id"])
         except FedError as exc:
-            await self._failed(d, exc.message)
-        except OSError as exc:
-            await self._failed(d, f"{type(exc).__name__}: {exc}")
+            await self._failed([d], exc.message)
+            return
+        await self._save_all([d], "delivered")
 
-    async def _check(self, d: dict[str, Any]) -> None:
-        folder = self._folder(d)
-        spec = ContinuationSpec.model_validate(d["body"]["spec"])
+    async def _launch(self, ds: list[dict[str, Any]]) -> None:
+        """One resume for the session's pending deliveries (event order), marked `started`
+        (committed before the process exists: after a crash, a started resume with an rc file
+        is finished, one with a live pid is waited for)."""
+        spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
+        if spec.runtime not in _SESSIONS:
+            ds = ds[:1]  # a command gets one payload on stdin
+        rid = f"r{ds[0]['body'].get('seq', 0)}-{secrets.token_hex(3)}"
+        try:
+            cfg = self.resume().get(spec.runtime.value)
+            payloads = [d["body"]["payload"] for d in ds]
+            held: list[str] = []
+            if any(d["body"].get("launched") for d in ds):
+                held = seen(spec, resume_env(cfg, self.home), [d["id"] for d in ds])
+            text = prompt_text(payloads, seen=held)
+            for d in ds:
+                d["body"] = {**d["body"], "resume": rid, "launched": True, "held": d["id"] in held}
+            await self._save_all(ds, "started")
+            stdin = json.dumps(payloads[0], separators=(",", ":"))
+            launch(spec, text, self._folder(rid), home=self.home, cfg=cfg,
+                   timeout_s=self.process_timeout_s, stdin_text=stdin)  # fmt: skip
+            log.info("resuming", resume=rid, runtime=spec.runtime.value, events=len(ds),
+                     already_in_session=len(held))  # fmt: skip
+        except FedError as exc:
+            await self._failed(ds, exc.message)
+        except OSError as exc:
+            await self._failed(ds, f"{type(exc).__name__}: {exc}")
+
+    async def _check(self, rid: str, ds: list[dict[str, Any]]) -> bool:
+        """Settle a started resume if it ended; True while it still runs."""
+        folder = self._folder(rid)
+        spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
         done = collect(folder)
         if done is None:
             pid_file = folder / "pid"
-            if pid_file.exists() and process_alive(int(pid_file.read_text() or "0")):
-                return  # still resuming
-            if not pid_file.exists() and not folder.exists():
-                await self._save(d, "pending")  # crashed before launch: launch now
-                return
-            await self._failed(d, "the resume process ended without a status")
-            return
-        status, err = done
+            if pid_file.exists() and process_alive(pid := int(pid_file.read_text() or "0")):
+                age = self.clock().timestamp() - pid_file.stat().st_mtime
+                if age > self.start_timeout_s and not model_answered(spec, folder):
+                    log.warning("resume got no model answer; stopping it", resume=rid)
+                    (folder / "stopped").write_text(
+                        f"no answer from the model within {self.start_timeout_s:g} s"
+                    )
+                    kill(pid)
+                return True
+            if not pid_file.exists():
+                for d in ds:  # crashed before launch: launch again (nothing reached the session)
+                    d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
+                await self._save_all(ds, "pending")
+                return False
+            why = folder / "stopped"
+            tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
+            reason = why.read_text() if why.exists() else "the resume ended without a status"
+            await self._failed(ds, f"{reason}; {tails}")
+            return False
         try:
-            check_result(spec, folder, status, err)
+            tools = check_result(spec, folder, done)
         except FedError as exc:
-            await self._failed(d, exc.message)
-            return
-        await self._save(d, "delivered")
-        log.info("resumed", delivery=d["id"], runtime=spec.runtime.value)
+            await self._failed(ds, exc.message)
+            return False
+        for d in ds:
+            d["body"] = {**d["body"], "tools_verified": tools}
+        await self._save_all(ds, "delivered")
+        log.info("resumed", resume=rid, runtime=spec.runtime.value, events=len(ds))
+        return False
 
     async def deliver(self) -> None:
-        now = self.clock().isoformat()
+        busy: set[str] = set()
+        started: dict[str, list[dict[str, Any]]] = {}
         for d in await self.store.deliveries(states=("started",)):
-            await self._check(d)
-        for d in await self.store.deliveries(states=("pending",)):
-            if d["next_at"] <= now:
-                await self._start(d)
+            started.setdefault(str(d["body"].get("resume", d["id"])), []).append(d)
+        for rid, ds in started.items():
+            if await self._check(rid, ds):
+                busy.add(str(ds[0]["body"].get("key")))
+        now = self.clock().isoformat()
+        queues: dict[str, list[dict[str, Any]]] = {}
+        for d in await self.store.deliveries(states=("pending",), limit=5000):
+            key = str(d["body"].get("key") or f"continuation:{d['continuation_id']}")
+            queues.setdefault(key, []).append(d)
+        for key, ds in queues.items():
+            if key in busy:
+                continue  # one resume in flight per session; these ride the next one
+            ds.sort(key=lambda x: (int(x["body"].get("seq", 0)), x["id"]))
+            if ds[0]["next_at"] > now:
+                continue  # the oldest waits out its backoff; later events keep their order
+            try:
+                spec = ContinuationSpec.model_validate(ds[0]["body"]["spec"])
+            except ValidationError as exc:  # recorded by an older fedhpc (no bound session)
+                for d in ds:
+                    d["attempts"] = self.max_attempts
+                    d["body"] = {**d["body"], "last_error": f"unusable continuation: {exc}"[:500]}
+                await self._save_all(ds, "dead")
+                continue
+            if spec.runtime in (Runtime.INBOX, Runtime.WEBHOOK):
+                for d in ds:
+                    await self._deliver_direct(d, spec)
+            else:
+                await self._launch(ds)
 
     def _to_inbox(self, spec: ContinuationSpec, payload: dict[str, Any]) -> None:
         folder = self.home / "inbox"
@@ -207,6 +297,18 @@ class Bridge:
             raise TransientError(f"webhook: {type(exc).__name__}") from exc
         if resp.status_code >= 300:
             raise TransientError(f"webhook answered {resp.status_code}")
+
+    async def redrive(self, ids: list[str] | None) -> list[str]:
+        """Dead deliveries (these ids, or all) back to pending with a fresh retry budget."""
+        dead = await self.store.deliveries(states=("dead",), limit=5000)
+        chosen = [d for d in dead if ids is None or d["id"] in ids]
+        for d in chosen:
+            d["attempts"] = 0
+            d["body"] = {**d["body"], "redriven": int(d["body"].get("redriven", 0)) + 1}
+        if chosen:
+            await self._save_all(chosen, "pending")
+            self.wake.set()
+        return [d["id"] for d in chosen]
 
     async def cycle(self) -> None:
         await self.route()

@@ -3,20 +3,81 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import functools
 import os
+import signal
 import sys
+import time
 from datetime import UTC, datetime
 
 import anyio
 
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "stop_daemon"]
+
+
+def _holder(settings: DaemonSettings) -> int | None:
+    """The pid of the daemon holding this home's lock, or None when none runs."""
+    if not settings.lock_path.exists():
+        return None
+    with settings.lock_path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            text = fh.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
+def stop_daemon(settings: DaemonSettings, *, wait_s: float | None = None) -> int | None:
+    """SIGTERM the running daemon and wait until it released its lock (SIGKILL after the
+    grace); the pid it had, or None when none ran. Resumes it started keep running and are
+    settled by the next daemon."""
+    pid = _holder(settings)
+    if pid is None:
+        return None
+    if pid <= 0:
+        raise UsageError(f"the daemon lock {settings.lock_path} holds no pid")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + (wait_s if wait_s is not None else settings.grace_s + 20)
+    while _holder(settings) is not None:
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+        time.sleep(0.1)
+    return pid
+
+
+def _control(args: argparse.Namespace) -> int:
+    from fedhpc.client import DaemonClient, start_daemon
+
+    settings = DaemonSettings.from_env()
+    pid = stop_daemon(settings)
+    print(f"stopped the daemon (pid {pid})" if pid else f"no daemon ran for {settings.home}")
+    if args.action == "stop":
+        return 0
+
+    async def up() -> None:
+        async with DaemonClient(settings) as client:
+            await client.wait_until_up(30)
+
+    new = start_daemon(settings)
+    anyio.run(up)
+    print(f"started the daemon (pid {new}), log {settings.log_path}")
+    return 0
 
 
 def _daemon(args: argparse.Namespace) -> int:
+    if args.action in ("stop", "restart"):
+        return _control(args)
     if sys.modules.get("rich") is not None:
         # Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich.
         argv = ["--once"] if args.once else []
@@ -125,6 +186,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("daemon", help="run the control daemon (collector, REST on a Unix socket)")
+    d.add_argument(
+        "action", nargs="?", choices=["run", "stop", "restart"], default="run",
+        help="run (default, in the foreground), stop, or restart (detached) the daemon",
+    )  # fmt: skip
     d.add_argument("--once", action="store_true", help="run one control cycle and exit")
     d.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
     d.set_defaults(func=_daemon)

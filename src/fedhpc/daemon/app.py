@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fedhpc import __version__
+from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.routes_bridge import bridge_routes
@@ -78,6 +79,7 @@ class DaemonState:
         self.started_at = started_at
         self.orchestrator = orchestrator
         self.transfers: TransferService | None = None
+        self.bridge: Bridge | None = None
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(

@@ -24,6 +24,7 @@ from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator, tick
 from fedhpc.profiles import load_federation
+from fedhpc.profiles.loader import load_user_config
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 
@@ -52,7 +53,7 @@ def _single_instance(settings: DaemonSettings) -> Iterator[IO[str]]:
         fh.close()
         raise UsageError(
             f"a fedhpc daemon already runs for {settings.home}",
-            hint="Use it (fedhpc status), or stop it first (kill its pid).",
+            hint="Use it (fedhpc status), or `fedhpc daemon stop` / `fedhpc daemon restart`.",
         ) from None
     try:
         fh.seek(0)
@@ -126,7 +127,9 @@ async def _serve(
         store, settings.home, poll_s=settings.bridge_poll_s,
         max_attempts=settings.bridge_attempts, backoff_s=settings.bridge_backoff_s,
         process_timeout_s=settings.resume_timeout_s,
+        start_timeout_s=settings.resume_start_timeout_s, resume=lambda: load_user_config().resume,
     )  # fmt: skip
+    state.bridge = bridge
 
     def wake_bridge() -> None:  # not `bridge.wake.set`: Bridge.run replaces its Event each cycle
         bridge.wake.set()

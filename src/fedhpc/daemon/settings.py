@@ -24,9 +24,14 @@ class DaemonSettings(BaseModel):
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM grace before cancelling")
     cycle_s: float = Field(default=10.0, gt=0, description="orchestrator control cycle")
     bridge_poll_s: float = Field(default=1.0, gt=0, description="resume bridge poll")
-    bridge_attempts: int = Field(default=5, ge=1, description="deliveries tried before dead")
-    bridge_backoff_s: float = Field(default=2.0, gt=0, description="first retry delay")
-    resume_timeout_s: float = Field(default=900.0, gt=0, description="a resume is killed after")
+    bridge_attempts: int = Field(default=4, ge=1, description="resumes tried before dead")
+    bridge_backoff_s: float = Field(default=5.0, gt=0, description="first retry delay, doubling")
+    resume_timeout_s: float = Field(
+        default=1800.0, gt=0, description="a resumed turn is killed after this long"
+    )
+    resume_start_timeout_s: float = Field(
+        default=120.0, gt=0, description="...or when the model has not answered it by then"
+    )
     intent_grace_s: float = Field(
         default=45.0, ge=1, description="after a crash, resubmit an unseen intent this late"
     )
@@ -65,6 +70,7 @@ class DaemonSettings(BaseModel):
             ("bridge_attempts", "FEDHPC_BRIDGE_ATTEMPTS"),
             ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),
             ("resume_timeout_s", "FEDHPC_RESUME_TIMEOUT_S"),
+            ("resume_start_timeout_s", "FEDHPC_RESUME_START_TIMEOUT_S"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.site import SafeName
 from fedhpc.domain.units import MAX_CREDITS
 
-__all__ = ["AccountConfig", "TransportOverride", "UserConfig", "UserSiteConfig"]
+__all__ = [
+    "AccountConfig",
+    "ResumeConfig",
+    "ResumeRuntime",
+    "TransportOverride",
+    "UserConfig",
+    "UserSiteConfig",
+]
 
 
 class _Strict(BaseModel):
@@ -57,11 +67,53 @@ class UserSiteConfig(_Strict):
     )
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class ResumeRuntime(_Strict):
+    """How the daemon starts one agent CLI to resume a session: its binary and its whole
+    environment. Nothing comes from the client that started the daemon."""
+
+    binary: str | None = Field(
+        default=None, pattern=r"^/[^\x00-\x1f]*$",
+        description="absolute path of the CLI; default: found on `path`",
+    )  # fmt: skip
+    path: str | None = Field(
+        default=None, description="PATH for the resume; default /usr/local/bin:/usr/bin:/bin"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="variables for the resume")
+    env_file: str | None = Field(
+        default=None, description="KEY=VALUE lines (e.g. credentials), read at each resume"
+    )
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        for name in self.env:
+            if not re.match(_ENV_NAME, name):
+                raise ValueError(f"resume env: {name!r} is not a variable name")
+        return self
+
+
+class ResumeConfig(_Strict):
+    """`[resume]`: one table per agent runtime (`claude-code`, `codex`, `command`)."""
+
+    claude_code: ResumeRuntime | None = Field(default=None, alias="claude-code")
+    codex: ResumeRuntime | None = None
+    command: ResumeRuntime | None = None
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def get(self, runtime: str) -> ResumeRuntime:
+        found = {"claude-code": self.claude_code, "codex": self.codex, "command": self.command}
+        return found.get(runtime) or ResumeRuntime()
+
+
 class UserConfig(_Strict):
     """The user's config file: extra profile folders and per-site settings."""
 
     profile_dirs: tuple[str, ...] = ()
     sites: dict[SafeName, UserSiteConfig] = Field(default_factory=dict)
+    resume: ResumeConfig = Field(default_factory=ResumeConfig)
     default_site_enabled: bool = Field(
         default=False, description="use sites the config does not mention (no accounts known)"
     )

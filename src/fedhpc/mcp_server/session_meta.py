@@ -2,7 +2,8 @@
 
 Codex puts its thread in every `tools/call`: `_meta.threadId`, and again in
 `_meta["x-codex-turn-metadata"].thread_id` (with `turn_id`). Claude Code sends only
-`claudecode/toolUseId`; its session id reaches fedhpc through a SessionStart hook instead."""
+`claudecode/toolUseId`; its PreToolUse hook (`fedhpc hook pre-tool-use`) reports the same id
+with the session's id, cwd and transcript to the daemon, which joins them at submit."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["AgentSession", "agent_session"]
+__all__ = ["AgentSession", "agent_session", "claude_tool_use_id"]
 
 _MAX_ID = 200
 
@@ -42,3 +43,10 @@ def agent_session(meta: Mapping[str, Any] | None) -> AgentSession | None:
     if thread is None:
         return None
     return AgentSession(client="codex", thread_id=thread, turn_id=_text(turn.get("turn_id")))
+
+
+def claude_tool_use_id(meta: Mapping[str, Any] | None) -> str | None:
+    """The Claude Code tool call's id (`_meta["claudecode/toolUseId"]`), or None."""
+    if not isinstance(meta, Mapping):
+        return None
+    return _text(meta.get("claudecode/toolUseId"))

@@ -6,7 +6,7 @@ and calls the daemon. `guarded` turns every failure into a typed `{code, message
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 from mcp.server.mcpserver import Context
@@ -30,7 +30,7 @@ from fedhpc.mcp_server.params import (
     Workdir,
 )
 from fedhpc.mcp_server.results import guarded
-from fedhpc.mcp_server.session_meta import agent_session
+from fedhpc.mcp_server.session_meta import agent_session, claude_tool_use_id
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest
@@ -72,29 +72,64 @@ def _client_name(ctx: Ctx) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _continuation(ctx: Ctx, tool: str) -> ContinuationSpec | None:
-    """Who to wake when the work ends. In order: the FEDHPC_CONTINUATION the server was started
-    with (a JSON ContinuationSpec, for scripted agents); the Codex thread named in every
-    tools/call; Claude Code's session in this folder, which its SessionStart hook reports to
-    the daemon (the MCP server never sees it). Other clients pull with list_events."""
+_A = TypeVar("_A", TaskHandle, GroupView, TransferHandle)
+UNBOUND = (
+    "fedhpc will NOT resume this session: {why}. Do not end your turn waiting for it: "
+    "{check} when you need the outcome. Fix for next time: {fix}"
+)
+_HOOK_FIX = (
+    "install fedhpc's PreToolUse hook (`fedhpc hook pre-tool-use`, docs/continuation.md) and "
+    "start a new session."
+)
+
+
+async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, str | None]:
+    """Who to wake when the work ends, fixed now (never guessed later), else why nobody. In
+    order: the FEDHPC_CONTINUATION the server was started with (a JSON ContinuationSpec, for
+    scripted agents); the Codex thread named in every tools/call; the Claude Code session that
+    the PreToolUse hook reported for this very tool call (`_meta["claudecode/toolUseId"]`)."""
     configured = os.environ.get("FEDHPC_CONTINUATION")
     if configured:
         try:
-            return ContinuationSpec.model_validate_json(configured)
+            return ContinuationSpec.model_validate_json(configured), None
         except ValidationError:
             log.warning("FEDHPC_CONTINUATION is not a valid continuation", tool=tool)
-    session = agent_session(ctx.request_context.meta)
+            return None, "FEDHPC_CONTINUATION is not a valid continuation spec"
+    meta = ctx.request_context.meta
+    session = agent_session(meta)
     if session is not None:
         try:
-            return ContinuationSpec(
+            spec = ContinuationSpec(
                 runtime=Runtime.CODEX, session_id=session.thread_id, cwd=os.getcwd()
             )
         except ValidationError:
             log.warning("unusable codex thread id", tool=tool, thread_id=session.thread_id[:64])
-            return None
-    if _client_name(ctx) == "claude-code":
-        return ContinuationSpec(runtime=Runtime.CLAUDE_CODE, cwd=os.getcwd())
-    return None
+            return None, "Codex sent an unusable thread id"
+        return spec, None
+    if _client_name(ctx) != "claude-code":
+        return None, "this client does not say which session it is"
+    use_id = claude_tool_use_id(meta)
+    if use_id is None:
+        return None, "Claude Code sent no tool-call id"
+    binding = await _link(ctx).call(lambda c: c.binding(use_id))
+    if binding is None:
+        return None, "no PreToolUse hook reported this call's session"
+    spec = ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id=binding.session_id,
+                            cwd=binding.cwd, transcript=binding.transcript_path)  # fmt: skip
+    return spec, None
+
+
+def _unbound(answer: _A, why: str | None, subject: str) -> _A:
+    """The submit answer tells the truth when no session will be resumed."""
+    if why is None:
+        return answer
+    fix = _HOOK_FIX if "hook" in why or "Claude" in why else "see docs/continuation.md."
+    if isinstance(answer, TransferHandle):
+        check = f"read resource fedhpc://transfers/{subject}"
+        text = UNBOUND.format(why=why, check=check, fix=fix)
+    else:  # the daemon's `next` already fits a task or group nobody resumes; add why and fix
+        text = f"{answer.next} (fedhpc will NOT resume this session: {why}. Fix: {fix})"
+    return answer.model_copy(update={"next": text})
 
 
 @guarded("Filter with sites=[...], accelerator or arch, or read resource fedhpc://federation.")
@@ -172,6 +207,7 @@ async def submit_task(
 ) -> TaskHandle:
     """Act: place one job within `envelope` on the best feasible site. Then do what the
     answer's `next` says."""
+    wake, unbound = await _continuation(ctx, "submit_task")
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,
@@ -187,11 +223,12 @@ async def submit_task(
             "task_budget": task_budget,
             "adaptation": adaptation or AdaptationPolicy(),
             "stage_in": stage_in,
-            "continuation": _continuation(ctx, "submit_task"),
+            "continuation": wake,
             "idempotency_key": idempotency_key,
         }
     )
-    return await _link(ctx).call(lambda c: c.submit_task(req))
+    handle = await _link(ctx).call(lambda c: c.submit_task(req))
+    return _unbound(handle, unbound, handle.task_id)
 
 
 @guarded("Read resource fedhpc://groups/{group_id} for the whole group.")
@@ -210,6 +247,7 @@ async def submit_group(
 ) -> GroupView:
     """Act: related jobs (a sweep) under one objective and envelope. Then do what the
     answer's `next` says."""
+    wake, unbound = await _continuation(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
             "objective": objective,
@@ -220,11 +258,12 @@ async def submit_group(
             "workdir": workdir,
             "env": env,
             "adaptation": adaptation or AdaptationPolicy(),
-            "continuation": _continuation(ctx, "submit_group"),
+            "continuation": wake,
             "idempotency_key": idempotency_key,
         }
     )
-    return await _link(ctx).call(lambda c: c.submit_group(req))
+    view = await _link(ctx).call(lambda c: c.submit_group(req))
+    return _unbound(view, unbound, view.group_id)
 
 
 @guarded("Lower max_bytes, or read resource fedhpc://tasks/{task_id}.")
@@ -295,23 +334,18 @@ async def move_data(
         }
     )
     link = _link(ctx)
+    spec, unbound = await _continuation(ctx, "move_data")
     handle = await link.call(lambda c: c.move_data(req))
-    spec = _continuation(ctx, "move_data")
-    if spec is not None and not handle.state.terminal:
-        # Registered right after the handle: a transfer's outcome is observed on a later cycle
-        # at the earliest. Idempotent per subject and spec, like a retried move_data.
-        wake = spec.model_copy(update={"events": TRANSFER_EVENTS})
-        await link.call(lambda c: c.register_continuation(handle.transfer_id, wake))
-        return handle
     where = f"fedhpc://transfers/{handle.transfer_id}"
     if handle.state.terminal:
-        hint = f"Already {handle.state.value}: read {where}."
-    else:
-        hint = (
-            f"Nothing will resume this session: read {where} later, or pass transfer_id to "
-            "submit_task's stage_in (the task waits for it)."
-        )
-    return handle.model_copy(update={"next": hint})
+        return handle.model_copy(update={"next": f"Already {handle.state.value}: read {where}."})
+    if spec is None:
+        return _unbound(handle, unbound, handle.transfer_id)
+    # Registered right after the handle: a transfer's outcome is observed on a later cycle at
+    # the earliest. Idempotent per subject and spec, like a retried move_data.
+    wake = spec.model_copy(update={"events": TRANSFER_EVENTS})
+    await link.call(lambda c: c.register_continuation(handle.transfer_id, wake))
+    return handle
 
 
 class EventView(BaseModel):

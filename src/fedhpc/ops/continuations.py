@@ -14,7 +14,7 @@ __all__ = [
     "ContinuationView",
     "DeliveryView",
     "Runtime",
-    "SessionReport",
+    "ToolBinding",
 ]
 
 # Results and unresolved exceptions: what a waiting agent must hear about.
@@ -53,12 +53,15 @@ class ContinuationSpec(BaseModel):
     runtime: Runtime
     session_id: str | None = Field(
         default=None, max_length=128, pattern=_SESSION,
-        description="Claude session id / Codex thread id; claude-code: default = the session "
-        "the SessionStart hook last reported for cwd",
+        description="Claude session id / Codex thread id, fixed when the work was submitted",
     )  # fmt: skip
     cwd: str | None = Field(
         default=None, max_length=1024, pattern=_PATH, description="the session's folder"
     )
+    transcript: str | None = Field(
+        default=None, max_length=1024, pattern=_PATH,
+        description="the session's own record (Claude transcript), checked before a retry",
+    )  # fmt: skip
     command: tuple[str, ...] = Field(default=(), max_length=64, description="runtime command")
     url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://\S+$")
     inbox: str | None = Field(
@@ -72,11 +75,12 @@ class ContinuationSpec(BaseModel):
             Runtime.COMMAND: ("command", self.command),
             Runtime.WEBHOOK: ("url", self.url),
             Runtime.CODEX: ("session_id", self.session_id),
+            Runtime.CLAUDE_CODE: ("session_id", self.session_id),
         }
         if self.runtime in need and not need[self.runtime][1]:
             raise ValueError(f"runtime {self.runtime.value} needs {need[self.runtime][0]}")
-        if self.runtime is Runtime.CLAUDE_CODE and not (self.session_id or self.cwd):
-            raise ValueError("runtime claude-code needs session_id or cwd")
+        if self.runtime is Runtime.CLAUDE_CODE and not self.cwd:
+            raise ValueError("runtime claude-code needs cwd (a Claude session resumes there)")
         for i, arg in enumerate(self.command):
             if "\x00" in arg:
                 raise ValueError(f"command[{i}] contains NUL")
@@ -105,18 +109,28 @@ class DeliveryView(BaseModel):
     runtime: Runtime
     state: Literal["pending", "started", "delivered", "dead"]
     attempts: int
-    last_error: str | None
+    last_error: str | None = Field(description="the last failure: the CLI's stdout/stderr tails")
     updated_at: datetime
     payload_bytes: int
+    event: str | None = Field(default=None, description="the event kind")
+    subject: str | None = None
+    session: str | None = Field(default=None, description="runtime:session resumed")
+    resume: str | None = Field(default=None, description="the resume (batch) that carried it")
+    tools_verified: bool | None = Field(
+        default=None, description="the resumed turn had fedhpc's tools (claude-code)"
+    )
 
 
-class SessionReport(BaseModel):
-    """What Claude Code's SessionStart hook sends (its stdin JSON, unknown keys ignored)."""
+class ToolBinding(BaseModel):
+    """What Claude Code's PreToolUse hook sends for a fedhpc tool call (its stdin JSON, unknown
+    keys ignored): the call's `tool_use_id` names the session that made it. The MCP server
+    sees the same id in `_meta["claudecode/toolUseId"]`, so a submit is bound to its session
+    exactly, even with several sessions in one folder."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
+    tool_use_id: str = Field(min_length=1, max_length=200, pattern=_SESSION)
     session_id: str = Field(max_length=128, pattern=_SESSION)
     cwd: str = Field(max_length=1024, pattern=_PATH)
-    transcript_path: str | None = None
-    source: str | None = None
-    runtime: Runtime = Runtime.CLAUDE_CODE
+    transcript_path: str | None = Field(default=None, max_length=1024, pattern=_PATH)
+    tool_name: str | None = Field(default=None, max_length=200)

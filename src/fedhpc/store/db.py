@@ -242,25 +242,29 @@ class Store:
             sql += f" WHERE state IN ({','.join('?' * len(states))})"
             params.extend(states)
         rows = await self._all(sql + " ORDER BY next_at, id LIMIT ?", [*params, limit])
-        return [
-            {
-                "id": r["id"],
-                "event_id": r["event_id"],
-                "continuation_id": r["continuation_id"],
-                "state": r["state"],
-                "attempts": r["attempts"],
-                "next_at": r["next_at"],
-                "updated_at": r["updated_at"],
-                "body": json.loads(r["body"]),
-            }
-            for r in rows
-        ]
+        return [self._delivery(r) for r in rows]
 
-    async def session(self, runtime: str, cwd: str) -> str | None:
-        rows = await self._all(
-            "SELECT session_id FROM sessions WHERE runtime = ? AND cwd = ?", (runtime, cwd)
-        )
-        return str(rows[0]["session_id"]) if rows else None
+    @staticmethod
+    def _delivery(r: Any) -> dict[str, Any]:
+        return {
+            "id": r["id"],
+            "event_id": r["event_id"],
+            "continuation_id": r["continuation_id"],
+            "state": r["state"],
+            "attempts": r["attempts"],
+            "next_at": r["next_at"],
+            "updated_at": r["updated_at"],
+            "body": json.loads(r["body"]),
+        }
+
+    async def binding(self, tool_use_id: str) -> dict[str, Any] | None:
+        """What the PreToolUse hook reported for this tool call, if it did."""
+        rows = await self._all("SELECT body FROM bindings WHERE tool_use_id = ?", (tool_use_id,))
+        return dict(json.loads(rows[0]["body"])) if rows else None
+
+    async def delivery(self, did: str) -> dict[str, Any] | None:
+        rows = await self._all("SELECT * FROM deliveries WHERE id = ?", (did,))
+        return self._delivery(rows[0]) if rows else None
 
     async def event(self, event_id: str) -> Event | None:
         rows = await self._all("SELECT * FROM events WHERE id = ?", (event_id,))
@@ -279,6 +283,7 @@ class Store:
             "consumed",
             "deliveries",
             "sessions",
+            "bindings",
         }:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)

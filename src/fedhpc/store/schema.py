@@ -118,6 +118,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (runtime, cwd)
     );
     """,
+    # 3: bindings of Claude Code tool calls to their session (the PreToolUse hook reports them).
+    """
+    CREATE TABLE bindings (
+        tool_use_id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        reported_at TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX bindings_reported ON bindings (reported_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

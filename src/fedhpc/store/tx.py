@@ -171,15 +171,23 @@ class Tx:
             ),
         )
 
-    async def put_session(
-        self, *, runtime: str, cwd: str, session_id: str, body: dict[str, Any], at: datetime
+    async def put_binding(
+        self,
+        *,
+        tool_use_id: str,
+        session_id: str,
+        body: dict[str, Any],
+        at: datetime,
+        keep_after: datetime,
     ) -> None:
+        """Record which session made a tool call; forget bindings older than `keep_after`
+        (a submit reads its binding within seconds of the hook)."""
+        await self.conn.execute("DELETE FROM bindings WHERE reported_at < ?", (iso(keep_after),))
         await self.conn.execute(
-            "INSERT INTO sessions (cwd, runtime, session_id, reported_at, body) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (runtime, cwd) DO UPDATE SET "
-            "session_id = excluded.session_id, reported_at = excluded.reported_at, "
-            "body = excluded.body",
-            (cwd, runtime, session_id, iso(at), json.dumps(body)),
+            "INSERT INTO bindings (tool_use_id, session_id, reported_at, body) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tool_use_id) DO UPDATE SET session_id = excluded.session_id, "
+            "reported_at = excluded.reported_at, body = excluded.body",
+            (tool_use_id, session_id, iso(at), json.dumps(body)),
         )
 
     async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
