@@ -18,7 +18,11 @@ every tool call after its first `submit_task` and before the last resume that is
 submission (get_result, inspect_federation, list_events); the agent has ended its session by
 then, so this is 0 by construction, and the count proves it.
 
+With `--cli claude|codex` it measures the real agent CLIs instead (see continuation_cli.py):
+a job's own end -> the resumed turn's first model request, on `--sites slurm|process`.
+
 Run: .venv/bin/python benchmarks/continuation.py [--jobs 20] [--cycle 1.0] [--json]
+     .venv/bin/python benchmarks/continuation.py --cli claude --sites process [--jobs 10]
 """
 
 from __future__ import annotations
@@ -191,8 +195,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temporary FEDHPC_HOME")
+    ap.add_argument("--cli", choices=["command", "claude", "codex"], default="command",
+                    help="the resumed agent: a command (default) or a real CLI")  # fmt: skip
+    ap.add_argument("--sites", choices=["slurm", "process"], default="slurm")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="fedhpc-bench-cont-"))
+    if args.cli != "command":
+        return _cli_main(args, home)
     try:
         r = anyio.run(run, args.jobs, args.cycle, home, args.timeout)
     finally:
@@ -229,6 +238,38 @@ def main() -> int:
     print(f"{'resumes / deliveries (each delivered once)':<44} "
           f"{r['resumes']:>4}/{r['deliveries']:<4} {'':>9}  "
           f"{'pass' if r['delivered_once'] and r['resumes'] == r['jobs'] else 'FAIL'}")  # fmt: skip
+    return 0
+
+
+def _cli_main(args: argparse.Namespace, home: Path) -> int:
+    from continuation_cli import run_cli
+
+    try:
+        r = anyio.run(run_cli, args.cli, args.jobs, args.cycle, home, args.sites)
+    finally:
+        if not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"{r['cli']} resumes over {r['jobs']} jobs on the {r['sites']} sites (control "
+          f"interval {r['control_interval_s']:g} s)")  # fmt: skip
+    target = r["target_s"]
+    verdict = "" if target is None else ("  pass" if r["p95_s"] <= target else "  FAIL")
+    print(f"{'job end -> resumed first model request, median':<50} {r['median_s']:>7.2f}s")
+    print(f"{'job end -> resumed first model request, p95':<50} {r['p95_s']:>7.2f}s"
+          + (f" (target {target:.2f}s){verdict}" if target is not None else ""))  # fmt: skip
+    print(f"{'  job end -> resume launch (detect + bridge), median':<50} "
+          f"{r['detect_bridge_median_s']:>7.2f}s")  # fmt: skip
+    print(f"{'  launch -> first model request, median / p95':<50} "
+          f"{r['cli_start_median_s']:>7.2f}s / {r['cli_start_p95_s']:.2f}s")  # fmt: skip
+    bare = r["bare_cli_start_s"]
+    print(f"{'  the bare CLI alone (no MCP, no hooks), median':<50} {bare:>7.2f}s")
+    adds = r["fedhpc_adds_s"]
+    print(f"{'  what fedhpc adds to the CLI start (target < 1 s)':<50} "
+          f"{adds:>7.2f}s  {'pass' if adds < 1 else 'FAIL'}")  # fmt: skip
+    print(f"{'each delivered once, tools verified':<50} "
+          f"{'pass' if r['delivered_once'] and r['tools_verified'] else 'FAIL'}")  # fmt: skip
     return 0
 
 

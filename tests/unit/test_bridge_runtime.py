@@ -1,0 +1,144 @@
+"""The resume bridge's pure parts: the resume environment from `[resume]`, the per-session
+key, the session record check, and how a finished resume is judged (tools present or not)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from fedhpc.bridge.records import record_path, seen
+from fedhpc.bridge.runtimes import Outcome, binary, check_result, resume_env
+from fedhpc.bridge.service import session_key
+from fedhpc.cli.hooks import pre_tool_use
+from fedhpc.domain.config import ResumeRuntime, UserConfig
+from fedhpc.errors import TransientError, UsageError
+from fedhpc.ops.continuations import ContinuationSpec, Runtime, ToolBinding
+
+
+def _claude(session: str = "s1", cwd: str = "/work/p") -> ContinuationSpec:
+    return ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id=session, cwd=cwd)
+
+
+def test_the_resume_environment_comes_from_the_config_never_from_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-the-client-that-started-the-daemon")
+    monkeypatch.setenv("PATH", "/some/client/path")
+    secret = tmp_path / "claude.env"
+    secret.write_text("# creds\nexport ANTHROPIC_API_KEY='sk-from-file'\nEMPTY=\n")
+    cfg = ResumeRuntime(env={"ANTHROPIC_BASE_URL": "http://gw"}, env_file=str(secret))
+    env = resume_env(cfg, tmp_path)
+    assert env["ANTHROPIC_API_KEY"] == "sk-from-file"
+    assert env["ANTHROPIC_BASE_URL"] == "http://gw"
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"  # not the client's
+    assert env["FEDHPC_HOME"] == str(tmp_path)
+    bare = resume_env(ResumeRuntime(), tmp_path)
+    assert "ANTHROPIC_API_KEY" not in bare
+
+
+def test_a_missing_env_file_or_binary_is_a_usage_error_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="env_file"):
+        resume_env(ResumeRuntime(env_file=str(tmp_path / "nope")), tmp_path)
+    cfg = ResumeRuntime(binary="/nonexistent/claude")
+    with pytest.raises(UsageError, match="not found") as err:
+        binary(Runtime.CLAUDE_CODE, cfg, resume_env(cfg, tmp_path))
+    assert "[resume.claude-code]" in (err.value.hint or "")
+
+
+def test_the_resume_section_parses_per_runtime_and_rejects_bad_names() -> None:
+    cfg = UserConfig.model_validate(
+        {
+            "resume": {
+                "claude-code": {"binary": "/opt/claude", "env": {"A_B": "1"}},
+                "codex": {"path": "/bin"},
+            }
+        }
+    )
+    assert cfg.resume.get("claude-code").binary == "/opt/claude"
+    assert cfg.resume.get("codex").path == "/bin"
+    assert cfg.resume.get("command") == ResumeRuntime()
+    with pytest.raises(ValidationError):
+        UserConfig.model_validate({"resume": {"claude-code": {"env": {"A=B": "1"}}}})
+    with pytest.raises(ValidationError):
+        UserConfig.model_validate({"resume": {"claude": {}}})
+
+
+def test_one_queue_per_session_and_per_command_target() -> None:
+    assert session_key(_claude("s1")) == session_key(_claude("s1", "/other"))
+    assert session_key(_claude("s1")) != session_key(_claude("s2"))
+    cmd = ContinuationSpec(runtime=Runtime.COMMAND, command=("agent",))
+    narrow = cmd.model_copy(update={"events": ("task.terminal",)})
+    assert session_key(cmd) == session_key(narrow)  # the same agent, whatever it listens to
+    other = ContinuationSpec(runtime=Runtime.COMMAND, command=("agent", "2"))
+    assert session_key(cmd) != session_key(other)
+
+
+def test_the_session_record_tells_which_deliveries_it_already_holds(tmp_path: Path) -> None:
+    cwd = "/work/my project"
+    folder = tmp_path / ".claude" / "projects" / "-work-my-project"
+    folder.mkdir(parents=True)
+    text = 'fedhpc event:\n{"fedhpc":"continuation","delivery":"d7-cx","event":"task.terminal"}'
+    line = {"type": "user", "message": {"content": text}}
+    (folder / "s1.jsonl").write_text(json.dumps(line) + "\n")
+    env = {"HOME": str(tmp_path)}
+    spec = _claude("s1", cwd)
+    assert record_path(spec, env) == folder / "s1.jsonl"
+    assert seen(spec, env, ["d7-cx", "d8-cx"]) == ["d7-cx"]
+    assert seen(_claude("s2", cwd), env, ["d7-cx"]) == []  # another session's record
+    # a nudge that only names the id is not the event itself
+    nudge = {"type": "user", "message": {"content": "fedhpc: the event(s) d8-cx in an earlier"}}
+    with (folder / "s1.jsonl").open("a") as fh:
+        fh.write(json.dumps(nudge) + "\n")
+    assert seen(spec, env, ["d8-cx"]) == []
+    # Codex: the rollout named by the thread
+    roll = tmp_path / "codex" / "sessions" / "2026" / "11" / "30"
+    roll.mkdir(parents=True)
+    (roll / "rollout-2026-11-30T12-00-00-th1.jsonl").write_text(json.dumps(line) + "\n")
+    codex = ContinuationSpec(runtime=Runtime.CODEX, session_id="th1")
+    assert seen(codex, {"CODEX_HOME": str(tmp_path / "codex")}, ["d7-cx"]) == ["d7-cx"]
+
+
+def _out(folder: Path, *lines: dict[str, object]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "out").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_a_claude_resume_counts_only_with_fedhpcs_tools_connected(tmp_path: Path) -> None:
+    spec = _claude()
+    ok = {"type": "result", "is_error": False, "result": "done"}
+    good = {"type": "system", "subtype": "init", "tools": ["Bash", "mcp__fedhpc__get_result"],
+            "mcp_servers": [{"name": "fedhpc", "status": "connected"}]}  # fmt: skip
+    _out(tmp_path / "a", good, ok)
+    assert check_result(spec, tmp_path / "a", Outcome(0, "", "")) is True
+    pending = {**good, "tools": ["Bash"], "mcp_servers": [{"name": "fedhpc", "status": "pending"}]}
+    _out(tmp_path / "b", pending, ok)
+    with pytest.raises(TransientError, match="without fedhpc's tools"):
+        check_result(spec, tmp_path / "b", Outcome(0, "", ""))
+    failed = {"type": "result", "is_error": True, "result": "Not logged in · Please run /login"}
+    _out(tmp_path / "c", good, failed)
+    with pytest.raises(TransientError, match="Not logged in"):
+        check_result(spec, tmp_path / "c", Outcome(1, json.dumps(failed), ""))
+
+
+def test_a_failure_reason_keeps_both_output_tails() -> None:
+    reason = Outcome(7, "x" * 5000 + "OUT-END", "ERR-END").reason()
+    assert reason.startswith("exit 7") and "OUT-END" in reason and "ERR-END" in reason
+    assert len(reason) < 1400
+
+
+def test_the_pre_tool_use_hook_never_blocks_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FEDHPC_HOME", str(tmp_path / "h"))
+    assert pre_tool_use("not json") == 0
+    assert "unusable hook input" in capsys.readouterr().err
+    other = {"session_id": "s1", "cwd": "/w", "tool_use_id": "toolu_1", "tool_name": "Bash"}
+    assert pre_tool_use(json.dumps(other)) == 0  # not fedhpc's: ignored, no daemon started
+    assert not (tmp_path / "h").exists()
+    b = ToolBinding.model_validate({**other, "hook_event_name": "PreToolUse", "tool_input": {}})
+    assert b.tool_use_id == "toolu_1"
+    with pytest.raises(ValidationError):
+        ToolBinding.model_validate({**other, "cwd": "relative/path"})
