@@ -59,7 +59,7 @@ def _claude_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str,
     env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
            "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": KEY,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_AUTOUPDATER": "1"}  # fmt: skip
+           "DISABLE_AUTOUPDATER": "1", "MCP_CONNECT_TIMEOUT_MS": "60000"}  # fmt: skip
     exe = str(npm_tool(*CLAUDE_CODE))
     lines = ["[resume.claude-code]", f"binary = {json.dumps(exe)}",
              f'path = "{BIN}:/usr/bin:/bin"', "[resume.claude-code.env]"]  # fmt: skip

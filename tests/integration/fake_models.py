@@ -316,8 +316,8 @@ class FakeAnthropic(FakeModel):
                 result_of = name.removeprefix(self.PREFIX)
                 results += _texts(b.get("content"))
         prompt = "\n".join(_texts(last.get("content"))) if last.get("role") == "user" else ""
-        tools = [str(t.get("name", "")) for t in body.get("tools") or []
-                 if str(t.get("name", "")).startswith(self.PREFIX)]  # fmt: skip
+        names = [str(t.get("name", "")) for t in body.get("tools") or []]
+        tools = [n for n in names if n.startswith(self.PREFIX)]
         history = ["\n".join(t for t in _texts(m.get("content")) if PAYLOAD_MARK in t
                              or NUDGE_MARK in t or m is last)
                    for m in messages if m.get("role") == "user"]  # fmt: skip

@@ -151,6 +151,7 @@ async def rig(
             "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": CANARY_API_KEY,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+            "MCP_CONNECT_TIMEOUT_MS": "60000",
             **canary_env(), **trap.env(), **watch.env(),
         }  # fmt: skip
         client_env = {**common, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -374,9 +375,9 @@ async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(
     (no jobs); each resumed turn's first model request must list fedhpc's tools, and the
     bridge's own check of the CLI's init line must agree."""
     session = str(uuid.uuid4())
-    async with rig(claude, tmp_path) as (r, client):
-        await anyio.to_thread.run_sync(r.first_turn, session)
-        await _until(client, "delivered")  # the task's own resume first: one at a time
+    async with rig(claude, tmp_path) as (r, _client):
+        # no hook: this submit is bound to nothing, so only the 20 resumes below run
+        await anyio.to_thread.run_sync(lambda: r.first_turn(session, hook=False))
         from fedhpc.profiles.loader import load_user_config
 
         cfg: ResumeRuntime = load_user_config(r.fedhome / "config.toml").resume.get("claude-code")
@@ -393,6 +394,8 @@ async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(
                     await anyio.sleep(0.2)
             verified.append(check_result(spec, folder, done))
     resumes = [e for e in r.fake.resumes() if e.payload and e.payload["delivery"].endswith("c20")]
-    assert len(resumes) == 20, [(e.phase, e.prompt[:90]) for e in r.fake.exchanges]
+    odd = [(e.phase, e.tools, e.prompt[:300]) for e in r.fake.exchanges
+           if e.phase not in ("resume", "after_result")]  # fmt: skip
+    assert len(resumes) == 20, (odd, r.fake.errors)
     assert all("mcp__fedhpc__get_result" in e.tools for e in resumes)
     assert verified == [True] * 20

@@ -116,8 +116,9 @@ def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
 
 def mcp_config(home: Path) -> Path:
     """The MCP config a resumed Claude session needs to see its fedhpc tools again.
-    `alwaysLoad` makes Claude Code wait for the server before the turn's first model request
-    (without it, `-p` loads servers asynchronously and a turn can start without the tools)."""
+    `alwaysLoad` makes Claude Code wait for the server before the turn's first model request,
+    up to MCP_CONNECT_TIMEOUT_MS (without it, `-p` loads servers asynchronously and a turn can
+    start without the tools), and never defers its tools behind tool search."""
     path = home / "mcp.json"
     local = Path(sys.executable).parent / "fedhpc"
     fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
@@ -168,6 +169,10 @@ def launch(
     piped = stdin_text if spec.runtime is Runtime.COMMAND else None
     (folder / "stdin").write_text(piped or "")
     env = resume_env(cfg, home)
+    if spec.runtime is Runtime.CLAUDE_CODE:
+        # An `alwaysLoad` server is waited for only MCP_CONNECT_TIMEOUT_MS (default 5 s), then
+        # the turn starts without it: a loaded machine starts `fedhpc serve` slower than that.
+        env.setdefault("MCP_CONNECT_TIMEOUT_MS", "60000")
     exe = binary(spec.runtime, cfg, env) if spec.runtime in _NAMES else ""
     argv = _argv(spec, spec.session_id, text, home, exe)
     wrapper = (
