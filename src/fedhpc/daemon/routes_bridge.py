@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fedhpc.errors import UsageError
+from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.orchestrator import TaskNotFound
 from fedhpc.transfer.errors import TransferNotFound
@@ -48,6 +48,7 @@ class Redrive(BaseModel):
 
 class BindingNotFound(UsageError):
     code = "not_found"
+    kind = ErrorKind.NOT_FOUND
 
 
 def delivery_view(d: dict[str, Any]) -> DeliveryView:
