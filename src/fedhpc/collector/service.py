@@ -14,7 +14,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain.site import Health, SiteState
-from fedhpc.errors import FedError
+from fedhpc.errors import FedError, TransientError
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 
@@ -90,7 +90,9 @@ class Collector:
             except Exception as exc:  # a broken site must not stop the others
                 log.warning("probe error", site=name, error=repr(exc))
                 why = f"probe failed: {exc}"
-                if isinstance(exc, FedError) and exc.hint:  # e.g. the `fedhpc login` to run
+                # A person's move (a `fedhpc login`, an ssh master to open) is named; a
+                # transient error's "retry later" is not: fedhpc retries it by itself.
+                if isinstance(exc, FedError) and not isinstance(exc, TransientError) and exc.hint:
                     why += f" ({exc.hint})"
                 state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
         if state is None:
