@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import anyio
@@ -31,7 +31,14 @@ from fedhpc.ops.tasks import (
 )
 from fedhpc.placement.draft import EnvelopeDraft
 
-__all__ = ["DaemonClient", "DaemonUnavailable", "start_daemon"]
+__all__ = [
+    "AcceptedUnknown",
+    "DaemonClient",
+    "DaemonTimeout",
+    "DaemonUnavailable",
+    "OutcomeUnknown",
+    "start_daemon",
+]
 
 
 def _seg(value: str) -> str:
@@ -47,6 +54,51 @@ class DaemonUnavailable(TransientError):
 
 
 _KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
+
+
+class DaemonTimeout(TransientError):
+    """A read got no answer in time: nothing was changed."""
+
+    code = "daemon_timeout"
+    default_hint = "The daemon is busy; nothing was changed. Ask again in a moment."
+
+
+class OutcomeUnknown(TransientError):
+    """A change was sent but its answer was lost: it may or may not have taken effect."""
+
+    code = "outcome_unknown"
+
+
+class AcceptedUnknown(TransientError):
+    """A submission was sent but its answer was lost: it may have been accepted. Retrying with
+    the same idempotency key returns what was accepted, or submits it once if nothing was."""
+
+    code = "accepted_unknown"
+
+    def __init__(self, message: str, *, idempotency_key: str, tool: str) -> None:
+        super().__init__(
+            message,
+            hint=(
+                f"Call {tool} again with the same arguments and "
+                f'idempotency_key="{idempotency_key}": it returns what the first call started, '
+                "or submits it once if nothing was. Without that key a retry may run it twice."
+            ),
+        )
+        self.idempotency_key = idempotency_key
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "idempotency_key": self.idempotency_key}
+
+
+Effect = Literal["read", "change", "submit"]
+
+# Seconds each call may take, from what the daemon does for it: reads answer from memory or the
+# store; a submit is answered once durably accepted (plus a bounded wait for its placement); a
+# group's acceptance writes one row per child; results, cancel and replan talk to a site.
+TIMEOUTS: dict[str, float] = {
+    "read": 15.0, "health": 5.0, "draft": 30.0, "submit": 30.0, "per_child": 0.01,
+    "site": 60.0, "replan": 90.0,
+}  # fmt: skip
 
 
 class _Remote(FedError):
@@ -68,11 +120,27 @@ class _Remote(FedError):
 class DaemonClient:
     """Typed calls to the daemon. Holds no state beyond its HTTP connection."""
 
-    def __init__(self, settings: DaemonSettings, *, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        *,
+        timeout_s: float | None = None,
+        timeout_scale: float | None = None,
+    ) -> None:
+        """`timeout_s` caps every call (a hook must be quick); `timeout_scale` (default
+        FEDHPC_CLIENT_TIMEOUT_SCALE, 1) stretches or shrinks the per-operation limits."""
         self.settings = settings
+        self.cap = timeout_s
+        scale = timeout_scale
+        if scale is None:
+            try:
+                scale = float(os.environ.get("FEDHPC_CLIENT_TIMEOUT_SCALE", "1") or 1)
+            except ValueError:
+                scale = 1.0
+        self.scale = scale if 0 < scale < 1e6 else 1.0
         transport = httpx2.AsyncHTTPTransport(uds=str(settings.socket_path))
         self._http = httpx2.AsyncClient(
-            transport=transport, base_url="http://fedhpc", timeout=timeout_s
+            transport=transport, base_url="http://fedhpc", timeout=TIMEOUTS["site"] * self.scale
         )
 
     async def __aenter__(self) -> DaemonClient:
@@ -81,11 +149,39 @@ class DaemonClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kw: Any) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        limit_s: float = TIMEOUTS["read"],
+        effect: Effect = "read",
+        key: str | None = None,
+        what: str = "",
+        **kw: Any,
+    ) -> Any:
+        """One request. A request that may have reached the daemon but got no answer is never
+        a bug: it is `DaemonTimeout` (a read), `OutcomeUnknown` (a change) or `AcceptedUnknown`
+        (a submission, with the key to retry with)."""
+        limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
         try:
-            resp = await self._http.request(method, path, **kw)
-        except (httpx2.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
+            resp = await self._http.request(method, path, timeout=limit, **kw)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout,
+                FileNotFoundError, ConnectionRefusedError) as exc:  # fmt: skip
             raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
+        except httpx2.TransportError as exc:
+            timed_out = isinstance(exc, httpx2.TimeoutException)
+            lost = f"no answer came within {limit:g} s" if timed_out else "the answer was lost"
+            sent = f"{what or path} was sent to the daemon but {lost}"
+            if effect == "submit" and key:
+                raise AcceptedUnknown(f"{sent}: it may have been accepted", idempotency_key=key,
+                                      tool=what or "the submit") from exc  # fmt: skip
+            if effect == "read":
+                raise DaemonTimeout(sent) from exc
+            raise OutcomeUnknown(
+                f"{sent}: it may have taken effect",
+                hint="Check the task or transfer (get_result, fedhpc://...) before sending again.",
+            ) from exc
         try:
             body = resp.json()
         except ValueError:
@@ -97,7 +193,7 @@ class DaemonClient:
         return body
 
     async def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = await self._call("GET", "/v1/health")
+        body: dict[str, Any] = await self._call("GET", "/v1/health", limit_s=TIMEOUTS["health"])
         return body
 
     @staticmethod
@@ -118,19 +214,31 @@ class DaemonClient:
         return FederationView.model_validate(body)
 
     async def refresh(self, req: InspectRequest | None = None) -> FederationView:
-        body = await self._call("POST", "/v1/refresh", params=self._params(req))
+        body = await self._call(
+            "POST", "/v1/refresh", params=self._params(req),
+            limit_s=self.settings.probe_timeout_s + TIMEOUTS["read"],
+        )  # fmt: skip
         return FederationView.model_validate(body)
 
     async def draft_envelope(self, req: DraftRequest) -> EnvelopeDraft:
-        body = await self._call("POST", "/v1/envelopes/draft", content=req.model_dump_json())
+        body = await self._call(
+            "POST", "/v1/envelopes/draft", content=req.model_dump_json(), limit_s=TIMEOUTS["draft"]
+        )
         return EnvelopeDraft.model_validate(body)
 
     async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
-        body = await self._call("POST", "/v1/tasks", content=req.model_dump_json())
+        body = await self._call(
+            "POST", "/v1/tasks", content=req.model_dump_json(), limit_s=TIMEOUTS["submit"],
+            effect="submit", key=req.idempotency_key, what="submit_task",
+        )  # fmt: skip
         return TaskHandle.model_validate(body)
 
     async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
-        body = await self._call("POST", "/v1/groups", content=req.model_dump_json())
+        limit = TIMEOUTS["submit"] + TIMEOUTS["per_child"] * len(req.children)
+        body = await self._call(
+            "POST", "/v1/groups", content=req.model_dump_json(), limit_s=limit,
+            effect="submit", key=req.idempotency_key, what="submit_group",
+        )  # fmt: skip
         return GroupView.model_validate(body)
 
     async def group(self, group_id: str) -> GroupView:
@@ -142,7 +250,9 @@ class DaemonClient:
             params["preview"] = req.preview
         if req.brief:
             params["brief"] = "true"
-        body = await self._call("GET", f"/v1/tasks/{_seg(req.task_id)}", params=params)
+        body = await self._call(
+            "GET", f"/v1/tasks/{_seg(req.task_id)}", params=params, limit_s=TIMEOUTS["site"]
+        )
         return ResultManifest.model_validate(body)
 
     async def tasks(self, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
@@ -151,25 +261,35 @@ class DaemonClient:
         return [TaskSummary.model_validate(t) for t in body["tasks"]]
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
-        body = await self._call("POST", f"/v1/tasks/{_seg(req.task_id)}/cancel")
+        body = await self._call(
+            "POST", f"/v1/tasks/{_seg(req.task_id)}/cancel", limit_s=TIMEOUTS["site"],
+            effect="change", what="cancel",
+        )  # fmt: skip
         return TaskHandle.model_validate(body)
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         body = await self._call(
-            "POST", f"/v1/tasks/{_seg(req.task_id)}/replan", content=req.model_dump_json()
-        )
+            "POST", f"/v1/tasks/{_seg(req.task_id)}/replan", content=req.model_dump_json(),
+            limit_s=TIMEOUTS["replan"], effect="change", what="replan",
+        )  # fmt: skip
         return TaskHandle.model_validate(body)
 
     async def ack_events(self, consumer: str, through: int) -> int:
         """Move `consumer`'s cursor to `through` (a pulled client's acknowledgement)."""
         body = await self._call(
-            "POST", "/v1/events/ack", content=json.dumps({"consumer": consumer, "through": through})
+            "POST",
+            "/v1/events/ack",
+            content=json.dumps({"consumer": consumer, "through": through}),
+            effect="change",
+            what="ack_events",
         )
         return int(body["cursor"])
 
     async def register_continuation(self, subject: str, spec: ContinuationSpec) -> str:
         payload = json.dumps({"subject": subject, "spec": spec.model_dump(mode="json")})
-        body = await self._call("POST", "/v1/continuations", content=payload)
+        body = await self._call(
+            "POST", "/v1/continuations", content=payload, effect="change", what="register"
+        )
         return str(body["id"])
 
     async def report_binding(self, binding: ToolBinding) -> None:
@@ -196,14 +316,20 @@ class DaemonClient:
         return [DeliveryView.model_validate(d) for d in body["deliveries"]]
 
     async def move_data(self, req: MoveDataRequest) -> TransferHandle:
-        body = await self._call("POST", "/v1/transfers", content=req.model_dump_json())
+        body = await self._call(
+            "POST", "/v1/transfers", content=req.model_dump_json(), limit_s=TIMEOUTS["site"],
+            effect="submit" if req.idempotency_key else "change", key=req.idempotency_key,
+            what="move_data",
+        )  # fmt: skip
         return TransferHandle.model_validate(body)
 
     async def transfer(self, req: TransferRequest) -> TransferView:
         params: dict[str, Any] = {"max_bytes": req.max_bytes} | (
             {"preview": "1"} if req.preview else {}
         )
-        body = await self._call("GET", f"/v1/transfers/{_seg(req.transfer_id)}", params=params)
+        body = await self._call(
+            "GET", f"/v1/transfers/{_seg(req.transfer_id)}", params=params, limit_s=TIMEOUTS["site"]
+        )
         return TransferView.model_validate(body)
 
     async def events(

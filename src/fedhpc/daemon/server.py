@@ -22,7 +22,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.app import DaemonState, build_app
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
-from fedhpc.orchestrator import Orchestrator, tick
+from fedhpc.orchestrator import Orchestrator, place_queued, tick
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
 from fedhpc.store import Store
@@ -103,11 +103,13 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
         orchestrator = Orchestrator(
             store, collector, adapters, cycle_s=settings.cycle_s,
             intent_grace_s=settings.intent_grace_s, site_lost_after_s=settings.site_lost_s,
+            retry_window_s=settings.retry_window_s,
         )  # fmt: skip
         try:
             await collector.load()
             if once:
                 report = await collector.refresh(force=True)
+                await place_queued(orchestrator)
                 await tick(orchestrator)
                 await Bridge(store, settings.home).cycle()
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))

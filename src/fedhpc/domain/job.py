@@ -27,8 +27,10 @@ __all__ = [
 
 
 class JobState(StrEnum):
-    """Lifecycle of one scheduler job (one attempt), as fedhpc sees it."""
+    """Lifecycle of one scheduler job (one attempt), as fedhpc sees it. A task uses the same
+    states, plus QUEUED before any scheduler has it."""
 
+    QUEUED = "queued"  # a task accepted by fedhpc, not yet handed to a scheduler (placing, waiting)
     SUBMITTED = "submitted"  # we handed it to the scheduler; no observation yet
     PENDING = "pending"  # queued, waiting for resources or dependencies
     RUNNING = "running"  # started (includes completing / staging)
@@ -59,6 +61,7 @@ _ENDS = TERMINAL
 # except by requeue, which Slurm reports as PENDING with reason "BeginTime"/"Requeued" and we
 # treat as a new observation of the same attempt only when the scheduler says so explicitly.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.RUNNING}) | _ENDS,
     JobState.SUBMITTED: frozenset({JobState.PENDING, JobState.RUNNING}) | _ENDS,
     JobState.PENDING: frozenset({JobState.RUNNING}) | _ENDS,
     JobState.RUNNING: _ENDS,
@@ -67,6 +70,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 # Order used to merge observations monotonically.
 _RANK = {
+    JobState.QUEUED: -1,
     JobState.SUBMITTED: 0,
     JobState.PENDING: 1,
     JobState.RUNNING: 2,

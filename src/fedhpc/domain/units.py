@@ -33,7 +33,9 @@ MAX_MEMORY_MIB = 1024**3  # 1 PiB per node
 MAX_SECONDS = 10 * 366 * 86400  # ten years of wall time
 MAX_COUNT = 1_000_000  # nodes, CPUs or GPUs in one request; jobs in one queue
 MAX_CREDITS = 1e15  # budgets, balances, usage, charges
-MAX_GROUP_CHILDREN = 1000  # children in one submit_group request
+# Children in one submit_group request. A group is accepted in one transaction and answered
+# at once (its answer does not grow with it), and placed in the daemon in batches.
+MAX_GROUP_CHILDREN = 10_000
 
 _MEM = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
 _FACTOR_MIB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}

@@ -104,4 +104,4 @@ Workdir = Annotated[
 ]
 Env = dict[str, str]
 GroupIdemKey = Annotated[str | None, Field(description="as in submit_task")]
-IdemKey = Annotated[str | None, Field(description="same key, same task; default: from the request")]
+IdemKey = Annotated[str | None, Field(description="same key, same task, at any age")]

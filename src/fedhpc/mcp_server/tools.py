@@ -6,6 +6,7 @@ and calls the daemon. `guarded` turns every failure into a typed `{code, message
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
@@ -70,6 +71,29 @@ def _client_name(ctx: Ctx) -> str | None:
     info = getattr(params, "client_info", None)
     name = getattr(info, "name", None)
     return name if isinstance(name, str) else None
+
+
+# This server process: a caller scope when the client names no session of its own.
+_INSTANCE = uuid.uuid4().hex[:12]
+
+
+def _submission(ctx: Ctx, key: str | None, wake: ContinuationSpec | None) -> dict[str, Any]:
+    """Who asks and under which key. Every submit carries a key: the caller's, else one made
+    for this call, so that an answer lost on the way back can be retried safely with it (it is
+    named in the `accepted_unknown` error). A made key still lets the daemon's retry window
+    recognise the same arguments sent again by the same caller: the agent session when it is
+    known, else this server process (and its HTTP session)."""
+    connection = getattr(ctx.request_context, "session_id", None)  # HTTP; None on stdio
+    session = wake.session_id if wake is not None else None
+    caller = (
+        f"{wake.runtime.value}:{session}" if wake is not None and session
+        else f"serve:{_INSTANCE}:{connection or 'stdio'}"
+    )  # fmt: skip
+    return {
+        "idempotency_key": key or f"mcp-{uuid.uuid4().hex}",
+        "key_generated": key is None,
+        "caller": caller[:200],
+    }
 
 
 _A = TypeVar("_A", TaskHandle, GroupView, TransferHandle)
@@ -224,7 +248,7 @@ async def submit_task(
             "adaptation": adaptation or AdaptationPolicy(),
             "stage_in": stage_in,
             "continuation": wake,
-            "idempotency_key": idempotency_key,
+            **_submission(ctx, idempotency_key, wake),
         }
     )
     handle = await _link(ctx).call(lambda c: c.submit_task(req))
@@ -259,7 +283,7 @@ async def submit_group(
             "env": env,
             "adaptation": adaptation or AdaptationPolicy(),
             "continuation": wake,
-            "idempotency_key": idempotency_key,
+            **_submission(ctx, idempotency_key, wake),
         }
     )
     view = await _link(ctx).call(lambda c: c.submit_group(req))

@@ -26,6 +26,7 @@ __all__ = [
     "AdaptationPolicy",
     "AttemptView",
     "CancelRequest",
+    "ChildView",
     "GroupChild",
     "GroupView",
     "OutputRef",
@@ -121,7 +122,17 @@ class SubmitTaskRequest(_In):
         default=None,
         min_length=1,
         max_length=200,
-        description="retrying with the same key never submits twice (default: from the request)",
+        description=(
+            "the same key returns the same task, never a second one; without a key, the same "
+            "request from the same caller within the retry window does"
+        ),
+    )
+    key_generated: bool = Field(
+        default=False,
+        description="the key was made by a gateway for this one call (the retry window applies)",
+    )
+    caller: str | None = Field(
+        default=None, max_length=200, description="who asks (an agent session): scopes the window"
     )
 
     @model_validator(mode="before")
@@ -196,6 +207,9 @@ class TaskHandle(_Out):
     decision: str = Field(default="", description="why this placement, in one line")
     reasons: tuple[str, ...] = Field(default=(), description="why it cannot run, if it cannot")
     transfers: tuple[str, ...] = Field(default=(), description="stage-out transfer ids")
+    existing: str | None = Field(
+        default=None, description="set when this call matched an earlier submission"
+    )
     next: str = Field(default="", description="what to do now (empty on a group's children)")
 
 
@@ -307,6 +321,19 @@ class ReplanRequest(_In):
     envelope: ResourceEnvelope | None = None
 
 
+class ChildView(_Out):
+    """One child of a group, where it is now."""
+
+    task_id: str
+    name: str | None = None
+    state: JobState
+    site: str | None = None
+    partition: str | None = None
+    job_id: str | None = None
+    decision: str = ""
+    reasons: tuple[str, ...] = ()
+
+
 class GroupChild(_In):
     """One child of a group: its own command and label; it shares the group's envelope."""
 
@@ -341,15 +368,26 @@ class SubmitGroupRequest(_In):
         return check_workdir(v) if v is not None else None
 
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    key_generated: bool = False
+    caller: str | None = Field(default=None, max_length=200)
 
 
 class GroupView(_Out):
-    """The group-level view: one answer for all children."""
+    """The group-level view: one answer for all children, bounded whatever the group's size."""
 
     group_id: str
     objective: str
-    state: Literal["running", "completed", "failed", "cancelled"]
+    state: Literal["placing", "running", "completed", "failed", "cancelled"] = Field(
+        description="placing: some children are still queued in fedhpc"
+    )
     round: int
-    children: tuple[TaskHandle, ...]
-    counts: dict[str, int]
+    size: int = Field(description="number of children")
+    child_ids: str = Field(description="child i has the id <group prefix>-<i>: first … last")
+    counts: dict[str, int] = Field(description="children per state")
+    sites: dict[str, int] = Field(default_factory=dict, description="placed children per site")
+    children: tuple[ChildView, ...]
+    omitted: int = Field(default=0, description="children not listed: see fedhpc://groups/{id}")
+    existing: str | None = Field(
+        default=None, description="set when this call matched an earlier submission"
+    )
     next: str = ""

@@ -4,6 +4,7 @@ from fedhpc.orchestrator.answers import hinted, hinted_group, hinted_result
 from fedhpc.orchestrator.control import tick
 from fedhpc.orchestrator.groups import advance_groups, group_view, submit_group
 from fedhpc.orchestrator.ops import cancel, get_result, list_tasks, replan
+from fedhpc.orchestrator.placer import place_queued
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Orchestrator, TaskNotFound
 
@@ -20,6 +21,7 @@ __all__ = [
     "hinted_group",
     "hinted_result",
     "list_tasks",
+    "place_queued",
     "replan",
     "submit_group",
     "tick",

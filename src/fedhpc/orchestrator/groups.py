@@ -1,132 +1,193 @@
 """Task groups: children share objective, envelope, round and policy; spread across systems
-is soft and is relaxed for a child still pending when its siblings are done."""
+is soft and is relaxed for a child still pending when its siblings are done.
+
+A group is accepted in one transaction (the group, every child as a queued task, its
+continuation) and answered at once; the placer places and dispatches the children. Child i of
+group g<hex> is task t<hex>-<i> (zero-padded), so an answer names every child in one line."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, Literal
 
 import structlog
 
 from fedhpc.domain.job import JobState
-from fedhpc.ops.tasks import GroupView, SubmitGroupRequest, SubmitTaskRequest, TaskHandle
-from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.orchestrator.service import Orchestrator, TaskNotFound
+from fedhpc.ops.tasks import ChildView, GroupView, SubmitGroupRequest, SubmitTaskRequest
+from fedhpc.orchestrator import idem
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
+from fedhpc.orchestrator.service import WAITING_FOR_PROBES, Orchestrator, TaskNotFound
 
-__all__ = ["advance_groups", "group_view", "submit_group"]
+__all__ = ["LISTED", "advance_groups", "group_view", "submit_group"]
 
 log = structlog.get_logger(__name__)
 
-GroupState = Literal["running", "completed", "failed", "cancelled"]
+GroupState = Literal["placing", "running", "completed", "failed", "cancelled"]
+
+LISTED = 20  # children listed in a submit answer; the group resource lists all
+GROUP_WAIT_S = 1.0  # a group small enough to be listed waits this long for its placements
+
+_TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 
 
-def _key(req: SubmitGroupRequest) -> str:
-    return req.idempotency_key or (
-        "sha256:" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
-    )
+def group_id_for(key: str) -> str:
+    return "g" + hashlib.sha256(key.encode()).hexdigest()[:11]
 
 
-async def submit_group(o: Orchestrator, req: SubmitGroupRequest) -> GroupView:
-    """Place and dispatch every child; with `spread`, each child avoids its elder siblings'
-    systems while another feasible one exists."""
-    key = _key(req)
-    gid = "g" + hashlib.sha256(key.encode()).hexdigest()[:11]
-    if await o.store.get_group(gid) is None:
+async def submit_group(
+    o: Orchestrator, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S
+) -> GroupView:
+    """Accept the group durably and answer; a small group waits up to `wait_s` so that its
+    answer shows where each child went."""
+    gid, fresh = await _accept(o, req)
+    if not fresh:
+        return await _existing(o, gid, req)
+    o.placer_wake.set()
+    if wait_s > 0 and len(req.children) <= LISTED:
+        ids = [c["id"] for c in await o.store.group_children(gid)]
+        await o.wait_placed(ids, wait_s)
+    return await group_view(o, gid, limit=LISTED)
+
+
+async def _accept(o: Orchestrator, req: SubmitGroupRequest) -> tuple[str, bool]:
+    dedupe = idem.dedupe_key(req)
+    key = req.idempotency_key or f"auto:{new_id('k')}"
+    gid = group_id_for(key)
+    async with o.accepting:
+        now = o.clock()
+        if await o.store.get_group(gid) is not None:
+            return gid, False
+        if dedupe is not None:
+            earlier = await o.store.group_by_dedupe(dedupe, idem.since(now, o.retry_window_s))
+            if earlier is not None:
+                return str(earlier["id"]), False
+        n = len(req.children)
+        body = {"objective": req.objective, "key": key, "digest": idem.request_digest(req),
+                "required": [c.required for c in req.children], "spread": req.spread,
+                "size": n}  # fmt: skip
         async with o.store.transaction() as tx:
-            await tx.put_group(gid, state="running", round_=1, at=o.clock(),
-                               body={"objective": req.objective, "key": key,
-                                     "required": [c.required for c in req.children],
-                                     "spread": req.spread})  # fmt: skip
-    if req.continuation is not None:
-        await o.register(gid, req.continuation)
-    used: list[str] = []
+            await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
+            await tx.insert_tasks(_children(o, req, gid, key, now), at=now)
+            if req.continuation is not None:
+                await o.put_continuation(tx, gid, req.continuation)
+    log.info("group accepted", group=gid, children=n)
+    o.notify()
+    return gid, True
+
+
+def _children(
+    o: Orchestrator, req: SubmitGroupRequest, gid: str, key: str, now: datetime
+) -> Iterator[tuple[str, str, str | None, str, dict[str, Any]]]:
+    """Each child's row, made as the insert consumes it (never all bodies at once)."""
+    width = len(str(len(req.children) - 1))
+    prefix = "t" + gid[1:]
+    decision = "queued: placing" if o.collector.ready.is_set() else WAITING_FOR_PROBES
     for i, child in enumerate(req.children):
-        handle = await o.submit_task(
-            SubmitTaskRequest(
+        ckey = f"{key}:child:{i}"
+        task = TaskRecord(
+            id=f"{prefix}-{i:0{width}d}", idempotency_key=ckey, state=JobState.QUEUED,
+            created_at=now, group_id=gid, decision=decision,
+            request=SubmitTaskRequest(
                 command=child.command, envelope=req.envelope, name=child.name,
                 policy=req.policy, workdir=req.workdir, env=req.env, adaptation=req.adaptation,
-                idempotency_key=f"{key}:child:{i}",
+                idempotency_key=ckey,
             ),
-            group_id=gid,
-            avoid_sites=tuple(used) if req.spread else (),
         )  # fmt: skip
-        if handle.site:
-            used.append(handle.site)
-    return await group_view(o, gid)
+        yield task.id, ckey, gid, task.state.value, task.model_dump(mode="json")
 
 
-async def _children(o: Orchestrator, gid: str) -> list[tuple[TaskRecord, AttemptRecord | None]]:
-    rows = await o.store.list_tasks(group_id=gid, limit=10_000)
-    out = []
-    for row in rows:
-        task = TaskRecord.model_validate(row["body"])
-        atts = [a for a in await o.load_attempts(task.id) if not a.superseded]
-        out.append((task, atts[-1] if atts else None))
-    return sorted(out, key=lambda ta: int(ta[0].idempotency_key.rsplit(":", 1)[1]))
+async def _existing(o: Orchestrator, gid: str, req: SubmitGroupRequest) -> GroupView:
+    group = await o.store.get_group(gid)
+    assert group is not None
+    by_key = bool(req.idempotency_key) and group["body"].get("key") == req.idempotency_key
+    stored = group["body"].get("digest")
+    if by_key and not req.key_generated and stored and stored != idem.request_digest(req):
+        raise idem.IdempotencyConflict(
+            f"idempotency_key {req.idempotency_key!r} already names group {gid}, "
+            "submitted with other arguments"
+        )
+    view = await group_view(o, gid, limit=LISTED)
+    created = datetime.fromisoformat(str(group["created_at"]))
+    note = idem.existing_note("group", gid, created, view.state, by_key=by_key,
+                              window_s=o.retry_window_s, now=o.clock())  # fmt: skip
+    update: dict[str, object] = {"existing": note}
+    if view.state not in ("placing", "running"):
+        update["next"] = (
+            f"The group already ended ({view.state}): its results are available now (read "
+            f"fedhpc://groups/{gid}, then get_result per child). No event will follow for it."
+        )
+    return view.model_copy(update=update)
 
 
-def _state(children: list[tuple[TaskRecord, AttemptRecord | None]]) -> GroupState:
-    states = [t.state for t, _ in children]
-    if not all(s.terminal for s in states):
-        return "running"
-    if all(s is JobState.COMPLETED for s in states):
+def _state(states: list[str]) -> GroupState:
+    if not all(s in _TERMINAL for s in states):
+        return "placing" if JobState.QUEUED.value in states else "running"
+    if all(s == JobState.COMPLETED.value for s in states):
         return "completed"
-    if all(s is JobState.CANCELLED for s in states):
+    if all(s == JobState.CANCELLED.value for s in states):
         return "cancelled"
     return "failed"
 
 
-async def group_view(o: Orchestrator, gid: str) -> GroupView:
+def _child(c: dict[str, Any]) -> ChildView:
+    att = c["attempt"] or {}
+    return ChildView(
+        task_id=c["id"], name=c["name"], state=JobState(c["state"]), site=att.get("site"),
+        partition=att.get("partition"), job_id=att.get("job_id"), decision=c["decision"],
+        reasons=tuple(c["reasons"]),
+    )  # fmt: skip
+
+
+async def group_view(o: Orchestrator, gid: str, *, limit: int | None = None) -> GroupView:
+    """The group: counts per state and per site for all children; each child listed up to
+    `limit` (all when None)."""
     group = await o.store.get_group(gid)
     if group is None:
         raise TaskNotFound(f"no group {gid!r}")
-    children = await _children(o, gid)
+    children = await o.store.group_children(gid)
     counts: dict[str, int] = {}
-    for task, _ in children:
-        counts[task.state.value] = counts.get(task.state.value, 0) + 1
-    handles: list[TaskHandle] = [o.handle(t, a) for t, a in children]
+    sites: dict[str, int] = {}
+    for c in children:
+        counts[c["state"]] = counts.get(c["state"], 0) + 1
+        if c["attempt"]:
+            site = c["attempt"]["site"]
+            sites[site] = sites.get(site, 0) + 1
+    listed = children if limit is None else children[:limit]
+    ids = [c["id"] for c in children]
+    span = ids[0] if len(ids) == 1 else (f"{ids[0]} … {ids[-1]}" if ids else "")
     return GroupView(
-        group_id=gid, objective=str(group["body"]["objective"]), state=_state(children),
-        round=int(group["round"]), children=tuple(handles), counts=counts,
+        group_id=gid, objective=str(group["body"]["objective"]),
+        state=_state([c["state"] for c in children]), round=int(group["round"]),
+        size=len(children), child_ids=span, counts=counts, sites=dict(sorted(sites.items())),
+        children=tuple(_child(c) for c in listed), omitted=len(children) - len(listed),
     )  # fmt: skip
 
 
 async def advance_groups(o: Orchestrator) -> None:
     """Relax spread for a child stalled behind finished siblings; close finished rounds."""
-    from fedhpc.orchestrator.control import replace_if_better
-
     for gid in await o.store.groups_in(("running",)):
         group = await o.store.get_group(gid)
         assert group is not None
         body: dict[str, Any] = group["body"]
-        children = await _children(o, gid)
+        children = await o.store.group_children(gid)
         required = body.get("required") or [True] * len(children)
         if len(children) < len(required):
-            continue  # submit_group is still adding children: no round can be over yet
-        for i, (task, att) in enumerate(children):
-            siblings = [t for j, (t, _) in enumerate(children) if j != i]
-            stalled = (
-                att is not None and att.state is JobState.PENDING and not task.spread_relaxed
-                and siblings and all(s.state.terminal for s in siblings)
-            )  # fmt: skip
-            if stalled and att is not None:
-                task.spread_relaxed = True
-                moved = await replace_if_better(o, task, att, margin_s=0.0)
-                if not moved:
-                    async with o.store.transaction() as tx:
-                        await o.save(tx, task, at=o.clock())
-                        await tx.append_event(
-                            "group.stalled_child", gid,
-                            {"group_id": gid, "task_id": task.id, "site": att.site,
-                             "reason": att.reason or "pending", "result": f"fedhpc://groups/{gid}"},
-                            at=o.clock(), key=f"group.stalled_child:{gid}:{task.id}",
-                        )  # fmt: skip
-                log.info("relaxed spread", group=gid, task=task.id, moved=moved)
-        done = all(t.state.terminal for (t, _), req in zip(children, required, strict=False) if req)
+            continue  # an older submit_group still adding children: no round can be over yet
+        live = sum(1 for c in children if c["state"] not in _TERMINAL)
+        for c in children:
+            att = c["attempt"]
+            if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
+                continue
+            if len(children) > 1 and live - (c["state"] not in _TERMINAL) == 0:
+                await _relax(o, gid, c["id"], att["n"])
+        done = all(c["state"] in _TERMINAL
+                   for c, req in zip(children, required, strict=False) if req)  # fmt: skip
         if not done:
             continue
-        view = await group_view(o, gid)
-        state = view.state if view.state != "running" else "completed"
+        view = await group_view(o, gid, limit=0)
+        state = view.state if view.state not in ("placing", "running") else "completed"
         async with o.store.transaction() as tx:
             await tx.put_group(gid, state=state, round_=int(group["round"]), body=body,
                                at=o.clock())  # fmt: skip
@@ -136,3 +197,25 @@ async def advance_groups(o: Orchestrator) -> None:
                  "counts": view.counts, "result": f"fedhpc://groups/{gid}"},
                 at=o.clock(), key=f"group.round_terminal:{gid}:{group['round']}",
             )  # fmt: skip
+
+
+async def _relax(o: Orchestrator, gid: str, task_id: str, n: int) -> None:
+    """The last child still pending: drop the spread constraint and move it if that helps."""
+    from fedhpc.orchestrator.control import replace_if_better
+
+    task = await o.load_task(task_id)
+    att: AttemptRecord | None = next((a for a in await o.load_attempts(task_id) if a.n == n), None)
+    if att is None:
+        return
+    task.spread_relaxed = True
+    moved = await replace_if_better(o, task, att, margin_s=0.0)
+    if not moved:
+        async with o.store.transaction() as tx:
+            await o.save(tx, task, at=o.clock())
+            await tx.append_event(
+                "group.stalled_child", gid,
+                {"group_id": gid, "task_id": task.id, "site": att.site,
+                 "reason": att.reason or "pending", "result": f"fedhpc://groups/{gid}"},
+                at=o.clock(), key=f"group.stalled_child:{gid}:{task.id}",
+            )  # fmt: skip
+    log.info("relaxed spread", group=gid, task=task.id, moved=moved)

@@ -168,7 +168,7 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
         for a in live:
             a.superseded, a.reason = True, "replanned on request"
             await cancel_attempt(o, a)
-        task.provenance = o._provenance(task.request.envelope, decision)
+        task.provenance = o.provenance(task.request.envelope, decision)
         async with o.store.transaction() as tx:
             await o.save(tx, task, *live, at=o.clock())
         att = await o.dispatch(task, decision)

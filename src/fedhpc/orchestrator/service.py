@@ -1,11 +1,13 @@
-"""The orchestrator: submit (validate, place, render, dispatch, persist), then own the remote
-lifecycle in control cycles. All writes go through one lock: the daemon is the only writer."""
+"""The orchestrator: accept a submission durably (answered at once), place and dispatch it in
+the daemon (`placer`), then own the remote lifecycle in control cycles (`control`). Placement
+and observation share one lock; accepting a submission does not wait for it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import anyio
@@ -16,16 +18,17 @@ from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
-from fedhpc.domain.job import JobSpec, JobState
+from fedhpc.domain.job import JobSpec, JobState, Shape
 from fedhpc.domain.site import Health, ResourceSnapshot
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.ops.workdir import resolve_workdir
-from fedhpc.orchestrator import staging, workdirs
+from fedhpc.orchestrator import idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
-from fedhpc.placement import Placement, Policy, Unschedulable, WaitObservation, place
+from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation, place
+from fedhpc.placement.estimators import WaitHistory
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 
@@ -44,11 +47,22 @@ class TaskNotFound(UsageError):
     default_hint = "List tasks with `fedhpc tasks` (or the list_events tool)."
 
 
-def request_key(req: SubmitTaskRequest) -> str:
-    """The idempotency key: the caller's, else a digest of the request itself."""
-    if req.idempotency_key:
-        return req.idempotency_key
-    return "sha256:" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+# A submit answers once its task is durably queued; it waits this long at most for the first
+# placement, so that a single task's answer usually names its site and job.
+PLACE_WAIT_S = 2.0
+WAITING_FOR_PROBES = "queued: waiting for the first probe of the sites (the daemon just started)"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job dispatched after its site's last probe: the snapshot cannot show it yet."""
+
+    at: datetime
+    site: str
+    partition: str
+    account: str | None
+    shape: Shape
+    charge: float
 
 
 class Orchestrator:
@@ -67,6 +81,7 @@ class Orchestrator:
         cycle_s: float = 10.0,
         intent_grace_s: float | None = None,
         site_lost_after_s: float = 300.0,
+        retry_window_s: float = idem.RETRY_WINDOW_S,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.store = store
@@ -79,8 +94,14 @@ class Orchestrator:
         # Work on an offline site that fedhpc cannot move wakes the agent after this long: a
         # probe that failed once is not yet a lost site.
         self.site_lost_after_s = site_lost_after_s
-        self.lock = anyio.Lock()
+        self.retry_window_s = retry_window_s
+        self.lock = anyio.Lock()  # placement, dispatch and observation: one at a time
+        self.accepting = anyio.Lock()  # a retry's lookup and the insert it races with
         self.wake = anyio.Event()
+        self.placer_wake = anyio.Event()  # queued work arrived
+        self.progress = anyio.Event()  # set (and replaced) after each placement batch
+        self.claims: list[Claim] = []
+        self.site_limits: dict[str, anyio.CapacityLimiter] = {}
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
         # but not yet settled accounting row; their eligible time is filled in when it settles.
@@ -126,11 +147,36 @@ class Orchestrator:
                 )  # fmt: skip
         return out
 
+    async def wait_history(self) -> WaitHistory | None:
+        """The learned estimator's index, built once for a batch of decisions."""
+        history = await self._history()
+        if not history:
+            return None
+        return WaitHistory(history, now=self.clock(), settings=Policy().settings)
+
+    def ledger(self) -> Ledger:
+        """Claims of jobs dispatched after their site's last probe; older ones are dropped."""
+        latest = self.collector.latest
+        self.claims = [
+            c for c in self.claims
+            if c.site not in latest or c.at >= latest[c.site].collected_at
+        ]  # fmt: skip
+        ledger = Ledger()
+        for c in self.claims:
+            ledger.claim(c.site, c.partition, c.account, c.shape, c.charge)
+        return ledger
+
     async def decide(
-        self, task: TaskRecord, *, exclude: tuple[str, ...] = (), wall_s: int | None = None
+        self,
+        task: TaskRecord,
+        *,
+        exclude: tuple[str, ...] = (),
+        wall_s: int | None = None,
+        history: WaitHistory | None = None,
+        ledger: Ledger | None = None,
     ) -> Placement | Unschedulable:
         """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
-        (soft: dropped when nothing else fits)."""
+        (soft: dropped when nothing else fits). A batch passes its `history` and `ledger`."""
         req = task.request
         env = req.envelope
         if wall_s is not None:
@@ -143,14 +189,18 @@ class Orchestrator:
                              & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
         policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
-        history = await self._history()
+        waits: WaitHistory | list[WaitObservation] = (
+            history if history is not None else await self._history()
+        )
 
         def attempt(avoid: tuple[str, ...]) -> Placement | Unschedulable:
             e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
-            return place(e, snapshot, self.sites, policy, now=self.clock(), history=history,
-                         task_budget=req.task_budget)  # fmt: skip
+            return place(e, snapshot, self.sites, policy, now=self.clock(), history=waits,
+                         task_budget=req.task_budget, ledger=ledger)  # fmt: skip
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
+        if set(avoid) >= known - set(drop):
+            avoid = ()  # every usable system already has a sibling: spreading cannot help
         decision = attempt(avoid)
         if avoid and isinstance(decision, Unschedulable):
             decision = attempt(())
@@ -191,9 +241,12 @@ class Orchestrator:
         )  # fmt: skip
         task.attempts_made = n
         task.decision = self.summary(p)
-        task.provenance = self._provenance(req.envelope, p)  # re-placements too: never stale
+        task.provenance = self.provenance(req.envelope, p)  # re-placements too: never stale
+        if task.state is JobState.QUEUED:
+            task.state = JobState.SUBMITTED
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=now)
+        self.claims.append(Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge))
         spec = JobSpec(
             name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
             account=p.account, qos=p.qos, workdir=att.workdir, stdout=att.stdout,
@@ -245,67 +298,100 @@ class Orchestrator:
         )  # fmt: skip
 
     async def submit_task(
-        self,
-        req: SubmitTaskRequest,
-        *,
-        group_id: str | None = None,
-        avoid_sites: tuple[str, ...] = (),
+        self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S
     ) -> TaskHandle:
-        key = request_key(req)
-        async with self.lock:
-            existing = await self.store.task_by_key(key)
-            if existing is not None:  # a retried call: the same task, never a second job
-                task = TaskRecord.model_validate(existing["body"])
-                atts = await self.load_attempts(task.id)
-                return self.handle(task, atts[-1] if atts else None)
+        """Accept the task durably (queued, or the earlier task a retry matches), wake the
+        placer, and answer within `wait_s`: with the placement if it came by then."""
+        handle, fresh = await self.accept_task(req)
+        if not fresh:
+            return handle
+        self.placer_wake.set()
+        if wait_s > 0:
+            await self.wait_placed(handle.task_id, wait_s)
+        task = await self.load_task(handle.task_id)
+        atts = [a for a in await self.load_attempts(task.id) if not a.superseded]
+        return self.handle(task, atts[-1] if atts else None)
+
+    async def accept_task(self, req: SubmitTaskRequest) -> tuple[TaskHandle, bool]:
+        """(the handle, True) for a new queued task; (the earlier task's handle, False) when
+        this call is a retry of an earlier one (see `idem`)."""
+        dedupe = idem.dedupe_key(req)
+        async with self.accepting:
+            now = self.clock()
+            row = await self.store.task_by_key(req.idempotency_key) if req.idempotency_key else None
+            by_key = row is not None
+            if row is None and dedupe is not None:
+                row = await self.store.task_by_dedupe(dedupe, idem.since(now, self.retry_window_s))
+            if row is not None:
+                return await self._existing(row, req, by_key=by_key, now=now), False
             task = TaskRecord(
-                id=new_id("t"), request=req, idempotency_key=key, created_at=self.clock(),
-                group_id=group_id, avoid_sites=avoid_sites,
+                id=new_id("t"), request=req, state=JobState.QUEUED, created_at=now,
+                idempotency_key=req.idempotency_key or f"auto:{new_id('k')}",
+                decision="queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES,
             )  # fmt: skip
-            waiting = staging.declared(task) and not await staging.prepare(self, task)
-            if req.continuation is not None:
-                await self.register(task.id, req.continuation)
-            handle = self.handle(task, None) if waiting else await self._place_and_dispatch(task)
+            if staging.declared(task):
+                task.state = JobState.SUBMITTED  # staging.advance queues it when inputs arrive
+                if await staging.prepare(self, task):
+                    task.state = JobState.QUEUED
+            async with self.store.transaction() as tx:
+                await tx.put_task(
+                    task.id, state=task.state.value, body=task.model_dump(mode="json"), at=now,
+                    idempotency_key=task.idempotency_key, dedupe=dedupe,
+                )  # fmt: skip
+                if req.continuation is not None:
+                    await self.put_continuation(tx, task.id, req.continuation)
         self.notify()
-        return handle
+        return self.handle(task, None), True
+
+    async def _existing(
+        self, row: dict[str, object], req: SubmitTaskRequest, *, by_key: bool, now: datetime
+    ) -> TaskHandle:
+        task = TaskRecord.model_validate(row["body"])
+        if by_key and idem.request_digest(task.request) != idem.request_digest(req):
+            raise idem.IdempotencyConflict(
+                f"idempotency_key {req.idempotency_key!r} already names task {task.id}, "
+                "submitted with other arguments"
+            )
+        atts = [a for a in await self.load_attempts(task.id) if not a.superseded]
+        handle = self.handle(task, atts[-1] if atts else None)
+        note = idem.existing_note(
+            "task", task.id, task.created_at, task.state.value, by_key=by_key,
+            window_s=self.retry_window_s, now=now,
+        )  # fmt: skip
+        update: dict[str, object] = {"existing": note}
+        if task.state.terminal:
+            update["next"] = (
+                f"It already ended ({task.state.value}): its result is available now with "
+                f'get_result(task_id="{task.id}"). No event will follow for it.'
+            )
+        return handle.model_copy(update=update)
+
+    async def wait_placed(self, task_ids: str | list[str], wait_s: float) -> None:
+        """Wait until none of `task_ids` is queued any more, or `wait_s` has passed."""
+        ids = [task_ids] if isinstance(task_ids, str) else task_ids
+        with anyio.move_on_after(wait_s):
+            while True:
+                progress = self.progress
+                rows = [await self.store.get_task(t) for t in ids]
+                if all(r is None or r["state"] != JobState.QUEUED.value for r in rows):
+                    return
+                await progress.wait()
 
     async def register(self, subject: str, spec: ContinuationSpec) -> str:
         """Attach a continuation to a task or group (idempotent per subject and spec)."""
+        async with self.store.transaction() as tx:
+            return await self.put_continuation(tx, subject, spec)
+
+    async def put_continuation(self, tx: Tx, subject: str, spec: ContinuationSpec) -> str:
+        """The continuation row, in the caller's transaction (with the task it wakes for)."""
         body = spec.model_dump(mode="json")
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
         cid = f"c{subject}-{digest}"
-        async with self.store.transaction() as tx:
-            await tx.put_continuation(cid, subject=subject, runtime=spec.runtime.value, body=body,
-                                      at=self.clock())  # fmt: skip
+        await tx.put_continuation(cid, subject=subject, runtime=spec.runtime.value, body=body,
+                                  at=self.clock())  # fmt: skip
         return cid
 
-    async def _place_and_dispatch(self, task: TaskRecord) -> TaskHandle:
-        rejected: list[str] = []
-        for _ in range(3):  # a scheduler may refuse a candidate the rules accepted
-            decision = await self.decide(task, exclude=tuple(rejected))
-            if isinstance(decision, Unschedulable):
-                return await self._unschedulable(task, decision)
-            task.provenance = self._provenance(task.request.envelope, decision)
-            att = await self.dispatch(task, decision)
-            if att.state is not JobState.FAILED:
-                return self.handle(task, att)
-            if att.reason and att.reason.startswith(WorkdirFailed.PREFIX):
-                rejected = [att.site]  # the job's folder: one clear failure, not a retry
-                break
-            rejected.append(att.site)
-            log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
-        task.state = JobState.FAILED
-        if att.reason and att.reason.startswith(WorkdirFailed.PREFIX):
-            task.reasons = (att.reason,)  # the job's folder, not the scheduler
-        else:
-            last = f": {att.reason}" if att.reason else ""
-            task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
-        async with self.store.transaction() as tx:
-            await self.save(tx, task, at=self.clock())
-            await self.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
-        return self.handle(task, None)
-
-    async def _unschedulable(self, task: TaskRecord, u: Unschedulable) -> TaskHandle:
+    async def unschedulable(self, task: TaskRecord, u: Unschedulable) -> TaskHandle:
         task.state = JobState.UNSCHEDULABLE
         task.reasons = (u.hint, *(f"{r.id}: {'; '.join(r.reasons)}" for r in u.reasons[:8]))
         task.decision = f"unschedulable: {u.hint}"
@@ -315,7 +401,7 @@ class Orchestrator:
         return self.handle(task, None)
 
     @staticmethod
-    def _provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
+    def provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
         draft = env.draft
         return Provenance(
             envelope_source=(draft.source if draft else DraftSource.USER).value,
@@ -328,6 +414,14 @@ class Orchestrator:
         )
 
     async def run(self, stopping: anyio.Event) -> None:
+        """Control cycles and the placer, until `stopping` is set."""
+        from fedhpc.orchestrator.placer import run_placer
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_placer, self, stopping, name="placer")
+            tg.start_soon(self._cycles, stopping, name="control")
+
+    async def _cycles(self, stopping: anyio.Event) -> None:
         """Control cycles until `stopping` is set; `wake` starts one early."""
         from fedhpc.orchestrator.control import tick
 
@@ -343,6 +437,7 @@ class Orchestrator:
             with anyio.move_on_after(max(0.0, started + self.cycle_s - anyio.current_time())):
                 await self.wake.wait()
             self.wake = anyio.Event()
+        self.placer_wake.set()  # stopping: the placer ends its wait too
 
     def offline(self, site: str) -> bool:
         """Known to be unreachable (not merely not probed yet)."""

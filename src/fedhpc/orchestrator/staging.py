@@ -125,8 +125,11 @@ async def advance(o: Orchestrator) -> None:
         if failed:
             await _fail(o, task, failed[0], task.request.stage_in[ins.index(failed[0])])
         elif all(r is not None and r.state is TransferState.SUCCEEDED for r in ins):
-            log.info("stage-in done, dispatching", task=task.id)
-            await o._place_and_dispatch(task)  # the orchestrator's own path
+            log.info("stage-in done, queued for placement", task=task.id)
+            task.state = JobState.QUEUED  # the placer dispatches it, like any accepted task
+            async with o.store.transaction() as tx:
+                await o.save(tx, task, at=o.clock())
+            o.placer_wake.set()
 
 
 async def _fail(o: Orchestrator, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:

@@ -193,18 +193,86 @@ class Store:
         rows = await self._all(sql + " ORDER BY created_at DESC, id LIMIT ?", [*params, limit])
         return [_task(r) for r in rows]
 
+    async def task_by_dedupe(self, dedupe: str, since: str) -> dict[str, Any] | None:
+        """The newest task with this caller-and-request digest created at `since` or later."""
+        rows = await self._all(
+            "SELECT * FROM tasks WHERE dedupe = ? AND created_at >= ? "
+            "ORDER BY created_at DESC LIMIT 1",
+            (dedupe, since),
+        )
+        return _task(rows[0]) if rows else None
+
+    async def queued_tasks(
+        self, limit: int, *, after: tuple[str, str] = ("", "")
+    ) -> list[dict[str, Any]]:
+        """Tasks accepted but not yet handed to a scheduler, oldest first, after the
+        (created_at, id) of the last one already seen."""
+        rows = await self._all(
+            "SELECT * FROM tasks WHERE state = 'queued' AND (created_at > ? OR "
+            "(created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?",
+            (after[0], after[0], after[1], limit),
+        )
+        return [_task(r) for r in rows]
+
+    async def group_sites(self, group_id: str) -> list[str]:
+        """The systems a group's children have attempts on."""
+        rows = await self._all(
+            "SELECT DISTINCT a.site FROM attempts a JOIN tasks t ON a.task_id = t.id "
+            "WHERE t.group_id = ?",
+            (group_id,),
+        )
+        return [str(r["site"]) for r in rows]
+
+    async def group_children(self, group_id: str) -> list[dict[str, Any]]:
+        """A group's children without their full bodies: per child its state, label, decision
+        and current attempt (the accepted one, else the newest not superseded)."""
+        rows = await self._all(
+            "SELECT t.id, t.state, t.idempotency_key AS key, "
+            "json_extract(t.body, '$.request.name') AS name, "
+            "json_extract(t.body, '$.decision') AS decision, "
+            "json_extract(t.body, '$.reasons') AS reasons, "
+            "json_extract(t.body, '$.accepted_attempt') AS accepted, "
+            "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
+            "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
+            "json_extract(a.body, '$.superseded') AS superseded, "
+            "json_extract(a.body, '$.account') AS account, "
+            "json_extract(a.body, '$.shape') AS shape "
+            "FROM tasks t LEFT JOIN attempts a ON a.task_id = t.id "
+            "WHERE t.group_id = ? ORDER BY t.id, a.n",
+            (group_id,),
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            child = out.setdefault(str(r["id"]), {
+                "id": r["id"], "state": r["state"], "name": r["name"],
+                "decision": r["decision"] or "", "reasons": json.loads(r["reasons"] or "[]"),
+                "relaxed": bool(r["relaxed"]), "attempt": None, "attempts": 0,
+                "index": _child_index(str(r["id"]), str(r["key"])),
+            })  # fmt: skip
+            if r["n"] is None:
+                continue
+            child["attempts"] += 1
+            accepted = r["accepted"]
+            current = r["n"] == accepted if accepted is not None else not r["superseded"]
+            if current:
+                child["attempt"] = {
+                    "n": r["n"], "site": r["site"], "partition": r["partition"],
+                    "job_id": r["job_id"], "state": r["attempt_state"], "account": r["account"],
+                    "shape": json.loads(r["shape"]) if r["shape"] else None,
+                }  # fmt: skip
+        return sorted(out.values(), key=lambda c: int(c["index"]))
+
     async def get_group(self, group_id: str) -> dict[str, Any] | None:
         rows = await self._all("SELECT * FROM groups WHERE id = ?", (group_id,))
-        if not rows:
-            return None
-        r = rows[0]
-        return {
-            "id": r["id"],
-            "state": r["state"],
-            "round": r["round"],
-            "created_at": r["created_at"],
-            "body": json.loads(r["body"]),
-        }
+        return _group(rows[0]) if rows else None
+
+    async def group_by_dedupe(self, dedupe: str, since: str) -> dict[str, Any] | None:
+        rows = await self._all(
+            "SELECT * FROM groups WHERE dedupe = ? AND created_at >= ? "
+            "ORDER BY created_at DESC LIMIT 1",
+            (dedupe, since),
+        )
+        return _group(rows[0]) if rows else None
 
     async def groups_in(self, states: Sequence[str]) -> list[str]:
         marks = ",".join("?" * len(states))
@@ -288,6 +356,22 @@ class Store:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
         return int(rows[0]["n"])
+
+
+def _child_index(task_id: str, key: str) -> int:
+    """A child's position: `t<group>-<i>`, or (groups from before 0.3) its key's suffix."""
+    tail = task_id.rsplit("-", 1)[-1] if "-" in task_id else key.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _group(r: aiosqlite.Row) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "state": r["state"],
+        "round": r["round"],
+        "created_at": r["created_at"],
+        "body": json.loads(r["body"]),
+    }
 
 
 def _attempt(row: aiosqlite.Row) -> dict[str, Any]:

@@ -128,6 +128,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX bindings_reported ON bindings (reported_at);
     """,
+    # 4: submissions accepted before placement: tasks queued in fedhpc (found oldest first), a
+    # group's children by group, and the retry window's lookup (caller + request digest).
+    """
+    ALTER TABLE tasks ADD COLUMN dedupe TEXT;
+    ALTER TABLE groups ADD COLUMN dedupe TEXT;
+    CREATE INDEX tasks_dedupe ON tasks (dedupe, created_at);
+    CREATE INDEX groups_dedupe ON groups (dedupe, created_at);
+    CREATE INDEX tasks_state_created ON tasks (state, created_at);
+    CREATE INDEX tasks_group ON tasks (group_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

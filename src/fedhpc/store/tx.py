@@ -79,16 +79,31 @@ class Tx:
         at: datetime,
         idempotency_key: str | None = None,
         group_id: str | None = None,
+        dedupe: str | None = None,
     ) -> bool:
         """Insert a task, or update its state and body; False if the key belongs to another."""
         cur = await self.conn.execute(
-            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at "
-            "ON CONFLICT DO NOTHING",
-            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body)),
-        )
+            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body,"
+            " dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at, "
+            "dedupe = coalesce(excluded.dedupe, tasks.dedupe) ON CONFLICT DO NOTHING",
+            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body),
+             dedupe),
+        )  # fmt: skip
         return cur.rowcount > 0
+
+    async def insert_tasks(
+        self, rows: Iterable[tuple[str, str, str | None, str, dict[str, Any]]], *, at: datetime
+    ) -> None:
+        """Insert new tasks (id, idempotency key, group id, state, body) in one statement: a
+        group's children, written as they are produced rather than all held at once."""
+        stamp = iso(at)
+        await self.conn.executemany(
+            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((tid, key, gid, stamp, stamp, state, json.dumps(body))
+             for tid, key, gid, state, body in rows),
+        )  # fmt: skip
 
     async def put_attempt(
         self,
@@ -124,13 +139,21 @@ class Tx:
         )
 
     async def put_group(
-        self, group_id: str, *, state: str, round_: int, body: dict[str, Any], at: datetime
+        self,
+        group_id: str,
+        *,
+        state: str,
+        round_: int,
+        body: dict[str, Any],
+        at: datetime,
+        dedupe: str | None = None,
     ) -> None:
         await self.conn.execute(
-            "INSERT INTO groups (id, created_at, state, round, body) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO groups (id, created_at, state, round, body, dedupe) "
+            "VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET state = excluded.state, round = excluded.round, "
             "body = excluded.body",
-            (group_id, iso(at), state, round_, json.dumps(body)),
+            (group_id, iso(at), state, round_, json.dumps(body), dedupe),
         )
 
     async def put_continuation(

@@ -1,0 +1,174 @@
+"""The placer: accepted (queued) tasks are placed and handed to their schedulers in the daemon,
+oldest first, in batches that share one wait-history index and one ledger of claims the
+snapshot cannot show yet. A task whose placement lacks site data waits for it (queued, with
+the reason); `unschedulable` is for requests no known site can satisfy."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import anyio
+import structlog
+
+from fedhpc.adapters.site import WorkdirFailed
+from fedhpc.domain.job import JobState
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Category, Outcome, Placement, Unschedulable
+from fedhpc.placement.estimators import WaitHistory
+
+__all__ = ["BATCH", "DATA_WAIT_S", "missing_data", "place_queued", "run_placer"]
+
+log = structlog.get_logger(__name__)
+
+BATCH = 32  # tasks placed per hold of the orchestrator's lock: control cycles interleave
+PER_SITE = 2  # scheduler submissions in flight per site
+DATA_WAIT_S = 600.0  # a task waits this long for missing site data, then is unschedulable
+
+# What a probe can change: a candidate rejected only for these may fit once data arrives.
+_LIVE = frozenset({Category.HEALTH, Category.FRESHNESS, Category.CAPACITY,
+                   Category.USER_LIMITS, Category.CREDIT})  # fmt: skip
+
+
+async def run_placer(o: Orchestrator, stopping: anyio.Event) -> None:
+    """Place queued work whenever some arrives (`placer_wake`), and every cycle for tasks
+    that wait for data. Starts after this process's first probe of every site."""
+    while not o.collector.ready.is_set() and not stopping.is_set():
+        with anyio.move_on_after(0.5):
+            await o.collector.ready.wait()
+    while not stopping.is_set():
+        wake = o.placer_wake = anyio.Event()
+        try:
+            await place_queued(o)
+        except Exception:  # a bad pass is logged and retried, never fatal to the daemon
+            log.exception("placement pass failed")
+        with anyio.move_on_after(o.cycle_s):
+            await wake.wait()
+
+
+def _signal(o: Orchestrator) -> None:
+    progress, o.progress = o.progress, anyio.Event()
+    progress.set()
+    o.notify()
+
+
+async def place_queued(o: Orchestrator) -> int:
+    """One pass over every queued task, in batches; the number dispatched."""
+    dispatched = 0
+    after = ("", "")
+    while True:
+        async with o.lock:
+            rows = await o.store.queued_tasks(BATCH, after=after)
+            if not rows:
+                break
+            after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
+            tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
+            dispatched += await _batch(o, tasks)
+        _signal(o)
+    return dispatched
+
+
+def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
+    """Sites whose candidates failed only on what a probe can change, while the daemon has no
+    probe of the site or only a stale one: the request may fit once the data arrives."""
+    out: set[str] = set()
+    for c in u.trace.candidates:
+        if c.feasible or c.site in out or c.site not in o.sites:
+            continue
+        fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
+        if not fails or not all(f in _LIVE for f in fails):
+            continue  # something no probe can change rules this candidate out
+        if o.collector.latest.get(c.site) is None or Category.FRESHNESS in fails:
+            out.add(c.site)
+    return sorted(out)
+
+
+async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
+    history = await o.wait_history()
+    ledger = o.ledger()
+    now = o.clock()
+    used: dict[str, set[str]] = {}  # group -> systems its placed children use
+    jobs: list[tuple[TaskRecord, Placement]] = []
+    for task in tasks:
+        gid = task.group_id
+        if gid is not None and await _spread(o, gid):
+            if gid not in used:
+                used[gid] = set(await o.store.group_sites(gid))
+            task.avoid_sites = tuple(sorted(used[gid]))
+        decision = await o.decide(task, history=history, ledger=ledger)
+        if isinstance(decision, Unschedulable):
+            await _unplaceable(o, task, decision, now)
+            continue
+        ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
+                     decision.estimates.charge)  # fmt: skip
+        if gid is not None and gid in used:
+            used[gid].add(decision.site)
+        jobs.append((task, decision))
+    async with anyio.create_task_group() as tg:
+        for task, decision in jobs:
+            tg.start_soon(_dispatch, o, task, decision, history, name=f"dispatch:{task.id}")
+    return len(jobs)
+
+
+async def _spread(o: Orchestrator, gid: str) -> bool:
+    group = await o.store.get_group(gid)
+    return bool(group and group["body"].get("spread"))
+
+
+async def _unplaceable(o: Orchestrator, task: TaskRecord, u: Unschedulable, now: datetime) -> None:
+    """Hold the task while site data is missing (bounded), else it is unschedulable."""
+    waiting = missing_data(o, u)
+    held_s = (now - task.created_at).total_seconds()
+    if waiting and held_s < DATA_WAIT_S:
+        reason = (f"queued: waiting for fresh data from {', '.join(waiting)} (not probed yet, "
+                  "or too old); placed when it arrives")  # fmt: skip
+        if task.decision != reason:
+            task.decision = reason
+            async with o.store.transaction() as tx:
+                await o.save(tx, task, at=now)
+        return
+    if waiting:
+        u = u.model_copy(update={"hint": f"{u.hint} (no fresh data from {', '.join(waiting)} "
+                                         f"for {held_s:.0f} s)"})  # fmt: skip
+    await o.unschedulable(task, u)
+
+
+def _limiter(o: Orchestrator, site: str) -> anyio.CapacityLimiter:
+    limiter = o.site_limits.get(site)
+    if limiter is None:
+        limiter = o.site_limits[site] = anyio.CapacityLimiter(PER_SITE)
+    return limiter
+
+
+async def _dispatch(
+    o: Orchestrator, task: TaskRecord, p: Placement, history: WaitHistory | None
+) -> None:
+    """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
+    next feasible site (three tries in all)."""
+    rejected: list[str] = []
+    reason = ""
+    for _ in range(3):
+        async with _limiter(o, p.site):
+            att = await o.dispatch(task, p)
+        if att.state is not JobState.FAILED:
+            return
+        reason = att.reason or ""
+        if reason.startswith(WorkdirFailed.PREFIX):
+            rejected = [att.site]  # the job's folder: one clear failure, not a retry
+            break
+        rejected.append(att.site)
+        log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
+        decision = await o.decide(task, exclude=tuple(rejected), history=history)
+        if isinstance(decision, Unschedulable):
+            await o.unschedulable(task, decision)
+            return
+        p = decision
+    task.state = JobState.FAILED
+    if reason.startswith(WorkdirFailed.PREFIX):
+        task.reasons = (reason,)  # the job's folder, not the scheduler
+    else:
+        last = f": {reason}" if reason else ""
+        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
+    async with o.store.transaction() as tx:
+        await o.save(tx, task, at=o.clock())
+        await o.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
