@@ -75,10 +75,13 @@ def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
     for c in u.trace.candidates:
         if c.feasible or c.site in out or c.site not in o.sites:
             continue
+        never_probed = o.collector.latest.get(c.site) is None
+        # Before a first probe, accounts may still be discovered by it, too.
+        live = _LIVE | {Category.AUTHORIZATION} if never_probed else _LIVE
         fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
-        if not fails or not all(f in _LIVE for f in fails):
+        if not fails or not all(f in live for f in fails):
             continue  # something no probe can change rules this candidate out
-        if o.collector.latest.get(c.site) is None or Category.FRESHNESS in fails:
+        if never_probed or Category.FRESHNESS in fails:
             out.add(c.site)
     return sorted(out)
 

@@ -1,0 +1,178 @@
+"""Accepting submissions: durable and at once (queued), retries recognised by key or by the
+retry window (not by history), groups with derived child ids, and missing site data held as a
+wait rather than `unschedulable`. A real store and real placement; no site is contacted."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from fedhpc.collector import Collector
+from fedhpc.domain.job import JobState
+from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest, SubmitTaskRequest
+from fedhpc.orchestrator import idem
+from fedhpc.orchestrator.groups import group_id_for, submit_group
+from fedhpc.orchestrator.placer import missing_data
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.service import WAITING_FOR_PROBES, Orchestrator
+from fedhpc.placement import Unschedulable
+from fedhpc.store import Store
+from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _orchestrator(store: Store, clock: Clock, **sites: Any) -> Orchestrator:
+    collector = Collector(sites, {}, store, clock=clock)
+    return Orchestrator(store, collector, {}, clock=clock, retry_window_s=120)
+
+
+def _req(**kw: Any) -> SubmitTaskRequest:
+    base: dict[str, Any] = {"command": ("echo", "hi"), "envelope": env(cpus=1)}
+    return SubmitTaskRequest.model_validate(base | kw)
+
+
+def _retry(key: str, caller: str = "serve:a") -> dict[str, Any]:
+    """What the MCP server sends: a key made for the call, and who calls."""
+    return {"idempotency_key": key, "key_generated": True, "caller": caller}
+
+
+async def test_a_submit_is_queued_and_answered_before_any_probe(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    handle = await o.submit_task(_req(), wait_s=0)
+    assert handle.state is JobState.QUEUED
+    assert handle.decision == WAITING_FOR_PROBES
+    assert handle.existing is None
+    row = await store.get_task(handle.task_id)
+    assert row is not None and row["state"] == "queued"  # durable before the answer
+
+
+async def test_the_same_call_retried_returns_the_same_task_and_says_so(store: Store) -> None:
+    clock = Clock()
+    o = _orchestrator(store, clock)
+    first = await o.submit_task(_req(**_retry("mcp-1")), wait_s=0)
+    clock.now += timedelta(seconds=30)
+    again = await o.submit_task(_req(**_retry("mcp-2")), wait_s=0)  # a new call, same arguments
+    assert again.task_id == first.task_id
+    assert again.existing is not None
+    assert first.task_id in again.existing and "retry window" in again.existing
+    assert "queued" in again.existing
+    assert await store.count("tasks") == 1
+
+
+async def test_the_same_request_after_the_window_is_new_work(store: Store) -> None:
+    clock = Clock()
+    o = _orchestrator(store, clock)
+    first = await o.submit_task(_req(**_retry("mcp-1")), wait_s=0)
+    clock.now += timedelta(seconds=121)
+    later = await o.submit_task(_req(**_retry("mcp-2")), wait_s=0)
+    assert later.task_id != first.task_id
+    assert later.existing is None
+
+
+async def test_another_caller_with_the_same_arguments_gets_its_own_task(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    a = await o.submit_task(_req(**_retry("mcp-1", caller="codex:a")), wait_s=0)
+    b = await o.submit_task(_req(**_retry("mcp-2", caller="codex:b")), wait_s=0)
+    assert a.task_id != b.task_id
+
+
+async def test_an_explicit_key_returns_the_same_task_at_any_age(store: Store) -> None:
+    clock = Clock()
+    o = _orchestrator(store, clock)
+    first = await o.submit_task(_req(idempotency_key="sweep-7"), wait_s=0)
+    clock.now += timedelta(days=3)
+    again = await o.submit_task(_req(idempotency_key="sweep-7"), wait_s=0)
+    assert again.task_id == first.task_id
+    assert again.existing is not None and "the same idempotency_key" in again.existing
+
+
+async def test_a_new_explicit_key_is_new_work_even_within_the_window(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    a = await o.submit_task(_req(idempotency_key="run-1"), wait_s=0)
+    b = await o.submit_task(_req(idempotency_key="run-2"), wait_s=0)
+    assert a.task_id != b.task_id
+
+
+async def test_a_key_reused_for_other_arguments_is_a_conflict(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    await o.submit_task(_req(idempotency_key="k"), wait_s=0)
+    with pytest.raises(idem.IdempotencyConflict) as err:
+        await o.submit_task(_req(idempotency_key="k", command=("echo", "bye")), wait_s=0)
+    assert err.value.code == "idempotency_conflict"
+
+
+async def test_a_retry_of_a_finished_task_says_the_result_is_available_now(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    first = await o.submit_task(_req(idempotency_key="done"), wait_s=0)
+    task = await o.load_task(first.task_id)
+    task.state = JobState.COMPLETED
+    async with store.transaction() as tx:
+        await o.save(tx, task, at=NOW)
+    again = await o.submit_task(_req(idempotency_key="done"), wait_s=0)
+    assert again.state is JobState.COMPLETED
+    assert again.existing is not None and "completed" in again.existing
+    assert "available now" in again.next and first.task_id in again.next
+    assert "End your turn" not in again.next
+
+
+async def test_a_group_is_accepted_with_every_child_queued_under_derived_ids(
+    store: Store,
+) -> None:
+    o = _orchestrator(store, Clock())
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(150))
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=1),
+                             idempotency_key="g-150")  # fmt: skip
+    view = await submit_group(o, req, wait_s=0)
+    gid = group_id_for("g-150")
+    prefix = "t" + gid[1:]
+    assert view.group_id == gid
+    assert (view.size, view.state, view.counts) == (150, "placing", {"queued": 150})
+    assert view.child_ids == f"{prefix}-000 … {prefix}-149"
+    assert [c.task_id for c in view.children[:2]] == [f"{prefix}-000", f"{prefix}-001"]
+    assert len(view.children) + view.omitted == 150 and view.omitted > 0
+    rows = await store.group_children(gid)
+    assert [r["id"] for r in rows] == [f"{prefix}-{i:03d}" for i in range(150)]
+    again = await submit_group(o, req, wait_s=0)
+    assert again.group_id == gid and again.existing is not None
+    assert await store.count("tasks") == 150
+
+
+async def test_a_retried_group_call_within_the_window_is_the_same_group(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    children = (GroupChild(command=("true",)),)
+    a = await submit_group(
+        o,
+        SubmitGroupRequest(objective="o", children=children, envelope=env(cpus=1), **_retry("m1")),
+        wait_s=0,
+    )
+    b = await submit_group(
+        o,
+        SubmitGroupRequest(objective="o", children=children, envelope=env(cpus=1), **_retry("m2")),
+        wait_s=0,
+    )
+    assert a.group_id == b.group_id
+    assert b.existing is not None and "retry window" in b.existing
+
+
+async def test_missing_site_data_is_a_wait_but_an_impossible_request_is_not(store: Store) -> None:
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    o = _orchestrator(store, Clock(), alpha=alpha)
+    task = TaskRecord(id="t1", request=_req(), idempotency_key="k", created_at=NOW)
+    no_data = await o.decide(task)  # the collector has not probed alpha yet
+    assert isinstance(no_data, Unschedulable)
+    assert missing_data(o, no_data) == ["alpha"]
+    impossible = task.model_copy(update={"request": _req(envelope=env(gpus=1))})
+    never = await o.decide(impossible)  # alpha has no GPUs: no probe can change that
+    assert isinstance(never, Unschedulable)
+    assert missing_data(o, never) == []
+    o.collector.latest["alpha"] = state(alpha.profile)
+    assert not isinstance(await o.decide(task), Unschedulable)
