@@ -1,0 +1,179 @@
+"""Submit latency at scale: how long `submit_group` takes to answer for 100, 1,000 and 5,000
+children, through the real MCP client (stdio, legacy mode, as Claude Code and Codex connect)
+against a real `fedhpc daemon` on the local Slurm federation; and the daemon's peak RSS.
+
+Per group size it prints: the tool call's wall time (client side, from sending tools/call to
+the answer), the answer's size in bytes, and how many children the daemon had handed to a
+scheduler when the answer arrived and after `--settle` seconds (placement continues in the
+daemon). At the end: the daemon's peak RSS (VmHWM, MB of 10^6 bytes) over the whole run,
+which includes placing and dispatching the children.
+
+Every child is `true` on 1 CPU. The groups' jobs are cancelled at the end (by job id, from the
+daemon's store), unless --complete waits for every child to finish first.
+
+Run: .venv/bin/python benchmarks/submit_latency.py [--sizes 100,1000,5000] [--settle 10]
+     [--complete] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.profiles.loader import devfed_root
+
+ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
+TARGET_S = 2.0  # issue 21: a 1,000-child group's id within 2 s
+
+
+def _fedhpc() -> str:
+    return shutil.which("fedhpc", path=str(Path(sys.executable).parent)) or "fedhpc"
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    return float("nan")
+
+
+def _dispatched(db: Path, group_id: str) -> int:
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT a.task_id) FROM attempts a JOIN tasks t ON a.task_id = t.id "
+            "WHERE t.group_id = ? AND a.job_id IS NOT NULL",
+            (group_id,),
+        ).fetchone()
+    return int(row[0])
+
+
+def _cancel(db: Path, groups: list[str]) -> int:
+    """scancel our groups' jobs, by id, per site: never anyone else's."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        marks = ",".join("?" * len(groups))
+        rows = conn.execute(
+            "SELECT a.site, a.job_id FROM attempts a JOIN tasks t ON a.task_id = t.id "  # noqa: S608
+            f"WHERE t.group_id IN ({marks}) AND a.job_id IS NOT NULL",
+            groups,
+        ).fetchall()
+    by_site: dict[str, list[str]] = {}
+    for site, job in rows:
+        by_site.setdefault(site, []).append(job)
+    for site, jobs in by_site.items():
+        env = {**os.environ, "SLURM_CONF": str(devfed_root() / site / "slurm.conf")}
+        for i in range(0, len(jobs), 500):
+            subprocess.run(["scancel", *jobs[i : i + 500]], env=env, check=False,
+                           capture_output=True)  # fmt: skip
+    return len(rows)
+
+
+def _start(home: Path, cycle: float) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
+           "FEDHPC_CYCLE_S": str(cycle), "FEDHPC_REFRESH_S": str(cycle),
+           "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
+    with (home / "daemon.log").open("wb") as log:
+        daemon = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+    return daemon, env
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="fedhpc-submit-bench-"))
+    daemon, env = _start(home, args.cycle)
+    settings = DaemonSettings.from_env(home=home)
+    rows: list[dict[str, Any]] = []
+    groups: list[str] = []
+    try:
+        async with DaemonClient(settings) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+            params = StdioServerParameters(command=_fedhpc(), args=["serve", "--no-autostart"],
+                                           env=env)  # fmt: skip
+            async with Client(params, mode="legacy") as mcp:
+                await mcp.list_tools()
+                for n in args.sizes:
+                    children = [{"command": ["true"], "name": f"c{i}"} for i in range(n)]
+                    started = time.monotonic()
+                    result = await mcp.call_tool("submit_group", {
+                        "objective": f"benchmark: {n} children", "children": children,
+                        "envelope": ENVELOPE,
+                    })  # fmt: skip
+                    elapsed = time.monotonic() - started
+                    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+                    if result.is_error:
+                        rows.append({"children": n, "error": text})
+                        continue
+                    gid = json.loads(text)["group_id"]
+                    groups.append(gid)
+                    at_answer = _dispatched(settings.db_path, gid)
+                    await anyio.sleep(args.settle)
+                    rows.append({"children": n, "submit_s": round(elapsed, 3),
+                                 "answer_bytes": len(text.encode()),
+                                 "dispatched_at_answer": at_answer,
+                                 f"dispatched_after_{args.settle:g}s":
+                                     _dispatched(settings.db_path, gid)})  # fmt: skip
+            if args.complete:
+                with anyio.fail_after(3600):
+                    for gid in groups:
+                        while (await client.group(gid)).state in ("placing", "running"):  # noqa: ASYNC110
+                            await anyio.sleep(2)
+        peak = _vm_hwm_mb(daemon.pid)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    cancelled = _cancel(settings.db_path, groups) if groups else 0
+    shutil.rmtree(home, ignore_errors=True)
+    return {"rows": rows, "daemon_peak_rss_mb": round(peak, 1), "jobs_cancelled": cancelled}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--settle", type=float, default=10.0,
+                        help="seconds to let placement run after each answer")  # fmt: skip
+    parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
+    parser.add_argument("--complete", action="store_true", help="wait for every child")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    out = anyio.run(_run, args)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    settle = f"dispatched_after_{args.settle:g}s"
+    print(f"{'children':>8} {'submit (s)':>10} {'answer (B)':>10} {'at answer':>10} "
+          f"{'after ' + format(args.settle, 'g') + ' s':>12}  target")  # fmt: skip
+    for r in out["rows"]:
+        if "error" in r:
+            print(f"{r['children']:>8} error: {r['error'][:200]}")
+            continue
+        mark = ""
+        if r["children"] == 1000:
+            mark = f"<= {TARGET_S:g} s: {'pass' if r['submit_s'] <= TARGET_S else 'FAIL'}"
+        print(f"{r['children']:>8} {r['submit_s']:>10.3f} {r['answer_bytes']:>10} "
+              f"{r['dispatched_at_answer']:>10} {r[settle]:>12}  {mark}")  # fmt: skip
+    print(
+        f"daemon peak RSS (VmHWM): {out['daemon_peak_rss_mb']} MB; "
+        f"jobs cancelled at the end: {out['jobs_cancelled']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
