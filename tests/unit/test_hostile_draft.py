@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import ValidationFailed
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.placement import EnvelopeDraft, draft_envelope, parse_envelope
@@ -68,7 +69,7 @@ def test_huge_numbers_in_the_text_make_the_draft_invalid_naming_the_field(
 
 def test_a_sweep_asking_for_more_runs_than_a_group_holds_says_so() -> None:
     d = draft_envelope("hyperparameter sweep over " + "9" * 400 + " configs")
-    assert d.valid and d.fanout == 1000
+    assert d.valid and d.fanout == MAX_GROUP_CHILDREN
     assert "several groups" in d.rationale
 
 

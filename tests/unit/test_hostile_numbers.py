@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain import Credit, Health, ResourceEnvelope, ResourceSnapshot, SiteState
 from fedhpc.domain.units import (
+    MAX_GROUP_CHILDREN,
     MAX_MEMORY_MIB,
     MAX_SECONDS,
     as_utc,
@@ -102,7 +103,7 @@ def test_a_group_over_the_children_cap_is_refused_by_the_request_model() -> None
     child = {"command": ["true"]}
     with pytest.raises(ValidationError) as caught:
         SubmitGroupRequest.model_validate(
-            {"objective": "x", "envelope": {}, "children": [child] * 1001}
+            {"objective": "x", "envelope": {}, "children": [child] * (MAX_GROUP_CHILDREN + 1)}
         )
     assert caught.value.errors()[0]["loc"] == ("children",)
 
