@@ -91,10 +91,13 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
     ledger = o.ledger()
     now = o.clock()
     used: dict[str, set[str]] = {}  # group -> systems its placed children use
+    spread: dict[str, bool] = {}
     jobs: list[tuple[TaskRecord, Placement]] = []
     for task in tasks:
         gid = task.group_id
-        if gid is not None and await _spread(o, gid):
+        if gid is not None and gid not in spread:
+            spread[gid] = await _spread(o, gid)
+        if gid is not None and spread[gid]:
             if gid not in used:
                 used[gid] = set(await o.store.group_sites(gid))
             task.avoid_sites = tuple(sorted(used[gid]))
