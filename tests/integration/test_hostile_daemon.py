@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import RawSession
 from tests.integration.test_mcp_http import _start as _start_http
@@ -87,7 +88,8 @@ CASES: list[tuple[str, str, str, Any, int, str]] = [
      {"description": "x" * 8001}, 422, "validation"),
     ("events page over the cap", "GET", "/v1/events?limit=100000", None, 422, "validation"),
     ("group over the children cap", "POST", "/v1/groups",
-     {"objective": "x", "envelope": {}, "children": [{"command": ["true"]}] * 1001}, 422,
+     {"objective": "x", "envelope": {},
+      "children": [{"command": ["true"]}] * (MAX_GROUP_CHILDREN + 1)}, 422,
      "validation"),
 ]  # fmt: skip
 
