@@ -146,9 +146,11 @@ R = TypeVar("R", SubmitTaskRequest, SubmitGroupRequest, ReplanRequest)
 def _sites_checked(state: DaemonState, req: R) -> R:
     """`req` once every site it names is usable (typed error naming the config fix if not)."""
     if isinstance(req, SubmitTaskRequest):
-        check_request_sites(state.collector, fixed_site=req.fixed_site, envelope=req.envelope)
+        check_request_sites(
+            state.collector, fixed_site=req.fixed_site, envelope=req.envelope, workdir=req.workdir
+        )
     elif isinstance(req, SubmitGroupRequest):
-        check_request_sites(state.collector, envelope=req.envelope)
+        check_request_sites(state.collector, envelope=req.envelope, workdir=req.workdir)
     else:
         check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
     return req

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from fedhpc.collector import Collector
 from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.errors import FieldIssue
 from fedhpc.ops.sitecheck import check_site_names
+from fedhpc.ops.workdir import WorkdirOutside, outside_message, sites_holding
 from fedhpc.profiles.loader import load_profiles, load_user_config, user_config_path
 
 __all__ = ["check_request_sites"]
@@ -54,8 +56,15 @@ def check_request_sites(
     fixed_site: str | None = None,
     envelope: ResourceEnvelope | None = None,
     exclude_sites: Iterable[str] = (),
+    workdir: str | None = None,
 ) -> None:
-    """Raises SiteNotUsable for a site name the request cannot use (see ops.sitecheck)."""
+    """Raises SiteNotUsable for a site name the request cannot use (see ops.sitecheck), and
+    WorkdirOutside for an absolute workdir inside no storage root of any enabled site."""
+    if workdir and workdir.startswith("/"):
+        profiles = {n: s.profile for n, s in collector.sites.items()}
+        if not sites_holding(workdir, profiles.values()):
+            why = outside_message(workdir, profiles)
+            raise WorkdirOutside([FieldIssue("workdir", why)])
     names = dict(_envelope_names(envelope, "envelope."))
     names.update({f"exclude_sites[{i}]": n for i, n in enumerate(exclude_sites)})
     if fixed_site:

@@ -11,11 +11,18 @@ from collections.abc import Iterable, Mapping
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import FieldIssue, ValidationFailed
 
-__all__ = ["check_workdir", "inside", "resolve_workdir", "sites_holding"]
+__all__ = [
+    "WorkdirOutside",
+    "check_workdir",
+    "inside",
+    "outside_message",
+    "resolve_workdir",
+    "sites_holding",
+]
 
 _FIX = (
     "Give workdir relative to the task's folder (e.g. 'run1'), or an absolute path inside a "
-    "storage root of the site (inspect_federation lists none; `fedhpc sites show SITE` does)."
+    "storage root of the site (the message lists them)."
 )
 
 
@@ -53,6 +60,7 @@ def sites_holding(path: str, profiles: Iterable[SiteProfile]) -> set[str]:
 class WorkdirOutside(ValidationFailed):
     """An absolute workdir outside every storage root of the sites that could run the task."""
 
+    code = "workdir_outside"
     default_hint = _FIX
 
 

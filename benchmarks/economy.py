@@ -1,0 +1,187 @@
+"""Economy of the agent loop: tool calls and bytes the model reads for "submit a job, be
+resumed, read its output", and the same for a four-child group.
+
+A scripted agent drives `fedhpc serve` over stdio with the real MCP client (legacy mode, as
+Claude Code and Codex do) against a real `fedhpc daemon` on the local federation. It submits,
+ends its turn (the MCP session closes), and is resumed by a `command`-runtime continuation that
+stores the payload; then it reads the result with one `get_result`. Measured:
+
+- tool calls from submit to having the output (target 2: submit, get_result);
+- bytes of tool-result text the model reads (the text content of each answer), submit and
+  result together (target <= 768 B for a short output; <= 2,048 B for a group's submit and
+  one child's result);
+- the continuation payload (the JSON the resume carries, and the whole resume prompt).
+
+Run: .venv/bin/python benchmarks/economy.py [--sites slurm|process] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from fedhpc.bridge.payload import prompt_text
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+
+ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
+# The resumed "agent": one file per resume, holding the payload it got on stdin.
+RESUME = 'f=$(mktemp "$1/resume.XXXXXX"); cat > "$f.tmp" && mv "$f.tmp" "$f.json"; rm -f "$f"'
+
+
+class Agent:
+    """One MCP session per turn, as a resumed CLI has; counts calls and answer bytes."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.server = StdioServerParameters(
+            command=sys.executable, args=["-m", "fedhpc.cli.main", "serve"], env=env
+        )
+        self.calls: list[tuple[str, int]] = []
+
+    async def call(self, tool: str, **args: Any) -> dict[str, Any]:
+        async with Client(self.server, mode="legacy") as client:
+            result = await client.call_tool(tool, args)
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        if result.is_error or result.structured_content is None:
+            raise SystemExit(f"{tool} failed: {text}")
+        self.calls.append((tool, len(text.encode())))
+        return result.structured_content
+
+
+def _take(folder: Path) -> dict[str, Any] | None:
+    """The first stored resume payload, removed; None while there is none."""
+    done = sorted(folder.glob("resume.*.json"))
+    if not done:
+        return None
+    payload: dict[str, Any] = json.loads(done[0].read_text())
+    done[0].unlink()
+    return payload
+
+
+async def _resume(folder: Path, limit: float) -> dict[str, Any]:
+    with anyio.fail_after(limit):
+        while (payload := _take(folder)) is None:  # noqa: ASYNC110 (files: no event)
+            await anyio.sleep(0.2)
+    return payload
+
+
+def _start_daemon(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    log = (home / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
+        stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    log.close()
+    return proc
+
+
+def _payload_sizes(payload: dict[str, Any]) -> tuple[int, int]:
+    body = len(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+    return body, len(prompt_text(payload).encode())
+
+
+async def single(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
+    handle = await agent.call(
+        "submit_task", command=["bash", "-c", "echo hello"], envelope=ENVELOPE, name="econ"
+    )
+    payload = await _resume(resumed, limit)  # the agent's turn ended; this wakes it
+    got = await agent.call("get_result", task_id=handle["task_id"])
+    assert got.get("preview") == "hello\n", got
+    body, prompt = _payload_sizes(payload)
+    return {"calls": len(agent.calls), "bytes": sum(b for _, b in agent.calls),
+            "per_call": agent.calls, "payload_bytes": body, "prompt_bytes": prompt,
+            "submit": handle, "result": got}  # fmt: skip
+
+
+async def group(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
+    children = [{"command": ["bash", "-c", f"echo seed {i}"], "name": f"s{i}"} for i in range(4)]
+    view = await agent.call(
+        "submit_group", objective="four seeds", children=children, envelope=ENVELOPE
+    )
+    payload = await _resume(resumed, limit)
+    first = view["children"][0]["task_id"]
+    got = await agent.call("get_result", task_id=first)
+    assert got.get("preview") == "seed 0\n", got
+    body, prompt = _payload_sizes(payload)
+    return {"calls": len(agent.calls), "bytes": sum(b for _, b in agent.calls),
+            "per_call": agent.calls, "payload_bytes": body, "prompt_bytes": prompt}  # fmt: skip
+
+
+async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
+    resumed = home / "resumed"
+    resumed.mkdir(parents=True)
+    devfed = "1" if sites == "slurm" else "process"
+    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": devfed,
+           "FEDHPC_CYCLE_S": "1", "FEDHPC_REFRESH_S": "2",
+           "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
+    proc = _start_daemon(home, env)
+    try:
+        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+        continuation = {"runtime": "command",
+                        "command": ["bash", "-c", RESUME, "agent", str(resumed)]}  # fmt: skip
+        agent_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
+        one = await single(Agent(agent_env), resumed, limit)
+        four = await group(Agent(agent_env), resumed, limit)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    return {"sites": sites, "single": one, "group": four}
+
+
+def _row(label: str, value: int, target: int | None, unit: str = "B") -> str:
+    verdict = "" if target is None else ("pass" if value <= target else "FAIL")
+    goal = "" if target is None else f"<= {target:,} {unit}"
+    return f"{label:<52} {value:>7,} {unit:<5} {goal:>14}  {verdict}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sites", choices=["slurm", "process"], default="slurm")
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="fedhpc-bench-econ-"))
+    try:
+        r = anyio.run(run, home, args.sites, args.timeout)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    one, four = r["single"], r["group"]
+    print(f"agent-loop economy on the local federation ({r['sites']} sites), real MCP client")
+    print("one job (`echo hello`): submit -> resumed -> get_result")
+    print(_row("  tool calls", one["calls"], 2, "calls"))
+    for tool, size in one["per_call"]:
+        print(_row(f"    {tool} answer text", size, None))
+    print(_row("  tool-result text read, submit + result", one["bytes"], 768))
+    print(_row("  continuation payload (JSON)", one["payload_bytes"], 2048))
+    print(_row("  resume prompt (payload + instruction)", one["prompt_bytes"], None))
+    print("four-child group: submit_group -> resumed -> get_result of one child")
+    print(_row("  tool calls", four["calls"], 2, "calls"))
+    for tool, size in four["per_call"]:
+        print(_row(f"    {tool} answer text", size, None))
+    print(_row("  tool-result text read, submit + one result", four["bytes"], 2048))
+    print(_row("  continuation payload (JSON)", four["payload_bytes"], 2048))
+    print(_row("  resume prompt (payload + instruction)", four["prompt_bytes"], None))
+    print("  (issue 14 before: 2,193 B for submit + get_result(preview) of a 6-byte output;")
+    print("   srunx: 708-804 B over 6-7 calls)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
