@@ -1,7 +1,9 @@
 """The tool contract answers the truth, through the real MCP client over stdio against a real
-daemon on the local Slurm federation: no silent fixed-site fallback, `next` per state and
-tool, shapes that fit their wall time, confined workdirs, helpful validation errors, compact
-answers whose previews are tails (issue 14, cases 2-6 and 8; issue 23, previews)."""
+daemon on four private local-process sites (dialect `process`, the demo's sites without
+Slurm; nothing shared with the Slurm federation or other test runs): no silent fixed-site
+fallback, `next` per state and tool, shapes that fit their wall time, confined workdirs,
+helpful validation errors, compact answers whose previews are tails (issue 14, cases 2-6 and
+8; issue 23, previews)."""
 
 from __future__ import annotations
 
@@ -14,14 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import stdio_params
-
-pytestmark = pytest.mark.devfed
 
 SITES = "devanvil, devdelta, devdeltaai, devvista"
 SMALL = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
@@ -32,9 +31,10 @@ GH200 = {"gpus": {"min": 1, "max": 1}, "accelerator_types": ["gh200"], "wall_tim
 async def connect(tmp_path: Path) -> AsyncIterator[Client]:
     """In the test's own task: anyio's cancel scopes must exit where they were entered."""
     home = tmp_path / "h"
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}
     async with (
-        running(home),
-        Client(stdio_params(home, "--no-autostart"), mode="legacy") as connected,
+        running(home, **env),
+        Client(stdio_params(home, "--no-autostart", **env), mode="legacy") as connected,
     ):
         yield connected
 
@@ -74,7 +74,7 @@ async def _terminal(client: Client, task_id: str, **args: Any) -> dict[str, Any]
 
 
 async def test_fixed_site_is_an_error_or_runs_there_and_falls_back_only_when_asked(
-    devfed: Any, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
         unknown = _error(
@@ -142,7 +142,7 @@ async def test_fixed_site_is_an_error_or_runs_there_and_falls_back_only_when_ask
 
 
 async def test_a_failing_job_is_read_in_one_call_its_stderr_tail_ends_with_its_last_line(
-    devfed: Any, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
         script = (
@@ -173,7 +173,7 @@ async def test_a_failing_job_is_read_in_one_call_its_stderr_tail_ends_with_its_l
 
 
 async def test_workdirs_are_confined_and_a_folder_that_cannot_be_made_is_one_clear_failure(
-    devfed: Any, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
         for bad, words in (("//server/share/x", "//"), ("~", "'~' is not expanded"),
@@ -196,11 +196,11 @@ async def test_workdirs_are_confined_and_a_folder_that_cannot_be_made_is_one_cle
         done = await _terminal(client, rel["task_id"])
         assert done["preview"].rstrip("\n").endswith(f"/fedhpc/{rel['task_id']}/sub/dir")
         run = "h14-" + uuid.uuid4().hex[:8]
-        mine = f"{devfed.root}/devdelta/storage/{run}/out"
+        mine = f"{(tmp_path / 'devfed')}/devdelta/storage/{run}/out"
         absolute = await _ok(client, "submit_task", command=["pwd"], envelope=SMALL, workdir=mine)
         assert absolute["site"] == "devdelta"  # the only site whose storage holds the folder
         assert (await _terminal(client, absolute["task_id"]))["preview"] == mine + "\n"
-        blocker = devfed.root / "devanvil/storage" / run
+        blocker = (tmp_path / "devfed") / "devanvil/storage" / run
         blocker.parent.mkdir(parents=True, exist_ok=True)
         blocker.write_text("a file where a folder should go")
         failed = await _ok(
@@ -215,7 +215,7 @@ async def test_workdirs_are_confined_and_a_folder_that_cannot_be_made_is_one_cle
 
 
 async def test_a_chosen_shape_requests_enough_wall_time_for_its_predicted_runtime(
-    devfed: Any, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
         # gpus.min = 0 counts CPUs in the minimum shape; the GPU shape must not be predicted to
@@ -230,7 +230,7 @@ async def test_a_chosen_shape_requests_enough_wall_time_for_its_predicted_runtim
 
 
 async def test_validation_errors_name_the_nearest_field_and_refuse_an_empty_program(
-    devfed: Any, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
         nested = _error(
