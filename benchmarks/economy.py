@@ -88,7 +88,7 @@ def _start_daemon(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 def _payload_sizes(payload: dict[str, Any]) -> tuple[int, int]:
     body = len(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
-    return body, len(prompt_text(payload).encode())
+    return body, len(prompt_text([payload]).encode())
 
 
 async def single(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:

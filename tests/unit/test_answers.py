@@ -180,3 +180,10 @@ def test_a_shipped_site_without_an_account_points_to_the_config_not_unknown_site
     assert "no account is known" in reasons["envelope.sites_include[0]"]
     assert reasons["x"] == "no site is called 'nosuch'"
     assert "Usable sites: a" in err.hint
+
+
+def test_a_result_that_shows_all_the_output_says_so_and_points_nowhere_else() -> None:
+    assert next_hint("get_result", "completed", resumes=False, whole=True) == (
+        "Completed: preview is all of its output."
+    )
+    assert "outputs" in next_hint("get_result", "completed", resumes=False)

@@ -29,7 +29,8 @@ _ENDED = {
     "envelope or exclude_sites, or submit a new task (another fixed_site, fallback).",
 }
 _READ = {
-    "completed": "Completed: the stdout tail is above; full files are in outputs.",
+    "completed": "Completed: preview is the end of its stdout; outputs lists the files not "
+    "shown whole.",
     "failed": "Failed: see the stderr tail, exit_code and reasons; fix the cause and submit again.",
     "timeout": "Hit its wall-time limit: submit again with a larger envelope.wall_time.",
 }
@@ -42,13 +43,15 @@ def next_hint(
     resumes: bool,
     ref: str = "",
     cancelled_now: bool = False,
+    whole: bool = False,
 ) -> str:
     """The `next` line of an answer.
 
     `state` is a task state (or a group state: running, completed, failed, cancelled); any
     state that is not terminal counts as live, whatever new ones the submit pipeline adds.
     `resumes`: a continuation will wake this agent when the work ends. `ref` names what to
-    read (a task id); `cancelled_now`: this cancel call stopped live work."""
+    read (a task id); `cancelled_now`: this cancel call stopped live work; `whole`: a
+    get_result answer shows all of the task's output (no file left to read)."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})" if ref and not group else
@@ -64,6 +67,8 @@ def next_hint(
             return _WAIT if resumes else "Still running: call get_result again later."
         return _WAIT if resumes else _NO_WAKE.format(read=read)
     if tool == "get_result":
+        if whole and state == "completed":
+            return "Completed: preview is all of its output."
         return _READ.get(state) or _ENDED[state].format(read=read)
     if group and state == "failed":
         return f"Some children failed: read them with {read}."

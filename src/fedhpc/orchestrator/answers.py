@@ -32,5 +32,6 @@ async def hinted_group(o: Orchestrator, view: GroupView, tool: HintTool) -> Grou
 
 async def hinted_result(o: Orchestrator, manifest: ResultManifest) -> ResultManifest:
     wake = await resumes(o, manifest.task_id, manifest.group_id)
-    hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id)
+    hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id,
+                     whole=not manifest.outputs)  # fmt: skip
     return manifest.model_copy(update={"next": hint})

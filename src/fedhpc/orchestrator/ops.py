@@ -76,6 +76,10 @@ def _tail_streams(req: ResultRequest, state: JobState) -> tuple[str, ...]:
     return (first, "stderr") if failed and first == "stdout" else (first,)
 
 
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
 def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManifest:
     """What an agent needs after a resume, without what it has or can derive: no timestamps,
     shapes or job names per attempt, no provenance (the submit answer had the decision), and
@@ -90,8 +94,8 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
     attempts = tuple(
         AttemptView(
             n=a.n, site=a.site, partition=a.partition, state=a.state, job_id=a.job_id,
-            reason=a.reason, superseded=a.superseded, wait_s=a.wait_s, runtime_s=a.runtime_s,
-            exit_code=a.exit_code,
+            reason=a.reason, superseded=a.superseded, wait_s=_round(a.wait_s),
+            runtime_s=_round(a.runtime_s), exit_code=a.exit_code,
         )
         for a in m.attempts
     )  # fmt: skip
