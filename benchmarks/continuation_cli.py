@@ -18,6 +18,7 @@ from the same environment gives the CLI's own start-up, so the difference is wha
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.integration.conftest import LOCK  # noqa: E402
 from tests.integration.fake_models import FakeAnthropic, FakeModel, FakeOpenAI  # noqa: E402
 from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool  # noqa: E402
 
@@ -140,7 +142,16 @@ def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: 
 
 
 async def run_cli(cli: str, jobs: int, cycle: float, home: Path, sites: str) -> dict[str, Any]:
-    """Measure `jobs` resumes of one real CLI session on `sites` (slurm | process)."""
+    """Measure `jobs` resumes of one real CLI session on `sites` (slurm | process). On Slurm
+    it holds the integration tests' federation lock: their drains would cancel its jobs."""
+    if sites != "slurm":
+        return await _run_cli(cli, jobs, cycle, home, sites)
+    with LOCK.open("a") as lock:
+        await anyio.to_thread.run_sync(fcntl.flock, lock, fcntl.LOCK_EX)
+        return await _run_cli(cli, jobs, cycle, home, sites)
+
+
+async def _run_cli(cli: str, jobs: int, cycle: float, home: Path, sites: str) -> dict[str, Any]:
     user, project, fedhome = home / "user", home / "project", home / "fedhpc"
     for folder in (user, project, fedhome):
         folder.mkdir(parents=True)

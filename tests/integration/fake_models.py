@@ -90,6 +90,7 @@ class Exchange:
     history: list[str] = field(default_factory=list)  # every user text of the conversation
     tools: list[str] = field(default_factory=list)  # the fedhpc tools the request offered
     session: str | None = None  # the client's session header, when it sends one
+    shape: str = ""  # the newest message's role and block types (to tell odd requests apart)
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,9 @@ class FakeAnthropic(FakeModel):
             for b in m.get("content") if isinstance(m.get("content"), list) else []:
                 if isinstance(b, dict) and b.get("type") == "tool_use":
                     names[str(b.get("id"))] = str(b.get("name"))
-        last: dict[str, Any] = messages[-1] if messages else {"role": "user", "content": ""}
+        # Claude Code sometimes appends a `system` message (a reminder) after the user's
+        convo = [m for m in messages if m.get("role") != "system"]
+        last: dict[str, Any] = convo[-1] if convo else {"role": "user", "content": ""}
         result_of = None
         results: list[str] = []
         blocks = last.get("content")
@@ -316,8 +319,8 @@ class FakeAnthropic(FakeModel):
                 result_of = name.removeprefix(self.PREFIX)
                 results += _texts(b.get("content"))
         prompt = "\n".join(_texts(last.get("content"))) if last.get("role") == "user" else ""
-        names = [str(t.get("name", "")) for t in body.get("tools") or []]
-        tools = [n for n in names if n.startswith(self.PREFIX)]
+        offered = [str(t.get("name", "")) for t in body.get("tools") or []]
+        tools = [n for n in offered if n.startswith(self.PREFIX)]
         history = ["\n".join(t for t in _texts(m.get("content")) if PAYLOAD_MARK in t
                              or NUDGE_MARK in t or m is last)
                    for m in messages if m.get("role") == "user"]  # fmt: skip
@@ -330,6 +333,13 @@ class FakeAnthropic(FakeModel):
             return 200, "application/json", b'{"input_tokens":12}'
         session = headers.get("x-claude-code-session-id") or headers.get("X-Claude-Code-Session-Id")
         ex = self._record(path, self._turn(body), session)
+        last = (body.get("messages") or [{}])[-1]
+        blocks = last.get("content")
+        kinds = [b.get("type") for b in blocks if isinstance(b, dict)] if isinstance(
+            blocks, list) else ["str"]  # fmt: skip
+        ex.shape = (
+            f"{last.get('role')}:{','.join(map(str, kinds))} n={len(body.get('messages') or [])}"
+        )
         if ex.phase == "down":
             err = b'{"type":"error","error":{"type":"overloaded_error","message":"down"}}'
             return 529, "application/json", err

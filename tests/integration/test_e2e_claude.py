@@ -394,7 +394,7 @@ async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(
                     await anyio.sleep(0.2)
             verified.append(check_result(spec, folder, done))
     resumes = [e for e in r.fake.resumes() if e.payload and e.payload["delivery"].endswith("c20")]
-    odd = [(e.phase, e.tools, e.prompt[:300]) for e in r.fake.exchanges
+    odd = [(e.phase, len(e.tools), e.shape, e.prompt[:200]) for e in r.fake.exchanges
            if e.phase not in ("resume", "after_result")]  # fmt: skip
     assert len(resumes) == 20, (odd, r.fake.errors)
     assert all("mcp__fedhpc__get_result" in e.tools for e in resumes)

@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,13 @@ import pytest
 from fedhpc.bridge.payload import SINGLE_CAP
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.domain import ResourceEnvelope
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.ops.tasks import SubmitTaskRequest
 from tests.integration.daemon_util import FAST, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,
+    SUBMIT_ARGS,
     FakeOpenAI,
     canary_env,
     delivery_files,
@@ -44,9 +50,8 @@ from tests.integration.fake_models import (
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import CODEX, npm_tool
 
-pytestmark = pytest.mark.devfed
-
 VENV_BIN = str(Path(sys.executable).parent)
+ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
 PROMPT = "Run `echo done` on the federation with fedhpc, then stop."
 
 
@@ -159,6 +164,7 @@ async def _until(client: DaemonClient, state: str, n: int = 1, limit: float = 12
             await anyio.sleep(0.2)
 
 
+@pytest.mark.devfed
 @pytest.mark.parametrize("kill_mid_delivery", [False, True], ids=["clean", "daemon-killed"])
 async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     codex: Path, devfed: Any, tmp_path: Path, kill_mid_delivery: bool
@@ -242,3 +248,84 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     assert trap.hits == []
     assert watch.peers == set()
     assert watch.pids
+
+
+@asynccontextmanager
+async def _rig(
+    codex: Path, tmp_path: Path, **bridge: str
+) -> AsyncIterator[tuple[FakeOpenAI, Path, Path, dict[str, str], DaemonClient]]:
+    """A daemon on the local-process sites (no Slurm), started from a filtered environment,
+    resuming Codex from `[resume.codex]` only."""
+    home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
+    for folder in (home, project, fedhome):
+        folder.mkdir()
+    with FakeOpenAI() as fake:
+        _config(home / ".codex", fedhome, fake.url)
+        env = _env(home, fedhome, {})
+        _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex")})
+        daemon = {**_daemon_env(home, fedhome, bridge), "FEDHPC_DEVFED": "process",
+                  "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}  # fmt: skip
+        full = {**FAST, **daemon, "FEDHPC_HOME": str(fedhome), "FEDHPC_LOG_LEVEL": "info"}
+        log = (tmp_path / "daemon.log").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
+                                stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        log.close()
+        try:
+            async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
+                await client.wait_until_up(30)
+                await client.refresh()
+                yield fake, project, fedhome, env, client
+        finally:
+            stop(proc)
+
+
+def _thread(lines: list[dict[str, Any]]) -> str:
+    return str(next(x["thread_id"] for x in lines if x["type"] == "thread.started"))
+
+
+async def test_codex_jobs_ending_together_reach_the_model_once_each_in_order(
+    codex: Path, tmp_path: Path
+) -> None:
+    """Two jobs of one thread ending within 0.2 s: never two `codex exec resume` at once (no
+    "already has an active writer"), each event once, in event order."""
+    async with _rig(codex, tmp_path) as (fake, project, fedhome, env, client):
+        thread = _thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        await _until(client, "delivered")
+        spec = ContinuationSpec(runtime=Runtime.CODEX, session_id=thread, cwd=str(project))
+        end = time.time() + 8
+        for i in range(2):
+            at = int((end + 0.2 * i) * 1e9)
+            body = f"while [ $(date +%s%N) -lt {at} ]; do sleep 0.02; done"
+            await client.submit_task(SubmitTaskRequest(
+                command=("bash", "-c", body), envelope=ENV, continuation=spec))  # fmt: skip
+        await _until(client, "delivered", 3, limit=180)
+        await anyio.sleep(2)
+        rows = await client.deliveries()
+    assert fake.errors == []
+    assert all(d.state == "delivered" and d.attempts == 0 for d in rows)
+    expected = sorted((d.id for d in rows), key=lambda i: int(i.split("-")[0][1:]))
+    assert fake.seen_deliveries(thread) == expected
+    errs = " ".join(p.read_text() for p in (fedhome / "deliveries").glob("*/err"))
+    assert "active writer" not in errs
+
+
+async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
+    codex: Path, tmp_path: Path
+) -> None:
+    bridge = {"FEDHPC_RESUME_START_TIMEOUT_S": "8", "FEDHPC_BRIDGE_BACKOFF_S": "1",
+              "FEDHPC_BRIDGE_ATTEMPTS": "6"}  # fmt: skip
+    async with _rig(codex, tmp_path, **bridge) as (fake, project, _fedhome, env, client):
+        fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
+        thread = _thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        fake.down = True
+        with anyio.fail_after(150):  # two failed tries while the endpoint is down
+            while not [d for d in await client.deliveries() if d.attempts >= 2]:
+                await anyio.sleep(0.3)
+        fake.down = False
+        await _until(client, "delivered", limit=150)
+        await anyio.sleep(2)
+        (d,) = await client.deliveries()
+    assert fake.errors == []
+    assert [e for e in fake.exchanges if e.phase == "down"]
+    assert fake.seen_deliveries(thread) == [d.id]  # once, though it was sent before failing
+    assert fake.phases(thread)[-2:] == ["resume", "after_result"]

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 
@@ -36,6 +37,14 @@ def _holder(settings: DaemonSettings) -> int | None:
     return None
 
 
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    except OSError:
+        return False
+    return ") Z " not in stat
+
+
 def stop_daemon(settings: DaemonSettings, *, wait_s: float | None = None) -> int | None:
     """SIGTERM the running daemon and wait until it released its lock (SIGKILL after the
     grace); the pid it had, or None when none ran. Resumes it started keep running and are
@@ -53,6 +62,9 @@ def stop_daemon(settings: DaemonSettings, *, wait_s: float | None = None) -> int
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
         time.sleep(0.1)
+    gone = time.monotonic() + 10  # the lock is released on the way out: wait for the exit
+    while _running(pid) and time.monotonic() < gone:
+        time.sleep(0.05)
     return pid
 
 

@@ -1,0 +1,43 @@
+"""`fedhpc daemon restart` and `fedhpc daemon stop`: a person never has to find a pid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from fedhpc.cli.daemon import stop_daemon
+from fedhpc.daemon.settings import DaemonSettings
+
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def _fedhpc(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "FEDHPC_HOME": str(home / "fed"),
+           "FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(home / "devfed")}  # fmt: skip
+    return subprocess.run([f"{VENV_BIN}/fedhpc", *argv], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_restart_starts_or_replaces_the_daemon_and_stop_ends_it(tmp_path: Path) -> None:
+    settings = DaemonSettings.from_env(home=tmp_path / "fed")
+    try:
+        first = _fedhpc(tmp_path, "daemon", "restart")
+        assert first.returncode == 0, first.stderr
+        assert "no daemon ran" in first.stdout and "started the daemon (pid" in first.stdout
+        pid1 = int(settings.lock_path.read_text().split()[0])
+        again = _fedhpc(tmp_path, "daemon", "restart")
+        assert again.returncode == 0, again.stderr
+        assert f"stopped the daemon (pid {pid1})" in again.stdout
+        pid2 = int(settings.lock_path.read_text().split()[0])
+        assert pid2 != pid1
+        # a second `fedhpc daemon` is refused, and says how to stop the first
+        dup = _fedhpc(tmp_path, "daemon")
+        assert dup.returncode != 0
+        assert "fedhpc daemon stop" in dup.stderr + dup.stdout
+        done = _fedhpc(tmp_path, "daemon", "stop")
+        assert done.returncode == 0 and f"stopped the daemon (pid {pid2})" in done.stdout
+        assert not Path(f"/proc/{pid2}").exists() or "Z" in Path(f"/proc/{pid2}/stat").read_text()
+        assert "no daemon ran" in _fedhpc(tmp_path, "daemon", "stop").stdout
+    finally:
+        stop_daemon(settings)
