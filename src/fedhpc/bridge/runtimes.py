@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fedhpc.domain.config import ResumeRuntime
 from fedhpc.errors import TransientError, UsageError
@@ -114,7 +115,7 @@ def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
     return found
 
 
-def mcp_config(home: Path) -> Path:
+def mcp_config(home: Path, entry: dict[str, Any] | None = None) -> Path:
     """The MCP config a resumed Claude session needs to see its fedhpc tools again.
     `alwaysLoad` makes Claude Code wait for the server before the turn's first model request,
     up to MCP_CONNECT_TIMEOUT_MS (without it, `-p` loads servers asynchronously and a turn can
@@ -122,8 +123,8 @@ def mcp_config(home: Path) -> Path:
     path = home / "mcp.json"
     local = Path(sys.executable).parent / "fedhpc"
     fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
-    server = {"type": "stdio", "command": fedhpc, "args": ["serve"],
-              "env": {"FEDHPC_HOME": str(home)}, "alwaysLoad": True}  # fmt: skip
+    server = entry or {"type": "stdio", "command": fedhpc, "args": ["serve"],
+                       "env": {"FEDHPC_HOME": str(home)}, "alwaysLoad": True}  # fmt: skip
     body = {"mcpServers": {"fedhpc": server}}
     text = json.dumps(body, indent=2)
     if not path.exists() or path.read_text() != text:
@@ -134,15 +135,15 @@ def mcp_config(home: Path) -> Path:
     return path
 
 
-def _argv(spec: ContinuationSpec, session: str | None, text: str, home: Path, exe: str
-          ) -> list[str]:  # fmt: skip
+def _argv(spec: ContinuationSpec, session: str | None, text: str, home: Path, exe: str, *,
+          entry: dict[str, Any] | None) -> list[str]:  # fmt: skip
     if spec.runtime is Runtime.COMMAND:
         return list(spec.command)
     assert session is not None
     if spec.runtime is Runtime.CLAUDE_CODE:
         return [
             exe, "-p", "--resume", session, text, "--output-format", "stream-json", "--verbose",
-            "--mcp-config", str(mcp_config(home)), "--allowedTools", "mcp__fedhpc",
+            "--mcp-config", str(mcp_config(home, entry)), "--allowedTools", "mcp__fedhpc",
         ]  # fmt: skip
     if spec.runtime is Runtime.CODEX:
         return [exe, "exec", "resume", session, text, "--json", "--skip-git-repo-check"]
@@ -158,6 +159,7 @@ def launch(
     cfg: ResumeRuntime,
     timeout_s: float,
     stdin_text: str | None = None,
+    mcp_entry: dict[str, Any] | None = None,
 ) -> Launched:
     """Start the runtime detached in the session's cwd. Claude and Codex get `text` as their
     prompt argument and /dev/null as stdin (`claude -p` appends stdin to the prompt); a command
@@ -174,7 +176,7 @@ def launch(
         # the turn starts without it: a loaded machine starts `fedhpc serve` slower than that.
         env.setdefault("MCP_CONNECT_TIMEOUT_MS", "60000")
     exe = binary(spec.runtime, cfg, env) if spec.runtime in _NAMES else ""
-    argv = _argv(spec, spec.session_id, text, home, exe)
+    argv = _argv(spec, spec.session_id, text, home, exe, entry=mcp_entry)
     wrapper = (
         'timeout --kill-after=5 "$1" "${@:3}" < "$2/stdin" > "$2/out" 2> "$2/err"; '
         'echo $? > "$2/rc.tmp" && mv "$2/rc.tmp" "$2/rc"'

@@ -31,6 +31,7 @@ from fedhpc.bridge.runtimes import (
     resume_env,
     tail_of,
 )
+from fedhpc.bridge.warm import WarmServer
 from fedhpc.domain.config import ResumeConfig
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
@@ -74,6 +75,7 @@ class Bridge:
         start_timeout_s: float = 120.0,
         poll_s: float = 1.0,
         resume: Callable[[], ResumeConfig] = ResumeConfig,
+        warm_mcp: bool = False,
     ) -> None:
         self.store = store
         self.home = home
@@ -84,6 +86,7 @@ class Bridge:
         self.start_timeout_s = start_timeout_s
         self.poll_s = poll_s
         self.resume = resume  # read at each launch: a fixed config needs no daemon restart
+        self.warm = WarmServer(home) if warm_mcp else None
         self.wake = anyio.Event()
 
     # -- routing ----------------------------------------------------------------------------
@@ -196,8 +199,12 @@ class Bridge:
                 d["body"] = {**d["body"], "resume": rid, "launched": True, "held": d["id"] in held}
             await self._save_all(ds, "started")
             stdin = json.dumps(payloads[0], separators=(",", ":"))
+            entry = None
+            if self.warm is not None and spec.runtime is Runtime.CLAUDE_CODE:
+                entry = await self.warm.entry()
             launch(spec, text, self._folder(rid), home=self.home, cfg=cfg,
-                   timeout_s=self.process_timeout_s, stdin_text=stdin)  # fmt: skip
+                   timeout_s=self.process_timeout_s, stdin_text=stdin,
+                   mcp_entry=entry)  # fmt: skip
             log.info("resuming", resume=rid, runtime=spec.runtime.value, events=len(ds),
                      already_in_session=len(held))  # fmt: skip
         except FedError as exc:
@@ -323,3 +330,5 @@ class Bridge:
             with anyio.move_on_after(self.poll_s):
                 await self.wake.wait()
             self.wake = anyio.Event()
+        if self.warm is not None:
+            self.warm.stop()

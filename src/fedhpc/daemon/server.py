@@ -130,6 +130,7 @@ async def _serve(
         max_attempts=settings.bridge_attempts, backoff_s=settings.bridge_backoff_s,
         process_timeout_s=settings.resume_timeout_s,
         start_timeout_s=settings.resume_start_timeout_s, resume=lambda: load_user_config().resume,
+        warm_mcp=settings.resume_warm_mcp,
     )  # fmt: skip
     state.bridge = bridge
 

@@ -29,6 +29,9 @@ class DaemonSettings(BaseModel):
     resume_timeout_s: float = Field(
         default=1800.0, gt=0, description="a resumed turn is killed after this long"
     )
+    resume_warm_mcp: bool = Field(
+        default=True, description="Claude resumes use one warm HTTP MCP server (else stdio)"
+    )
     resume_start_timeout_s: float = Field(
         default=120.0, gt=0, description="...or when the model has not answered it by then"
     )
@@ -76,6 +79,7 @@ class DaemonSettings(BaseModel):
             ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),
             ("resume_timeout_s", "FEDHPC_RESUME_TIMEOUT_S"),
             ("resume_start_timeout_s", "FEDHPC_RESUME_START_TIMEOUT_S"),
+            ("resume_warm_mcp", "FEDHPC_RESUME_WARM_MCP"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]
