@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class Rig:
     client_env: dict[str, str]
     resume_env: dict[str, str]
     slurm: bool
+    extra: list[subprocess.Popen[bytes]] = field(default_factory=list)  # daemons it started
 
     def config(self, *, binary: str | None = None) -> None:
         """[resume.claude-code]: the binary, PATH, and the whole environment of resumes; the
@@ -138,7 +139,7 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    claude: Path, tmp_path: Path, *, slurm: bool = False, **bridge: str
+    claude: Path, tmp_path: Path, *, slurm: bool = False, bridge: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[Rig, DaemonClient]]:
     """A daemon on the Slurm federation or (default: no Slurm needed, quicker) on the
     local-process sites."""
@@ -160,7 +161,8 @@ async def rig(
         r.config()
         log = (tmp_path / "daemon.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env={**r.daemon_env(), **bridge},
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env={**r.daemon_env(), **(bridge or {})},
             stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
         log.close()
@@ -171,7 +173,9 @@ async def rig(
                 yield r, client
         finally:
             stop(proc)
-            stop_daemon(DaemonSettings.from_env(home=fedhome))  # one started by the test
+            for other in r.extra:  # one the test started after killing the first
+                stop(other)
+            stop_daemon(DaemonSettings.from_env(home=fedhome))
         assert trap.hits == []  # nothing left loopback
         assert watch.peers == set()
 
@@ -218,8 +222,10 @@ async def test_claude_is_resumed_once_with_the_payload_and_reads_the_result(
             pid = int((r.fedhome / "daemon.lock").read_text().split()[0])
             os.kill(pid, 9)
             log = (tmp_path / "daemon2.log").open("wb")
-            subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-                             env=r.daemon_env(), stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            argv = [sys.executable, "-m", "fedhpc.cli.main", "daemon"]
+            again = subprocess.Popen(argv, env=r.daemon_env(), stdout=subprocess.DEVNULL,
+                                     stderr=log)  # fmt: skip
+            r.extra.append(again)
             log.close()
             await client.wait_until_up(30)
             release.set()
@@ -323,7 +329,7 @@ async def test_the_model_endpoint_down_then_back_sees_the_event_once(
     session = str(uuid.uuid4())
     bridge = {"FEDHPC_RESUME_START_TIMEOUT_S": "6", "FEDHPC_BRIDGE_BACKOFF_S": "1",
               "FEDHPC_BRIDGE_ATTEMPTS": "6"}  # fmt: skip
-    async with rig(claude, tmp_path, **bridge) as (r, client):
+    async with rig(claude, tmp_path, bridge=bridge) as (r, client):
         await anyio.to_thread.run_sync(r.first_turn, session)
         r.fake.down = True
         with anyio.fail_after(120):  # two failed tries while the endpoint is down
@@ -346,7 +352,7 @@ async def test_a_dead_letter_redriven_after_the_fix_is_delivered_once(
 ) -> None:
     session = str(uuid.uuid4())
     bridge = {"FEDHPC_BRIDGE_BACKOFF_S": "0.3", "FEDHPC_BRIDGE_ATTEMPTS": "2"}
-    async with rig(claude, tmp_path, **bridge) as (r, client):
+    async with rig(claude, tmp_path, bridge=bridge) as (r, client):
         r.config(binary="/nonexistent/claude")  # a wrong binary: every try fails
         await anyio.to_thread.run_sync(r.first_turn, session)
         await _until(client, "dead")
