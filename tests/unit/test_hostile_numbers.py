@@ -305,3 +305,13 @@ def test_a_user_config_budget_that_is_not_a_finite_credit_is_refused(
     with pytest.raises(ProfileError) as caught:
         load_user_config(path)
     assert caught.value.key == "sites.devdelta.budget"
+
+
+def test_inspect_federation_ages_a_naive_probe_time_without_a_type_error() -> None:
+    from fedhpc.ops.inspect import inspect_federation
+
+    naive = state(ALPHA).model_copy(update={"collected_at": NOW.replace(tzinfo=None)})
+    for now in (NOW, NOW.replace(tzinfo=None)):
+        view = inspect_federation({"alpha": naive}, {"alpha": site(ALPHA)}, now=now, refresh_s=60)
+        (one,) = view.sites
+        assert one.age_s == 0 and not one.stale

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.envelope import Arch
 from fedhpc.domain.site import Credit, Health, SiteState
+from fedhpc.domain.units import as_utc
 from fedhpc.profiles.loader import Site
 
 __all__ = [
@@ -157,7 +158,7 @@ def inspect_federation(
         parts = _partitions(site, state, req)
         if (req.accelerator or req.arch) and not parts:
             continue
-        age = (now - state.collected_at).total_seconds() if state else None
+        age = (as_utc(now) - as_utc(state.collected_at)).total_seconds() if state else None
         views.append(
             SiteView(
                 site=name,
