@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from fedhpc.domain.job import JobState
-from fedhpc.errors import UsageError
+from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.profiles.loader import Site
@@ -32,6 +32,7 @@ class StageInFailed(UsageError):
     """A stage_in transfer had already failed when the task was submitted: nothing to wait for."""
 
     code = "stage_in_failed"
+    kind = ErrorKind.CONFLICT  # the transfer exists but is failed: 409, not a usage slip
 
     def __init__(self, transfer_id: str, rec: TransferRecord) -> None:
         why = f"{rec.error.code}: {rec.error.message}" if rec.error else "failed"
