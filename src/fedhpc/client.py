@@ -348,7 +348,7 @@ class DaemonClient:
             while True:
                 try:
                     await self.health()
-                except DaemonUnavailable:
+                except (DaemonUnavailable, DaemonTimeout):  # a killed daemon's connection
                     await anyio.sleep(0.1)
                 else:
                     return

@@ -60,7 +60,8 @@ def codex() -> Path:
     return npm_tool(*CODEX)
 
 
-def _config(codex_home: Path, fedhome: Path, model_url: str) -> None:
+def _config(codex_home: Path, fedhome: Path, model_url: str,
+            server_env: dict[str, str] | None = None) -> None:  # fmt: skip
     argv = serve_argv()
     lines = [
         'model = "fake-model"',
@@ -92,6 +93,7 @@ def _config(codex_home: Path, fedhome: Path, model_url: str) -> None:
         "",
         "[mcp_servers.fedhpc.env]",
         f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
+        *(f"{k} = {json.dumps(v)}" for k, v in (server_env or {}).items()),
         "",
         # `codex exec` (approval policy never) refuses every tool not marked read-only
         # unless its approval mode is approve: submit_task is the one this agent needs.
@@ -329,3 +331,72 @@ async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
     assert [e for e in fake.exchanges if e.phase == "down"]
     assert fake.seen_deliveries(thread) == [d.id]  # once, though it was sent before failing
     assert fake.phases(thread)[-2:] == ["resume", "after_result"]
+
+
+async def test_a_daemon_started_by_codex_resumes_claude_code_too(
+    codex: Path, tmp_path: Path
+) -> None:
+    """The daemon is auto-started by Codex's MCP server (Codex's filtered environment: no
+    Anthropic anything); a Claude Code session then submits to the same daemon. Both are
+    resumed, each from its own `[resume]` section."""
+    from fedhpc.cli.daemon import stop_daemon
+    from tests.integration.fake_models import FakeAnthropic
+    from tests.integration.npm_tools import CLAUDE_CODE
+
+    claude = npm_tool(*CLAUDE_CODE)
+    home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
+    for folder in (home, project, fedhome):
+        folder.mkdir()
+    daemon_env = {**FAST, "FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "df"),
+                  "FEDHPC_BRIDGE_POLL_S": "0.3"}  # fmt: skip
+    claude_env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+                  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+                  "DISABLE_AUTOUPDATER": "1", "MCP_CONNECT_TIMEOUT_MS": "60000"}  # fmt: skip
+    settings = DaemonSettings.from_env(home=fedhome)
+    with FakeOpenAI() as oai, FakeAnthropic() as ant:
+        _config(home / ".codex", fedhome, oai.url, daemon_env)
+        secret = fedhome / "keys.env"
+        secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n"
+                          f"ANTHROPIC_API_KEY={CANARY_API_KEY}\n")  # fmt: skip
+        lines = ["[resume.codex]", f"binary = {json.dumps(str(codex))}",
+                 f"env_file = {json.dumps(str(secret))}",
+                 f"env = {{ CODEX_HOME = {json.dumps(str(home / '.codex'))} }}",
+                 "[resume.claude-code]", f"binary = {json.dumps(str(claude))}",
+                 f'path = "{VENV_BIN}:/usr/bin:/bin"', f"env_file = {json.dumps(str(secret))}",
+                 "[resume.claude-code.env]", f"ANTHROPIC_BASE_URL = {json.dumps(ant.url)}",
+                 *(f"{k} = {json.dumps(v)}" for k, v in claude_env.items())]  # fmt: skip
+        (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+        try:
+            # (1) Codex's MCP server starts the daemon (nothing else has)
+            lines_out = await anyio.to_thread.run_sync(
+                _first_turn, codex, project, _env(home, fedhome, {})
+            )
+            thread = _thread(lines_out)
+            assert settings.lock_path.exists()
+            # (2) a Claude Code session, with the hook, submits to that daemon
+            argv = serve_argv()
+            mcp = {"mcpServers": {"fedhpc": {"type": "stdio", "command": argv[0],
+                                             "args": argv[1:], "alwaysLoad": True,
+                                             "env": {"FEDHPC_HOME": str(fedhome)}}}}  # fmt: skip
+            hook = {"type": "command", "command": f"{VENV_BIN}/fedhpc hook pre-tool-use"}
+            hooks = {"hooks": {"PreToolUse": [{"matcher": "mcp__fedhpc__.*", "hooks": [hook]}]}}
+            session = "5f0c4a58-3b1e-4b59-9d0e-6a3c2f1b7e11"
+            env = {**os.environ, **claude_env, "ANTHROPIC_BASE_URL": ant.url,
+                   "ANTHROPIC_API_KEY": CANARY_API_KEY, "FEDHPC_HOME": str(fedhome),
+                   "PATH": f"{VENV_BIN}:/usr/bin:/bin"}  # fmt: skip
+            out = await anyio.to_thread.run_sync(lambda: subprocess.run(
+                [str(claude), "-p", PROMPT, "--output-format", "json", "--session-id", session,
+                 "--mcp-config", json.dumps(mcp), "--strict-mcp-config", "--allowedTools",
+                 "mcp__fedhpc", "--settings", json.dumps(hooks)],
+                cwd=project, env=env, capture_output=True, text=True, timeout=180,
+                stdin=subprocess.DEVNULL, check=False))  # fmt: skip
+            assert out.returncode == 0, out.stdout + out.stderr
+            async with DaemonClient(settings) as client:
+                await _until(client, "delivered", 2, limit=180)
+                rows = await client.deliveries()
+        finally:
+            stop_daemon(settings)
+    assert {d.session for d in rows} == {f"codex:{thread}", f"claude-code:{session}"}
+    assert all(d.state == "delivered" and d.attempts == 0 for d in rows)
+    assert [e.session for e in oai.resumes()] == [thread]
+    assert [e.session for e in ant.resumes()] == [session]
