@@ -16,6 +16,7 @@ from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, SubmitTaskRequest
 from tests.integration.daemon_util import running
+from tests.skill_claims import resume_claims
 
 # GH200 with 2+ per node: only devdeltaai has it (devvista has one per node).
 GH200 = {"accelerator_types": ["gh200"], "wall_time": {"min": "10m"}}
@@ -89,7 +90,9 @@ async def test_work_stuck_on_a_lost_site_wakes_its_agent_once_per_attempt(tmp_pa
         w["subject"]: w for w in map(json.loads, filter(str.strip, log.read_text().splitlines()))
     }
     assert set(woken) == {running_task.task_id, queued.task_id}
+    always, _ = resume_claims()  # what fedhpc-continue tells the agent to read
     for w in woken.values():
+        assert always <= set(w), always - set(w)
         assert w["event"] == "task.site_lost"
         assert w["site"] == "devdeltaai"
         assert any(step.startswith("replan") for step in w["next"])

@@ -20,6 +20,7 @@ from fedhpc.ops.data import MoveDataRequest, StageOut
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from tests.integration.daemon_util import running, wait_terminal
+from tests.skill_claims import resume_claims
 
 pytestmark = pytest.mark.devfed
 
@@ -70,6 +71,8 @@ async def test_a_stage_out_that_fails_wakes_the_waiting_tasks_agent_once(
         assert done.attempts == ()  # never dispatched
         await _settled(client, 1)
     (woke,) = _woken(log)
+    always, _ = resume_claims()  # what fedhpc-continue tells the agent to read
+    assert always <= set(woke), always - set(woke)
     assert woke["event"] == "task.stage_in_failed"
     assert woke["subject"] == nxt.task_id
     assert woke["state"] == "failed"
