@@ -209,7 +209,7 @@ def check(skill: Skill, vocab: Vocabulary, kinds: set[str], codes: set[str]) -> 
             if tool not in tools:
                 wrong.append(f"`{span}`: no tool {tool}")
                 continue
-            for key, value in re.findall(r"(\w+)=(\"[^\"]*\"|[^,)]+)", args):
+            for key, value in re.findall(r"(\w+)=(\"[^\"]*\"|'[^']*'|[^,)]+)", args):
                 wrong += _param(vocab, tool, key, value, span)
         elif assign:
             key, value = assign.groups()
@@ -237,7 +237,7 @@ def _param(vocab: Vocabulary, tool: str, key: str, value: str, span: str) -> lis
     if key not in vocab.params(tool):
         return [f"`{span}`: {tool} has no parameter {key}"]
     enum = vocab.enum_of(tool, key)
-    if value.startswith('"') and enum and value.strip('"') not in enum:
+    if value[:1] in "\"'" and enum and value.strip("\"'") not in enum:
         return [f"`{span}`: {value} is not one of {sorted(enum)}"]
     return []
 

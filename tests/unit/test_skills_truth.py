@@ -118,3 +118,18 @@ def test_no_skill_names_a_single_claude_code_hook() -> None:
     """The hooks change (SessionStart, PreToolUse): skills point to the docs instead."""
     for s in SKILLS:
         assert "SessionStart" not in s.body and "PreToolUse" not in s.body, s.name
+
+
+def test_the_next_steps_in_every_resume_name_real_tools_and_parameters(vocab: Vocabulary) -> None:
+    """The resume message is an instruction too: its `next` steps are checked like a skill."""
+    from fedhpc.bridge import build_payload
+
+    steps: set[str] = set()
+    for kind in sorted(event_kinds()):
+        event = {"kind": kind, "id": "e1", "subject": "t1", "seq": 1,
+                 "created_at": "2026-11-30T00:00:00+00:00",
+                 "payload": {"task_id": "t1", "state": "failed"}}  # fmt: skip
+        steps |= set(build_payload(event, [], delivery_id="d1")["next"])
+    calls = " ".join(f"`{m}`" for s in steps for m in re.findall(r"\w+\([^)]*\)", s))
+    assert calls
+    assert check(Skill("next", "", calls), vocab, event_kinds(), error_codes()) == []
