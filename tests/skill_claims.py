@@ -68,7 +68,7 @@ def resume_claims() -> tuple[set[str], set[str]]:
     """The resume message's fields as fedhpc-continue states them: (always, when known)."""
     body = next(s for s in skills() if s.name == "fedhpc-continue").body
     text = " ".join(body.split())
-    always = re.search(r"JSON always has (.*?); when known also (.*?)\.", text)
+    always = re.search(r"always has (.*?); when known also (.*?)\.", text)
     assert always, "fedhpc-continue names the resume message's fields"
     fields = [set(re.findall(r"`([a-z_]+)`", g)) for g in always.groups()]
     return fields[0], fields[1]
@@ -125,8 +125,8 @@ def payload_keys(kinds: set[str]) -> tuple[set[str], set[str]]:
 
     every: set[str] | None = None
     some: set[str] = set()
-    full = {"task_id": "t1", "group_id": "g1", "transfer_id": "x1", "site": "s",
-            "reason": "r", "state": "failed", "result": "fedhpc://tasks/t1"}  # fmt: skip
+    full = {"task_id": "t1", "group_id": "g1", "transfer_id": "x1", "site": "s", "reason": "r",
+            "hint": "h", "state": "failed", "result": "fedhpc://transfers/x1"}  # fmt: skip
     for kind in sorted(kinds):
         for payload in ({"state": "failed", "result": "fedhpc://tasks/t1"}, full):
             event = {"kind": kind, "id": "e1", "subject": "t1", "seq": 1,

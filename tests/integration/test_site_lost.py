@@ -87,7 +87,7 @@ async def test_work_stuck_on_a_lost_site_wakes_its_agent_once_per_attempt(tmp_pa
                 await anyio.sleep(0.5)
         events = [(e["kind"], e["subject"]) for e in await client.events(limit=100)]
     woken = {
-        w["subject"]: w for w in map(json.loads, filter(str.strip, log.read_text().splitlines()))
+        w["task_id"]: w for w in map(json.loads, filter(str.strip, log.read_text().splitlines()))
     }
     assert set(woken) == {running_task.task_id, queued.task_id}
     always, _ = resume_claims()  # what fedhpc-continue tells the agent to read

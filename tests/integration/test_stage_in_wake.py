@@ -74,7 +74,7 @@ async def test_a_stage_out_that_fails_wakes_the_waiting_tasks_agent_once(
     always, _ = resume_claims()  # what fedhpc-continue tells the agent to read
     assert always <= set(woke), always - set(woke)
     assert woke["event"] == "task.stage_in_failed"
-    assert woke["subject"] == nxt.task_id
+    assert woke["task_id"] == nxt.task_id
     assert woke["state"] == "failed"
     assert woke["transfer_id"] == pre.transfers[0]
     assert "missing.dat" in woke["reason"] or "stage-in" in woke["reason"]
@@ -119,4 +119,5 @@ async def test_a_move_data_that_fails_wakes_its_agent_once_whoever_wins_the_race
             ))  # fmt: skip
         assert refused.value.code == "stage_in_failed"
     (woke,) = _woken(log)
-    assert (woke["event"], woke["subject"]) == expected
+    about = woke.get("task_id") or woke.get("transfer_id") or woke.get("subject")
+    assert (woke["event"], about) == expected
