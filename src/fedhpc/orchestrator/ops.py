@@ -20,7 +20,7 @@ from fedhpc.ops.tasks import (
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.control import cancel_attempt
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.service import PLACE_WAIT_S, Orchestrator
 from fedhpc.placement import Placement
 
 __all__ = ["cancel", "get_result", "list_tasks", "replan"]
@@ -144,14 +144,14 @@ async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
 
 
 async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
-    """Re-place a task that has not started, or place an unschedulable one again: new
-    exclusions and/or envelope, same path as the automatic re-placement. Nothing is saved
-    when the result is still unplaceable."""
+    """Re-place a task that has not started, or send an unschedulable one back to placement:
+    new exclusions and/or envelope. Refused, with nothing saved, when no site could run it."""
     async with o.lock:
         task = await o.load_task(req.task_id)
         atts = await o.load_attempts(task.id)
         live = [a for a in atts if not a.state.terminal and not a.superseded]
-        if task.state is JobState.UNSCHEDULABLE:
+        reopen = task.state is JobState.UNSCHEDULABLE
+        if reopen:
             await _reopenable(o, task)
         elif task.state.terminal:
             raise UsageError(f"task {task.id} is already {task.state.value}",
@@ -166,17 +166,26 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
             raise UsageError(f"no feasible placement: {decision.hint}",
                              hint="Relax the envelope (draft_envelope helps) or exclude fewer "
                              "sites; the task is unchanged.")  # fmt: skip
-        if task.state is JobState.UNSCHEDULABLE:
-            task.state, task.reasons = JobState.SUBMITTED, ()
-            task.reopened += 1
-        for a in live:
-            a.superseded, a.reason = True, "replanned on request"
-            await cancel_attempt(o, a)
-        task.provenance = o.provenance(task.request.envelope, decision)
-        async with o.store.transaction() as tx:
-            await o.save(tx, task, *live, at=o.clock())
-        att = await o.dispatch(task, decision)
-        return o.handle(task, att)
+        if reopen:
+            # Back into placement like a new submission: the placer dispatches it (with its
+            # scheduler-refusal retries), and its next outcome is a new event.
+            task.state, task.reasons, task.reopened = JobState.QUEUED, (), task.reopened + 1
+            task.decision = "queued: replanned, placed next"
+            async with o.store.transaction() as tx:
+                await o.save(tx, task, at=o.clock())
+            o.placer_wake.set()
+        else:
+            for a in live:
+                a.superseded, a.reason = True, "replanned on request"
+                await cancel_attempt(o, a)
+            task.provenance = o.provenance(task.request.envelope, decision)
+            async with o.store.transaction() as tx:
+                await o.save(tx, task, *live, at=o.clock())
+            return o.handle(task, await o.dispatch(task, decision))
+    await o.wait_placed(task.id, PLACE_WAIT_S)  # answer with the placement when it is quick
+    task = await o.load_task(task.id)
+    atts = [a for a in await o.load_attempts(task.id) if not a.superseded]
+    return o.handle(task, atts[-1] if atts else None)
 
 
 async def _reopenable(o: Orchestrator, task: TaskRecord) -> None:
