@@ -176,3 +176,36 @@ async def test_missing_site_data_is_a_wait_but_an_impossible_request_is_not(stor
     assert missing_data(o, never) == []
     o.collector.latest["alpha"] = state(alpha.profile)
     assert not isinstance(await o.decide(task), Unschedulable)
+
+
+async def test_the_placer_holds_a_task_without_site_data_then_gives_up_after_its_bound(
+    store: Store,
+) -> None:
+    from fedhpc.orchestrator.placer import DATA_WAIT_S, place_queued
+
+    clock = Clock()
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    o = _orchestrator(store, clock, alpha=alpha)
+    handle = await o.submit_task(_req(), wait_s=0)
+    assert await place_queued(o) == 0  # alpha never probed: nothing to place on yet
+    held = await o.load_task(handle.task_id)
+    assert held.state is JobState.QUEUED
+    assert held.decision.startswith("queued: waiting for fresh data from alpha")
+    assert await store.events_after(0) == []
+    clock.now += timedelta(seconds=DATA_WAIT_S + 1)
+    await place_queued(o)
+    gone = await o.load_task(handle.task_id)
+    assert gone.state is JobState.UNSCHEDULABLE
+    assert "no fresh data from alpha" in gone.reasons[0]
+    assert [e.kind for e in await store.events_after(0)] == ["task.unschedulable"]
+
+
+async def test_an_impossible_request_is_unschedulable_at_once(store: Store) -> None:
+    from fedhpc.orchestrator.placer import place_queued
+
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    o = _orchestrator(store, Clock(), alpha=alpha)
+    handle = await o.submit_task(_req(envelope=env(gpus=1)), wait_s=0)
+    await place_queued(o)
+    task = await o.load_task(handle.task_id)
+    assert task.state is JobState.UNSCHEDULABLE
