@@ -36,7 +36,8 @@ async def main() -> None:
             idempotency_key=f"example-group-{uuid.uuid4().hex[:12]}",
         )
         for child in group["children"]:
-            print(f"placed {child['task_id']} -> {child['site']}/{child['partition']}")
+            where = f"{child['site']}/{child['partition']}" if "site" in child else "placing"
+            print(f"placed {child['task_id']} -> {where}")
 
         event = await wait_for(client, group["group_id"], {"group.round_terminal"}, after=after)
         read = await client.read_resource(f"fedhpc://groups/{group['group_id']}")

@@ -47,7 +47,7 @@ async def main() -> None:
             # One key per run of this script; a retry of this exact call reuses it (no 2nd job).
             idempotency_key=f"example-single-{uuid.uuid4().hex[:12]}",
         )
-        print(f"submitted {handle['task_id']} -> {handle['site']}/{handle['partition']}: "
+        print(f"submitted {handle['task_id']} -> {handle.get('site', 'placing')}/{handle.get('partition', '-')}: "
               f"{handle['decision']}")  # fmt: skip
 
         # An agent ends its turn here; this script pulls the event log instead.

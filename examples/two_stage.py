@@ -39,7 +39,9 @@ async def main() -> None:
             outputs=["pre/features.dat"],
             idempotency_key=f"example-pre-{run}",
         )
-        print(f"stage 1: {pre['task_id']} -> {pre['site']}/{pre['partition']}")
+        print(
+            f"stage 1: {pre['task_id']} -> {pre.get('site', 'placing')}/{pre.get('partition', '-')}"
+        )
         await wait_for(client, pre["task_id"], {"task.terminal"}, after=after)
         done = await call(client, "get_result", task_id=pre["task_id"])
         if done["state"] != "completed":
