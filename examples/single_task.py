@@ -47,8 +47,8 @@ async def main() -> None:
             # One key per run of this script; a retry of this exact call reuses it (no 2nd job).
             idempotency_key=f"example-single-{uuid.uuid4().hex[:12]}",
         )
-        print(f"submitted {handle['task_id']} -> {handle.get('site', 'placing')}/{handle.get('partition', '-')}: "
-              f"{handle['decision']}")  # fmt: skip
+        where = f"{handle['site']}/{handle['partition']}" if "site" in handle else "placing"
+        print(f"submitted {handle['task_id']} -> {where}: {handle['decision']}")
 
         # An agent ends its turn here; this script pulls the event log instead.
         event = await wait_for(client, handle["task_id"], {"task.terminal"}, after=after)
