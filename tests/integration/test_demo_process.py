@@ -28,7 +28,7 @@ def _demo_env(tmp: Path) -> dict[str, str]:
 def _check_resume(out: str) -> None:
     assert "agent: resumed by group.round_terminal" in out, out
     assert "agent: group completed: {'completed': 4}" in out, out
-    rows = [ln.split() for ln in out.splitlines() if re.match(r"^  t[0-9a-f]{6,} +\d ", ln)]
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^  t[0-9a-f]{6,}(-\d+)? +\d ", ln)]
     tasks = {r[0] for r in rows}
     assert len(tasks) == 4, out
     sites = {r[2] for r in rows}

@@ -90,13 +90,13 @@ async def resume(out: Path, payload: dict[str, Any]) -> None:
     t0 = min(datetime.fromisoformat(s) for s in stamps)
     lines.append(f"agent: group {group['state']}: {group['counts']}")
     lines.append("agent: timeline (seconds after submission)")
-    lines.append(f"  {'task':<13} {'n':>1} {'site':<11} {'partition':<10} {'state':<10} "
+    lines.append(f"  {'task':<15} {'n':>1} {'site':<11} {'partition':<10} {'state':<10} "
                  f"{'sub':>4} {'start':>5} {'end':>4}  note")  # fmt: skip
     for r in results:
         for a in r["attempts"]:
             note = "superseded, re-placed" if a["superseded"] else ""
             lines.append(
-                f"  {r['task_id']:<13} {a['n']:>1} {a['site']:<11} {a['partition']:<10} "
+                f"  {r['task_id']:<15} {a['n']:>1} {a['site']:<11} {a['partition']:<10} "
                 f"{a['state']:<10} {_t(a['submitted_at'], t0)} {_t(a['started_at'], t0):>5} "
                 f"{_t(a['ended_at'], t0)}  {note}"
             )
