@@ -47,7 +47,7 @@ async def main() -> None:
         if done["state"] != "completed":
             raise SystemExit(f"preprocessing ended {done['state']}: {done['reasons']}")
         (output,) = [o for o in done["outputs"] if o["kind"] == "artifact"]
-        print(f"stage 1: completed; output {output['site']}:{output['path']}")
+        print(f"stage 1: completed; output {output.get('site', CPU_SITE)}:{output['path']}")
 
         # A task's default workdir is fedhpc/<task_id> under the site's scratch root.
         after = await latest_seq(client)

@@ -79,14 +79,19 @@ def _t(value: str | None, t0: datetime) -> str:
 
 
 async def resume(out: Path, payload: dict[str, Any]) -> None:
-    lines = [f"agent: resumed by {payload['event']} for {payload['subject']} "
+    subject = payload.get("group_id") or payload.get("subject")  # the payload names the group
+    lines = [f"agent: resumed by {payload['event']} for {subject} "
              f"({len(json.dumps(payload))} bytes, state {payload.get('state')})"]  # fmt: skip
     async with Client(_server(), mode="legacy") as client:
-        contents = (await client.read_resource(f"fedhpc://groups/{payload['subject']}")).contents
+        contents = (await client.read_resource(f"fedhpc://groups/{subject}")).contents
         group = json.loads(getattr(contents[0], "text", "{}"))
-        results = [await _call(client, "get_result", {"task_id": c["task_id"]})
-                   for c in group["children"]]  # fmt: skip
-    stamps = [a["submitted_at"] for r in results for a in r["attempts"] if a["submitted_at"]]
+        # The task resource is the full manifest (get_result is brief: no timestamps).
+        results = []
+        for c in group["children"]:
+            read = await client.read_resource(f"fedhpc://tasks/{c['task_id']}")
+            results.append(json.loads(getattr(read.contents[0], "text", "{}")))
+    # Answers are compact: a key without a value (no start yet, not superseded) is absent.
+    stamps = [a["submitted_at"] for r in results for a in r["attempts"] if a.get("submitted_at")]
     t0 = min(datetime.fromisoformat(s) for s in stamps)
     lines.append(f"agent: group {group['state']}: {group['counts']}")
     lines.append("agent: timeline (seconds after submission)")
@@ -94,11 +99,11 @@ async def resume(out: Path, payload: dict[str, Any]) -> None:
                  f"{'sub':>4} {'start':>5} {'end':>4}  note")  # fmt: skip
     for r in results:
         for a in r["attempts"]:
-            note = "superseded, re-placed" if a["superseded"] else ""
+            note = "superseded, re-placed" if a.get("superseded") else ""
+            sub, start = _t(a.get("submitted_at"), t0), _t(a.get("started_at"), t0)
             lines.append(
                 f"  {r['task_id']:<15} {a['n']:>1} {a['site']:<11} {a['partition']:<10} "
-                f"{a['state']:<10} {_t(a['submitted_at'], t0)} {_t(a['started_at'], t0):>5} "
-                f"{_t(a['ended_at'], t0)}  {note}"
+                f"{a['state']:<10} {sub} {start:>5} {_t(a.get('ended_at'), t0)}  {note}"
             )
     text = "\n".join(lines) + "\n"
     tmp = out.with_suffix(".tmp")
