@@ -141,6 +141,11 @@ async def test_a_group_is_accepted_with_every_child_queued_under_derived_ids(
     assert len(view.children) + view.omitted == 150 and view.omitted > 0
     rows = await store.group_children(gid)
     assert [r["id"] for r in rows] == [f"{prefix}-{i:03d}" for i in range(150)]
+    last = await store.get_task(f"{prefix}-149")
+    assert last is not None
+    record = TaskRecord.model_validate(last["body"])  # what the placer reads back
+    assert (record.request.command, record.group_id) == (("echo", "149"), gid)
+    assert record.idempotency_key == record.request.idempotency_key == "g-150:child:149"
     again = await submit_group(o, req, wait_s=0)
     assert again.group_id == gid and again.existing is not None
     assert await store.count("tasks") == 150

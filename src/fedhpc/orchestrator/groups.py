@@ -80,22 +80,27 @@ async def _accept(o: Orchestrator, req: SubmitGroupRequest) -> tuple[str, bool]:
 def _children(
     o: Orchestrator, req: SubmitGroupRequest, gid: str, key: str, now: datetime
 ) -> Iterator[tuple[str, str, str | None, str, dict[str, Any]]]:
-    """Each child's row, made as the insert consumes it (never all bodies at once)."""
+    """Each child's row, made as the insert consumes it (never all bodies at once). The children
+    differ only in id, key, command and label: one validated record is the template."""
     width = len(str(len(req.children) - 1))
     prefix = "t" + gid[1:]
     decision = "queued: placing" if o.collector.ready.is_set() else WAITING_FOR_PROBES
+    first = req.children[0]
+    template = TaskRecord(
+        id=f"{prefix}-{0:0{width}d}", idempotency_key=f"{key}:child:0", state=JobState.QUEUED,
+        created_at=now, group_id=gid, decision=decision,
+        request=SubmitTaskRequest(
+            command=first.command, envelope=req.envelope, name=first.name, policy=req.policy,
+            workdir=req.workdir, env=req.env, adaptation=req.adaptation,
+            idempotency_key=f"{key}:child:0",
+        ),
+    ).model_dump(mode="json")  # fmt: skip
     for i, child in enumerate(req.children):
-        ckey = f"{key}:child:{i}"
-        task = TaskRecord(
-            id=f"{prefix}-{i:0{width}d}", idempotency_key=ckey, state=JobState.QUEUED,
-            created_at=now, group_id=gid, decision=decision,
-            request=SubmitTaskRequest(
-                command=child.command, envelope=req.envelope, name=child.name,
-                policy=req.policy, workdir=req.workdir, env=req.env, adaptation=req.adaptation,
-                idempotency_key=ckey,
-            ),
-        )  # fmt: skip
-        yield task.id, ckey, gid, task.state.value, task.model_dump(mode="json")
+        tid, ckey = f"{prefix}-{i:0{width}d}", f"{key}:child:{i}"
+        request = {**template["request"], "command": list(child.command), "name": child.name,
+                   "idempotency_key": ckey}  # fmt: skip
+        body = {**template, "id": tid, "idempotency_key": ckey, "request": request}
+        yield tid, ckey, gid, JobState.QUEUED.value, body
 
 
 async def _existing(o: Orchestrator, gid: str, req: SubmitGroupRequest) -> GroupView:
