@@ -201,9 +201,11 @@ class Orchestrator:
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
             avoid = ()  # every usable system already has a sibling: spreading cannot help
-        decision = attempt(avoid)
+        # Placement is pure CPU work (a batch places dozens of tasks without an await between
+        # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
+        decision = await anyio.to_thread.run_sync(attempt, avoid)
         if avoid and isinstance(decision, Unschedulable):
-            decision = attempt(())
+            decision = await anyio.to_thread.run_sync(attempt, ())
         return decision
 
     @staticmethod
