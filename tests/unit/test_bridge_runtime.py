@@ -37,6 +37,9 @@ def test_the_resume_environment_comes_from_the_config_never_from_the_daemon(
     assert env["FEDHPC_HOME"] == str(tmp_path)
     bare = resume_env(ResumeRuntime(), tmp_path)
     assert "ANTHROPIC_API_KEY" not in bare
+    # a `command` continuation runs what its registrant named: it keeps the daemon's environment
+    mine = resume_env(ResumeRuntime(env={"X": "1"}), tmp_path, inherit=True)
+    assert mine["PATH"] == "/some/client/path" and mine["X"] == "1"
 
 
 def test_a_missing_env_file_or_binary_is_a_usage_error_with_the_fix(tmp_path: Path) -> None:

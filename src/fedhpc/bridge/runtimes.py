@@ -89,11 +89,14 @@ def _env_file(path: str) -> dict[str, str]:
     return found
 
 
-def resume_env(cfg: ResumeRuntime, home: Path) -> dict[str, str]:
+def resume_env(cfg: ResumeRuntime, home: Path, *, inherit: bool = False) -> dict[str, str]:
     """The whole environment of a resume: identity (HOME, USER, LANG), PATH, FEDHPC_HOME, then
-    the config's env_file and env. Credentials come only from the config."""
-    env = {k: os.environ[k] for k in _BASE_VARS if k in os.environ}
-    env["PATH"] = cfg.path or DEFAULT_PATH
+    the config's env_file and env. Credentials come only from the config. `inherit` (the
+    `command` runtime: a program the daemon's own starter named, such as `fedhpc demo`'s
+    scripted agent) starts from the daemon's environment instead."""
+    env = dict(os.environ) if inherit else {k: os.environ[k] for k in _BASE_VARS
+                                            if k in os.environ}  # fmt: skip
+    env["PATH"] = cfg.path or (os.environ.get("PATH", DEFAULT_PATH) if inherit else DEFAULT_PATH)
     env["FEDHPC_HOME"] = str(home)
     if cfg.env_file:
         env.update(_env_file(cfg.env_file))
@@ -170,7 +173,7 @@ def launch(
     # claude -p appends stdin to its prompt: only a command gets anything there
     piped = stdin_text if spec.runtime is Runtime.COMMAND else None
     (folder / "stdin").write_text(piped or "")
-    env = resume_env(cfg, home)
+    env = resume_env(cfg, home, inherit=spec.runtime is Runtime.COMMAND)
     if spec.runtime is Runtime.CLAUDE_CODE:
         # An `alwaysLoad` server is waited for only MCP_CONNECT_TIMEOUT_MS (default 5 s), then
         # the turn starts without it: a loaded machine starts `fedhpc serve` slower than that.
