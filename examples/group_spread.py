@@ -45,7 +45,7 @@ async def main() -> None:
         sites = []
         for child in final["children"]:
             result = await call(client, "get_result", task_id=child["task_id"])
-            site = result["attempts"][-1]["site"] if result["attempts"] else "-"
+            site = result["attempts"][-1]["site"] if result.get("attempts") else "-"
             sites.append(site)
             print(f"{child['task_id']}: {result['state']} on {site}")
         print(f"event {event['kind']}: group {final['state']}, counts {final['counts']}")

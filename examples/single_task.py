@@ -55,8 +55,8 @@ async def main() -> None:
         result = await call(client, "get_result", task_id=handle["task_id"], preview="stdout")
         attempt = result["attempts"][-1]
         print(f"event {event['kind']}: {result['state']} on {attempt['site']} "
-              f"(exit {attempt['exit_code']})")  # fmt: skip
-        print(f"stdout: {(result['preview'] or '').strip()}")
+              f"(exit {attempt.get('exit_code')})")  # fmt: skip
+        print(f"stdout: {result.get('preview', '').strip()}")
 
 
 if __name__ == "__main__":

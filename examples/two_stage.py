@@ -79,10 +79,10 @@ async def main() -> None:
         result = await call(client, "get_result", task_id=train["task_id"], preview="stdout")
     attempt = result["attempts"][-1]
     print(f"event {event['kind']}: {result['state']} on {attempt['site']}")
-    for d in result["data"]:
+    for d in result.get("data", []):
         print(f"data: {d['transfer_id']} {d['direction']} {d['source_site']} -> "
               f"{d['destination_site']} {d['bytes']} bytes sha256 {d['checksums']}")  # fmt: skip
-    digest, lines = (result["preview"] or "").split()[0], (result["preview"] or "").split()[-1]
+    digest, lines = result.get("preview", "").split()[0], result.get("preview", "").split()[-1]
     (expected,) = result["data"][0]["checksums"].values()
     print(f"gpu task read {lines} lines; checksum {'matches' if digest == expected else 'DIFFERS'}")
 
