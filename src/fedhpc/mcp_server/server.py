@@ -84,7 +84,7 @@ def _arguments_guard(tools: Mapping[str, Tool]) -> Any:
         model = tool.fn_metadata.arg_model
         unknown = sorted(set(arguments or {}) - set(model.model_fields))
         if unknown:  # the SDK would drop them silently: say which parameter was meant
-            issues = [FieldIssue(k, unknown_field_reason(model, (k,))) for k in unknown]
+            issues = [FieldIssue(k or '""', unknown_field_reason(model, (k,))) for k in unknown]
             return error_result(
                 ValidationFailed(issues, hint=f"Fix the named fields of {name} and call it again.")
             )
