@@ -33,7 +33,9 @@ CASES = int(os.environ.get("FEDHPC_FUZZ_CASES", "1000"))
 TYPED = {"validation", "usage", "permanent", "transient", "not_found", "unknown_tool", "too_large",
          # move_data's reference errors (docs/data.md)
          "bad_data_ref", "path_traversal", "unknown_site", "unknown_root", "unknown_collection",
-         "unsupported_route"}  # fmt: skip
+         "unsupported_route",
+         # site names and workdirs checked before placement (docs/mcp.md)
+         "site_not_usable", "workdir_outside"}  # fmt: skip
 
 Scalar = st.one_of(
     st.none(),
@@ -163,7 +165,7 @@ def _check(tool: str, args: dict[str, Any], result: CallToolResult) -> None:
     assert isinstance(body, dict), (tool, args, body)
     assert all(isinstance(body.get(k), str) for k in ("code", "message", "hint")), body
     assert body["code"] in TYPED, (tool, args, body)
-    if body["code"] == "validation" and "fields" in body:
+    if body["code"] in {"validation", "site_not_usable", "workdir_outside"} and "fields" in body:
         assert all(f["field"] for f in body["fields"]), body
 
 
