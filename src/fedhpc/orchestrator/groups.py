@@ -28,6 +28,9 @@ GroupState = Literal["placing", "running", "completed", "failed", "cancelled"]
 
 LISTED = 20  # children listed in a submit answer; the group resource lists all
 GROUP_WAIT_S = 1.0  # a group small enough to be listed waits this long for its placements
+# A child pending this long (at least three control cycles) after its siblings are done is
+# stalled: a child the scheduler has only just queued is not.
+STALL_AFTER_S = 15.0
 
 _TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 
@@ -181,10 +184,15 @@ async def advance_groups(o: Orchestrator) -> None:
         if len(children) < len(required):
             continue  # an older submit_group still adding children: no round can be over yet
         live = sum(1 for c in children if c["state"] not in _TERMINAL)
+        now = o.clock()
+        stall_s = max(STALL_AFTER_S, 3 * o.cycle_s)
         for c in children:
             att = c["attempt"]
             if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
                 continue
+            since = att.get("pending_since")
+            if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
+                continue  # just queued (the last of a large group): not stalled yet
             if len(children) > 1 and live - (c["state"] not in _TERMINAL) == 0:
                 await _relax(o, gid, c["id"], att["n"])
         done = all(c["state"] in _TERMINAL

@@ -235,6 +235,7 @@ class Store:
             "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
             "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
             "json_extract(a.body, '$.superseded') AS superseded, "
+            "json_extract(a.body, '$.pending_since') AS pending_since, "
             "json_extract(a.body, '$.account') AS account, "
             "json_extract(a.body, '$.shape') AS shape "
             "FROM tasks t LEFT JOIN attempts a ON a.task_id = t.id "
@@ -258,6 +259,7 @@ class Store:
                 child["attempt"] = {
                     "n": r["n"], "site": r["site"], "partition": r["partition"],
                     "job_id": r["job_id"], "state": r["attempt_state"], "account": r["account"],
+                    "pending_since": r["pending_since"],
                     "shape": json.loads(r["shape"]) if r["shape"] else None,
                 }  # fmt: skip
         return sorted(out.values(), key=lambda c: int(c["index"]))
