@@ -35,6 +35,7 @@ import pytest
 
 from fedhpc.bridge.payload import SINGLE_CAP, build_payload, prompt_text
 from fedhpc.bridge.runtimes import check_result, collect, launch
+from fedhpc.bridge.warm import WarmServer
 from fedhpc.cli.daemon import stop_daemon
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
@@ -176,6 +177,7 @@ async def rig(
             for other in r.extra:  # one the test started after killing the first
                 stop(other)
             stop_daemon(DaemonSettings.from_env(home=fedhome))
+            WarmServer(fedhome).stop()  # left running when a test's daemon died
         assert trap.hits == []  # nothing left loopback
         assert watch.peers == set()
 
