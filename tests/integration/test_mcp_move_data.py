@@ -51,7 +51,7 @@ async def test_move_data_copies_a_file_between_two_sites_and_the_view_shows_it(
         assert handle.backend == "local"
         # No continuation for this plain client: the answer must not promise a resume.
         assert "End your turn" not in handle.next
-        assert "Nothing will resume" in handle.next or "Already" in handle.next
+        assert "will NOT resume" in handle.next or "Already" in handle.next
         with anyio.fail_after(60):
             while not (view := await _view(client, handle.transfer_id)).state.terminal:
                 await anyio.sleep(0.5)
