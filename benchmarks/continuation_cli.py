@@ -124,15 +124,20 @@ def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: 
                   ) -> float:  # fmt: skip
     """Median start -> first model request of the CLI alone (no MCP server, no hooks)."""
     full = {**os.environ, **env, "PATH": "/usr/bin:/bin"}
+    if cli == "codex":
+        bare = Path(env["CODEX_HOME"]).parent / ".codex-bare"
+        bare.mkdir(exist_ok=True)
+        text = (Path(env["CODEX_HOME"]) / "config.toml").read_text()
+        (bare / "config.toml").write_text(text.split("[mcp_servers.fedhpc]")[0])
+        full["CODEX_HOME"] = str(bare)
     times = []
     for _ in range(5):
         before = len(fake.exchanges)
         t0 = time.time()
         if cli == "claude":
             argv = [exe, "-p", "hello", "--output-format", "json", "--strict-mcp-config"]
-        else:
-            argv = [exe, "exec", "--json", "--skip-git-repo-check", "-c",
-                    "mcp_servers={}", "hello"]  # fmt: skip
+        else:  # a CODEX_HOME without fedhpc's server (a `-c` override does not remove it)
+            argv = [exe, "exec", "--json", "--skip-git-repo-check", "hello"]
         subprocess.run(argv, cwd=project, env=full, capture_output=True, timeout=120,
                        stdin=subprocess.DEVNULL, check=False)  # fmt: skip
         first = [e.at for e in fake.exchanges[before:]]
