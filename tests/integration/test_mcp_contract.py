@@ -110,7 +110,7 @@ async def test_fixed_site_is_an_error_or_runs_there_and_falls_back_only_when_ask
         assert there["site"] == "devvista"
         assert "(fixed-site)" in there["decision"]
         cancelled = await _ok(client, "cancel", task_id=there["task_id"])
-        assert cancelled["next"].startswith("Cancelled: its job was killed")
+        assert cancelled["next"].startswith("Cancelled: fedhpc stopped it")
         again = await _ok(client, "cancel", task_id=there["task_id"])
         assert again["next"].startswith("Nothing was cancelled")
         # devanvil has no GH200: without fallback the task is unschedulable, saying why.

@@ -39,9 +39,19 @@ def test_live_work_says_end_your_turn_only_when_a_continuation_will_wake_the_age
 ) -> None:
     woken = next_hint(tool, state, resumes=True)  # type: ignore[arg-type]
     alone = next_hint(tool, state, resumes=False)  # type: ignore[arg-type]
-    assert "End your turn" in woken
-    assert "End your turn" not in alone
+    if tool.startswith("submit_"):
+        assert "End your turn" in woken  # the caller is the session the continuation names
+    else:  # get_result/replan/group may come from another session: name whom fedhpc resumes
+        assert "End your turn" not in woken and "the session that submitted it" in woken
+    assert "Do not poll" in woken
+    assert "End your turn" not in alone and "resumes" not in alone
     assert "get_result" in alone
+
+
+def test_an_unschedulable_group_child_is_not_sent_to_a_replan_its_ended_round_refuses() -> None:
+    hint = next_hint("get_result", "unschedulable", resumes=True, ref="t1", child=True)
+    assert "round is open" in hint and "submit_group" in hint
+    assert "submit_group" not in next_hint("get_result", "unschedulable", resumes=True)
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -65,7 +75,8 @@ def test_cancel_of_a_finished_task_says_nothing_was_cancelled() -> None:
     for state in ENDED:
         hint = next_hint("cancel", state, resumes=True, ref="t1")
         assert hint.startswith("Nothing was cancelled") and state in hint
-    assert "killed" in next_hint("cancel", "cancelled", resumes=True, cancelled_now=True)
+    stopped = next_hint("cancel", "cancelled", resumes=True, cancelled_now=True)
+    assert stopped.startswith("Cancelled: fedhpc stopped it") and "if one was" in stopped
 
 
 def test_a_failed_result_points_at_the_stderr_tail() -> None:

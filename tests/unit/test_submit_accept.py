@@ -214,3 +214,22 @@ async def test_an_impossible_request_is_unschedulable_at_once(store: Store) -> N
     await place_queued(o)
     task = await o.load_task(handle.task_id)
     assert task.state is JobState.UNSCHEDULABLE
+
+
+async def test_a_dispatch_that_raises_fails_only_its_own_task_and_wakes_its_agent(
+    store: Store,
+) -> None:
+    from fedhpc.orchestrator.placer import place_queued
+
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    o = _orchestrator(store, Clock(), alpha=alpha)  # placed on alpha, but no adapter for it
+    o.collector.latest["alpha"] = state(alpha.profile)
+    first = await o.submit_task(_req(name="a"), wait_s=0)
+    second = await o.submit_task(_req(name="b", command=("echo", "b")), wait_s=0)
+    await place_queued(o)  # before: the KeyError escaped and cancelled the whole batch
+    for handle in (first, second):
+        task = await o.load_task(handle.task_id)
+        assert task.state is JobState.FAILED
+        assert task.reasons[0].startswith("could not submit to alpha: internal: KeyError")
+    kinds = [e.kind for e in await store.events_after(0)]
+    assert kinds == ["task.retry_exhausted", "task.retry_exhausted"]

@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,15 +177,13 @@ async def test_non_zero_exit_is_a_result_with_both_streams(
 async def test_walltime_kills_the_command_and_reports_rc_124(
     service: LocalComputeService, tmp_path: Path
 ) -> None:
-    started = time.monotonic()
-    with anyio.fail_after(60):
+    with anyio.fail_after(25):  # well before the 30 s sleep: the 1 s limit ended it
         result = await _transport(service, tmp_path).run(
             Command(("sh", "-c", "echo started; sleep 30"), timeout_s=1)
         )
     assert result.returncode == 124
     assert result.stdout == "started\n"
     assert "timed out after 1 s" in result.stderr
-    assert time.monotonic() - started < 25
 
 
 async def test_output_beyond_the_sdk_default_of_1000_lines_comes_back_whole(

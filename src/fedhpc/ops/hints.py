@@ -15,6 +15,8 @@ HintTool = Literal["submit_task", "submit_group", "get_result", "replan", "cance
 _TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout", "unschedulable"})
 
 _WAIT = "End your turn now: fedhpc resumes you with the outcome. Do not poll."
+# get_result/replan/group may come from a session other than the submitter's: say whom.
+_WAIT_OWNER = "Still live: fedhpc resumes the session that submitted it when it ends. Do not poll."
 _NO_WAKE = (
     "No continuation is bound to this session, so nothing will resume it: call {read} when "
     "you want the outcome (list_events shows when it ends)."
@@ -28,6 +30,11 @@ _ENDED = {
     "unschedulable": "No site can run it as asked (see reasons): replan it with a changed "
     "envelope or exclude_sites, or submit a new task (another fixed_site, fallback).",
 }
+_CHILD_UNSCHEDULABLE = (
+    "No site can run it as asked (see reasons): replan it with a changed envelope or "
+    "exclude_sites while its group's round is open; once the round has ended, submit_group "
+    "again with a changed envelope."
+)
 _READ = {
     "completed": "Completed: preview is the end of its stdout; outputs lists the files not "
     "shown whole.",
@@ -44,6 +51,7 @@ def next_hint(
     ref: str = "",
     cancelled_now: bool = False,
     whole: bool = False,
+    child: bool = False,
 ) -> str:
     """The `next` line of an answer.
 
@@ -51,7 +59,8 @@ def next_hint(
     state that is not terminal counts as live, whatever new ones the submit pipeline adds.
     `resumes`: a continuation will wake this agent when the work ends. `ref` names what to
     read (a task id); `cancelled_now`: this cancel call stopped live work; `whole`: a
-    get_result answer shows all of the task's output (no file left to read)."""
+    get_result answer shows all of the task's output (no file left to read); `child`: the
+    task is a group child (replan works only while its round is open)."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})" if ref and not group else
@@ -59,13 +68,20 @@ def next_hint(
     )  # fmt: skip
     if tool == "cancel":
         if cancelled_now:
-            return "Cancelled: its job was killed; nothing more will happen."
+            return (
+                "Cancelled: fedhpc stopped it (and its job, if one was queued or running); "
+                "nothing more will happen."
+            )
         if state in _TERMINAL:
             return f"Nothing was cancelled: it had already ended ({state}). Read it with {read}."
     if state not in _TERMINAL:
         if tool == "get_result":
-            return _WAIT if resumes else "Still running: call get_result again later."
-        return _WAIT if resumes else _NO_WAKE.format(read=read)
+            return _WAIT_OWNER if resumes else "Still running: call get_result again later."
+        if resumes:
+            return _WAIT if tool in {"submit_task", "submit_group"} else _WAIT_OWNER
+        return _NO_WAKE.format(read=read)
+    if child and state == "unschedulable":
+        return _CHILD_UNSCHEDULABLE
     if tool == "get_result":
         if whole and state == "completed":
             return "Completed: preview is all of its output."

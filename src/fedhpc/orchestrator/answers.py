@@ -21,7 +21,8 @@ async def hinted(o: Orchestrator, handle: TaskHandle, tool: HintTool) -> TaskHan
         return handle
     task = await o.load_task(handle.task_id)
     wake = await resumes(o, task.id, task.group_id)
-    hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id)
+    hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id,
+                     child=task.group_id is not None)  # fmt: skip
     return handle.model_copy(update={"next": hint})
 
 
@@ -33,5 +34,5 @@ async def hinted_group(o: Orchestrator, view: GroupView, tool: HintTool) -> Grou
 async def hinted_result(o: Orchestrator, manifest: ResultManifest) -> ResultManifest:
     wake = await resumes(o, manifest.task_id, manifest.group_id)
     hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id,
-                     whole=not manifest.outputs)  # fmt: skip
+                     whole=not manifest.outputs, child=manifest.group_id is not None)  # fmt: skip
     return manifest.model_copy(update={"next": hint})

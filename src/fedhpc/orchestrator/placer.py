@@ -12,6 +12,7 @@ import structlog
 
 from fedhpc.adapters.site import WorkdirFailed
 from fedhpc.domain.job import JobState
+from fedhpc.errors import FedError
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Category, Outcome, Placement, Unschedulable
@@ -147,6 +148,24 @@ def _limiter(o: Orchestrator, site: str) -> anyio.CapacityLimiter:
 
 
 async def _dispatch(
+    o: Orchestrator, task: TaskRecord, p: Placement, history: WaitHistory | None
+) -> None:
+    """One task's submission; a failure of its own never cancels its batch-mates (they run in
+    one task group) nor blocks the queue behind it: the task fails with the reason."""
+    try:
+        await _submit(o, task, p, history)
+    except Exception as exc:  # typed or not: this task's failure, never the batch's
+        if not isinstance(exc, FedError):
+            log.exception("dispatch failed", task=task.id, site=p.site)
+        message = exc.message if isinstance(exc, FedError) else f"internal: {type(exc).__name__}"
+        task.state = JobState.FAILED
+        task.reasons = (f"could not submit to {p.site}: {message}",)
+        async with o.store.transaction() as tx:
+            await o.save(tx, task, at=o.clock())
+            await o.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
+
+
+async def _submit(
     o: Orchestrator, task: TaskRecord, p: Placement, history: WaitHistory | None
 ) -> None:
     """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
