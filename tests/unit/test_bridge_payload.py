@@ -117,3 +117,26 @@ def test_user_prompt_submit_hook_injects_and_empties_the_inbox(tmp_path: Path) -
     assert "task.terminal" in body["additionalContext"]
     assert not (inbox / "s1.jsonl").exists()
     assert user_prompt_submit('{"session_id": "s1"}', tmp_path) is None
+
+
+def test_one_resume_carries_at_most_20_events_and_8_kb_of_prompt_the_rest_wait_in_order() -> None:
+    from fedhpc.bridge.payload import BATCH_BYTES, BATCH_EVENTS, batch_size
+
+    small = [build_payload(_event(), [], delivery_id=f"d{i}") for i in range(1000)]
+    n = batch_size(small)
+    assert n == BATCH_EVENTS
+    assert len(prompt_text(small[:n]).encode()) <= BATCH_BYTES
+    big = [build_payload(_event(reason="x" * 300, hint="y" * 500), [_attempt(1)],
+                         delivery_id=f"d{i}") for i in range(1000)]  # fmt: skip
+    m = batch_size(big)
+    assert 1 <= m < BATCH_EVENTS
+    assert len(prompt_text(big[:m]).encode()) <= BATCH_BYTES
+    assert len(prompt_text(big[: m + 1]).encode()) > BATCH_BYTES
+    # the batches, taken one after another, carry every event once, in order
+    rest, sent = small, []
+    while rest:
+        k = batch_size(rest)
+        sent += [p["delivery"] for p in rest[:k]]
+        rest = rest[k:]
+    assert sent == [f"d{i}" for i in range(1000)]
+    assert batch_size(big[:1]) == 1

@@ -9,11 +9,23 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["HARD_CAP", "SINGLE_CAP", "TARGET", "build_payload", "nudge_text", "prompt_text"]
+__all__ = [
+    "BATCH_BYTES",
+    "BATCH_EVENTS",
+    "HARD_CAP",
+    "SINGLE_CAP",
+    "TARGET",
+    "batch_size",
+    "build_payload",
+    "nudge_text",
+    "prompt_text",
+]
 
 SINGLE_CAP = 600  # bytes: a single task's terminal event, as the model sees it
 TARGET = 1024  # bytes: what one event's JSON normally stays under
 HARD_CAP = 4096  # bytes: never more per event; the rest is behind the result reference
+BATCH_EVENTS = 20  # events: never more in one resume; the rest ride the next one, in order
+BATCH_BYTES = 8192  # bytes of prompt per resume (an argv element may not pass 128 KiB)
 
 _NEXT = {
     "task.terminal": ["get_result(task_id)", "submit_task(...) for the next step"],
@@ -117,6 +129,22 @@ def prompt_text(payloads: Sequence[dict[str, Any]], *, seen: Sequence[str] = ())
         lines += [_line(p) for p in fresh]
     lines.append(_TAIL)
     return "\n".join(lines)
+
+
+def batch_size(
+    payloads: Sequence[dict[str, Any]],
+    *,
+    max_events: int = BATCH_EVENTS,
+    max_bytes: int = BATCH_BYTES,
+) -> int:
+    """How many of `payloads` (event order) one resume carries: at most `max_events`, and no
+    more than fit in `max_bytes` of prompt; always at least one (an event is <= HARD_CAP)."""
+    n = 1
+    while n < min(len(payloads), max_events):
+        if len(prompt_text(payloads[: n + 1]).encode()) > max_bytes:
+            break
+        n += 1
+    return min(n, len(payloads))
 
 
 def nudge_text(seen: Sequence[str]) -> str:

@@ -18,7 +18,7 @@ import anyio
 import structlog
 from pydantic import ValidationError
 
-from fedhpc.bridge.payload import build_payload, prompt_text
+from fedhpc.bridge.payload import batch_size, build_payload, prompt_text
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.runtimes import (
     Outcome,
@@ -56,6 +56,13 @@ def session_key(spec: ContinuationSpec) -> str:
     target = spec.model_dump(mode="json", exclude={"events"})
     digest = hashlib.sha256(json.dumps(target, sort_keys=True).encode()).hexdigest()[:16]
     return f"{spec.runtime.value}:{digest}"
+
+
+def _group_event(e: Event) -> bool:
+    """An event a group's continuation receives: the group's own (`group.*`). Its children's
+    per-task events do not wake it (1,000 failing children would be 1,000 events in one
+    resume); `group.round_terminal` reports them, counted by state."""
+    return e.kind.startswith("group.") and bool(e.payload.get("group_id"))
 
 
 class Bridge:
@@ -104,7 +111,7 @@ class Bridge:
             return 0
         done = await self.store.consumed(self.CONSUMER, [e.id for e in events])
         subjects = {e.subject for e in events} | {
-            str(e.payload["group_id"]) for e in events if e.payload.get("group_id")
+            str(e.payload["group_id"]) for e in events if _group_event(e)
         }
         conts = await self.store.continuations_for(sorted(subjects))
         now = self.clock()
@@ -120,8 +127,10 @@ class Bridge:
                     continue
                 if e.kind not in spec.events:
                     continue
-                if c["subject"] not in (e.subject, e.payload.get("group_id")):
-                    continue
+                if c["subject"] != e.subject and not (
+                    _group_event(e) and c["subject"] == e.payload.get("group_id")
+                ):
+                    continue  # a group hears its own events; a child's go to its own only
                 did = f"d{e.seq}-{c['id']}"
                 body = {
                     "payload": build_payload(e.model_dump(mode="json"), await self._attempts(e),
@@ -181,12 +190,15 @@ class Bridge:
         await self._save_all([d], "delivered")
 
     async def _launch(self, ds: list[dict[str, Any]]) -> None:
-        """One resume for the session's pending deliveries (event order), marked `started`
+        """One resume for the session's oldest pending deliveries (event order, at most
+        BATCH_EVENTS and BATCH_BYTES of prompt), marked `started`
         (committed before the process exists: after a crash, a started resume with an rc file
         is finished, one with a live pid is waited for)."""
         spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
         if spec.runtime not in _SESSIONS:
             ds = ds[:1]  # a command gets one payload on stdin
+        else:  # capped: the rest wait (the session is busy) and ride the next resume, in order
+            ds = ds[: batch_size([d["body"]["payload"] for d in ds])]
         rid = f"r{ds[0]['body'].get('seq', 0)}-{secrets.token_hex(3)}"
         try:
             cfg = self.resume().get(spec.runtime.value)
