@@ -1,5 +1,5 @@
 """move_data in process (mcp.Client, legacy handshake) with the daemon's client faked: what it
-sends to the daemon, what it answers, and when it registers a continuation for the transfer."""
+sends to the daemon (with the continuation, stored with the transfer) and what it answers."""
 
 from __future__ import annotations
 
@@ -112,6 +112,7 @@ async def test_move_data_sends_the_contract_request_and_answers_with_the_handle(
     )  # fmt: skip
     assert defaults.idempotency_key is None
     assert fake.registered == []  # nobody to wake: a pull client
+    assert sent.continuation is None and defaults.continuation is None
 
 
 async def test_a_known_agent_session_is_woken_by_the_transfers_own_events(
@@ -125,13 +126,16 @@ async def test_a_known_agent_session_is_woken_by_the_transfers_own_events(
         result = await client.call_tool("move_data", REQUEST)
     assert not result.is_error
     assert "End your turn" in TransferHandle.model_validate(result.structured_content).next
-    ((subject, registered),) = fake.registered
-    assert subject == "x0123456789a"
-    assert registered.command == ("/bin/true",)
-    assert registered.events == TRANSFER_EVENTS
+    # In the request itself, never registered after the answer: the daemon stores it in the
+    # transaction that creates the transfer, before any outcome of it can be observed.
+    assert fake.registered == []
+    (sent,) = fake.moves
+    assert sent.continuation is not None
+    assert sent.continuation.command == ("/bin/true",)
+    assert sent.continuation.events == TRANSFER_EVENTS
 
 
-async def test_a_transfer_already_ended_registers_nothing(
+async def test_a_transfer_already_ended_answers_where_to_read_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FEDHPC_CONTINUATION", json.dumps({"runtime": "inbox"}))

@@ -346,6 +346,8 @@ async def move_data(
 ) -> TransferHandle:
     """Act: copy files site to site, never through you. Then follow `next`, or pass
     transfer_id to submit_task's stage_in."""
+    spec, unbound = await _continuation(ctx, "move_data")
+    wake = spec.model_copy(update={"events": TRANSFER_EVENTS}) if spec is not None else None
     req = MoveDataRequest.model_validate(
         {
             "source": source,
@@ -355,20 +357,15 @@ async def move_data(
             "sync_level": sync_level,
             "verify_checksum": verify_checksum,
             "idempotency_key": idempotency_key,
+            "continuation": wake,  # stored with the transfer: no outcome can come before it
         }
     )
-    link = _link(ctx)
-    spec, unbound = await _continuation(ctx, "move_data")
-    handle = await link.call(lambda c: c.move_data(req))
+    handle = await _link(ctx).call(lambda c: c.move_data(req))
     where = f"fedhpc://transfers/{handle.transfer_id}"
     if handle.state.terminal:
         return handle.model_copy(update={"next": f"Already {handle.state.value}: read {where}."})
     if spec is None:
         return _unbound(handle, unbound, handle.transfer_id)
-    # Registered right after the handle: a transfer's outcome is observed on a later cycle at
-    # the earliest. Idempotent per subject and spec, like a retried move_data.
-    wake = spec.model_copy(update={"events": TRANSFER_EVENTS})
-    await link.call(lambda c: c.register_continuation(handle.transfer_id, wake))
     return handle
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal, Self
@@ -15,6 +17,7 @@ __all__ = [
     "DeliveryView",
     "Runtime",
     "ToolBinding",
+    "continuation_id",
 ]
 
 # Results and unresolved exceptions: what a waiting agent must hear about.
@@ -85,6 +88,13 @@ class ContinuationSpec(BaseModel):
             if "\x00" in arg:
                 raise ValueError(f"command[{i}] contains NUL")
         return self
+
+
+def continuation_id(subject: str, spec: ContinuationSpec) -> str:
+    """The row id of `spec` on `subject`: the same spec registered again is the same row."""
+    body = spec.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
+    return f"c{subject}-{digest}"
 
 
 class ContinuationView(BaseModel):

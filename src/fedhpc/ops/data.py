@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from fedhpc.domain.job import SafePath
+from fedhpc.ops.continuations import ContinuationSpec
 
 __all__ = [
     "DATA_REF_PATTERN",
@@ -127,6 +128,11 @@ class MoveDataRequest(TransferOptions):
         min_length=1,
         max_length=200,
         description="retrying with the same key never transfers twice (default: from the request)",
+    )
+    continuation: ContinuationSpec | None = Field(
+        default=None,
+        description="wake this session for the transfer's events; stored with the transfer, "
+        "so no event can come before it (not part of the request's identity)",
     )
 
 

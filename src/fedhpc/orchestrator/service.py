@@ -4,8 +4,6 @@ and observation share one lock; accepting a submission does not wait for it."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +29,7 @@ from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObser
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
+from fedhpc.store.continuations import put_continuation
 
 __all__ = ["Orchestrator", "TaskNotFound"]
 
@@ -386,12 +385,7 @@ class Orchestrator:
 
     async def put_continuation(self, tx: Tx, subject: str, spec: ContinuationSpec) -> str:
         """The continuation row, in the caller's transaction (with the task it wakes for)."""
-        body = spec.model_dump(mode="json")
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
-        cid = f"c{subject}-{digest}"
-        await tx.put_continuation(cid, subject=subject, runtime=spec.runtime.value, body=body,
-                                  at=self.clock())  # fmt: skip
-        return cid
+        return await put_continuation(tx, subject, spec, at=self.clock())
 
     async def unschedulable(self, task: TaskRecord, u: Unschedulable) -> TaskHandle:
         task.state = JobState.UNSCHEDULABLE

@@ -25,6 +25,7 @@ from fedhpc.ops.data import (
 )
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
+from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
 from fedhpc.transfer.errors import TransferNotFound, TransferUnavailable
@@ -45,7 +46,8 @@ def _utcnow() -> datetime:
 def request_key(req: MoveDataRequest) -> str:
     if req.idempotency_key:
         return req.idempotency_key
-    return "sha256:" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+    body = req.model_dump_json(exclude={"continuation"})  # who waits is not what moves
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
 def plan_transfer(
@@ -123,15 +125,24 @@ class TransferService:
     # -- operations -------------------------------------------------------------------------
     async def move_data(self, req: MoveDataRequest) -> TransferHandle:
         key = request_key(req)
+        wake = req.continuation
         async with self.lock:
             async with self.store.transaction() as tx:
                 existing = await records.get_by_key(tx, key)
-            if existing is not None:  # a retried call: the same transfer, never a second copy
+                # A retried call: the same transfer, never a second copy. Its caller is woken
+                # too while it is live (no event of it can come between: the lock holds them).
+                if existing is not None and wake is not None and not existing.state.terminal:
+                    await put_continuation(tx, existing.id, wake, at=self.clock())
+            if existing is not None:
                 return existing.handle()
             rec = plan_transfer(req, self.sites, transfer_id=records.new_transfer_id(),
                                 now=self.clock())  # fmt: skip
             async with self.store.transaction() as tx:
                 await records.put(tx, rec, at=self.clock())
+                # With the record, before any step of it: an outcome observed at once (a
+                # refused submit, a block, a copy done by the next cycle) finds its waiter.
+                if wake is not None:
+                    await put_continuation(tx, rec.id, wake, at=self.clock())
             rec = await self._advance(rec)
             return rec.handle()
 

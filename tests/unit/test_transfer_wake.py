@@ -1,0 +1,154 @@
+"""A transfer's waiter is stored with the transfer (move_data carries its continuation), so an
+outcome observed at once -- a submit refused for consent, a block on credentials -- finds it:
+the real TransferService and the real resume bridge's routing over one store, Globus answered
+by the SDK's own registered responses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import globus_sdk
+import pytest
+import responses
+from globus_sdk.testing import RegisteredResponse, load_response
+from globus_sdk.transport import RetryConfig
+
+from fedhpc.bridge.service import Bridge
+from fedhpc.domain.config import UserSiteConfig
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.ops.data import MoveDataRequest, TransferState
+from fedhpc.profiles import load_profiles
+from fedhpc.profiles.loader import Site
+from fedhpc.store import Store
+from fedhpc.transfer.globus import GlobusBackend
+from fedhpc.transfer.service import TransferService
+
+SRC = "6f1e3c2a-0000-4000-8000-00000000d001"
+DST = "6f1e3c2a-0000-4000-8000-00000000e001"
+TASK = "42c9f5e2-1111-4000-8000-00000000aaaa"
+EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
+
+
+@pytest.fixture(autouse=True)
+def mocked_http() -> Iterator[None]:
+    responses.start()
+    yield
+    responses.stop()
+    responses.reset()
+
+
+@pytest.fixture
+def sites() -> dict[str, Site]:
+    p = load_profiles()
+    return {
+        "delta": Site(p["delta"], UserSiteConfig(collections={"work": SRC})),
+        "polaris": Site(p["polaris"], UserSiteConfig(collections={"eagle": DST})),
+    }
+
+
+def _backend() -> GlobusBackend:
+    client = globus_sdk.TransferClient(
+        authorizer=globus_sdk.AccessTokenAuthorizer("dummy-token"),
+        retry_config=RetryConfig(max_retries=0),
+    )
+    return GlobusBackend(lambda: client)
+
+
+def _agent(log: Path) -> ContinuationSpec:
+    return ContinuationSpec(runtime=Runtime.COMMAND, command=("tee", "-a", str(log)),
+                            events=EVENTS)  # fmt: skip
+
+
+def _request(agent: ContinuationSpec | None) -> MoveDataRequest:
+    return MoveDataRequest(source="delta:work/p/in.dat", destination="polaris:eagle/p/in.dat",
+                           continuation=agent)  # fmt: skip
+
+
+async def _delivered(store: Store) -> list[tuple[str, str]]:
+    return sorted((d["body"]["kind"], d["body"]["subject"]) for d in await store.deliveries())
+
+
+async def test_a_move_data_refused_at_once_wakes_its_continuation_exactly_once(
+    tmp_path: Path, sites: dict[str, Site]
+) -> None:
+    load_response(globus_sdk.TransferClient.get_submission_id)
+    load_response(RegisteredResponse(
+        service="transfer", method="POST", path="/v0.10/transfer", status=403,
+        json={"code": "ConsentRequired", "message": "Missing required data_access consent",
+              "required_scopes": [f"urn:globus:auth:scope:transfer.api.globus.org:all"
+                                  f"[*https://auth.globus.org/scopes/{DST}/data_access]"]},
+    ))  # fmt: skip
+    store = await Store.open(tmp_path / "fedhpc.db")
+    try:
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        bridge = Bridge(store, tmp_path)
+        agent = _agent(tmp_path / "agent.log")
+        handle = await svc.move_data(_request(agent))
+        assert handle.state is TransferState.FAILED  # ended inside the move_data call
+        # The bridge routes before the MCP server could have answered, let alone registered.
+        assert await bridge.route() == 1
+        assert await _delivered(store) == [("transfer.failed", handle.transfer_id)]
+        (d,) = await store.deliveries()
+        assert "fedhpc login --scope" in d["body"]["payload"]["hint"]
+        # The same call again (a retry after a lost answer): the same transfer, no new wake.
+        again = await svc.move_data(_request(agent))
+        assert again.transfer_id == handle.transfer_id
+        await svc.tick()
+        assert await bridge.route() == 0
+        assert len(await store.deliveries()) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_move_data_blocked_on_credentials_wakes_its_continuation_exactly_once(
+    tmp_path: Path, sites: dict[str, Site]
+) -> None:
+    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
+    load_response(RegisteredResponse(
+        service="transfer", method="POST", path="/v0.10/transfer",
+        json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+    ))  # fmt: skip
+    load_response(RegisteredResponse(
+        service="transfer", method="GET", path=f"/v0.10/task/{TASK}",
+        json={"task_id": TASK, "status": "INACTIVE", "nice_status": "AUTH",
+              "nice_status_short_description": "endpoint credentials expired"},
+    ))  # fmt: skip
+    store = await Store.open(tmp_path / "fedhpc.db")
+    try:
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        bridge = Bridge(store, tmp_path)
+        handle = await svc.move_data(_request(_agent(tmp_path / "agent.log")))
+        assert handle.state is TransferState.ACTIVE
+        await svc.tick()  # the very next cycle sees the block, before any registration could
+        await svc.tick()  # still blocked: the same block, no second event
+        assert await bridge.route() == 1
+        assert await _delivered(store) == [("transfer.blocked", handle.transfer_id)]
+        (d,) = await store.deliveries()
+        payload: dict[str, Any] = d["body"]["payload"]
+        assert "fedhpc login" in payload["hint"]
+        assert await bridge.route() == 0
+    finally:
+        await store.close()
+
+
+async def test_a_request_without_a_continuation_keeps_its_identity(
+    tmp_path: Path, sites: dict[str, Site]
+) -> None:
+    """Who waits is not part of what moves: the same copy asked by a pull client and then by
+    an agent is one transfer, and the agent is woken for it."""
+    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
+    load_response(RegisteredResponse(
+        service="transfer", method="POST", path="/v0.10/transfer",
+        json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+    ))  # fmt: skip
+    store = await Store.open(tmp_path / "fedhpc.db")
+    try:
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        first = await svc.move_data(_request(None))
+        second = await svc.move_data(_request(_agent(tmp_path / "agent.log")))
+        assert second.transfer_id == first.transfer_id
+        assert len(await store.continuations_for([first.transfer_id])) == 1
+    finally:
+        await store.close()
