@@ -177,7 +177,7 @@ async def rig(
             for other in r.extra:  # one the test started after killing the first
                 stop(other)
             stop_daemon(DaemonSettings.from_env(home=fedhome))
-            WarmServer(fedhome).stop()  # left running when a test's daemon died
+            await WarmServer(fedhome).stop()  # left running when a test's daemon died
         assert trap.hits == []  # nothing left loopback
         assert watch.peers == set()
 

@@ -334,13 +334,15 @@ class Bridge:
         await self.deliver()
 
     async def run(self, stopping: anyio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.cycle()
-            except Exception:  # a bad delivery is logged; the bridge keeps serving
-                log.exception("bridge cycle failed")
-            with anyio.move_on_after(self.poll_s):
-                await self.wake.wait()
-            self.wake = anyio.Event()
-        if self.warm is not None:
-            self.warm.stop()
+        try:
+            while not stopping.is_set():
+                try:
+                    await self.cycle()
+                except Exception:  # a bad delivery is logged; the bridge keeps serving
+                    log.exception("bridge cycle failed")
+                with anyio.move_on_after(self.poll_s):
+                    await self.wake.wait()
+                self.wake = anyio.Event()
+        finally:  # also when cancelled (the daemon's grace ran out): no warm server is left
+            if self.warm is not None:
+                await self.warm.stop()  # shielded

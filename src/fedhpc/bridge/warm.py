@@ -1,8 +1,9 @@
 """A warm MCP server for Claude resumes: one `fedhpc serve --http` on loopback, started by the
 bridge and reused by every resume, so a resumed turn does not wait for a fresh `fedhpc serve`
 to import the MCP SDK (~1.5 s, more on a loaded machine). It requires a bearer token (random,
-in a 0600 file), answers only on 127.0.0.1, and outlives a daemon restart (its record says
-where it is). If it cannot be started, resumes fall back to a stdio server."""
+in a 0600 file), answers only on 127.0.0.1, and outlives only a daemon crash (its record says
+where it is); a clean stop, or a cancelled bridge, ends it. If it cannot be started, resumes
+fall back to a stdio server."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -46,10 +48,33 @@ def _alive(pid: int) -> bool:
     return ") Z " not in stat
 
 
+def _ours(found: dict[str, Any]) -> int:
+    """The recorded server's pid while that process lives and is still our server (not a
+    recycled pid), else 0: it is ended whether or not it answers."""
+    pid, port = int(found.get("pid", 0)), str(found.get("port", ""))
+    if pid <= 0 or not _alive(pid):
+        return 0
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return 0
+    return pid if b"serve" in argv and port.encode() in argv else 0
+
+
 def _answers(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def _wait_up(pid: int, port: int) -> None:
+    with anyio.move_on_after(30):
+        while not _answers(port):
+            if not _alive(pid):
+                raise OSError("the resume MCP server exited at start (resume-mcp.log)")
+            await anyio.sleep(0.1)
+    if not _answers(port):
+        raise OSError("the resume MCP server did not answer within 30 s")
 
 
 def _free_port() -> int:
@@ -65,14 +90,42 @@ class WarmServer:
         self.home = home
         self.record = home / "resume-mcp.json"
 
-    def _load(self) -> dict[str, Any] | None:
+    def _recorded(self) -> dict[str, Any] | None:
         try:
             found: dict[str, Any] = json.loads(self.record.read_text())
         except (OSError, ValueError):
             return None
-        if _alive(int(found.get("pid", 0))) and _answers(int(found.get("port", 0))):
+        return found
+
+    def _load(self) -> dict[str, Any] | None:
+        found = self._recorded()
+        if found is not None and _ours(found) and _answers(int(found.get("port", 0))):
             return found
         return None
+
+    def _write(self, found: dict[str, Any]) -> None:
+        tmp = self.record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(found))
+        tmp.chmod(0o600)
+        tmp.replace(self.record)
+
+    async def _end(self) -> None:
+        """End the recorded server if its process lives (answering or hung): its whole
+        process group, SIGTERM then SIGKILL after 3 s; then forget it."""
+        found = self._recorded()
+        pid = _ours(found) if found is not None else 0
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+            for i in range(80):  # SIGKILL after 3 s, then up to 1 s for it to go
+                if not _alive(pid):
+                    break
+                if i == 60:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+                await anyio.sleep(0.05)
+            log.info("resume mcp server stopped", pid=pid)
+        self.record.unlink(missing_ok=True)
 
     async def _start(self) -> dict[str, Any]:
         token = secrets.token_urlsafe(32)
@@ -83,18 +136,14 @@ class WarmServer:
                 "127.0.0.1", "--port", str(port), "--no-autostart"]  # fmt: skip
         pid = spawn_detached(argv, env=env, cwd=str(self.home),
                              log_path=self.home / "resume-mcp.log")  # fmt: skip
-        with anyio.move_on_after(30):
-            while not _answers(port):
-                if not _alive(pid):
-                    raise OSError("the resume MCP server exited at start (resume-mcp.log)")
-                await anyio.sleep(0.1)
-        if not _answers(port):
-            raise OSError("the resume MCP server did not answer within 30 s")
         found = {"pid": pid, "port": port, "token": token}
-        tmp = self.record.with_suffix(".tmp")
-        tmp.write_text(json.dumps(found))
-        tmp.chmod(0o600)
-        tmp.replace(self.record)
+        self._write(found)  # recorded at once: a bridge cancelled while it starts still ends it
+        try:
+            await _wait_up(pid, port)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._end()
+            raise
         log.info("resume mcp server up", pid=pid, port=port)
         return found
 
@@ -102,6 +151,7 @@ class WarmServer:
         """The HTTP server entry (started when needed), or None when it cannot run."""
         found = self._load()
         if found is None:
+            await self._end()  # a recorded server that lives but does not answer: never two
             try:
                 found = await self._start()
             except (OSError, subprocess.SubprocessError) as exc:
@@ -111,9 +161,7 @@ class WarmServer:
         url = f"http://127.0.0.1:{found['port']}/mcp"
         return {"type": "http", "url": url, "headers": auth, "alwaysLoad": True}
 
-    def stop(self) -> None:
-        found = self._load()
-        if found is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(found["pid"]), 15)
-            self.record.unlink(missing_ok=True)
+    async def stop(self) -> None:
+        """End the server (the bridge's run ends: a clean stop or a cancellation)."""
+        with anyio.CancelScope(shield=True):
+            await self._end()
