@@ -187,7 +187,10 @@ def launch(
     cwd = spec.cwd if spec.cwd and Path(spec.cwd).is_dir() else str(folder)
     # Detached twice: the wrapper leads its own session (it survives a daemon crash, and
     # `kill` ends its whole group) and is nobody's child here (no zombie to reap).
-    outer = 'setsid bash -c "$1" fedhpc-resume "${@:2}" < /dev/null > /dev/null 2>&1 & echo $!'
+    # The launching shell records the pid itself, first thing: a daemon that dies meanwhile
+    # still finds it (a folder without a pid is never taken for "not launched").
+    outer = ('setsid bash -c "$1" fedhpc-resume "${@:2}" < /dev/null > /dev/null 2>&1 & '
+             'echo $! > "$3/pid.tmp" && mv "$3/pid.tmp" "$3/pid"; echo $!')  # fmt: skip
     done = subprocess.run(
         ["bash", "-c", outer, "fedhpc-launch", wrapper, str(int(timeout_s)), str(folder), *argv],
         cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -196,7 +199,6 @@ def launch(
     pid = int(done.stdout.strip() or "0")
     if done.returncode != 0 or pid <= 0:
         raise TransientError(f"could not start the resume: {done.stderr.strip()[-300:]}")
-    (folder / "pid").write_text(str(pid))
     return Launched(pid, folder)
 
 

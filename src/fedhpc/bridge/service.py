@@ -42,6 +42,7 @@ __all__ = ["Bridge", "session_key"]
 log = structlog.get_logger(__name__)
 
 _SESSIONS = (Runtime.CLAUDE_CODE, Runtime.CODEX)
+_LAUNCH_S = 60.0  # a launch's shell has recorded the pid by then (it times out at 30 s)
 
 
 def _utcnow() -> datetime:
@@ -240,14 +241,22 @@ class Bridge:
                     )
                     kill(pid)
                 return True
-            if not pid_file.exists():
+            if not folder.exists():
                 for d in ds:  # crashed before launch: launch again (nothing reached the session)
                     d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
                 await self._save_all(ds, "pending")
                 return False
+            # Crashed while launching: it may run (its shell writes the pid), so wait; past the
+            # launch timeout it is a failed attempt, and the retry checks the session record
+            # before re-sending anything (never a second resume with the same events).
+            launching = self.clock().timestamp() - folder.stat().st_mtime < _LAUNCH_S
+            if not pid_file.exists() and launching:
+                return True
             why = folder / "stopped"
             tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
-            reason = why.read_text() if why.exists() else "the resume ended without a status"
+            reason = why.read_text() if why.exists() else (
+                "the resume ended without a status" if pid_file.exists()
+                else "the resume's launch was interrupted (no pid recorded)")  # fmt: skip
             await self._failed(ds, f"{reason}; {tails}")
             return False
         try:

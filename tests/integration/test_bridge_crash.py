@@ -1,0 +1,78 @@
+"""A daemon that dies between starting a resume and recording its pid: the next bridge waits
+for that resume instead of starting a second one (a private store; no Slurm federation)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+
+from fedhpc.bridge.service import Bridge
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.store import Store
+
+
+async def test_a_resume_whose_pid_was_not_recorded_is_waited_for_never_launched_twice(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "agent.log"
+    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=(
+        "bash", "-c", 'sleep 2; cat >> "$1"; echo >> "$1"', "agent", str(log)))  # fmt: skip
+    home = tmp_path / "h"
+    store = await Store.open(home / "fedhpc.db")
+    try:
+        async with store.transaction() as tx:
+            at = datetime.now(UTC)
+            await tx.put_continuation("ct", subject="t1", runtime="command",
+                                      body=spec.model_dump(mode="json"), at=at)  # fmt: skip
+            await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"},
+                                  at=at)  # fmt: skip
+        await Bridge(store, home).cycle()  # routes and launches
+        (folder,) = (home / "deliveries").iterdir()
+        pid = folder / "pid"
+        assert pid.read_text().strip().isdigit()  # the launching shell wrote it
+        pid.unlink()  # as if the daemon died before the pid was recorded
+        restarted = Bridge(store, home)
+        with anyio.fail_after(30):
+            while not all(d["state"] == "delivered" for d in await store.deliveries()):
+                await restarted.cycle()
+                await anyio.sleep(0.2)
+        await anyio.sleep(2.5)  # a second resume, had one started, would have written by now
+        (line,) = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+        assert line["task_id"] == "t1"
+        assert len(list((home / "deliveries").iterdir())) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_launch_that_never_recorded_a_pid_is_a_failed_attempt_after_the_timeout(
+    tmp_path: Path,
+) -> None:
+    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=("true",))
+    home = tmp_path / "h"
+    store = await Store.open(home / "fedhpc.db")
+    try:
+        async with store.transaction() as tx:
+            at = datetime.now(UTC)
+            await tx.put_continuation("ct", subject="t1", runtime="command",
+                                      body=spec.model_dump(mode="json"), at=at)  # fmt: skip
+            await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"},
+                                  at=at)  # fmt: skip
+        bridge = Bridge(store, home)
+        await bridge.route()
+        (d,) = await store.deliveries()
+        folder = home / "deliveries" / "r1-dead00"
+        folder.mkdir(parents=True)  # the launch got this far; its shell never ran
+        d["body"] = {**d["body"], "resume": "r1-dead00", "launched": True}
+        await bridge._save_all([d], "started")
+        await bridge.deliver()
+        assert [x["state"] for x in await store.deliveries()] == ["started"]  # may still run
+        later = Bridge(store, home, clock=lambda: datetime.now(UTC) + timedelta(minutes=5))
+        await later.deliver()
+        (d,) = await store.deliveries()
+        assert d["state"] == "pending" and d["attempts"] == 1
+        assert "no pid recorded" in d["body"]["last_error"]
+    finally:
+        await store.close()
