@@ -145,3 +145,14 @@ def test_the_pre_tool_use_hook_never_blocks_the_call(
     assert b.tool_use_id == "toolu_1"
     with pytest.raises(ValidationError):
         ToolBinding.model_validate({**other, "cwd": "relative/path"})
+
+
+def test_a_malformed_env_file_line_is_reported_by_number_never_quoted(tmp_path: Path) -> None:
+    canary = "sk-ant-CANARY-7f3e9d"
+    secret = tmp_path / "claude.env"
+    secret.write_text(f"# creds\nOK=1\n{canary}\n")  # a pasted key without its NAME=
+    with pytest.raises(UsageError) as err:
+        resume_env(ResumeRuntime(env_file=str(secret)), tmp_path)
+    said = f"{err.value.message} {err.value.hint} {err.value!r}"
+    assert "line 3" in said and str(secret) in said
+    assert "CANARY" not in said and "sk-ant" not in said

@@ -78,13 +78,14 @@ def _env_file(path: str) -> dict[str, str]:
         raise UsageError(
             f"resume env_file {file}: {exc.strerror}", hint="Fix [resume] in the config."
         ) from exc
-    for raw in lines:
+    for n, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.removeprefix("export ").partition("=")
-        if not sep:
-            raise UsageError(f"resume env_file {file}: {key[:40]!r} is not KEY=VALUE")
+        if not sep:  # never quote the line: it may be a secret (it reaches last_error, logs)
+            raise UsageError(f"resume env_file {file}: line {n} is not KEY=VALUE",
+                             hint="Fix that line of the file (its text is not shown).")  # fmt: skip
         found[key.strip()] = value.strip().strip('"').strip("'")
     return found
 
