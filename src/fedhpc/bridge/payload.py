@@ -53,6 +53,11 @@ _NEXT = {
         "read `reason`; if there is a `hint`, ask the user to run its command (`fedhpc login`...)",
         "move_data(...) again, then submit_task(..., stage_in=[new transfer_id])",
     ],
+    "task.stage_in_blocked": [
+        "ask the user to run the command in `hint` (e.g. `fedhpc login`): the copy then goes "
+        "on, the task runs, and fedhpc resumes you when it ends",
+        "cancel(task_id) if the input is no longer wanted",
+    ],
     "transfer.blocked": ["ask the user to run the command in `hint` (e.g. `fedhpc login`)"],
 }
 _ATTEMPT_KEYS = ("n", "site", "state", "job_id", "runtime_s", "exit_code")

@@ -26,6 +26,7 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "task.retry_exhausted",
     "task.unschedulable",
     "task.stage_in_failed",
+    "task.stage_in_blocked",
     "task.site_lost",
     "group.round_terminal",
     "group.stalled_child",

@@ -102,6 +102,8 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
             if rec is not None and rec.state is TransferState.FAILED:
                 raise StageInFailed(tid, rec)
         await o.save(tx, task, at=now)
+        if req.continuation is not None:  # with the waiter: its stage-in events find it
+            await o.put_continuation(tx, task.id, req.continuation)
         for out in outs:
             await records.put(tx, out, at=now)
         for tid in req.stage_in:
@@ -114,7 +116,8 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
 
 async def advance(o: Orchestrator) -> None:
     """Each cycle: dispatch tasks whose stage-in succeeded; end those whose stage-in failed
-    (one exception event, unless the producing task's own event already said why)."""
+    (one exception event, unless the producing task's own event already said why); tell the
+    agent of a task whose stage-in waits for a person (once per block)."""
     for row in await o.store.list_tasks(state=JobState.SUBMITTED.value, limit=100_000):
         body = row["body"]
         if not body["request"].get("stage_in") or body.get("attempts_made"):
@@ -131,6 +134,23 @@ async def advance(o: Orchestrator) -> None:
             async with o.store.transaction() as tx:
                 await o.save(tx, task, at=o.clock())
             o.placer_wake.set()
+        else:
+            await _blocked(o, task, ins)
+
+
+async def _blocked(o: Orchestrator, task: TaskRecord, ins: list[TransferRecord | None]) -> None:
+    """A stage-in blocked on credentials or consent: the task waits (it runs once a person
+    fixed it), and its agent hears why, with the transfer's hint (e.g. `fedhpc login ...`).
+    Keyed per block, so each block is told once, however many cycles it lasts."""
+    for rec in ins:
+        if rec is None or rec.blocked is None or rec.state.terminal:
+            continue
+        reason = (f"stage-in {rec.id} is blocked: {rec.blocked.code}: {rec.blocked.message}; "
+                  "the task waits for it")  # fmt: skip
+        async with o.store.transaction() as tx:
+            await o.emit(tx, "task.stage_in_blocked", task, key=f"{rec.id}:{rec.blocks}",
+                         transfer_id=rec.id, reason=reason,
+                         hint=rec.blocked.hint or None)  # fmt: skip
 
 
 async def _fail(o: Orchestrator, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:

@@ -65,6 +65,7 @@ class TransferRecord(BaseModel):
     checksum_verified: bool | None = None
     error: TransferError | None = None
     blocked: TransferError | None = None
+    blocks: int = 0  # how many times it became blocked: each block is told once
     cause: str | None = None  # "upstream": the producing task failed (its own event says so)
     awaited_by: tuple[str, ...] = ()
     trace: tuple[str, ...] = ()

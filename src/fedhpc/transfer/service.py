@@ -258,8 +258,7 @@ class TransferService:
             return rec
         except FedError as exc:  # credentials: the copy may go on, but we cannot see it
             if rec.blocked is None or rec.blocked.code != exc.code:
-                rec.blocked = _err(exc)
-                return await self._save(rec, blocked=True)
+                return await self._block(rec, _err(exc))
             return rec
         rec.bytes = st.bytes if st.bytes is not None else rec.bytes
         rec.files = st.files if st.files is not None else rec.files
@@ -269,11 +268,14 @@ class TransferService:
         if st.state.terminal:
             rec.blocked = None
             return await self._end(rec, st.state, error=st.error)
-        newly_blocked = st.blocked is not None and (
-            rec.blocked is None or rec.blocked.code != st.blocked.code
-        )
+        if st.blocked is not None and (rec.blocked is None or rec.blocked.code != st.blocked.code):
+            return await self._block(rec, st.blocked)
         rec.blocked = st.blocked
-        return await self._save(rec, blocked=newly_blocked)
+        return await self._save(rec)
+
+    async def _block(self, rec: TransferRecord, err: TransferError) -> TransferRecord:
+        rec.blocked, rec.blocks = err, rec.blocks + 1
+        return await self._save(rec, blocked=True)
 
     async def _end(
         self,
@@ -304,9 +306,13 @@ class TransferService:
             await records.put(tx, rec, at=self.clock())
             if rec.state.terminal and not was_terminal:
                 await self._emit_terminal(tx, rec)
-            if blocked and rec.blocked is not None:
-                await self._emit(tx, "transfer.blocked", rec, key=f"{rec.id}:{rec.blocked.code}",
+            # Like its outcome, a block of a transfer that tasks wait for is told through them:
+            # the orchestrator's next cycle raises task.stage_in_blocked for each (staging).
+            if blocked and rec.blocked is not None and not rec.awaited_by:
+                await self._emit(tx, "transfer.blocked", rec, key=f"{rec.id}:{rec.blocks}",
                                  error=rec.blocked.model_dump())  # fmt: skip
+        if blocked and rec.awaited_by and self.on_change is not None:
+            self.on_change()
         return rec
 
     async def _emit_terminal(self, tx: Tx, rec: TransferRecord) -> None:
