@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,9 @@ def _claude(exe: str, env: dict[str, str], home: Path) -> tuple[bool, str, list[
             "gateway) in [resume.claude-code] env_file, or log in with `claude` as this user "
             "with the same HOME"
         )
-    server = mcp_config(home)
-    command = json.loads(server.read_text())["mcpServers"]["fedhpc"]["command"]
+    with tempfile.TemporaryDirectory(prefix="fedhpc-check-") as tmp:  # not <home>/mcp.json:
+        server = mcp_config(home, path=Path(tmp) / "mcp.json")  # a resume may be reading it
+        command = json.loads(server.read_text())["mcpServers"]["fedhpc"]["command"]
     if not Path(command).exists():
         fixes.append(f"the fedhpc MCP server command {command} does not exist: reinstall fedhpc")
     how = status.get("authMethod") or "none"

@@ -119,12 +119,14 @@ def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
     return found
 
 
-def mcp_config(home: Path, entry: dict[str, Any] | None = None) -> Path:
+def mcp_config(home: Path, entry: dict[str, Any] | None = None, *,
+               path: Path | None = None) -> Path:  # fmt: skip
     """The MCP config a resumed Claude session needs to see its fedhpc tools again.
     `alwaysLoad` makes Claude Code wait for the server before the turn's first model request,
     up to MCP_CONNECT_TIMEOUT_MS (without it, `-p` loads servers asynchronously and a turn can
-    start without the tools), and never defers its tools behind tool search."""
-    path = home / "mcp.json"
+    start without the tools), and never defers its tools behind tool search. Written to
+    `path` when given (`fedhpc deliveries check`: never the shared file a launch reads)."""
+    path = path or home / "mcp.json"
     local = Path(sys.executable).parent / "fedhpc"
     fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
     server = entry or {"type": "stdio", "command": fedhpc, "args": ["serve"],

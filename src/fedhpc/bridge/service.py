@@ -34,6 +34,7 @@ from fedhpc.bridge.runtimes import (
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.domain.config import ResumeConfig
 from fedhpc.errors import FedError
+from fedhpc.inbox import append_line
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Event, Store
 
@@ -307,8 +308,7 @@ class Bridge:
         folder = self.home / "inbox"
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         name = spec.inbox or spec.session_id or "default"
-        with (folder / f"{name}.jsonl").open("a") as fh:
-            fh.write(json.dumps(payload, separators=(",", ":")) + "\n")
+        append_line(folder / f"{name}.jsonl", json.dumps(payload, separators=(",", ":")))
 
     @staticmethod
     async def _post(spec: ContinuationSpec, payload: dict[str, Any], delivery: str) -> None:

@@ -13,6 +13,7 @@ import anyio
 from pydantic import ValidationError
 
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
 
 __all__ = ["BIND_TOOLS", "add_parser", "pre_tool_use", "user_prompt_submit"]
@@ -60,10 +61,8 @@ def user_prompt_submit(stdin: str, home: Path) -> str | None:
     names = [str(data.get("session_id") or ""), "default"]
     lines: list[str] = []
     for name in names:
-        path = home / "inbox" / f"{name}.jsonl"
-        if name and path.exists():
-            lines += path.read_text().splitlines()
-            path.unlink()
+        if name:  # taken whole (renamed first): an event appended meanwhile is never lost
+            lines += take_lines(home / "inbox" / f"{name}.jsonl")
     if not lines:
         return None
     context = "fedhpc events since your last turn:\n" + "\n".join(lines[-20:])
