@@ -158,6 +158,12 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
                              hint="Submit a new task instead.")  # fmt: skip
         if any(a.state is JobState.RUNNING for a in live):
             raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
+        pending = staging.waiting(task)
+        if pending:
+            # It runs only where its inputs arrive (every other site is excluded already).
+            for site in sorted(set(o.sites) - set(task.excluded_sites)):
+                if site in req.exclude_sites:
+                    raise staging.StageInPending(task, site)
         task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
         if req.envelope is not None:
             task.request = task.request.model_copy(update={"envelope": req.envelope})
@@ -166,6 +172,14 @@ async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
             raise UsageError(f"no feasible placement: {decision.hint}",
                              hint="Relax the envelope (draft_envelope helps) or exclude fewer "
                              "sites; the task is unchanged.")  # fmt: skip
+        if pending:
+            # Its input has not arrived: only the envelope and exclusions change now; staging
+            # queues it for placement (with them) when the copy succeeded.
+            task.decision = (f"waiting for stage-in {', '.join(task.request.stage_in)}; "
+                             "replanned: placed when its input arrives")  # fmt: skip
+            async with o.store.transaction() as tx:
+                await o.save(tx, task, at=o.clock())
+            return o.handle(task, None)
         if reopen:
             # Back into placement like a new submission: the placer dispatches it (with its
             # scheduler-refusal retries), and its next outcome is a new event.

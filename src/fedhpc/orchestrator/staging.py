@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     from fedhpc.orchestrator.service import Orchestrator
 
-__all__ = ["StageInFailed", "advance", "consumed_downstream", "data_provenance", "declared",
-           "prepare", "stage_out_ids"]  # fmt: skip
+__all__ = ["StageInFailed", "StageInPending", "advance", "consumed_downstream", "data_provenance",
+           "declared", "prepare", "stage_out_ids", "waiting"]  # fmt: skip
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +42,30 @@ class StageInFailed(UsageError):
                                       "Move the data again with move_data, then submit with "
                                       "the new transfer id.") if x),
         )  # fmt: skip
+
+
+class StageInPending(UsageError):
+    """A replan would exclude the one site a waiting task's inputs are copied to."""
+
+    code = "stage_in_pending"
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, task: TaskRecord, site: str) -> None:
+        super().__init__(
+            f"task {task.id} waits for its input (stage_in {', '.join(task.request.stage_in)}) "
+            f"at {site}, and runs only there: excluding {site} leaves it nowhere to run",
+            hint=f"Replan without excluding {site}, or cancel it, move_data the input to another "
+            "site and submit again with the new transfer id.",
+        )
+
+
+def waiting(task: TaskRecord) -> bool:
+    """Waiting for its stage-in: accepted, never dispatched; `advance` queues it later."""
+    return (
+        bool(task.request.stage_in)
+        and task.state is JobState.SUBMITTED
+        and not (task.attempts_made)
+    )
 
 
 def declared(task: TaskRecord) -> bool:
