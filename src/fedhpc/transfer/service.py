@@ -311,7 +311,7 @@ class TransferService:
             if blocked and rec.blocked is not None and not rec.awaited_by:
                 await self._emit(tx, "transfer.blocked", rec, key=f"{rec.id}:{rec.blocks}",
                                  error=rec.blocked.model_dump())  # fmt: skip
-        if blocked and rec.awaited_by and self.on_change is not None:
+        if blocked and self.on_change is not None:  # the bridge, or staging for the waiters
             self.on_change()
         return rec
 
