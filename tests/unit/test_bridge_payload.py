@@ -140,3 +140,15 @@ def test_one_resume_carries_at_most_20_events_and_8_kb_of_prompt_the_rest_wait_i
         rest = rest[k:]
     assert sent == [f"d{i}" for i in range(1000)]
     assert batch_size(big[:1]) == 1
+
+
+def test_a_failed_transfer_says_why_as_well_as_how_to_fix_it() -> None:
+    event = {"kind": "transfer.failed", "id": "ev_2", "subject": "x1", "seq": 2,
+             "created_at": datetime(2026, 11, 30, tzinfo=UTC).isoformat(),
+             "payload": {"transfer_id": "x1", "state": "failed",
+                         "result": "fedhpc://transfers/x1",
+                         "error": {"code": "not_found", "message": "no such file: in.dat",
+                                   "hint": "Check the source path."}}}  # fmt: skip
+    p = build_payload(event, [], delivery_id="d2")
+    assert p["reason"] == "no such file: in.dat"
+    assert p["hint"] == "Check the source path."

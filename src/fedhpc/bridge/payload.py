@@ -96,9 +96,11 @@ def build_payload(
             out[key] = p[key]
     if p.get("result") and p["result"] != f"fedhpc://tasks/{event['subject']}":
         out["result"] = p["result"]  # the default reference follows from the subject
-    if p.get("reason"):
-        out["reason"] = str(p["reason"])[:300]
-    hint = p.get("hint") or (p.get("error") or {}).get("hint")
+    error = p.get("error") or {}
+    reason = p.get("reason") or error.get("message")  # a transfer's failure says why too
+    if reason:
+        out["reason"] = str(reason)[:300]
+    hint = p.get("hint") or error.get("hint")
     if hint:  # the fix a person must make, e.g. the exact `fedhpc login --scope ...` command
         out["hint"] = str(hint)[:500]
     if attempts:
