@@ -119,6 +119,19 @@ def test_user_prompt_submit_hook_injects_and_empties_the_inbox(tmp_path: Path) -
     assert user_prompt_submit('{"session_id": "s1"}', tmp_path) is None
 
 
+def test_an_inbox_longer_than_one_prompt_says_how_many_events_it_did_not_show(
+    tmp_path: Path,
+) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "s1.jsonl").write_text("".join(f'{{"seq":{i}}}\n' for i in range(25)))
+    out = user_prompt_submit('{"session_id": "s1"}', tmp_path)
+    assert out is not None
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert '{"seq":24}' in context and '{"seq":5}' in context and '{"seq":4}' not in context
+    assert "5 earlier event(s) not shown: list_events has them all" in context
+
+
 def test_one_resume_carries_at_most_20_events_and_8_kb_of_prompt_the_rest_wait_in_order() -> None:
     from fedhpc.bridge.payload import BATCH_BYTES, BATCH_EVENTS, batch_size
 

@@ -55,6 +55,9 @@ def pre_tool_use(stdin: str) -> int:
     return 0
 
 
+INBOX_SHOWN = 20  # newest events injected into one prompt; the count of the rest is said
+
+
 def user_prompt_submit(stdin: str, home: Path) -> str | None:
     """UserPromptSubmit: inject events waiting in this session's inbox, then empty it."""
     data = json.loads(stdin or "{}")
@@ -65,7 +68,11 @@ def user_prompt_submit(stdin: str, home: Path) -> str | None:
             lines += take_lines(home / "inbox" / f"{name}.jsonl")
     if not lines:
         return None
-    context = "fedhpc events since your last turn:\n" + "\n".join(lines[-20:])
+    shown = lines[-INBOX_SHOWN:]
+    context = "fedhpc events since your last turn:\n" + "\n".join(shown)
+    if len(lines) > len(shown):  # never dropped without a word: say where the rest are
+        context += (f"\n({len(lines) - len(shown)} earlier event(s) not shown: "
+                    "list_events has them all)")  # fmt: skip
     return json.dumps(
         {
             "hookSpecificOutput": {
