@@ -48,6 +48,13 @@ def _alive(pid: int) -> bool:
     return ") Z " not in stat
 
 
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """The server's process group, and the process itself (it may not lead a group)."""
+    for send in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            send(pid, sig)
+
+
 def _ours(found: dict[str, Any]) -> int:
     """The recorded server's pid while that process lives and is still our server (not a
     recycled pid), else 0: it is ended whether or not it answers."""
@@ -115,14 +122,12 @@ class WarmServer:
         found = self._recorded()
         pid = _ours(found) if found is not None else 0
         if pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGTERM)
+            _signal(pid, signal.SIGTERM)
             for i in range(80):  # SIGKILL after 3 s, then up to 1 s for it to go
                 if not _alive(pid):
                     break
                 if i == 60:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pid, signal.SIGKILL)
+                    _signal(pid, signal.SIGKILL)
                 await anyio.sleep(0.05)
             log.info("resume mcp server stopped", pid=pid)
         self.record.unlink(missing_ok=True)
