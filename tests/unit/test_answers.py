@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ from fedhpc.ops.tasks import (
 )
 from fedhpc.ops.workdir import check_workdir, resolve_workdir, sites_holding
 from fedhpc.placement.settings import PolicyKind
-from tests.unit.test_placement_world import cpu_partition, profile
+from tests.unit.test_placement_world import cpu_partition, env, profile
 
 LIVE = ("submitted", "pending", "running", "accepted", "placing")
 ENDED = ("completed", "failed", "cancelled", "timeout", "unschedulable")
@@ -198,3 +199,52 @@ def test_a_result_that_shows_all_the_output_says_so_and_points_nowhere_else() ->
         "Completed: preview is all of its output."
     )
     assert "outputs" in next_hint("get_result", "completed", resumes=False)
+
+
+# -- a continuation whose runtime cannot start wakes nobody: say so, never "end your turn" ------
+
+
+def _bridge(tmp_path: Any, binary: str) -> Any:
+    from fedhpc.bridge import Bridge
+    from fedhpc.domain.config import ResumeConfig, ResumeRuntime
+
+    cfg = ResumeConfig.model_validate({"claude-code": ResumeRuntime(binary=binary)})
+    return Bridge(None, tmp_path, resume=lambda: cfg)  # type: ignore[arg-type]
+
+
+def test_the_bridge_says_why_a_runtime_cannot_start_and_how_to_fix_it(tmp_path: Any) -> None:
+    missing = _bridge(tmp_path, "/nonexistent/claude").blocker("claude-code")
+    assert "claude not found for resumes at /nonexistent/claude" in missing
+    assert "[resume.claude-code]" in missing and "fedhpc deliveries check" in missing
+    assert _bridge(tmp_path, "/bin/true").blocker("claude-code") == ""
+    assert _bridge(tmp_path, "/nonexistent/claude").blocker("command") == ""
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("state", LIVE)
+def test_live_work_with_a_blocked_runtime_says_why_and_never_to_wait(tool: str, state: str) -> None:
+    why = "claude not found for resumes. Set binary under [resume.claude-code]."
+    for resumes in (True, False):
+        hint = next_hint(tool, state, resumes=resumes, ref="t1", blocked=why)  # type: ignore[arg-type]
+        assert "cannot resume this session" in hint and why.rstrip(".") in hint
+        assert "End your turn now" not in hint and "Do not end your turn" in hint
+        assert "get_result" in hint and "fedhpc deliveries retry" in hint
+
+
+async def test_a_submit_bound_to_a_runtime_that_cannot_start_is_told_so(
+    store: Any, tmp_path: Any
+) -> None:
+    from fedhpc.collector import Collector
+    from fedhpc.ops.continuations import ContinuationSpec, Runtime
+    from fedhpc.orchestrator import hinted
+    from fedhpc.orchestrator.service import Orchestrator
+
+    o = Orchestrator(store, Collector({}, {}, store), {})
+    spec = ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id="s-1", cwd=str(tmp_path))
+    req = SubmitTaskRequest(command=("echo", "hi"), envelope=env(cpus=1), continuation=spec)
+    handle = await o.submit_task(req, wait_s=0)
+    assert "End your turn now" in (await hinted(o, handle, "submit_task")).next
+    o.resume_blocker = _bridge(tmp_path, "/nonexistent/claude").blocker
+    told = (await hinted(o, handle, "submit_task")).next
+    assert "cannot resume this session" in told and "End your turn now" not in told
+    assert "/nonexistent/claude" in told

@@ -22,6 +22,7 @@ from fedhpc.bridge.payload import batch_size, build_payload, prompt_text
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.runtimes import (
     Outcome,
+    binary,
     check_result,
     collect,
     kill,
@@ -97,6 +98,22 @@ class Bridge:
         self.resume = resume  # read at each launch: a fixed config needs no daemon restart
         self.warm = WarmServer(home) if warm_mcp else None
         self.wake = anyio.Event()
+
+    def blocker(self, runtime: str) -> str:
+        """Why a resume of `runtime` cannot start now ("" when it can): the `[resume]` config
+        does not load, or the agent CLI is not where it would be run. Read at each answer, so a
+        fixed config counts at once."""
+        try:
+            kind = Runtime(runtime)
+            if kind not in _SESSIONS:
+                return ""  # a `command` continuation names its own program
+            cfg = self.resume().get(runtime)
+            binary(kind, cfg, resume_env(cfg, self.home))
+        except FedError as exc:
+            return f"{exc.message}. {exc.hint}" if exc.hint else exc.message
+        except ValueError:  # an unknown runtime: the spec's own validation reports it
+            return ""
+        return ""
 
     # -- routing ----------------------------------------------------------------------------
     async def _attempts(self, event: Event) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from starlette.routing import Route
 from fedhpc.daemon.limits import read_body
 from fedhpc.errors import UsageError
 from fedhpc.ops.data import MoveDataRequest, TransferRequest
+from fedhpc.ops.hints import blocked_hint
 from fedhpc.transfer.service import TransferService
 
 __all__ = ["data_routes"]
@@ -29,7 +30,14 @@ def data_routes(state: object) -> list[Route]:
 
     async def move_data(request: Request) -> Response:
         req = MoveDataRequest.model_validate_json(await read_body(request, _MAX_BODY))
-        return _json(await service().move_data(req))
+        handle = await service().move_data(req)
+        orchestrator = getattr(state, "orchestrator", None)
+        if req.continuation is not None and not handle.state.terminal and orchestrator:
+            why = orchestrator.resume_blocker(req.continuation.runtime.value)
+            if why:  # its continuation is stored, but nothing can wake the agent now
+                read = f"read resource fedhpc://transfers/{handle.transfer_id}"
+                handle = handle.model_copy(update={"next": blocked_hint(why, read)})
+        return _json(handle)
 
     async def transfer(request: Request) -> Response:
         q = dict(request.query_params)

@@ -138,6 +138,7 @@ async def _serve(
         bridge.wake.set()
 
     orchestrator.notify = wake_bridge
+    orchestrator.resume_blocker = bridge.blocker
 
     def changed() -> None:
         orchestrator.wake.set()

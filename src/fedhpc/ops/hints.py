@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["HintTool", "next_hint"]
+__all__ = ["HintTool", "blocked_hint", "next_hint"]
 
 HintTool = Literal["submit_task", "submit_group", "get_result", "replan", "cancel", "group"]
 
@@ -20,6 +20,11 @@ _WAIT_OWNER = "Still live: fedhpc resumes the session that submitted it when it 
 _NO_WAKE = (
     "No continuation is bound to this session, so nothing will resume it: call {read} when "
     "you want the outcome (list_events shows when it ends)."
+)
+_BLOCKED = (
+    "fedhpc cannot resume this session now: {why} Do not end your turn waiting for it: call "
+    "{read} when you want the outcome (list_events shows when it ends). Once the resume runtime "
+    "is fixed (`fedhpc deliveries check`), `fedhpc deliveries retry` delivers what it missed."
 )
 _ENDED = {
     "completed": "Completed: read it now with {read}.",
@@ -43,6 +48,11 @@ _READ = {
 }
 
 
+def blocked_hint(why: str, read: str) -> str:
+    """`next` when a continuation exists but the daemon cannot start its runtime now."""
+    return _BLOCKED.format(why=why.rstrip(".") + ".", read=read)
+
+
 def next_hint(
     tool: HintTool,
     state: str,
@@ -52,6 +62,7 @@ def next_hint(
     cancelled_now: bool = False,
     whole: bool = False,
     child: bool = False,
+    blocked: str = "",
 ) -> str:
     """The `next` line of an answer.
 
@@ -60,7 +71,9 @@ def next_hint(
     `resumes`: a continuation will wake this agent when the work ends. `ref` names what to
     read (a task id); `cancelled_now`: this cancel call stopped live work; `whole`: a
     get_result answer shows all of the task's output (no file left to read); `child`: the
-    task is a group child (replan works only while its round is open)."""
+    task is a group child (replan works only while its round is open); `blocked`: a
+    continuation exists but the daemon cannot start its runtime now (why, with the fix), so
+    nothing will wake the agent and it must not wait."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})" if ref and not group else
@@ -75,6 +88,8 @@ def next_hint(
         if state in _TERMINAL:
             return f"Nothing was cancelled: it had already ended ({state}). Read it with {read}."
     if state not in _TERMINAL:
+        if blocked:
+            return blocked_hint(blocked, read)
         if tool == "get_result":
             return _WAIT_OWNER if resumes else "Still running: call get_result again later."
         if resumes:

@@ -102,6 +102,9 @@ class Orchestrator:
         self.claims: list[Claim] = []
         self.site_limits: dict[str, anyio.CapacityLimiter] = {}
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
+        # Why the daemon cannot start a runtime's resumes now ("" = it can): set by the daemon
+        # to its bridge's check, so that no answer says "end your turn" when nothing will wake.
+        self.resume_blocker: Callable[[str], str] = lambda _runtime: ""
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
         # but not yet settled accounting row; their eligible time is filled in when it settles.
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
