@@ -228,6 +228,23 @@ async def test_a_missing_source_fails_with_a_typed_reason(
     assert rec.error.code == "source_missing"
 
 
+async def test_a_missing_destination_root_is_named_as_such_not_as_outside_root(
+    fed: Path, sites: dict[str, Site], store: Store, tmp_path: Path
+) -> None:
+    src = fed / "devanvil/storage/a.txt"
+    src.write_text("a")
+    (fed / "devdeltaai/storage").rmdir()  # the site's storage root was never created
+    svc = _svc(store, sites, tmp_path)
+    h = await svc.move_data(
+        MoveDataRequest(source="devanvil:scratch/a.txt", destination="devdeltaai:scratch/x/a.txt")
+    )
+    rec = await _settle(svc, h.transfer_id)
+    assert rec.error is not None
+    assert rec.error.code == "storage_root_missing"
+    assert str(fed / "devdeltaai/storage") in rec.error.message and "mkdir" in rec.error.message
+    assert not (fed / "devdeltaai/storage").exists()  # never made by a transfer
+
+
 async def test_a_restarted_service_finishes_a_transfer_from_the_store_alone(
     fed: Path, sites: dict[str, Site], store: Store, tmp_path: Path
 ) -> None:

@@ -68,6 +68,12 @@ def _mkdirs(path: str, root: str) -> None:
     missing: list[str] = []
     p = path
     while not os.path.isdir(p):
+        if os.path.normpath(p) == os.path.normpath(root):  # the root itself: never made here
+            raise CopyFault(
+                "storage_root_missing",
+                f"the destination storage root {root} does not exist: create it on the site "
+                "(mkdir -p) or fix the root's path in the site's profile or your config",
+            )
         missing.append(p)
         p = os.path.dirname(p)
     _real(p, root, "destination folder")
