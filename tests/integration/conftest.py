@@ -1,4 +1,6 @@
-"""The `devfed` fixture: the running local Slurm federation, or a failure saying how to start it."""
+"""The `devfed` fixture: the running local Slurm federation, or a failure saying how to start it;
+`devfed_ssh`: the same clusters behind a real sshd (one Host alias per cluster); `sshd`: a bare
+sshd on loopback for transport tests."""
 
 from __future__ import annotations
 
@@ -7,13 +9,16 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from fedhpc.devfed import DevfedError
 from fedhpc.devfed.plan import plan_federation
+from fedhpc.devfed.sshd import SshFront, start_front
 from fedhpc.profiles import load_profiles
 from fedhpc.profiles.loader import devfed_root
 
@@ -94,3 +99,41 @@ def _check_devfed() -> Devfed:
             f"the local Slurm federation at {root} is not up ({'; '.join(problems)}); {HINT}"
         )
     return fed
+
+
+def _front(logins: dict[str, dict[str, str]]) -> Iterator[SshFront]:
+    # A short folder: ControlPath sockets and the munge-style unix path limits stay far away.
+    root = Path(tempfile.mkdtemp(prefix="fedhpc-sshd-"))
+    try:
+        front = start_front(root, logins)
+    except DevfedError as exc:  # fail, never skip: this is how CI proves the ssh path
+        pytest.fail(f"{exc.message} ({exc.hint})")
+    try:
+        yield front
+    finally:
+        front.close()
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SshFront]:
+    """A real sshd on 127.0.0.1 with one login, `loopback`, that accepts only a freshly
+    generated client key (no login environment)."""
+    yield from _front({"loopback": {}})
+
+
+@pytest.fixture(scope="session")
+def devfed_ssh(devfed: Devfed) -> Iterator[SshFront]:
+    """Every devfed cluster behind one sshd on loopback, as a user reaches a real center: a
+    Host alias per cluster (`front.ssh_config`), and SLURM_CONF set by the login, not sent by
+    fedhpc. Set `front.env()` (with FEDHPC_DEVFED=1) and the dev sites load with an ssh
+    transport; see docs/devfed.md, "Reaching the clusters over SSH"."""
+    yield from _front({site: {"SLURM_CONF": str(devfed.conf(site))} for site in devfed.sites})
+
+
+@pytest.fixture
+def over_ssh(devfed_ssh: SshFront, monkeypatch: pytest.MonkeyPatch) -> SshFront:
+    """This test's fedhpc (and every process it starts) reaches the devfed sites over ssh."""
+    monkeypatch.setenv("FEDHPC_DEVFED", "1")
+    for key, value in devfed_ssh.env().items():
+        monkeypatch.setenv(key, value)
+    return devfed_ssh

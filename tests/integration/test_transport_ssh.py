@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -20,113 +16,25 @@ from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
 from fedhpc.adapters.transports.ssh import SshTransport
+from fedhpc.devfed.sshd import SshFront, free_ports
 from fedhpc.domain.site import TransportSpec
 from tests.injection_corpus import CANARY_NAME, corpus
 
 pytestmark = pytest.mark.sshd
 
-SSHD = "/usr/sbin/sshd"
-
-
-@dataclass(frozen=True)
-class Sshd:
-    port: int
-    user: str
-    client_key: Path
-    known_hosts: Path
-
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
-def _wait_accepting(port: int, proc: subprocess.Popen[bytes], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                if s.recv(4).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(0.05)  # polling a foreign process: no event to wait on
-    out = proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else ""
-    pytest.fail(f"sshd did not accept connections on 127.0.0.1:{port} in {deadline_s}s: {out}")
-
-
-@pytest.fixture(scope="session")
-def sshd() -> Iterator[Sshd]:
-    """A real sshd on 127.0.0.1 that accepts only a freshly generated client key.
-
-    Fails (never skips) when sshd cannot start: this suite is how CI proves the ssh path."""
-    if not Path(SSHD).exists() or shutil.which("ssh-keygen") is None:
-        pytest.fail("openssh-server/openssh-client are not installed (apt-get install them)")
-    root = Path(tempfile.mkdtemp(prefix="fedhpc-sshd-"))
-    user = getpass.getuser()
-    host_key, client_key = root / "host_ed25519", root / "client_ed25519"
-    for key in (host_key, client_key):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    (root / "authorized_keys").write_text(client_key.with_suffix(".pub").read_text())
-    port = _free_port()
-    host_pub = host_key.with_suffix(".pub").read_text().split()
-    known_hosts = root / "known_hosts"
-    known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    config = root / "sshd_config"
-    config.write_text(
-        "\n".join(
-            [
-                "ListenAddress 127.0.0.1",
-                f"Port {port}",
-                f"HostKey {host_key}",
-                f"PidFile {root / 'sshd.pid'}",
-                f"AuthorizedKeysFile {root / 'authorized_keys'}",
-                f"AllowUsers {user}",
-                "PermitRootLogin prohibit-password" if user == "root" else "PermitRootLogin no",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "StrictModes no",
-                "UsePAM no",
-                "MaxSessions 50",
-                "MaxStartups 50",
-                "LogLevel ERROR",
-                "",
-            ]
-        )
-    )
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-    proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(config), "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _wait_accepting(port, proc, deadline_s=10.0)
-        yield Sshd(port=port, user=user, client_key=client_key, known_hosts=known_hosts)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _spec(sshd: Sshd, **extra: str) -> TransportSpec:
+def _spec(sshd: SshFront, **extra: str) -> TransportSpec:
     return TransportSpec(
         kind="ssh",
         host="127.0.0.1",
         user=sshd.user,
         env={"FEDHPC_SITE_VAR": "from-spec"},
         options={
-            "port": str(sshd.port),
+            "port": str(sshd.port("loopback")),
             "identity_file": str(sshd.client_key),
             "IdentitiesOnly": "yes",
             "UserKnownHostsFile": str(sshd.known_hosts),
@@ -138,7 +46,7 @@ def _spec(sshd: Sshd, **extra: str) -> TransportSpec:
 
 
 @pytest.fixture
-async def ssh(sshd: Sshd) -> AsyncIterator[SshTransport]:
+async def ssh(sshd: SshFront) -> AsyncIterator[SshTransport]:
     # A short state dir so the ControlPath fits a unix socket path; stop the master afterwards.
     state = Path(tempfile.mkdtemp(prefix="fedhpc-st-"))
     transport = make_transport(_spec(sshd), state_dir=state)
@@ -179,7 +87,7 @@ async def test_non_zero_exit_is_a_result(ssh: SshTransport) -> None:
     assert (result.returncode, result.stderr) == (7, "oops\n")
 
 
-async def test_closed_port_raises_transport_error_after_retries(sshd: Sshd) -> None:
+async def test_closed_port_raises_transport_error_after_retries(sshd: SshFront) -> None:
     state = Path(tempfile.mkdtemp(prefix="fedhpc-st-"))
     spec = _spec(sshd, port=str(_free_port()), attempts="2", connect_timeout_s="2")
     transport = make_transport(spec, state_dir=state)
@@ -231,7 +139,7 @@ async def test_injection_corpus_round_trips_as_env_values_and_stdin(
 
 
 async def test_a_refused_key_raises_transport_unavailable_with_the_master_hint(
-    sshd: Sshd, tmp_path: Path
+    sshd: SshFront, tmp_path: Path
 ) -> None:
     stranger = tmp_path / "stranger_ed25519"
     with anyio.fail_after(10):
@@ -243,7 +151,8 @@ async def test_a_refused_key_raises_transport_unavailable_with_the_master_hint(
     with anyio.fail_after(30), pytest.raises(TransportUnavailable) as caught:
         await transport.run(Command(("true",)))
     assert caught.value.code == "transport_unavailable"
-    assert "ControlPersist=yes -fN" in caught.value.hint
+    assert "-o ControlPersist=yes" in caught.value.hint
+    assert caught.value.hint.endswith(f"-fN {sshd.user}@127.0.0.1")
     shutil.rmtree(state, ignore_errors=True)
 
 

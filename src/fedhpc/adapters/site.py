@@ -190,4 +190,5 @@ def open_adapter(site: Site) -> SiteAdapter:
     from fedhpc.adapters.transports import make_transport
     from fedhpc.profiles.loader import fedhpc_home
 
-    return SiteAdapter(site, make_transport(site.transport, state_dir=fedhpc_home()))
+    transport = make_transport(site.transport, state_dir=fedhpc_home(), name=site.name)
+    return SiteAdapter(site, transport)

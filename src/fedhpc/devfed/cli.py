@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedhpc.devfed import manager
+from fedhpc.devfed import DevfedError, manager
 from fedhpc.devfed.status import format_status
 
 __all__ = ["add_parser"]
@@ -40,6 +40,38 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ssh(args: argparse.Namespace) -> int:
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    from fedhpc.devfed.sshd import start_front
+
+    plan = manager.default_plan()
+    known = [c.name for c in plan.clusters]
+    sites = list(args.sites) or known
+    if unknown := [s for s in sites if s not in known]:
+        raise DevfedError(f"not a devfed cluster: {', '.join(unknown)}", hint=f"Use {known}.")
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="fedhpc-sshd-"))
+    logins = {c.name: {"SLURM_CONF": str(c.conf)} for c in plan.clusters if c.name in sites}
+    front = start_front(root, logins, keep_root=args.dir is not None)
+    try:
+        ports = ", ".join(f"{a}=127.0.0.1:{front.port(a)}" for a in front.logins)
+        print(f"devfed ssh: sshd pid {front.process.pid}; logins {ports}")
+        print(f"  ssh -F {front.ssh_config} {sites[0]} -- sinfo")
+        print(f"  export FEDHPC_DEVFED=1 FEDHPC_DEVFED_SSH_CONFIG={front.ssh_config}")
+        print("Ctrl-C stops it.", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        front.process.wait()  # until Ctrl-C or SIGTERM; returning means sshd died
+    except KeyboardInterrupt:
+        return 0
+    else:
+        print(f"devfed ssh: sshd exited; see {root / 'sshd.log'}", file=sys.stderr)
+        return 1
+    finally:
+        front.close()
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `devfed` and its subcommands; each sets `func(args) -> exit code`."""
     parser = subparsers.add_parser(
@@ -56,6 +88,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     down = sub.add_parser("down", help="stop every devfed daemon, keep the folder")
     down.add_argument("--purge", action="store_true", help="also delete the devfed folder")
     down.set_defaults(func=_down)
+    ssh = sub.add_parser(
+        "ssh",
+        help="expose the clusters over ssh (one sshd on loopback, a Host alias per cluster) "
+        "until Ctrl-C",
+    )
+    ssh.add_argument("sites", nargs="*", help="clusters to expose (default: all)")
+    ssh.add_argument("--dir", default=None, help="folder for keys and configs (kept)")
+    ssh.set_defaults(func=_ssh)
 
 
 if __name__ == "__main__":

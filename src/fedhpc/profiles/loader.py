@@ -20,6 +20,7 @@ __all__ = [
     "Site",
     "devfed_mode",
     "devfed_process_root",
+    "devfed_ssh_config",
     "load_federation",
     "load_profile",
     "load_profiles",
@@ -79,6 +80,30 @@ def _as_process_site(data: dict[str, Any]) -> dict[str, Any]:
             "env": {"FEDHPC_LOCALSCHED_ROOT": "{devfed}/" + name + "/localsched"},
         },
     }
+
+
+def devfed_ssh_config() -> Path | None:
+    """The ssh_config of the devfed SSH front (`$FEDHPC_DEVFED_SSH_CONFIG`), if one is set."""
+    env = os.environ.get("FEDHPC_DEVFED_SSH_CONFIG")
+    return Path(env) if env else None
+
+
+def _as_ssh_site(data: dict[str, Any], ssh_config: Path) -> dict[str, Any]:
+    """A local-test Slurm profile reached through the SSH front, as a real center is: the host
+    is the Host alias of the front's ssh_config, and the login (not the transport) sets
+    SLURM_CONF."""
+    name = str(data.get("name", ""))
+    return {
+        **data,
+        "title": f"{data.get('title', name)}, over ssh",
+        "transport": {"kind": "ssh", "host": name, "options": {"config_file": str(ssh_config)}},
+    }
+
+
+def _ssh_hosts(path: Path) -> frozenset[str]:
+    from fedhpc.devfed.sshd import hosts_in  # only when an SSH front is in use
+
+    return hosts_in(path)
 
 
 def fedhpc_home() -> Path:
@@ -145,6 +170,12 @@ def load_profile(path: Path) -> SiteProfile:
     root = devfed_root()
     if data.get("local_test") is True and devfed_mode() == "process":
         data, root = _as_process_site(data), devfed_process_root()
+    elif (
+        data.get("local_test") is True
+        and (front := devfed_ssh_config()) is not None
+        and str(data.get("name")) in _ssh_hosts(front)
+    ):
+        data = _as_ssh_site(data, front)
     data = _expand(data, {"devfed": str(root)})
     profile = _validate(SiteProfile, data, path)
     if profile.name != path.stem:

@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from fedhpc.adapters.command import Command, CommandResult
 
-__all__ = ["Transport", "TransportError", "TransportUnavailable"]
+__all__ = ["Transport", "TransportError", "TransportMisconfigured", "TransportUnavailable"]
 
 from fedhpc.errors import ErrorKind, PermanentError, TransientError
 
@@ -22,6 +22,14 @@ class TransportUnavailable(PermanentError):
 
     code = "transport_unavailable"
     kind = ErrorKind.UNAVAILABLE
+
+
+class TransportMisconfigured(TransportUnavailable):
+    """A site's [transport] settings are wrong (a refused or unknown ssh option): the fix is in
+    the config, not a retry."""
+
+    code = "transport_config"
+    kind = ErrorKind.VALIDATION
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import stat
 import tempfile
@@ -24,7 +25,11 @@ from pathlib import Path
 import structlog
 
 from fedhpc.adapters.command import Command, CommandResult
-from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
+from fedhpc.adapters.transports.base import (
+    TransportError,
+    TransportMisconfigured,
+    TransportUnavailable,
+)
 from fedhpc.adapters.transports.local import (
     DEFAULT_ATTEMPTS,
     DEFAULT_OUTPUT_LIMIT,
@@ -34,7 +39,7 @@ from fedhpc.adapters.transports.local import (
 )
 from fedhpc.domain.site import TransportSpec
 
-__all__ = ["ALLOWED_SSH_OPTIONS", "SshTransport", "control_dir"]
+__all__ = ["ALLOWED_SSH_OPTIONS", "OWN_KEY_FOR", "SshTransport", "control_dir", "refused_option"]
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +67,7 @@ ALLOWED_SSH_OPTIONS = frozenset(
 _OWN_OPTIONS = frozenset(
     {
         "attempts",
+        "config_file",
         "connect_timeout_s",
         "control_persist_s",
         "identity_file",
@@ -81,8 +87,56 @@ _PERMANENT_MARKERS = (
 )
 
 
-def _unavailable(reason: str, key: str) -> TransportUnavailable:
-    return TransportUnavailable(reason, hint=f"Fix '{key}' in the site's [transport] settings.")
+# ssh options people reach for that fedhpc sets through a key of its own (or refuses).
+OWN_KEY_FOR = {
+    "IdentityFile": "identity_file",
+    "Port": "port",
+    "ConnectTimeout": "connect_timeout_s",
+    "ControlPersist": "control_persist_s",
+    "ConnectionAttempts": "attempts",
+}
+_FIELD_FOR = {"HostName": "host", "User": "user"}
+_REFUSED_WHY = {
+    "ProxyCommand": "it runs a local command; use ProxyJump, or a Host entry in your ssh config",
+    "LocalCommand": "it runs a local command",
+    "PermitLocalCommand": "it runs a local command",
+    "KnownHostsCommand": "it runs a local command; use UserKnownHostsFile",
+    "ControlMaster": "fedhpc manages multiplexing itself (ControlMaster=auto)",
+    "BatchMode": "fedhpc always sets BatchMode=yes: a prompt would hang the daemon",
+}
+
+
+def _unavailable(reason: str, key: str) -> TransportMisconfigured:
+    return TransportMisconfigured(reason, hint=f"Fix '{key}' in the site's [transport] settings.")
+
+
+def refused_option(key: str, site: str) -> TransportMisconfigured:
+    """The error for an ssh option fedhpc does not pass through, naming what to use instead."""
+    where = f"[sites.{site}.transport.options] in config.toml, or the profile's [transport]"
+    if key in OWN_KEY_FOR:
+        own = OWN_KEY_FOR[key]
+        return TransportMisconfigured(
+            f"{site}: ssh option {key!r} is not allowed in [transport] options; fedhpc's own "
+            f"key for it is {own!r}",
+            hint=f'Write {own} = "..." instead of {key} in {where}. fedhpc\'s own keys: '
+            f"{', '.join(sorted(_OWN_OPTIONS))}; ssh -o options passed through: "
+            f"{', '.join(sorted(ALLOWED_SSH_OPTIONS))} (docs/transports.md).",
+        )
+    if key in _FIELD_FOR:
+        field = _FIELD_FOR[key]
+        return TransportMisconfigured(
+            f"{site}: ssh option {key!r} is not allowed in [transport] options; it is the "
+            f"transport's own field {field!r}",
+            hint=f'Set {field} = "..." in [transport] (not in options), in {where}.',
+        )
+    why = _REFUSED_WHY.get(key, "it is not one fedhpc passes to ssh")
+    return TransportMisconfigured(
+        f"{site}: ssh option {key!r} is not allowed ({why})",
+        hint=f"Remove it from {where}; put anything else in a Host entry of your ssh config "
+        f"(~/.ssh/config, or the file named by config_file). fedhpc's own keys: "
+        f"{', '.join(sorted(_OWN_OPTIONS))}; ssh -o options passed through: "
+        f"{', '.join(sorted(ALLOWED_SSH_OPTIONS))} (docs/transports.md).",
+    )
 
 
 def _check_value(key: str, value: str) -> str:
@@ -131,7 +185,7 @@ class SshTransport:
         opts = spec.options
         self._attempts = int_option(opts, "attempts", DEFAULT_ATTEMPTS)
         self._output_limit = int_option(opts, "output_limit_bytes", DEFAULT_OUTPUT_LIMIT)
-        extra = self._options(spec)  # validated before anything touches the disk
+        self._extra = extra = self._options(spec, self.name)  # validated before any disk I/O
         self.control_path = (
             _check_value("ControlPath", opts["ControlPath"])
             if "ControlPath" in opts
@@ -149,9 +203,11 @@ class SshTransport:
         ]  # fmt: skip
 
     @staticmethod
-    def _options(spec: TransportSpec) -> list[str]:
+    def _options(spec: TransportSpec, site: str) -> list[str]:
         opts = spec.options
         argv: list[str] = []
+        if "config_file" in opts:
+            argv += ["-F", _check_value("config_file", opts["config_file"])]
         if "port" in opts:
             argv += ["-p", str(int_option(opts, "port", 22))]
         if "identity_file" in opts:
@@ -160,7 +216,7 @@ class SshTransport:
             if key in _OWN_OPTIONS or key == "ControlPath":
                 continue
             if key not in ALLOWED_SSH_OPTIONS:
-                raise _unavailable(f"ssh option {key!r} is not allowed", key)
+                raise refused_option(key, site)
             argv += ["-o", f"{key}={_check_value(key, value)}"]
         int_option(opts, "control_persist_s", 600)
         int_option(opts, "connect_timeout_s", 10)
@@ -170,6 +226,14 @@ class SshTransport:
         """The full local argv: ssh options, destination, `--`, then one quoted remote line."""
         remote = Command(command.argv, env={**self._env, **command.env}).as_shell()
         return [*self._base, self.destination, "--", remote]
+
+    def open_argv(self) -> list[str]:
+        """The command a person runs once to open this site's master (it may prompt for a
+        password and MFA, then stays in the background for fedhpc's calls to ride on)."""
+        return [
+            "ssh", "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
+            "-o", "ControlPersist=yes", *self._extra, "-fN", self.destination,
+        ]  # fmt: skip
 
     def control_argv(self, operation: str) -> list[str]:
         """`ssh -O <operation>` against this site's master (check, exit, stop)."""
@@ -193,12 +257,13 @@ class SshTransport:
             # that ambiguity is inherent to ssh and documented.
             detail = result.stderr.strip().splitlines()[-1:] or ["no message"]
             if any(marker in result.stderr for marker in _PERMANENT_MARKERS):
+                # No master (never opened, or expired) and the login needs a person.
                 raise TransportUnavailable(
                     f"ssh to {self.destination} was refused: {detail[0]}",
                     hint=(
-                        "Open a session once (it prompts for MFA): ssh -o ControlMaster=auto "
-                        f"-o ControlPath={self.control_path} -o ControlPersist=yes -fN "
-                        f"{self.destination}"
+                        f"The login to {self.name} needs a person (password, MFA) and no open "
+                        f"session was found. Run `fedhpc connect {self.name}` in a terminal, or "
+                        f"open the session yourself: {shlex.join(self.open_argv())}"
                     ),
                 )
             raise TransportError(f"ssh to {self.destination} failed: {detail[0]}")

@@ -1,0 +1,60 @@
+"""The devfed SSH front: each cluster is a login host behind a real sshd, Slurm found by the
+login's own environment, and fedhpc reaches it with its ssh transport."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedhpc.devfed.sshd import SshFront
+from fedhpc.profiles import load_federation
+from tests.integration.conftest import Devfed
+
+pytestmark = [pytest.mark.devfed, pytest.mark.sshd]
+
+
+def _ssh(front: SshFront, alias: str, *remote: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ssh", "-F", str(front.ssh_config), "-o", "BatchMode=yes", alias, "--", *remote],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_each_login_host_points_slurm_at_its_own_cluster(
+    devfed_ssh: SshFront, devfed: Devfed
+) -> None:
+    for site in devfed.sites:
+        out = _ssh(devfed_ssh, site, "printenv", "SLURM_CONF")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str(devfed.conf(site))
+        # ... and Slurm itself answers for that cluster, with nothing sent by the client.
+        name = _ssh(devfed_ssh, site, "scontrol", "show", "config")
+        assert f"ClusterName             = {site}" in name.stdout
+
+
+def test_the_dev_sites_load_with_an_ssh_transport_that_sends_no_slurm_conf(
+    over_ssh: SshFront,
+) -> None:
+    sites = load_federation()
+    for name, site in sites.items():
+        spec = site.transport
+        assert (spec.kind, spec.host) == ("ssh", name)
+        assert spec.options == {"config_file": str(over_ssh.ssh_config)}
+        assert "SLURM_CONF" not in spec.env
+
+
+def test_fedhpc_probe_reaches_a_cluster_over_ssh(over_ssh: SshFront) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "probe", "devdelta", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (state,) = json.loads(out.stdout)
+    assert state["site"] == "devdelta"
+    assert state["health"] != "offline", state["error"]
+    parts = {p["name"]: p for p in state["partitions"]}
+    assert parts["gpuA100x4"]["total_gpus"] == 4
+    assert "fedhpc-gpu" in state["accounts"]
