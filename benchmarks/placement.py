@@ -1,7 +1,13 @@
 """Placement decision time on a 7-site federation (the shipped real-center profiles) with seeded
 synthetic snapshots, and its ratio to one real `sbatch` round trip on the local federation.
 
+Then the scaling table (issue 16): synthetic federations of N sites x 20 partitions built from
+the same profiles (site i copies profile i mod 7, its partitions repeated and renamed to 20), with
+about 10,000 queued jobs spread over the partitions' queues and 10,000 wait observations. One
+placement's median over the envelopes above and policies, and a 1,000-child group.
+
 Run: .venv/bin/python benchmarks/placement.py [--tasks 400] [--group 1000] [--seed 7]
+         [--scale 4,16,50,200] [--scale-tasks 60] [--no-sbatch]
 """
 
 from __future__ import annotations
@@ -142,11 +148,53 @@ ENVELOPES = (
 )
 
 
-def history(rng: random.Random, sites: dict[str, Site]) -> list[WaitObservation]:
+def scaled_federation(n: int, per_site: int = 20) -> dict[str, Site]:
+    """`n` sites of `per_site` partitions each: site i is profile i mod 7 with its partitions
+    repeated (renamed p00, p01, ...) to `per_site`."""
+    base = sorted(federation().values(), key=lambda s: s.profile.name)
+    out: dict[str, Site] = {}
+    for i in range(n):
+        src = base[i % len(base)]
+        specs = src.profile.partitions
+        parts = tuple(
+            specs[j % len(specs)].model_copy(
+                update={"name": f"p{j:02d}", "scheduler_partition": None}
+            )
+            for j in range(per_site)
+        )
+        name = f"s{i:03d}{src.profile.name}"[:32]
+        profile = src.profile.model_copy(
+            update={"name": name, "partitions": parts, "blocked_partitions": ()}
+        )
+        out[name] = Site(profile, src.user)
+    return out
+
+
+def with_queued(rng: random.Random, snap: ResourceSnapshot, total: int) -> ResourceSnapshot:
+    """The snapshot with about `total` pending jobs spread over its partitions' queues."""
+    parts = [(n, p) for n, st in snap.sites.items() for p in st.partitions]
+    weights = [rng.paretovariate(1.2) for _ in parts]
+    scale = total / sum(weights)
+    sites = {}
+    for name, st in snap.sites.items():
+        ps = tuple(
+            p.model_copy(update={"pending_jobs": int(w * scale)})
+            for (n, p), w in zip(parts, weights, strict=True)
+            if n == name
+        )
+        sites[name] = st.model_copy(update={"partitions": ps})
+    return snap.model_copy(update={"sites": sites})
+
+
+def history(
+    rng: random.Random, sites: dict[str, Site], total: int | None = None
+) -> list[WaitObservation]:
     out = []
+    nparts = sum(len(s.profile.partitions) for s in sites.values())
+    hi = 30 if total is None else max(1, 2 * total // nparts)
     for name, site in sorted(sites.items()):
         for spec in site.profile.partitions:
-            for _ in range(rng.randint(0, 30)):
+            for _ in range(rng.randint(0, hi)):
                 g = rng.choice([0, 1, 2, 4]) if spec.node.accelerator else 0
                 out.append(
                     WaitObservation(
@@ -167,10 +215,20 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def bench_tasks(n: int, seed: int, sites: dict[str, Site]) -> list[float]:
+def bench_tasks(
+    n: int,
+    seed: int,
+    sites: dict[str, Site],
+    *,
+    queued: int = 0,
+    observations: int | None = None,
+    snapshots: int = 10,
+) -> list[float]:
     rng = random.Random(seed)  # noqa: S311 (seeded synthetic data)
-    snaps = [synthetic_snapshot(rng, sites, NOW) for _ in range(10)]
-    hist = WaitHistory(history(rng, sites), now=NOW, settings=Settings())
+    snaps = [synthetic_snapshot(rng, sites, NOW) for _ in range(snapshots)]
+    if queued:
+        snaps = [with_queued(rng, s, queued) for s in snaps]
+    hist = WaitHistory(history(rng, sites, observations), now=NOW, settings=Settings())
     policies = [Policy(), Policy(kind="shortest-queue"), Policy(objective="p90")]
     times = []
     for i in range(n):
@@ -181,14 +239,19 @@ def bench_tasks(n: int, seed: int, sites: dict[str, Site]) -> list[float]:
     return times
 
 
-def bench_group(n: int, seed: int, sites: dict[str, Site]) -> tuple[float, int]:
+def bench_group(
+    n: int, seed: int, sites: dict[str, Site], *, queued: int = 0, observations: int | None = None
+) -> tuple[float, int]:
     rng = random.Random(seed)  # noqa: S311 (seeded synthetic data)
     snap = synthetic_snapshot(rng, sites, NOW)
+    if queued:
+        snap = with_queued(rng, snap, queued)
     child = ResourceEnvelope.model_validate(
         {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 2, "max": 8}, "wall_time": {"min": "1h"}}
     )
     t0 = time.perf_counter()
-    out = place_group([child] * n, snap, sites, now=NOW, history=history(rng, sites))
+    obs = history(rng, sites, observations)
+    out = place_group([child] * n, snap, sites, now=NOW, history=obs)
     return time.perf_counter() - t0, sum(isinstance(d, Placement) for d in out)
 
 
@@ -237,11 +300,42 @@ def sbatch_round_trip(samples: int = 5) -> float | None:
         return None
 
 
+def scaling(args: argparse.Namespace) -> None:
+    counts = [int(x) for x in args.scale.split(",") if x.strip()]
+    if not counts:
+        return
+    print()
+    print(
+        f"scaling: N sites x 20 partitions, ~10,000 queued jobs, ~10,000 wait observations; "
+        f"median of {args.scale_tasks} decisions, one {args.scale_group}-child group"
+    )
+    print("| sites | partitions | one placement (median) | p99 | group | placed | target |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for n in counts:
+        sites = scaled_federation(n)
+        nparts = sum(len(s.profile.partitions) for s in sites.values())
+        kw = {"queued": 10_000, "observations": 10_000}
+        bench_tasks(5, args.seed + 1, sites, snapshots=2, **kw)  # warm-up
+        times = bench_tasks(args.scale_tasks, args.seed, sites, snapshots=3, **kw)
+        med, p99 = statistics.median(times), pct(times, 0.99)
+        group_s, placed = bench_group(args.scale_group, args.seed, sites, **kw)
+        target = "<= 10 ms, group <= 2 s" if n == 50 else ""
+        print(
+            f"| {n} | {nparts} | {med * 1e3:.2f} ms | {p99 * 1e3:.2f} ms | {group_s:.3f} s "
+            f"| {placed} | {target} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=400)
     ap.add_argument("--group", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--scale", default="4,16,50,200", help="site counts of the scaling table")
+    ap.add_argument("--scale-tasks", type=int, default=60, help="decisions per scaling row")
+    ap.add_argument("--scale-group", type=int, default=1000, help="children per scaling row")
+    ap.add_argument("--no-sbatch", action="store_true", help="skip the real sbatch round trip")
     args = ap.parse_args()
     sites = federation()
     nparts = sum(len(s.profile.partitions) for s in sites.values())
@@ -254,8 +348,9 @@ def main() -> None:
         f"  (target median <= 2 ms)"
     )
     group_s, placed = bench_group(args.group, args.seed, sites)
-    print(f"group of {args.group} children: {group_s:.3f} s ({placed} placed)  (target <= 1 s)")
-    rt = sbatch_round_trip()
+    print(f"group of {args.group} children: {group_s:.3f} s ({placed} placed)  (target <= 0.25 s)")
+    scaling(args)
+    rt = None if args.no_sbatch else sbatch_round_trip()
     if rt is None:
         print("sbatch round trip: local federation not up; ratio not measured")
     else:

@@ -45,6 +45,7 @@ async def tick(o: Orchestrator) -> None:
                 await _backfill(o, site, None)
             except Exception:  # accounting details only: never stalls the cycle
                 log.exception("accounting backfill failed", site=site)
+        o.new_cycle()  # this cycle's finished attempts join the wait history, built once
         await _adapt_pending(o)
         await staging.advance(o)  # dispatch tasks whose stage-in succeeded
         from fedhpc.orchestrator.groups import advance_groups

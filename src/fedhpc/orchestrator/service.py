@@ -108,6 +108,10 @@ class Orchestrator:
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
         # but not yet settled accounting row; their eligible time is filled in when it settles.
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
+        # The learned wait estimator's index: built at most once per control cycle (the cycle
+        # is what records finished attempts), shared by every decision until the next one.
+        self._waits: tuple[WaitHistory | None] | None = None
+        self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -150,11 +154,18 @@ class Orchestrator:
         return out
 
     async def wait_history(self) -> WaitHistory | None:
-        """The learned estimator's index, built once for a batch of decisions."""
-        history = await self._history()
-        if not history:
-            return None
-        return WaitHistory(history, now=self.clock(), settings=Policy().settings)
+        """The learned estimator's index, built once per control cycle (on first use after
+        `new_cycle`) and shared by every decision of that cycle."""
+        if self._waits is None:
+            history = await self._history()
+            waits = WaitHistory(history, now=self.clock(), settings=Policy().settings)
+            self.index_builds += 1
+            self._waits = (waits if history else None,)
+        return self._waits[0]
+
+    def new_cycle(self) -> None:
+        """A control cycle recorded what it observed: the next decision rebuilds the index."""
+        self._waits = None
 
     def ledger(self) -> Ledger:
         """Claims of jobs dispatched after their site's last probe; older ones are dropped."""
@@ -191,13 +202,11 @@ class Orchestrator:
                              & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
         policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
-        waits: WaitHistory | list[WaitObservation] = (
-            history if history is not None else await self._history()
-        )
+        waits = history if history is not None else await self.wait_history()
 
         def attempt(avoid: tuple[str, ...]) -> Placement | Unschedulable:
             e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
-            return place(e, snapshot, self.sites, policy, now=self.clock(), history=waits,
+            return place(e, snapshot, self.sites, policy, now=self.clock(), history=waits or (),
                          task_budget=req.task_budget, ledger=ledger)  # fmt: skip
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)

@@ -130,8 +130,18 @@ class WaitHistory:
                 by_part[b[:2]].append((*_units(o.gpus, o.cpus, o.nodes), o.wait_s))
         self._bucket = {k: sorted(v) for k, v in by_bucket.items()}
         self._part = dict(by_part)
+        # Answers by (site, partition, gpus, cpus, nodes): the index is immutable, and a group
+        # or a control cycle asks the same few questions thousands of times.
+        self._answers: dict[tuple[str, str, int, int, int], WaitEstimate | None] = {}
 
     def estimate(self, site: str, partition: str, shape: Shape) -> WaitEstimate | None:
+        key = (site, partition, shape.gpus, shape.cpus, shape.nodes)
+        if key in self._answers:
+            return self._answers[key]
+        answer = self._answers[key] = self._estimate(site, partition, shape)
+        return answer
+
+    def _estimate(self, site: str, partition: str, shape: Shape) -> WaitEstimate | None:
         bucket = size_bucket(shape.gpus, shape.cpus, shape.nodes)
         values = self._bucket.get((site, partition, bucket), [])
         source = f"learned:{bucket}"

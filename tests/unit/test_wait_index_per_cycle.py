@@ -1,0 +1,59 @@
+"""The learned wait estimator's index is built once per control cycle, not once per decision,
+and a cycle's finished attempts reach the next decisions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.orchestrator.records import AttemptRecord
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Settings, WaitHistory, WaitObservation
+from fedhpc.store import Store
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+async def _finish(store: Store, n: int, wait_s: float) -> None:
+    att = AttemptRecord(
+        task_id=f"t{n}", n=1, site="s", partition="gpu", account=None, qos=None,
+        shape=Shape(gpus=1), job_name=f"fedhpc-t{n}-1", job_id=str(n), created_at=NOW,
+        state=JobState.COMPLETED, ended_at=NOW - timedelta(minutes=n), wait_s=wait_s,
+    )  # fmt: skip
+    async with store.transaction() as tx:
+        await tx.put_task(att.task_id, state="completed", body={}, at=NOW)  # only its attempt
+        await tx.put_attempt(
+            att.task_id, att.n, site=att.site, partition=att.partition, job_name=att.job_name,
+            job_id=att.job_id, state=att.state.value, body=att.model_dump(mode="json"), at=NOW,
+        )  # fmt: skip
+
+
+async def test_one_index_per_cycle_shared_by_its_decisions(store: Store) -> None:
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: NOW)
+    assert await o.wait_history() is None  # nothing finished yet: no learned estimates
+    for n in range(3):
+        await _finish(store, n + 1, 60.0 * (n + 1))
+    # Same cycle: the decisions share the index built at its first use (empty then).
+    assert await o.wait_history() is None
+    assert o.index_builds == 1
+    o.new_cycle()
+    first = await o.wait_history()
+    assert first is not None
+    assert await o.wait_history() is first
+    assert o.index_builds == 2
+    est = first.estimate("s", "gpu", Shape(gpus=1))
+    assert est is not None and est.wait_s == 120.0 and est.source.endswith("(n=3)")
+
+
+def test_estimate_answers_are_stable_when_asked_again() -> None:
+    """The per-shape answer cache never changes an answer (same object the second time)."""
+    obs = [
+        WaitObservation(site="s", partition="g", gpus=g, wait_s=w, observed_at=NOW)
+        for g, w in ((1, 10.0), (1, 20.0), (1, 30.0), (4, 600.0), (4, 700.0), (4, 800.0))
+    ]
+    hist = WaitHistory(obs, now=NOW, settings=Settings())
+    one, two = hist.estimate("s", "g", Shape(gpus=2)), hist.estimate("s", "g", Shape(gpus=2))
+    assert one is two and one is not None and one.source == "learned:partition (n=3)"
+    assert hist.estimate("s", "g", Shape(gpus=1)) is not None
+    assert hist.estimate("s", "g", Shape(gpus=8)) is None
