@@ -21,6 +21,8 @@ __all__ = [
     "TransientError",
     "UsageError",
     "ValidationFailed",
+    "typed_error",
+    "typed_errors",
 ]
 
 
@@ -174,3 +176,30 @@ class PermanentError(FedError):
 
     code = "permanent"
     kind = ErrorKind.CONFLICT
+
+
+def typed_errors(exc: BaseException) -> list[FedError]:
+    """The typed errors `exc` carries: itself, or every leaf of an exception group (anyio task
+    groups wrap even one failure in one, nested once per group it crossed), in order.
+
+    Empty when `exc` is not typed, or when any leaf is untyped: a bug next to a typed error is
+    still a bug, and must not be answered as the typed one. Every face (CLI, REST, MCP) maps
+    errors through this, so a typed error raised inside a task group reaches the user as
+    itself (code, message, hint), never as a traceback or `internal`."""
+    if isinstance(exc, FedError):
+        return [exc]
+    if not isinstance(exc, BaseExceptionGroup):
+        return []
+    out: list[FedError] = []
+    for inner in exc.exceptions:
+        found = typed_errors(inner)
+        if not found:
+            return []
+        out.extend(found)
+    return out
+
+
+def typed_error(exc: BaseException) -> FedError | None:
+    """The first of `typed_errors(exc)`, or None: what a face with room for one error answers."""
+    found = typed_errors(exc)
+    return found[0] if found else None

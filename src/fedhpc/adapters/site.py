@@ -13,7 +13,12 @@ import structlog
 
 from fedhpc.adapters.command import Command, CommandResult, batch, shell_line, split_batch
 from fedhpc.adapters.dialects import Dialect, get_dialect
-from fedhpc.adapters.transports.base import Transport, TransportError
+from fedhpc.adapters.transports.base import (
+    Transport,
+    TransportError,
+    TransportUnavailable,
+    UnusableTransport,
+)
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import PermanentError, UsageError
@@ -190,5 +195,9 @@ def open_adapter(site: Site) -> SiteAdapter:
     from fedhpc.adapters.transports import make_transport
     from fedhpc.profiles.loader import fedhpc_home
 
-    transport = make_transport(site.transport, state_dir=fedhpc_home(), name=site.name)
+    transport: Transport
+    try:
+        transport = make_transport(site.transport, state_dir=fedhpc_home(), name=site.name)
+    except TransportUnavailable as exc:  # raised by its first call, so other sites still work
+        transport = UnusableTransport(exc, name=site.name)
     return SiteAdapter(site, transport)

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from fedhpc.errors import EXIT_CODES, FedError
+from fedhpc.errors import EXIT_CODES, FedError, typed_errors
 
 __all__ = ["error_json", "run"]
 
@@ -17,19 +17,32 @@ def error_json(exc: FedError) -> str:
     return json.dumps({"error": {**exc.as_dict(), "kind": exc.kind.value}}, ensure_ascii=False)
 
 
-def run(args: argparse.Namespace) -> int:
-    """The command's own status, the error class's exit code for a typed error, 130 for
-    Ctrl-C."""
-    try:
-        code: int = args.func(args)
-    except FedError as exc:
-        if getattr(args, "json", False):
+def _report(errors: list[FedError], as_json: bool) -> int:
+    for exc in errors:
+        if as_json:
             print(error_json(exc), flush=True)
         else:
             print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
             if exc.hint:
                 print(f"hint: {exc.hint}", file=sys.stderr)
-        return EXIT_CODES[exc.kind]
+    return EXIT_CODES[errors[0].kind]
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command's own status, the error class's exit code for a typed error, 130 for
+    Ctrl-C. Typed errors raised inside task groups are reported as themselves, each one (the
+    exit code is the first one's)."""
+    as_json = bool(getattr(args, "json", False))
+    try:
+        code: int = args.func(args)
+    except FedError as exc:
+        return _report([exc], as_json)
     except KeyboardInterrupt:
         return 130
+    except BaseExceptionGroup as group:
+        if errors := typed_errors(group):
+            return _report(errors, as_json)
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return 130
+        raise
     return code

@@ -14,7 +14,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain.site import Health, SiteState
-from fedhpc.errors import FedError, TransientError
+from fedhpc.errors import TransientError, typed_error
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 
@@ -89,11 +89,12 @@ class Collector:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
                 log.warning("probe error", site=name, error=repr(exc))
-                why = f"probe failed: {exc}"
+                typed = typed_error(exc)  # itself, or the typed error inside a task group
+                why = f"probe failed: {typed.message if typed else exc}"
                 # A person's move (a `fedhpc login`, an ssh master to open) is named; a
                 # transient error's "retry later" is not: fedhpc retries it by itself.
-                if isinstance(exc, FedError) and not isinstance(exc, TransientError) and exc.hint:
-                    why += f" ({exc.hint})"
+                if typed and not isinstance(typed, TransientError) and typed.hint:
+                    why += f" ({typed.hint})"
                 state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
         if state is None:
             state = SiteState(

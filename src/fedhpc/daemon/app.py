@@ -22,7 +22,14 @@ from fedhpc.daemon.routes_bridge import bridge_routes
 from fedhpc.daemon.routes_data import data_routes
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.domain.job import JobState
-from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, UsageError, ValidationFailed
+from fedhpc.errors import (
+    HTTP_STATUS,
+    FedError,
+    FieldIssue,
+    UsageError,
+    ValidationFailed,
+    typed_error,
+)
 from fedhpc.ops.draft import DraftRequest
 from fedhpc.ops.events import AckRequest, EventsQuery, check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
@@ -134,6 +141,8 @@ def _guard(fn: Handler) -> Handler:
         except FedError as exc:
             return _error(exc)
         except Exception as exc:  # a bug: the caller gets a typed answer, the log the details
+            if typed := typed_error(exc):  # raised inside a task group
+                return _error(typed)
             log.exception("request failed", path=request.url.path, error=repr(exc)[:500])
             return _error(_Internal(f"the daemon failed on {request.url.path}"))
 

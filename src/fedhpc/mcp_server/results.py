@@ -12,7 +12,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
-from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
+from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed, typed_error
 from fedhpc.ops.suggest import request_model, unknown_field_reason
 
 __all__ = [
@@ -150,6 +150,8 @@ def guarded(
             except FedError as exc:
                 return error_result(exc)
             except Exception as exc:
+                if typed := typed_error(exc):  # raised inside a task group
+                    return error_result(typed)
                 log.exception("tool crashed", tool=fn.__name__)
                 return error_result(InternalError(f"{fn.__name__} failed: {type(exc).__name__}"))
             return _size_checked(fn.__name__, answer, pointer)

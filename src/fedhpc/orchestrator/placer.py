@@ -12,7 +12,7 @@ import structlog
 
 from fedhpc.adapters.site import WorkdirFailed
 from fedhpc.domain.job import JobState
-from fedhpc.errors import FedError
+from fedhpc.errors import typed_error
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Category, Outcome, Placement, Unschedulable
@@ -155,9 +155,10 @@ async def _dispatch(
     try:
         await _submit(o, task, p, history)
     except Exception as exc:  # typed or not: this task's failure, never the batch's
-        if not isinstance(exc, FedError):
+        typed = typed_error(exc)  # itself, or the typed error inside a task group
+        if typed is None:
             log.exception("dispatch failed", task=task.id, site=p.site)
-        message = exc.message if isinstance(exc, FedError) else f"internal: {type(exc).__name__}"
+        message = typed.message if typed else f"internal: {type(exc).__name__}"
         task.state = JobState.FAILED
         task.reasons = (f"could not submit to {p.site}: {message}",)
         async with o.store.transaction() as tx:

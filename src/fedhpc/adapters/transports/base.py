@@ -6,7 +6,13 @@ from typing import Protocol, runtime_checkable
 
 from fedhpc.adapters.command import Command, CommandResult
 
-__all__ = ["Transport", "TransportError", "TransportMisconfigured", "TransportUnavailable"]
+__all__ = [
+    "Transport",
+    "TransportError",
+    "TransportMisconfigured",
+    "TransportUnavailable",
+    "UnusableTransport",
+]
 
 from fedhpc.errors import ErrorKind, PermanentError, TransientError
 
@@ -55,3 +61,19 @@ class Transport(Protocol):
     async def run(self, command: Command) -> CommandResult: ...
 
     async def aclose(self) -> None: ...
+
+
+class UnusableTransport:
+    """Stands for a transport that could not be built from its settings: every call raises the
+    error that said why. The daemon keeps serving the other sites, and this site shows offline
+    with that error (its hint included) until the config is fixed."""
+
+    def __init__(self, error: TransportUnavailable, *, name: str) -> None:
+        self.name = name
+        self.error = error
+
+    async def run(self, command: Command) -> CommandResult:
+        raise self.error.with_traceback(None)  # one instance, raised again and again
+
+    async def aclose(self) -> None:
+        return None
