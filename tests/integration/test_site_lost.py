@@ -14,7 +14,14 @@ import anyio
 from fedhpc.client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
-from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, SubmitTaskRequest
+from fedhpc.ops.tasks import (
+    CancelRequest,
+    GroupChild,
+    ResultManifest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+)
 from tests.integration.daemon_util import running
 from tests.skill_claims import resume_claims
 
@@ -100,4 +107,49 @@ async def test_work_stuck_on_a_lost_site_wakes_its_agent_once_per_attempt(tmp_pa
     assert "no other site fits" in woken[queued.task_id]["reason"]
     assert events.count(("task.site_lost", queued.task_id)) == 1
     assert ("site.offline", "devdeltaai") in events
+    shutil.rmtree(fed, ignore_errors=True)
+
+
+async def test_a_groups_children_on_a_lost_site_wake_its_agent_once_as_a_group_event(
+    tmp_path: Path,
+) -> None:
+    # A group's continuation hears no per-child task events: their lost site must still reach
+    # it, once per outage, as one group.site_lost naming the children.
+    fed = tmp_path / "devfed"
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(fed), "FEDHPC_SITE_LOST_S": "3"}
+    log = tmp_path / "agent.log"
+    root = fed / "devdeltaai" / "localsched"
+    async with running(tmp_path / "h", **env) as client:
+        group = await client.submit_group(SubmitGroupRequest(
+            objective="two GH200 runs", continuation=_agent(log),
+            children=tuple(GroupChild(command=("sleep", "90"), name=f"g{i}") for i in range(2)),
+            envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 2, "max": 2}}),
+        ))  # fmt: skip
+        ids = [c.task_id for c in group.children]
+        for t in ids:
+            await _attempt_in(client, t, JobState.RUNNING)
+        away = root.with_name("localsched.away")
+        root.rename(away)
+        root.write_text("lost")
+        try:
+            await _delivered(client, 1)
+            await anyio.sleep(4)  # more cycles, still offline: nothing new
+            assert len(await client.deliveries()) == 1
+        finally:
+            root.unlink()
+            away.rename(root)
+        for t in ids:
+            await client.cancel(CancelRequest(task_id=t))
+        with anyio.fail_after(60):
+            while not await _all_ended(client, *ids):
+                await anyio.sleep(0.5)
+    woken = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    kinds = [w["event"] for w in woken]  # then the cancels end the round: its own event
+    assert kinds[0] == "group.site_lost" and kinds.count("group.site_lost") == 1, kinds
+    assert set(kinds) <= {"group.site_lost", "group.round_terminal"}, kinds
+    w = woken[0]
+    assert w["group_id"] == group.group_id and w["site"] == "devdeltaai"
+    assert w["children"] == 2 and sorted(w["task_ids"]) == sorted(ids)
+    assert len(json.dumps(w, separators=(",", ":"))) <= 600  # a resume's payload stays small
+    assert any(step.startswith("replan") for step in w["next"])
     shutil.rmtree(fed, ignore_errors=True)

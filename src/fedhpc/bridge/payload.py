@@ -44,6 +44,11 @@ _NEXT = {
     ],
     "group.round_terminal": ["get_result(task_id) for each child", "submit_group(...)"],
     "group.stalled_child": ["replan(task_id, exclude_sites=[...])", "cancel(task_id)"],
+    "group.site_lost": [
+        "wait: the children stay on the site and fedhpc resumes you when the round ends",
+        "replan(task_id, exclude_sites=[site]) for a child that has not started (round open)",
+        "cancel(task_id) for a child you give up on",
+    ],
     "transfer.succeeded": [
         "read the resource in `result`",
         "submit_task(..., stage_in=[transfer_id]) for the next step",
@@ -91,9 +96,11 @@ def build_payload(
     if event["subject"] not in out.values():
         out["subject"] = event["subject"]
     out["state"] = p.get("state")
-    for key in ("site", "counts", "round"):
+    for key in ("site", "counts", "round", "children"):
         if p.get(key) is not None:
             out[key] = p[key]
+    if p.get("task_ids"):  # a group event's children (a few; the group resource has all)
+        out["task_ids"] = list(p["task_ids"])[:5]
     if p.get("result") and p["result"] != f"fedhpc://tasks/{event['subject']}":
         out["result"] = p["result"]  # the default reference follows from the subject
     error = p.get("error") or {}

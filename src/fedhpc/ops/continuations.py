@@ -30,6 +30,7 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "task.site_lost",
     "group.round_terminal",
     "group.stalled_child",
+    "group.site_lost",
     "transfer.failed",
 )
 

@@ -265,6 +265,7 @@ async def _site_lost(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> N
     go, or the budget spent) wakes the agent once per attempt, after `site_lost_after_s`."""
     went = await o.store.last_event("site.offline", site)
     lost_s = (o.clock() - went.created_at).total_seconds() if went is not None else 0.0
+    stuck: dict[str, list[str]] = {}  # group -> its children that stay on the lost site
     for a in atts:
         if a.superseded:
             continue
@@ -293,6 +294,30 @@ async def _site_lost(o: Orchestrator, site: str, atts: list[AttemptRecord]) -> N
         async with o.store.transaction() as tx:
             await o.emit(tx, "task.site_lost", task, key=f"{a.n}", site=a.site, attempt=a.n,
                          job_id=a.job_id, attempt_state=a.state.value, reason=reason)  # fmt: skip
+        if task.group_id:
+            stuck.setdefault(task.group_id, []).append(task.id)
+    outage = went.seq if went is not None else 0
+    for gid, children in stuck.items():
+        await _group_site_lost(o, gid, site, children, lost_s=lost_s, outage=outage)
+
+
+_LOST_IDS = 20  # task ids named in one group.site_lost; the group resource lists them all
+
+
+async def _group_site_lost(o: Orchestrator, gid: str, site: str, children: list[str], *,
+                           lost_s: float, outage: int) -> None:  # fmt: skip
+    """A group's continuation hears its children's lost site once per outage, as one event
+    (it hears no per-child events): how many stay there, which, and what it can do."""
+    reason = (f"{site} offline for {lost_s:.0f}s: {len(children)} children of the group stay "
+              "there (running, or nowhere else to go)")  # fmt: skip
+    async with o.store.transaction() as tx:
+        await tx.append_event(
+            "group.site_lost", gid,
+            {"group_id": gid, "site": site, "children": len(children),
+             "task_ids": children[:_LOST_IDS], "reason": reason,
+             "result": f"fedhpc://groups/{gid}"},
+            at=o.clock(), key=f"group.site_lost:{gid}:{site}:{outage}",
+        )  # fmt: skip
 
 
 async def _adapt_pending(o: Orchestrator) -> None:
