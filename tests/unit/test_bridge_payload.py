@@ -69,6 +69,8 @@ def test_a_retry_never_resends_an_event_the_session_already_holds() -> None:
     lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
     assert [x["delivery"] for x in lines] == ["d2"]  # d1 is only pointed at
     assert "d1" in text
+    # The earlier turn may have acted before it was stopped (a time limit): never "act now".
+    assert "act on them now" not in text and "check what that turn already did" in text
     only = nudge_text(["d1", "d2"])
     assert PAYLOAD_MARK not in only and "d1, d2" in only
 

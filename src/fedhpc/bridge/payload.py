@@ -136,7 +136,8 @@ def prompt_text(payloads: Sequence[dict[str, Any]], *, seen: Sequence[str] = ())
     if seen:
         lines.append(
             "fedhpc: the event(s) " + ", ".join(seen) + " in an earlier message of this "
-            "session reached you while your turn could not run; act on them now."
+            "session reached you in a turn that did not finish (stopped, timed out or "
+            "crashed): check what that turn already did about them, then do the rest."
         )
     if fresh:
         lines.append("fedhpc events:" if len(fresh) > 1 else "fedhpc event:")
