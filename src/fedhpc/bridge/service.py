@@ -11,6 +11,7 @@ import json
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +225,8 @@ class Bridge:
             payloads = [d["body"]["payload"] for d in ds]
             held: list[str] = []
             if any(d["body"].get("launched") for d in ds):
-                held = seen(spec, resume_env(cfg, self.home), [d["id"] for d in ds])
+                ids = [d["id"] for d in ds]  # a long transcript is read off the event loop
+                held = await anyio.to_thread.run_sync(seen, spec, resume_env(cfg, self.home), ids)
             text = prompt_text(payloads, seen=held)
             for d in ds:
                 d["body"] = {**d["body"], "resume": rid, "launched": True, "held": d["id"] in held}
@@ -233,9 +235,10 @@ class Bridge:
             entry = None
             if self.warm is not None and spec.runtime is Runtime.CLAUDE_CODE:
                 entry = await self.warm.entry()
-            launch(spec, text, self._folder(rid), home=self.home, cfg=cfg,
-                   timeout_s=self.process_timeout_s, stdin_text=stdin,
-                   mcp_entry=entry)  # fmt: skip
+            start = partial(launch, spec, text, self._folder(rid), home=self.home, cfg=cfg,
+                            timeout_s=self.process_timeout_s, stdin_text=stdin,
+                            mcp_entry=entry)  # fmt: skip
+            await anyio.to_thread.run_sync(start)  # spawning blocks; the daemon keeps serving
             log.info("resuming", resume=rid, runtime=spec.runtime.value, events=len(ds),
                      already_in_session=len(held))  # fmt: skip
         except FedError as exc:
@@ -247,12 +250,13 @@ class Bridge:
         """Settle a started resume if it ended; True while it still runs."""
         folder = self._folder(rid)
         spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
-        done = collect(folder)
+        done = await anyio.to_thread.run_sync(collect, folder)  # file reads, off the loop
         if done is None:
             pid_file = folder / "pid"
             if pid_file.exists() and process_alive(pid := int(pid_file.read_text() or "0")):
                 age = self.clock().timestamp() - pid_file.stat().st_mtime
-                if age > self.start_timeout_s and not model_answered(spec, folder):
+                answered = partial(model_answered, spec, folder)
+                if age > self.start_timeout_s and not await anyio.to_thread.run_sync(answered):
                     log.warning("resume got no model answer; stopping it", resume=rid)
                     (folder / "stopped").write_text(
                         f"no answer from the model within {self.start_timeout_s:g} s"
@@ -278,7 +282,7 @@ class Bridge:
             await self._failed(ds, f"{reason}; {tails}")
             return False
         try:
-            tools = check_result(spec, folder, done)
+            tools = await anyio.to_thread.run_sync(check_result, spec, folder, done)
         except FedError as exc:
             await self._failed(ds, exc.message)
             return False
