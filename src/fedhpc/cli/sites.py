@@ -9,6 +9,7 @@ from pathlib import Path
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import NotFound
 from fedhpc.profiles import load_profile, load_profiles, load_user_config
+from fedhpc.profiles.loader import user_profile_dirs
 
 __all__ = ["add_parser"]
 
@@ -26,8 +27,7 @@ def _gpus(profile: SiteProfile) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     config = load_user_config()
-    dirs = [Path(d).expanduser() for d in config.profile_dirs]
-    profiles = load_profiles(dirs)
+    profiles = load_profiles(user_profile_dirs(config))
     rows = [("SITE", "CENTER", "SCHED", "ARCH", "PARTITIONS", "GPUS", "CONFIGURED")]
     for name, p in sorted(profiles.items()):
         configured = "yes" if name in config.sites else ("devfed" if p.local_test else "-")
@@ -41,7 +41,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     config = load_user_config()
-    profiles = load_profiles([Path(d).expanduser() for d in config.profile_dirs])
+    profiles = load_profiles(user_profile_dirs(config))
     if args.site not in profiles:
         raise NotFound(f"no site profile named {args.site!r}", hint="See `fedhpc sites list`.")
     print(json.dumps(profiles[args.site].model_dump(mode="json"), indent=2))
@@ -54,13 +54,13 @@ def _check(args: argparse.Namespace) -> int:
     for path in paths:
         load_profile(path)
     if not paths:
-        load_profiles([Path(d).expanduser() for d in load_user_config().profile_dirs])
+        load_profiles(user_profile_dirs(load_user_config()))
     print(f"ok: {len(paths) or 'all'} profile(s) valid")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("sites", help="site profiles: list, show, check")
+    p = sub.add_parser("sites", help="site profiles: list, show, check, discover")
     s = p.add_subparsers(dest="sites_cmd", required=True)
     s.add_parser("list", help="every shipped and user profile").set_defaults(func=_list)
     show = s.add_parser("show", help="one profile as JSON")
@@ -69,3 +69,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     check = s.add_parser("check", help="validate profile files (default: all loaded ones)")
     check.add_argument("files", nargs="*")
     check.set_defaults(func=_check)
+    from fedhpc.cli.discover import add_discover
+
+    add_discover(s)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
-from pathlib import Path
 
 from fedhpc.collector import Collector
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.errors import FieldIssue
 from fedhpc.ops.sitecheck import check_site_names
 from fedhpc.ops.workdir import WorkdirOutside, outside_message, sites_holding
-from fedhpc.profiles.loader import load_profiles, load_user_config, user_config_path
+from fedhpc.profiles.loader import (
+    load_profiles,
+    load_user_config,
+    user_config_path,
+    user_profile_dirs,
+)
 
 __all__ = ["check_request_sites"]
 
@@ -20,8 +24,7 @@ __all__ = ["check_request_sites"]
 @lru_cache(maxsize=1)
 def _profile_names() -> frozenset[str]:
     try:
-        dirs = [Path(d).expanduser() for d in load_user_config().profile_dirs]
-        return frozenset(load_profiles(dirs))
+        return frozenset(load_profiles(user_profile_dirs(load_user_config())))
     except Exception:  # a broken file is the loader's error to report, not this check's
         return frozenset()
 

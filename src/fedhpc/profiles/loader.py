@@ -27,6 +27,8 @@ __all__ = [
     "load_user_config",
     "shipped_profiles_dir",
     "user_config_path",
+    "user_profile_dirs",
+    "user_profiles_dir",
 ]
 
 M = TypeVar("M", bound=BaseModel)
@@ -196,6 +198,17 @@ def load_profiles(dirs: Iterable[Path] | None = None) -> dict[str, SiteProfile]:
     return out
 
 
+def user_profiles_dir() -> Path:
+    """The user's own profile folder, where `fedhpc sites discover` writes."""
+    return fedhpc_home() / "profiles"
+
+
+def user_profile_dirs(config: UserConfig) -> list[Path]:
+    """Folders of the user's profiles, read after the shipped ones: `<fedhpc home>/profiles`
+    (where `fedhpc sites discover` writes), then the config's `profile_dirs` in order."""
+    return [user_profiles_dir(), *(Path(os.path.expanduser(d)) for d in config.profile_dirs)]
+
+
 def load_user_config(path: Path | None = None) -> UserConfig:
     """The user's config, or an empty one when the file does not exist."""
     path = path or user_config_path()
@@ -237,8 +250,7 @@ def load_federation(
     `FEDHPC_DEVFED=1` (Slurm) or `=process` (local processes), or every profile when the
     config sets `default_site_enabled`."""
     config = config if config is not None else load_user_config(config_path)
-    dirs = [Path(os.path.expanduser(d)) for d in config.profile_dirs]
-    profiles = load_profiles(dirs)
+    profiles = load_profiles(user_profile_dirs(config))
     path = str(config_path or user_config_path())
     for name in config.sites:
         if name not in profiles:
