@@ -1,13 +1,16 @@
 """The I/O side of wait estimator (b): ask each site's scheduler when chosen candidates would start.
 
 All `sbatch --test-only` calls for one site go in ONE remote call (`command.batch`); sites run
-concurrently. The result is plain data that `placement.place(..., estimates=...)` consumes, so
-placement itself stays pure and replayable."""
+concurrently, each bounded in time. Answers (and a site's failure) are kept for one control
+cycle in an `EstimateCache`, so identical shapes are not asked twice. The result is plain data
+that `placement.place(..., estimates=..., estimate_notes=...)` consumes, so placement itself
+stays pure and replayable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -22,13 +25,30 @@ from fedhpc.errors import FedError
 from fedhpc.placement.context import shape_key
 from fedhpc.placement.trace import CandidateTrace, DecisionTrace
 
-__all__ = ["EstimateRequest", "requests_from_trace", "scheduler_estimates"]
+__all__ = [
+    "NO_DRY_RUN",
+    "EstimateCache",
+    "EstimateRequest",
+    "SchedulerAnswer",
+    "ask_scheduler",
+    "requests_from_trace",
+    "scheduler_estimates",
+]
 
 log = structlog.get_logger(__name__)
 
 # Feed each script to sbatch on stdin inside the batched bash script; sbatch answers on stderr,
 # which `batch` discards per section, so fold it into stdout here.
 _TEST_ONLY = 'printf "%s" "$1" | sbatch --test-only 2>&1'
+
+# Dialects without a dry-run start estimate, and why (the trace quotes this).
+NO_DRY_RUN = {
+    "pbs": "PBS Pro has no start-estimate command (qsub has no will-run test)",
+    "lsf": "LSF has no start-estimate command (bsub has no will-run test)",
+    "process": "local process sites have no scheduler queue to ask",
+}
+
+Key = tuple[str, str, str]  # (site, partition, shape key): what placement looks up
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +61,30 @@ class EstimateRequest:
     shape: Shape
     qos: str | None = None
 
+    @property
+    def key(self) -> Key:
+        return (self.site, self.partition, shape_key(self.shape))
+
+    @property
+    def cache_key(self) -> tuple[str, str, str | None, str | None, str]:
+        return (self.site, self.partition, self.account, self.qos, shape_key(self.shape))
+
+
+@dataclass(slots=True)
+class SchedulerAnswer:
+    """What the schedulers said for one decision (or one batch of decisions).
+
+    `starts`: predicted start per candidate key; `asked_at`: when each was asked (monotonic
+    seconds), so an answer that predates a job fedhpc placed there since can be dropped;
+    `notes`: per site, why some or all of its candidates have no estimate; `calls`: remote
+    calls made for this answer (cache hits cost none)."""
+
+    starts: dict[Key, datetime] = field(default_factory=dict)
+    asked_at: dict[Key, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+    hits: int = 0
+
 
 @runtime_checkable
 class _TestOnly(Protocol):
@@ -49,10 +93,61 @@ class _TestOnly(Protocol):
     def parse_test_only(self, result: CommandResult) -> object: ...
 
 
-def requests_from_trace(trace: DecisionTrace, *, top: int = 8) -> list[EstimateRequest]:
-    """The best `top` feasible candidates of a first (pure) pass, to refine with estimator (b)."""
-    chosen: list[CandidateTrace] = [c for c in trace.candidates if c.feasible][:top]
-    return [EstimateRequest(c.site, c.partition, c.account, c.shape, c.qos) for c in chosen]
+class EstimateCache:
+    """Answers within one control cycle: a shape asked once is not asked again until `ttl_s`
+    has passed; a site that failed (timeout, transport error) is not asked again either, so a
+    hung site costs one timeout per cycle, not one per decision."""
+
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        # cache key -> (start or None when the scheduler refused that shape, asked at)
+        self._answers: dict[tuple[str, str, str | None, str | None, str], tuple[datetime | None, float]] = {}  # fmt: skip  # noqa: E501
+        self._failed: dict[str, tuple[str, float]] = {}  # site -> (why, when)
+        self.calls = 0  # remote calls made in all (for benchmarks and status)
+
+    def _fresh(self, at: float) -> bool:
+        return self.clock() - at < self.ttl_s
+
+    def get(self, req: EstimateRequest) -> tuple[datetime | None, float] | None:
+        hit = self._answers.get(req.cache_key)
+        return hit if hit is not None and self._fresh(hit[1]) else None
+
+    def failed(self, site: str) -> str | None:
+        hit = self._failed.get(site)
+        return hit[0] if hit is not None and self._fresh(hit[1]) else None
+
+    def put(self, req: EstimateRequest, start: datetime | None, at: float) -> None:
+        self._answers[req.cache_key] = (start, at)
+
+    def fail(self, site: str, why: str) -> None:
+        self._failed[site] = (why, self.clock())
+
+    def drop_partition(self, site: str, partition: str) -> None:
+        """A job was placed there: the scheduler's earlier answers no longer hold."""
+        for k in [k for k in self._answers if k[0] == site and k[1] == partition]:
+            del self._answers[k]
+
+    def prune(self) -> None:
+        self._answers = {k: v for k, v in self._answers.items() if self._fresh(v[1])}
+        self._failed = {k: v for k, v in self._failed.items() if self._fresh(v[1])}
+
+
+def requests_from_trace(
+    trace: DecisionTrace, *, top: int = 8, per_partition: bool = True, cap: int = 24
+) -> list[EstimateRequest]:
+    """The best `top` feasible candidates of a first (pure) pass, to refine with estimator (b),
+    plus (`per_partition`) the best candidate of every other feasible partition, at most `cap`:
+    a partition the first pass ranks low may be the one whose queue moves first."""
+    feasible: list[CandidateTrace] = [c for c in trace.candidates if c.feasible]
+    chosen = feasible[:top]
+    if per_partition:
+        seen = {(c.site, c.partition) for c in chosen}
+        for c in feasible[top:]:
+            if (c.site, c.partition) not in seen:
+                seen.add((c.site, c.partition))
+                chosen.append(c)
+    return [EstimateRequest(c.site, c.partition, c.account, c.shape, c.qos) for c in chosen[:cap]]
 
 
 def _section_command(adapter: SiteAdapter, dialect: _TestOnly, req: EstimateRequest) -> Command:
@@ -70,18 +165,27 @@ def _section_command(adapter: SiteAdapter, dialect: _TestOnly, req: EstimateRequ
 
 async def _site_estimates(
     adapter: SiteAdapter, reqs: Sequence[EstimateRequest], timeout_s: float
-) -> dict[tuple[str, str, str], datetime]:
+) -> tuple[dict[int, datetime | None], str | None]:
+    """(index -> start, or None when that shape was refused), and why the site failed as a
+    whole (None when it answered)."""
     dialect = adapter.dialect
     if not isinstance(dialect, _TestOnly):
-        return {}  # PBS/LSF have no dry-run start estimate: the caller falls back
+        name = getattr(dialect, "name", "this dialect")
+        return {}, NO_DRY_RUN.get(name, f"{name} has no start-estimate command")
     sections = {f"t{i}": _section_command(adapter, dialect, r) for i, r in enumerate(reqs)}
+    result: CommandResult | None = None
     try:
-        result = await adapter.transport.run(batch(sections, timeout_s=timeout_s))
+        # The remote timeout, and a local one for a transport that hangs before it starts.
+        with anyio.move_on_after(timeout_s):
+            result = await adapter.transport.run(batch(sections, timeout_s=timeout_s))
     except TransportError as exc:
         log.warning("test-only failed", site=adapter.name, error=exc.message)
-        return {}
+        return {}, f"unreachable ({exc.message})"
+    if result is None:
+        log.warning("test-only timed out", site=adapter.name, timeout_s=timeout_s)
+        return {}, f"no answer within {timeout_s:g} s"
     parts = split_batch(result.stdout)
-    out: dict[tuple[str, str, str], datetime] = {}
+    out: dict[int, datetime | None] = {}
     for i, req in enumerate(reqs):
         section = parts.get(f"t{i}")
         if section is None:
@@ -93,11 +197,76 @@ async def _site_estimates(
             log.info(
                 "test-only rejected", site=req.site, partition=req.partition, error=exc.message
             )
+            out[i] = None
             continue
         start = getattr(prediction, "start", None)
-        if isinstance(start, datetime):
-            out[(req.site, req.partition, shape_key(req.shape))] = start
-    return out
+        out[i] = start if isinstance(start, datetime) else None
+    if not parts:
+        return out, f"unreadable answer (exit {result.returncode})"
+    return out, None
+
+
+async def ask_scheduler(
+    requests: Iterable[EstimateRequest],
+    adapters: Mapping[str, SiteAdapter],
+    *,
+    timeout_s: float = 2.0,
+    cache: EstimateCache | None = None,
+    skip: Mapping[str, str] | None = None,
+) -> SchedulerAnswer:
+    """One batched remote call per site for the requests the cache cannot answer, all sites in
+    parallel, each bounded by `timeout_s`. `skip`: sites not to ask, with why (offline)."""
+    clock = cache.clock if cache is not None else time.monotonic
+    answer = SchedulerAnswer()
+    todo: dict[str, list[EstimateRequest]] = {}
+    seen: set[tuple[str, str, str | None, str | None, str]] = set()
+    for req in requests:
+        if req.cache_key in seen:
+            continue
+        seen.add(req.cache_key)
+        why = (skip or {}).get(req.site) or (cache.failed(req.site) if cache else None)
+        if req.site not in adapters:
+            why = why or "no adapter"
+        if why is not None:
+            answer.notes[req.site] = why
+            continue
+        hit = cache.get(req) if cache is not None else None
+        if hit is not None:
+            answer.hits += 1
+            start, at = hit
+            if start is not None and req.key not in answer.starts:
+                answer.starts[req.key], answer.asked_at[req.key] = start, at
+            elif start is None:
+                answer.notes.setdefault(req.site, "the scheduler refused a test submission")
+            continue
+        todo.setdefault(req.site, []).append(req)
+
+    async def one(site: str) -> None:
+        reqs = todo[site]
+        at = clock()
+        got, why = await _site_estimates(adapters[site], reqs, timeout_s)
+        answer.calls += 0 if why is not None and why in NO_DRY_RUN.values() else 1
+        if why is not None:
+            answer.notes[site] = why
+            if cache is not None:
+                cache.fail(site, why)
+            return
+        for i, req in enumerate(reqs):
+            start = got.get(i)
+            if cache is not None and i in got:
+                cache.put(req, start, at)
+            if start is not None and req.key not in answer.starts:
+                answer.starts[req.key], answer.asked_at[req.key] = start, at
+        refused = sum(1 for i in range(len(reqs)) if got.get(i) is None)
+        if refused:
+            answer.notes[site] = f"scheduler refused {refused} of {len(reqs)} test submissions"
+
+    async with anyio.create_task_group() as tg:
+        for site in sorted(todo):
+            tg.start_soon(one, site, name=f"test-only:{site}")
+    if cache is not None:
+        cache.calls += answer.calls
+    return answer
 
 
 async def scheduler_estimates(
@@ -105,19 +274,7 @@ async def scheduler_estimates(
     adapters: Mapping[str, SiteAdapter],
     *,
     timeout_s: float = 30.0,
-) -> dict[tuple[str, str, str], datetime]:
+) -> dict[Key, datetime]:
     """(site, partition, shape key) -> predicted start, from one batched remote call per site.
     Sites without an adapter, without a dry-run command, or that fail are simply absent."""
-    by_site: dict[str, list[EstimateRequest]] = {}
-    for req in requests:
-        if req.site in adapters:
-            by_site.setdefault(req.site, []).append(req)
-    out: dict[tuple[str, str, str], datetime] = {}
-
-    async def one(site: str) -> None:
-        out.update(await _site_estimates(adapters[site], by_site[site], timeout_s))
-
-    async with anyio.create_task_group() as tg:
-        for site in sorted(by_site):
-            tg.start_soon(one, site, name=f"test-only:{site}")
-    return out
+    return (await ask_scheduler(requests, adapters, timeout_s=timeout_s)).starts

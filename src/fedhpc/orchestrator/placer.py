@@ -94,6 +94,8 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
     used: dict[str, set[str]] = {}  # group -> systems its placed children use
     spread: dict[str, bool] = {}
     jobs: list[tuple[TaskRecord, Placement]] = []
+    # One scheduler answer for the whole batch (a group's children share it): one call per site.
+    answer = await o.prefetch(tasks, history=history, ledger=ledger)
     for task in tasks:
         gid = task.group_id
         if gid is not None and gid not in spread:
@@ -102,12 +104,13 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
             if gid not in used:
                 used[gid] = set(await o.store.group_sites(gid))
             task.avoid_sites = tuple(sorted(used[gid]))
-        decision = await o.decide(task, history=history, ledger=ledger)
+        decision = await o.decide(task, history=history, ledger=ledger, answer=answer)
         if isinstance(decision, Unschedulable):
             await _unplaceable(o, task, decision, now)
             continue
         ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
                      decision.estimates.charge)  # fmt: skip
+        o.mark_placed(decision.site, decision.partition)
         if gid is not None and gid in used:
             used[gid].add(decision.site)
         jobs.append((task, decision))

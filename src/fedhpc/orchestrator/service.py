@@ -27,6 +27,8 @@ from fedhpc.orchestrator import idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation, place
 from fedhpc.placement.estimators import WaitHistory
+from fedhpc.placement.settings import PolicyKind, WaitMethod
+from fedhpc.placement_io import EstimateCache, SchedulerAnswer, ask_scheduler, requests_from_trace
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
@@ -82,6 +84,7 @@ class Orchestrator:
         site_lost_after_s: float = 300.0,
         retry_window_s: float = idem.RETRY_WINDOW_S,
         clock: Callable[[], datetime] = _utcnow,
+        estimate_timeout_s: float = 2.0,
     ) -> None:
         self.store = store
         self.collector = collector
@@ -112,6 +115,13 @@ class Orchestrator:
         # is what records finished attempts), shared by every decision until the next one.
         self._waits: tuple[WaitHistory | None] | None = None
         self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
+        # The schedulers' start estimates (sbatch --test-only): kept for one control cycle, a
+        # site asked for at most `estimate_timeout_s` per decision (then learned, then paper).
+        self.estimates = EstimateCache(ttl_s=cycle_s)
+        self.estimate_timeout_s = estimate_timeout_s
+        # (site, partition) -> monotonic time fedhpc last placed a job there: an estimate asked
+        # before it no longer holds (the job may take the slot it predicted).
+        self.placed_at: dict[tuple[str, str], float] = {}
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -179,17 +189,18 @@ class Orchestrator:
             ledger.claim(c.site, c.partition, c.account, c.shape, c.charge)
         return ledger
 
-    async def decide(
-        self,
-        task: TaskRecord,
-        *,
-        exclude: tuple[str, ...] = (),
-        wall_s: int | None = None,
-        history: WaitHistory | None = None,
-        ledger: Ledger | None = None,
-    ) -> Placement | Unschedulable:
-        """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
-        (soft: dropped when nothing else fits). A batch passes its `history` and `ledger`."""
+    def mark_placed(self, site: str, partition: str) -> None:
+        """A job goes to (site, partition): earlier scheduler answers there are stale."""
+        self.placed_at[(site, partition)] = self.estimates.clock()
+        self.estimates.drop_partition(site, partition)
+
+    def _plan(
+        self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
+        waits: WaitHistory | None, ledger: Ledger | None,
+    ) -> tuple[Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable],
+               tuple[str, ...], Policy]:  # fmt: skip
+        """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
+        the soft avoid list (siblings' sites), and the policy."""
         req = task.request
         env = req.envelope
         if wall_s is not None:
@@ -202,21 +213,105 @@ class Orchestrator:
                              & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
         policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
-        waits = history if history is not None else await self.wait_history()
+        now = self.clock()
 
-        def attempt(avoid: tuple[str, ...]) -> Placement | Unschedulable:
+        def attempt(
+            avoid: tuple[str, ...], answer: SchedulerAnswer | None
+        ) -> Placement | Unschedulable:
             e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
-            return place(e, snapshot, self.sites, policy, now=self.clock(), history=waits or (),
-                         task_budget=req.task_budget, ledger=ledger)  # fmt: skip
+            starts, notes = self._fresh(answer) if answer is not None else (None, None)
+            return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
+                         task_budget=req.task_budget, ledger=ledger, estimates=starts,
+                         estimate_notes=notes)  # fmt: skip
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
             avoid = ()  # every usable system already has a sibling: spreading cannot help
+        return attempt, avoid, policy
+
+    def _fresh(self, answer: SchedulerAnswer) -> tuple[dict[tuple[str, str, str], datetime],
+                                                       dict[str, str]]:  # fmt: skip
+        """The answers not older than a job fedhpc placed on their partition since."""
+        starts = {}
+        notes = dict(answer.notes)
+        for key, start in answer.starts.items():
+            placed = self.placed_at.get(key[:2])
+            if placed is not None and placed >= answer.asked_at.get(key, 0.0):
+                notes.setdefault(key[0], "asked before fedhpc placed a job on that partition")
+                continue
+            starts[key] = start
+        return starts, notes
+
+    @staticmethod
+    def asks_scheduler(policy: Policy) -> bool:
+        return policy.kind is not PolicyKind.SHORTEST_QUEUE and policy.wait in (
+            WaitMethod.AUTO, WaitMethod.SCHEDULER)  # fmt: skip
+
+    def _skip(self) -> dict[str, str]:
+        """Sites not to ask: known offline (the last probe failed)."""
+        return {s: "offline (its last probe failed)" for s in self.sites if self.offline(s)}
+
+    async def ask(self, firsts: list[Placement | Unschedulable]) -> SchedulerAnswer:
+        """The schedulers' start estimates for the top candidates of first (pure) passes: one
+        batched remote call per site, all sites at once, answers reused within the cycle."""
+        reqs = [r for f in firsts if isinstance(f, Placement) for r in requests_from_trace(f.trace)]
+        return await ask_scheduler(reqs, self.adapters, timeout_s=self.estimate_timeout_s,
+                                   cache=self.estimates, skip=self._skip())  # fmt: skip
+
+    async def prefetch(
+        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger | None
+    ) -> SchedulerAnswer | None:
+        """One scheduler answer for a batch of tasks (a group's children): their first passes'
+        top candidates, asked together, one call per site."""
+        waits = history if history is not None else await self.wait_history()
+        plans = []
+        seen: set[str] = set()
+        for task in tasks:
+            sig = task.request.envelope.model_dump_json() + repr(task.excluded_sites)
+            if sig in seen:
+                continue  # children of one template: one first pass for all
+            seen.add(sig)
+            attempt, avoid, policy = self._plan(task, exclude=(), wall_s=None, waits=waits,
+                                                ledger=ledger)  # fmt: skip
+            if self.asks_scheduler(policy):
+                plans.append((attempt, avoid))
+        if not plans:
+            return None
+
+        def first_passes() -> list[Placement | Unschedulable]:
+            return [attempt(avoid, None) for attempt, avoid in plans]
+
+        return await self.ask(await anyio.to_thread.run_sync(first_passes))
+
+    async def decide(
+        self,
+        task: TaskRecord,
+        *,
+        exclude: tuple[str, ...] = (),
+        wall_s: int | None = None,
+        history: WaitHistory | None = None,
+        ledger: Ledger | None = None,
+        answer: SchedulerAnswer | None = None,
+    ) -> Placement | Unschedulable:
+        """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
+        (soft: dropped when nothing else fits). A batch passes its `history`, `ledger` and the
+        schedulers' `answer` for all its tasks; alone, the top candidates of a first pass are
+        asked here (`ask`)."""
+        waits = history if history is not None else await self.wait_history()
+        attempt, avoid, policy = self._plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
+                                            ledger=ledger)  # fmt: skip
         # Placement is pure CPU work (a batch places dozens of tasks without an await between
         # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
-        decision = await anyio.to_thread.run_sync(attempt, avoid)
+        if answer is None and self.asks_scheduler(policy):
+            first = await anyio.to_thread.run_sync(attempt, avoid, None)
+            if not isinstance(first, Placement) and avoid:
+                first = await anyio.to_thread.run_sync(attempt, (), None)
+            if not isinstance(first, Placement):
+                return first  # no feasible candidate: nothing to ask about
+            answer = await self.ask([first])
+        decision = await anyio.to_thread.run_sync(attempt, avoid, answer)
         if avoid and isinstance(decision, Unschedulable):
-            decision = await anyio.to_thread.run_sync(attempt, ())
+            decision = await anyio.to_thread.run_sync(attempt, (), answer)
         return decision
 
     @staticmethod
@@ -260,6 +355,7 @@ class Orchestrator:
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=now)
         self.claims.append(Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge))
+        self.mark_placed(p.site, p.partition)
         spec = JobSpec(
             name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
             account=p.account, qos=p.qos, workdir=att.workdir, stdout=att.stdout,

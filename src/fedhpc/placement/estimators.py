@@ -202,8 +202,13 @@ def estimate_wait(
     settings: Settings,
     history: WaitHistory | None,
     scheduler: SchedulerEstimates | None,
+    scheduler_notes: Mapping[str, str] | None = None,
 ) -> WaitEstimate:
-    """W by the chosen method, falling back (scheduler -> learned -> paper) when it has no data."""
+    """W by the chosen method, falling back (scheduler -> learned -> paper) when it has no data.
+    When the scheduler was asked (`scheduler` or `scheduler_notes` given) but has no answer for
+    this candidate, the fallback's source says why (`scheduler_notes[site]`)."""
+    start = None
+    asked = scheduler is not None or scheduler_notes is not None
     if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and scheduler:
         start = scheduler.get((site, partition, key))
         if start is not None:
@@ -217,11 +222,17 @@ def estimate_wait(
             return WaitEstimate(
                 w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler"
             )
+    fallback = None
     if method in (WaitMethod.LEARNED, WaitMethod.AUTO) and history is not None:
-        learned = history.estimate(site, partition, shape)
-        if learned is not None:
-            return learned
-    return paper_wait(shape, live, settings)
+        fallback = history.estimate(site, partition, shape)
+    if fallback is None:
+        fallback = paper_wait(shape, live, settings)
+    if asked and method in (WaitMethod.SCHEDULER, WaitMethod.AUTO):
+        why = (scheduler_notes or {}).get(site) or "not asked (outside the top candidates)"
+        fallback = WaitEstimate(
+            fallback.wait_s, fallback.p90_s, f"{fallback.source}; no scheduler estimate: {why}"
+        )
+    return fallback
 
 
 @dataclass(frozen=True, slots=True)

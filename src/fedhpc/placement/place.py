@@ -72,6 +72,7 @@ def _estimates(x: CandidateContext, key: str, inputs: _Inputs) -> Estimates:
     w = estimate_wait(
         policy.wait, site=p.site.name, partition=p.spec.name, key=key, shape=x.shape,
         live=p.live, now=p.now, settings=s, history=inputs.history, scheduler=inputs.scheduler,
+        scheduler_notes=inputs.scheduler_notes,
     )  # fmt: skip
     r, r_src = inputs.runtime.runtime(x.shape)
     e, e_src = env_prep_s(p.site.name, inputs.environment, inputs.env_cache, s)
@@ -123,6 +124,7 @@ class _Inputs:
     runtime: RuntimeModel
     history: WaitHistory | None
     scheduler: SchedulerEstimates | None
+    scheduler_notes: Mapping[str, str] | None
     env_cache: EnvCache | None
     environment: str | None
     minimum: Shape  # the envelope's minimum: the shape that explains a rejected partition
@@ -233,6 +235,21 @@ def _evaluate(
     return feasible, rejected
 
 
+def _estimates_note(
+    feasible: Sequence[CandidateTrace],
+    estimates: SchedulerEstimates | None,
+    notes: Mapping[str, str] | None,
+) -> str:
+    """Which estimate ranked the candidates, in one line: how many feasible candidates had the
+    scheduler's own, and per site why the others did not."""
+    if estimates is None and notes is None:
+        return ""
+    n = sum(1 for c in feasible if c.estimates and c.estimates.wait_source.startswith("scheduler"))
+    parts = [f"scheduler estimates for {n} of {len(feasible)} feasible candidates"]
+    parts += [f"{site}: {why}" for site, why in sorted((notes or {}).items())]
+    return "; ".join(parts)
+
+
 def place(
     envelope: ResourceEnvelope,
     snapshot: ResourceSnapshot,
@@ -242,6 +259,7 @@ def place(
     now: datetime,
     history: Sequence[WaitObservation] | WaitHistory = (),
     estimates: SchedulerEstimates | None = None,
+    estimate_notes: Mapping[str, str] | None = None,
     runtime: RuntimeDeclaration | None = None,
     runtime_history: Sequence[RuntimeObservation] = (),
     env_cache: EnvCache | None = None,
@@ -255,7 +273,9 @@ def place(
     for an invalid envelope; an impossible one is `Unschedulable`, never an exception.
 
     `ledger` carries claims of earlier children of a group; `memo` lets a group placer reuse a
-    partition's evaluation while nothing it depends on has changed (see `place_group`)."""
+    partition's evaluation while nothing it depends on has changed (see `place_group`).
+    `estimates` are the schedulers' predicted starts (`placement_io.ask_scheduler`);
+    `estimate_notes` say per site why some are missing, and the trace repeats it."""
     policy = policy or Policy()
     s = policy.settings
     now = as_utc(now)  # a naive clock is UTC, never a TypeError against aware probe times
@@ -271,8 +291,9 @@ def place(
     fixed = policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
 
     inputs = _Inputs(
-        policy, runtime_model, waits, estimates, env_cache, environment, _minimum_shape(env), {}, {}
-    )
+        policy, runtime_model, waits, estimates, estimate_notes, env_cache, environment,
+        _minimum_shape(env), {}, {},
+    )  # fmt: skip
     feasible: list[CandidateTrace] = []
     rejected: list[CandidateTrace] = []
     for name in sorted(sites):
@@ -306,6 +327,7 @@ def place(
         candidates=(*ranked_feasible, *rejected),
         chosen=chosen.id if chosen else None,
         feasible=len(ranked_feasible),
+        estimates_note=_estimates_note(ranked_feasible, estimates, estimate_notes),
     )
     if chosen is None:
         # A fixed site's own reasons first: the others only say the policy excludes them.

@@ -80,6 +80,9 @@ class DecisionTrace(_Model):
     candidates: tuple[CandidateTrace, ...]  # feasible best first (by key), then rejected by id
     chosen: str | None
     feasible: int
+    # Which wait estimate ranked the candidates: the scheduler's for how many, and why not for
+    # the others ("" when the caller did not ask the schedulers).
+    estimates_note: str = ""
 
 
 class Placement(_Model):
