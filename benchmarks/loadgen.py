@@ -87,6 +87,35 @@ STREAMS: tuple[Stream, ...] = (
 )  # fmt: skip
 
 
+# A second shape ("churn"), the other way round: the queues that LOOK long are long lines of
+# short jobs that drain within a minute or two, and every partition with an empty queue is held
+# by long jobs (whole nodes, all GPUs) for the whole experiment. Queue length now says the
+# opposite of how soon a new job starts, without any dependency-blocked job.
+CHURN: tuple[Stream, ...] = (
+    # CPU: devdelta cpu, a line of quarter-node 15-40 s jobs; the empty CPU queues are held.
+    Stream("devdelta", "cpu", 12.0, ((16, 0),), (15, 40), 8, initial=((16, 0, 30),) * 8),
+    Stream("devanvil", "shared", 0.0, ((128, 0),), (60, 60), 0, initial=((128, 0, 2400),)),
+    Stream("devanvil", "debug", 0.0, ((128, 0),), (60, 60), 0, initial=((128, 0, 1650),)),
+    Stream("devvista", "gg", 0.0, ((144, 0),), (60, 60), 0, initial=((144, 0, 2400),)),
+    # GPU: devdelta's two partitions, lines of short 1- and 2-GPU jobs; the rest held.
+    Stream("devdelta", "gpuA100x4", 8.0, ((8, 2), (4, 1)), (15, 40), 6,
+           initial=((8, 2, 30),) * 6, gpu=True),
+    Stream("devdelta", "gpuA40x4", 8.0, ((8, 2), (8, 4)), (15, 40), 6,
+           initial=((8, 2, 30),) * 6, gpu=True),
+    Stream("devdeltaai", "ghx4", 0.0, ((8, 4),), (60, 60), 0, initial=((8, 4, 2400),),
+           gpu=True),
+    Stream("devdeltaai", "ghx4-interactive", 0.0, ((8, 4),), (60, 60), 0,
+           initial=((8, 4, 3300),), gpu=True),
+    Stream("devvista", "gh", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),) * 2,
+           gpu=True),
+    Stream("devvista", "gh-dev", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),),
+           gpu=True),
+    Stream("devanvil", "ai", 0.0, ((8, 2),), (60, 60), 0, initial=((8, 2, 2400),), gpu=True),
+)  # fmt: skip
+
+LOADS = {"figure1": STREAMS, "churn": CHURN}
+
+
 def _account(stream: Stream) -> str:
     return "fedhpc-gpu" if stream.gpu else "fedhpc-cpu"
 

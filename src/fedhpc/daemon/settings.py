@@ -41,6 +41,10 @@ class DaemonSettings(BaseModel):
     site_lost_s: float = Field(
         default=300.0, ge=0, description="offline this long: stuck work wakes the agent"
     )
+    estimate_timeout_s: float = Field(
+        default=2.0, gt=0, le=60,
+        description="placement waits this long for a site's sbatch --test-only answer",
+    )  # fmt: skip
     retry_window_s: float = Field(
         default=120.0, ge=0, le=86400,
         description="the same request from the same caller this soon is a retry (same task)",
@@ -74,6 +78,7 @@ class DaemonSettings(BaseModel):
             ("intent_grace_s", "FEDHPC_INTENT_GRACE_S"),
             ("site_lost_s", "FEDHPC_SITE_LOST_S"),
             ("retry_window_s", "FEDHPC_RETRY_WINDOW_S"),
+            ("estimate_timeout_s", "FEDHPC_ESTIMATE_TIMEOUT_S"),
             ("bridge_poll_s", "FEDHPC_BRIDGE_POLL_S"),
             ("bridge_attempts", "FEDHPC_BRIDGE_ATTEMPTS"),
             ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),
