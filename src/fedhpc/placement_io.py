@@ -167,7 +167,7 @@ async def _site_estimates(
     adapter: SiteAdapter, reqs: Sequence[EstimateRequest], timeout_s: float
 ) -> tuple[dict[int, datetime | None], str | None]:
     """(index -> start, or None when that shape was refused), and why the site failed as a
-    whole (None when it answered)."""
+    whole (None when it answered for at least one shape)."""
     dialect = adapter.dialect
     if not isinstance(dialect, _TestOnly):
         name = getattr(dialect, "name", "this dialect")
@@ -186,6 +186,7 @@ async def _site_estimates(
         return {}, f"no answer within {timeout_s:g} s"
     parts = split_batch(result.stdout)
     out: dict[int, datetime | None] = {}
+    errors: list[str] = []
     for i, req in enumerate(reqs):
         section = parts.get(f"t{i}")
         if section is None:
@@ -198,11 +199,15 @@ async def _site_estimates(
                 "test-only rejected", site=req.site, partition=req.partition, error=exc.message
             )
             out[i] = None
+            errors.append(exc.message)
             continue
         start = getattr(prediction, "start", None)
         out[i] = start if isinstance(start, datetime) else None
     if not parts:
         return out, f"unreadable answer (exit {result.returncode})"
+    if errors and len(errors) == len(reqs):
+        # Every shape failed alike (a controller that is down answers each one so): the site.
+        return {}, f"every test submission failed ({errors[0][:160]})"
     return out, None
 
 

@@ -353,3 +353,30 @@ def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_w
     out = placed(place(job, snap, sites, now=NOW))
     assert out.shape.gpus == 1
     assert out.estimates.runtime_s <= out.shape.wall_time_s == 600
+
+
+def test_a_missing_scheduler_estimate_falls_back_and_the_trace_says_why() -> None:
+    sites, snap = paper_world()
+    four = env(gpus=4, cpus=8, wall_time="1h")
+    first = placed(place(four, snap, sites, now=NOW))
+    key = (first.site, first.partition, shape_key(first.shape))
+    notes = {"scarce": "no answer within 2 s"}
+    d = placed(place(four, snap, sites, now=NOW, estimates={key: NOW}, estimate_notes=notes))
+    by_site = {c.site: c for c in d.trace.candidates if c.feasible}
+    chosen = by_site[first.site]
+    assert chosen.estimates is not None and chosen.estimates.wait_source.startswith("scheduler")
+    for name, c in by_site.items():
+        if name == first.site:
+            continue
+        assert c.estimates is not None
+        src = c.estimates.wait_source
+        assert src.startswith("paper:") and "; no scheduler estimate: " in src
+        if name == "scarce":
+            assert src.endswith("no scheduler estimate: no answer within 2 s")
+    assert d.trace.estimates_note.startswith(f"scheduler estimates for 1 of {d.trace.feasible}")
+    assert "scarce: no answer within 2 s" in d.trace.estimates_note
+    # Nobody asked (a history-only caller): the sources carry no note, the trace neither.
+    plain = placed(place(four, snap, sites, now=NOW))
+    assert all("no scheduler estimate" not in (c.estimates.wait_source if c.estimates else "")
+               for c in plain.trace.candidates)  # fmt: skip
+    assert plain.trace.estimates_note == ""

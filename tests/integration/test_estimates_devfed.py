@@ -1,0 +1,209 @@
+"""The daemon asks the schedulers (sbatch --test-only) on the real local federation: one batched
+call per site, answers reused within a cycle, a slow or stopped controller falls back in time,
+and the estimate that decided is named in the trace and in get_result."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.adapters.transports.local import LocalTransport
+from fedhpc.collector import Collector
+from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
+from fedhpc.orchestrator import Orchestrator
+from fedhpc.orchestrator.records import TaskRecord, new_id
+from fedhpc.placement import Placement
+from fedhpc.profiles import Site, load_federation
+from fedhpc.store import Store
+from tests.integration.daemon_util import drain, running, wait_terminal
+
+pytestmark = pytest.mark.devfed
+
+GPU1 = {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 4, "max": 4},
+        "wall_time": {"min": "10m", "max": "10m"}}  # fmt: skip
+
+
+class Counting:
+    """A site's real transport, counting its remote calls by the command they run."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    async def run(self, command: Command) -> CommandResult:
+        self.calls.append(command.stdin or " ".join(command.argv))
+        result: CommandResult = await self.inner.run(command)
+        return result
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def test_only_calls(self) -> int:
+        return sum("--test-only" in c for c in self.calls)
+
+
+@pytest.fixture
+def fed(devfed: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("FEDHPC_DEVFED", "1")
+    drain(devfed)
+    yield devfed
+    drain(devfed)
+
+
+def _task(envelope: dict[str, Any]) -> TaskRecord:
+    req = SubmitTaskRequest(command=("true",), envelope=ResourceEnvelope.model_validate(envelope))
+    return TaskRecord(id=new_id("t"), request=req, idempotency_key=new_id("k"),
+                      state=JobState.QUEUED, created_at=datetime.now(UTC))  # fmt: skip
+
+
+@contextmanager
+def silent_controller() -> Iterator[int]:
+    """A port that accepts connections and never answers: a hung slurmctld."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield s.getsockname()[1]
+
+
+def _pointed_at(site: Site, port: int, tmp: Path) -> SiteAdapter:
+    """`site`'s adapter with its Slurm commands sent to a controller on `port`."""
+    src = Path(site.transport.env["SLURM_CONF"])
+    conf_dir = tmp / f"{site.name}-conf"
+    conf_dir.mkdir()
+    for f in src.parent.glob("*.conf"):
+        shutil.copy(f, conf_dir / f.name)
+    text = (conf_dir / "slurm.conf").read_text()
+    lines = [f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
+             for ln in text.splitlines()]  # fmt: skip
+    (conf_dir / "slurm.conf").write_text("\n".join(lines) + "\n")
+    spec = site.transport.model_copy(update={"env": {"SLURM_CONF": str(conf_dir / "slurm.conf")}})
+    return SiteAdapter(site, LocalTransport(spec))
+
+
+@asynccontextmanager
+async def _orchestrator(
+    tmp: Path, swap: dict[str, SiteAdapter] | None = None, timeout_s: float = 2.0
+) -> AsyncIterator[tuple[Orchestrator, dict[str, Counting]]]:
+    sites = load_federation()
+    probe = {n: open_adapter(s) for n, s in sites.items()}
+    counted = {n: Counting((swap or {}).get(n, open_adapter(s)).transport)
+               for n, s in sites.items()}  # fmt: skip
+    adapters = {n: SiteAdapter(s, counted[n]) for n, s in sites.items()}  # type: ignore[arg-type]
+    store = await Store.open(tmp / "o.db")
+    try:
+        collector = Collector(sites, probe, store, refresh_s=60, probe_timeout_s=20)
+        with anyio.fail_after(60):
+            await collector.refresh(force=True)
+        yield Orchestrator(store, collector, adapters, cycle_s=30,
+                           estimate_timeout_s=timeout_s), counted  # fmt: skip
+    finally:
+        await store.close()
+        for a in [*probe.values(), *adapters.values()]:
+            await a.transport.aclose()
+
+
+async def test_a_decision_asks_each_candidate_site_once_and_reuses_the_answer_in_the_cycle(
+    fed: Any, tmp_path: Path
+) -> None:
+    async with _orchestrator(tmp_path) as (o, counted):
+        with anyio.fail_after(60):
+            d = await o.decide(_task(GPU1))
+        assert isinstance(d, Placement)
+        asked = {c.site for c in d.trace.candidates if c.feasible}
+        # One batched remote call per site with feasible candidates, none to the others.
+        calls = {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()}
+        assert calls == dict.fromkeys(asked, 1)
+        assert d.estimates.wait_source.startswith("scheduler")
+        assert d.trace.estimates_note.startswith("scheduler estimates for ")
+        n_sched = sum(1 for c in d.trace.candidates if c.estimates
+                      and c.estimates.wait_source.startswith("scheduler"))  # fmt: skip
+        assert n_sched >= len(asked)
+        # The same shape again within the cycle: answered from the cache, no remote call.
+        again = await o.decide(_task(GPU1))
+        assert isinstance(again, Placement)
+        assert sum(c.test_only_calls() for c in counted.values()) == len(asked)
+        assert again.estimates.wait_source == d.estimates.wait_source
+        # A job placed on the chosen partition makes its earlier answer stale: asked again.
+        o.mark_placed(d.site, d.partition)
+        third = await o.decide(_task(GPU1))
+        assert isinstance(third, Placement)
+        assert counted[d.site].test_only_calls() == 2
+
+
+async def test_a_batch_of_children_shares_one_call_per_site(fed: Any, tmp_path: Path) -> None:
+    async with _orchestrator(tmp_path) as (o, counted):
+        tasks = [_task(GPU1) for _ in range(6)] + [_task({**GPU1, "cpus": {"min": 8, "max": 8}})]
+        with anyio.fail_after(60):
+            answer = await o.prefetch(tasks, history=None, ledger=o.ledger())
+        assert answer is not None and answer.starts
+        calls = {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()}
+        assert set(calls.values()) == {1}  # two shapes, seven tasks: one call per site
+        ledger = o.ledger()
+        for t in tasks:
+            d = await o.decide(t, ledger=ledger, answer=answer)
+            assert isinstance(d, Placement)
+            ledger.claim(d.site, d.partition, d.account, d.shape, d.estimates.charge)
+            o.mark_placed(d.site, d.partition)
+        assert {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()} == calls
+
+
+@pytest.mark.parametrize("controller", ["hung", "stopped"])
+async def test_a_slow_or_stopped_controller_falls_back_in_time_and_the_trace_says_why(
+    fed: Any, tmp_path: Path, controller: str
+) -> None:
+    sites = load_federation()
+    with silent_controller() as hung_port:
+        if controller == "hung":
+            port = hung_port
+        else:  # nothing listens there: a controller that is down
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        swap = {"devdelta": _pointed_at(sites["devdelta"], port, tmp_path)}
+        async with _orchestrator(tmp_path, swap, timeout_s=1.5) as (o, counted):
+            t0 = anyio.current_time()
+            with anyio.fail_after(30):
+                d = await o.decide(_task(GPU1))
+            took = anyio.current_time() - t0
+            assert isinstance(d, Placement)
+            delta = [c for c in d.trace.candidates if c.feasible and c.site == "devdelta"]
+            assert delta, "devdelta's GPU partitions should be feasible"
+            for c in delta:
+                assert c.estimates is not None
+                src = c.estimates.wait_source
+                assert not src.startswith("scheduler"), src
+                assert "no scheduler estimate: " in src
+                assert src.startswith(("learned", "paper"))
+            assert "devdelta: " in d.trace.estimates_note
+            # The other sites still answered.
+            others = [c for c in d.trace.candidates if c.feasible and c.site != "devdelta"]
+            assert any(c.estimates and c.estimates.wait_source.startswith("scheduler")
+                       for c in others)  # fmt: skip
+            # The failure is remembered for the cycle: the next decision does not wait again.
+            before = counted["devdelta"].test_only_calls()
+            await o.decide(_task(GPU1))
+            assert counted["devdelta"].test_only_calls() == before == 1
+            print(f"{controller}: decision took {took:.2f} s; note: {d.trace.estimates_note}")
+
+
+async def test_get_result_names_the_estimate_that_decided(fed: Any, tmp_path: Path) -> None:
+    async with running(tmp_path / "h") as client:
+        handle = await client.submit_task(SubmitTaskRequest(
+            command=("true",), envelope=ResourceEnvelope.model_validate(GPU1)))  # fmt: skip
+        assert "est. wait" in handle.decision
+        done = await wait_terminal(client, handle.task_id)
+        assert done.provenance is not None
+        assert "(scheduler" in done.provenance.decision, done.provenance.decision
+        r = await client.get_result(ResultRequest(task_id=handle.task_id))
+        assert r.provenance is not None and "(scheduler" in r.provenance.decision
