@@ -209,6 +209,11 @@ class DaemonClient:
             params.append(("include_blocked", "1"))
         return params
 
+    async def estimators(self) -> dict[str, Any]:
+        """Each wait estimator's recent error per site and partition (`fedhpc status`)."""
+        body: dict[str, Any] = await self._call("GET", "/v1/estimators")
+        return body
+
     async def federation(self, req: InspectRequest | None = None) -> FederationView:
         body = await self._call("GET", "/v1/federation", params=self._params(req))
         return FederationView.model_validate(body)

@@ -174,3 +174,51 @@ def test_budget_is_the_tightest_of_task_account_site_and_balance() -> None:
     ledger = Ledger()
     ledger.claim("p", "g", "a", Shape(gpus=1), 25.0)
     assert allowed_budget(s, st, "a", None, ledger).allowed == 5.0
+
+
+def test_estimators_are_judged_by_recent_error_and_auto_prefers_the_better_one() -> None:
+    from datetime import UTC, datetime
+
+    from fedhpc.placement import ErrorObservation, EstimatorErrors, WaitMethod, WaitObservation
+    from fedhpc.placement.context import Live
+    from fedhpc.placement.estimators import WaitHistory, estimate_wait
+    from fedhpc.placement.settings import Settings
+
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    s = Settings()
+    shape = Shape(cpus=8, wall_time_s=600)
+    live = Live(free_gpus=0, max_free_gpus_on_node=0, free_cpus=0, max_free_cpus_on_node=0,
+                free_memory_mib=0, free_nodes=0, usable_nodes=1, pending=2, running=1,
+                user_jobs=0)  # fmt: skip
+    # learned (from history) says ~1000 s; paper (queue depth 2) says 10 + 3 x 120 = 370 s.
+    hist = WaitHistory(
+        [WaitObservation(site="a", partition="p", cpus=8, wait_s=1000.0,
+                         observed_at=now - timedelta(minutes=i)) for i in range(5)],
+        now=now, settings=s,
+    )  # fmt: skip
+    obs = []
+    for i in range(6):  # observed waits near 400 s: paper was close, learned far off
+        at = now - timedelta(minutes=10 + i)
+        obs += [ErrorObservation("a", "p", "learned", 1000.0, 400.0 + i, at),
+                ErrorObservation("a", "p", "paper", 370.0, 400.0 + i, at)]  # fmt: skip
+    obs.append(ErrorObservation("a", "p", "paper", 0.0, 5000.0, now + timedelta(hours=1)))  # future
+    errors = EstimatorErrors(obs, now=now, window_s=86400.0)
+    paper = errors.get("a", "p", "paper")
+    learned = errors.get("a", "p", "learned")
+    assert paper is not None and learned is not None
+    assert (paper.n, paper.median_abs_s, paper.median_bias_s) == (6, 32.5, -32.5)
+    assert learned.median_abs_s == 597.5 and learned.median_bias_s == 597.5
+    assert errors.get("a", "q", "paper") is None
+    kw: dict[str, Any] = {"site": "a", "partition": "p", "key": "k", "shape": shape,
+                          "live": live, "now": now, "settings": s, "history": hist,
+                          "scheduler": None}  # fmt: skip
+    plain = estimate_wait(WaitMethod.AUTO, **kw)
+    assert plain.source.startswith("learned") and plain.wait_s == 1000.0
+    assert dict(plain.by_method) == {"learned": 1000.0, "paper": 370.0}
+    judged = estimate_wait(WaitMethod.AUTO, errors=errors, **kw)
+    assert judged.wait_s == 370.0
+    assert judged.source.startswith("paper:queue-depth=2; paper preferred: recent error 32 s")
+    # An explicit `learned` is obeyed; too few observations decide nothing.
+    assert estimate_wait(WaitMethod.LEARNED, errors=errors, **kw).wait_s == 1000.0
+    few = EstimatorErrors(obs[:4], now=now, window_s=86400.0)
+    assert estimate_wait(WaitMethod.AUTO, errors=few, **kw).wait_s == 1000.0

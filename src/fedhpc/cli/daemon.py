@@ -12,6 +12,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -122,16 +123,34 @@ async def _from_store(settings: DaemonSettings, req: InspectRequest) -> Federati
     )
 
 
-async def _view(settings: DaemonSettings, req: InspectRequest, refresh: bool) -> FederationView:
+async def _view(
+    settings: DaemonSettings, req: InspectRequest, refresh: bool
+) -> tuple[FederationView, list[dict[str, Any]]]:
+    """The federation view, and the wait estimators' recent errors (only from a daemon)."""
     from fedhpc.client import DaemonClient, DaemonUnavailable
 
     async with DaemonClient(settings) as client:
         try:
-            return await (client.refresh(req) if refresh else client.federation(req))
+            view = await (client.refresh(req) if refresh else client.federation(req))
+            return view, (await client.estimators()).get("estimators", [])
         except DaemonUnavailable:
             if not settings.db_path.exists():
                 raise
-    return await _from_store(settings, req)
+    return await _from_store(settings, req), []
+
+
+def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per site and partition, each estimator's recent median |predicted - observed| wait."""
+    if not rows:
+        return []
+    table = [("SITE", "PARTITION", "ESTIMATOR", "JOBS", "MEDIAN |ERROR|", "MEDIAN BIAS")]
+    for r in rows:
+        err, bias = f"{r['median_abs_error_s']:.0f}s", f"{r['median_bias_s']:+.0f}s"
+        table.append((r["site"], r["partition"], r["method"], str(r["n"]), err, bias))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    out = ["", "Wait estimators (predicted at placement vs the wait accounting reported):"]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return out
 
 
 def _age(seconds: float | None) -> str:
@@ -188,11 +207,11 @@ def _status(args: argparse.Namespace) -> int:
         arch=args.arch,
         include_blocked=args.all,
     )
-    view = anyio.run(_view, settings, req, args.refresh)
+    view, estimators = anyio.run(_view, settings, req, args.refresh)
     if args.json:
         print(view.model_dump_json(indent=2))
     else:
-        print("\n".join(_table(view)))
+        print("\n".join(_table(view) + _estimator_table(estimators)))
     return 0
 
 

@@ -260,8 +260,21 @@ def build_app(state: DaemonState) -> Starlette:
             await tx.set_cursor(req.consumer, through, at=datetime.now(UTC))
         return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
 
+    async def estimators(request: Request) -> Response:
+        rows = (await o.estimator_errors()).rows()
+        return JSONResponse({
+            "estimators": [
+                {"site": e.site, "partition": e.partition, "method": e.method, "n": e.n,
+                 "median_abs_error_s": round(e.median_abs_s, 1),
+                 "median_bias_s": round(e.median_bias_s, 1)}
+                for e in rows
+            ],
+            "scheduler_calls": o.estimates.calls,
+        })  # fmt: skip
+
     routes = [
         *bridge_routes(state, guard=_guard, read_body=body),
+        Route("/v1/estimators", _guard(estimators), methods=["GET"]),
         Route("/v1/tasks", _guard(submit_task), methods=["POST"]),
         Route("/v1/tasks", _guard(tasks), methods=["GET"]),
         Route("/v1/tasks/{task_id}", _guard(result), methods=["GET"]),

@@ -56,6 +56,10 @@ class AttemptRecord(BaseModel):
     runtime_s: float | None = None
     exit_code: int | None = None
     estimate_s: float | None = None  # estimated completion when placed
+    # The queue wait each estimator predicted when placed, and the one that decided: set
+    # against the observed `wait_s` to judge the estimators (placement.errors).
+    predicted_waits: dict[str, float] = Field(default_factory=dict)
+    wait_source: str | None = None
     stdout: str | None = None
     stderr: str | None = None
     workdir: str | None = None

@@ -26,6 +26,7 @@ from fedhpc.ops.workdir import resolve_workdir
 from fedhpc.orchestrator import idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation, place
+from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement.settings import PolicyKind, WaitMethod
 from fedhpc.placement_io import EstimateCache, SchedulerAnswer, ask_scheduler, requests_from_trace
@@ -115,6 +116,7 @@ class Orchestrator:
         # is what records finished attempts), shared by every decision until the next one.
         self._waits: tuple[WaitHistory | None] | None = None
         self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
+        self._errors: EstimatorErrors | None = None  # the estimators' errors, per cycle too
         # The schedulers' start estimates (sbatch --test-only): kept for one control cycle, a
         # site asked for at most `estimate_timeout_s` per decision (then learned, then paper).
         self.estimates = EstimateCache(ttl_s=cycle_s)
@@ -176,6 +178,24 @@ class Orchestrator:
     def new_cycle(self) -> None:
         """A control cycle recorded what it observed: the next decision rebuilds the index."""
         self._waits = None
+        self._errors = None
+
+    async def estimator_errors(self) -> EstimatorErrors:
+        """Each estimator's recent error per site and partition: the waits predicted when jobs
+        were placed against the waits accounting reported. Built once per control cycle."""
+        if self._errors is None:
+            obs = []
+            for row in await self.store.finished_attempts():
+                a = AttemptRecord.from_row(row)
+                if a.wait_s is None or a.started_at is None:
+                    continue
+                for method, predicted in a.predicted_waits.items():
+                    obs.append(ErrorObservation(a.site, a.partition, method, predicted,
+                                                a.wait_s, a.started_at))  # fmt: skip
+            s = Policy().settings
+            self._errors = EstimatorErrors(obs, now=self.clock(), window_s=s.learned_window_s,
+                                           min_samples=s.learned_min_samples)  # fmt: skip
+        return self._errors
 
     def ledger(self) -> Ledger:
         """Claims of jobs dispatched after their site's last probe; older ones are dropped."""
@@ -196,7 +216,7 @@ class Orchestrator:
 
     def _plan(
         self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
-        waits: WaitHistory | None, ledger: Ledger | None,
+        waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
     ) -> tuple[Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable],
                tuple[str, ...], Policy]:  # fmt: skip
         """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
@@ -222,7 +242,7 @@ class Orchestrator:
             starts, notes = self._fresh(answer) if answer is not None else (None, None)
             return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
                          task_budget=req.task_budget, ledger=ledger, estimates=starts,
-                         estimate_notes=notes)  # fmt: skip
+                         estimate_notes=notes, errors=errors)  # fmt: skip
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
@@ -299,7 +319,8 @@ class Orchestrator:
         asked here (`ask`)."""
         waits = history if history is not None else await self.wait_history()
         attempt, avoid, policy = self._plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
-                                            ledger=ledger)  # fmt: skip
+                                            ledger=ledger,
+                                            errors=await self.estimator_errors())  # fmt: skip
         # Placement is pure CPU work (a batch places dozens of tasks without an await between
         # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
         if answer is None and self.asks_scheduler(policy):
@@ -344,7 +365,8 @@ class Orchestrator:
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
             qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
-            estimate_s=p.estimates.completion_s, stdout=f"{base}/{n}.out",
+            estimate_s=p.estimates.completion_s, predicted_waits=dict(p.estimates.wait_by),
+            wait_source=p.estimates.wait_source, stdout=f"{base}/{n}.out",
             stderr=f"{base}/{n}.err", workdir=workdir,
         )  # fmt: skip
         task.attempts_made = n

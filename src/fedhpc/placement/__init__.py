@@ -4,6 +4,7 @@ from fedhpc.placement.candidates import AccountChoice, account_choices, candidat
 from fedhpc.placement.context import Ledger, Live, shape_key
 from fedhpc.placement.credit import Budget, Charge, allowed_budget, predict_charge
 from fedhpc.placement.draft import EnvelopeDraft, Workload, draft_envelope
+from fedhpc.placement.errors import ErrorObservation, EstimatorError, EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
     RuntimeDeclaration,
@@ -42,7 +43,10 @@ __all__ = [
     "DecisionTrace",
     "EnvCache",
     "EnvelopeDraft",
+    "ErrorObservation",
     "Estimates",
+    "EstimatorError",
+    "EstimatorErrors",
     "Ledger",
     "Live",
     "Objective",

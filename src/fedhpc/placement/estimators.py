@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +14,7 @@ from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.units import MAX_SECONDS, UtcDatetime, as_utc
 from fedhpc.placement.context import Live
+from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.settings import Settings, WaitMethod
 
 __all__ = [
@@ -92,11 +93,13 @@ def size_bucket(gpus: int, cpus: int, nodes: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WaitEstimate:
-    """Typical and 90th-percentile wait, and which method produced them."""
+    """Typical and 90th-percentile wait, and which method produced them; `by_method`: what each
+    estimator that had data predicted (recorded with a placed job, to judge them later)."""
 
     wait_s: float
     p90_s: float
     source: str
+    by_method: tuple[tuple[str, float], ...] = ()
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -190,6 +193,19 @@ def paper_wait(shape: Shape, live: Live | None, settings: Settings) -> WaitEstim
     return WaitEstimate(wait, wait * u, f"paper:queue-depth={live.pending}")
 
 
+def _scheduler_wait(
+    start: datetime, shape: Shape, live: Live | None, now: datetime, settings: Settings
+) -> WaitEstimate:
+    if free_now(shape, live):
+        # Slurm's will-run test (sbatch --test-only) also plans pending jobs that cannot start
+        # (dependencies, holds): with a slot free and nothing able to take it first, the job
+        # starts at once whatever it predicts (Slurm 22.05, seen here).
+        d = settings.dispatch_s
+        return WaitEstimate(d, d * settings.uncertainty_factor, "scheduler:free-now")
+    w = min(max(0.0, (as_utc(start) - as_utc(now)).total_seconds()), MAX_SECONDS)
+    return WaitEstimate(w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler")
+
+
 def estimate_wait(
     method: WaitMethod,
     *,
@@ -203,36 +219,36 @@ def estimate_wait(
     history: WaitHistory | None,
     scheduler: SchedulerEstimates | None,
     scheduler_notes: Mapping[str, str] | None = None,
+    errors: EstimatorErrors | None = None,
 ) -> WaitEstimate:
     """W by the chosen method, falling back (scheduler -> learned -> paper) when it has no data.
-    When the scheduler was asked (`scheduler` or `scheduler_notes` given) but has no answer for
-    this candidate, the fallback's source says why (`scheduler_notes[site]`)."""
-    start = None
+    With `auto` and no scheduler estimate, paper replaces learned where its recent error on
+    this partition is smaller (`errors`). When the scheduler was asked (`scheduler` or
+    `scheduler_notes` given) but has no answer for this candidate, the source says why."""
     asked = scheduler is not None or scheduler_notes is not None
-    if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and scheduler:
-        start = scheduler.get((site, partition, key))
-        if start is not None:
-            if free_now(shape, live):
-                # Slurm's will-run test (sbatch --test-only) also plans pending jobs that cannot
-                # start (dependencies, holds): with a slot free and nothing able to take it
-                # first, the job starts at once whatever it predicts (Slurm 22.05, seen here).
-                d = settings.dispatch_s
-                return WaitEstimate(d, d * settings.uncertainty_factor, "scheduler:free-now")
-            w = min(max(0.0, (as_utc(start) - as_utc(now)).total_seconds()), MAX_SECONDS)
-            return WaitEstimate(
-                w, w * settings.uncertainty_factor + settings.dispatch_s, "scheduler"
-            )
-    fallback = None
-    if method in (WaitMethod.LEARNED, WaitMethod.AUTO) and history is not None:
-        fallback = history.estimate(site, partition, shape)
-    if fallback is None:
-        fallback = paper_wait(shape, live, settings)
+    start = scheduler.get((site, partition, key)) if scheduler else None
+    sched = _scheduler_wait(start, shape, live, now, settings) if start is not None else None
+    learned = history.estimate(site, partition, shape) if history is not None else None
+    paper = paper_wait(shape, live, settings)
+    by = tuple(
+        (name, round(w.wait_s, 3))
+        for name, w in (("scheduler", sched), ("learned", learned), ("paper", paper))
+        if w is not None and math.isfinite(w.wait_s)
+    )
+    chosen: WaitEstimate
+    if sched is not None and method in (WaitMethod.SCHEDULER, WaitMethod.AUTO):
+        return replace(sched, by_method=by)
+    if learned is not None and method in (WaitMethod.LEARNED, WaitMethod.AUTO):
+        chosen = learned
+        why = errors.prefer(site, partition, "learned", "paper") if errors is not None else None
+        if why is not None and method is WaitMethod.AUTO:
+            chosen = replace(paper, source=f"{paper.source}; {why}")
+    else:
+        chosen = paper
     if asked and method in (WaitMethod.SCHEDULER, WaitMethod.AUTO):
-        why = (scheduler_notes or {}).get(site) or "not asked (outside the top candidates)"
-        fallback = WaitEstimate(
-            fallback.wait_s, fallback.p90_s, f"{fallback.source}; no scheduler estimate: {why}"
-        )
-    return fallback
+        note = (scheduler_notes or {}).get(site) or "not asked (outside the top candidates)"
+        chosen = replace(chosen, source=f"{chosen.source}; no scheduler estimate: {note}")
+    return replace(chosen, by_method=by)
 
 
 @dataclass(frozen=True, slots=True)

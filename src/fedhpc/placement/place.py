@@ -20,6 +20,7 @@ from fedhpc.placement.context import (
     shape_key,
 )
 from fedhpc.placement.credit import Budget, allowed_budget, predict_charge
+from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
     RuntimeDeclaration,
@@ -72,7 +73,7 @@ def _estimates(x: CandidateContext, key: str, inputs: _Inputs) -> Estimates:
     w = estimate_wait(
         policy.wait, site=p.site.name, partition=p.spec.name, key=key, shape=x.shape,
         live=p.live, now=p.now, settings=s, history=inputs.history, scheduler=inputs.scheduler,
-        scheduler_notes=inputs.scheduler_notes,
+        scheduler_notes=inputs.scheduler_notes, errors=inputs.errors,
     )  # fmt: skip
     r, r_src = inputs.runtime.runtime(x.shape)
     e, e_src = env_prep_s(p.site.name, inputs.environment, inputs.env_cache, s)
@@ -95,6 +96,7 @@ def _estimates(x: CandidateContext, key: str, inputs: _Inputs) -> Estimates:
         charge_unit=x.charge.unit,
         credit_fraction=round(fraction, 6),
         waste=waste(x.shape.gpus, x.shape.nodes, acc.count if acc else 0, model.whole_node),
+        wait_by=w.by_method,
     )
 
 
@@ -125,6 +127,7 @@ class _Inputs:
     history: WaitHistory | None
     scheduler: SchedulerEstimates | None
     scheduler_notes: Mapping[str, str] | None
+    errors: EstimatorErrors | None
     env_cache: EnvCache | None
     environment: str | None
     minimum: Shape  # the envelope's minimum: the shape that explains a rejected partition
@@ -260,6 +263,7 @@ def place(
     history: Sequence[WaitObservation] | WaitHistory = (),
     estimates: SchedulerEstimates | None = None,
     estimate_notes: Mapping[str, str] | None = None,
+    errors: EstimatorErrors | None = None,
     runtime: RuntimeDeclaration | None = None,
     runtime_history: Sequence[RuntimeObservation] = (),
     env_cache: EnvCache | None = None,
@@ -275,7 +279,8 @@ def place(
     `ledger` carries claims of earlier children of a group; `memo` lets a group placer reuse a
     partition's evaluation while nothing it depends on has changed (see `place_group`).
     `estimates` are the schedulers' predicted starts (`placement_io.ask_scheduler`);
-    `estimate_notes` say per site why some are missing, and the trace repeats it."""
+    `estimate_notes` say per site why some are missing, and the trace repeats it; `errors`
+    (the estimators' recent errors) let `auto` prefer the better of learned and paper."""
     policy = policy or Policy()
     s = policy.settings
     now = as_utc(now)  # a naive clock is UTC, never a TypeError against aware probe times
@@ -291,7 +296,7 @@ def place(
     fixed = policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
 
     inputs = _Inputs(
-        policy, runtime_model, waits, estimates, estimate_notes, env_cache, environment,
+        policy, runtime_model, waits, estimates, estimate_notes, errors, env_cache, environment,
         _minimum_shape(env), {}, {},
     )  # fmt: skip
     feasible: list[CandidateTrace] = []

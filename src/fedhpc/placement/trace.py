@@ -46,6 +46,9 @@ class Estimates:
     charge_unit: str
     credit_fraction: float  # charge / remaining site credit (0 when unknown)
     waste: int  # accelerators held but unused
+    # What each estimator with data predicted for the wait (recorded with the job, to judge
+    # the estimators against the observed wait later).
+    wait_by: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,86 @@
+"""Estimators judged by their errors: each placed job's predicted waits (one per estimator) set
+against the wait the scheduler's accounting later reports, per site and partition (pure)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+__all__ = ["ErrorObservation", "EstimatorError", "EstimatorErrors"]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorObservation:
+    """One job: what an estimator predicted its queue wait to be, and what it was."""
+
+    site: str
+    partition: str
+    method: str  # "scheduler" | "learned" | "paper"
+    predicted_s: float
+    observed_s: float
+    at: datetime  # when the wait was observed (the job started)
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatorError:
+    """An estimator's recent error on one partition: median |predicted - observed| and the
+    median signed error (positive: it predicts longer waits than happen)."""
+
+    site: str
+    partition: str
+    method: str
+    n: int
+    median_abs_s: float
+    median_bias_s: float
+
+
+class EstimatorErrors:
+    """The most recent `recent` observations per (site, partition, estimator) inside the window
+    before `now`; later ones are ignored (replayable)."""
+
+    def __init__(
+        self,
+        observations: Iterable[ErrorObservation],
+        *,
+        now: datetime,
+        window_s: float,
+        recent: int = 20,
+        min_samples: int = 3,
+    ) -> None:
+        self.min_samples = min_samples
+        oldest = now.timestamp() - window_s
+        keep = [o for o in observations if oldest <= o.at.timestamp() <= now.timestamp()]
+        keep.sort(key=lambda o: o.at, reverse=True)
+        by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        for o in keep:
+            key = (o.site, o.partition, o.method)
+            if len(by[key]) < recent:
+                by[key].append(o.predicted_s - o.observed_s)
+        self._errors = {
+            k: EstimatorError(
+                *k, len(v), statistics.median(abs(e) for e in v), statistics.median(v)
+            )
+            for k, v in by.items()
+        }
+
+    def get(self, site: str, partition: str, method: str) -> EstimatorError | None:
+        """The estimator's recent error there, or None below `min_samples` observations."""
+        e = self._errors.get((site, partition, method))
+        return e if e is not None and e.n >= self.min_samples else None
+
+    def prefer(self, site: str, partition: str, first: str, second: str) -> str | None:
+        """Why `second` should be used instead of `first` there (its recent error is smaller),
+        or None when `first` is at least as good or either lacks enough observations."""
+        a, b = self.get(site, partition, first), self.get(site, partition, second)
+        if a is None or b is None or b.median_abs_s >= a.median_abs_s:
+            return None
+        return (
+            f"{second} preferred: recent error {b.median_abs_s:.0f} s vs {first} "
+            f"{a.median_abs_s:.0f} s (n={b.n}/{a.n})"
+        )
+
+    def rows(self) -> list[EstimatorError]:
+        return [self._errors[k] for k in sorted(self._errors)]
