@@ -70,7 +70,7 @@ async def _delivered(store: Store) -> list[tuple[str, str]]:
     return sorted((d["body"]["kind"], d["body"]["subject"]) for d in await store.deliveries())
 
 
-async def test_a_move_data_refused_at_once_wakes_its_continuation_exactly_once(
+async def test_a_move_data_refused_at_once_answers_the_outcome_and_wakes_nobody(
     tmp_path: Path, sites: dict[str, Site]
 ) -> None:
     load_response(globus_sdk.TransferClient.get_submission_id)
@@ -87,17 +87,20 @@ async def test_a_move_data_refused_at_once_wakes_its_continuation_exactly_once(
         agent = _agent(tmp_path / "agent.log")
         handle = await svc.move_data(_request(agent))
         assert handle.state is TransferState.FAILED  # ended inside the move_data call
-        # The bridge routes before the MCP server could have answered, let alone registered.
-        assert await bridge.route() == 1
-        assert await _delivered(store) == [("transfer.failed", handle.transfer_id)]
-        (d,) = await store.deliveries()
-        assert "fedhpc login --scope" in d["body"]["payload"]["hint"]
-        # The same call again (a retry after a lost answer): the same transfer, no new wake.
+        # The answer is the outcome: why, the fix, and no "end your turn".
+        assert handle.error is not None and "fedhpc login --scope" in handle.error.hint
+        assert "will not resume you" in handle.next and "End your turn" not in handle.next
+        # Logged for people and pull clients, but the caller is not woken a second time.
+        kinds = [e.kind for e in await store.events_after(0)]
+        assert kinds == ["transfer.failed"]
+        assert await bridge.route() == 0
+        assert await store.deliveries() == []
+        # The same call again (a retry after a lost answer): the same outcome, no new wake.
         again = await svc.move_data(_request(agent))
-        assert again.transfer_id == handle.transfer_id
+        assert again.transfer_id == handle.transfer_id and again.error == handle.error
         await svc.tick()
         assert await bridge.route() == 0
-        assert len(await store.deliveries()) == 1
+        assert await store.deliveries() == []
     finally:
         await store.close()
 

@@ -139,6 +139,8 @@ class Bridge:
         for e in events:
             if e.id in done:
                 continue  # consumed before a crash: never routed twice
+            if e.payload.get("answered"):
+                continue  # its caller read it in the answer (a move_data that failed at once)
             for c in conts:
                 try:
                     spec = ContinuationSpec.model_validate(c["body"])

@@ -147,6 +147,8 @@ def _unbound(answer: _A, why: str | None, subject: str) -> _A:
     """The submit answer tells the truth when no session will be resumed."""
     if why is None:
         return answer
+    if isinstance(answer, TransferHandle) and answer.state.terminal:
+        return answer  # its outcome is in the answer: nothing to wait for
     fix = _HOOK_FIX if "hook" in why or "Claude" in why else "see docs/continuation.md."
     if isinstance(answer, TransferHandle):
         check = f"read resource fedhpc://transfers/{subject}"

@@ -26,6 +26,7 @@ __all__ = [
     "TransferRequest",
     "TransferState",
     "TransferView",
+    "transfer_next",
 ]
 
 # site:root/relative/path. The relative part is checked again, segment by segment, when the
@@ -175,6 +176,17 @@ _NEXT = (
     "Accepted. End your turn: fedhpc moves the data site to site and resumes you when it "
     "succeeds or fails. Do not poll, and do not copy the data yourself."
 )
+_ENDED_NOW = {
+    "succeeded": "Done already: submit_task(..., stage_in=[transfer_id]) for the next step. "
+    "fedhpc will not resume you for it: this answer is its outcome.",
+    "failed": "Failed: `error` says why and how to fix it; then call move_data again. fedhpc "
+    "will not resume you for it: this answer is its outcome.",
+}
+
+
+def transfer_next(state: str) -> str:
+    """`next` of a move_data answer: wait for the resume, unless the outcome is already here."""
+    return _ENDED_NOW.get(state, _NEXT)
 
 
 class TransferHandle(_Out):
@@ -190,6 +202,7 @@ class TransferHandle(_Out):
     trace: tuple[str, ...] = Field(
         default=(), description="how the references and backend were chosen"
     )
+    error: TransferError | None = Field(default=None, description="why it failed, and the fix")
     next: str = _NEXT
 
 

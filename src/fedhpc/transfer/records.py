@@ -20,6 +20,7 @@ from fedhpc.ops.data import (
     TransferProvenance,
     TransferState,
     TransferView,
+    transfer_next,
 )
 from fedhpc.store import Tx
 
@@ -74,12 +75,13 @@ class TransferRecord(BaseModel):
         return TransferHandle(
             transfer_id=self.id, state=self.state, mode=self.mode, source=self.source_ref,
             destination=self.destination_ref, backend=self.backend or "pending",
-            after_task=self.after_task, trace=self.trace,
+            after_task=self.after_task, trace=self.trace, error=self.error,
+            next=transfer_next(self.state.value),
         )  # fmt: skip
 
     def view(self, preview: str | None = None, truncated: bool = False) -> TransferView:
         return TransferView(
-            **self.handle().model_dump(exclude={"next"}),
+            **self.handle().model_dump(exclude={"next", "error"}),
             source_location=self.source, destination_location=self.destination,
             backend_id=self.backend_id, submission_id=self.submission_id,
             created_at=self.created_at, submitted_at=self.submitted_at,

@@ -103,6 +103,7 @@ class TransferService:
         self.clock = clock
         self.on_change = on_change  # wakes the orchestrator when a stage-in may be decided
         self.lock = anyio.Lock()
+        self._answering: str | None = None  # the transfer move_data is answering, under lock
         self.wake = anyio.Event()
 
     def backend(self, name: str) -> TransferBackend:
@@ -143,7 +144,11 @@ class TransferService:
                 # refused submit, a block, a copy done by the next cycle) finds its waiter.
                 if wake is not None:
                     await put_continuation(tx, rec.id, wake, at=self.clock())
-            rec = await self._advance(rec)
+            self._answering = rec.id  # what happens now, the caller reads in its answer
+            try:
+                rec = await self._advance(rec)
+            finally:
+                self._answering = None
             return rec.handle()
 
     async def load(self, transfer_id: str) -> TransferRecord:
@@ -336,6 +341,8 @@ class TransferService:
         }  # fmt: skip
         if rec.after_task:
             body["after_task"] = rec.after_task
+        if rec.id == self._answering:  # logged, but its caller already has it: wakes nobody
+            body["answered"] = True
         body.update({k: v for k, v in payload.items() if v is not None})
         await tx.append_event(kind, rec.id, body, at=self.clock(),
                               key=f"{kind}:{key or rec.id}")  # fmt: skip
