@@ -43,6 +43,19 @@ def test_tools_list_fits_in_16_kb_and_what_the_model_reads_in_8_kb(raw: RawSessi
     assert all(t["outputSchema"]["properties"] for t in tools)
 
 
+def test_draft_envelope_states_its_input_limits_where_the_model_reads(raw: RawSession) -> None:
+    from fedhpc.placement.draft import MAX_CODE_CONTEXT_ITEMS, MAX_DESCRIPTION_CHARS
+
+    tools = {t["name"]: t for t in raw.request(1, "tools/list")["result"]["tools"]}
+    props = tools["draft_envelope"]["inputSchema"]["properties"]
+    assert props["description"]["maxLength"] == MAX_DESCRIPTION_CHARS
+    assert props["code_context"]["maxItems"] == MAX_CODE_CONTEXT_ITEMS
+    assert "chars in all" in props["code_context"]["description"]
+    assert props["rationale"]["maxLength"] == 4000
+    confidence = json.dumps(props["confidence"])
+    assert '"minimum": 0' in confidence and '"maximum": 1' in confidence
+
+
 def test_stdout_carries_only_json_rpc(raw: RawSession) -> None:
     raw.request(1, "tools/list")
     raw.request(2, "tools/call", {"name": "inspect_federation", "arguments": {}})

@@ -50,7 +50,12 @@ from fedhpc.ops.tasks import (
     SubmitTaskRequest,
     TaskHandle,
 )
-from fedhpc.placement.draft import EnvelopeDraft
+from fedhpc.placement.draft import (
+    MAX_CODE_CONTEXT_CHARS,
+    MAX_CODE_CONTEXT_ITEMS,
+    MAX_DESCRIPTION_CHARS,
+    EnvelopeDraft,
+)
 from fedhpc.placement.settings import PolicyKind
 
 __all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS", "AckAnswer", "EventView", "EventsPage"]
@@ -182,9 +187,16 @@ async def inspect_federation(
 async def draft_envelope(
     ctx: Ctx,
     *,
-    description: Annotated[str, Field(description="what the task does, in words")],
+    description: Annotated[
+        str, Field(description="what the task does, in words", max_length=MAX_DESCRIPTION_CHARS)
+    ],
     code_context: Annotated[
-        list[str], Field(description="code snippets or command lines (not paths)")
+        list[str],
+        Field(
+            description=f"code snippets or command lines (not paths); "
+            f"{MAX_CODE_CONTEXT_CHARS} chars in all",
+            max_length=MAX_CODE_CONTEXT_ITEMS,
+        ),
     ] = [],  # noqa: B006
     proposed: Annotated[
         dict[str, Any] | None, Field(description="your own envelope to check")
@@ -192,8 +204,8 @@ async def draft_envelope(
     source: Annotated[
         Literal["user", "assistant"] | None, Field(description="who wrote `proposed`")
     ] = None,
-    rationale: Annotated[str, Field(description="why these bounds")] = "",
-    confidence: Annotated[float | None, Field(description="0..1")] = None,
+    rationale: Annotated[str, Field(description="why these bounds", max_length=4000)] = "",
+    confidence: Annotated[float | None, Field(description="0..1", ge=0, le=1)] = None,
 ) -> EnvelopeDraft:
     """Plan: draft min-viable/max-useful bounds from a description and code, or check
     yours; pass its `envelope` to submit_task."""
