@@ -5,60 +5,31 @@ Globus answered by the SDK's own registered responses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import globus_sdk
-import pytest
-import responses
 from globus_sdk.testing import RegisteredResponse, load_response
-from globus_sdk.transport import RetryConfig
 
 from fedhpc.bridge.service import Bridge
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope
-from fedhpc.domain.config import UserSiteConfig
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, TransferState
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.service import Orchestrator
-from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
-from fedhpc.transfer.globus import GlobusBackend
 from fedhpc.transfer.service import TransferService
+from tests.unit.globus_world import (
+    TASK,
+    globus_backend,
+    globus_sites,
+    mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+)
 
-SRC = "6f1e3c2a-0000-4000-8000-00000000d001"
-DST = "6f1e3c2a-0000-4000-8000-00000000e001"
-TASK = "42c9f5e2-1111-4000-8000-00000000aaaa"
 TRANSFER_EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
 ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
-
-
-@pytest.fixture(autouse=True)
-def mocked_http() -> Iterator[None]:
-    responses.start()
-    yield
-    responses.stop()
-    responses.reset()
-
-
-def _sites() -> dict[str, Site]:
-    p = load_profiles()
-    return {
-        "delta": Site(p["delta"], UserSiteConfig(collections={"work": SRC})),
-        "polaris": Site(p["polaris"], UserSiteConfig(collections={"eagle": DST})),
-    }
-
-
-def _backend() -> GlobusBackend:
-    client = globus_sdk.TransferClient(
-        authorizer=globus_sdk.AccessTokenAuthorizer("dummy-token"),
-        retry_config=RetryConfig(max_retries=0),
-    )
-    return GlobusBackend(lambda: client)
 
 
 def _agent(log: Path, events: tuple[str, ...] = DEFAULT_WAKE_EVENTS) -> ContinuationSpec:
@@ -85,9 +56,11 @@ def _globus(*statuses: str) -> None:
 
 class World:
     def __init__(self, store: Store, home: Path) -> None:
-        sites = _sites()
+        sites = globus_sites()
         self.store = store
-        self.transfers = TransferService(store, sites, home=home, backends={"globus": _backend()})
+        self.transfers = TransferService(
+            store, sites, home=home, backends={"globus": globus_backend()}
+        )
         self.o = Orchestrator(store, Collector(sites, {}, store), {})
         self.bridge = Bridge(store, home)
 

@@ -5,7 +5,6 @@ duplicate submission, and a daemon that authenticates without ever prompting."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ import globus_sdk
 import pytest
 import responses
 from globus_sdk.testing import RegisteredResponse, get_last_request, load_response
-from globus_sdk.transport import RetryConfig
 
 from fedhpc.domain.config import UserSiteConfig
 from fedhpc.errors import FedError
@@ -25,31 +23,20 @@ from fedhpc.store import Store
 from fedhpc.transfer import TransferSpec
 from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
 from fedhpc.transfer.service import TransferService
+from tests.unit.globus_world import (
+    DST,
+    SRC,
+    TASK,
+    globus_backend,
+    globus_client,
+    globus_sites,
+    mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+)
 
-SRC = "6f1e3c2a-0000-4000-8000-00000000d001"
-DST = "6f1e3c2a-0000-4000-8000-00000000e001"
-TASK = "42c9f5e2-1111-4000-8000-00000000aaaa"
 TRANSFER = "https://transfer.api.globus.org/v0.10/transfer"
 
 
-@pytest.fixture(autouse=True)
-def mocked_http() -> Iterator[None]:
-    responses.start()
-    yield
-    responses.stop()
-    responses.reset()
-
-
-def _client() -> globus_sdk.TransferClient:
-    # No SDK retries: the daemon's own cycle is the retry (with the same submission id).
-    return globus_sdk.TransferClient(
-        authorizer=globus_sdk.AccessTokenAuthorizer("dummy-token"),
-        retry_config=RetryConfig(max_retries=0),
-    )
-
-
-def _backend() -> GlobusBackend:
-    return GlobusBackend(_client)
+_client, _backend = globus_client, globus_backend
 
 
 def _spec(submission_id: str, **kw: Any) -> TransferSpec:
@@ -279,11 +266,7 @@ async def test_without_stored_tokens_the_daemon_fails_typed_instead_of_prompting
 
 @pytest.fixture
 def real_sites() -> dict[str, Site]:
-    p = load_profiles()
-    return {
-        "delta": Site(p["delta"], UserSiteConfig(collections={"work": SRC})),
-        "polaris": Site(p["polaris"], UserSiteConfig(collections={"eagle": DST})),
-    }
+    return globus_sites()
 
 
 async def test_a_failed_submit_is_retried_next_cycle_with_the_same_persisted_submission_id(

@@ -5,55 +5,33 @@ by the SDK's own registered responses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import globus_sdk
 import pytest
-import responses
 from globus_sdk.testing import RegisteredResponse, load_response
-from globus_sdk.transport import RetryConfig
 
 from fedhpc.bridge.service import Bridge
-from fedhpc.domain.config import UserSiteConfig
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, TransferState
-from fedhpc.profiles import load_profiles
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
-from fedhpc.transfer.globus import GlobusBackend
 from fedhpc.transfer.service import TransferService
+from tests.unit.globus_world import (
+    DST,
+    TASK,
+    globus_backend,
+    globus_sites,
+    mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+)
 
-SRC = "6f1e3c2a-0000-4000-8000-00000000d001"
-DST = "6f1e3c2a-0000-4000-8000-00000000e001"
-TASK = "42c9f5e2-1111-4000-8000-00000000aaaa"
 EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
-
-
-@pytest.fixture(autouse=True)
-def mocked_http() -> Iterator[None]:
-    responses.start()
-    yield
-    responses.stop()
-    responses.reset()
 
 
 @pytest.fixture
 def sites() -> dict[str, Site]:
-    p = load_profiles()
-    return {
-        "delta": Site(p["delta"], UserSiteConfig(collections={"work": SRC})),
-        "polaris": Site(p["polaris"], UserSiteConfig(collections={"eagle": DST})),
-    }
-
-
-def _backend() -> GlobusBackend:
-    client = globus_sdk.TransferClient(
-        authorizer=globus_sdk.AccessTokenAuthorizer("dummy-token"),
-        retry_config=RetryConfig(max_retries=0),
-    )
-    return GlobusBackend(lambda: client)
+    return globus_sites()
 
 
 def _agent(log: Path) -> ContinuationSpec:
@@ -82,7 +60,7 @@ async def test_a_move_data_refused_at_once_answers_the_outcome_and_wakes_nobody(
     ))  # fmt: skip
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
-        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
         bridge = Bridge(store, tmp_path)
         agent = _agent(tmp_path / "agent.log")
         handle = await svc.move_data(_request(agent))
@@ -120,7 +98,7 @@ async def test_a_move_data_blocked_on_credentials_wakes_its_continuation_exactly
     ))  # fmt: skip
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
-        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
         bridge = Bridge(store, tmp_path)
         handle = await svc.move_data(_request(_agent(tmp_path / "agent.log")))
         assert handle.state is TransferState.ACTIVE
@@ -148,7 +126,7 @@ async def test_a_request_without_a_continuation_keeps_its_identity(
     ))  # fmt: skip
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
-        svc = TransferService(store, sites, home=tmp_path, backends={"globus": _backend()})
+        svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
         first = await svc.move_data(_request(None))
         second = await svc.move_data(_request(_agent(tmp_path / "agent.log")))
         assert second.transfer_id == first.transfer_id

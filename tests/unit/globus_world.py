@@ -1,0 +1,53 @@
+"""The offline Globus world the transfer tests share: two shipped centers with one collection
+each, a TransferClient that never retries on its own (the daemon's cycle is the retry), and the
+`responses` mock that `globus_sdk.testing`'s registered responses answer through.
+
+A test module that imports `mocked_http` gets it as an autouse fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import globus_sdk
+import pytest
+import responses
+from globus_sdk.transport import RetryConfig
+
+from fedhpc.domain.config import UserSiteConfig
+from fedhpc.profiles import load_profiles
+from fedhpc.profiles.loader import Site
+from fedhpc.transfer.globus import GlobusBackend
+
+__all__ = ["DST", "SRC", "TASK", "globus_backend", "globus_client", "globus_sites", "mocked_http"]
+
+SRC = "6f1e3c2a-0000-4000-8000-00000000d001"  # delta's `work` collection
+DST = "6f1e3c2a-0000-4000-8000-00000000e001"  # polaris's `eagle` collection
+TASK = "42c9f5e2-1111-4000-8000-00000000aaaa"  # the Globus task id the mock hands out
+
+
+@pytest.fixture(autouse=True)
+def mocked_http() -> Iterator[None]:
+    responses.start()
+    yield
+    responses.stop()
+    responses.reset()
+
+
+def globus_sites() -> dict[str, Site]:
+    p = load_profiles()
+    return {
+        "delta": Site(p["delta"], UserSiteConfig(collections={"work": SRC})),
+        "polaris": Site(p["polaris"], UserSiteConfig(collections={"eagle": DST})),
+    }
+
+
+def globus_client() -> globus_sdk.TransferClient:
+    # No SDK retries: the daemon's own cycle is the retry (with the same submission id).
+    return globus_sdk.TransferClient(
+        authorizer=globus_sdk.AccessTokenAuthorizer("dummy-token"),
+        retry_config=RetryConfig(max_retries=0),
+    )
+
+
+def globus_backend() -> GlobusBackend:
+    return GlobusBackend(globus_client)
