@@ -291,6 +291,11 @@ class ResultManifest(_Out):
         default=None, description="the last bytes of stderr, on failure (its size: outputs)"
     )
     reasons: tuple[str, ...] = ()
+    waiting: str | None = Field(
+        default=None,
+        description="a queued task: why fedhpc holds it (a per-user job limit, missing site "
+        "data) and when it goes on",
+    )
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
     next: str = ""
 

@@ -13,7 +13,7 @@ from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.records import ACTIVE, AttemptRecord, TaskRecord
-from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.service import Ended, Orchestrator
 from fedhpc.placement import Placement
 
 __all__ = ["cancel_attempt", "replace_if_better", "tick"]
@@ -189,6 +189,9 @@ async def _merge(
     async with o.store.transaction() as tx:
         await o.save(tx, task, a, at=o.clock())
     if a.state.terminal and not before.terminal:
+        if a.ended_at is not None and a.job_id is not None:
+            o.ended.append(Ended(a.site, a.partition, a.ended_at))
+            o.placer_wake.set()  # work held by a per-user limit may go now
         await _after_end(o, task, a)
 
 

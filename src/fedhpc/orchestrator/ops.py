@@ -62,6 +62,7 @@ async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
         created_at=task.created_at, attempts=tuple(a.view() for a in atts),
         provenance=task.provenance, outputs=tuple(outputs), preview=preview,
         truncated=truncated, stderr=extra, reasons=task.reasons,
+        waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
         data=await staging.data_provenance(o, task),
     )  # fmt: skip
     return _brief(manifest, tails) if req.brief else manifest

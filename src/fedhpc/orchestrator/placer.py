@@ -13,6 +13,7 @@ import structlog
 from fedhpc.adapters.site import WorkdirFailed
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
+from fedhpc.orchestrator.holdback import held_by_limits, hold_reason
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Category, Outcome, Placement, Unschedulable
@@ -57,6 +58,7 @@ async def place_queued(o: Orchestrator) -> int:
     """One pass over every queued task, in batches; the number dispatched."""
     dispatched = 0
     after = ("", "")
+    held: dict[str, str] = {}  # group -> why its children wait (per-user limits) in this pass
     while True:
         async with o.lock:
             rows = await o.store.queued_tasks(BATCH, after=after)
@@ -64,7 +66,7 @@ async def place_queued(o: Orchestrator) -> int:
                 break
             after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
             tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
-            dispatched += await _batch(o, tasks)
+            dispatched += await _batch(o, tasks, held)
         _signal(o)
     return dispatched
 
@@ -87,7 +89,9 @@ def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
     return sorted(out)
 
 
-async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
+async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str]) -> int:
+    """Place one batch; `held` (shared by the pass) names groups whose children wait for the
+    user's job limits: their younger siblings wait too, without a placement each."""
     history = await o.wait_history()
     ledger = o.ledger()
     now = o.clock()
@@ -96,8 +100,12 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
     jobs: list[tuple[TaskRecord, Placement]] = []
     # One scheduler answer for the whole batch (a group's children share it): one call per site.
     answer = await o.prefetch(tasks, history=history, ledger=ledger)
+    holds: list[TaskRecord] = []
     for task in tasks:
         gid = task.group_id
+        if gid is not None and gid in held:
+            _hold(task, held[gid], holds)
+            continue
         if gid is not None and gid not in spread:
             spread[gid] = await _spread(o, gid)
         if gid is not None and spread[gid]:
@@ -106,6 +114,13 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
             task.avoid_sites = tuple(sorted(used[gid]))
         decision = await o.decide(task, history=history, ledger=ledger, answer=answer)
         if isinstance(decision, Unschedulable):
+            limits = held_by_limits(o.collector, decision, ledger)
+            if limits:  # waits in fedhpc, never in a scheduler's rejection
+                reason = hold_reason(limits)
+                if gid is not None:
+                    held[gid] = reason
+                _hold(task, reason, holds)
+                continue
             await _unplaceable(o, task, decision, now)
             continue
         ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
@@ -114,10 +129,21 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord]) -> int:
         if gid is not None and gid in used:
             used[gid].add(decision.site)
         jobs.append((task, decision))
+    if holds:
+        async with o.store.transaction() as tx:
+            for task in holds:
+                await o.save(tx, task, at=now)
     async with anyio.create_task_group() as tg:
         for task, decision in jobs:
             tg.start_soon(_dispatch, o, task, decision, history, name=f"dispatch:{task.id}")
     return len(jobs)
+
+
+def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:
+    """The task stays queued with `reason`; written only when the reason changed."""
+    if task.decision != reason:
+        task.decision = reason
+        holds.append(task)
 
 
 async def _spread(o: Orchestrator, gid: str) -> bool:

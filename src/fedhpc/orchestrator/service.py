@@ -55,9 +55,11 @@ PLACE_WAIT_S = 2.0
 WAITING_FOR_PROBES = "queued: waiting for the first probe of the sites (the daemon just started)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claim:
-    """A job dispatched after its site's last probe: the snapshot cannot show it yet."""
+    """A job dispatched that its site's last probe may not show: kept until a probe that
+    started after the scheduler accepted it (`done`), so a job whose `sbatch` was still in
+    flight while `squeue` ran is never left out of the user's job count."""
 
     at: datetime
     site: str
@@ -65,6 +67,23 @@ class Claim:
     account: str | None
     shape: Shape
     charge: float
+    done: datetime | None = None  # when the submit call returned (None: still in flight)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A job of ours that ended (scheduler's end time) at a partition: while the site's last
+    probe still counts it among the user's jobs, the ledger takes it off again, so work held
+    by a per-user limit is released at the next control cycle, not the next probe."""
+
+    site: str
+    partition: str
+    at: datetime
+
+
+# Clock skew and the probe's own duration: a job that ended within this of the probe's start
+# may already be missing from it, so it is not taken off (the next probe shows it).
+ENDED_MARGIN_S = 5.0
 
 
 class Orchestrator:
@@ -104,6 +123,7 @@ class Orchestrator:
         self.placer_wake = anyio.Event()  # queued work arrived
         self.progress = anyio.Event()  # set (and replaced) after each placement batch
         self.claims: list[Claim] = []
+        self.ended: list[Ended] = []
         self.site_limits: dict[str, anyio.CapacityLimiter] = {}
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
         # Why the daemon cannot start a runtime's resumes now ("" = it can): set by the daemon
@@ -202,12 +222,23 @@ class Orchestrator:
         latest = self.collector.latest
         self.claims = [
             c for c in self.claims
-            if c.site not in latest or c.at >= latest[c.site].collected_at
+            if c.site not in latest or c.done is None or c.done >= latest[c.site].collected_at
         ]  # fmt: skip
         ledger = Ledger()
         for c in self.claims:
             ledger.claim(c.site, c.partition, c.account, c.shape, c.charge)
+        self.ended = [e for e in self.ended if self._counted(e)]
+        for e in self.ended:
+            ledger.release(e.site, e.partition)
         return ledger
+
+    def _counted(self, e: Ended) -> bool:
+        """Whether the site's last probe surely ran before the job ended (so counts it)."""
+        state = self.collector.latest.get(e.site)
+        if state is None:
+            return False
+        probed = state.collected_at.timestamp() + (state.latency_s or 0.0) + ENDED_MARGIN_S
+        return e.at.timestamp() >= probed
 
     def mark_placed(self, site: str, partition: str) -> None:
         """A job goes to (site, partition): earlier scheduler answers there are stale."""
@@ -376,7 +407,8 @@ class Orchestrator:
             task.state = JobState.SUBMITTED
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=now)
-        self.claims.append(Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge))
+        claim = Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge)
+        self.claims.append(claim)
         self.mark_placed(p.site, p.partition)
         spec = JobSpec(
             name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
@@ -387,7 +419,9 @@ class Orchestrator:
             job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
         except (SchedulerRejected, WorkdirFailed) as exc:
             att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
+            self.claims = [c for c in self.claims if c is not claim]  # never reached a queue
         except GlobusLoginRequired as exc:
+            self.claims = [c for c in self.claims if c is not claim]
             # Refused before anything ran (no login, a missing consent): the reason carries
             # the exact `fedhpc login` command, so the woken agent can ask the person for it.
             att.state, att.ended_at = JobState.FAILED, self.clock()
@@ -395,9 +429,14 @@ class Orchestrator:
         except TransportError as exc:
             # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
             log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)
+            claim.done = self.clock()  # it may be queued: counted until the next probe
             return att
+        except BaseException:
+            claim.done = self.clock()  # whatever happened, the claim ends with the next probe
+            raise
         else:
             att.job_id, att.submitted_at = job.job_id, self.clock()
+            claim.done = att.submitted_at
             log.info("dispatched", task=task.id, attempt=n, site=p.site, job_id=job.job_id)
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=self.clock())

@@ -56,6 +56,11 @@ class Ledger:
         self.spent[(site, account)] = self.spent.get((site, account), 0.0) + charge
         self.site_total[site] = self.site_total.get(site, 0.0) + charge
 
+    def release(self, site: str, partition: str) -> None:
+        """A job of the user's that the snapshot still counts has ended: one fewer there."""
+        key = (site, partition)
+        self.jobs[key] = self.jobs.get(key, 0) - 1
+
     def site_spent(self, site: str) -> float:
         return self.site_total.get(site, 0.0)
 

@@ -1,0 +1,45 @@
+"""Hold-back under per-user scheduler limits: a task whose only obstacle is the user's job
+limit on its partitions (`max_jobs_per_user`, a center's MaxSubmit) waits in fedhpc, `queued`
+with the reason, and is placed when the user's jobs there finish: it is never sent to a
+scheduler that would refuse it, and never declared unschedulable for it."""
+
+from __future__ import annotations
+
+from fedhpc.collector.service import Collector
+from fedhpc.placement import Category, Outcome, Unschedulable
+from fedhpc.placement.context import Ledger
+
+__all__ = ["HOLD_PREFIX", "held_by_limits", "hold_reason"]
+
+HOLD_PREFIX = "queued: held back by your per-user job limit"
+
+
+def held_by_limits(collector: Collector, u: Unschedulable, ledger: Ledger | None) -> list[str]:
+    """`site/partition (n of limit jobs)` for each partition whose candidates failed only
+    because the user's jobs there (the last probe's count plus jobs fedhpc sent since) reached
+    its `max_jobs_per_user`; empty when another obstacle rules every candidate out."""
+    out: dict[str, str] = {}
+    for c in u.trace.candidates:
+        key = f"{c.site}/{c.partition}"
+        if c.feasible or key in out or c.site not in collector.sites:
+            continue
+        fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
+        if not fails or any(f is not Category.USER_LIMITS for f in fails):
+            continue
+        spec = next((p for p in collector.sites[c.site].profile.partitions
+                     if p.name == c.partition), None)  # fmt: skip
+        state = collector.latest.get(c.site)
+        pstate = state.partition(c.partition) if state is not None else None
+        if spec is None or spec.max_jobs_per_user is None or pstate is None:
+            continue
+        jobs = pstate.user_pending_jobs + pstate.user_running_jobs
+        jobs += ledger.jobs.get((c.site, c.partition), 0) if ledger else 0
+        if jobs >= spec.max_jobs_per_user:  # else the QoS part of the rule failed: not a hold
+            out[key] = f"{key}: {jobs} of {spec.max_jobs_per_user} jobs"
+    return sorted(out.values())
+
+
+def hold_reason(limits: list[str]) -> str:
+    """The task's decision line while it is held: readable by a person and an agent."""
+    return (f"{HOLD_PREFIX} ({'; '.join(limits)}); fedhpc submits it as your jobs there "
+            "finish, oldest first (nothing to do)")  # fmt: skip
