@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -73,6 +74,9 @@ class SiteAdapter:
         self.transport = transport
         self.dialect = dialect or get_dialect(site.profile.dialect)
         self._clock = clock
+        # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
+        # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
+        self.calls: Counter[str] = Counter()
 
     @property
     def name(self) -> str:
@@ -83,8 +87,9 @@ class SiteAdapter:
         """The user name the scheduler knows us by."""
         return self.site.user.user or self.site.transport.user or getpass.getuser()
 
-    async def _run(self, command: Command) -> CommandResult:
+    async def _run(self, command: Command, kind: str) -> CommandResult:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
+        self.calls[kind] += 1
         return await self.transport.run(command)
 
     def render(self, spec: JobSpec) -> str:
@@ -108,7 +113,7 @@ class SiteAdapter:
                 stdin=command.stdin, env=command.env, timeout_s=command.timeout_s,
                 idempotent=False,
             )  # fmt: skip
-        result = await self._run(command)
+        result = await self._run(command, "submit")
         if ensure_dirs and result.returncode == _MKDIR_FAILED and "mkdir" in result.stderr:
             why = result.stderr.strip().splitlines()[-1][:300]
             raise WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
@@ -119,18 +124,20 @@ class SiteAdapter:
     async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
         if not job_ids:
             return []
-        return self.dialect.parse_status(await self._run(self.dialect.status_command(job_ids)))
+        return self.dialect.parse_status(
+            await self._run(self.dialect.status_command(job_ids), "status")
+        )
 
     async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
         if not job_ids:
             return []
-        result = await self._run(self.dialect.accounting_command(job_ids))
+        result = await self._run(self.dialect.accounting_command(job_ids), "accounting")
         return self.dialect.parse_accounting(result, now=self._clock())
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
         if not job_ids:
             return
-        result = await self._run(self.dialect.cancel_command(job_ids))
+        result = await self._run(self.dialect.cancel_command(job_ids), "cancel")
         if not result.ok:
             raise CommandFailed(f"cancel on {self.name} failed: {result.stderr.strip()}")
 
@@ -138,21 +145,21 @@ class SiteAdapter:
         """Job ids of our jobs by name (after a crash lost the id); absent names are unknown."""
         if not names:
             return {}
-        return self.dialect.parse_find(await self._run(self.dialect.find_command(names)))
+        return self.dialect.parse_find(await self._run(self.dialect.find_command(names), "find"))
 
     async def file_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
         """Sizes of files at the site in one call; None for a file that is not there."""
         if not paths:
             return {}
         script = 'for f in "$@"; do s=$(stat -c %s -- "$f" 2>/dev/null) || s=-; echo "$s"; done'
-        result = await self._run(Command(("bash", "-c", script, "fedhpc", *paths)))
+        result = await self._run(Command(("bash", "-c", script, "fedhpc", *paths)), "files")
         sizes = result.stdout.split()
         return {p: (int(s) if s.isdigit() else None) for p, s in zip(paths, sizes, strict=False)}
 
     async def head(self, path: str, max_bytes: int) -> tuple[str, bool]:
         """At most `max_bytes` of a file (decoded with replacement) and whether it was cut."""
         result = await self._run(
-            Command(("head", "-c", str(max_bytes + 1), "--", path), timeout_s=30.0)
+            Command(("head", "-c", str(max_bytes + 1), "--", path), timeout_s=30.0), "files"
         )
         if not result.ok:
             raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
@@ -164,7 +171,8 @@ class SiteAdapter:
         replacement, and whether earlier bytes were left out."""
         script = 'wc -c < "$2"; tail -c "$1" -- "$2"'
         result = await self._run(
-            Command(("bash", "-c", script, "fedhpc", str(max_bytes), path), timeout_s=30.0)
+            Command(("bash", "-c", script, "fedhpc", str(max_bytes), path), timeout_s=30.0),
+            "files",
         )
         if not result.ok:
             raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
@@ -178,7 +186,7 @@ class SiteAdapter:
         started = time.monotonic()
         at = self._clock()
         try:
-            result = await self._run(batch(sections, timeout_s=timeout_s))
+            result = await self._run(batch(sections, timeout_s=timeout_s), "probe")
         except TransportError as exc:
             log.warning("probe failed", site=self.name, error=exc.message)
             return SiteState(

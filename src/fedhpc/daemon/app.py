@@ -173,6 +173,9 @@ def build_app(state: DaemonState) -> Starlette:
                 "started_at": state.started_at.isoformat(),
                 "sites": sorted(state.collector.sites),
                 "schema": await state.store.schema_version(),
+                "cycle_s": state.orchestrator.cycle_s,
+                "cycles": state.orchestrator.cycles,
+                "remote_calls": state.orchestrator.remote_calls(),
             }
         )
 

@@ -23,6 +23,7 @@ log = structlog.get_logger(__name__)
 
 async def tick(o: Orchestrator) -> None:
     """Observe, then adapt. Holds the orchestrator's lock: one writer at a time."""
+    o.count_cycle()
     async with o.lock:
         rows = await o.store.attempts_in(ACTIVE)
         by_site: dict[str, list[AttemptRecord]] = defaultdict(list)

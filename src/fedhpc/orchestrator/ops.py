@@ -109,9 +109,11 @@ async def list_tasks(
     o: Orchestrator, *, state: str | None = None, limit: int = 100
 ) -> list[TaskSummary]:
     out = []
-    for row in await o.store.list_tasks(state=state, limit=limit):
+    rows = await o.store.list_tasks(state=state, limit=limit)
+    by_task = await o.store.attempts_of([str(r["id"]) for r in rows])  # one query per page
+    for row in rows:
         task = TaskRecord.model_validate(row["body"])
-        atts = await o.load_attempts(task.id)
+        atts = [AttemptRecord.from_row(a) for a in by_task[task.id]]
         cur = _current(atts, task)
         out.append(
             TaskSummary(

@@ -124,6 +124,9 @@ class Orchestrator:
         self.progress = anyio.Event()  # set (and replaced) after each placement batch
         self.claims: list[Claim] = []
         self.ended: list[Ended] = []
+        self.cycles = 0
+        self._calls_seen: dict[str, int] = {}  # site -> remote calls counted at the last cycle
+        self.calls_per_cycle_max: dict[str, int] = {}
         self.site_limits: dict[str, anyio.CapacityLimiter] = {}
         self.notify: Callable[[], None] = lambda: None  # told after events may have landed
         # Why the daemon cannot start a runtime's resumes now ("" = it can): set by the daemon
@@ -148,6 +151,24 @@ class Orchestrator:
     @property
     def sites(self) -> dict[str, Site]:
         return self.collector.sites
+
+    def count_cycle(self) -> None:
+        """Start a control cycle: the remote calls each site took since the last one (probes,
+        submissions, status, accounting, file reads) raise that site's per-cycle maximum."""
+        self.cycles += 1
+        for name, adapter in self.adapters.items():
+            total = sum(adapter.calls.values())
+            since = total - self._calls_seen.get(name, 0)
+            self._calls_seen[name] = total
+            self.calls_per_cycle_max[name] = max(self.calls_per_cycle_max.get(name, 0), since)
+
+    def remote_calls(self) -> dict[str, dict[str, object]]:
+        """Per site: remote calls by kind since the daemon started, and the most in a cycle."""
+        return {
+            name: {"total": dict(sorted(a.calls.items())),
+                   "max_per_cycle": self.calls_per_cycle_max.get(name, 0)}
+            for name, a in sorted(self.adapters.items())
+        }  # fmt: skip
 
     # -- records ----------------------------------------------------------------------------
     async def load_task(self, task_id: str) -> TaskRecord:

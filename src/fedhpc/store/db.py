@@ -161,6 +161,20 @@ class Store:
         rows = await self._all("SELECT * FROM attempts WHERE task_id = ? ORDER BY n", (task_id,))
         return [_attempt(r) for r in rows]
 
+    async def attempts_of(self, task_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The attempts of several tasks in one query (a listing page), by task id."""
+        out: dict[str, list[dict[str, Any]]] = {t: [] for t in task_ids}
+        if not task_ids:
+            return out
+        marks = ",".join("?" * len(task_ids))
+        rows = await self._all(
+            f"SELECT * FROM attempts WHERE task_id IN ({marks}) ORDER BY task_id, n",  # noqa: S608
+            tuple(task_ids),
+        )
+        for r in rows:
+            out[r["task_id"]].append(_attempt(r))
+        return out
+
     async def attempts_in(self, states: Sequence[str]) -> list[dict[str, Any]]:
         marks = ",".join("?" * len(states))
         rows = await self._all(

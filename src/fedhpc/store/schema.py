@@ -138,6 +138,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_state_created ON tasks (state, created_at);
     CREATE INDEX tasks_group ON tasks (group_id);
     """,
+    # 5: task listings at volume (`fedhpc tasks`, GET /v1/tasks): newest first without sorting
+    # the whole table, with or without a state.
+    """
+    CREATE INDEX tasks_listing ON tasks (created_at DESC, id);
+    CREATE INDEX tasks_state_listing ON tasks (state, created_at DESC, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,280 @@
+"""A 5,000-task sweep as a good citizen: short tasks through the real MCP client (stdio, legacy
+mode, as Claude Code and Codex connect) against a real `fedhpc daemon` on the local Slurm
+federation, with a per-user job limit (`max_jobs_per_user`, a center's MaxSubmit) on every
+partition, so most of the sweep waits in fedhpc and is released as its jobs end.
+
+Scenarios (each 5,000 tasks of `true` on 1 CPU): `one` = one group of 5,000 children, `fifty`
+= 50 groups of 100. The MCP server carries a `command` continuation (as a resumed agent would
+have), so every resume fedhpc sends is one file.
+
+Prints per scenario: wall time (first submit to last child terminal), scheduler rejections
+(attempts a scheduler refused; target 0), submissions over the limit (a submit that found
+`limit` or more of the sweep's jobs alive at its partition: what MaxSubmit would have
+refused; target 0), tasks per site, remote calls per site, REST p50/p99 during the sweep
+(GET /v1/tasks, /v1/groups/{id}, /v1/events, /v1/health; target p99 <= 100 ms), resumes
+delivered (target: one per group round) and their payload bytes. At the end: the daemon's peak
+RSS (VmHWM; target <= 80 MB), events and tasks stored, and the store's size on disk.
+
+Holds the local federation's test lock (tests/integration/conftest.py) while it runs.
+
+Run: .venv/bin/python benchmarks/sweep.py [--scenarios one,fifty] [--tasks 5000]
+     [--limit 40] [--cycle 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.economy import RESUME  # noqa: E402
+from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # noqa: E402
+from tests.integration.conftest import LOCK  # noqa: E402
+
+from fedhpc.client import DaemonClient  # noqa: E402
+from fedhpc.daemon.settings import DaemonSettings  # noqa: E402
+from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
+
+ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
+TARGET_RSS_MB = 80.0
+TARGET_P99_MS = 100.0
+
+
+def limited_profiles(folder: Path, limit: int) -> Path:
+    """The local federation's profiles with `max_jobs_per_user = limit` on every partition."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(shipped_profiles_dir().glob("dev*.toml")):
+        text = re.sub(r"(?m)^max_jobs_per_user\s*=.*\n", "", path.read_text())
+        text = re.sub(r'(?m)^(\[\[partitions\]\]\nname = "[^"]+"\n)',
+                      rf"\1max_jobs_per_user = {limit}\n", text)  # fmt: skip
+        (folder / path.name).write_text(text)
+    return folder
+
+
+class RestProbe:
+    """Times REST calls a person or agent makes during the sweep."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, list[float]] = {}
+
+    async def run(self, client: DaemonClient, groups: list[str], stop: anyio.Event) -> None:
+        i = 0
+        while not stop.is_set():
+            calls: dict[str, Any] = {
+                "GET /v1/tasks?limit=100": lambda: client.tasks(limit=100),
+                "GET /v1/events?limit=100": lambda: client.events(limit=100),
+                "GET /v1/health": client.health,
+            }
+            if groups:
+                calls["GET /v1/groups/{id}"] = partial(client.group, groups[i % len(groups)])
+            for name, call in calls.items():
+                started = time.perf_counter()
+                await call()
+                self.ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+            i += 1
+            await anyio.sleep(0.2)
+
+    @staticmethod
+    def _q(ms: list[float]) -> dict[str, float]:
+        if len(ms) < 2:
+            return {"calls": len(ms)}
+        q = statistics.quantiles(ms, n=100)
+        return {"calls": len(ms), "p50_ms": round(q[49], 1), "p99_ms": round(q[98], 1),
+                "max_ms": round(max(ms), 1)}  # fmt: skip
+
+    def summary(self) -> dict[str, Any]:
+        every = [x for ms in self.ms.values() for x in ms]
+        return {**self._q(every), "by_call": {k: self._q(v) for k, v in self.ms.items()}}
+
+
+def _store_figures(db: Path, groups: list[str], limit: int) -> dict[str, Any]:
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        marks = ",".join("?" * len(groups))
+        rows = conn.execute(
+            "SELECT a.site, a.partition, a.job_id, a.state, a.body FROM attempts a "  # noqa: S608
+            f"JOIN tasks t ON a.task_id = t.id WHERE t.group_id IN ({marks})",
+            groups,
+        ).fetchall()
+        states = dict(conn.execute(
+            f"SELECT state, count(*) FROM tasks WHERE group_id IN ({marks}) GROUP BY state",  # noqa: S608
+            groups,
+        ).fetchall())  # fmt: skip
+    per_site: dict[str, int] = {}
+    rejected = 0
+    spans: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for site, partition, job_id, _state, body in rows:
+        b = json.loads(body)
+        if job_id is None:
+            rejected += 1 if b.get("reason") else 0
+            continue
+        per_site[site] = per_site.get(site, 0) + 1
+        if b.get("submitted_at") and b.get("ended_at"):
+            spans.setdefault((site, partition), []).append((b["submitted_at"], b["ended_at"]))
+    over = 0
+    for runs in spans.values():
+        ends: list[str] = []
+        for sub, end in sorted(runs):
+            ends = [e for e in ends if e > sub]  # jobs still alive when this one was submitted
+            over += len(ends) >= limit
+            ends.append(end)
+    return {"attempts": len(rows), "scheduler_rejections": rejected,
+            "submissions_over_limit": over, "tasks_per_site": dict(sorted(per_site.items())),
+            "task_states": states}  # fmt: skip
+
+
+def _resumes(folder: Path) -> tuple[int, int]:
+    files = sorted(folder.glob("resume.*.json"))
+    return len(files), sum(f.stat().st_size for f in files)
+
+
+async def _scenario(  # noqa: PLR0917 (one call site)
+    name: str, n: int, mcp: Client, client: DaemonClient, db: Path, resumed: Path, limit: int
+) -> dict[str, Any]:
+    sizes = [n] if name == "one" else [n // 50] * 50
+    before = _resumes(resumed)
+    groups: list[str] = []
+    probe, stop = RestProbe(), anyio.Event()
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(probe.run, client, groups, stop)
+        submit_s = []
+        for g, size in enumerate(sizes):
+            children = [{"command": ["true"], "name": f"c{i}"} for i in range(size)]
+            t0 = time.monotonic()
+            result = await mcp.call_tool("submit_group", {
+                "objective": f"sweep {name}: group {g} of {size}", "children": children,
+                "envelope": ENVELOPE,
+            })  # fmt: skip
+            submit_s.append(time.monotonic() - t0)
+            text = "".join(getattr(c, "text", "") for c in result.content)
+            if result.is_error:
+                raise SystemExit(f"submit_group failed: {text[:500]}")
+            groups.append(json.loads(text)["group_id"])
+        with anyio.fail_after(3600):
+            for gid in groups:
+                while (await client.group(gid)).state in ("placing", "running"):  # noqa: ASYNC110
+                    await anyio.sleep(1)
+        wall = time.monotonic() - started
+        stop.set()
+    # One resume per group round: wait for them (the bridge delivers after the event).
+    want = before[0] + len(groups)
+    with anyio.move_on_after(120):
+        while _resumes(resumed)[0] < want:  # noqa: ASYNC110
+            await anyio.sleep(0.5)
+    await anyio.sleep(3)  # anything more (a resume per child would show here) also lands
+    after = _resumes(resumed)
+    return {"scenario": name, "tasks": sum(sizes), "groups": len(groups),
+            "wall_s": round(wall, 1), "submit_s_max": round(max(submit_s), 2),
+            **_store_figures(db, groups, limit), "rest": probe.summary(),
+            "resumes": after[0] - before[0], "resume_payload_bytes": after[1] - before[1],
+            "group_ids": groups}  # fmt: skip
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="fedhpc-sweep-bench-"))
+    profiles = limited_profiles(home / "profiles", args.limit)
+    (home / "config.toml").write_text(f'profile_dirs = ["{profiles}"]\n')
+    resumed = home / "resumed"
+    resumed.mkdir()
+    daemon, env = _start(home, args.cycle)
+    settings = DaemonSettings.from_env(home=home)
+    continuation = {"runtime": "command", "command": ["bash", "-c", RESUME, "agent", str(resumed)]}
+    mcp_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
+    out: dict[str, Any] = {"limit_per_partition": args.limit, "scenarios": []}
+    groups: list[str] = []
+    try:
+        async with DaemonClient(settings) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+            params = StdioServerParameters(command=_fedhpc(), args=["serve", "--no-autostart"],
+                                           env=mcp_env)  # fmt: skip
+            async with Client(params, mode="legacy") as mcp:
+                await mcp.list_tools()
+                for name in args.scenarios:
+                    row = await _scenario(name, args.tasks, mcp, client, settings.db_path,
+                                          resumed, args.limit)  # fmt: skip
+                    groups += row.pop("group_ids")
+                    out["scenarios"].append(row)
+            out["remote_calls"] = (await client.health()).get("remote_calls")
+        out["daemon_peak_rss_mb"] = round(_vm_hwm_mb(daemon.pid), 1)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+    with closing(sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)) as conn:
+        out["events_stored"] = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        out["tasks_stored"] = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+    db = settings.db_path
+    out["store_bytes"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+    out["jobs_cancelled_at_end"] = _cancel(db, groups) if groups else 0
+    return out
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(f"per-user job limit on every partition: {out['limit_per_partition']}")
+    for r in out["scenarios"]:
+        rest = r["rest"]
+        print(f"\n== {r['scenario']}: {r['tasks']} tasks in {r['groups']} group(s)")
+        print(f"  wall time (submit -> last child terminal): {r['wall_s']} s "
+              f"(slowest submit_group answer {r['submit_s_max']} s)")  # fmt: skip
+        print(f"  task states: {r['task_states']}")
+        print(f"  scheduler rejections: {r['scheduler_rejections']} (target 0); submissions "
+              f"over the limit: {r['submissions_over_limit']} (target 0)")  # fmt: skip
+        print(f"  tasks per site: {r['tasks_per_site']}")
+        p99 = rest.get("p99_ms", float("nan"))
+        print(
+            f"  REST during the sweep: {rest['calls']} calls, p50 {rest.get('p50_ms')} ms, "
+            f"p99 {p99} ms (target <= {TARGET_P99_MS:g}: "
+            f"{'pass' if p99 <= TARGET_P99_MS else 'FAIL'}), max {rest.get('max_ms')} ms"
+        )
+        for call, q in rest["by_call"].items():
+            print(f"    {call}: p50 {q.get('p50_ms')} ms, p99 {q.get('p99_ms')} ms")
+        print(f"  resumes delivered: {r['resumes']} for {r['groups']} group round(s) "
+              f"({'pass' if r['resumes'] == r['groups'] else 'FAIL'}); continuation payload "
+              f"{r['resume_payload_bytes']} B in total")  # fmt: skip
+    rss = out["daemon_peak_rss_mb"]
+    print(f"\ndaemon peak RSS (VmHWM): {rss} MB (target <= {TARGET_RSS_MB:g}: "
+          f"{'pass' if rss <= TARGET_RSS_MB else 'FAIL'})")  # fmt: skip
+    print(f"remote calls per site: {out.get('remote_calls')}")
+    print(f"store at the end: {out['store_bytes'] / 1e6:.1f} MB, {out['events_stored']} events, "
+          f"{out['tasks_stored']} tasks")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", default="one,fifty")
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--limit", type=int, default=40, help="max_jobs_per_user everywhere")
+    parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    args.scenarios = [s for s in args.scenarios.split(",") if s in ("one", "fifty")]
+    with LOCK.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.stderr.write(f"sweep: waiting for {LOCK} (a test run holds the federation)\n")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        out = anyio.run(_run, args)
+    print(json.dumps(out, indent=2)) if args.json else _print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
