@@ -279,6 +279,16 @@ class DaemonClient:
         )  # fmt: skip
         return TaskHandle.model_validate(body)
 
+    async def archive_events(self, older_than_days: float, *, dry_run: bool = False
+                             ) -> dict[str, Any]:  # fmt: skip
+        """Move delivered events older than `older_than_days` to the daemon's archive."""
+        body: dict[str, Any] = await self._call(
+            "POST", "/v1/events/archive",
+            content=json.dumps({"older_than_days": older_than_days, "dry_run": dry_run}),
+            effect="change", what="archive_events",
+        )  # fmt: skip
+        return body
+
     async def ack_events(self, consumer: str, through: int) -> int:
         """Move `consumer`'s cursor to `through` (a pulled client's acknowledgement)."""
         body = await self._call(

@@ -150,6 +150,19 @@ def _events(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(args: argparse.Namespace) -> int:
+    out = _with_client(lambda c: c.archive_events(args.older_than_days, dry_run=args.dry_run))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    elif args.dry_run:
+        print(f"{out['archived']} events older than {out['before'][:19]} would move to the "
+              f"archive; {out['remaining']} in the store")  # fmt: skip
+    else:
+        where = f" to {out['archive']}" if out["archive"] else ""
+        print(f"archived {out['archived']} events{where}; {out['remaining']} in the store")
+    return 0
+
+
 def _cancel(args: argparse.Namespace) -> int:
     handle: TaskHandle = _with_client(lambda c: c.cancel(CancelRequest(task_id=args.task_id)))
     if args.json:
@@ -180,6 +193,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ev.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
     ev.add_argument("--json", action="store_true", help="as JSON (JSON lines with --follow)")
     ev.set_defaults(func=_events)
+
+    ar = sub.add_parser(
+        "archive-events",
+        help="move delivered events older than N days out of the store into <home>/archive",
+    )
+    ar.add_argument("--older-than-days", type=float, default=30.0, metavar="N")
+    ar.add_argument("--dry-run", action="store_true", help="only count them")
+    ar.add_argument("--json", action="store_true", help="as JSON")
+    ar.set_defaults(func=_archive)
 
     c = sub.add_parser("cancel", help="cancel a task (kills its job)")
     c.add_argument("task_id", metavar="ID")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -31,7 +32,7 @@ from fedhpc.errors import (
     typed_error,
 )
 from fedhpc.ops.draft import DraftRequest
-from fedhpc.ops.events import AckRequest, EventsQuery, check_consumer
+from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery, check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.ops.suggest import request_model, unknown_field_reason
 from fedhpc.ops.tasks import (
@@ -55,6 +56,7 @@ from fedhpc.orchestrator import (
 )
 from fedhpc.placement import draft_envelope
 from fedhpc.store import Store
+from fedhpc.store.archive import archive_events
 from fedhpc.transfer.service import TransferService
 
 __all__ = ["DaemonState", "build_app", "status_of"]
@@ -87,6 +89,7 @@ class DaemonState:
         self.orchestrator = orchestrator
         self.transfers: TransferService | None = None
         self.bridge: Bridge | None = None
+        self.archive_path: Path | None = None  # where archived events go (the daemon's home)
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(
@@ -163,6 +166,20 @@ def _sites_checked(state: DaemonState, req: R) -> R:
     else:
         check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
     return req
+
+
+async def _archive(
+    state: DaemonState, read: Callable[[Request], Awaitable[bytes]], request: Request
+) -> Response:
+    """POST /v1/events/archive: move old delivered events to the archive (store/archive.py)."""
+    req = ArchiveRequest.model_validate_json(await read(request))
+    if state.archive_path is None:
+        raise UsageError("this daemon has no archive folder")
+    now = datetime.now(UTC)
+    report = await archive_events(state.store, state.archive_path, now=now,
+                                  before=now - timedelta(days=req.older_than_days),
+                                  dry_run=req.dry_run)  # fmt: skip
+    return JSONResponse(report.as_dict())
 
 
 def build_app(state: DaemonState) -> Starlette:
@@ -278,6 +295,7 @@ def build_app(state: DaemonState) -> Starlette:
     routes = [
         *bridge_routes(state, guard=_guard, read_body=body),
         Route("/v1/estimators", _guard(estimators), methods=["GET"]),
+        Route("/v1/events/archive", _guard(partial(_archive, state, body)), methods=["POST"]),
         Route("/v1/tasks", _guard(submit_task), methods=["POST"]),
         Route("/v1/tasks", _guard(tasks), methods=["GET"]),
         Route("/v1/tasks/{task_id}", _guard(result), methods=["GET"]),

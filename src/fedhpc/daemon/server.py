@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +26,7 @@ from fedhpc.orchestrator import Orchestrator, place_queued, tick
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
 from fedhpc.store import Store
+from fedhpc.store.archive import archive_events
 from fedhpc.transfer.service import TransferService
 
 __all__ = ["run_daemon"]
@@ -144,6 +145,7 @@ async def _serve(
         orchestrator.wake.set()
         bridge.wake.set()
 
+    state.archive_path = settings.archive_path
     state.transfers = transfers = TransferService(
         store, collector.sites, orchestrator.adapters, home=settings.home,
         cycle_s=settings.cycle_s, on_change=changed,
@@ -178,6 +180,7 @@ async def _serve(
                 services.start_soon(orchestrator.run, stopping, name="orchestrator")
                 services.start_soon(bridge.run, stopping, name="bridge")
                 services.start_soon(transfers.run, stopping, name="transfers")
+                services.start_soon(_archiver, store, settings, stopping, name="archiver")
                 services.start_soon(server.serve, [sock], name="rest")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:
@@ -185,3 +188,24 @@ async def _serve(
         with contextlib.suppress(FileNotFoundError):
             settings.socket_path.unlink()
         log.info("daemon down")
+
+
+ARCHIVE_EVERY_S = 3600.0
+
+
+async def _archiver(store: Store, settings: DaemonSettings, stopping: anyio.Event) -> None:
+    """Keep the event log bounded: once an hour (and at start), delivered events older than
+    `events_keep_days` move to <home>/archive (store/archive.py); 0 turns it off."""
+    if settings.events_keep_days <= 0:
+        return
+    while not stopping.is_set():
+        now = datetime.now(UTC)
+        try:
+            before = now - timedelta(days=settings.events_keep_days)
+            report = await archive_events(store, settings.archive_path, now=now, before=before)
+            if report.archived:
+                log.info("events archived", **report.as_dict())
+        except Exception:  # bookkeeping only: never fatal to the daemon
+            log.exception("archiving events failed")
+        with anyio.move_on_after(ARCHIVE_EVERY_S):
+            await stopping.wait()

@@ -45,6 +45,10 @@ class DaemonSettings(BaseModel):
         default=2.0, gt=0, le=60,
         description="placement waits this long for a site's sbatch --test-only answer",
     )  # fmt: skip
+    events_keep_days: float = Field(
+        default=30.0, ge=0, le=3650,
+        description="delivered events older than this move to <home>/archive (0: never)",
+    )  # fmt: skip
     retry_window_s: float = Field(
         default=120.0, ge=0, le=86400,
         description="the same request from the same caller this soon is a retry (same task)",
@@ -57,6 +61,10 @@ class DaemonSettings(BaseModel):
     @property
     def db_path(self) -> Path:
         return self.home / "fedhpc.db"
+
+    @property
+    def archive_path(self) -> Path:
+        return self.home / "archive"
 
     @property
     def lock_path(self) -> Path:
@@ -85,6 +93,7 @@ class DaemonSettings(BaseModel):
             ("resume_timeout_s", "FEDHPC_RESUME_TIMEOUT_S"),
             ("resume_start_timeout_s", "FEDHPC_RESUME_START_TIMEOUT_S"),
             ("resume_warm_mcp", "FEDHPC_RESUME_WARM_MCP"),
+            ("events_keep_days", "FEDHPC_EVENTS_KEEP_DAYS"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]

@@ -9,6 +9,7 @@ from fedhpc.errors import UsageError
 __all__ = [
     "INTERNAL_CONSUMERS",
     "AckRequest",
+    "ArchiveRequest",
     "EventsQuery",
     "ReservedConsumer",
     "check_consumer",
@@ -40,6 +41,16 @@ class EventsQuery(BaseModel):
     after: int = Field(default=0, ge=0, le=2**62, description="the last event seq already seen")
     limit: int = Field(default=100, ge=1, le=1000)
     consumer: str | None = Field(default=None, min_length=1, max_length=100, pattern=_CONSUMER)
+
+
+class ArchiveRequest(BaseModel):
+    """POST /v1/events/archive: move delivered events older than `older_than_days` out of the
+    store into <home>/archive/events-<time>.jsonl (`dry_run`: only count them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    older_than_days: float = Field(ge=0, le=3650)
+    dry_run: bool = False
 
 
 class AckRequest(BaseModel):

@@ -144,6 +144,18 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_listing ON tasks (created_at DESC, id);
     CREATE INDEX tasks_state_listing ON tasks (state, created_at DESC, id);
     """,
+    # 6: archiving delivered events (store/archive.py): the log stays append-only for everyone
+    # else; only a transaction that holds a row in `archiving` may delete from it.
+    """
+    CREATE TABLE archiving (started_at TEXT NOT NULL);
+    DROP TRIGGER events_no_delete;
+    CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+        WHEN NOT EXISTS (SELECT 1 FROM archiving)
+        BEGIN SELECT RAISE(ABORT, 'events are append-only (archive-events moves old ones)');
+        END;
+    CREATE INDEX events_created ON events (created_at);
+    CREATE INDEX deliveries_event ON deliveries (event_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

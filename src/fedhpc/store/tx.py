@@ -29,6 +29,11 @@ class Tx:
         cur = await self.conn.execute(sql, params)
         return cur.rowcount
 
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+        """Rows read inside this transaction (they see its own writes)."""
+        async with self.conn.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
     async def append_event(
         self,
         kind: str,
