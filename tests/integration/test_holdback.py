@@ -5,6 +5,7 @@ than the limit (so a center's MaxSubmit would never have refused one)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,6 +16,7 @@ import anyio
 import pytest
 
 from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupChild, ResultRequest, SubmitGroupRequest
 from fedhpc.orchestrator.holdback import HOLD_PREFIX
 from fedhpc.profiles.loader import shipped_profiles_dir
@@ -68,12 +70,15 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
     home = limited_home(tmp_path, LIMIT)
     env = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}, "cpus": {"min": 1, "max": 1},
                                            "sites_include": ["devanvil"]})  # fmt: skip
+    agent = tmp_path / "agent"  # the resumed "agent": one JSON line per resume
+    wake = ContinuationSpec(runtime=Runtime.COMMAND, command=(
+        "bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(agent)))  # fmt: skip
     async with running(home) as client:
         group = await client.submit_group(SubmitGroupRequest(
             objective="a sweep larger than the partition's per-user job limit",
             children=tuple(GroupChild(command=("sleep", "3"), name=f"p{i}")
                            for i in range(CHILDREN)),
-            envelope=env,
+            envelope=env, continuation=wake,
         ))  # fmt: skip
         ids = [c.task_id for c in group.children]
         assert len(ids) == CHILDREN
@@ -95,6 +100,14 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
                 await anyio.sleep(1)
         assert view.counts == {"completed": CHILDREN}
         results = [await client.get_result(ResultRequest(task_id=t)) for t in ids]
+        # The agent hears about the sweep once, for its round, never once per child.
+        with anyio.fail_after(60):
+            while not agent.exists() or not agent.read_text().strip():
+                await anyio.sleep(0.3)
+        await anyio.sleep(3)  # a resume per child would land meanwhile
+    (resume,) = [json.loads(x) for x in agent.read_text().splitlines() if x.strip()]
+    assert resume["event"] == "group.round_terminal"
+    assert resume["counts"] == {"completed": CHILDREN}
     assert all(len(r.attempts) == 1 for r in results)  # no rejection, no retry
     assert all(r.waiting is None for r in results)
     job_ids = [int(r.attempts[0].job_id or 0) for r in results]
