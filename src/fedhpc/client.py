@@ -246,8 +246,17 @@ class DaemonClient:
         )  # fmt: skip
         return GroupView.model_validate(body)
 
-    async def group(self, group_id: str) -> GroupView:
-        return GroupView.model_validate(await self._call("GET", f"/v1/groups/{_seg(group_id)}"))
+    async def group(
+        self, group_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> GroupView:
+        """The group view: counts for all children, one page of children (after `after`)."""
+        params: dict[str, Any] = {}
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        body = await self._call("GET", f"/v1/groups/{_seg(group_id)}", params=params or None)
+        return GroupView.model_validate(body)
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         params: dict[str, Any] = {"max_bytes": req.max_bytes}

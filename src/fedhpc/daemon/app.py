@@ -36,6 +36,8 @@ from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery, check_con
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.ops.suggest import request_model, unknown_field_reason
 from fedhpc.ops.tasks import (
+    GROUP_PAGE,
+    GROUP_PAGE_MAX,
     CancelRequest,
     ReplanRequest,
     ResultRequest,
@@ -182,6 +184,21 @@ async def _archive(
     return JSONResponse(report.as_dict())
 
 
+class GroupQuery(BaseModel):
+    """GET /v1/groups/{id}: a page of children (counts always cover the whole group)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    limit: int = Field(default=GROUP_PAGE, ge=1, le=GROUP_PAGE_MAX)
+
+
+async def _group(o: Orchestrator, request: Request) -> Response:
+    page = GroupQuery.model_validate(dict(request.query_params)).model_dump()
+    view = await group_view(o, request.path_params["group_id"], **page)
+    return _json(await hinted_group(o, view, "group"))
+
+
 def build_app(state: DaemonState) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse(
@@ -255,10 +272,6 @@ def build_app(state: DaemonState) -> Starlette:
         req = _sites_checked(state, SubmitGroupRequest.model_validate_json(await body(request)))
         return _json(await hinted_group(o, await submit_group(o, req), "submit_group"))
 
-    async def group(request: Request) -> Response:
-        view = await group_view(o, request.path_params["group_id"])
-        return _json(await hinted_group(o, view, "group"))
-
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await body(request))
         work = partial(
@@ -302,7 +315,7 @@ def build_app(state: DaemonState) -> Starlette:
         Route("/v1/tasks/{task_id}/cancel", _guard(cancel_task), methods=["POST"]),
         Route("/v1/tasks/{task_id}/replan", _guard(replan_task), methods=["POST"]),
         Route("/v1/groups", _guard(submit_group_), methods=["POST"]),
-        Route("/v1/groups/{group_id}", _guard(group), methods=["GET"]),
+        Route("/v1/groups/{group_id}", _guard(partial(_group, o)), methods=["GET"]),
         Route("/v1/envelopes/draft", _guard(draft), methods=["POST"]),
         Route("/v1/events/ack", _guard(ack), methods=["POST"]),
         Route("/v1/health", _guard(health), methods=["GET"]),

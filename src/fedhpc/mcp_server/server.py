@@ -164,12 +164,22 @@ def _add_resources(
     @server.resource(
         "fedhpc://groups/{group_id}",
         name="group",
-        description="a group: its children and counts",
+        description="a group: counts for all children, and its children in pages (next_after)",
         mime_type="application/json",
     )
     async def group(group_id: str, ctx: Context[DaemonLink, Any]) -> str:
         checked = _checked_id(group_id)
         return await read(link(ctx), lambda c: c.group(checked))
+
+    @server.resource(
+        "fedhpc://groups/{group_id}/after/{after}",
+        name="group_page",
+        description="the next page of a group's children (after the child id `next_after`)",
+        mime_type="application/json",
+    )
+    async def group_page(group_id: str, after: str, ctx: Context[DaemonLink, Any]) -> str:
+        checked, start = _checked_id(group_id), _checked_id(after)
+        return await read(link(ctx), lambda c: c.group(checked, after=start))
 
     @server.resource(
         "fedhpc://transfers/{transfer_id}",

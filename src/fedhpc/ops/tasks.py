@@ -377,6 +377,10 @@ class SubmitGroupRequest(_In):
     caller: str | None = Field(default=None, max_length=200)
 
 
+GROUP_PAGE = 200  # children per page of the group view (GET /v1/groups/{id}, the resource)
+GROUP_PAGE_MAX = 1000
+
+
 class GroupView(_Out):
     """The group-level view: one answer for all children, bounded whatever the group's size."""
 
@@ -391,7 +395,16 @@ class GroupView(_Out):
     counts: dict[str, int] = Field(description="children per state")
     sites: dict[str, int] = Field(default_factory=dict, description="placed children per site")
     children: tuple[ChildView, ...]
-    omitted: int = Field(default=0, description="children not listed: see fedhpc://groups/{id}")
+    omitted: int = Field(
+        default=0,
+        description="children not listed here: read fedhpc://groups/{id} (pages of "
+        f"{GROUP_PAGE}; next_after names the next page)",
+    )
+    next_after: str | None = Field(
+        default=None,
+        description="more children follow: read fedhpc://groups/{id}/after/{next_after} "
+        "(REST: ?after=)",
+    )
     existing: str | None = Field(
         default=None, description="set when this call matched an earlier submission"
     )

@@ -148,9 +148,11 @@ def _child(c: dict[str, Any]) -> ChildView:
     )  # fmt: skip
 
 
-async def group_view(o: Orchestrator, gid: str, *, limit: int | None = None) -> GroupView:
-    """The group: counts per state and per site for all children; each child listed up to
-    `limit` (all when None)."""
+async def group_view(
+    o: Orchestrator, gid: str, *, limit: int | None = None, after: str | None = None
+) -> GroupView:
+    """The group: counts per state and per site for all children; children listed in id
+    order after `after`, up to `limit` (all when None), with `next_after` when more follow."""
     group = await o.store.get_group(gid)
     if group is None:
         raise TaskNotFound(f"no group {gid!r}")
@@ -162,7 +164,9 @@ async def group_view(o: Orchestrator, gid: str, *, limit: int | None = None) -> 
         if c["attempt"]:
             site = c["attempt"]["site"]
             sites[site] = sites.get(site, 0) + 1
-    listed = children if limit is None else children[:limit]
+    rest = children if after is None else [c for c in children if c["id"] > after]
+    listed = rest if limit is None else rest[:limit]
+    more = len(rest) > len(listed)
     ids = [c["id"] for c in children]
     span = ids[0] if len(ids) == 1 else (f"{ids[0]} … {ids[-1]}" if ids else "")
     return GroupView(
@@ -170,6 +174,7 @@ async def group_view(o: Orchestrator, gid: str, *, limit: int | None = None) -> 
         state=_state([c["state"] for c in children]), round=int(group["round"]),
         size=len(children), child_ids=span, counts=counts, sites=dict(sorted(sites.items())),
         children=tuple(_child(c) for c in listed), omitted=len(children) - len(listed),
+        next_after=listed[-1]["id"] if more and listed else None,
     )  # fmt: skip
 
 

@@ -1,0 +1,105 @@
+"""Per-user job limits: a task whose only obstacle is `max_jobs_per_user` waits in fedhpc
+(queued, with the reason), never becomes unschedulable for it, and is released when the
+user's jobs there end; the count never forgets a job the last probe cannot show. A real store
+and real placement; no site is contacted (tests/integration/test_holdback.py: real Slurm)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
+from fedhpc.orchestrator.groups import group_view, submit_group
+from fedhpc.orchestrator.holdback import HOLD_PREFIX, held_by_limits
+from fedhpc.orchestrator.placer import DATA_WAIT_S, place_queued
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.service import ENDED_MARGIN_S, Claim, Ended
+from fedhpc.placement import Unschedulable
+from fedhpc.store import Store
+from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
+from tests.unit.test_submit_accept import Clock, _orchestrator, _req
+
+LIMITED = site(profile("alpha", cpu_partition("cpu", max_jobs_per_user=2)))
+
+
+async def test_a_task_at_the_user_limit_waits_queued_with_the_reason_however_long(
+    store: Store,
+) -> None:
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=LIMITED)
+    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2})
+    task = TaskRecord(id="t1", request=_req(), idempotency_key="k", created_at=NOW)
+    u = await o.decide(task)
+    assert isinstance(u, Unschedulable)
+    assert held_by_limits(o.collector, u, o.ledger()) == ["alpha/cpu: 2 of 2 jobs"]
+    handle = await o.submit_task(_req(), wait_s=0)
+    clock.now = NOW + timedelta(seconds=DATA_WAIT_S * 3)  # far past the missing-data bound
+    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2},
+                                        age_s=-DATA_WAIT_S * 3)  # fmt: skip
+    assert await place_queued(o) == 0
+    held = await o.load_task(handle.task_id)
+    assert held.state is JobState.QUEUED
+    assert held.decision.startswith(HOLD_PREFIX) and "alpha/cpu: 2 of 2 jobs" in held.decision
+    assert await store.events_after(0) == []  # a hold is routine: nobody is woken for it
+
+
+async def test_another_obstacle_is_not_a_hold(store: Store) -> None:
+    o = _orchestrator(store, Clock(), alpha=LIMITED)
+    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2})
+    big = TaskRecord(id="t1", request=_req(envelope=env(gpus=1)), idempotency_key="k",
+                     created_at=NOW)  # fmt: skip
+    u = await o.decide(big)  # no GPUs at alpha: waiting for jobs to end cannot help
+    assert isinstance(u, Unschedulable)
+    assert held_by_limits(o.collector, u, o.ledger()) == []
+
+
+async def test_our_jobs_ending_after_the_probe_release_held_work_before_the_next_probe(
+    store: Store,
+) -> None:
+    o = _orchestrator(store, Clock(), alpha=LIMITED)
+    probe = state(LIMITED.profile, cpu={"user_running_jobs": 2})
+    o.collector.latest["alpha"] = probe
+    task = TaskRecord(id="t1", request=_req(), idempotency_key="k", created_at=NOW)
+    # A job that ended before (or right at) the probe is already missing from it: no release.
+    o.ended.append(Ended("alpha", "cpu", probe.collected_at + timedelta(seconds=1)))
+    assert isinstance(await o.decide(task, ledger=o.ledger()), Unschedulable)
+    assert o.ended == []
+    o.ended.append(Ended("alpha", "cpu", probe.collected_at
+                         + timedelta(seconds=ENDED_MARGIN_S + 1)))  # fmt: skip
+    decision = await o.decide(task, ledger=o.ledger())
+    assert not isinstance(decision, Unschedulable)
+    assert decision.site == "alpha"
+
+
+async def test_a_submission_in_flight_while_the_probe_ran_still_counts(store: Store) -> None:
+    o = _orchestrator(store, Clock(), alpha=LIMITED)
+    probe = state(LIMITED.profile, cpu={"user_running_jobs": 1})
+    o.collector.latest["alpha"] = probe
+    before = probe.collected_at - timedelta(seconds=1)
+    claim = Claim(before, "alpha", "cpu", None, Shape(nodes=1, cpus=1, memory_mib=1024), 0.0)
+    o.claims.append(claim)  # dispatched before the probe; its sbatch had not returned yet
+    assert o.ledger().jobs[("alpha", "cpu")] == 1
+    claim.done = probe.collected_at + timedelta(seconds=1)  # accepted after squeue ran
+    assert o.ledger().jobs[("alpha", "cpu")] == 1
+    claim.done = before  # accepted before the probe started: the probe shows it
+    assert o.ledger().jobs.get(("alpha", "cpu"), 0) == 0
+
+
+async def test_a_large_group_view_pages_its_children(store: Store) -> None:
+    o = _orchestrator(store, Clock())
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(450))
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=1))
+    gid = (await submit_group(o, req, wait_s=0)).group_id
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await group_view(o, gid, limit=200, after=after)
+        assert page.counts == {"queued": 450} and page.size == 450  # always the whole group
+        seen += [c.task_id for c in page.children]
+        assert page.omitted == 450 - len(page.children)
+        if page.next_after is None:
+            break
+        assert page.next_after == page.children[-1].task_id
+        after = page.next_after
+    assert len(seen) == 450 == len(set(seen))
+    assert seen == sorted(seen)
