@@ -6,6 +6,7 @@ and real placement; no site is contacted (tests/integration/test_holdback.py: re
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
@@ -14,7 +15,7 @@ from fedhpc.orchestrator.holdback import HOLD_PREFIX, held_by_limits
 from fedhpc.orchestrator.placer import DATA_WAIT_S, place_queued
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import ENDED_MARGIN_S, Claim, Ended
-from fedhpc.placement import Unschedulable
+from fedhpc.placement import Placement, Unschedulable
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
@@ -103,3 +104,26 @@ async def test_a_large_group_view_pages_its_children(store: Store) -> None:
         after = page.next_after
     assert len(seen) == 450 == len(set(seen))
     assert seen == sorted(seen)
+
+
+async def test_a_held_group_costs_one_placement_per_pass_and_every_child_shows_why(
+    store: Store,
+) -> None:
+    o = _orchestrator(store, Clock(), alpha=LIMITED)
+    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2})
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(100))
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=1))
+    gid = (await submit_group(o, req, wait_s=0)).group_id
+    decide, placements = o.decide, 0
+
+    async def counted(task: TaskRecord, **kw: Any) -> Placement | Unschedulable:
+        nonlocal placements
+        placements += 1
+        return await decide(task, **kw)
+
+    setattr(o, "decide", counted)  # noqa: B010 (a counting wrapper around the real method)
+    assert await place_queued(o) == 0
+    assert placements == 1  # not 100: the younger siblings wait with the eldest's reason
+    view = await group_view(o, gid, limit=1000)
+    assert view.counts == {"queued": 100}
+    assert all(c.decision.startswith(HOLD_PREFIX) for c in view.children)

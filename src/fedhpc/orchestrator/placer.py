@@ -61,13 +61,19 @@ async def place_queued(o: Orchestrator) -> int:
     held: dict[str, str] = {}  # group -> why its children wait (per-user limits) in this pass
     while True:
         async with o.lock:
-            rows = await o.store.queued_tasks(BATCH, after=after)
+            # A held group's younger children are not read again in this pass: one placement
+            # per held group and pass, whatever its size.
+            rows = await o.store.queued_tasks(BATCH, after=after, skip_groups=sorted(held))
             if not rows:
                 break
             after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
             tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
             dispatched += await _batch(o, tasks, held)
         _signal(o)
+    if held:
+        async with o.store.transaction() as tx:
+            for gid, reason in sorted(held.items()):
+                await tx.set_queued_decision(gid, reason, at=o.clock())
     return dispatched
 
 

@@ -217,14 +217,19 @@ class Store:
         return _task(rows[0]) if rows else None
 
     async def queued_tasks(
-        self, limit: int, *, after: tuple[str, str] = ("", "")
+        self, limit: int, *, after: tuple[str, str] = ("", ""), skip_groups: Sequence[str] = ()
     ) -> list[dict[str, Any]]:
         """Tasks accepted but not yet handed to a scheduler, oldest first, after the
-        (created_at, id) of the last one already seen."""
+        (created_at, id) of the last one already seen, leaving out children of `skip_groups`."""
+        skip = ""
+        if skip_groups:
+            skip = (
+                f" AND (group_id IS NULL OR group_id NOT IN ({','.join('?' * len(skip_groups))}))"
+            )
         rows = await self._all(
-            "SELECT * FROM tasks WHERE state = 'queued' AND (created_at > ? OR "
-            "(created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?",
-            (after[0], after[0], after[1], limit),
+            "SELECT * FROM tasks WHERE state = 'queued' AND (created_at > ? OR "  # noqa: S608
+            f"(created_at = ? AND id > ?)){skip} ORDER BY created_at, id LIMIT ?",
+            (after[0], after[0], after[1], *skip_groups, limit),
         )
         return [_task(r) for r in rows]
 

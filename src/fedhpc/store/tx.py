@@ -97,6 +97,17 @@ class Tx:
         )  # fmt: skip
         return cur.rowcount > 0
 
+    async def set_queued_decision(self, group_id: str, decision: str, *, at: datetime) -> int:
+        """Every still-queued child of a group gets `decision` (one statement, only rows whose
+        decision differs): a held group's children are not loaded one by one."""
+        cur = await self.conn.execute(
+            "UPDATE tasks SET body = json_set(body, '$.decision', ?), updated_at = ? "
+            "WHERE group_id = ? AND state = 'queued' "
+            "AND coalesce(json_extract(body, '$.decision'), '') != ?",
+            (decision, iso(at), group_id, decision),
+        )
+        return cur.rowcount
+
     async def insert_tasks(
         self, rows: Iterable[tuple[str, str, str | None, str, dict[str, Any]]], *, at: datetime
     ) -> None:
