@@ -108,18 +108,15 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
 async def list_tasks(
     o: Orchestrator, *, state: str | None = None, limit: int = 100
 ) -> list[TaskSummary]:
+    """Newest first; each task's current attempt as get_result picks it."""
     out = []
-    rows = await o.store.list_tasks(state=state, limit=limit)
-    by_task = await o.store.attempts_of([str(r["id"]) for r in rows])  # one query per page
-    for row in rows:
-        task = TaskRecord.model_validate(row["body"])
-        atts = [AttemptRecord.from_row(a) for a in by_task[task.id]]
-        cur = _current(atts, task)
+    for row in await o.store.task_listing(state=state, limit=limit):
+        cur = row["attempt"] or {}
         out.append(
             TaskSummary(
-                task_id=task.id, name=task.request.name, state=task.state,
-                site=cur.site if cur else None, partition=cur.partition if cur else None,
-                job_id=cur.job_id if cur else None, attempts=len(atts), group_id=task.group_id,
+                task_id=row["id"], name=row["name"], state=JobState(row["state"]),
+                site=cur.get("site"), partition=cur.get("partition"), job_id=cur.get("job_id"),
+                attempts=row["attempts"], group_id=row["group_id"],
                 updated_at=datetime.fromisoformat(row["updated_at"]),
             )
         )  # fmt: skip
