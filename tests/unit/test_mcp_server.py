@@ -138,6 +138,7 @@ async def test_tasks_groups_and_the_snapshot_are_resources(tmp_path: Path) -> No
     assert templates == {
         "fedhpc://tasks/{task_id}",
         "fedhpc://groups/{group_id}",
+        "fedhpc://groups/{group_id}/after/{after}",
         "fedhpc://transfers/{transfer_id}",
     }
     assert resources == {"fedhpc://federation"}

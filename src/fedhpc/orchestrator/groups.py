@@ -151,29 +151,26 @@ def _child(c: dict[str, Any]) -> ChildView:
 async def group_view(
     o: Orchestrator, gid: str, *, limit: int | None = None, after: str | None = None
 ) -> GroupView:
-    """The group: counts per state and per site for all children; children listed in id
-    order after `after`, up to `limit` (all when None), with `next_after` when more follow."""
+    """The group: counts per state and per site for all children (in SQL); children listed
+    in order after `after`, up to `limit` (all when None), with `next_after` when more follow."""
     group = await o.store.get_group(gid)
     if group is None:
         raise TaskNotFound(f"no group {gid!r}")
-    children = await o.store.group_children(gid)
-    counts: dict[str, int] = {}
-    sites: dict[str, int] = {}
-    for c in children:
-        counts[c["state"]] = counts.get(c["state"], 0) + 1
-        if c["attempt"]:
-            site = c["attempt"]["site"]
-            sites[site] = sites.get(site, 0) + 1
-    rest = children if after is None else [c for c in children if c["id"] > after]
-    listed = rest if limit is None else rest[:limit]
-    more = len(rest) > len(listed)
-    ids = [c["id"] for c in children]
-    span = ids[0] if len(ids) == 1 else (f"{ids[0]} … {ids[-1]}" if ids else "")
+    summary = await o.store.group_summary(gid)
+    counts: dict[str, int] = summary["counts"]
+    size = sum(counts.values())
+    page = None if limit is None else limit + 1  # one more: whether another page follows
+    rows = await o.store.group_children(gid, after=after, limit=page)
+    listed = rows if limit is None else rows[:limit]
+    more = len(rows) > len(listed)
+    first, last = summary["first"], summary["last"]
+    span = first if size == 1 else (f"{first} … {last}" if size else "")
+    states = [s for s, n in counts.items() for _ in range(min(n, 1))]
     return GroupView(
         group_id=gid, objective=str(group["body"]["objective"]),
-        state=_state([c["state"] for c in children]), round=int(group["round"]),
-        size=len(children), child_ids=span, counts=counts, sites=dict(sorted(sites.items())),
-        children=tuple(_child(c) for c in listed), omitted=len(children) - len(listed),
+        state=_state(states), round=int(group["round"]), size=size, child_ids=span,
+        counts=counts, sites=dict(sorted(summary["sites"].items())),
+        children=tuple(_child(c) for c in listed), omitted=size - len(listed),
         next_after=listed[-1]["id"] if more and listed else None,
     )  # fmt: skip
 
@@ -184,6 +181,11 @@ async def advance_groups(o: Orchestrator) -> None:
         group = await o.store.get_group(gid)
         assert group is not None
         body: dict[str, Any] = group["body"]
+        # Every child counts for the round: with two or more still live, the round is not over
+        # and no child is the last one left (nothing to relax): skip reading them all.
+        every = all(body.get("required") or [True])
+        if every and await o.store.group_live(gid, sorted(_TERMINAL)) >= 2:
+            continue
         children = await o.store.group_children(gid)
         required = body.get("required") or [True] * len(children)
         if len(children) < len(required):

@@ -260,11 +260,20 @@ class Store:
         )
         return [str(r["site"]) for r in rows]
 
-    async def group_children(self, group_id: str) -> list[dict[str, Any]]:
+    async def group_children(
+        self, group_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         """A group's children without their full bodies: per child its state, label, decision
-        and current attempt (the accepted one, else the newest not superseded)."""
+        and current attempt (the accepted one, else the newest not superseded). With `after`
+        or `limit`: one page, children in id order after the id `after`."""
+        page = "SELECT * FROM tasks WHERE group_id = ?"
+        params: list[object] = [group_id]
+        if after is not None:
+            page, params = page + " AND id > ?", [*params, after]
+        if limit is not None:
+            page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
         rows = await self._all(
-            "SELECT t.id, t.state, t.idempotency_key AS key, "
+            "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
             "json_extract(t.body, '$.request.name') AS name, "
             "json_extract(t.body, '$.decision') AS decision, "
             "json_extract(t.body, '$.reasons') AS reasons, "
@@ -275,9 +284,9 @@ class Store:
             "json_extract(a.body, '$.pending_since') AS pending_since, "
             "json_extract(a.body, '$.account') AS account, "
             "json_extract(a.body, '$.shape') AS shape "
-            "FROM tasks t LEFT JOIN attempts a ON a.task_id = t.id "
-            "WHERE t.group_id = ? ORDER BY t.id, a.n",
-            (group_id,),
+            f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
+            "ORDER BY t.id, a.n",
+            params,
         )
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
@@ -300,6 +309,37 @@ class Store:
                     "shape": json.loads(r["shape"]) if r["shape"] else None,
                 }  # fmt: skip
         return sorted(out.values(), key=lambda c: int(c["index"]))
+
+    async def group_summary(self, group_id: str) -> dict[str, Any]:
+        """Counts for a whole group in SQL (no child loaded): per state, per site of the
+        children's current attempts, and the first and last child id."""
+        rows = await self._all(
+            "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
+            "WHERE group_id = ? GROUP BY state",
+            (group_id,),
+        )
+        sites = await self._all(
+            "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
+            "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
+            " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
+            "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site",
+            (group_id,),
+        )
+        return {
+            "counts": {str(r["state"]): int(r["n"]) for r in rows},
+            "sites": {str(r["site"]): int(r["n"]) for r in sites},
+            "first": min((str(r["first"]) for r in rows), default=""),
+            "last": max((str(r["last"]) for r in rows), default=""),
+        }
+
+    async def group_live(self, group_id: str, terminal: Sequence[str]) -> int:
+        """How many of a group's children are not in a `terminal` state."""
+        marks = ",".join("?" * len(terminal))
+        rows = await self._all(
+            f"SELECT count(*) AS n FROM tasks WHERE group_id = ? AND state NOT IN ({marks})",  # noqa: S608
+            (group_id, *terminal),
+        )
+        return int(rows[0]["n"])
 
     async def get_group(self, group_id: str) -> dict[str, Any] | None:
         rows = await self._all("SELECT * FROM groups WHERE id = ?", (group_id,))
