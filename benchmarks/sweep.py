@@ -27,6 +27,7 @@ import argparse
 import fcntl
 import json
 import re
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -223,6 +224,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     db = settings.db_path
     out["store_bytes"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
     out["jobs_cancelled_at_end"] = _cancel(db, groups) if groups else 0
+    shutil.rmtree(home, ignore_errors=True)
     return out
 
 
