@@ -127,3 +127,23 @@ async def test_a_held_group_costs_one_placement_per_pass_and_every_child_shows_w
     view = await group_view(o, gid, limit=1000)
     assert view.counts == {"queued": 100}
     assert all(c.decision.startswith(HOLD_PREFIX) for c in view.children)
+
+
+async def test_single_tasks_asking_the_same_wait_together(store: Store) -> None:
+    o = _orchestrator(store, Clock(), alpha=LIMITED)
+    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2})
+    same = [await o.submit_task(_req(command=("echo", str(i))), wait_s=0) for i in range(40)]
+    other = await o.submit_task(_req(envelope=env(cpus=2)), wait_s=0)
+    decide, placements = o.decide, 0
+
+    async def counted(task: TaskRecord, **kw: Any) -> Placement | Unschedulable:
+        nonlocal placements
+        placements += 1
+        return await decide(task, **kw)
+
+    setattr(o, "decide", counted)  # noqa: B010 (a counting wrapper around the real method)
+    assert await place_queued(o) == 0
+    assert placements == 2  # one for the 40 alike (only the command differs), one for `other`
+    for h in [*same, other]:
+        t = await o.load_task(h.task_id)
+        assert t.state is JobState.QUEUED and t.decision.startswith(HOLD_PREFIX)

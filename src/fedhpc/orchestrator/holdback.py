@@ -5,11 +5,15 @@ scheduler that would refuse it, and never declared unschedulable for it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from fedhpc.collector.service import Collector
+from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Category, Outcome, Unschedulable
 from fedhpc.placement.context import Ledger
 
-__all__ = ["HOLD_PREFIX", "held_by_limits", "hold_reason"]
+__all__ = ["HOLD_PREFIX", "held_by_limits", "hold_key", "hold_reason"]
 
 HOLD_PREFIX = "queued: held back by your per-user job limit"
 
@@ -43,3 +47,16 @@ def hold_reason(limits: list[str]) -> str:
     """The task's decision line while it is held: readable by a person and an agent."""
     return (f"{HOLD_PREFIX} ({'; '.join(limits)}); fedhpc submits it as your jobs there "
             "finish, oldest first (nothing to do)")  # fmt: skip
+
+
+def hold_key(task: TaskRecord) -> str:
+    """Tasks that a per-user limit holds alike: a group's children (the group id), or single
+    tasks asking the same thing in the same way (`~` and a digest of the request's placement
+    inputs). Once one is held in a placement pass, the others wait with it."""
+    if task.group_id is not None:
+        return task.group_id
+    r = task.request
+    inputs = [r.envelope.model_dump(mode="json"), str(r.policy), r.fixed_site, r.fallback,
+              r.workdir, r.task_budget, sorted(task.excluded_sites)]  # fmt: skip
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+    return "~" + digest.hexdigest()[:24]

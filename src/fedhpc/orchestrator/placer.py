@@ -13,7 +13,7 @@ import structlog
 from fedhpc.adapters.site import WorkdirFailed
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
-from fedhpc.orchestrator.holdback import held_by_limits, hold_reason
+from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Category, Outcome, Placement, Unschedulable
@@ -63,7 +63,8 @@ async def place_queued(o: Orchestrator) -> int:
         async with o.lock:
             # A held group's younger children are not read again in this pass: one placement
             # per held group and pass, whatever its size.
-            rows = await o.store.queued_tasks(BATCH, after=after, skip_groups=sorted(held))
+            groups = sorted(k for k in held if not k.startswith("~"))
+            rows = await o.store.queued_tasks(BATCH, after=after, skip_groups=groups)
             if not rows:
                 break
             after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
@@ -73,7 +74,8 @@ async def place_queued(o: Orchestrator) -> int:
     if held:
         async with o.store.transaction() as tx:
             for gid, reason in sorted(held.items()):
-                await tx.set_queued_decision(gid, reason, at=o.clock())
+                if not gid.startswith("~"):
+                    await tx.set_queued_decision(gid, reason, at=o.clock())
     return dispatched
 
 
@@ -96,8 +98,16 @@ def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
 
 
 async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str]) -> int:
-    """Place one batch; `held` (shared by the pass) names groups whose children wait for the
-    user's job limits: their younger siblings wait too, without a placement each."""
+    """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
+    the user's job limits: tasks held alike wait too, without a placement each."""
+    holds: list[TaskRecord] = []
+    todo = []
+    for task in tasks:
+        if (key := hold_key(task)) in held:
+            _hold(task, held[key], holds)
+        else:
+            todo.append(task)
+    tasks = todo
     history = await o.wait_history()
     ledger = o.ledger()
     now = o.clock()
@@ -105,12 +115,11 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
     spread: dict[str, bool] = {}
     jobs: list[tuple[TaskRecord, Placement]] = []
     # One scheduler answer for the whole batch (a group's children share it): one call per site.
-    answer = await o.prefetch(tasks, history=history, ledger=ledger)
-    holds: list[TaskRecord] = []
+    answer = await o.prefetch(tasks, history=history, ledger=ledger) if tasks else None
     for task in tasks:
         gid = task.group_id
-        if gid is not None and gid in held:
-            _hold(task, held[gid], holds)
+        if (key := hold_key(task)) in held:
+            _hold(task, held[key], holds)
             continue
         if gid is not None and gid not in spread:
             spread[gid] = await _spread(o, gid)
@@ -122,9 +131,7 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
         if isinstance(decision, Unschedulable):
             limits = held_by_limits(o.collector, decision, ledger)
             if limits:  # waits in fedhpc, never in a scheduler's rejection
-                reason = hold_reason(limits)
-                if gid is not None:
-                    held[gid] = reason
+                held[key] = reason = hold_reason(limits)
                 _hold(task, reason, holds)
                 continue
             await _unplaceable(o, task, decision, now)
