@@ -147,3 +147,26 @@ async def test_single_tasks_asking_the_same_wait_together(store: Store) -> None:
     for h in [*same, other]:
         t = await o.load_task(h.task_id)
         assert t.state is JobState.QUEUED and t.decision.startswith(HOLD_PREFIX)
+
+
+async def test_at_most_submits_per_cycle_new_jobs_go_to_a_site_in_one_control_cycle(
+    store: Store,
+) -> None:
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    beta = site(profile("beta", cpu_partition("cpu")))
+    o = _orchestrator(store, Clock(), alpha=alpha, beta=beta)
+    o.submits_per_cycle = 3
+    o.collector.latest.update(alpha=state(alpha.profile), beta=state(beta.profile))
+    handles = [await o.submit_task(_req(command=("echo", str(i))), wait_s=0) for i in range(10)]
+    await place_queued(o)  # no adapter here: the dispatches fail, the bound is what counts
+    assert o.placed_this_cycle == {"alpha": 3, "beta": 3}
+    tasks = [await o.load_task(h.task_id) for h in handles]
+    waiting = [t for t in tasks if t.state is JobState.QUEUED]
+    assert len(waiting) == 4
+    assert sorted(t.id for t in waiting) == sorted(t.id for t in tasks)[6:]  # oldest first
+    assert all("FEDHPC_SUBMITS_PER_CYCLE" in t.decision for t in waiting)
+    o.count_cycle()  # the next control cycle
+    await place_queued(o)
+    assert sum(o.placed_this_cycle.values()) == 4
+    later = [await o.load_task(t.id) for t in waiting]
+    assert all(t.state is not JobState.QUEUED for t in later)

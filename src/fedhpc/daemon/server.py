@@ -105,6 +105,7 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
             store, collector, adapters, cycle_s=settings.cycle_s,
             intent_grace_s=settings.intent_grace_s, site_lost_after_s=settings.site_lost_s,
             retry_window_s=settings.retry_window_s, estimate_timeout_s=settings.estimate_timeout_s,
+            submits_per_cycle=settings.submits_per_cycle,
         )  # fmt: skip
         try:
             await collector.load()

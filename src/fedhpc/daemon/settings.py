@@ -45,6 +45,10 @@ class DaemonSettings(BaseModel):
         default=2.0, gt=0, le=60,
         description="placement waits this long for a site's sbatch --test-only answer",
     )  # fmt: skip
+    submits_per_cycle: int = Field(
+        default=100, ge=1, le=10_000,
+        description="new jobs sent to one site per control cycle at most (good citizenship)",
+    )  # fmt: skip
     events_keep_days: float = Field(
         default=30.0, ge=0, le=3650,
         description="delivered events older than this move to <home>/archive (0: never)",
@@ -94,6 +98,7 @@ class DaemonSettings(BaseModel):
             ("resume_start_timeout_s", "FEDHPC_RESUME_START_TIMEOUT_S"),
             ("resume_warm_mcp", "FEDHPC_RESUME_WARM_MCP"),
             ("events_keep_days", "FEDHPC_EVENTS_KEEP_DAYS"),
+            ("submits_per_cycle", "FEDHPC_SUBMITS_PER_CYCLE"),
         ):
             if env in os.environ:
                 values[key] = os.environ[env]

@@ -127,15 +127,22 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
             if gid not in used:
                 used[gid] = set(await o.store.group_sites(gid))
             task.avoid_sites = tuple(sorted(used[gid]))
-        decision = await o.decide(task, history=history, ledger=ledger, answer=answer)
+        full = tuple(sorted(s for s, n in o.placed_this_cycle.items()
+                            if n >= o.submits_per_cycle))  # fmt: skip
+        decision = await o.decide(task, exclude=full, history=history, ledger=ledger,
+                                  answer=answer)  # fmt: skip
         if isinstance(decision, Unschedulable):
             limits = held_by_limits(o.collector, decision, ledger)
             if limits:  # waits in fedhpc, never in a scheduler's rejection
                 held[key] = reason = hold_reason(limits)
                 _hold(task, reason, holds)
                 continue
+            if full:  # perhaps only this cycle's submission bound is in the way: next cycle
+                _hold(task, _bound_reason(o, full), holds)
+                continue
             await _unplaceable(o, task, decision, now)
             continue
+        o.placed_this_cycle[decision.site] += 1
         ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
                      decision.estimates.charge)  # fmt: skip
         o.mark_placed(decision.site, decision.partition)
@@ -150,6 +157,12 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
         for task, decision in jobs:
             tg.start_soon(_dispatch, o, task, decision, history, name=f"dispatch:{task.id}")
     return len(jobs)
+
+
+def _bound_reason(o: Orchestrator, sites: tuple[str, ...]) -> str:
+    return (f"queued: {o.submits_per_cycle} jobs already sent to {', '.join(sites)} in this "
+            "control cycle (the per-site bound, FEDHPC_SUBMITS_PER_CYCLE); placed next "
+            "cycle")  # fmt: skip
 
 
 def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:

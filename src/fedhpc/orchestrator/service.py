@@ -4,6 +4,7 @@ and observation share one lock; accepting a submission does not wait for it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,6 +106,7 @@ class Orchestrator:
         retry_window_s: float = idem.RETRY_WINDOW_S,
         clock: Callable[[], datetime] = _utcnow,
         estimate_timeout_s: float = 2.0,
+        submits_per_cycle: int = 100,
     ) -> None:
         self.store = store
         self.collector = collector
@@ -125,6 +127,10 @@ class Orchestrator:
         self.claims: list[Claim] = []
         self.ended: list[Ended] = []
         self.cycles = 0
+        # Good citizenship: at most this many new jobs placed for one site per control cycle
+        # (retries and re-placements of live work are not counted); the rest wait a cycle.
+        self.submits_per_cycle = submits_per_cycle
+        self.placed_this_cycle: Counter[str] = Counter()
         self._calls_seen: dict[str, int] = {}  # site -> remote calls counted at the last cycle
         self.calls_per_cycle_max: dict[str, int] = {}
         self.site_limits: dict[str, anyio.CapacityLimiter] = {}
@@ -156,6 +162,7 @@ class Orchestrator:
         """Start a control cycle: the remote calls each site took since the last one (probes,
         submissions, status, accounting, file reads) raise that site's per-cycle maximum."""
         self.cycles += 1
+        self.placed_this_cycle.clear()
         for name, adapter in self.adapters.items():
             total = sum(adapter.calls.values())
             since = total - self._calls_seen.get(name, 0)
