@@ -83,8 +83,10 @@ def _cancel(db: Path, groups: list[str]) -> int:
     return len(rows)
 
 
-def _start(home: Path, cycle: float) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
+def _start(
+    home: Path, cycle: float, devfed: str = "1"
+) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": devfed,
            "FEDHPC_CYCLE_S": str(cycle), "FEDHPC_REFRESH_S": str(cycle),
            "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
     with (home / "daemon.log").open("wb") as log:

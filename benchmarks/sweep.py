@@ -194,11 +194,12 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     (home / "config.toml").write_text(f'profile_dirs = ["{profiles}"]\n')
     resumed = home / "resumed"
     resumed.mkdir()
-    daemon, env = _start(home, args.cycle)
+    daemon, env = _start(home, args.cycle, "1" if args.sites == "slurm" else "process")
     settings = DaemonSettings.from_env(home=home)
     continuation = {"runtime": "command", "command": ["bash", "-c", RESUME, "agent", str(resumed)]}
     mcp_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
-    out: dict[str, Any] = {"limit_per_partition": args.limit, "scenarios": []}
+    out: dict[str, Any] = {"limit_per_partition": args.limit, "sites": args.sites,
+                           "scenarios": []}  # fmt: skip
     groups: list[str] = []
     try:
         async with DaemonClient(settings) as client:
@@ -223,13 +224,15 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         out["tasks_stored"] = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
     db = settings.db_path
     out["store_bytes"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
-    out["jobs_cancelled_at_end"] = _cancel(db, groups) if groups else 0
+    if args.sites == "slurm":
+        out["jobs_cancelled_at_end"] = _cancel(db, groups) if groups else 0
     shutil.rmtree(home, ignore_errors=True)
     return out
 
 
 def _print(out: dict[str, Any]) -> None:
-    print(f"per-user job limit on every partition: {out['limit_per_partition']}")
+    print(f"sites: {out['sites']}; per-user job limit on every partition: "
+          f"{out['limit_per_partition']}")  # fmt: skip
     for r in out["scenarios"]:
         rest = r["rest"]
         print(f"\n== {r['scenario']}: {r['tasks']} tasks in {r['groups']} group(s)")
@@ -264,9 +267,16 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--limit", type=int, default=40, help="max_jobs_per_user everywhere")
     parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
+    parser.add_argument("--sites", choices=["slurm", "process"], default="slurm",
+                        help="the local Slurm federation, or its process-mode twin (no Slurm, "
+                        "no lock; a preview, not the issue's figure)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.scenarios = [s for s in args.scenarios.split(",") if s in ("one", "fifty")]
+    if args.sites == "process":
+        out = anyio.run(_run, args)
+        print(json.dumps(out, indent=2)) if args.json else _print(out)
+        return 0
     with LOCK.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
