@@ -170,3 +170,12 @@ async def test_at_most_submits_per_cycle_new_jobs_go_to_a_site_in_one_control_cy
     assert sum(o.placed_this_cycle.values()) == 4
     later = [await o.load_task(t.id) for t in waiting]
     assert all(t.state is not JobState.QUEUED for t in later)
+
+
+def test_fedhpc_task_shows_why_a_queued_task_waits() -> None:
+    from fedhpc.cli.tasks import _manifest_text
+    from fedhpc.ops.tasks import ResultManifest
+
+    line = f"{HOLD_PREFIX} (alpha/cpu: 2 of 2 jobs); fedhpc submits it as your jobs there finish"
+    text = _manifest_text(ResultManifest(task_id="t1", state=JobState.QUEUED, waiting=line))
+    assert text.splitlines() == ["task t1: queued", line]

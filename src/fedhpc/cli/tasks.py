@@ -84,6 +84,8 @@ def _manifest_text(m: ResultManifest) -> str:
     if m.provenance:
         lines.append(f"placement: {m.provenance.decision}")
     lines.extend(f"reason: {r}" for r in m.reasons)
+    if m.waiting:
+        lines.append(m.waiting)  # why a queued task is not at a scheduler yet
     if m.attempts:
         head = ("#", "SITE", "PARTITION", "JOB", "STATE", "WAIT", "RUNTIME", "EXIT")
         body = [
