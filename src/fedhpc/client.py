@@ -367,6 +367,12 @@ class DaemonClient:
         events: list[dict[str, Any]] = body["events"]
         return events
 
+    async def history(self, sites: tuple[str, ...] = (), limit: int = 120) -> dict[str, Any]:
+        """Recent probes per site (pending jobs, free/total GPUs per partition), oldest first."""
+        params = [("site", s) for s in sites] + [("limit", str(limit))]
+        body: dict[str, Any] = await self._call("GET", "/v1/federation/history", params=params)
+        return body
+
     async def wait_until_up(self, timeout_s: float = 20.0) -> None:
         with anyio.move_on_after(timeout_s):
             while True:

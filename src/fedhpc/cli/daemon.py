@@ -207,6 +207,13 @@ def _status(args: argparse.Namespace) -> int:
         arch=args.arch,
         include_blocked=args.all,
     )
+    if args.watch:
+        if args.json:
+            raise UsageError("--watch draws a live table; it has no --json form",
+                             hint="Poll `fedhpc status --json` instead.")  # fmt: skip
+        from fedhpc.cli.pictures import watch_status
+
+        return watch_status(settings, req, args)
     view, estimators = anyio.run(_view, settings, req, args.refresh)
     if args.json:
         print(view.model_dump_json(indent=2))
@@ -231,4 +238,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("--arch", default=None, choices=["x86_64", "aarch64"])
     s.add_argument("--all", action="store_true", help="include blocked partitions")
     s.add_argument("--refresh", action="store_true", help="ask the daemon to probe now")
+    s.add_argument("--watch", action="store_true", help="a live table until Ctrl-C")
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between --watch updates")
+    s.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
     s.set_defaults(func=_status)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -133,8 +134,10 @@ def _run(args: argparse.Namespace) -> int:
     daemon = subprocess.Popen(
         [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        start_new_session=args.keep,  # a kept daemon outlives this terminal
     )  # fmt: skip
     load: list[str] = []
+    kept = False
     try:
 
         async def ready() -> None:
@@ -164,18 +167,70 @@ def _run(args: argparse.Namespace) -> int:
             return 1
         print(out.read_text(), end="")
         _say(f"done in {time.monotonic() - started:.0f}s with zero status calls by the agent")
+        if args.keep:
+            kept = _keep(home, env)
+        else:
+            _say("to look at it in the dashboard, run `fedhpc demo --keep` "
+                 "(keeps the daemon and serves the dashboard)")  # fmt: skip
         return 0
     finally:
         if load:
             anyio.run(_cancel, "devanvil", load)
-        daemon.terminate()
-        daemon.wait(timeout=30)
+        if not kept:
+            daemon.terminate()
+            daemon.wait(timeout=30)
         log.close()
+
+
+def _free_port(port: int) -> int:
+    """`port` when it can be bound on loopback now, else 0 (any free port)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return 0
+    return port
+
+
+def _keep(home: Path, env: dict[str, str]) -> bool:
+    """Leave the daemon running and serve the dashboard beside it (it stops with the daemon);
+    print its URL and how to open and stop it. False when the dashboard did not start."""
+    from fedhpc.cli.ui import DEFAULT_PORT, url_file
+
+    saved = url_file(home)
+    saved.unlink(missing_ok=True)
+    port = _free_port(DEFAULT_PORT)
+    with (home / "ui.log").open("ab") as ui_log:
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "ui", "--port", str(port),
+             "--exit-with-daemon", "--daemon-check-s", "2"],
+            env=env, stdin=subprocess.DEVNULL, stdout=ui_log, stderr=ui_log,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not saved.exists() and ui.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not saved.exists():
+        _say(f"the dashboard did not start (see {home / 'ui.log'}); stopping the daemon")
+        if ui.poll() is None:
+            ui.terminate()
+        return False
+    url = saved.read_text().splitlines()[0]
+    _say(f"dashboard: {url}")
+    _say(f"open it:   xdg-open '{url}'   (or: FEDHPC_HOME={home} fedhpc ui --open)")
+    _say(f"the daemon (and the dashboard with it) keeps running; stop it with "
+         f"`FEDHPC_HOME={home} fedhpc daemon stop`")  # fmt: skip
+    return True
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="the whole loop on the local federation (a few minutes)")
     p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the resume")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="at the end, keep the daemon running and serve the dashboard (prints its URL)",
+    )
     p.add_argument("--home", default=None, help="state folder (default: a new temporary one)")
     p.add_argument(
         "--sites", choices=("auto", "slurm", "process"), default="auto",

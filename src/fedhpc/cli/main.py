@@ -14,7 +14,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import daemon, demo, hooks, login, probe, serve, sites, tasks
+    from fedhpc.cli import daemon, demo, hooks, login, pictures, probe, serve, sites, tasks, ui
     from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_parser(sub)
     serve.add_parser(sub)
     tasks.add_parser(sub)
+    pictures.add_parser(sub)
+    ui.add_parser(sub)
     devfed_cli.add_parser(sub)
     return parser
 

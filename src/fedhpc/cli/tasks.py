@@ -68,6 +68,10 @@ def _task_table(rows: Sequence[TaskSummary]) -> str:
 
 
 def _task(args: argparse.Namespace) -> int:
+    if args.timeline and not args.json:
+        from fedhpc.cli.pictures import task_timeline
+
+        return task_timeline(args)
     req = ResultRequest(task_id=args.task_id, preview=args.preview, max_bytes=args.max_bytes)
     manifest = _with_client(lambda c: c.get_result(req))
     if args.json:
@@ -186,6 +190,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     one.add_argument("--preview", choices=["stdout", "stderr", "none"], default=None)
     one.add_argument("--max-bytes", type=int, default=2048)
     one.add_argument("--json", action="store_true", help="the result manifest as JSON")
+    one.add_argument("--timeline", action="store_true", help="its attempts on a time axis")
+    one.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
     one.set_defaults(func=_task)
 
     ev = sub.add_parser("events", help="the event log (task ended, site offline, ...)")

@@ -21,6 +21,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.routes_bridge import bridge_routes
 from fedhpc.daemon.routes_data import data_routes
+from fedhpc.daemon.routes_history import history_routes
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.domain.job import JobState
 from fedhpc.errors import (
@@ -210,6 +211,7 @@ def build_app(state: DaemonState) -> Starlette:
                 "cycle_s": state.orchestrator.cycle_s,
                 "cycles": state.orchestrator.cycles,
                 "remote_calls": state.orchestrator.remote_calls(),
+                "last_event_seq": await state.store.last_seq(),
             }
         )
 
@@ -323,5 +325,6 @@ def build_app(state: DaemonState) -> Starlette:
         Route("/v1/refresh", _guard(refresh), methods=["POST"]),
         Route("/v1/events", _guard(events), methods=["GET"]),
         *data_routes(state),
+        *history_routes(state, guard=_guard),
     ]
     return Starlette(routes=routes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import anyio
 from fedhpc.domain.site import SiteState
 from fedhpc.store.events import Event
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
-from fedhpc.store.tx import Tx
+from fedhpc.store.tx import Tx, iso
 
 __all__ = ["Store", "Tx"]
 
@@ -142,10 +143,14 @@ class Store:
         states = [SiteState.model_validate_json(r["state"]) for r in rows]
         return {s.site: s for s in states}
 
-    async def site_history(self, site: str, *, limit: int = 100) -> list[SiteState]:
-        rows = await self._all(
-            "SELECT state FROM snapshots WHERE site = ? ORDER BY seq DESC LIMIT ?", (site, limit)
-        )
+    async def site_history(
+        self, site: str, *, limit: int = 100, before: datetime | None = None
+    ) -> list[SiteState]:
+        """The newest `limit` snapshots of `site` (older than `before`, if given), oldest first."""
+        sql, params = "SELECT state FROM snapshots WHERE site = ?", [site]
+        if before is not None:
+            sql, params = sql + " AND collected_at < ?", [site, iso(before)]
+        rows = await self._all(sql + " ORDER BY seq DESC LIMIT ?", (*params, limit))
         return [SiteState.model_validate_json(r["state"]) for r in reversed(rows)]
 
     # -- tasks ----------------------------------------------------------------------------

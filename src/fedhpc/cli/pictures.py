@@ -1,0 +1,111 @@
+"""Terminal pictures for people: `fedhpc task ID --timeline`, `fedhpc group ID [--timeline]`,
+`fedhpc status --watch`. CLI only (rich is never imported by the daemon)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from datetime import UTC, datetime
+
+import anyio
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.ops.inspect import InspectRequest
+
+__all__ = ["add_parser", "task_timeline", "watch_status"]
+
+
+def task_timeline(args: argparse.Namespace) -> int:
+    """One task's attempts on a time axis."""
+    from fedhpc.ui.data import manifest
+    from fedhpc.ui.term import console, timeline_table
+    from fedhpc.ui.timeline import bars
+
+    async def run() -> int:
+        async with DaemonClient(DaemonSettings.from_env()) as client:
+            m = await manifest(client, args.task_id)
+        title = f"task {m.task_id}" + (f" ({m.name})" if m.name else "") + f": {m.state.value}"
+        console(args.no_color).print(timeline_table(bars([m]), title=title))
+        return 0
+
+    return anyio.run(run)
+
+
+def _group(args: argparse.Namespace) -> int:
+    from fedhpc.ui.data import MAX_CHILDREN, group_manifests
+    from fedhpc.ui.term import console, timeline_table
+    from fedhpc.ui.timeline import bars
+
+    async def run() -> int:
+        async with DaemonClient(DaemonSettings.from_env()) as client:
+            if not args.timeline:
+                view = await client.group(args.group_id)
+                if args.json:
+                    print(view.model_dump_json(indent=2))
+                    return 0
+                counts = ", ".join(f"{k} {v}" for k, v in view.counts.items())
+                print(f"group {view.group_id}: {view.state}, round {view.round}, "
+                      f"{view.size} children ({counts})\n{view.objective}")  # fmt: skip
+                for c in view.children:
+                    where = f"{c.site}/{c.partition} job {c.job_id}" if c.site else "-"
+                    print(f"  {c.task_id}  {c.state.value:<13} {where}")
+                if view.omitted:
+                    print(f"  ... {view.omitted} more children")
+                return 0
+            group, found, omitted = await group_manifests(client, args.group_id)
+        counts = ", ".join(f"{k} {v}" for k, v in group.counts.items())
+        title = f"group {group.group_id}: {group.state}, round {group.round} ({counts})"
+        items = bars(found)
+        if args.json:
+            from fedhpc.ui.timeline import bar_json
+
+            print(json.dumps({"group": group.model_dump(mode="json"), "omitted": omitted,
+                              "bars": [bar_json(b) for b in items]}, indent=2))  # fmt: skip
+            return 0
+        out = console(args.no_color)
+        out.print(timeline_table(items, title=title))
+        if omitted:
+            out.print(f"({omitted} children after the first {MAX_CHILDREN} are not drawn)")
+        return 0
+
+    return anyio.run(run)
+
+
+def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.Namespace) -> int:
+    """A live table of the federation until Ctrl-C (the daemon's view, every --interval s)."""
+    from rich.live import Live
+    from rich.text import Text
+
+    from fedhpc.client import DaemonUnavailable
+    from fedhpc.ui.term import console, federation_table
+
+    out = console(args.no_color)
+
+    async def run() -> None:
+        async with DaemonClient(settings) as client:
+            view = await client.federation(req)
+            with Live(federation_table(view), console=out, auto_refresh=False) as live:
+                while True:
+                    await anyio.sleep(args.interval)
+                    try:
+                        view = await client.federation(req)
+                    except DaemonUnavailable as exc:
+                        now = datetime.now(UTC)
+                        live.update(Text(f"{now:%H:%M:%S} {exc.message}; retrying"), refresh=True)
+                        continue
+                    live.update(federation_table(view), refresh=True)
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch: not an error
+        anyio.run(run)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    g = sub.add_parser("group", help="one group: round, children; --timeline draws the attempts")
+    g.add_argument("group_id", metavar="ID")
+    g.add_argument("--timeline", action="store_true", help="attempts per site on a time axis")
+    g.add_argument("--json", action="store_true", help="as JSON")
+    g.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
+    g.set_defaults(func=_group)

@@ -1,0 +1,35 @@
+"""Reads the dashboard and the CLI's timelines share: a task's or a group's attempts as bars,
+through the daemon's REST API (bounded: at most MAX_CHILDREN children of a group)."""
+
+from __future__ import annotations
+
+import anyio
+
+from fedhpc.client import DaemonClient
+from fedhpc.ops.tasks import GroupView, ResultManifest, ResultRequest
+
+__all__ = ["MAX_CHILDREN", "group_manifests", "manifest"]
+
+MAX_CHILDREN = 64  # a group's timeline shows at most this many children (the rest are counted)
+
+
+async def manifest(client: DaemonClient, task_id: str) -> ResultManifest:
+    """A task's full manifest (attempts with their times), without output tails."""
+    return await client.get_result(ResultRequest(task_id=task_id, preview="none"))
+
+
+async def group_manifests(
+    client: DaemonClient, group_id: str, *, limit: int = MAX_CHILDREN
+) -> tuple[GroupView, list[ResultManifest], int]:
+    """The group, its first `limit` children's manifests in order, and how many were left out."""
+    group = await client.group(group_id)
+    shown = group.children[:limit]
+    found: dict[str, ResultManifest] = {}
+
+    async def one(task_id: str) -> None:
+        found[task_id] = await manifest(client, task_id)
+
+    async with anyio.create_task_group() as tg:
+        for child in shown:
+            tg.start_soon(one, child.task_id)
+    return group, [found[c.task_id] for c in shown], group.size - len(shown)

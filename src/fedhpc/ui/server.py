@@ -1,0 +1,191 @@
+"""`fedhpc ui`'s web server: a read-only dashboard on loopback, in the CLI process.
+
+Every request must carry the dashboard's random token (the URL's `?token=`, then a cookie the
+page sets, or the `X-Fedhpc-Token` header) and name a loopback host (no DNS rebinding); the
+API under /api/ only reads the daemon's REST API, with bounded answers. The pages and their
+JavaScript libraries ship inside the package (static/): nothing is fetched from elsewhere."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fedhpc.client import DaemonClient
+from fedhpc.errors import FedError
+from fedhpc.ui.data import group_manifests, manifest
+from fedhpc.ui.timeline import bar_json, bars
+
+__all__ = ["STATIC", "Gate", "build_ui_app", "delivery_status"]
+
+log = structlog.get_logger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+EVENTS_TAIL = 200
+
+# The page's own files and the vendored libraries: nothing else is served.
+_FILES = {
+    "app.js": "text/javascript", "app.css": "text/css",
+    "vendor/vis-timeline-graph2d.min.js": "text/javascript",
+    "vendor/vis-timeline-graph2d.min.css": "text/css",
+    "vendor/chart.umd.min.js": "text/javascript",
+}  # fmt: skip
+
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",  # the token is in the URL: never sent on
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def cookie_name(port: int) -> str:
+    return f"fedhpc_ui_{port}"  # cookies ignore ports: one name per dashboard
+
+
+class Gate:
+    """ASGI middleware: a request without the token, or for another host, is refused (403)."""
+
+    def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
+        self.app, self.token, self.port = app, token, port
+        self.hosts = {f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")}
+
+    def allowed(self, request: Request) -> bool:
+        if request.headers.get("host", "") not in self.hosts:
+            return False
+        given = (
+            request.query_params.get("token")
+            or request.headers.get("x-fedhpc-token")
+            or request.cookies.get(cookie_name(self.port))
+            or ""
+        )
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self.allowed(Request(scope)):
+            refuse = PlainTextResponse(
+                "fedhpc ui: this dashboard needs its token: open the URL `fedhpc ui` printed\n",
+                status_code=403, headers=_HEADERS,
+            )  # fmt: skip
+            await refuse(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _Page(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    after: int | None = Field(default=None, ge=0, le=2**62)
+    limit: int = Field(default=100, ge=1, le=500)
+    state: str | None = Field(default=None, max_length=32)
+
+
+def delivery_status(d: dict[str, Any]) -> str:
+    """What a person wants to know of a resume: delivered, retrying (failed, will try again),
+    dead (gave up), pending (not tried yet) or started (running now)."""
+    state = str(d.get("state"))
+    if state == "pending" and int(d.get("attempts") or 0) > 0:
+        return "retrying"
+    return state
+
+
+Api = Callable[[Request, DaemonClient], Awaitable[Any]]
+
+
+def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
+    """The dashboard: pages, static files, and /api/ (reads of the daemon through `client`)."""
+
+    def api(fn: Api) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            try:
+                body = await fn(request, client)
+            except ValidationError as exc:
+                msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                body, status = {"code": "bad_request", "message": msg[:500], "hint": ""}, 400
+            except FedError as exc:  # the daemon's typed answer, or that it is unreachable
+                body, status = exc.as_dict(), 503 if exc.code.startswith("daemon_") else 502
+            else:
+                status = 200
+            return JSONResponse(body, status_code=status, headers=_HEADERS)
+
+        return handler
+
+    async def index(request: Request) -> Response:
+        resp = FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
+        resp.set_cookie(cookie_name(port), token, httponly=True, samesite="strict", path="/")
+        return resp
+
+    async def static(request: Request) -> Response:
+        rel = request.path_params["path"]
+        if rel not in _FILES:
+            return PlainTextResponse("not found\n", status_code=404, headers=_HEADERS)
+        return FileResponse(STATIC / rel, media_type=_FILES[rel], headers=_HEADERS)
+
+    async def health(request: Request, c: DaemonClient) -> Any:
+        return await c.health()
+
+    async def federation(request: Request, c: DaemonClient) -> Any:
+        return (await c.federation()).model_dump(mode="json")
+
+    async def history(request: Request, c: DaemonClient) -> Any:
+        q = _Page.model_validate(dict(request.query_params))
+        return await c.history(limit=min(q.limit, 500))
+
+    async def tasks(request: Request, c: DaemonClient) -> Any:
+        q = _Page.model_validate(dict(request.query_params))
+        rows = await c.tasks(state=q.state, limit=q.limit)
+        return {"tasks": [t.model_dump(mode="json") for t in rows]}
+
+    async def task_timeline(request: Request, c: DaemonClient) -> Any:
+        m = await manifest(c, request.path_params["task_id"])
+        return {"task": m.model_dump(mode="json"), "bars": [bar_json(b) for b in bars([m])]}
+
+    async def group_timeline(request: Request, c: DaemonClient) -> Any:
+        group, found, omitted = await group_manifests(c, request.path_params["group_id"])
+        return {
+            "group": group.model_dump(mode="json"),
+            "bars": [bar_json(b) for b in bars(found)],
+            "omitted": omitted,
+        }
+
+    async def events(request: Request, c: DaemonClient) -> Any:
+        q = _Page.model_validate(dict(request.query_params))
+        after = q.after
+        if after is None:  # the newest events
+            after = max(0, int((await c.health()).get("last_event_seq", 0)) - EVENTS_TAIL)
+        return {"events": await c.events(after=after, limit=q.limit)}
+
+    async def deliveries(request: Request, c: DaemonClient) -> Any:
+        rows = [d.model_dump(mode="json") for d in await c.deliveries()]
+        return {"deliveries": [{**d, "status": delivery_status(d)} for d in rows]}
+
+    routes = [
+        Route("/", index),
+        Route("/static/{path:path}", static),
+        Route("/api/health", api(health)),
+        Route("/api/federation", api(federation)),
+        Route("/api/history", api(history)),
+        Route("/api/tasks", api(tasks)),
+        Route("/api/tasks/{task_id}/timeline", api(task_timeline)),
+        Route("/api/groups/{group_id}/timeline", api(group_timeline)),
+        Route("/api/events", api(events)),
+        Route("/api/deliveries", api(deliveries)),
+    ]
+    return Gate(Starlette(routes=routes), token=token, port=port)

@@ -1,0 +1,313 @@
+// fedhpc dashboard: three read-only pages over /api/ (this process reads the daemon's REST API).
+// Libraries (vendored, pinned): Chart.js for the scatter, vis-timeline for the Gantt chart.
+"use strict";
+
+const POLL_MS = 3000;
+const HISTORY_MS = 15000;
+const SITE_COLORS = ["#2f6fde", "#d94f04", "#2a9d4b", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"];
+
+const state = { page: null, timers: [], chart: null, timeline: null, selected: null,
+                eventSeq: null, events: [], siteColor: {} };
+
+function $(sel) { return document.querySelector(sel); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") node.className = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k === "onclick") node.addEventListener("click", v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  return node;
+}
+
+async function api(path) {
+  const resp = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  let body = null;
+  try { body = await resp.json(); } catch (e) { body = { message: `HTTP ${resp.status}` }; }
+  if (!resp.ok) {
+    const err = new Error(body.message || `HTTP ${resp.status}`);
+    err.hint = body.hint || "";
+    throw err;
+  }
+  return body;
+}
+
+function banner(err) {
+  const b = $("#banner");
+  if (!err) { b.hidden = true; b.textContent = ""; return; }
+  b.hidden = false;
+  b.textContent = `The daemon could not be read: ${err.message}` + (err.hint ? ` (${err.hint})` : "");
+}
+
+function setStatus(text) { $("#status").textContent = text; }
+
+function when(iso) {
+  if (!iso) return "-";
+  const d = new Date(iso);
+  return d.toISOString().replace("T", " ").slice(0, 19);
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "never";
+  return seconds < 120 ? `${Math.round(seconds)}s ago` : `${Math.round(seconds / 60)}m ago`;
+}
+
+function colorOf(site) {
+  if (!(site in state.siteColor)) {
+    state.siteColor[site] = SITE_COLORS[Object.keys(state.siteColor).length % SITE_COLORS.length];
+  }
+  return state.siteColor[site];
+}
+
+// ---------------------------------------------------------------------------------- federation
+async function refreshFederation() {
+  const view = await api("/api/federation");
+  const body = $("#fed-table tbody");
+  body.replaceChildren();
+  for (const s of view.sites) {
+    const gpuParts = s.partitions.filter((p) => p.total_gpus > 0);
+    const free = s.partitions.reduce((n, p) => n + p.free_gpus, 0);
+    const total = s.partitions.reduce((n, p) => n + p.total_gpus, 0);
+    const health = el("span", { class: `health-${s.health}` }, s.health);
+    const fresh = el("span", { class: s.stale ? "stale" : "" }, age(s.age_s) + (s.stale ? " (stale)" : ""));
+    body.append(el("tr", { class: "site-row", dataset: { site: s.site } },
+      el("td", {}, s.site), el("td", {}, `${s.partitions.length} partitions`),
+      el("td", {}, [...new Set(gpuParts.map((p) => p.accelerator))].join(", ") || "-"),
+      el("td", { class: "num gpus" }, `${free}/${total}`),
+      el("td", { class: "num cpus" }, `${s.partitions.reduce((n, p) => n + p.free_cpus, 0)}/` +
+                                       `${s.partitions.reduce((n, p) => n + p.total_cpus, 0)}`),
+      el("td", { class: "num pending" }, s.partitions.reduce((n, p) => n + p.pending_jobs, 0)),
+      el("td", { class: "num running" }, s.partitions.reduce((n, p) => n + p.running_jobs, 0)),
+      el("td", { class: "fresh" }, fresh), el("td", { class: "health" }, health)));
+    for (const p of s.partitions) {
+      body.append(el("tr", { class: "partition-row", dataset: { site: s.site, partition: p.name } },
+        el("td", {}, ""), el("td", {}, p.name), el("td", {}, p.accelerator || "-"),
+        el("td", { class: "num gpus" }, `${p.free_gpus}/${p.total_gpus}`),
+        el("td", { class: "num cpus" }, `${p.free_cpus}/${p.total_cpus}`),
+        el("td", { class: "num pending" }, p.pending_jobs),
+        el("td", { class: "num running" }, p.running_jobs),
+        el("td", {}, p.available ? "" : "down"), el("td", {}, p.blocked ? "blocked" : "")));
+    }
+    if (s.error) body.append(el("tr", {}, el("td", { colspan: 9, class: "wrap" }, `${s.site}: ${s.error}`)));
+  }
+  $("#fed-taken").textContent = `taken ${when(view.taken_at)} UTC`;
+}
+
+function median(values) {
+  const v = [...values].sort((a, b) => a - b);
+  if (!v.length) return 0;
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+async function refreshScatter() {
+  const hist = await api("/api/history?limit=240");
+  const datasets = [];
+  for (const [site, points] of Object.entries(hist.sites)) {
+    const xy = points.map((pt) => {
+      const gpu = pt.partitions.filter((p) => p.total_gpus > 0);
+      return { x: gpu.reduce((n, p) => n + p.free_gpus, 0), y: gpu.reduce((n, p) => n + p.pending_jobs, 0) };
+    });
+    const color = colorOf(site);
+    datasets.push({ label: site, data: xy, backgroundColor: color + "55", borderColor: color, pointRadius: 3 });
+    if (xy.length) {
+      datasets.push({ label: `${site} median`, data: [{ x: median(xy.map((p) => p.x)), y: median(xy.map((p) => p.y)) }],
+                      backgroundColor: color, borderColor: "#000", pointRadius: 9, pointStyle: "rectRot" });
+    }
+  }
+  if (!state.chart) {
+    state.chart = new Chart($("#scatter"), {
+      type: "scatter", data: { datasets },
+      options: { animation: false, maintainAspectRatio: false,
+        scales: { x: { title: { display: true, text: "free GPUs" }, beginAtZero: true },
+                  y: { title: { display: true, text: "pending jobs" }, beginAtZero: true } },
+        plugins: { legend: { position: "right", labels: { filter: (i) => !i.text.endsWith(" median") } } } },
+    });
+  } else {
+    state.chart.data.datasets = datasets;
+    state.chart.update("none");
+  }
+}
+
+// ---------------------------------------------------------------------------- tasks and groups
+async function refreshTaskLists() {
+  const { tasks } = await api("/api/tasks?limit=200");
+  const groups = new Map();
+  for (const t of tasks) {
+    if (!t.group_id) continue;
+    const g = groups.get(t.group_id) || { n: 0, states: {} };
+    g.n += 1; g.states[t.state] = (g.states[t.state] || 0) + 1;
+    groups.set(t.group_id, g);
+  }
+  const gbody = $("#group-list tbody");
+  gbody.replaceChildren();
+  for (const [gid, g] of groups) {
+    const sel = state.selected && state.selected.kind === "group" && state.selected.id === gid;
+    gbody.append(el("tr", { class: "clickable" + (sel ? " selected" : ""), dataset: { group: gid },
+                            onclick: () => { location.hash = `#/tasks/group/${gid}`; } },
+      el("td", {}, gid), el("td", { class: "num" }, g.n),
+      el("td", {}, Object.entries(g.states).map(([k, v]) => `${k} ${v}`).join(", "))));
+  }
+  const tbody = $("#task-list tbody");
+  tbody.replaceChildren();
+  for (const t of tasks) {
+    const sel = state.selected && state.selected.kind === "task" && state.selected.id === t.task_id;
+    tbody.append(el("tr", { class: "clickable" + (sel ? " selected" : ""), dataset: { task: t.task_id },
+                            onclick: () => { location.hash = `#/tasks/task/${t.task_id}`; } },
+      el("td", {}, t.name ? `${t.task_id} (${t.name})` : t.task_id), el("td", {}, t.state),
+      el("td", {}, t.site || "-"), el("td", { class: "num" }, t.attempts)));
+  }
+  if (!state.selected) {  // show the newest group (or task) by default
+    const first = groups.keys().next();
+    if (!first.done) state.selected = { kind: "group", id: first.value };
+    else if (tasks.length) state.selected = { kind: "task", id: tasks[0].task_id };
+  }
+}
+
+function barItem(b, now) {
+  const start = b.submitted || b.started;
+  const end = b.ended || now.toISOString();
+  const marks = { "re-placed": "↪ re-placed ", replanned: "↪ replanned ", retry: "⟳ retry ", extension: "⧗ longer wall ", placed: "" };
+  const content = el("span", {}, (b.superseded ? "✕ moved · " : "") + marks[b.cause] + b.label + ` · ${b.state}`);
+  const title = [`${b.label} on ${b.site}/${b.partition} (job ${b.job_id || "-"}): ${b.state}`,
+                 `submitted ${when(b.submitted)}, started ${when(b.started)}, ended ${when(b.ended)}`,
+                 b.why].join("\n");
+  const cls = ["attempt", `state-${b.state}`, `cause-${b.cause}`];
+  if (b.superseded) cls.push("superseded");
+  return { id: `${b.task_id}#${b.n}`, group: b.site, start, end, content, title: escapeHtml(title).replace(/\n/g, "<br>"),
+           className: cls.join(" "), bar: b };
+}
+
+function escapeHtml(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+async function refreshTimeline() {
+  const sel = state.selected;
+  if (!sel) return;
+  const body = sel.kind === "group"
+    ? await api(`/api/groups/${encodeURIComponent(sel.id)}/timeline`)
+    : await api(`/api/tasks/${encodeURIComponent(sel.id)}/timeline`);
+  if (state.selected !== sel) return;
+  const now = new Date();
+  const items = body.bars.filter((b) => b.submitted || b.started).map((b) => barItem(b, now));
+  const sites = [...new Set(body.bars.map((b) => b.site))].sort();
+  const groups = sites.map((s) => ({ id: s, content: s, style: `border-left: 4px solid ${colorOf(s)}` }));
+  if (sel.kind === "group") {
+    const g = body.group;
+    $("#tl-title").textContent = `Group ${g.group_id}: ${g.objective}`;
+    $("#tl-summary").textContent = `round ${g.round}, ${g.state}; children ${g.size}: ` +
+      Object.entries(g.counts).map(([k, v]) => `${k} ${v}`).join(", ") +
+      `; ${body.bars.length} attempts` + (body.omitted ? ` (${body.omitted} children not shown)` : "");
+  } else {
+    const t = body.task;
+    $("#tl-title").textContent = `Task ${t.task_id}` + (t.name ? ` (${t.name})` : "");
+    $("#tl-summary").textContent = `${t.state}; ${body.bars.length} attempts` +
+      (t.provenance ? `; placement: ${t.provenance.decision}` : "");
+  }
+  $("#timeline").dataset.attempts = String(items.length);
+  const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
+  const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
+  if (!state.timeline) {
+    state.timeline = new vis.Timeline($("#timeline"), new vis.DataSet(itemsWithoutBar), new vis.DataSet(groups), {
+      stack: true, orientation: "top", zoomKey: "ctrlKey", tooltip: { followMouse: true, overflowMethod: "cap" },
+      margin: { item: 6 }, showCurrentTime: true,
+    });
+    state.timeline.on("select", (props) => {
+      const b = state.byId[props.items[0]];
+      $("#attempt-detail").textContent = b ? detail(b) : "";
+    });
+  } else {
+    state.timeline.setData({ groups: new vis.DataSet(groups), items: new vis.DataSet(itemsWithoutBar) });
+  }
+  state.byId = byId;
+  if (!state.fitted || state.fitted !== `${sel.kind}:${sel.id}`) {
+    const t0 = Math.min(...items.map((i) => Date.parse(i.start)));
+    const t1 = Math.max(...items.map((i) => Date.parse(i.end)));
+    if (items.length) {  // the whole span, with room for the last bar's label
+      const pad = Math.max(5000, (t1 - t0) * 0.08);
+      state.timeline.setWindow(t0 - pad, t1 + 3 * pad, { animation: false });
+    }
+    state.fitted = `${sel.kind}:${sel.id}`;
+  }
+}
+
+function detail(b) {
+  return [`${b.label}  (task ${b.task_id}, attempt ${b.n})`,
+          `site ${b.site}, partition ${b.partition}, job ${b.job_id || "-"}, state ${b.state}` +
+            (b.wall_s ? `, wall ${b.wall_s}s` : ""),
+          `submitted ${when(b.submitted)}  started ${when(b.started)}  ended ${when(b.ended)}`,
+          `why: ${b.why}`].join("\n");
+}
+
+// ------------------------------------------------------------------------ events and deliveries
+function eventDetail(e) {
+  const p = e.payload || {};
+  const bits = [];
+  for (const k of ["reason", "site", "attempt", "job_id", "round", "counts", "hint"]) {
+    if (p[k] !== undefined) bits.push(`${k}: ${typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]}`);
+  }
+  return bits.join("; ");
+}
+
+async function refreshEvents() {
+  const q = state.eventSeq === null ? "/api/events?limit=200" : `/api/events?after=${state.eventSeq}&limit=500`;
+  const { events } = await api(q);
+  for (const e of events) state.eventSeq = Math.max(state.eventSeq || 0, e.seq);
+  if (state.eventSeq === null) state.eventSeq = 0;
+  state.events = [...events.reverse(), ...state.events].slice(0, 500);
+  const body = $("#events tbody");
+  body.replaceChildren(...state.events.map((e) => el("tr", { dataset: { kind: e.kind } },
+    el("td", { class: "num" }, e.seq), el("td", {}, when(e.created_at)), el("td", {}, e.kind),
+    el("td", {}, e.subject), el("td", {}, (e.payload || {}).state || ""),
+    el("td", { class: "wrap" }, eventDetail(e)))));
+  const { deliveries } = await api("/api/deliveries");
+  $("#deliveries tbody").replaceChildren(...deliveries.map((d) => el("tr", { dataset: { status: d.status, event: d.event || "" } },
+    el("td", {}, when(d.updated_at)), el("td", {}, d.event || "-"), el("td", {}, d.subject || "-"),
+    el("td", {}, d.runtime), el("td", {}, d.session || "-"),
+    el("td", {}, el("span", { class: `badge ${d.status}` }, d.status)), el("td", { class: "num" }, d.attempts),
+    el("td", { class: "wrap" }, d.last_error || (d.status === "delivered" ? `resumed${d.resume ? " (" + d.resume + ")" : ""}` : "")))));
+}
+
+// ------------------------------------------------------------------------------------- routing
+const PAGES = {
+  federation: [[refreshFederation, POLL_MS], [refreshScatter, HISTORY_MS]],
+  tasks: [[refreshTaskLists, POLL_MS], [refreshTimeline, POLL_MS]],
+  events: [[refreshEvents, POLL_MS]],
+};
+
+async function tick(fn) {
+  try {
+    await fn();
+    banner(null);
+    setStatus(`live · updated ${new Date().toLocaleTimeString()}`);
+  } catch (err) {
+    banner(err);
+    setStatus("daemon unreachable");
+  }
+}
+
+async function route() {
+  const parts = (location.hash || "#/federation").slice(2).split("/");
+  const page = PAGES[parts[0]] ? parts[0] : "federation";
+  if (page === "tasks" && parts.length >= 3) {
+    state.selected = { kind: parts[1] === "task" ? "task" : "group", id: decodeURIComponent(parts[2]) };
+  }
+  for (const t of state.timers) clearInterval(t);
+  state.timers = [];
+  state.page = page;
+  for (const s of document.querySelectorAll(".page")) s.hidden = s.id !== `page-${page}`;
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
+  for (const [fn, ms] of PAGES[page]) {
+    await tick(fn);
+    state.timers.push(setInterval(() => tick(fn), ms));
+  }
+  document.body.dataset.ready = page;
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", route);

@@ -1,0 +1,110 @@
+"""Terminal pictures (CLI only, never the daemon): attempts on a time axis and the federation
+as a table, drawn with rich. Colour only where the terminal supports it; `NO_COLOR` or
+`--no-color` turn it off (rich also drops it on a pipe)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fedhpc.ops.inspect import FederationView
+from fedhpc.ui.timeline import Bar, span, why
+
+__all__ = ["console", "federation_table", "timeline_table"]
+
+SITE_STYLES = ("blue", "dark_orange", "green", "magenta", "red", "cyan", "yellow")
+STATE_STYLES = {"completed": "green", "failed": "red", "timeout": "red", "running": "yellow",
+                "cancelled": "dim", "unschedulable": "red"}  # fmt: skip
+HEALTH_STYLES = {"ok": "green", "degraded": "yellow", "offline": "red", "unknown": "red"}
+CAUSE_MARKS = {"placed": "", "re-placed": "re-placed", "replanned": "replanned",
+               "retry": "retry", "extension": "longer wall"}  # fmt: skip
+
+
+def console(no_color: bool = False, file: IO[str] | None = None) -> Console:
+    """A console for stdout: colour when the terminal has it, never with --no-color/NO_COLOR."""
+    off = no_color or bool(os.environ.get("NO_COLOR"))
+    return Console(file=file or sys.stdout, no_color=off or None, highlight=False,
+                   soft_wrap=False)  # fmt: skip
+
+
+def _axis(b: Bar, t0: datetime, t1: datetime, width: int, now: datetime) -> Text:
+    """One attempt as cells: '·' waiting in the queue, '█' running, '✕' where it was moved."""
+    total = max((t1 - t0).total_seconds(), 1e-9)
+
+    def col(t: datetime) -> int:
+        return min(width - 1, max(0, int((t - t0).total_seconds() / total * (width - 1))))
+
+    a = col(b.submitted or b.started or t0)
+    z = col(b.ended or now)
+    r = col(b.started) if b.started else z + 1
+    text = Text(" " * a)
+    text.append("·" * max(0, min(r, z + 1) - a), style="dim")
+    if b.started:
+        text.append("█" * max(0, z + 1 - r), style=STATE_STYLES.get(b.state.value, ""))
+    if b.superseded and len(text) > a:
+        text.right_crop(1)
+        text.append("✕", style="bold red")
+    text.append(" " * max(0, width - len(text)))
+    return text
+
+
+def timeline_table(items: Sequence[Bar], *, title: str, width: int = 48,
+                   now: datetime | None = None) -> Table | Text:  # fmt: skip
+    """Every attempt on one time axis, grouped by site; how each came to be and why."""
+    now = now or datetime.now(UTC)
+    axis = span(items, now)
+    if axis is None:
+        return Text(f"{title}: no attempt has been submitted yet")
+    t0, t1 = axis
+    secs = (t1 - t0).total_seconds()
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
+    table.add_column("SITE")
+    table.add_column("ATTEMPT")
+    table.add_column("STATE")
+    label = f"0s{' ' * (width - 2 - len(f'{secs:.0f}s'))}{secs:.0f}s"
+    table.add_column(label, no_wrap=True)
+    table.add_column("HOW / WHY", overflow="fold")
+    sites = sorted({b.site for b in items})
+    colours = {s: SITE_STYLES[i % len(SITE_STYLES)] for i, s in enumerate(sites)}
+    for site in sites:
+        for b in (x for x in items if x.site == site):
+            state = Text(b.state.value, style=STATE_STYLES.get(b.state.value, ""))
+            how = CAUSE_MARKS[b.cause]
+            if b.superseded:
+                how = ", ".join(x for x in (how, "moved ✕") if x)
+            table.add_row(Text(site, style=colours[site]), b.label, state,
+                          _axis(b, t0, t1, width, now),
+                          Text(how, style="bold") + Text(f"  {why(b)}", style="dim"))  # fmt: skip
+    return table
+
+
+def federation_table(view: FederationView) -> Table:
+    """`fedhpc status` as a table: one row per partition, the site's health and freshness."""
+    title = f"federation at {view.taken_at:%H:%M:%S} UTC"
+    table = Table(box=None, pad_edge=False, header_style="bold", title=title,
+                  title_justify="left")  # fmt: skip
+    for head in ("SITE", "PARTITION", "ACCEL", "GPUS FREE/TOTAL", "CPUS FREE/TOTAL", "PENDING",
+                 "RUNNING", "FRESH", "HEALTH"):  # fmt: skip
+        right = head.startswith(("GPUS", "CPUS", "PENDING", "RUNNING"))
+        table.add_column(head, justify="right" if right else "left")
+    for s in view.sites:
+        fresh = "never" if s.age_s is None else f"{s.age_s:.0f}s"
+        health = Text(s.health.value + (" (stale)" if s.stale else ""),
+                      style=HEALTH_STYLES.get(s.health.value, ""))  # fmt: skip
+        for i, p in enumerate(s.partitions or ()):
+            tone = "green" if p.free_gpus else ("red" if p.total_gpus else "dim")
+            free = Text(f"{p.free_gpus}/{p.total_gpus}", style=tone)
+            table.add_row(s.site if i == 0 else "", p.name, p.accelerator or "-", free,
+                          f"{p.free_cpus}/{p.total_cpus}", str(p.pending_jobs),
+                          str(p.running_jobs), fresh if i == 0 else "",
+                          health if i == 0 else "")  # fmt: skip
+        if not s.partitions:
+            table.add_row(s.site, "-", "-", "-", "-", "-", "-", fresh, health)
+    return table

@@ -1,0 +1,207 @@
+"""`fedhpc ui` in a real headless Chromium (Debian's chromium, driven by Playwright), on the
+local Slurm federation: `fedhpc demo --keep` runs a 4-child group in which one child is
+re-placed, resumes its agent, then leaves the daemon and the dashboard running. The pages must
+show the four sites with the right GPU counts (live: a job started meanwhile shows up), the
+group's five attempts with the re-placement marked, and the resume; with no console error.
+Screenshots go to the test's folder (and to docs/img/ with FEDHPC_UPDATE_SCREENSHOTS=1)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedhpc.profiles import load_profiles
+from tests.integration.daemon_util import drain, sbatch
+from tests.integration.test_demo_process import _demo_env
+
+pytestmark = pytest.mark.devfed
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
+
+
+def _need_browser() -> Any:
+    """Playwright's sync API and the system Chromium; fail in CI (FEDHPC_REQUIRE_REAL) when
+    either is missing, else skip."""
+    problem = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        problem = "the Python package playwright is not installed (pip install -e '.[test]')"
+    if problem is None and not CHROMIUM.exists():
+        problem = f"no {CHROMIUM} (apt-get install chromium; ./dev test installs it)"
+    if problem is not None:
+        if os.environ.get("FEDHPC_REQUIRE_REAL") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return sync_playwright
+
+
+def _gpus(devfed: Any, site: str) -> int:
+    """The site's GPUs as its Slurm reports them (`sinfo`), in the partitions a job may use
+    (the profile's blocked partitions, e.g. interactive ones, are not offered)."""
+    blocked = set(load_profiles()[site].blocked_partitions)
+    out = devfed.run(site, "sinfo", "-h", "-N", "-o", "%N %P %G")
+    assert out.returncode == 0, out.stderr
+    total = 0
+    for line in out.stdout.splitlines():
+        _node, partition, gres = line.split()
+        found = re.match(r"gpu:[^:]+:(\d+)", gres)
+        if found and partition.rstrip("*") not in blocked:
+            total += int(found.group(1))
+    return total
+
+
+def _shot(page: Any, out: Path, name: str) -> None:
+    path = out / f"ui-{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("FEDHPC_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS_IMG / path.name)
+
+
+def _stop(home: Path, ui_pid: int | None) -> None:
+    env = {**os.environ, "FEDHPC_HOME": str(home)}
+    subprocess.run([sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"], env=env,
+                   capture_output=True, timeout=60, check=False)  # fmt: skip
+    if ui_pid is None:
+        return
+    deadline = time.monotonic() + 20  # it stops by itself once the daemon is gone
+    while time.monotonic() < deadline and Path(f"/proc/{ui_pid}").exists():
+        time.sleep(0.2)
+    if Path(f"/proc/{ui_pid}").exists():
+        os.kill(ui_pid, signal.SIGTERM)
+        pytest.fail(f"the dashboard (pid {ui_pid}) did not stop with its daemon")
+
+
+def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
+    devfed: Any, tmp_path: Path
+) -> None:
+    sync_playwright = _need_browser()
+    drain(devfed)
+    env = _demo_env(tmp_path)
+    env.pop("FEDHPC_DEVFED_DIR")  # the live Slurm federation
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "demo", "--sites", "slurm", "--keep",
+         "--deadline", "180", "--home", str(home)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    saved = home / "ui.url"
+    ui_pid = None
+    if saved.exists():
+        ui_pid = int(saved.read_text().splitlines()[1].split()[1])
+    job = None
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        out = done.stdout
+        found = re.search(r"^demo: dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)$", out, re.M)
+        assert found, out
+        url = found.group(1)
+        assert f"xdg-open '{url}'" in out and "fedhpc daemon stop" in out, out
+        group_id = re.search(r"agent: yield  group (\S+):", out)
+        assert group_id, out
+        gid = group_id.group(1)
+
+        # Without the token (or for another host name) nothing is served.
+        base = url.split("/?")[0]
+        token = url.split("token=")[1]
+        refused_paths = [("/api/federation", {}), ("/", {}), ("/api/federation?token=wrong", {}),
+                         (f"/?token={token}", {"Host": "evil.example"})]  # fmt: skip
+        for path, headers in refused_paths:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(base + path, headers=headers))
+            assert refused.value.code == 403, path
+
+        # A job started now on devdelta must appear on the page by itself (live refresh).
+        job = sbatch(devfed, "devdelta", "-p", "gpuA100x4", "-A", "fedhpc-gpu",
+                     "--gres=gpu:a100:1", "-t", "10", "--wrap", "sleep 300")  # fmt: skip
+        total = {s: _gpus(devfed, s) for s in SITES}
+        expected = {s: (n, n - (1 if s == "devdelta" else 0)) for s, n in total.items()}
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        errors: list[str] = []
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)  # fmt: skip
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+
+            # 1. Federation: every site with its free/total GPUs, refreshed live.
+            page.goto(url)
+            page.wait_for_selector("body[data-ready=federation]")
+            want = {site: f"{free}/{total}" for site, (total, free) in expected.items()}
+            shown: dict[str, str] = {}
+            deadline = time.monotonic() + 30
+            while shown != want and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+                shown = {s: page.locator(f"tr.site-row[data-site={s}] td.gpus").inner_text()
+                         for s in SITES}  # fmt: skip
+            assert shown == want, (shown, devfed.run("devdelta", "squeue").stdout)
+            assert page.locator("tr.site-row").count() == 4
+            assert page.locator("#scatter").is_visible()
+            page.wait_for_timeout(500)
+            _shot(page, shots, "federation")
+
+            # 2. The group's timeline: five attempts, one superseded on devanvil and re-placed.
+            page.goto(f"{url}#/tasks/group/{gid}")
+            page.wait_for_selector("#timeline[data-attempts='5']", timeout=20_000)
+            attempts = page.locator(".vis-item.attempt")
+            assert attempts.count() == 5
+            moved = page.locator(".vis-item.superseded")
+            assert moved.count() == 1
+            assert "moved" in moved.inner_text()
+            replaced = page.locator(".vis-item.cause-re-placed")
+            assert replaced.count() == 1
+            assert "re-placed" in replaced.inner_text()
+            assert page.locator(".vis-item.state-completed").count() == 4
+            assert "round 1, completed" in page.locator("#tl-summary").inner_text()
+            # devanvil's row holds the moved attempt (vis-timeline puts items in group rows).
+            label = page.locator(".vis-label", has_text="devanvil")
+            assert label.count() == 1
+            moved.hover()
+            tip = page.locator(".vis-tooltip")
+            tip.wait_for(state="visible")
+            assert "re-placed to" in tip.inner_text()
+            replaced.click()
+            detail = page.locator("#attempt-detail")
+            assert "why: re-placed" in detail.inner_text()
+            assert "placement:" in detail.inner_text()
+            _shot(page, shots, "timeline")
+
+            # 3. Events and deliveries: the round's event and the resume it caused.
+            page.goto(f"{url}#/events")
+            page.wait_for_selector("body[data-ready=events]")
+            row = page.locator(
+                "#deliveries tr[data-status=delivered][data-event='group.round_terminal']"
+            )
+            row.first.wait_for()
+            assert gid in row.first.inner_text()
+            assert page.locator("#events tr[data-kind='group.round_terminal']").count() == 1
+            _shot(page, shots, "deliveries")
+            browser.close()
+        assert errors == [], errors
+        assert sorted(p.name for p in shots.iterdir()) == [
+            "ui-deliveries.png", "ui-federation.png", "ui-timeline.png"]  # fmt: skip
+    finally:
+        if job is not None:
+            devfed.run("devdelta", "scancel", job)
+        _stop(home, ui_pid)

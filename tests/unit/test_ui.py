@@ -1,0 +1,115 @@
+"""The dashboard's pure parts and its gate: attempts as timeline bars (how each attempt came to
+be), resume states, the token and host check, and a daemon that is down."""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from fedhpc.client import DaemonClient
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.errors import UsageError
+from fedhpc.ops.tasks import AttemptView, ResultManifest
+from fedhpc.ui.server import build_ui_app, delivery_status
+from fedhpc.ui.timeline import bar_json, bars, span, why
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _att(n: int, site: str, state: JobState, *, sup: bool = False, reason: str | None = None,
+         wall: int = 600, at: int = 0, end: int | None = 10) -> AttemptView:  # fmt: skip
+    return AttemptView(
+        n=n, site=site, partition="p", state=state, superseded=sup, reason=reason,
+        shape=Shape(gpus=1, wall_time_s=wall), submitted_at=T0 + timedelta(seconds=at),
+        started_at=T0 + timedelta(seconds=at + 1),
+        ended_at=None if end is None else T0 + timedelta(seconds=end),
+    )  # fmt: skip
+
+
+def _m(task_id: str, *atts: AttemptView) -> ResultManifest:
+    return ResultManifest(task_id=task_id, state=atts[-1].state, attempts=atts, name=task_id)
+
+
+def test_each_attempt_says_how_it_came_to_be() -> None:
+    moved = _m("a", _att(1, "devanvil", JobState.CANCELLED, sup=True,
+                         reason="re-placed to devdelta/gpuA100x4"),
+               _att(2, "devdelta", JobState.COMPLETED, at=10, end=20))  # fmt: skip
+    retried = _m("b", _att(1, "x", JobState.FAILED), _att(2, "x", JobState.COMPLETED, at=10))
+    longer = _m("c", _att(1, "x", JobState.TIMEOUT, wall=600),
+                _att(2, "x", JobState.COMPLETED, wall=1200, at=10, end=None))  # fmt: skip
+    asked = _m("d", _att(1, "x", JobState.CANCELLED, sup=True, reason="replanned on request"),
+               _att(2, "y", JobState.RUNNING, at=10, end=None))  # fmt: skip
+    out = bars([moved, retried, longer, asked])
+    assert [(b.task_id, b.n, b.cause) for b in out] == [
+        ("a", 1, "placed"), ("a", 2, "re-placed"), ("b", 1, "placed"), ("b", 2, "retry"),
+        ("c", 1, "placed"), ("c", 2, "extension"), ("d", 1, "placed"), ("d", 2, "replanned"),
+    ]  # fmt: skip
+    first = out[0]
+    assert first.superseded and "superseded (re-placed to devdelta/gpuA100x4)" in why(first)
+    assert why(out[1]).startswith("re-placed: the previous attempt was still pending")
+    j = bar_json(out[1])
+    assert j["label"] == "a #2" and j["site"] == "devdelta" and j["state"] == "completed"
+    assert j["submitted"] == "2026-11-30T12:00:10+00:00"
+    # An unfinished attempt runs until now on the axis.
+    now = T0 + timedelta(seconds=99)
+    assert span(out, now) == (T0, now)
+    assert span([], now) is None
+
+
+def test_resume_states_for_people() -> None:
+    assert delivery_status({"state": "pending", "attempts": 0}) == "pending"
+    assert delivery_status({"state": "pending", "attempts": 2}) == "retrying"
+    assert delivery_status({"state": "delivered", "attempts": 1}) == "delivered"
+    assert delivery_status({"state": "dead", "attempts": 4}) == "dead"
+
+
+async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is_said(
+    tmp_path: Path,
+) -> None:
+    settings = DaemonSettings.from_env(home=tmp_path / "nodaemon")
+    async with DaemonClient(settings) as client:
+        app = build_ui_app(client, token="s3cret", port=8790)
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
+            assert (await h.get("/")).status_code == 403
+            assert (await h.get("/api/federation?token=wrong")).status_code == 403
+            assert (await h.get("/static/app.js")).status_code == 403
+            evil = await h.get("/?token=s3cret", headers={"Host": "evil.example:8790"})
+            assert evil.status_code == 403  # DNS rebinding: another name for this address
+            page = await h.get("/?token=s3cret")
+            assert page.status_code == 200 and "fedhpc dashboard" in page.text
+            assert "fedhpc_ui_8790=s3cret" in page.headers["set-cookie"]
+            assert "httponly" in page.headers["set-cookie"].lower()
+            assert page.headers["referrer-policy"] == "no-referrer"
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+            # The cookie then opens the page's files, and nothing else is served.
+            h.cookies.set("fedhpc_ui_8790", "s3cret")
+            for name in ("app.js", "vendor/chart.umd.min.js",
+                         "vendor/vis-timeline-graph2d.min.js"):  # fmt: skip
+                assert (await h.get(f"/static/{name}")).status_code == 200, name
+            assert (await h.get("/static/../server.py")).status_code == 404
+            assert (await h.get("/static/index.html")).status_code == 404
+            down = await h.get("/api/federation")
+            assert down.status_code == 503
+            body = down.json()
+            assert body["code"] == "daemon_unavailable" and "fedhpc daemon" in body["hint"]
+            bad = await h.get("/api/events", headers={"X-Fedhpc-Token": "s3cret"},
+                              params={"after": "-1"})  # fmt: skip
+            assert bad.status_code == 400 and "after" in bad.json()["message"]
+
+
+def test_ui_refuses_a_port_in_use_with_a_hint() -> None:
+    from fedhpc.cli.ui import _bind
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        with pytest.raises(UsageError) as err:
+            _bind(port)
+    assert "in use" in err.value.message and "--port 0" in (err.value.hint or "")
