@@ -10,7 +10,8 @@ completion (End - Submit), mean wait (Start - Eligible), median and p95 addition
 time vs the fastest placement of that round.
 
 Run: .venv/bin/python benchmarks/matched_rounds.py [--rounds 15] [--seed 1] [--quick]
-Writes benchmarks/results/matched_rounds{,-quick}.{md,csv,svg}. Cancels every job it submitted
+Writes benchmarks/results/matched_rounds{,-quick}.{md,csv,svg,png} (figures: matplotlib,
+the `bench` extra). Cancels every job it submitted
 (matched and load) when done or interrupted.
 """
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_policy import DaemonPolicy
 from loadgen import LOADS, LoadGenerator
+from plots import matched_rounds_figure
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
@@ -440,128 +442,12 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
                         " ".join(p for p, k in sorted(r.picks.items()) if k == key),
                     ]
                 )
-    svg = RESULTS / f"{stem}.svg"
-    svg.write_text(render_svg(rounds, args, machine))
-    return [md, csv_path, svg]
+    title = (f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
+             f"{' (--quick)' if args.quick else ''}; {machine}")  # fmt: skip
+    figures = matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)
+    return [md, csv_path, *figures]
 
 
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-
-
-def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def render_svg(rounds: list[Round], args, machine: str) -> str:  # noqa: PLR0915 (one drawing)
-    w, h, pad = 1000, 440, 50
-    pw = (w - 3 * pad) // 2
-    ph = h - 2 * pad - 30
-    o = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<rect width="{w}" height="{h}" fill="white"/>',
-        f'<text x="{pad}" y="18" font-size="13">Matched rounds: seed {args.seed}, '
-        f"{len(rounds)} rounds{' (--quick)' if args.quick else ''}; {_esc(machine)}</text>",
-    ]
-
-    def axes(x0: int, title: str, xl: str, yl: str, *, xmax: float, ymax: float) -> None:
-        y0 = pad + ph
-        o.append(f'<text x="{x0}" y="{pad - 8}" font-size="12">{_esc(title)}</text>')
-        o.append(f'<line x1="{x0}" y1="{y0}" x2="{x0 + pw}" y2="{y0}" stroke="black"/>')
-        o.append(f'<line x1="{x0}" y1="{pad}" x2="{x0}" y2="{y0}" stroke="black"/>')
-        o.append(f'<text x="{x0 + pw // 2}" y="{y0 + 28}" text-anchor="middle">{xl}</text>')
-        o.append(
-            f'<text x="{x0 - 36}" y="{pad + ph // 2}" transform="rotate(-90 {x0 - 36} '
-            f'{pad + ph // 2})" text-anchor="middle">{yl}</text>'
-        )
-        for k in range(5):
-            v = ymax * k / 4
-            y = y0 - ph * k / 4
-            o.append(f'<text x="{x0 - 4}" y="{y + 4:.0f}" text-anchor="end">{v:.0f}</text>')
-            o.append(f'<line x1="{x0}" y1="{y:.0f}" x2="{x0 + pw}" y2="{y:.0f}" stroke="#eee"/>')
-            xv = xmax * k / 4
-            o.append(
-                f'<text x="{x0 + pw * k / 4:.0f}" y="{y0 + 14}" '
-                f'text-anchor="middle">{xv:.0f}</text>'
-            )
-
-    # Left: completion per policy per round.
-    comps = [j.completion for r in rounds for j in r.jobs.values() if j.completion is not None]
-    ymax = max(comps, default=1) * 1.1 or 1
-    xmax = max(len(rounds), 1)
-    x0 = pad
-    axes(
-        x0,
-        "completion (s) of each policy's pick per round",
-        "round",
-        "completion s",
-        xmax=xmax,
-        ymax=ymax,
-    )
-    for pi, name in enumerate(POLICIES):
-        pts = []
-        for ri, r in enumerate(rounds):
-            j = r.jobs.get(r.picks.get(name, ""))
-            if j is None or j.completion is None:
-                continue
-            x = x0 + pw * (ri + 1) / xmax
-            y = pad + ph - ph * j.completion / ymax
-            pts.append((x + (pi - 2) * 2, y))
-        col = COLORS[pi]
-        if pts:
-            o.append(
-                f'<polyline fill="none" stroke="{col}" stroke-width="1.5" points="'
-                + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
-                + '"/>'
-            )
-        for x, y in pts:
-            o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{col}"/>')
-        o.append(
-            f'<rect x="{x0 + 10}" y="{pad + 4 + 14 * pi}" width="10" height="10" '
-            f'fill="{col}"/><text x="{x0 + 24}" y="{pad + 13 + 14 * pi}">{name}</text>'
-        )
-    for ri, r in enumerate(rounds):  # the fastest observed placement, as a black tick
-        got = [j.completion for j in r.jobs.values() if j.completion is not None]
-        if got:
-            x = x0 + pw * (ri + 1) / xmax
-            y = pad + ph - ph * min(got) / ymax
-            o.append(
-                f'<line x1="{x - 6:.1f}" y1="{y:.1f}" x2="{x + 6:.1f}" y2="{y:.1f}" '
-                f'stroke="black" stroke-width="2"/>'
-            )
-    o.append(
-        f'<text x="{x0 + pw - 4}" y="{pad + 12}" text-anchor="end">black tick = fastest '
-        "observed</text>"
-    )
-    # Right: Figure-1-style pending vs free GPUs per site (one point per round snapshot).
-    x1 = 2 * pad + pw
-    sites = sorted({s for r in rounds for s in r.queues})
-    pmax = max((q[0] for r in rounds for q in r.queues.values()), default=1) * 1.1 or 1
-    gmax = max((q[1] for r in rounds for q in r.queues.values()), default=1) * 1.1 or 1
-    axes(
-        x1,
-        "queue shape per site at each snapshot",
-        "free GPUs",
-        "pending jobs",
-        xmax=gmax,
-        ymax=pmax,
-    )
-    rng = random.Random(0)  # noqa: S311 (jitter for overlapping points only)
-    for si, site in enumerate(sites):
-        col = COLORS[si % len(COLORS)]
-        for r in rounds:
-            if site not in r.queues:
-                continue
-            pend, free = r.queues[site]
-            x = x1 + pw * free / gmax + rng.uniform(-3, 3)
-            y = pad + ph - ph * pend / pmax + rng.uniform(-3, 3)
-            o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{col}" fill-opacity="0.6"/>')
-        o.append(
-            f'<rect x="{x1 + pw - 110}" y="{pad + 4 + 14 * si}" width="10" height="10" '
-            f'fill="{col}"/><text x="{x1 + pw - 96}" y="{pad + 13 + 14 * si}">{site}</text>'
-        )
-    o.append("</svg>")
-    return "\n".join(o) + "\n"
 
 
 async def experiment(args, rounds: list[Round], load: LoadGenerator | None = None) -> None:

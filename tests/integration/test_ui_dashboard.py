@@ -8,6 +8,7 @@ Screenshots go to the test's folder (and to docs/img/ with FEDHPC_UPDATE_SCREENS
 from __future__ import annotations
 
 import os
+import pty
 import re
 import shutil
 import signal
@@ -16,6 +17,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,34 +93,51 @@ def _stop(home: Path, ui_pid: int | None) -> None:
         pytest.fail(f"the dashboard (pid {ui_pid}) did not stop with its daemon")
 
 
-def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
-    devfed: Any, tmp_path: Path
-) -> None:
-    sync_playwright = _need_browser()
+@dataclass(frozen=True)
+class Kept:
+    """`fedhpc demo --keep`'s daemon and dashboard, still running."""
+
+    home: Path
+    out: str
+    url: str
+    group_id: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def kept(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kept]:
     drain(devfed)
-    env = _demo_env(tmp_path)
+    tmp = tmp_path_factory.mktemp("ui")
+    env = _demo_env(tmp)
     env.pop("FEDHPC_DEVFED_DIR")  # the live Slurm federation
-    home = tmp_path / "home"
+    home = tmp / "home"
     done = subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", "demo", "--sites", "slurm", "--keep",
          "--deadline", "180", "--home", str(home)],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     saved = home / "ui.url"
-    ui_pid = None
-    if saved.exists():
-        ui_pid = int(saved.read_text().splitlines()[1].split()[1])
-    job = None
+    ui_pid = int(saved.read_text().splitlines()[1].split()[1]) if saved.exists() else None
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         out = done.stdout
         found = re.search(r"^demo: dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)$", out, re.M)
         assert found, out
-        url = found.group(1)
+        group = re.search(r"agent: yield  group (\S+):", out)
+        assert group, out
+        yield Kept(home, out, found.group(1), group.group(1), {**env, "FEDHPC_HOME": str(home)})
+    finally:
+        _stop(home, ui_pid)
+
+
+def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
+    devfed: Any, kept: Kept, tmp_path: Path
+) -> None:
+    sync_playwright = _need_browser()
+    url, gid, out = kept.url, kept.group_id, kept.out
+    job = None
+    try:
         assert f"xdg-open '{url}'" in out and "fedhpc daemon stop" in out, out
-        group_id = re.search(r"agent: yield  group (\S+):", out)
-        assert group_id, out
-        gid = group_id.group(1)
 
         # Without the token (or for another host name) nothing is served.
         base = url.split("/?")[0]
@@ -204,4 +224,101 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
     finally:
         if job is not None:
             devfed.run("devdelta", "scancel", job)
-        _stop(home, ui_pid)
+
+
+# -- terminal pictures, on the same kept daemon ---------------------------------------------------
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def _colours(text: str) -> set[str]:
+    """The colour parameters of every SGR sequence (bold, dim and resets are not colour)."""
+    found = set()
+    for params in SGR.findall(text):
+        codes = [int(c) for c in params.split(";") if c]
+        i = 0
+        while i < len(codes):
+            c = codes[i]
+            if c in (38, 48):  # extended colour: 38;5;N or 38;2;R;G;B
+                found.add(";".join(map(str, codes[i : i + (3 if codes[i + 1] == 5 else 5)])))
+                i += 3 if codes[i + 1] == 5 else 5
+                continue
+            if 30 <= c <= 37 or 40 <= c <= 47 or 90 <= c <= 97 or 100 <= c <= 107:
+                found.add(str(c))
+            i += 1
+    return found
+
+
+def _in_pty(argv: list[str], env: dict[str, str], *, interrupt_after: float | None = None,
+            ) -> tuple[int, str]:  # fmt: skip
+    """Run `argv` with its stdout on a pseudo-terminal (as in a person's shell): status, text."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**env, "TERM": "xterm-256color", "COLUMNS": "200"})  # fmt: skip
+    os.close(slave)
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        proc.send_signal(signal.SIGINT)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    code = proc.wait(timeout=60)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert code in (0, 130) or not err, err
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kept) -> None:
+    fedhpc = [sys.executable, "-m", "fedhpc.cli.main"]
+    code, shown = _in_pty([*fedhpc, "group", kept.group_id, "--timeline"], kept.env)
+    assert code == 0, shown
+    assert _colours(shown), repr(shown[:400])  # a terminal gets colour
+    text = _plain(shown)
+    assert f"group {kept.group_id}: completed, round 1 (completed 4)" in text, text
+    rows = [ln for ln in text.splitlines() if re.search(r"ckpt\d #\d", ln)]
+    assert len(rows) == 5, text
+    moved = [ln for ln in rows if "moved ✕" in ln]
+    assert len(moved) == 1 and "devanvil" in moved[0] and "✕" in moved[0], text
+    assert sum("re-placed" in ln for ln in rows) == 2, text  # the moved one and its successor
+    assert all("█" in ln for ln in rows if ln not in moved), text  # each ran: a solid bar
+
+    # NO_COLOR and --no-color: the same picture with no colour at all.
+    _, no_env = _in_pty([*fedhpc, "group", kept.group_id, "--timeline"],
+                        {**kept.env, "NO_COLOR": "1"})  # fmt: skip
+    _, no_flag = _in_pty([*fedhpc, "group", kept.group_id, "--timeline", "--no-color"], kept.env)
+    for out in (no_env, no_flag):
+        assert _colours(out) == set(), repr(out[:400])
+        assert len([ln for ln in _plain(out).splitlines() if re.search(r"ckpt\d #\d", ln)]) == 5
+
+    # One task: the re-placed child, on a pipe (no terminal: no escape codes at all).
+    moved_task = re.search(r"^  (t\w+-\d) +1 devanvil .*superseded", kept.out, re.M)
+    assert moved_task, kept.out
+    piped = subprocess.run([*fedhpc, "task", moved_task.group(1), "--timeline"], env=kept.env,
+                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert "\x1b[" not in piped.stdout
+    lines = [ln for ln in piped.stdout.splitlines() if re.search(r"ckpt\d #\d", ln)]
+    assert len(lines) == 2 and "moved ✕" in lines[0] and "re-placed" in lines[1], piped.stdout
+
+
+def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
+    code, shown = _in_pty([sys.executable, "-m", "fedhpc.cli.main", "status", "--watch",
+                           "--interval", "0.5"], kept.env, interrupt_after=4)  # fmt: skip
+    assert code == 0, shown
+    text = _plain(shown)
+    assert text.count("federation at") >= 2, text  # redrawn in place, more than once
+    for site in SITES:
+        assert site in text
+    assert _colours(shown)

@@ -113,3 +113,28 @@ def test_ui_refuses_a_port_in_use_with_a_hint() -> None:
         with pytest.raises(UsageError) as err:
             _bind(port)
     assert "in use" in err.value.message and "--port 0" in (err.value.hint or "")
+
+
+def test_terminal_timeline_draws_waits_runs_and_the_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from fedhpc.ui.term import console, timeline_table
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    moved = _m("a", _att(1, "devanvil", JobState.CANCELLED, sup=True, at=0, end=50,
+                         reason="re-placed to devdelta/gpuA100x4"),
+               _att(2, "devdelta", JobState.COMPLETED, at=50, end=100))  # fmt: skip
+    buf = io.StringIO()
+    out = console(file=buf)
+    out.width = 160
+    out.print(timeline_table(bars([moved]), title="task a", width=21, now=T0))
+    text = buf.getvalue()
+    rows = [ln for ln in text.splitlines() if "a #" in ln]
+    assert len(rows) == 2, text
+    first, second = rows
+    assert first.startswith("devanvil") and "✕" in first and "moved ✕" in first
+    assert second.startswith("devdelta") and "re-placed" in second and "█" in second
+    # The moved attempt fills the first half of the axis; its successor the second half.
+    assert first.index("✕") <= second.index("█") < second.rindex("█"), text
+    empty = timeline_table([], title="task b", now=T0)
+    assert "no attempt has been submitted yet" in str(empty)

@@ -160,8 +160,7 @@ def _run(args: argparse.Namespace) -> int:
             return 1
         _say("the agent has ended its turn; the daemon runs the group and will resume it")
         deadline = started + args.deadline
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        _wait_for(out, deadline)
         if not out.exists():
             _say(f"no resume within {args.deadline:.0f}s; see `fedhpc deliveries`")
             return 1
@@ -180,6 +179,20 @@ def _run(args: argparse.Namespace) -> int:
             daemon.terminate()
             daemon.wait(timeout=30)
         log.close()
+
+
+def _wait_for(out: Path, deadline: float) -> None:
+    """Until the resumed agent has written `out` (or the deadline); a spinner on a terminal."""
+    if not sys.stdout.isatty():
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return
+    from fedhpc.ui.term import waiting
+
+    with waiting("the daemon runs the group; the agent is not running") as say:
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        say("the agent was resumed" if out.exists() else "no resume before the deadline")
 
 
 def _free_port(port: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from fedhpc.devfed import DevfedError, manager
@@ -13,7 +14,13 @@ __all__ = ["add_parser"]
 
 def _up(args: argparse.Namespace) -> int:
     plan = manager.default_plan()
-    report = manager.up(plan, timeout_s=args.timeout)
+    if sys.stdout.isatty() and not os.environ.get("FEDHPC_NO_PROGRESS"):
+        from fedhpc.ui.term import steps
+
+        with steps("devfed up", manager.UP_STEPS) as progress:
+            report = manager.up(plan, timeout_s=args.timeout, progress=progress)
+    else:
+        report = manager.up(plan, timeout_s=args.timeout)
     nodes = sum(len(c.nodes) for c in plan.clusters)
     if report.started:
         what = f"started {len(report.started)} daemons"

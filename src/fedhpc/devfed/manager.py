@@ -8,6 +8,7 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -129,12 +130,22 @@ def _nodes_ready(plan: FederationPlan, resumed: set[str]) -> bool:
     return ready
 
 
-def up(plan: FederationPlan, *, timeout_s: float = 180) -> UpReport:
-    """Start whatever is not running and wait until every node is idle; idempotent."""
+UP_STEPS = ("Debian packages", "configuration", "munge and mariadb", "slurmdbd",
+            "accounts", "controllers and nodes", "every node idle")  # fmt: skip
+
+
+def up(
+    plan: FederationPlan, *, timeout_s: float = 180, progress: Callable[[str], None] | None = None
+) -> UpReport:
+    """Start whatever is not running and wait until every node is idle; idempotent.
+    `progress` hears the name of each of UP_STEPS as it begins (the CLI's progress bar)."""
     t0 = time.monotonic()
+    step = progress or (lambda _name: None)
+    step(UP_STEPS[0])
     ensure_packages()
     require_root("start munge, mariadb and the Slurm daemons")
     report = UpReport()
+    step(UP_STEPS[1])
     prepare_dirs(plan)
     pass_file = plan.dbd_dir / "storage.pass"
     if not pass_file.exists():
@@ -151,13 +162,17 @@ def up(plan: FederationPlan, *, timeout_s: float = 180) -> UpReport:
     def phase(name: str) -> None:
         log.info("devfed.phase", done=name, t_s=round(time.monotonic() - t0, 2))
 
+    step(UP_STEPS[2])
     start_munge(plan, report.started)
     start_mariadb(plan, storage_pass, report.started)
     phase("mariadb")
+    step(UP_STEPS[3])
     start_slurmdbd(plan, dbd_changed, report.started)
     phase("slurmdbd")
+    step(UP_STEPS[4])
     _register(plan, invoking_users(), report)
     phase("register")
+    step(UP_STEPS[5])
     for c in plan.clusters:
         _controller(c, changed[c.name], report)
     for c in plan.clusters:
@@ -165,6 +180,7 @@ def up(plan: FederationPlan, *, timeout_s: float = 180) -> UpReport:
         _nodes(c, report)
     phase("daemons")
     resumed: set[str] = set()
+    step(UP_STEPS[6])
     left = max(10.0, timeout_s - (time.monotonic() - t0))
     wait_for(lambda: _nodes_ready(plan, resumed), "every node to be idle", left, step_s=0.5)
     report.elapsed_s = time.monotonic() - t0

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import IO
 
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 from fedhpc.ops.inspect import FederationView
 from fedhpc.ui.timeline import Bar, span, why
 
-__all__ = ["console", "federation_table", "timeline_table"]
+__all__ = ["console", "federation_table", "steps", "timeline_table", "waiting"]
 
 SITE_STYLES = ("blue", "dark_orange", "green", "magenta", "red", "cyan", "yellow")
 STATE_STYLES = {"completed": "green", "failed": "red", "timeout": "red", "running": "yellow",
@@ -108,3 +110,44 @@ def federation_table(view: FederationView) -> Table:
         if not s.partitions:
             table.add_row(s.site, "-", "-", "-", "-", "-", "-", fresh, health)
     return table
+
+
+def _progress(no_color: bool = False) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), console=console(no_color),
+                    transient=False)  # fmt: skip
+
+
+@contextmanager
+def steps(what: str, names: Sequence[str]) -> Iterator[Callable[[str], None]]:
+    """A progress bar over known steps: call the yielded function with each step's name as it
+    begins; the bar fills as steps are done."""
+    with _progress() as bar:
+        task = bar.add_task(what, total=len(names))
+        seen: list[str] = []
+
+        def begin(name: str) -> None:
+            if seen:
+                bar.advance(task)
+            seen.append(name)
+            bar.update(task, description=f"{what}: {name}")
+
+        yield begin
+        bar.update(task, completed=len(names), description=f"{what}: done")
+
+
+@contextmanager
+def waiting(what: str) -> Iterator[Callable[[str], None]]:
+    """A spinner with the time elapsed for a wait of unknown length; the yielded function
+    changes its text."""
+    with _progress() as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda text: bar.update(task, description=text)

@@ -1,0 +1,84 @@
+"""The benchmark figures, drawn with matplotlib (the optional `bench` extra:
+`pip install -e '.[bench]'`): the matched-rounds experiment's completion per policy per round,
+and the Figure-1 scatter of pending jobs vs free GPUs per site (medians as large markers).
+Writes SVG (vector, for the docs) and PNG."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["matched_rounds_figure"]
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # the bench extra is optional
+        raise SystemExit(
+            "the benchmark figures need matplotlib: pip install -e '.[bench]'"
+        ) from exc
+    return plt
+
+
+def matched_rounds_figure(
+    rounds: Sequence[Any], policies: Iterable[str], *, title: str, out_stem: Path
+) -> list[Path]:
+    """Left: completion of each policy's pick per round (black tick: the fastest observed).
+    Right: the queue shape per site at each round's snapshot (pending jobs vs free GPUs)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    fig.suptitle(title, fontsize=10)
+    for i, name in enumerate(policies):
+        xs, ys = [], []
+        for ri, r in enumerate(rounds, start=1):
+            job = r.jobs.get(r.picks.get(name, ""))
+            if job is not None and job.completion is not None:
+                xs.append(ri + (i - 2) * 0.06)
+                ys.append(job.completion)
+        left.plot(xs, ys, marker="o", ms=4, lw=1.3, color=COLORS[i % len(COLORS)], label=name)
+    best = []
+    for ri, r in enumerate(rounds, start=1):
+        got = [j.completion for j in r.jobs.values() if j.completion is not None]
+        if got:
+            best.append((ri, min(got)))
+    if best:
+        left.scatter(*zip(*best, strict=True), marker="_", s=220, color="black", lw=2,
+                     label="fastest observed", zorder=5)  # fmt: skip
+    left.set(title="completion of each policy's pick per round", xlabel="round",
+             ylabel="completion (s)")  # fmt: skip
+    left.set_ylim(bottom=0)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+
+    sites = sorted({s for r in rounds for s in r.queues})
+    rng = random.Random(0)  # jitter for overlapping points only  # noqa: S311
+    for si, site in enumerate(sites):
+        pts = [r.queues[site] for r in rounds if site in r.queues]  # (pending, free GPUs)
+        col = COLORS[si % len(COLORS)]
+        right.scatter([f + rng.uniform(-0.08, 0.08) for _, f in pts],
+                      [p + rng.uniform(-0.08, 0.08) for p, _ in pts],
+                      s=22, alpha=0.55, color=col, label=site)  # fmt: skip
+        if pts:
+            right.scatter([statistics.median(f for _, f in pts)],
+                          [statistics.median(p for p, _ in pts)],
+                          s=140, marker="D", color=col, edgecolor="black", zorder=5)  # fmt: skip
+    right.set(title="pending jobs vs free GPUs per site (large: median; Figure 1)",
+              xlabel="free GPUs", ylabel="pending jobs")  # fmt: skip
+    right.set_xlim(left=-0.5)
+    right.set_ylim(bottom=-0.5)
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    paths = [out_stem.with_suffix(".svg"), out_stem.with_suffix(".png")]
+    for p in paths:
+        fig.savefig(p, dpi=110, metadata={"Date": None} if p.suffix == ".svg" else None)
+    plt.close(fig)
+    return paths
