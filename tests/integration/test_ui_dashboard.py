@@ -276,6 +276,11 @@ def _in_pty(argv: list[str], env: dict[str, str], *, interrupt_after: float | No
     return code, b"".join(chunks).decode(errors="replace")
 
 
+def _rows(text: str) -> list[str]:
+    """The timeline's attempt rows (not its notes): they start with a site's name."""
+    return [ln for ln in text.splitlines() if ln.startswith(SITES) and re.search(r" #\d ", ln)]
+
+
 def _plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
@@ -287,12 +292,13 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     assert _colours(shown), repr(shown[:400])  # a terminal gets colour
     text = _plain(shown)
     assert f"group {kept.group_id}: completed, round 1 (completed 4)" in text, text
-    rows = [ln for ln in text.splitlines() if re.search(r"ckpt\d #\d", ln)]
+    rows = _rows(text)
     assert len(rows) == 5, text
     moved = [ln for ln in rows if "moved ✕" in ln]
-    assert len(moved) == 1 and "devanvil" in moved[0] and "✕" in moved[0], text
-    assert sum("re-placed" in ln for ln in rows) == 2, text  # the moved one and its successor
+    assert len(moved) == 1 and moved[0].startswith("devanvil") and "·✕" in moved[0], text
+    assert sum(ln.rstrip().endswith("re-placed") for ln in rows) == 1, text  # its successor
     assert all("█" in ln for ln in rows if ln not in moved), text  # each ran: a solid bar
+    assert re.search(r"ckpt\d #1: first placement; superseded \(re-placed to dev", text), text
 
     # NO_COLOR and --no-color: the same picture with no colour at all.
     _, no_env = _in_pty([*fedhpc, "group", kept.group_id, "--timeline"],
@@ -300,7 +306,7 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     _, no_flag = _in_pty([*fedhpc, "group", kept.group_id, "--timeline", "--no-color"], kept.env)
     for out in (no_env, no_flag):
         assert _colours(out) == set(), repr(out[:400])
-        assert len([ln for ln in _plain(out).splitlines() if re.search(r"ckpt\d #\d", ln)]) == 5
+        assert len(_rows(_plain(out))) == 5
 
     # One task: the re-placed child, on a pipe (no terminal: no escape codes at all).
     moved_task = re.search(r"^  (t\w+-\d) +1 devanvil .*superseded", kept.out, re.M)
@@ -309,8 +315,9 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert piped.returncode == 0, piped.stderr
     assert "\x1b[" not in piped.stdout
-    lines = [ln for ln in piped.stdout.splitlines() if re.search(r"ckpt\d #\d", ln)]
-    assert len(lines) == 2 and "moved ✕" in lines[0] and "re-placed" in lines[1], piped.stdout
+    lines = _rows(piped.stdout)
+    assert len(lines) == 2 and "moved ✕" in lines[0], piped.stdout
+    assert lines[1].rstrip().endswith("re-placed"), piped.stdout
 
 
 def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:

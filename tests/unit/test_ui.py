@@ -129,11 +129,12 @@ def test_terminal_timeline_draws_waits_runs_and_the_move(monkeypatch: pytest.Mon
     out.width = 160
     out.print(timeline_table(bars([moved]), title="task a", width=21, now=T0))
     text = buf.getvalue()
-    rows = [ln for ln in text.splitlines() if "a #" in ln]
+    rows = [ln for ln in text.splitlines() if ln.startswith(("devanvil", "devdelta"))]
     assert len(rows) == 2, text
     first, second = rows
     assert first.startswith("devanvil") and "✕" in first and "moved ✕" in first
     assert second.startswith("devdelta") and "re-placed" in second and "█" in second
+    assert "a #1: first placement; superseded (re-placed to devdelta/gpuA100x4)" in text
     # The moved attempt fills the first half of the axis; its successor the second half.
     assert first.index("✕") <= second.index("█") < second.rindex("█"), text
     empty = timeline_table([], title="task b", now=T0)

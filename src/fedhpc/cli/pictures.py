@@ -20,14 +20,15 @@ __all__ = ["add_parser", "task_timeline", "watch_status"]
 def task_timeline(args: argparse.Namespace) -> int:
     """One task's attempts on a time axis."""
     from fedhpc.ui.data import manifest
-    from fedhpc.ui.term import console, timeline_table
+    from fedhpc.ui.term import axis_width, console, timeline_table
     from fedhpc.ui.timeline import bars
 
     async def run() -> int:
         async with DaemonClient(DaemonSettings.from_env()) as client:
             m = await manifest(client, args.task_id)
         title = f"task {m.task_id}" + (f" ({m.name})" if m.name else "") + f": {m.state.value}"
-        console(args.no_color).print(timeline_table(bars([m]), title=title))
+        out = console(args.no_color)
+        out.print(timeline_table(bars([m]), title=title, width=axis_width(out)))
         return 0
 
     return anyio.run(run)
@@ -35,7 +36,7 @@ def task_timeline(args: argparse.Namespace) -> int:
 
 def _group(args: argparse.Namespace) -> int:
     from fedhpc.ui.data import MAX_CHILDREN, group_manifests
-    from fedhpc.ui.term import console, timeline_table
+    from fedhpc.ui.term import axis_width, console, timeline_table
     from fedhpc.ui.timeline import bars
 
     async def run() -> int:
@@ -65,7 +66,7 @@ def _group(args: argparse.Namespace) -> int:
                               "bars": [bar_json(b) for b in items]}, indent=2))  # fmt: skip
             return 0
         out = console(args.no_color)
-        out.print(timeline_table(items, title=title))
+        out.print(timeline_table(items, title=title, width=axis_width(out)))
         if omitted:
             out.print(f"({omitted} children after the first {MAX_CHILDREN} are not drawn)")
         return 0

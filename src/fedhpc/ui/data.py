@@ -22,7 +22,7 @@ async def group_manifests(
     client: DaemonClient, group_id: str, *, limit: int = MAX_CHILDREN
 ) -> tuple[GroupView, list[ResultManifest], int]:
     """The group, its first `limit` children's manifests in order, and how many were left out."""
-    group = await client.group(group_id)
+    group = await client.group(group_id, limit=limit)  # one page: the first `limit` children
     shown = group.children[:limit]
     found: dict[str, ResultManifest] = {}
 

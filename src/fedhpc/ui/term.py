@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import IO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +19,7 @@ from rich.text import Text
 from fedhpc.ops.inspect import FederationView
 from fedhpc.ui.timeline import Bar, span, why
 
-__all__ = ["console", "federation_table", "steps", "timeline_table", "waiting"]
+__all__ = ["axis_width", "console", "federation_table", "steps", "timeline_table", "waiting"]
 
 SITE_STYLES = ("blue", "dark_orange", "green", "magenta", "red", "cyan", "yellow")
 STATE_STYLES = {"completed": "green", "failed": "red", "timeout": "red", "running": "yellow",
@@ -57,22 +57,22 @@ def _axis(b: Bar, t0: datetime, t1: datetime, width: int, now: datetime) -> Text
     return text
 
 
-def timeline_table(items: Sequence[Bar], *, title: str, width: int = 48,
-                   now: datetime | None = None) -> Table | Text:  # fmt: skip
-    """Every attempt on one time axis, grouped by site; how each came to be and why."""
+def timeline_table(items: Sequence[Bar], *, title: str, width: int = 40,
+                   now: datetime | None = None) -> Group | Text:  # fmt: skip
+    """Every attempt on one time axis, grouped by site, with how it came to be; then one
+    line per attempt saying why (the placement's reason)."""
     now = now or datetime.now(UTC)
     axis = span(items, now)
     if axis is None:
         return Text(f"{title}: no attempt has been submitted yet")
     t0, t1 = axis
-    secs = (t1 - t0).total_seconds()
+    secs = f"{(t1 - t0).total_seconds():.0f}s"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
-    table.add_column("SITE")
-    table.add_column("ATTEMPT")
-    table.add_column("STATE")
-    label = f"0s{' ' * (width - 2 - len(f'{secs:.0f}s'))}{secs:.0f}s"
-    table.add_column(label, no_wrap=True)
-    table.add_column("HOW / WHY", overflow="fold")
+    for head in ("SITE", "ATTEMPT", "STATE"):
+        table.add_column(head, no_wrap=True)
+    table.add_column(f"0s{' ' * max(1, width - 2 - len(secs))}{secs}", no_wrap=True)
+    table.add_column("HOW", no_wrap=True)
+    notes = Text()
     sites = sorted({b.site for b in items})
     colours = {s: SITE_STYLES[i % len(SITE_STYLES)] for i, s in enumerate(sites)}
     for site in sites:
@@ -82,9 +82,16 @@ def timeline_table(items: Sequence[Bar], *, title: str, width: int = 48,
             if b.superseded:
                 how = ", ".join(x for x in (how, "moved ✕") if x)
             table.add_row(Text(site, style=colours[site]), b.label, state,
-                          _axis(b, t0, t1, width, now),
-                          Text(how, style="bold") + Text(f"  {why(b)}", style="dim"))  # fmt: skip
-    return table
+                          _axis(b, t0, t1, width, now), Text(how, style="bold"))  # fmt: skip
+            notes.append(f"  {b.label}: ", style="bold")
+            notes.append(why(b) + "\n")
+    legend = Text("  · waiting in a queue   █ running   ✕ moved elsewhere\n", style="dim")
+    return Group(table, legend, notes)
+
+
+def axis_width(out: Console) -> int:
+    """A time axis that fits the console beside the other columns (20 to 60 cells)."""
+    return max(20, min(60, out.width - 60))
 
 
 def federation_table(view: FederationView) -> Table:
