@@ -8,7 +8,7 @@ import shutil
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,14 @@ from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.collector import Collector
-from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.domain import JobState, ResourceEnvelope, Shape
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
-from fedhpc.orchestrator import Orchestrator
+from fedhpc.orchestrator import Orchestrator, estimates
 from fedhpc.orchestrator.records import TaskRecord, new_id
 from fedhpc.placement import Placement
 from fedhpc.profiles import Site, load_federation
 from fedhpc.store import Store
-from tests.integration.daemon_util import drain, running, wait_terminal
+from tests.integration.daemon_util import drain, running, sbatch, wait_terminal
 
 pytestmark = pytest.mark.devfed
 
@@ -145,7 +145,7 @@ async def test_a_batch_of_children_shares_one_call_per_site(fed: Any, tmp_path: 
     async with _orchestrator(tmp_path) as (o, counted):
         tasks = [_task(GPU1) for _ in range(6)] + [_task({**GPU1, "cpus": {"min": 8, "max": 8}})]
         with anyio.fail_after(60):
-            answer = await o.prefetch(tasks, history=None, ledger=o.ledger())
+            answer = await estimates.prefetch(o, tasks, history=None, ledger=o.ledger())
         assert answer is not None and answer.starts
         calls = {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()}
         assert set(calls.values()) == {1}  # two shapes, seven tasks: one call per site
@@ -207,3 +207,32 @@ async def test_get_result_names_the_estimate_that_decided(fed: Any, tmp_path: Pa
         assert "(scheduler" in done.provenance.decision, done.provenance.decision
         r = await client.get_result(ResultRequest(task_id=handle.task_id))
         assert r.provenance is not None and "(scheduler" in r.provenance.decision
+
+
+async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_accounting(
+    fed: Any, tmp_path: Path
+) -> None:
+    # Three jobs fedhpc never submitted, on devvista/gh: the learned estimator counts them.
+    ids = [sbatch(fed, "devvista", "-p", "gh", "-A", "fedhpc-gpu", "--gres=gpu:gh200:1",
+                  "-c", "4", "-t", "5", "-o", "/dev/null", "--wrap", "true")
+           for _ in range(3)]  # fmt: skip
+    async with _orchestrator(tmp_path) as (o, counted):
+        with anyio.fail_after(60):
+            while True:
+                await estimates.learn_from_accounting(o, force=True)
+                recent = datetime.now(UTC) - timedelta(minutes=5)
+                seen = [w for w in o.user_waits.get("devvista", []) if w.partition == "gh"
+                        and w.gpus == 1 and w.observed_at >= recent]  # fmt: skip
+                if len(seen) >= 3:
+                    break
+                await anyio.sleep(1)
+        assert all(w.wait_s >= 0 for w in seen)
+        # One sacct per site per read, and not again within ACCOUNTING_EVERY_S.
+        reads = sum("sacct" in c and "--user=" in c for c in counted["devvista"].calls)
+        await estimates.learn_from_accounting(o)
+        assert sum("sacct" in c and "--user=" in c for c in counted["devvista"].calls) == reads
+        history = await o.wait_history()
+        assert history is not None
+        got = history.estimate("devvista", "gh", Shape(cpus=4, gpus=1, wall_time_s=600))
+        assert got is not None and got.source.startswith("learned:gpu:1 (n=")
+    assert ids

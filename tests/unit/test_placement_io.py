@@ -76,3 +76,30 @@ def test_the_cache_holds_answers_and_failures_for_one_cycle_and_forgets_a_placed
     assert cache.get(b) is None and cache.failed("hung") is None
     cache.prune()
     assert cache.get(b) is None
+
+
+def test_accounting_rows_become_wait_observations_by_size_and_fedhpcs_own_are_left_out() -> None:
+    from datetime import timedelta
+
+    from fedhpc.adapters.dialects.slurm import SlurmDialect
+    from fedhpc.domain import AccountingRecord, JobState
+    from fedhpc.orchestrator.estimates import _observation
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def row(name: str, tres: dict[str, str], start: datetime | None) -> AccountingRecord:
+        return AccountingRecord(job_id="1", name=name, partition="gpu", state=JobState.RUNNING,
+                                native_state="RUNNING", submit=t - timedelta(seconds=5),
+                                eligible=t, start=start, alloc_tres=tres)  # fmt: skip
+
+    two_nodes = {"node": "2", "gres/gpu": "8", "cpu": "32"}
+    got = _observation("s", row("train", two_nodes, t + timedelta(seconds=90)))
+    assert got is not None
+    assert (got.partition, got.nodes, got.gpus, got.cpus, got.wait_s) == ("gpu", 2, 4, 16, 90.0)
+    assert _observation("s", row("train", two_nodes, None)) is None  # not started: no wait yet
+    ours = row("fedhpc-t1a2b3c4d5e-1", two_nodes, t)
+    assert _observation("s", ours) is None  # its attempt records the wait already
+    assert _observation("s", row("fedhpc-load-x-1", {}, t)) is not None  # not a fedhpc task
+    argv = SlurmDialect().user_jobs_command("alice", 86400).argv
+    assert argv[:4] == ("sacct", "--noheader", "--parsable2", "--allocations")
+    assert "--user=alice" in argv and "--starttime=now-86400seconds" in argv

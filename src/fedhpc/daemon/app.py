@@ -48,6 +48,7 @@ from fedhpc.ops.tasks import (
 from fedhpc.orchestrator import (
     Orchestrator,
     cancel,
+    estimates,
     get_result,
     group_view,
     hinted,
@@ -296,7 +297,7 @@ def build_app(state: DaemonState) -> Starlette:
         return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
 
     async def estimators(request: Request) -> Response:
-        rows = (await o.estimator_errors()).rows()
+        rows = (await estimates.errors(o)).rows()
         return JSONResponse({
             "estimators": [
                 {"site": e.site, "partition": e.partition, "method": e.method, "n": e.n,

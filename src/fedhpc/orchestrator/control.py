@@ -11,7 +11,7 @@ import structlog
 
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
-from fedhpc.orchestrator import staging
+from fedhpc.orchestrator import estimates, staging
 from fedhpc.orchestrator.records import ACTIVE, AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Ended, Orchestrator
 from fedhpc.placement import Placement
@@ -22,8 +22,13 @@ log = structlog.get_logger(__name__)
 
 
 async def tick(o: Orchestrator) -> None:
-    """Observe, then adapt. Holds the orchestrator's lock: one writer at a time."""
+    """Observe, then adapt. Holds the orchestrator's lock: one writer at a time. Outside it,
+    now and then, the user's jobs from each site's accounting (the learned wait estimator)."""
     o.count_cycle()
+    try:
+        await estimates.learn_from_accounting(o)
+    except Exception:  # estimates only: never stalls the cycle
+        log.exception("reading the user's accounting failed")
     async with o.lock:
         rows = await o.store.attempts_in(ACTIVE)
         by_site: dict[str, list[AttemptRecord]] = defaultdict(list)

@@ -13,6 +13,7 @@ import structlog
 from fedhpc.adapters.site import WorkdirFailed
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
+from fedhpc.orchestrator import estimates
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
@@ -115,7 +116,7 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
     spread: dict[str, bool] = {}
     jobs: list[tuple[TaskRecord, Placement]] = []
     # One scheduler answer for the whole batch (a group's children share it): one call per site.
-    answer = await o.prefetch(tasks, history=history, ledger=ledger) if tasks else None
+    answer = await estimates.prefetch(o, tasks, history=history, ledger=ledger) if tasks else None
     for task in tasks:
         gid = task.group_id
         if (key := hold_key(task)) in held:

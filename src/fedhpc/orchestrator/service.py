@@ -24,13 +24,12 @@ from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.ops.workdir import resolve_workdir
-from fedhpc.orchestrator import idem, staging, workdirs
+from fedhpc.orchestrator import estimates, idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
 from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation, place
-from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
+from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
-from fedhpc.placement.settings import PolicyKind, WaitMethod
-from fedhpc.placement_io import EstimateCache, SchedulerAnswer, ask_scheduler, requests_from_trace
+from fedhpc.placement_io import EstimateCache, SchedulerAnswer
 from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
@@ -145,7 +144,11 @@ class Orchestrator:
         # is what records finished attempts), shared by every decision until the next one.
         self._waits: tuple[WaitHistory | None] | None = None
         self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
-        self._errors: EstimatorErrors | None = None  # the estimators' errors, per cycle too
+        self.estimator_errors: EstimatorErrors | None = None  # per cycle too (estimates.errors)
+        # The user's other jobs' waits per site, from the schedulers' accounting, and when each
+        # site's accounting was last read (monotonic): estimates.learn_from_accounting.
+        self.user_waits: dict[str, list[WaitObservation]] = {}
+        self.accounting_read: dict[str, float] = {}
         # The schedulers' start estimates (sbatch --test-only): kept for one control cycle, a
         # site asked for at most `estimate_timeout_s` per decision (then learned, then paper).
         self.estimates = EstimateCache(ttl_s=cycle_s)
@@ -211,6 +214,7 @@ class Orchestrator:
                         nodes=a.shape.nodes, wait_s=a.wait_s, observed_at=a.ended_at,
                     )
                 )  # fmt: skip
+        out.extend(estimates.user_waits(self))  # the user's other jobs, every partition
         return out
 
     async def wait_history(self) -> WaitHistory | None:
@@ -226,24 +230,7 @@ class Orchestrator:
     def new_cycle(self) -> None:
         """A control cycle recorded what it observed: the next decision rebuilds the index."""
         self._waits = None
-        self._errors = None
-
-    async def estimator_errors(self) -> EstimatorErrors:
-        """Each estimator's recent error per site and partition: the waits predicted when jobs
-        were placed against the waits accounting reported. Built once per control cycle."""
-        if self._errors is None:
-            obs = []
-            for row in await self.store.finished_attempts():
-                a = AttemptRecord.from_row(row)
-                if a.wait_s is None or a.started_at is None:
-                    continue
-                for method, predicted in a.predicted_waits.items():
-                    obs.append(ErrorObservation(a.site, a.partition, method, predicted,
-                                                a.wait_s, a.started_at))  # fmt: skip
-            s = Policy().settings
-            self._errors = EstimatorErrors(obs, now=self.clock(), window_s=s.learned_window_s,
-                                           min_samples=s.learned_min_samples)  # fmt: skip
-        return self._errors
+        self.estimator_errors = None
 
     def ledger(self) -> Ledger:
         """Claims of jobs dispatched after their site's last probe; older ones are dropped."""
@@ -273,7 +260,7 @@ class Orchestrator:
         self.placed_at[(site, partition)] = self.estimates.clock()
         self.estimates.drop_partition(site, partition)
 
-    def _plan(
+    def plan(
         self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
         waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
     ) -> tuple[Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable],
@@ -298,7 +285,7 @@ class Orchestrator:
             avoid: tuple[str, ...], answer: SchedulerAnswer | None
         ) -> Placement | Unschedulable:
             e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
-            starts, notes = self._fresh(answer) if answer is not None else (None, None)
+            starts, notes = estimates.fresh(self, answer) if answer else (None, None)
             return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
                          task_budget=req.task_budget, ledger=ledger, estimates=starts,
                          estimate_notes=notes, errors=errors)  # fmt: skip
@@ -307,60 +294,6 @@ class Orchestrator:
         if set(avoid) >= known - set(drop):
             avoid = ()  # every usable system already has a sibling: spreading cannot help
         return attempt, avoid, policy
-
-    def _fresh(self, answer: SchedulerAnswer) -> tuple[dict[tuple[str, str, str], datetime],
-                                                       dict[str, str]]:  # fmt: skip
-        """The answers not older than a job fedhpc placed on their partition since."""
-        starts = {}
-        notes = dict(answer.notes)
-        for key, start in answer.starts.items():
-            placed = self.placed_at.get(key[:2])
-            if placed is not None and placed >= answer.asked_at.get(key, 0.0):
-                notes.setdefault(key[0], "asked before fedhpc placed a job on that partition")
-                continue
-            starts[key] = start
-        return starts, notes
-
-    @staticmethod
-    def asks_scheduler(policy: Policy) -> bool:
-        return policy.kind is not PolicyKind.SHORTEST_QUEUE and policy.wait in (
-            WaitMethod.AUTO, WaitMethod.SCHEDULER)  # fmt: skip
-
-    def _skip(self) -> dict[str, str]:
-        """Sites not to ask: known offline (the last probe failed)."""
-        return {s: "offline (its last probe failed)" for s in self.sites if self.offline(s)}
-
-    async def ask(self, firsts: list[Placement | Unschedulable]) -> SchedulerAnswer:
-        """The schedulers' start estimates for the top candidates of first (pure) passes: one
-        batched remote call per site, all sites at once, answers reused within the cycle."""
-        reqs = [r for f in firsts if isinstance(f, Placement) for r in requests_from_trace(f.trace)]
-        return await ask_scheduler(reqs, self.adapters, timeout_s=self.estimate_timeout_s,
-                                   cache=self.estimates, skip=self._skip())  # fmt: skip
-
-    async def prefetch(
-        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger | None
-    ) -> SchedulerAnswer | None:
-        """One scheduler answer for a batch of tasks (a group's children): their first passes'
-        top candidates, asked together, one call per site."""
-        waits = history if history is not None else await self.wait_history()
-        plans = []
-        seen: set[str] = set()
-        for task in tasks:
-            sig = task.request.envelope.model_dump_json() + repr(task.excluded_sites)
-            if sig in seen:
-                continue  # children of one template: one first pass for all
-            seen.add(sig)
-            attempt, avoid, policy = self._plan(task, exclude=(), wall_s=None, waits=waits,
-                                                ledger=ledger)  # fmt: skip
-            if self.asks_scheduler(policy):
-                plans.append((attempt, avoid))
-        if not plans:
-            return None
-
-        def first_passes() -> list[Placement | Unschedulable]:
-            return [attempt(avoid, None) for attempt, avoid in plans]
-
-        return await self.ask(await anyio.to_thread.run_sync(first_passes))
 
     async def decide(
         self,
@@ -375,20 +308,20 @@ class Orchestrator:
         """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
         (soft: dropped when nothing else fits). A batch passes its `history`, `ledger` and the
         schedulers' `answer` for all its tasks; alone, the top candidates of a first pass are
-        asked here (`ask`)."""
+        asked here (`estimates.ask`)."""
         waits = history if history is not None else await self.wait_history()
-        attempt, avoid, policy = self._plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
+        attempt, avoid, policy = self.plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
                                             ledger=ledger,
-                                            errors=await self.estimator_errors())  # fmt: skip
+                                            errors=await estimates.errors(self))  # fmt: skip
         # Placement is pure CPU work (a batch places dozens of tasks without an await between
         # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
-        if answer is None and self.asks_scheduler(policy):
+        if answer is None and estimates.asks_scheduler(policy):
             first = await anyio.to_thread.run_sync(attempt, avoid, None)
             if not isinstance(first, Placement) and avoid:
                 first = await anyio.to_thread.run_sync(attempt, (), None)
             if not isinstance(first, Placement):
                 return first  # no feasible candidate: nothing to ask about
-            answer = await self.ask([first])
+            answer = await estimates.ask(self, [first])
         decision = await anyio.to_thread.run_sync(attempt, avoid, answer)
         if avoid and isinstance(decision, Unschedulable):
             decision = await anyio.to_thread.run_sync(attempt, (), answer)

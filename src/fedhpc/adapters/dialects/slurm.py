@@ -145,6 +145,13 @@ class SlurmDialect:
         argv = ("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={_ids(job_ids)}")
         return Command((*argv, f"--format={SACCT_FIELDS}"), env=_ENV)
 
+    def user_jobs_command(self, user: str, since_s: int) -> Command:
+        """`sacct` for every job of `user` active in the last `since_s` seconds, fedhpc's or not:
+        what the learned wait estimator learns from (parsed by `parse_accounting`)."""
+        argv = ("sacct", "--noheader", "--parsable2", "--allocations", f"--user={user}",
+                f"--starttime=now-{max(int(since_s), 1)}seconds")  # fmt: skip
+        return Command((*argv, f"--format={SACCT_FIELDS}"), env=_ENV)
+
     def parse_accounting(
         self, result: CommandResult, *, now: datetime | None = None
     ) -> list[AccountingRecord]:
