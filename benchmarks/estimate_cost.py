@@ -12,7 +12,12 @@ Prints decision latency (median, p95, max; target p95 <= 1 s), test-only calls p
 and calls per candidate site (target <= 1), plus the same decisions without asking (learned /
 paper only) for comparison.
 
-Run: .venv/bin/python benchmarks/estimate_cost.py [--decisions 60] [--cycle 6] [--json]
+`--hang SITE` points SITE's Slurm commands at a controller that accepts and never answers:
+the decision that meets it waits the estimate timeout once per cycle, then the site's failure
+is remembered for the cycle.
+
+Run: .venv/bin/python benchmarks/estimate_cost.py [--decisions 60] [--cycle 6] [--hang SITE]
+     [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -34,6 +41,7 @@ os.environ.setdefault("FEDHPC_DEVFED", "1")
 
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.tasks import SubmitTaskRequest
@@ -41,7 +49,7 @@ from fedhpc.orchestrator import Orchestrator
 from fedhpc.orchestrator.records import TaskRecord, new_id
 from fedhpc.placement import Placement
 from fedhpc.placement_io import EstimateCache, SchedulerAnswer
-from fedhpc.profiles import load_federation
+from fedhpc.profiles import Site, load_federation
 from fedhpc.store import Store
 
 KINDS = (
@@ -80,12 +88,31 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
 
 
-async def run(n: int, cycle: int) -> dict[str, Any]:
+def _hung(site: Site, port: int, tmp: Path) -> Any:
+    """`site`'s transport with its Slurm commands sent to a controller that never answers."""
+    src = Path(site.transport.env["SLURM_CONF"])
+    conf = tmp / f"{site.name}-conf"
+    conf.mkdir()
+    for f in src.parent.glob("*.conf"):
+        shutil.copy(f, conf / f.name)
+    lines = [f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
+             for ln in (conf / "slurm.conf").read_text().splitlines()]  # fmt: skip
+    (conf / "slurm.conf").write_text("\n".join(lines) + "\n")
+    env = {"SLURM_CONF": str(conf / "slurm.conf")}
+    return LocalTransport(site.transport.model_copy(update={"env": env}))
+
+
+async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
     sites = load_federation()
     probe = {k: open_adapter(s) for k, s in sites.items()}
-    counted = {k: Counting(open_adapter(s).transport) for k, s in sites.items()}
-    adapters = {k: SiteAdapter(s, counted[k]) for k, s in sites.items()}  # type: ignore[arg-type]
     tmp = Path(tempfile.mkdtemp(prefix="fedhpc-estimate-cost-"))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    port = silent.getsockname()[1]
+    counted = {k: Counting(_hung(s, port, tmp) if k == hang else open_adapter(s).transport)
+               for k, s in sites.items()}  # fmt: skip
+    adapters = {k: SiteAdapter(s, counted[k]) for k, s in sites.items()}  # type: ignore[arg-type]
     store = await Store.open(tmp / "b.db")
     try:
         collector = Collector(sites, probe, store, refresh_s=60, probe_timeout_s=20)
@@ -93,10 +120,12 @@ async def run(n: int, cycle: int) -> dict[str, Any]:
         o = Orchestrator(store, collector, adapters, cycle_s=3600)
         rows = []
         for ask in (True, False):
-            o.estimates = EstimateCache(ttl_s=3600)
+            clock = [0.0]  # a control cycle of 10 s every `cycle` decisions
+            o.estimates = EstimateCache(ttl_s=10.0, clock=lambda c=clock: c[0])
+            o.placed_at = {}
             for i in range(n):
-                if i % cycle == 0:
-                    o.estimates = EstimateCache(ttl_s=3600)  # a new control cycle
+                if i and i % cycle == 0:
+                    clock[0] += 10.0
                 task = _task(i)
                 before = sum(c.test_only for c in counted.values())
                 t0 = time.perf_counter()
@@ -111,8 +140,9 @@ async def run(n: int, cycle: int) -> dict[str, Any]:
                 rows.append({"ask": ask, "latency_s": dt, "calls": calls,
                              "candidate_sites": cand_sites,
                              "source": d.estimates.wait_source.split(";")[0]})  # fmt: skip
-        return {"rows": rows, "decisions": n, "cycle": cycle}
+        return {"rows": rows, "decisions": n, "cycle": cycle, "hang": hang}
     finally:
+        silent.close()
         await store.close()
         for a in [*probe.values(), *adapters.values()]:
             await a.transport.aclose()
@@ -151,12 +181,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decisions", type=int, default=60)
     ap.add_argument("--cycle", type=int, default=6, help="decisions per control cycle")
+    ap.add_argument("--hang", default=None, help="a site whose controller never answers")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from fedhpc.logs import configure_logging
 
     configure_logging("warning")
-    report = anyio.run(run, args.decisions, args.cycle)
+    report = anyio.run(run, args.decisions, args.cycle, args.hang)
+    if args.hang:
+        print(f"{args.hang}'s scheduler hangs (a silent controller port); estimate timeout 2 s")
     if args.json:
         json.dump(report, sys.stdout, indent=1)
     print(summarize(report))

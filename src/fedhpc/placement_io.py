@@ -96,14 +96,18 @@ class _TestOnly(Protocol):
 class EstimateCache:
     """Answers within one control cycle: a shape asked once is not asked again until `ttl_s`
     has passed; a site that failed (timeout, transport error) is not asked again either, so a
-    hung site costs one timeout per cycle, not one per decision."""
+    hung site costs one timeout per cycle, not one per decision, and a site that keeps failing
+    is asked less often still (the pause doubles per failure in a row, up to 8 cycles)."""
+
+    MAX_BACKOFF = 8
 
     def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
         self.clock = clock
         # cache key -> (start or None when the scheduler refused that shape, asked at)
         self._answers: dict[tuple[str, str, str | None, str | None, str], tuple[datetime | None, float]] = {}  # fmt: skip  # noqa: E501
-        self._failed: dict[str, tuple[str, float]] = {}  # site -> (why, when)
+        self._failed: dict[str, tuple[str, float]] = {}  # site -> (why, until)
+        self._streak: dict[str, int] = {}  # site -> failures in a row
         self.calls = 0  # remote calls made in all (for benchmarks and status)
 
     def _fresh(self, at: float) -> bool:
@@ -115,13 +119,16 @@ class EstimateCache:
 
     def failed(self, site: str) -> str | None:
         hit = self._failed.get(site)
-        return hit[0] if hit is not None and self._fresh(hit[1]) else None
+        return hit[0] if hit is not None and self.clock() < hit[1] else None
 
     def put(self, req: EstimateRequest, start: datetime | None, at: float) -> None:
         self._answers[req.cache_key] = (start, at)
+        self._streak.pop(req.site, None)
 
     def fail(self, site: str, why: str) -> None:
-        self._failed[site] = (why, self.clock())
+        n = self._streak[site] = self._streak.get(site, 0) + 1
+        pause = self.ttl_s * min(2 ** (n - 1), self.MAX_BACKOFF)
+        self._failed[site] = (why, self.clock() + pause)
 
     def drop_partition(self, site: str, partition: str) -> None:
         """A job was placed there: the scheduler's earlier answers no longer hold."""
@@ -130,7 +137,7 @@ class EstimateCache:
 
     def prune(self) -> None:
         self._answers = {k: v for k, v in self._answers.items() if self._fresh(v[1])}
-        self._failed = {k: v for k, v in self._failed.items() if self._fresh(v[1])}
+        self._failed = {k: v for k, v in self._failed.items() if self.clock() < v[1]}
 
 
 def requests_from_trace(

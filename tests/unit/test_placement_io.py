@@ -76,6 +76,22 @@ def test_the_cache_holds_answers_and_failures_for_one_cycle_and_forgets_a_placed
     assert cache.get(b) is None and cache.failed("hung") is None
     cache.prune()
     assert cache.get(b) is None
+    # Failing again in a row: the pause doubles (20 s), up to 8 cycles; an answer resets it.
+    cache.fail("hung", "no answer within 2 s")
+    now[0] = 125.0
+    assert cache.failed("hung") is not None
+    now[0] = 131.0
+    assert cache.failed("hung") is None
+    for _ in range(6):
+        cache.fail("hung", "x")
+    now[0] += 79.0
+    assert cache.failed("hung") == "x"
+    now[0] += 2.0
+    assert cache.failed("hung") is None
+    cache.put(_req("hung"), start, now[0])
+    cache.fail("hung", "y")
+    now[0] += 10.5
+    assert cache.failed("hung") is None
 
 
 def test_accounting_rows_become_wait_observations_by_size_and_fedhpcs_own_are_left_out() -> None:
