@@ -389,6 +389,10 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         + "; ".join(f"{k}: {v}" for k, v in PAPER.items())
         + ".",
     ]
+    said = [(r.index, r.decisions["daemon"]) for r in rounds if "daemon" in r.decisions]
+    if said:
+        lines += ["", "The daemon's decisions (its `decision` line, as get_result shows it):", ""]
+        lines += [f"- round {i}: {d}" for i, d in said]
     md = RESULTS / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
     if getattr(args, "from_csv", None):
