@@ -207,6 +207,19 @@ async def test_get_result_names_the_estimate_that_decided(fed: Any, tmp_path: Pa
         assert "(scheduler" in done.provenance.decision, done.provenance.decision
         r = await client.get_result(ResultRequest(task_id=handle.task_id))
         assert r.provenance is not None and "(scheduler" in r.provenance.decision
+        # Once accounting gives the observed wait, the estimators are judged on it.
+        (att,) = r.attempts
+        with anyio.fail_after(60):
+            while True:
+                body = await client.estimators()
+                rows = [e for e in body["estimators"]
+                        if (e["site"], e["partition"]) == (att.site, att.partition)]  # fmt: skip
+                if rows:
+                    break
+                await anyio.sleep(1)
+        assert body["scheduler_calls"] >= 1
+        assert {e["method"] for e in rows} >= {"scheduler", "paper"}
+        assert all(e["n"] == 1 and e["median_abs_error_s"] >= 0 for e in rows)
 
 
 async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_accounting(
