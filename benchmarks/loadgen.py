@@ -93,15 +93,15 @@ STREAMS: tuple[Stream, ...] = (
 # opposite of how soon a new job starts, without any dependency-blocked job.
 CHURN: tuple[Stream, ...] = (
     # CPU: devdelta cpu, a line of quarter-node 15-40 s jobs; the empty CPU queues are held.
-    Stream("devdelta", "cpu", 12.0, ((16, 0),), (15, 40), 8, initial=((16, 0, 30),) * 8),
+    Stream("devdelta", "cpu", 12.0, ((16, 0),), (10, 25), 8, initial=((16, 0, 20),) * 8),
     Stream("devanvil", "shared", 0.0, ((128, 0),), (60, 60), 0, initial=((128, 0, 2400),)),
     Stream("devanvil", "debug", 0.0, ((128, 0),), (60, 60), 0, initial=((128, 0, 1650),)),
     Stream("devvista", "gg", 0.0, ((144, 0),), (60, 60), 0, initial=((144, 0, 2400),)),
     # GPU: devdelta's two partitions, lines of short 1- and 2-GPU jobs; the rest held.
-    Stream("devdelta", "gpuA100x4", 8.0, ((8, 2), (4, 1)), (15, 40), 6,
-           initial=((8, 2, 30),) * 6, gpu=True),
-    Stream("devdelta", "gpuA40x4", 8.0, ((8, 2), (8, 4)), (15, 40), 6,
-           initial=((8, 2, 30),) * 6, gpu=True),
+    Stream("devdelta", "gpuA100x4", 8.0, ((8, 2), (4, 1)), (10, 25), 6,
+           initial=((8, 2, 20),) * 6, gpu=True),
+    Stream("devdelta", "gpuA40x4", 8.0, ((8, 2), (8, 4)), (10, 25), 6,
+           initial=((8, 2, 20),) * 6, gpu=True),
     Stream("devdeltaai", "ghx4", 0.0, ((8, 4),), (60, 60), 0, initial=((8, 4, 2400),),
            gpu=True),
     Stream("devdeltaai", "ghx4-interactive", 0.0, ((8, 4),), (60, 60), 0,

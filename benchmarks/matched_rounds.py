@@ -462,7 +462,7 @@ async def experiment(args, rounds: list[Round], load: LoadGenerator | None = Non
     try:
         for i in range(args.rounds):
             kind = KINDS[i % len(KINDS)]
-            lo, hi = (5, 15) if args.quick else (20, 90)
+            lo, hi = args.sleep or ((5, 15) if args.quick else (20, 90))
             sleep_s = rng.randint(lo, hi)
             t0 = time.monotonic()
             r = await run_round(
@@ -525,6 +525,10 @@ def main() -> None:
     ap.add_argument("--fixed-site", default="devdelta")
     ap.add_argument("--load", choices=sorted(LOADS), default="figure1", help="background load")
     ap.add_argument("--no-daemon", action="store_true", help="leave out the daemon policy")
+    ap.add_argument(
+        "--sleep", default=None, type=lambda v: tuple(int(x) for x in v.split("-", 1)),
+        help="LO-HI seconds of the matched job (default 20-90; --quick 5-15)",
+    )  # fmt: skip
     ap.add_argument("--round-timeout", type=float, default=None, help="s; then jobs are censored")
     ap.add_argument("--warmup", type=float, default=None, help="s of load before round 0")
     ap.add_argument(
