@@ -395,8 +395,13 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         lines += [f"- round {i}: {d}" for i, d in said]
     md = RESULTS / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
+    title = (f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
+             f"{' (--quick)' if args.quick else ''}; {machine}")  # fmt: skip
     if getattr(args, "from_csv", None):
-        return [md]  # the table only: the CSV is the input, the plot needs the snapshots
+        if any(r.queues for r in rounds):  # a CSV with the snapshots' queues: redraw too
+            return [md, *matched_rounds_figure(rounds, POLICIES, title=title,
+                                               out_stem=RESULTS / stem)]  # fmt: skip
+        return [md]  # the table only: an older CSV has no queue snapshots for the figure
     csv_path = RESULTS / f"{stem}.csv"
     with csv_path.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -420,6 +425,8 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
                 "completion_s",
                 "fastest_s",
                 "picked_by",
+                "site_pending",
+                "site_free_gpus",
             ]
         )
         for r in rounds:
@@ -444,10 +451,9 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
                         j.completion,
                         best,
                         " ".join(p for p, k in sorted(r.picks.items()) if k == key),
+                        *r.queues.get(j.site, ("", "")),
                     ]
                 )
-    title = (f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
-             f"{' (--quick)' if args.quick else ''}; {machine}")  # fmt: skip
     figures = matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)
     return [md, csv_path, *figures]
 
@@ -494,7 +500,8 @@ async def experiment(args, rounds: list[Round], load: LoadGenerator | None = Non
 
 
 def rounds_from_csv(path: Path) -> tuple[list[Round], int, datetime]:
-    """Rounds back from a run's CSV (no queue snapshots): recompute the table without rerunning."""
+    """Rounds back from a run's CSV: recompute the table (and, when the CSV has the queue
+    snapshots, the figure) without rerunning."""
 
     def t(v: str) -> datetime | None:
         return datetime.fromisoformat(v) if v else None
@@ -513,6 +520,8 @@ def rounds_from_csv(path: Path) -> tuple[list[Round], int, datetime]:
                               row["censored"] == "1")  # fmt: skip
             for name in row["picked_by"].split():
                 r.picks[name] = key
+            if row.get("site_pending"):  # runs since the matplotlib figures record the queues
+                r.queues[row["site"]] = (int(row["site_pending"]), int(row["site_free_gpus"]))
     done = [rounds[i] for i in sorted(rounds)]
     return done, seed, min(r.taken_at for r in done)
 
