@@ -329,3 +329,17 @@ def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
     for site in SITES:
         assert site in text
     assert _colours(shown)
+
+
+def test_devfed_up_shows_its_steps_on_a_terminal_and_plain_lines_on_a_pipe(kept: Kept) -> None:
+    """The federation is up (the fixture used it): `devfed up` is idempotent and quick."""
+    argv = [sys.executable, "-m", "fedhpc.cli.main", "devfed", "up"]
+    code, shown = _in_pty(argv, kept.env)
+    assert code == 0, shown
+    text = _plain(shown)
+    assert "devfed up: done" in text and "7/7" in text, text
+    assert "devfed up: 4 clusters" in text, text
+    piped = subprocess.run(argv, env=kept.env, capture_output=True, text=True, timeout=200,
+                           check=False)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.startswith("devfed up: 4 clusters") and "\x1b[" not in piped.stdout

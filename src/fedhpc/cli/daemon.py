@@ -214,7 +214,13 @@ def _status(args: argparse.Namespace) -> int:
         from fedhpc.cli.pictures import watch_status
 
         return watch_status(settings, req, args)
-    view, estimators = anyio.run(_view, settings, req, args.refresh)
+    if args.refresh and not args.json and sys.stdout.isatty():  # a probe takes seconds
+        from fedhpc.ui.term import waiting
+
+        with waiting("probing every site"):
+            view, estimators = anyio.run(_view, settings, req, args.refresh)
+    else:
+        view, estimators = anyio.run(_view, settings, req, args.refresh)
     if args.json:
         print(view.model_dump_json(indent=2))
     else:

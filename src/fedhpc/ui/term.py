@@ -119,7 +119,8 @@ def federation_table(view: FederationView) -> Table:
     return table
 
 
-def _progress(no_color: bool = False) -> Progress:
+def _progress(*, counted: bool = True) -> Progress:
+    """A spinner, the text and the time elapsed; with `counted`, a bar and "done/total"."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -128,9 +129,9 @@ def _progress(no_color: bool = False) -> Progress:
         TimeElapsedColumn,
     )
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), console=console(no_color),
-                    transient=False)  # fmt: skip
+    counts = (BarColumn(), MofNCompleteColumn()) if counted else ()
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *counts,
+                    TimeElapsedColumn(), console=console(), transient=False)  # fmt: skip
 
 
 @contextmanager
@@ -155,6 +156,6 @@ def steps(what: str, names: Sequence[str]) -> Iterator[Callable[[str], None]]:
 def waiting(what: str) -> Iterator[Callable[[str], None]]:
     """A spinner with the time elapsed for a wait of unknown length; the yielded function
     changes its text."""
-    with _progress() as bar:
+    with _progress(counted=False) as bar:
         task = bar.add_task(what, total=None)
         yield lambda text: bar.update(task, description=text)
