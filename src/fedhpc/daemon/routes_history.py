@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HistoryQuery", "history_point", "history_routes"]
 
-MAX_POINTS = 720  # per site and call: 4 sites x 720 x ~200 bytes stays well under 1 MB
+MAX_POINTS = 240  # per site and call: each probe is parsed (a few KB) then reduced to ~200 B
 
 
 class HistoryQuery(BaseModel):

@@ -146,7 +146,7 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
 
     async def history(request: Request, c: DaemonClient) -> Any:
         q = _Page.model_validate(dict(request.query_params))
-        return await c.history(limit=min(q.limit, 500))
+        return await c.history(limit=min(q.limit, 240))
 
     async def tasks(request: Request, c: DaemonClient) -> Any:
         q = _Page.model_validate(dict(request.query_params))

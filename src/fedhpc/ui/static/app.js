@@ -105,7 +105,7 @@ function median(values) {
 }
 
 async function refreshScatter() {
-  const hist = await api("/api/history?limit=240");
+  const hist = await api("/api/history?limit=120");
   const datasets = [];
   for (const [site, points] of Object.entries(hist.sites)) {
     const xy = points.map((pt) => {
