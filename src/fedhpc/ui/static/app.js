@@ -225,13 +225,13 @@ async function refreshTimeline() {
     state.timeline.setData({ groups: new vis.DataSet(groups), items: new vis.DataSet(itemsWithoutBar) });
   }
   state.byId = byId;
-  if (!state.fitted || state.fitted !== `${sel.kind}:${sel.id}`) {
+  if (items.length && state.fitted !== `${sel.kind}:${sel.id}`) {
+    // The whole span once per selection (then the person's zoom is kept), with room for the
+    // last bar's label.
     const t0 = Math.min(...items.map((i) => Date.parse(i.start)));
     const t1 = Math.max(...items.map((i) => Date.parse(i.end)));
-    if (items.length) {  // the whole span, with room for the last bar's label
-      const pad = Math.max(5000, (t1 - t0) * 0.08);
-      state.timeline.setWindow(t0 - pad, t1 + 3 * pad, { animation: false });
-    }
+    const pad = Math.max(5000, (t1 - t0) * 0.08);
+    state.timeline.setWindow(t0 - pad, t1 + 3 * pad, { animation: false });
     state.fitted = `${sel.kind}:${sel.id}`;
   }
 }
