@@ -75,7 +75,7 @@ async function refreshFederation() {
     const health = el("span", { class: `health-${s.health}` }, s.health);
     const fresh = el("span", { class: s.stale ? "stale" : "" }, age(s.age_s) + (s.stale ? " (stale)" : ""));
     body.append(el("tr", { class: "site-row", dataset: { site: s.site } },
-      el("td", {}, s.site), el("td", {}, `${s.partitions.length} partitions`),
+      el("td", {}, s.site), el("td", {}, `${s.partitions.length} partition${s.partitions.length === 1 ? "" : "s"}`),
       el("td", {}, [...new Set(gpuParts.map((p) => p.accelerator))].join(", ") || "-"),
       el("td", { class: "num gpus" }, `${free}/${total}`),
       el("td", { class: "num cpus" }, `${s.partitions.reduce((n, p) => n + p.free_cpus, 0)}/` +
