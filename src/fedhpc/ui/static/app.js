@@ -212,10 +212,12 @@ async function refreshTimeline() {
   $("#timeline").dataset.attempts = String(items.length);
   const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
   const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
+  const key = `${sel.kind}:${sel.id}`;
+  const fit = items.length && state.fitted !== key ? span(items) : null;
   if (!state.timeline) {
     state.timeline = new vis.Timeline($("#timeline"), new vis.DataSet(itemsWithoutBar), new vis.DataSet(groups), {
       stack: true, orientation: "top", zoomKey: "ctrlKey", tooltip: { followMouse: true, overflowMethod: "cap" },
-      margin: { item: 6 }, showCurrentTime: true,
+      margin: { item: 6 }, showCurrentTime: true, ...(fit || {}),
     });
     state.timeline.on("select", (props) => {
       const b = state.byId[props.items[0]];
@@ -225,15 +227,18 @@ async function refreshTimeline() {
     state.timeline.setData({ groups: new vis.DataSet(groups), items: new vis.DataSet(itemsWithoutBar) });
   }
   state.byId = byId;
-  if (items.length && state.fitted !== `${sel.kind}:${sel.id}`) {
-    // The whole span once per selection (then the person's zoom is kept), with room for the
-    // last bar's label.
-    const t0 = Math.min(...items.map((i) => Date.parse(i.start)));
-    const t1 = Math.max(...items.map((i) => Date.parse(i.end)));
-    const pad = Math.max(5000, (t1 - t0) * 0.08);
-    state.timeline.setWindow(t0 - pad, t1 + 3 * pad, { animation: false });
-    state.fitted = `${sel.kind}:${sel.id}`;
+  if (fit) {  // the whole span once per selection; then the person's zoom is kept
+    state.timeline.setWindow(fit.start, fit.end, { animation: false });
+    state.fitted = key;
   }
+}
+
+function span(items) {
+  // Every attempt, with room on the right for the last bar's label.
+  const t0 = Math.min(...items.map((i) => Date.parse(i.start)));
+  const t1 = Math.max(...items.map((i) => Date.parse(i.end)));
+  const pad = Math.max(5000, (t1 - t0) * 0.08);
+  return { start: new Date(t0 - pad), end: new Date(t1 + 3 * pad) };
 }
 
 function detail(b) {
