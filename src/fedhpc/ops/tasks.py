@@ -255,6 +255,10 @@ class Provenance(_Out):
     decision: str
     candidates: int
     feasible: int
+    pruned: int = Field(
+        default=0,
+        description="partitions not scored: failing a rule by class, or unable to rank",
+    )
 
 
 PREVIEW_BYTES = 2048

@@ -359,7 +359,7 @@ async def replace_if_better(
     o: Orchestrator, task: TaskRecord, a: AttemptRecord, *, margin_s: float
 ) -> bool:
     """Re-place a pending attempt when the best placement now beats staying by `margin_s`."""
-    decision = await o.decide(task)
+    decision = await o.decide(task, score=((a.site, a.partition),))  # staying, scored
     if not isinstance(decision, Placement):
         return False
     if (decision.site, decision.partition) == (a.site, a.partition):

@@ -17,10 +17,10 @@ from fedhpc.orchestrator import estimates
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
-from fedhpc.placement import Category, Outcome, Placement, Unschedulable
+from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
 
-__all__ = ["BATCH", "DATA_WAIT_S", "missing_data", "place_queued", "run_placer"]
+__all__ = ["BATCH", "DATA_WAIT_S", "child_key", "missing_data", "place_queued", "run_placer"]
 
 log = structlog.get_logger(__name__)
 
@@ -102,13 +102,7 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
     """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
     the user's job limits: tasks held alike wait too, without a placement each."""
     holds: list[TaskRecord] = []
-    todo = []
-    for task in tasks:
-        if (key := hold_key(task)) in held:
-            _hold(task, held[key], holds)
-        else:
-            todo.append(task)
-    tasks = todo
+    tasks = _unheld(tasks, held, holds)
     history = await o.wait_history()
     ledger = o.ledger()
     now = o.clock()
@@ -117,31 +111,36 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
     jobs: list[tuple[TaskRecord, Placement]] = []
     # One scheduler answer for the whole batch (a group's children share it): one call per site.
     answer = await estimates.prefetch(o, tasks, history=history, ledger=ledger) if tasks else None
-    for task in tasks:
+    i = 0
+    while i < len(tasks):
+        task = tasks[i]
+        i += 1
         gid = task.group_id
         if (key := hold_key(task)) in held:
             _hold(task, held[key], holds)
             continue
         if gid is not None and gid not in spread:
             spread[gid] = await _spread(o, gid)
+        if gid is not None and not spread[gid]:
+            # Siblings asking the same thing: one pass places them all (`place_group`).
+            run = [task]
+            while i < len(tasks) and child_key(tasks[i]) == child_key(task):
+                run.append(tasks[i])
+                i += 1
+            decisions = await o.decide_children(run, history=history, ledger=ledger,
+                                                answer=answer)  # fmt: skip
+            for child, decision in zip(run, decisions, strict=True):
+                await _settle(o, child, decision, ledger=ledger, held=held, holds=holds,
+                              jobs=jobs, now=now)  # fmt: skip
+            continue
         if gid is not None and spread[gid]:
             if gid not in used:
                 used[gid] = set(await o.store.group_sites(gid))
             task.avoid_sites = tuple(sorted(used[gid]))
-        full = tuple(sorted(s for s, n in o.placed_this_cycle.items()
-                            if n >= o.submits_per_cycle))  # fmt: skip
-        decision = await o.decide(task, exclude=full, history=history, ledger=ledger,
+        decision = await o.decide(task, exclude=_full(o), history=history, ledger=ledger,
                                   answer=answer)  # fmt: skip
         if isinstance(decision, Unschedulable):
-            limits = held_by_limits(o.collector, decision, ledger)
-            if limits:  # waits in fedhpc, never in a scheduler's rejection
-                held[key] = reason = hold_reason(limits)
-                _hold(task, reason, holds)
-                continue
-            if full:  # perhaps only this cycle's submission bound is in the way: next cycle
-                _hold(task, _bound_reason(o, full), holds)
-                continue
-            await _unplaceable(o, task, decision, now)
+            await _unplaced(o, task, decision, ledger=ledger, held=held, holds=holds, now=now)
             continue
         o.placed_this_cycle[decision.site] += 1
         ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
@@ -160,10 +159,76 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
     return len(jobs)
 
 
+def child_key(task: TaskRecord) -> tuple[object, ...] | None:
+    """Group children with equal keys get the same decision inputs (None: not a child)."""
+    if task.group_id is None:
+        return None
+    req = task.request
+    return (
+        task.group_id, req.envelope.model_dump_json(), req.policy, req.fixed_site,
+        req.fallback, req.task_budget, task.excluded_sites, req.workdir,
+    )  # fmt: skip
+
+
+def _full(o: Orchestrator) -> tuple[str, ...]:
+    """Sites that took this cycle's bound of submissions."""
+    return tuple(sorted(s for s, n in o.placed_this_cycle.items() if n >= o.submits_per_cycle))
+
+
+async def _settle(
+    o: Orchestrator, child: TaskRecord, decision: Placement | Unschedulable, *, ledger: Ledger,
+    held: dict[str, str], holds: list[TaskRecord], jobs: list[tuple[TaskRecord, Placement]],
+    now: datetime,
+) -> None:  # fmt: skip
+    """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
+    claimed it in the ledger)."""
+    key = hold_key(child)
+    if key in held:  # an earlier sibling is held: so is this one (the same inputs)
+        _hold(child, held[key], holds)
+    elif isinstance(decision, Unschedulable):
+        await _unplaced(o, child, decision, ledger=ledger, held=held, holds=holds, now=now)
+    else:
+        o.placed_this_cycle[decision.site] += 1
+        o.mark_placed(decision.site, decision.partition)
+        jobs.append((child, decision))
+
+
+async def _unplaced(
+    o: Orchestrator, task: TaskRecord, u: Unschedulable, *, ledger: Ledger,
+    held: dict[str, str], holds: list[TaskRecord], now: datetime,
+) -> None:  # fmt: skip
+    """No placement now: held when only the user's job limits stand in the way (its kind
+    with it) or perhaps only this cycle's submission bound; else waiting for site data, or
+    unschedulable."""
+    limits = held_by_limits(o.collector, u, ledger)
+    if limits:  # waits in fedhpc, never in a scheduler's rejection
+        held[hold_key(task)] = reason = hold_reason(limits)
+        _hold(task, reason, holds)
+        return
+    full = _full(o)
+    if full:  # perhaps only this cycle's submission bound is in the way: next cycle
+        _hold(task, _bound_reason(o, full), holds)
+        return
+    await _unplaceable(o, task, u, now)
+
+
 def _bound_reason(o: Orchestrator, sites: tuple[str, ...]) -> str:
     return (f"queued: {o.submits_per_cycle} jobs already sent to {', '.join(sites)} in this "
             "control cycle (the per-site bound, FEDHPC_SUBMITS_PER_CYCLE); placed next "
             "cycle")  # fmt: skip
+
+
+def _unheld(
+    tasks: list[TaskRecord], held: dict[str, str], holds: list[TaskRecord]
+) -> list[TaskRecord]:
+    """The tasks not held already in this pass; the others wait with their kind's reason."""
+    todo = []
+    for task in tasks:
+        if (key := hold_key(task)) in held:
+            _hold(task, held[key], holds)
+        else:
+            todo.append(task)
+    return todo
 
 
 def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:

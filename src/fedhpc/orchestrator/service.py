@@ -26,7 +26,15 @@ from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.ops.workdir import resolve_workdir
 from fedhpc.orchestrator import estimates, idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
-from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation, place
+from fedhpc.placement import (
+    Ledger,
+    Placement,
+    Policy,
+    Unschedulable,
+    WaitObservation,
+    place,
+    place_group,
+)
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement_io import EstimateCache, SchedulerAnswer
@@ -84,6 +92,11 @@ class Ended:
 # Clock skew and the probe's own duration: a job that ended within this of the probe's start
 # may already be missing from it, so it is not taken off (the next probe shows it).
 ENDED_MARGIN_S = 5.0
+
+
+def _pruned(p: Placement) -> str:
+    n = p.trace.pruned_partitions()
+    return f" ({n} partitions pruned by class, unscored)" if n else ""
 
 
 class Orchestrator:
@@ -260,13 +273,12 @@ class Orchestrator:
         self.placed_at[(site, partition)] = self.estimates.clock()
         self.estimates.drop_partition(site, partition)
 
-    def plan(
-        self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
-        waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
-    ) -> tuple[Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable],
-               tuple[str, ...], Policy]:  # fmt: skip
-        """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
-        the soft avoid list (siblings' sites), and the policy."""
+    def envelope(
+        self, task: TaskRecord, exclude: tuple[str, ...] = (), wall_s: int | None = None
+    ) -> tuple[ResourceEnvelope, tuple[str, ...]]:
+        """The task's envelope (with a longer wall time if asked) and the sites it must not
+        use: excluded by it, by the caller or earlier rejections, or unable to hold its
+        absolute workdir."""
         req = task.request
         env = req.envelope
         if wall_s is not None:
@@ -277,6 +289,19 @@ class Orchestrator:
         cannot_hold = workdirs.sites_without(req.workdir, self.sites)  # absolute workdir
         drop = tuple(sorted(((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
                              & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
+        return env, drop
+
+    def plan(
+        self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
+        waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
+        score: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable],
+               tuple[str, ...], Policy]:  # fmt: skip
+        """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
+        the soft avoid list (siblings' sites), and the policy."""
+        req = task.request
+        env, drop = self.envelope(task, exclude, wall_s)
+        known = set(self.sites)
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
         policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
         now = self.clock()
@@ -288,7 +313,7 @@ class Orchestrator:
             starts, notes = estimates.fresh(self, answer) if answer else (None, None)
             return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
                          task_budget=req.task_budget, ledger=ledger, estimates=starts,
-                         estimate_notes=notes, errors=errors)  # fmt: skip
+                         estimate_notes=notes, errors=errors, score=score)  # fmt: skip
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
@@ -304,15 +329,17 @@ class Orchestrator:
         history: WaitHistory | None = None,
         ledger: Ledger | None = None,
         answer: SchedulerAnswer | None = None,
+        score: tuple[tuple[str, str], ...] = (),
     ) -> Placement | Unschedulable:
         """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
         (soft: dropped when nothing else fits). A batch passes its `history`, `ledger` and the
         schedulers' `answer` for all its tasks; alone, the top candidates of a first pass are
-        asked here (`estimates.ask`)."""
+        asked here (`estimates.ask`). `score` names partitions to score even when they cannot
+        rank (where a job already waits)."""
         waits = history if history is not None else await self.wait_history()
         attempt, avoid, policy = self.plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
-                                            ledger=ledger,
-                                            errors=await estimates.errors(self))  # fmt: skip
+                                           ledger=ledger, errors=await estimates.errors(self),
+                                           score=score)  # fmt: skip
         # Placement is pure CPU work (a batch places dozens of tasks without an await between
         # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
         if answer is None and estimates.asks_scheduler(policy):
@@ -327,6 +354,38 @@ class Orchestrator:
             decision = await anyio.to_thread.run_sync(attempt, (), answer)
         return decision
 
+    async def decide_children(
+        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger,
+        answer: SchedulerAnswer | None,
+    ) -> list[Placement | Unschedulable]:  # fmt: skip
+        """Children of one group with the same request (`placer.child_key`), placed in one
+        pass (`place_group`): each sees the earlier ones' claims, which `ledger` receives, no
+        scheduler answer on a partition an earlier one took, and no site that reached its
+        submissions for this cycle (as `decide` one by one). Not for spread groups: each child
+        there avoids its siblings' systems."""
+        first = tasks[0]
+        req = first.request
+        full = tuple(sorted(s for s, n in self.placed_this_cycle.items()
+                            if n >= self.submits_per_cycle))  # fmt: skip
+        env, drop = self.envelope(first, full)
+        env = env.model_copy(update={"sites_exclude": drop})
+        # The per-site bound on submissions per control cycle, as `decide` one by one has it.
+        caps = {s: self.submits_per_cycle - self.placed_this_cycle[s] for s in self.sites}
+        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
+        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
+        starts, notes = estimates.fresh(self, answer) if answer else (None, None)
+        errors = await estimates.errors(self)
+        now = self.clock()
+
+        def run() -> list[Placement | Unschedulable]:
+            return place_group([env] * len(tasks), snapshot, self.sites, policy, now=now,
+                               history=history or (), estimates=starts, estimate_notes=notes,
+                               errors=errors, task_budget=req.task_budget, ledger=ledger,
+                               site_caps=caps)  # fmt: skip
+
+        # Pure CPU work: a worker thread keeps the event loop serving meanwhile (as `decide`).
+        return await anyio.to_thread.run_sync(run)
+
     @staticmethod
     def summary(p: Placement) -> str:
         e = p.estimates
@@ -334,7 +393,7 @@ class Orchestrator:
             workdirs.fallback_note(p)
             + f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
             f"({e.wait_source}) + run {e.runtime_s:.0f}s; {p.trace.feasible} feasible of "
-            f"{len(p.trace.candidates)} candidates"
+            f"{len(p.trace.candidates)} candidates" + _pruned(p)
         )
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -537,6 +596,7 @@ class Orchestrator:
             decision=Orchestrator.summary(p),
             candidates=len(p.trace.candidates),
             feasible=p.trace.feasible,
+            pruned=p.trace.pruned_partitions(),
         )
 
     async def run(self, stopping: anyio.Event) -> None:

@@ -26,9 +26,5 @@ def fallback_note(p: Placement) -> str:
     policy = p.trace.policy
     if policy.kind is not PolicyKind.FIXED_SITE or not policy.site or p.site == policy.site:
         return ""
-    why = next(
-        (r.reason for c in p.trace.candidates if c.site == policy.site
-         for r in c.rules if r.failed),
-        "not among the usable sites",
-    )  # fmt: skip
+    why = next(iter(p.trace.site_reasons(policy.site)), "not among the usable sites")
     return f"FALLBACK from fixed site {policy.site} ({why}): "

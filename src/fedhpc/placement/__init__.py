@@ -29,6 +29,7 @@ from fedhpc.placement.trace import (
     DecisionTrace,
     Estimates,
     Placement,
+    PrunedClass,
     Unschedulable,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "Placement",
     "Policy",
     "PolicyKind",
+    "PrunedClass",
     "RuleResult",
     "RuntimeDeclaration",
     "RuntimeModel",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
@@ -20,7 +20,6 @@ __all__ = [
     "Ledger",
     "Live",
     "PartitionContext",
-    "PartitionMemo",
     "shape_key",
 ]
 
@@ -73,29 +72,6 @@ class Ledger:
             self.jobs.get(key, 0),
             self.site_total.get(site, 0.0),
         )
-
-
-class PartitionMemo:
-    """Per-partition evaluations of one group's decisions, reused while the envelope and the
-    partition's ledger fingerprint are unchanged. Keyed by the identity of the caller's envelope
-    object, which the group keeps alive, so an id is never reused within one memo. Only valid for
-    one snapshot, policy and time: `place_group` makes a fresh one per call."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self) -> None:
-        self._store: dict[tuple[object, ...], Any] = {}
-
-    @staticmethod
-    def key(env: object, site: str, partition: str, ledger: Ledger | None) -> tuple[object, ...]:
-        fp = ledger.fingerprint(site, partition) if ledger is not None else None
-        return (id(env), site, partition, fp)
-
-    def get(self, key: tuple[object, ...]) -> Any:
-        return self._store.get(key)
-
-    def put(self, key: tuple[object, ...], value: Any) -> None:
-        self._store[key] = value
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,15 @@ class EnvCache(_Frozen):
     prepare_s: dict[str, float] = Field(default_factory=dict, description="per-site cost")
 
 
+def _unit_shape(kind: str, units: int) -> Shape:
+    """A one-node shape of `units` GPUs or CPUs: what the learned index keys on."""
+    gpus = units if kind == "gpu" else 0
+    return Shape.model_construct(
+        nodes=1, cpus=1 if gpus else units, gpus=gpus, memory_mib=0, wall_time_s=1,
+        accelerator_type=None,
+    )  # fmt: skip
+
+
 def _units(gpus: int, cpus: int, nodes: int) -> tuple[str, int]:
     return ("gpu", gpus * nodes) if gpus else ("cpu", cpus * nodes)
 
@@ -136,6 +145,39 @@ class WaitHistory:
         # Answers by (site, partition, gpus, cpus, nodes): the index is immutable, and a group
         # or a control cycle asks the same few questions thousands of times.
         self._answers: dict[tuple[str, str, int, int, int], WaitEstimate | None] = {}
+        self._floors: dict[tuple[str, str, str, int, int], tuple[float, float, bool]] = {}
+
+    def floor(
+        self, site: str, partition: str, kind: str, lo: int, hi: int
+    ) -> tuple[float, float, bool]:
+        """The least typical and p90 wait a learned estimate can give any shape of `kind`
+        ('gpu' or 'cpu') whose units (GPUs or CPUs x nodes) lie in [lo, hi], and whether some
+        such shape gets no learned estimate (it falls back to another method). Exact over the
+        range: the answer only changes at a power of two (a bucket) or at an observed size."""
+        key = (site, partition, kind, lo, hi)
+        hit = self._floors.get(key)
+        if hit is None:
+            hit = self._floors[key] = self._floor(site, partition, kind, max(lo, 1), max(hi, 1))
+        return hit
+
+    def _floor(
+        self, site: str, partition: str, kind: str, lo: int, hi: int
+    ) -> tuple[float, float, bool]:
+        sizes = {u for k, u, _ in self._part.get((site, partition), ()) if k == kind}
+        cuts = {lo} | {u for u in sizes if lo <= u <= hi} | {u + 1 for u in sizes if lo <= u < hi}
+        b = 1 << (lo.bit_length() - 1)
+        while b <= hi:
+            if b >= lo:
+                cuts.add(b)
+            b <<= 1
+        typical, p90, gap = math.inf, math.inf, False
+        for u in cuts:  # one shape per stretch of units with a constant answer
+            est = self.estimate(site, partition, _unit_shape(kind, u))
+            if est is None:
+                gap = True
+            else:
+                typical, p90 = min(typical, est.wait_s), min(p90, est.p90_s)
+        return typical, p90, gap
 
     def estimate(self, site: str, partition: str, shape: Shape) -> WaitEstimate | None:
         key = (site, partition, shape.gpus, shape.cpus, shape.nodes)

@@ -1,5 +1,8 @@
-"""Place a group's children one after another against one snapshot, each seeing the earlier
-children's claims (capacity, queue position, credit) through a ledger."""
+"""Place a group's children in one pass against one snapshot: the request-level work (pruning,
+bounds, every partition's evaluation) is done once per distinct envelope, and each child sees
+the earlier children's claims (capacity, queue position, credit) through a ledger; only the
+partitions a claim changed are evaluated again. Each child's decision is the one `place` would
+make with the same ledger."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from datetime import datetime
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
-from fedhpc.placement.context import Ledger, PartitionMemo
+from fedhpc.placement.context import Ledger
+from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
     RuntimeDeclaration,
@@ -17,12 +21,14 @@ from fedhpc.placement.estimators import (
     WaitHistory,
     WaitObservation,
 )
-from fedhpc.placement.place import place
+from fedhpc.placement.place import TOP, Request
 from fedhpc.placement.settings import Policy
 from fedhpc.placement.trace import Placement, Unschedulable
 from fedhpc.profiles.loader import Site
 
-__all__ = ["place_group"]
+__all__ = ["STALE", "place_group"]
+
+STALE = "asked before fedhpc placed a job on that partition"
 
 
 def place_group(
@@ -32,29 +38,86 @@ def place_group(
     policy: Policy | None = None,
     *,
     now: datetime,
-    history: Sequence[WaitObservation] = (),
+    history: Sequence[WaitObservation] | WaitHistory = (),
     estimates: SchedulerEstimates | None = None,
+    estimate_notes: Mapping[str, str] | None = None,
+    errors: EstimatorErrors | None = None,
     runtime: RuntimeDeclaration | None = None,
     env_cache: EnvCache | None = None,
     task_budget: float | None = None,
+    ledger: Ledger | None = None,
+    prune: bool = True,
+    top: int = TOP,
+    site_caps: Mapping[str, int] | None = None,
 ) -> list[Placement | Unschedulable]:
-    """One decision per child, in order. Deterministic like `place`."""
+    """One decision per child, in order. Deterministic like `place`. A caller's `ledger` (claims
+    the snapshot cannot show yet) is honoured and receives the children's claims. A scheduler
+    estimate for a partition an earlier child took is stale (asked before that job): later
+    children do without it, with the note `STALE` for its site. `site_caps`: how many children
+    each named site may still take in this pass; a site at its cap is excluded for the later
+    children (unless an envelope names it in sites_include)."""
     policy = policy or Policy()
     now = as_utc(now)
-    waits = WaitHistory(history, now=now, settings=policy.settings) if history else ()
-    ledger = Ledger()
-    memo = PartitionMemo()  # children share envelopes: unchanged partitions are not re-evaluated
+    waits = (
+        history
+        if isinstance(history, WaitHistory)
+        else (WaitHistory(history, now=now, settings=policy.settings) if history else None)
+    )
+    ledger = ledger if ledger is not None else Ledger()
+    # Copies the children share and this pass edits: estimates dropped as partitions are taken.
+    starts = dict(estimates) if estimates is not None else None
+    asked = estimate_notes is not None or starts is not None
+    notes = dict(estimate_notes or {}) if asked else None
+    caps = dict(site_caps or {})
+    full: frozenset[str] = frozenset(s for s, n in caps.items() if n <= 0)
+    # By the identity of the caller's envelope object and the sites full so far.
+    requests: dict[tuple[int, frozenset[str]], Request] = {}
     out: list[Placement | Unschedulable] = []
     for env in envelopes:
-        decision = place(
-            env, snapshot, sites, policy, now=now, history=waits, estimates=estimates,
-            runtime=runtime, env_cache=env_cache, task_budget=task_budget, ledger=ledger,
-            memo=memo,
-        )  # fmt: skip
+        req = requests.get((id(env), full))
+        if req is None:
+            req = requests[(id(env), full)] = Request(
+                _without(env, full), snapshot, sites, policy, now=now, history=waits or (),
+                estimates=starts, estimate_notes=notes, errors=errors, runtime=runtime,
+                env_cache=env_cache, task_budget=task_budget, ledger=ledger, prune=prune,
+                top=top,
+            )  # fmt: skip
+        decision = req.decide()
         if isinstance(decision, Placement):
+            site = decision.site
             ledger.claim(
-                decision.site, decision.partition, decision.account, decision.shape,
+                site, decision.partition, decision.account, decision.shape,
                 decision.estimates.charge,
             )  # fmt: skip
+            _drop_stale(starts, notes, site, decision.partition)
+            for r in requests.values():
+                r.claimed(site, decision.partition)
+            if site in caps:
+                caps[site] -= 1
+                if caps[site] <= 0:
+                    full = full | {site}
         out.append(decision)
     return out
+
+
+def _without(env: ResourceEnvelope, full: frozenset[str]) -> ResourceEnvelope:
+    """`env` with the full sites excluded too (never one it includes by name)."""
+    drop = full - set(env.sites_exclude) - set(env.sites_include)
+    if not drop:
+        return env
+    return env.model_copy(update={"sites_exclude": tuple(sorted({*env.sites_exclude, *drop}))})
+
+
+def _drop_stale(
+    starts: dict[tuple[str, str, str], datetime] | None,
+    notes: dict[str, str] | None,
+    site: str,
+    partition: str,
+) -> None:
+    if not starts:
+        return
+    stale = [k for k in starts if k[0] == site and k[1] == partition]
+    for k in stale:
+        del starts[k]
+    if stale and notes is not None:
+        notes.setdefault(site, STALE)

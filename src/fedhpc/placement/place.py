@@ -1,25 +1,25 @@
-"""`place`: envelope x snapshot x sites x policy -> Placement | Unschedulable, with a full trace."""
+"""`place`: envelope x snapshot x sites x policy -> Placement | Unschedulable, with a full trace.
+
+What does not depend on the request is indexed once per snapshot (`prune.federation_index`).
+Before anything is scored, partitions that fail a rule whatever the shape are pruned by class
+(site policy, architecture, accelerator, hardware too small for the envelope's minimum, wall-time
+cap, containers, health, freshness); the rest are scored in the order of a lower bound on their
+best sort key, and scoring stops once no remaining partition can enter the best `top`. The
+trace ranks those exactly as a full evaluation would and reports the pruned partitions by
+class, with the reason. An unschedulable decision evaluates every partition, as before."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import bisect
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.job import Shape
-from fedhpc.domain.site import PartitionState, ResourceSnapshot, SiteState
+from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
-from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
-from fedhpc.placement.context import (
-    CandidateContext,
-    Ledger,
-    Live,
-    PartitionContext,
-    PartitionMemo,
-    shape_key,
-)
-from fedhpc.placement.credit import Budget, allowed_budget, predict_charge
+from fedhpc.placement.bounds import Bounds
+from fedhpc.placement.context import Ledger, PartitionContext
+from fedhpc.placement.credit import Budget
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
@@ -29,213 +29,37 @@ from fedhpc.placement.estimators import (
     SchedulerEstimates,
     WaitHistory,
     WaitObservation,
-    env_prep_s,
-    estimate_wait,
 )
+from fedhpc.placement.evaluate import Inputs, evaluate, minimum_shape
 from fedhpc.placement.hints import relax_hint
 from fedhpc.placement.normalize import normalize_envelope
-from fedhpc.placement.policy import KEY_TAIL, Ranked, primary_fields, sort_key, waste
-from fedhpc.placement.rules import RULES, Category, Level, Outcome, RuleResult
+from fedhpc.placement.policy import KEY_TAIL, primary_fields
+from fedhpc.placement.prune import (
+    Entry,
+    context,
+    dominated,
+    federation_index,
+    live_of,
+    prune_static,
+)
+from fedhpc.placement.rules import RuleResult
 from fedhpc.placement.settings import Policy, PolicyKind
-from fedhpc.placement.sizing import joint_shapes, size_shape
 from fedhpc.placement.trace import (
     CandidateReasons,
     CandidateTrace,
     DecisionTrace,
-    Estimates,
     Placement,
+    PrunedClass,
     Unschedulable,
 )
 from fedhpc.profiles.loader import Site
 
-__all__ = ["place"]
+__all__ = ["TOP", "Request", "place"]
 
-# The rule table split by level, as (position in the table, function) pairs.
-_SITE_RULES = tuple((i, r.partition_fn) for i, r in enumerate(RULES) if r.level is Level.SITE)
-_PART_RULES = tuple((i, r.partition_fn) for i, r in enumerate(RULES) if r.level is Level.PARTITION)
-_ACCOUNT_RULES = tuple((i, r.candidate_fn) for i, r in enumerate(RULES) if r.level is Level.ACCOUNT)
-_SHAPE_RULES = tuple((i, r.candidate_fn) for i, r in enumerate(RULES) if r.level is Level.SHAPE)
+TOP = 8  # the best candidates every trace ranks exactly as a full evaluation would
 
-
-_WALL = next(i for i, r in enumerate(RULES) if r.category is Category.WALL_TIME)
-
-# Every slot of a candidate's row is overwritten by its rule; this only gives the row its length.
-_PLACEHOLDER = tuple(RuleResult(r.category, Outcome.NOTE, "not evaluated") for r in RULES)
-
-
-def _partition_states(state: SiteState | None) -> dict[str, PartitionState]:
-    return {p.name: p for p in state.partitions} if state is not None else {}
-
-
-def _estimates(x: CandidateContext, key: str, inputs: _Inputs) -> Estimates:
-    p, policy = x.part, inputs.policy
-    s = policy.settings
-    w = estimate_wait(
-        policy.wait, site=p.site.name, partition=p.spec.name, key=key, shape=x.shape,
-        live=p.live, now=p.now, settings=s, history=inputs.history, scheduler=inputs.scheduler,
-        scheduler_notes=inputs.scheduler_notes, errors=inputs.errors,
-    )  # fmt: skip
-    r, r_src = inputs.runtime.runtime(x.shape)
-    e, e_src = env_prep_s(p.site.name, inputs.environment, inputs.env_cache, s)
-    budget = x.budget
-    remaining = budget.site_remaining if budget.site_remaining is not None else budget.allowed
-    fraction = x.charge.amount / remaining if remaining else 0.0
-    model = p.spec.charge or p.profile.charge
-    acc = p.spec.node.accelerator
-    return Estimates(
-        wait_s=round(w.wait_s, 3),
-        wait_p90_s=round(w.p90_s, 3),
-        wait_source=w.source,
-        runtime_s=round(r, 3),
-        runtime_source=r_src,
-        env_s=e,
-        env_source=e_src,
-        completion_s=round(w.wait_s + r + e, 3),
-        completion_p90_s=round(w.p90_s + r + e, 3),
-        charge=x.charge.amount,
-        charge_unit=x.charge.unit,
-        credit_fraction=round(fraction, 6),
-        waste=waste(x.shape.gpus, x.shape.nodes, acc.count if acc else 0, model.whole_node),
-        wait_by=w.by_method,
-    )
-
-
-def _wall_short(x: CandidateContext, est: Estimates, margin: float) -> str | None:
-    """Why this shape would be killed at its wall-time limit, or None when its requested wall
-    time covers the predicted runtime plus `margin`. A runtime predicted from the envelope's
-    own wall_time.min gets no margin: the envelope says that much suffices."""
-    if est.runtime_source.startswith("envelope"):
-        margin = 0.0
-    need = est.runtime_s * (1 + margin)
-    wall = x.shape.wall_time_s
-    if need <= wall:
-        return None
-    env, cap = x.part.envelope.wall_time, x.part.spec.max_wall_s
-    return (
-        f"predicted runtime {est.runtime_s:.0f} s ({est.runtime_source}) + {margin:.0%} margin "
-        f"exceeds the {wall} s this shape may request (envelope wall_time.max "
-        f"{env.upper} s, {x.part.name} caps {cap} s)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Inputs:
-    """What one decision shares across its candidates: policy, estimator inputs, caches."""
-
-    policy: Policy
-    runtime: RuntimeModel
-    history: WaitHistory | None
-    scheduler: SchedulerEstimates | None
-    scheduler_notes: Mapping[str, str] | None
-    errors: EstimatorErrors | None
-    env_cache: EnvCache | None
-    environment: str | None
-    minimum: Shape  # the envelope's minimum: the shape that explains a rejected partition
-    budgets: dict[tuple[str, str | None], Budget]  # per (site, account), filled as met
-    site_results: dict[str, list[tuple[int, RuleResult]]]  # site-level rules, per site
-
-
-def _minimum_shape(env: ResourceEnvelope) -> Shape:
-    return Shape.model_construct(
-        nodes=env.nodes.min,
-        cpus=env.cpus.min,
-        gpus=env.gpus.min,
-        memory_mib=env.memory.min,
-        wall_time_s=env.wall_time.min,
-        accelerator_type=None,
-    )
-
-
-def _candidate(
-    x: CandidateContext,
-    base: list[RuleResult],
-    ok_so_far: bool,
-    account_rank: int,
-    inputs: _Inputs,
-) -> CandidateTrace:
-    """One candidate: its shape rules on top of the partition and account results in `base`,
-    and for a feasible one its estimates and sort key."""
-    p = x.part
-    site, part = p.site.name, p.spec.name
-    row = list(base)
-    feasible = ok_so_far
-    for i, fn in _SHAPE_RULES:
-        if fn is not None:
-            row[i] = v = fn(x)
-            feasible = feasible and not v.failed
-    key = shape_key(x.shape)
-    cid = candidate_id(site, part, x.account, key)
-    depth = p.live.pending if p.live else None
-    if not feasible:
-        return CandidateTrace(cid, site, part, x.account, x.qos, x.shape, depth, False, tuple(row))
-    est = _estimates(x, key, inputs)
-    short = _wall_short(x, est, inputs.policy.settings.wall_margin)
-    if short is not None:
-        row[_WALL] = RuleResult(Category.WALL_TIME, Outcome.FAIL, short)
-        return CandidateTrace(cid, site, part, x.account, x.qos, x.shape, depth, False, tuple(row))
-    ranked = Ranked(cid, site, part, account_rank, depth or 0)
-    sort = sort_key(inputs.policy, ranked, est, p.envelope.preferences)
-    return CandidateTrace(
-        cid, site, part, x.account, x.qos, x.shape, depth, True, tuple(row), est, sort
-    )
-
-
-def _evaluate(
-    p: PartitionContext, inputs: _Inputs
-) -> tuple[list[CandidateTrace], list[CandidateTrace]]:
-    """Every candidate of one partition. Rules run once per level they read: partition rules
-    once, account rules once per account, shape rules per shape. A partition or account that
-    fails as a whole is explained by one candidate, not one per shape: at the envelope's minimum
-    for a partition, at the paper's shape for an account. Returns (feasible, rejected)."""
-    site, spec, live, policy = p.site, p.spec, p.live, inputs.policy
-    feasible: list[CandidateTrace] = []
-    rejected: list[CandidateTrace] = []
-    site_results = inputs.site_results.get(site.name)
-    if site_results is None:
-        site_results = [(i, fn(p)) for i, fn in _SITE_RULES if fn is not None]
-        inputs.site_results[site.name] = site_results
-    part_results = [(i, fn(p)) for i, fn in _PART_RULES if fn is not None]
-    part_results.extend(site_results)
-    part_ok = not any(v.failed for _, v in part_results)
-    joint = part_ok and policy.joint_sizing and policy.kind is PolicyKind.BEST_FEASIBLE
-    shapes = (
-        joint_shapes(p.envelope, spec, live, limit=policy.settings.max_shapes) if joint else None
-    )
-    if shapes:
-        paper = shapes[0]
-    else:
-        paper = size_shape(p.envelope, spec, live) if part_ok else inputs.minimum
-    choices: list[AccountChoice | None] = [*account_choices(site, spec, p.state)] or [None]
-    base = list(_PLACEHOLDER)
-    for i, v in part_results:
-        base[i] = v
-    for choice in choices:
-        acct = choice.name if choice else None
-        qos = (choice.qos if choice else None) or spec.default_qos
-        budget = inputs.budgets.get((site.name, acct))
-        if budget is None:
-            budget = allowed_budget(site, p.state, acct, p.task_budget, p.ledger)
-            inputs.budgets[(site.name, acct)] = budget
-        first = CandidateContext(
-            p, acct, qos, paper, predict_charge(p.profile, spec, paper), budget
-        )
-        acct_ok = True
-        for i, fn in _ACCOUNT_RULES:
-            if fn is not None:
-                base[i] = v = fn(first)
-                acct_ok = acct_ok and not v.failed
-        for shape in shapes if (shapes and acct_ok) else (paper,):
-            x = first if shape is paper else CandidateContext(
-                p, acct, qos, shape, predict_charge(p.profile, spec, shape), budget
-            )  # fmt: skip
-            rank = choice.rank if choice else 0
-            trace = _candidate(x, base, part_ok and acct_ok, rank, inputs)
-            (feasible if trace.feasible else rejected).append(trace)
-            if not part_ok:
-                break  # one candidate explains a partition that fails as a whole
-        if not part_ok:
-            break
-    return feasible, rejected
+Evaluated = tuple[list[CandidateTrace], list[CandidateTrace]]
+Bound = tuple[float | int | str, ...]
 
 
 def _estimates_note(
@@ -251,6 +75,203 @@ def _estimates_note(
     parts = [f"scheduler estimates for {n} of {len(feasible)} feasible candidates"]
     parts += [f"{site}: {why}" for site, why in sorted((notes or {}).items())]
     return "; ".join(parts)
+
+
+class Request:
+    """One envelope's decisions against one snapshot: what `place` computes once per request
+    (normalized envelope, runtime model, the pruning) and every partition's evaluation, which
+    a group's later children reuse while the ledger leaves that partition unchanged."""
+
+    def __init__(
+        self,
+        envelope: ResourceEnvelope,
+        snapshot: ResourceSnapshot,
+        sites: Mapping[str, Site],
+        policy: Policy | None = None,
+        *,
+        now: datetime,
+        history: Sequence[WaitObservation] | WaitHistory = (),
+        estimates: SchedulerEstimates | None = None,
+        estimate_notes: Mapping[str, str] | None = None,
+        errors: EstimatorErrors | None = None,
+        runtime: RuntimeDeclaration | None = None,
+        runtime_history: Sequence[RuntimeObservation] = (),
+        env_cache: EnvCache | None = None,
+        environment: str | None = None,
+        task_budget: float | None = None,
+        ledger: Ledger | None = None,
+        prune: bool = True,
+        top: int = TOP,
+        score: Collection[tuple[str, str]] = (),
+    ) -> None:
+        self.policy = policy = policy or Policy()
+        s = policy.settings
+        self.now = now = as_utc(now)  # a naive clock is UTC, never a TypeError
+        self.env = env = normalize_envelope(
+            envelope, (x.profile for x in sites.values()), sites=sites.keys()
+        )
+        if environment is None and env.container is not None:
+            environment = env.container.image
+        waits = (
+            history
+            if isinstance(history, WaitHistory)
+            else (WaitHistory(history, now=now, settings=s) if history else None)
+        )
+        model = RuntimeModel.build(env, runtime, runtime_history, s)
+        self.fixed = (
+            policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
+        )
+        self.snapshot, self.sites, self.ledger, self.task_budget = (
+            snapshot, sites, ledger, task_budget,
+        )  # fmt: skip
+        self.minimum = minimum_shape(env)
+        self.estimates, self.notes = estimates, estimate_notes
+        self._inputs = (
+            policy, model, waits, estimates, estimate_notes, errors, env_cache, environment,
+            self.minimum,
+        )  # fmt: skip
+        self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
+        self.index = federation_index(snapshot, sites)
+        every = list(range(len(self.index.entries)))
+        self.survivors, self.static = (
+            prune_static(self.index, self._context, self.minimum) if prune else (every, [])
+        )
+        self.top = top if prune else 0
+        self.bounds = Bounds.of(
+            policy=policy, env=env, runtime=model, history=waits, scheduler=estimates,
+            errors=errors, env_cache=env_cache, environment=environment,
+        )  # fmt: skip
+        self.score = {self.index.by_name[k] for k in score if k in self.index.by_name}
+        self._memo: dict[int, tuple[object, Evaluated]] = {}
+        self._order: list[tuple[Bound, int]] | None = None
+
+    def _context(self, e: Entry) -> PartitionContext:
+        return context(
+            e, env=self.env, now=self.now, settings=self.policy.settings, ledger=self.ledger,
+            task_budget=self.task_budget, fixed=self.fixed,
+        )  # fmt: skip
+
+    def _evaluate(self, i: int, inputs: Inputs) -> Evaluated:
+        e = self.index.entries[i]
+        fp = self.ledger.fingerprint(e.site.name, e.spec.name) if self.ledger else None
+        hit = self._memo.get(i)
+        if hit is not None and hit[0] == fp:
+            return hit[1]
+        out = evaluate(self._context(e), inputs)
+        self._memo[i] = (fp, out)
+        return out
+
+    def _bound(self, i: int, budgets: dict[tuple[str, str | None], Budget]) -> Bound:
+        e = self.index.entries[i]
+        live = live_of(e, self.ledger)
+        assert live is not None  # survivors passed the health rule: they have a probe
+        return self.bounds.key(e, live, self.ledger, self.task_budget, budgets)
+
+    def order(self) -> list[tuple[Bound, int]]:
+        """The surviving partitions by lower bound (then walk order); kept up to date by
+        `claimed` while a group places its children."""
+        if self._order is None:
+            budgets: dict[tuple[str, str | None], Budget] = {}
+            self._order = sorted(
+                ((self._bound(i, budgets), i) for i in self.survivors) if self.top
+                else (((), i) for i in self.survivors)
+            )  # fmt: skip
+        return self._order
+
+    def claimed(self, site: str, partition: str) -> None:
+        """A claim on (site, partition) was added to the ledger: its bound may have grown."""
+        i = self.index.by_name.get((site, partition))
+        if i is None or self._order is None or not self.top:
+            return
+        order = self._order
+        for pos, (_, j) in enumerate(order):
+            if j == i:
+                del order[pos]
+                bisect.insort(order, (self._bound(i, {}), i))
+                return
+
+    def decide(self) -> Placement | Unschedulable:
+        policy = self.policy
+        inputs = Inputs(*self._inputs, {}, self._site_results)
+        feasible: list[CandidateTrace] = []
+        rejected: list[CandidateTrace] = []
+        best: list[tuple[float | int | str, ...]] = []
+        threshold: Bound | None = None
+        order = self.order()
+        cut = len(order)
+        for pos, (bound, i) in enumerate(order):
+            if threshold is not None and bound > threshold:
+                cut = pos
+                break
+            ok, bad = self._evaluate(i, inputs)
+            feasible.extend(ok)
+            rejected.extend(bad)
+            if ok and self.top:
+                best.extend(c.key for c in ok if c.key is not None)
+                best.sort()
+                del best[self.top :]
+                if len(best) == self.top:
+                    threshold = best[-1]
+        left = [i for _, i in order[cut:]]
+        for i in (i for i in left if i in self.score):  # asked for by the caller: scored anyway
+            ok, bad = self._evaluate(i, inputs)
+            feasible.extend(ok)
+            rejected.extend(bad)
+        pruned: list[PrunedClass] = list(self.static)
+        if not feasible:
+            # Nothing fits: every partition is evaluated, so the reasons and the hint speak
+            # for each candidate as they always have.
+            done = set(self.survivors)
+            for i in range(len(self.index.entries)):
+                if i not in done:
+                    ok, bad = self._evaluate(i, inputs)
+                    rejected.extend(bad)
+            pruned = []
+        elif left:
+            assert threshold is not None
+            entries = self.index.entries
+            ids = (entries[i].id for i in left if i not in self.score)
+            pruned.append(dominated(ids, threshold, policy))
+        return self._decision(feasible, rejected, pruned)
+
+    def _decision(
+        self,
+        feasible: list[CandidateTrace],
+        rejected: list[CandidateTrace],
+        pruned: list[PrunedClass],
+    ) -> Placement | Unschedulable:
+        policy, env = self.policy, self.env
+        feasible.sort(key=lambda c: c.key or ())
+        rejected.sort(key=lambda c: c.id)
+        chosen = feasible[0] if feasible else None
+        trace = DecisionTrace.model_construct(
+            now=self.now,
+            snapshot_at=self.snapshot.taken_at,
+            policy=policy,
+            envelope=env,
+            key_fields=(*primary_fields(policy), *KEY_TAIL),
+            candidates=(*feasible, *rejected),
+            chosen=chosen.id if chosen else None,
+            feasible=len(feasible),
+            estimates_note=_estimates_note(feasible, self.estimates, self.notes),
+            pruned=tuple(pruned),
+            ranked=self.top if pruned else 0,
+        )
+        if chosen is None:
+            # A fixed site's own reasons first: the others only say the policy excludes them.
+            fixed = self.fixed
+            first = sorted(rejected, key=lambda c: c.site != fixed) if fixed else rejected
+            reasons = tuple(CandidateReasons(c.id, tuple(c.failures())) for c in first)
+            return Unschedulable.model_construct(
+                state="unschedulable", hint=relax_hint(env, rejected, self.sites),
+                reasons=reasons, trace=trace,
+            )  # fmt: skip
+        assert chosen.estimates is not None
+        return Placement.model_construct(
+            state="placed", candidate_id=chosen.id, site=chosen.site, partition=chosen.partition,
+            account=chosen.account, qos=chosen.qos, shape=chosen.shape,
+            estimates=chosen.estimates, trace=trace,
+        )  # fmt: skip
 
 
 def place(
@@ -270,81 +291,24 @@ def place(
     environment: str | None = None,
     task_budget: float | None = None,
     ledger: Ledger | None = None,
-    memo: PartitionMemo | None = None,
+    prune: bool = True,
+    top: int = TOP,
+    score: Collection[tuple[str, str]] = (),
 ) -> Placement | Unschedulable:
     """Place one task. Pure and deterministic: the same arguments give the same decision and
     trace whatever the order of sites, partitions or accounts in them. Raises `ValidationFailed`
     for an invalid envelope; an impossible one is `Unschedulable`, never an exception.
 
-    `ledger` carries claims of earlier children of a group; `memo` lets a group placer reuse a
-    partition's evaluation while nothing it depends on has changed (see `place_group`).
     `estimates` are the schedulers' predicted starts (`placement_io.ask_scheduler`);
     `estimate_notes` say per site why some are missing, and the trace repeats it; `errors`
-    (the estimators' recent errors) let `auto` prefer the better of learned and paper."""
-    policy = policy or Policy()
-    s = policy.settings
-    now = as_utc(now)  # a naive clock is UTC, never a TypeError against aware probe times
-    env = normalize_envelope(envelope, (x.profile for x in sites.values()), sites=sites.keys())
-    if environment is None and env.container is not None:
-        environment = env.container.image
-    waits = (
-        history
-        if isinstance(history, WaitHistory)
-        else (WaitHistory(history, now=now, settings=s) if history else None)
-    )
-    runtime_model = RuntimeModel.build(env, runtime, runtime_history, s)
-    fixed = policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
-
-    inputs = _Inputs(
-        policy, runtime_model, waits, estimates, estimate_notes, errors, env_cache, environment,
-        _minimum_shape(env), {}, {},
-    )  # fmt: skip
-    feasible: list[CandidateTrace] = []
-    rejected: list[CandidateTrace] = []
-    for name in sorted(sites):
-        site = sites[name]
-        state = snapshot.sites.get(name)
-        pstates = _partition_states(state)
-        for spec in sorted(site.profile.partitions, key=lambda x: x.name):
-            pstate = pstates.get(spec.name) or pstates.get(spec.scheduler_partition or "")
-            live = Live.of(name, pstate, ledger) if pstate is not None else None
-            p = PartitionContext(
-                env, site, spec, state, pstate, live, now, s, ledger, task_budget, fixed
-            )
-            memo_key = memo.key(envelope, name, spec.name, ledger) if memo is not None else None
-            hit = memo.get(memo_key) if memo is not None and memo_key is not None else None
-            if hit is None:
-                hit = _evaluate(p, inputs)
-                if memo is not None and memo_key is not None:
-                    memo.put(memo_key, hit)
-            feasible.extend(hit[0])
-            rejected.extend(hit[1])
-    feasible.sort(key=lambda c: c.key or ())
-    ranked_feasible = feasible
-    rejected.sort(key=lambda c: c.id)
-    chosen = ranked_feasible[0] if ranked_feasible else None
-    trace = DecisionTrace.model_construct(
-        now=now,
-        snapshot_at=snapshot.taken_at,
-        policy=policy,
-        envelope=env,
-        key_fields=(*primary_fields(policy), *KEY_TAIL),
-        candidates=(*ranked_feasible, *rejected),
-        chosen=chosen.id if chosen else None,
-        feasible=len(ranked_feasible),
-        estimates_note=_estimates_note(ranked_feasible, estimates, estimate_notes),
-    )
-    if chosen is None:
-        # A fixed site's own reasons first: the others only say the policy excludes them.
-        first = sorted(rejected, key=lambda c: c.site != fixed) if fixed else rejected
-        reasons = tuple(CandidateReasons(c.id, tuple(c.failures())) for c in first)
-        return Unschedulable.model_construct(
-            state="unschedulable", hint=relax_hint(env, rejected, sites), reasons=reasons,
-            trace=trace,
-        )  # fmt: skip
-    assert chosen.estimates is not None
-    return Placement.model_construct(
-        state="placed", candidate_id=chosen.id, site=chosen.site, partition=chosen.partition,
-        account=chosen.account, qos=chosen.qos, shape=chosen.shape, estimates=chosen.estimates,
-        trace=trace,
-    )  # fmt: skip
+    (the estimators' recent errors) let `auto` prefer the better of learned and paper.
+    `ledger` carries claims of earlier children of a group. `prune=False` scores every
+    partition (the reference the pruned path must agree with); `top` is how many of the best
+    candidates the trace ranks exactly; `score` names (site, partition) pairs to score even
+    when their bound prunes them (a caller comparing against where a job already waits)."""
+    return Request(
+        envelope, snapshot, sites, policy, now=now, history=history, estimates=estimates,
+        estimate_notes=estimate_notes, errors=errors, runtime=runtime,
+        runtime_history=runtime_history, env_cache=env_cache, environment=environment,
+        task_budget=task_budget, ledger=ledger, prune=prune, top=top, score=score,
+    ).decide()  # fmt: skip

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from fedhpc.domain.job import Shape
 from fedhpc.domain.site import Health
 from fedhpc.domain.units import as_utc
 from fedhpc.placement.context import CandidateContext, PartitionContext
@@ -18,6 +19,7 @@ __all__ = [
     "Rule",
     "RuleResult",
     "staleness_bound_s",
+    "too_large",
 ]
 
 
@@ -221,9 +223,10 @@ def user_limits(x: CandidateContext) -> RuleResult:
 # ---- shape-level rules -----------------------------------------------------------------------
 
 
-def capacity(x: CandidateContext) -> RuleResult:
-    c, p, s = Category.CAPACITY, x.part, x.shape
-    node, spec = p.spec.node, p.spec
+def too_large(p: PartitionContext, s: Shape) -> RuleResult | None:
+    """The capacity rule's checks that a larger shape can only fail too: per-node GPUs, CPUs,
+    memory and nodes per job against the partition's hardware. None when `s` fits."""
+    c, node, spec = Category.CAPACITY, p.spec.node, p.spec
     acc_count = node.accelerator.count if node.accelerator else 0
     if s.gpus > acc_count:
         return _fail(c, f"needs {s.gpus} GPUs per node; a {p.name} node has {acc_count}")
@@ -234,6 +237,15 @@ def capacity(x: CandidateContext) -> RuleResult:
     most = min(spec.max_nodes_per_job, node.count)
     if s.nodes > most:
         return _fail(c, f"needs {s.nodes} nodes; {p.name} allows {most} per job")
+    return None
+
+
+def capacity(x: CandidateContext) -> RuleResult:
+    c, p, s = Category.CAPACITY, x.part, x.shape
+    spec = p.spec
+    big = too_large(p, s)
+    if big is not None:
+        return big
     if s.nodes < spec.min_nodes_per_job:
         return _fail(c, f"{p.name} needs at least {spec.min_nodes_per_job} nodes per job")
     if p.live is not None and p.live.usable_nodes == 0:

@@ -19,6 +19,7 @@ __all__ = [
     "DecisionTrace",
     "Estimates",
     "Placement",
+    "PrunedClass",
     "Unschedulable",
 ]
 
@@ -72,6 +73,18 @@ class CandidateTrace:
         return [f"{r.category.value}: {r.reason}" for r in self.rules if r.outcome is Outcome.FAIL]
 
 
+@dataclass(frozen=True, slots=True)
+class PrunedClass:
+    """Partitions placement did not score, for one reason: a rule every one of them fails
+    whatever the shape (`kind` is the rule's category; `{partition}` in the reason stands for
+    each listed partition), or `dominated`: a lower bound on their best candidate is worse than
+    every ranked candidate, so none could change the ranking the trace shows."""
+
+    kind: str
+    reason: str
+    partitions: tuple[str, ...]  # "site/partition"
+
+
 class DecisionTrace(_Model):
     """Everything needed to audit and replay a decision; stored with the task."""
 
@@ -82,10 +95,29 @@ class DecisionTrace(_Model):
     key_fields: tuple[str, ...]
     candidates: tuple[CandidateTrace, ...]  # feasible best first (by key), then rejected by id
     chosen: str | None
-    feasible: int
+    feasible: int  # feasible candidates scored (the ranked ones above)
+    # Partitions not scored, by class. The ranked candidates above are exactly those a full
+    # evaluation would rank first (at least the best `ranked`); an unschedulable decision
+    # evaluates every partition and prunes nothing.
     # Which wait estimate ranked the candidates: the scheduler's for how many, and why not for
     # the others ("" when the caller did not ask the schedulers).
     estimates_note: str = ""
+    pruned: tuple[PrunedClass, ...] = ()
+    ranked: int = 0  # how many of the best candidates the pruning guarantees (0: all)
+
+    def pruned_partitions(self) -> int:
+        return sum(len(c.partitions) for c in self.pruned)
+
+    def site_reasons(self, site: str) -> list[str]:
+        """Why `site`'s candidates and pruned partitions were rejected, candidates first."""
+        out = [r.reason for c in self.candidates if c.site == site for r in c.rules if r.failed]
+        prefix = f"{site}/"
+        for p in self.pruned:
+            for pid in p.partitions:
+                if pid.startswith(prefix):
+                    out.append(p.reason.replace("{partition}", pid))
+                    break
+        return out
 
 
 class Placement(_Model):

@@ -1,0 +1,209 @@
+"""Lower bounds on the best sort key a partition's candidates can reach, for one request: what
+lets placement leave unscored the partitions that cannot enter the ranking its trace shows.
+Each part of the bound is at most the candidates' own, so comparing it as the key is compared
+never prunes a candidate that could rank."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.job import Shape
+from fedhpc.domain.site import PartitionSpec
+from fedhpc.placement.context import Ledger, Live
+from fedhpc.placement.credit import Budget, allowed_budget, predict_charge
+from fedhpc.placement.errors import EstimatorErrors
+from fedhpc.placement.estimators import (
+    EnvCache,
+    RuntimeModel,
+    SchedulerEstimates,
+    WaitHistory,
+    env_prep_s,
+)
+from fedhpc.placement.policy import preference_rank, whole_seconds
+from fedhpc.placement.prune import Entry
+from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings, WaitMethod
+
+__all__ = ["Bounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one request needs to bound a partition's best sort key from below."""
+
+    policy: Policy
+    env: ResourceEnvelope
+    runtime: RuntimeModel
+    history: WaitHistory | None
+    scheduled: frozenset[tuple[str, str]]  # (site, partition) with a scheduler estimate
+    errors: EstimatorErrors | None  # with `auto`, may prefer paper where learned answers
+    env_cache: EnvCache | None
+    environment: str | None
+    # Per (feasibility class, charge model by identity; the sites outlive the request): the
+    # most units sizing can grant, the shortest runtime and the cheapest charge.
+    spec_bounds: dict[tuple[int, int], tuple[tuple[int, int, int], float, float]] = field(
+        default_factory=dict
+    )
+    prep: dict[str, float] = field(default_factory=dict)  # environment preparation per site
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        policy: Policy,
+        env: ResourceEnvelope,
+        runtime: RuntimeModel,
+        history: WaitHistory | None,
+        scheduler: SchedulerEstimates | None,
+        errors: EstimatorErrors | None,
+        env_cache: EnvCache | None,
+        environment: str | None,
+    ) -> Bounds:
+        scheduled = frozenset((s, p) for s, p, _ in scheduler) if scheduler else frozenset()
+        return cls(policy, env, runtime, history, scheduled, errors, env_cache, environment)
+
+    def key(
+        self,
+        e: Entry,
+        live: Live,
+        ledger: Ledger | None,
+        task_budget: float | None,
+        budgets: dict[tuple[str, str | None], Budget],
+    ) -> tuple[float | int | str, ...]:
+        """A lower bound on the sort key of every candidate of `p`, compared as the key is:
+        each part at most the candidates' own (the primary criterion, the credit fraction at
+        the cheapest shape and the roomiest account, no waste, the exact preference ranks, the
+        first account, the empty id), for a partition with `live` state (its health passed).
+        `budgets` caches each (site, account)'s budget for one decision."""
+        pref = self.env.preferences
+        prefs = (
+            preference_rank(pref, e.site.name, e.spec.name)
+            if pref.sites or pref.partitions
+            else (0, 0)
+        )
+        spec = self._spec(e)
+        fraction = self._fraction(e, spec[2], ledger, task_budget, budgets)
+        return (*self._primary(e, live, spec), fraction, 0, *prefs, 0, "")
+
+    def _fraction(
+        self,
+        e: Entry,
+        charge: float,
+        ledger: Ledger | None,
+        task_budget: float | None,
+        budgets: dict[tuple[str, str | None], Budget],
+    ) -> float:
+        least = math.inf
+        for acct in e.accounts:
+            budget = budgets.get((e.site.name, acct))
+            if budget is None:
+                budget = allowed_budget(e.site, e.state, acct, task_budget, ledger)
+                budgets[(e.site.name, acct)] = budget
+            left = budget.site_remaining if budget.site_remaining is not None else budget.allowed
+            least = min(least, round(charge / left, 6) if left and left > 0 else 0.0)
+        return least
+
+    def _primary(
+        self, e: Entry, live: Live, spec: tuple[tuple[int, int, int], float, float]
+    ) -> tuple[float | int, ...]:
+        if self.policy.kind is PolicyKind.SHORTEST_QUEUE:
+            return (live.pending,)
+        s = self.policy.settings
+        site, part = e.site.name, e.spec.name
+        p90 = self.policy.objective is Objective.P90
+        method = self.policy.wait
+        if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and (site, part) in self.scheduled:
+            wait = 0.0  # the scheduler may predict a start now
+        else:
+            learned = self._learned(site, part, spec[0], p90)
+            # Some shape would use the paper estimate: no learned answer, or the recent errors
+            # may make `auto` prefer paper there.
+            prefer_paper = self.errors is not None and method is WaitMethod.AUTO
+            if learned is None or learned[1] or prefer_paper:
+                paper = self._paper(e.spec, live, s) * (s.uncertainty_factor if p90 else 1.0)
+                wait = paper if learned is None else min(paper, learned[0])
+            else:
+                wait = learned[0]
+        prep = self.prep.get(site)
+        if prep is None:
+            prep = self.prep[site] = env_prep_s(site, self.environment, self.env_cache, s)[0]
+        completion = whole_seconds(round(wait + spec[1] + prep, 3))
+        if self.policy.kind is PolicyKind.FIXED_SITE:
+            return (0 if site == self.policy.site else 1, completion)
+        return (completion,)
+
+    def _learned(
+        self, site: str, part: str, most: tuple[int, int, int], p90: bool
+    ) -> tuple[float, bool] | None:
+        """The least learned wait any shape here can get, and whether some shape gets none;
+        None when the method does not learn or nothing was observed."""
+        if self.policy.wait not in (WaitMethod.LEARNED, WaitMethod.AUTO) or self.history is None:
+            return None
+        env = self.env
+        g, c, n = most
+        least, gap = math.inf, False
+        if g >= 1:
+            lo = max(env.gpus.min, 1) * env.nodes.min
+            t, q, none = self.history.floor(site, part, "gpu", lo, g * n)
+            least, gap = min(least, q if p90 else t), gap or none
+        if env.gpus.min == 0:
+            t, q, none = self.history.floor(site, part, "cpu", env.cpus.min * env.nodes.min, c * n)
+            least, gap = min(least, q if p90 else t), gap or none
+        return least, gap
+
+    def _spec(self, e: Entry) -> tuple[tuple[int, int, int], float, float]:
+        key = (e.klass, id(e.spec.charge or e.site.profile.charge))
+        hit = self.spec_bounds.get(key)
+        if hit is None:
+            env, spec = self.env, e.spec
+            wall = max(env.wall_time.min, min(env.wall_time.upper, spec.max_wall_s))
+            cheapest = Shape.model_construct(
+                nodes=env.nodes.min, cpus=env.cpus.min, gpus=env.gpus.min, memory_mib=0,
+                wall_time_s=wall, accelerator_type=None,
+            )  # fmt: skip
+            charge = predict_charge(e.site.profile, spec, cheapest).amount
+            most = self._most(spec)
+            hit = self.spec_bounds[key] = (most, self._runtime(most), charge)
+        return hit
+
+    def _most(self, spec: PartitionSpec) -> tuple[int, int, int]:
+        """The most GPUs and CPUs per node, and nodes, that sizing can grant here."""
+        env, node = self.env, spec.node
+        g_lim = node.accelerator.count if node.accelerator else 0
+        n_lim = min(spec.max_nodes_per_job, node.count)
+        g = max(env.gpus.min, min(env.gpus.upper, g_lim))
+        c = max(env.cpus.min, min(env.cpus.upper, node.cpus))
+        n = max(
+            env.nodes.min, min(env.nodes.upper, n_lim), min(spec.min_nodes_per_job, env.nodes.upper)
+        )
+        return g, c, n
+
+    def _paper(self, spec: PartitionSpec, live: Live, s: Settings) -> float:
+        """The paper estimate's floor over every shape sizing can give this partition: the
+        queue-depth wait when not even the envelope's minimum finds a free slot."""
+        env = self.env
+        if env.gpus.min > 0:
+            unit, free, per_node = env.gpus.min, live.free_gpus, live.max_free_gpus_on_node
+        elif spec.node.accelerator is None:
+            unit, free, per_node = env.cpus.min, live.free_cpus, live.max_free_cpus_on_node
+        else:
+            return s.dispatch_s  # a CPU-or-GPU shape: slots of either kind may be free
+        slots = free // unit if per_node >= unit else 0
+        if slots >= env.nodes.min:
+            return s.dispatch_s
+        return s.dispatch_s + (live.pending + 1) * s.per_pending_s
+
+    def _runtime(self, most: tuple[int, int, int]) -> float:
+        """The shortest runtime any shape here can be predicted: at the most units sizing can
+        grant (each dimension at most its envelope maximum within the hardware)."""
+        m = self.runtime
+        g, c, n = most
+        # A GPU shape counts GPUs; a CPU shape (only when the envelope allows no GPU) CPUs.
+        units = max(g * n, c * n if self.env.gpus.min == 0 else 0, 1)
+        r = m.serial_s + m.parallel_s / units
+        if m.cap_s is not None:
+            r = min(r, m.cap_s)
+        if m.exact:
+            r = min(r, *m.exact.values())
+        return r
