@@ -23,6 +23,8 @@ from fedhpc.domain import (
     ResourceSnapshot,
 )
 from fedhpc.placement import (
+    ErrorObservation,
+    EstimatorErrors,
     Ledger,
     Objective,
     Placement,
@@ -182,6 +184,25 @@ def _history(rng: random.Random, sites: dict[str, Site]) -> WaitHistory | None:
     return WaitHistory(obs, now=NOW, settings=Policy().settings)
 
 
+def _errors(rng: random.Random, sites: dict[str, Site]) -> EstimatorErrors:
+    """Recent estimator errors: on some partitions paper has been better than learned."""
+    obs = [
+        ErrorObservation(
+            name,
+            spec.name,
+            method,
+            rng.uniform(0, 900),
+            rng.uniform(0, 900),
+            NOW - timedelta(hours=1),
+        )
+        for name, s in sites.items()
+        for spec in s.profile.partitions
+        for method in ("learned", "paper")
+        for _ in range(rng.choice([0, 3]))
+    ]
+    return EstimatorErrors(obs, now=NOW, window_s=14 * 86400.0)
+
+
 def _key(d: Placement | Unschedulable) -> object:
     if isinstance(d, Unschedulable):
         return ("unschedulable", d.hint, d.reasons)
@@ -232,6 +253,8 @@ def test_pruned_placement_decides_like_the_full_evaluation(seed: int) -> None:
         else None
     )
     kw: dict[str, Any] = {"now": NOW, "history": history or (), "runtime": runtime}
+    if rng.random() < 0.4:
+        kw["errors"] = _errors(rng, sites)
     first = place(envelope, snap, sites, policy, prune=False, **kw)
     if isinstance(first, Placement) and rng.random() < 0.5:
         # Scheduler estimates for some of the candidates (later or sooner than predicted).
@@ -257,6 +280,8 @@ def test_a_group_in_one_pass_decides_as_place_per_child_with_earlier_claims(seed
     policy, history = _policy(rng, names), _history(rng, sites)
     budget = rng.choice([None, 5.0, 50.0])
     kw: dict[str, Any] = {"now": NOW, "task_budget": budget}
+    if rng.random() < 0.3:
+        kw["errors"] = _errors(rng, sites)
     one_pass = place_group(kids, snap, sites, policy, history=history or (), **kw)
     ledger = Ledger()
     for kid, got in zip(kids, one_pass, strict=True):
@@ -334,3 +359,32 @@ def test_partitions_that_cannot_rank_are_reported_as_dominated() -> None:
     assert isinstance(kept, Placement)
     assert {c.partition for c in kept.trace.candidates} == {"g0", "g5"}
     assert "p/g5" not in kept.trace.pruned[0].partitions
+
+
+def test_bounds_allow_auto_to_prefer_paper_where_learned_has_erred() -> None:
+    """Learned says `a` waits long, but its recent errors there are worse than paper's, so
+    `auto` takes paper's free slot at `a`: the bound must not rule `a` out on learned alone."""
+    a = profile("a", gpu_partition("g", count=1))
+    b = profile("b", gpu_partition("g", count=1))
+    sites, snap = {"a": site(a), "b": site(b)}, snapshot(state(a), state(b))
+    obs = [
+        WaitObservation(site=s, partition="g", gpus=1, wait_s=w, observed_at=NOW)
+        for s, w in (("a", 5000.0), ("b", 100.0))
+        for _ in range(3)
+    ]
+    history = WaitHistory(obs, now=NOW, settings=Policy().settings)
+    errs = EstimatorErrors(
+        [
+            ErrorObservation("a", "g", m, predicted, 20.0, NOW - timedelta(hours=1))
+            for m, predicted in (("learned", 5000.0), ("paper", 10.0))
+            for _ in range(3)
+        ],
+        now=NOW,
+        window_s=86400.0,
+    )
+    one = env(gpus=1, wall_time="1h")
+    kw: dict[str, Any] = {"now": NOW, "history": history, "errors": errs}
+    full = place(one, snap, sites, prune=False, **kw)
+    assert isinstance(full, Placement) and full.site == "a"
+    assert full.estimates.wait_source.startswith("paper")
+    _check(place(one, snap, sites, top=1, **kw), full, 1)
