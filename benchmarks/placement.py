@@ -350,7 +350,10 @@ def main() -> None:
     group_s, placed = bench_group(args.group, args.seed, sites)
     print(f"group of {args.group} children: {group_s:.3f} s ({placed} placed)  (target <= 0.25 s)")
     scaling(args)
-    rt = None if args.no_sbatch else sbatch_round_trip()
+    if args.no_sbatch:
+        print("sbatch round trip: skipped (--no-sbatch)")
+        return
+    rt = sbatch_round_trip()
     if rt is None:
         print("sbatch round trip: local federation not up; ratio not measured")
     else:
