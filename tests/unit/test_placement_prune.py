@@ -388,3 +388,19 @@ def test_bounds_allow_auto_to_prefer_paper_where_learned_has_erred() -> None:
     assert isinstance(full, Placement) and full.site == "a"
     assert full.estimates.wait_source.startswith("paper")
     _check(place(one, snap, sites, top=1, **kw), full, 1)
+
+
+def test_a_site_at_its_cap_is_left_out_for_the_later_children() -> None:
+    """The daemon's per-site bound on submissions per cycle: `a` may take one more child; the
+    next goes to `b`, and with `b` capped at zero too, the third has nowhere to go."""
+    a = profile("a", gpu_partition("g", count=4))
+    b = profile("b", gpu_partition("g", count=4))
+    sites = {"a": site(a), "b": site(b)}
+    snap = snapshot(state(a), state(b, g={"pending_jobs": 3}))
+    kid = env(gpus=1, wall_time="1h")
+    out = place_group([kid] * 3, snap, sites, now=NOW, site_caps={"a": 1})
+    assert [d.site for d in out if isinstance(d, Placement)] == ["a", "b", "b"]
+    capped = place_group([kid] * 2, snap, sites, now=NOW, site_caps={"a": 1, "b": 0})
+    assert isinstance(capped[0], Placement) and capped[0].site == "a"
+    assert isinstance(capped[1], Unschedulable)
+    assert "the envelope excludes a" in "; ".join(r for c in capped[1].reasons for r in c.reasons)
