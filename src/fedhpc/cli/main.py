@@ -14,7 +14,19 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import daemon, demo, hooks, login, pictures, probe, serve, sites, tasks, ui
+    from fedhpc.cli import (
+        daemon,
+        demo,
+        doctor,
+        hooks,
+        login,
+        pictures,
+        probe,
+        serve,
+        sites,
+        tasks,
+        ui,
+    )
     from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
@@ -26,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sites.add_parser(sub)
     probe.add_parser(sub)
+    doctor.add_parser(sub)
     demo.add_parser(sub)
     daemon.add_parser(sub)
     hooks.add_parser(sub)

@@ -1,0 +1,355 @@
+"""`fedhpc doctor`: one check list per site, each pass/fail with the fix. The I/O edge: every
+check runs a command through the site's own transport, as fedhpc's work would."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from fedhpc.adapters.command import Command
+from fedhpc.adapters.dialects import get_dialect
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.slurm import SlurmDialect
+from fedhpc.adapters.dialects.slurm_discover import (
+    ASSOC_FIELDS,
+    parse_associations,
+    parse_qos,
+)
+from fedhpc.adapters.site import open_adapter
+from fedhpc.adapters.transports.base import TransportError
+from fedhpc.adapters.transports.local import run_bounded
+from fedhpc.adapters.transports.ssh import SshTransport
+from fedhpc.domain.job import JobSpec, Shape
+from fedhpc.errors import FedError
+from fedhpc.onboard.discover import discover_dialect
+from fedhpc.onboard.facts import AssociationFacts
+from fedhpc.profiles.loader import Site
+
+__all__ = ["MAX_SKEW_S", "Check", "check_site", "resume_checks"]
+
+Status = Literal["pass", "fail", "skip"]
+MAX_SKEW_S = 60
+_COMMANDS = {
+    "slurm": ("sbatch", "squeue", "sacct", "scancel", "sinfo", "scontrol", "sacctmgr"),
+    "pbs": ("qsub", "qstat", "qdel", "pbsnodes"),
+    "lsf": ("bsub", "bjobs", "bkill", "bqueues", "bhosts", "lshosts"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the doctor's list."""
+
+    site: str
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "site": self.site,
+            "check": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "fix": self.fix,
+        }
+
+
+class _Run:
+    """Collects the checks of one site."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.checks: list[Check] = []
+
+    def add(self, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
+        status: Status = "skip" if ok is None else ("pass" if ok else "fail")
+        self.checks.append(Check(self.site.name, name, status, detail, "" if ok else fix))
+
+
+async def _control_master(run: _Run, transport: SshTransport) -> bool:
+    """An ssh site's ControlMaster: alive (and for how long it persists), or how to open it."""
+    opts = run.site.transport.options
+    persist = opts.get("control_persist_s", "600")
+    try:
+        out = await run_bounded(
+            transport.control_argv("check"), stdin=None, env=None, timeout_s=15.0
+        )
+    except TransportError as exc:
+        out = None
+        message = exc.message
+    if out is not None and out.returncode == 0:
+        said = (out.stderr or out.stdout).decode(errors="replace").strip()
+        run.add(
+            "control_master",
+            True,
+            f"{said or 'master running'}; it closes {persist} s after its last use",
+        )
+        return True
+    if out is not None:
+        message = (out.stderr or out.stdout).decode(errors="replace").strip() or "no master"
+    socket_state = "a stale socket is left" if _stale(transport.control_path) else "no socket"
+    run.add(
+        "control_master",
+        False,
+        f"no ControlMaster ({socket_state}): {message[-200:]}",
+        f"open it once (answers the MFA prompt): fedhpc connect {run.site.name}",
+    )
+    return False
+
+
+def _stale(control_path: str) -> bool:
+    return "%" not in control_path and Path(control_path).exists()
+
+
+async def _reachable(run: _Run, adapter: Any) -> bool:
+    started = time.time()
+    try:
+        result = await adapter.transport.run(Command(("date", "+%s"), timeout_s=30.0))
+    except FedError as exc:
+        run.add("transport", False, exc.message, exc.hint or "see docs/transports.md")
+        return False
+    ended = time.time()
+    if not result.ok or not result.stdout.strip().isdigit():
+        run.add(
+            "transport",
+            False,
+            f"`date` failed at the site: {result.stderr.strip()[-200:]}",
+            "check the login shell and PATH at the site",
+        )
+        return False
+    kind = run.site.transport.kind
+    run.add("transport", True, f"{kind} transport ran a command in {ended - started:.1f} s")
+    skew = int(result.stdout.strip()) - (started + ended) / 2
+    ok = abs(skew) <= MAX_SKEW_S
+    run.add(
+        "clock",
+        ok,
+        f"site clock differs by {skew:+.0f} s",
+        "the site's or this machine's clock is off: enable NTP (timedatectl set-ntp true) "
+        "or tell the center; wait estimates and event times depend on it",
+    )
+    return True
+
+
+async def _scheduler(run: _Run, adapter: Any, dialect: str) -> bool:
+    if dialect not in _COMMANDS:
+        run.add("scheduler", None, f"dialect {dialect}: fedhpc's own scheduler, no checks")
+        return False
+    names = _COMMANDS[dialect]
+    script = 'for c in "$@"; do command -v "$c" >/dev/null 2>&1 || echo "$c"; done'
+    missing = await adapter.transport.run(Command(("bash", "-c", script, "fedhpc", *names)))
+    absent = missing.stdout.split()
+    run.add(
+        "commands",
+        not absent,
+        f"missing: {', '.join(absent)}" if absent else f"{', '.join(names)} on PATH",
+        "load the scheduler's module in the login environment, or fix [transport] env PATH",
+    )
+    d = discover_dialect(dialect)
+    try:
+        problem = d.ping_problem(await adapter.transport.run(d.ping))
+    except TransportError as exc:
+        problem = exc.message
+    env = run.site.transport.env
+    where = f" (profile [transport] env: {env})" if env else ""
+    run.add(
+        "scheduler",
+        problem is None,
+        problem or "the controller answers",
+        f"the scheduler does not answer{where}: check that it is up (status page / "
+        "the center's support) and that its config is the one named",
+    )
+    return problem is None
+
+
+def _covers(assoc: list[AssociationFacts], account: str, partition: str | None) -> bool:
+    return any(a.account == account and (a.partition in (None, partition)) for a in assoc)
+
+
+async def _associations(run: _Run, adapter: Any) -> None:
+    script = f'sacctmgr -nP show assoc where user="$(id -un)" format={ASSOC_FIELDS}'
+    res = await adapter.transport.run(Command(("bash", "-c", script)))
+    qres = await adapter.transport.run(
+        Command(("sacctmgr", "-nP", "show", "qos", "format=Name,MaxWall,MaxJobsPU,MaxSubmitPU"))
+    )
+    if not res.ok:
+        run.add(
+            "associations",
+            False,
+            f"sacctmgr failed: {res.stderr.strip()[-200:]}",
+            "the center may hide associations; ask support which accounts you have",
+        )
+        return
+    assoc = list(parse_associations(res.stdout, None))
+    known_qos = set(parse_qos(qres.stdout)) if qres.ok else set()
+    accounts = run.site.user.accounts
+    if not accounts:
+        run.add("associations", None, "no account configured; jobs use your default account")
+        return
+    profile = run.site.profile
+    for acct in accounts:
+        parts = acct.partitions or tuple(
+            p.name for p in profile.partitions if p.name not in profile.blocked_partitions
+        )
+        lacking = [p for p in parts if not _covers(assoc, acct.name, _sched_name(run.site, p))]
+        mine = sorted({a.account for a in assoc})
+        run.add(
+            f"association:{acct.name}",
+            not lacking,
+            f"no association on {', '.join(lacking)} (yours: {', '.join(mine) or 'none'})"
+            if lacking
+            else f"covers {', '.join(parts)}",
+            f"ask the center to add {acct.name} on those partitions, or fix "
+            f"[[sites.{run.site.name}.accounts]] (name, partitions) in your config",
+        )
+        if acct.qos:
+            allowed = {q for a in assoc if a.account == acct.name for q in a.qos}
+            ok = acct.qos in allowed or (not allowed and acct.qos in known_qos)
+            why = (
+                "is not a QoS this scheduler knows"
+                if acct.qos not in known_qos
+                else f"is not allowed for {acct.name} (allowed: {', '.join(sorted(allowed))})"
+            )
+            run.add(
+                f"qos:{acct.name}",
+                ok,
+                f"qos {acct.qos} " + ("allowed" if ok else why),
+                f"set qos under [[sites.{run.site.name}.accounts]] to one of: "
+                f"{', '.join(sorted(allowed or known_qos)) or '(none known)'}",
+            )
+
+
+def _sched_name(site: Site, partition: str) -> str:
+    try:
+        spec = site.profile.partition(partition)
+    except KeyError:
+        return partition
+    return spec.scheduler_partition or spec.name
+
+
+async def _test_only(run: _Run, adapter: Any, dialect: str) -> None:
+    profile = run.site.profile
+    d = get_dialect(dialect)
+    if not isinstance(d, SlurmDialect):
+        run.add("test_submit", None, f"{dialect} has no dry-run submit (sbatch --test-only)")
+        return
+    for part in profile.partitions:
+        if part.name in profile.blocked_partitions:
+            continue
+        acct = next(
+            (a for a in run.site.user.accounts if not a.partitions or part.name in a.partitions),
+            None,
+        )
+        acc = part.node.accelerator
+        shape = Shape(
+            cpus=1, gpus=1 if acc else 0, wall_time_s=60, accelerator_type=acc.type if acc else None
+        )
+        spec = JobSpec(
+            name="fedhpc-doctor",
+            command=("true",),
+            partition=part.name,
+            shape=shape,
+            account=acct.name if acct else None,
+            qos=acct.qos if acct else None,
+        )
+        result = await adapter.transport.run(d.test_only_command(adapter.render(spec)))
+        try:
+            d.parse_test_only(result)
+            run.add(f"test_submit:{part.name}", True, "sbatch --test-only accepted a 1-CPU job")
+        except SchedulerRejected as exc:
+            run.add(
+                f"test_submit:{part.name}",
+                False,
+                f"sbatch --test-only: {exc.message}",
+                "the scheduler refuses this partition with your account/QoS: fix the "
+                f"account under [sites.{run.site.name}] or block the partition",
+            )
+
+
+async def _storage(run: _Run, adapter: Any) -> None:
+    roots = [(s.name, s.path) for s in run.site.profile.storage]
+    if run.site.user.workdir:
+        roots.append(("workdir", run.site.user.workdir))
+    if not roots:
+        run.add("storage", None, "the profile names no storage root")
+        return
+    script = (
+        'for p in "$@"; do if [ -d "$p" ] && [ -w "$p" ]; then echo ok; '
+        'elif [ -d "$p" ]; then echo readonly; else echo missing; fi; done'
+    )
+    res = await adapter.transport.run(
+        Command(("bash", "-c", script, "fedhpc", *(p for _, p in roots)))
+    )
+    states = res.stdout.split()
+    for (name, path), state in zip(roots, states + ["missing"] * len(roots), strict=False):
+        run.add(
+            f"storage:{name}",
+            state == "ok",
+            f"{path}: {'writable' if state == 'ok' else state}",
+            f"create {path} at the site, or fix the [[storage]] path of {run.site.name} "
+            "(a profile in your profile folder overrides the shipped one)",
+        )
+
+
+async def check_site(site: Site) -> list[Check]:
+    """Every check for one site, in order; a check that cannot run after an earlier failure
+    is skipped and says why."""
+    run = _Run(site)
+    adapter = open_adapter(site)
+    try:
+        if isinstance(adapter.transport, SshTransport):
+            await _control_master(run, adapter.transport)
+        if not await _reachable(run, adapter):
+            run.add("scheduler", None, "not checked: the transport failed")
+            return run.checks
+        dialect = site.profile.dialect
+        if not await _scheduler(run, adapter, dialect):
+            return run.checks
+        if dialect == "slurm":
+            await _associations(run, adapter)
+        await _test_only(run, adapter, dialect)
+        await _storage(run, adapter)
+    except FedError as exc:
+        run.add("doctor", False, exc.message, exc.hint or "")
+    finally:
+        await adapter.transport.aclose()
+    return run.checks
+
+
+def resume_checks(home: Path, configured: tuple[str, ...]) -> list[Check]:
+    """Each configured resume runtime can start (`fedhpc deliveries check`'s checks)."""
+    from fedhpc.bridge.check import check_runtimes
+
+    return [
+        Check(
+            "resume",
+            f"runtime:{r['runtime']}",
+            "pass" if r["ok"] else "fail",
+            str(r["detail"]),
+            "; ".join(r.get("fix") or []),
+        )
+        for r in check_runtimes(home, configured)
+    ]
+
+
+async def check_sites(
+    sites: list[Site], report: Callable[[list[Check]], None] | None = None
+) -> dict[str, list[Check]]:
+    out: dict[str, list[Check]] = {}
+
+    async def one(site: Site) -> None:
+        out[site.name] = await check_site(site)
+        if report:
+            report(out[site.name])
+
+    async with anyio.create_task_group() as tg:
+        for site in sites:
+            tg.start_soon(one, site)
+    return {s.name: out[s.name] for s in sites}
