@@ -13,7 +13,13 @@ from fedhpc.errors import UsageError
 from fedhpc.onboard.build import Discovery
 from fedhpc.onboard.discover import WriteOutcome, discover, write_discovery
 
-__all__ = ["add_discover", "spec_from_args", "summary"]
+__all__ = [
+    "add_discover",
+    "add_transport_args",
+    "print_discovery",
+    "spec_from_args",
+    "summary",
+]
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -91,7 +97,7 @@ def summary(found: Discovery, outcome: WriteOutcome) -> dict[str, Any]:
     }
 
 
-def _print(found: Discovery, out: WriteOutcome) -> None:
+def print_discovery(found: Discovery, out: WriteOutcome) -> None:
     p = found.profile
     print(f"{p.name}: {p.dialect}, {p.arch.value}, {len(p.partitions)} partition(s)")
     for x in p.partitions:
@@ -140,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary(found, outcome), indent=2))
     else:
-        _print(found, outcome)
+        print_discovery(found, outcome)
     return 0
 
 

@@ -15,6 +15,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from fedhpc.cli import (
+        connect,
         daemon,
         demo,
         doctor,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sites.add_parser(sub)
     probe.add_parser(sub)
     doctor.add_parser(sub)
+    connect.add_parser(sub)
     demo.add_parser(sub)
     daemon.add_parser(sub)
     hooks.add_parser(sub)

@@ -13,6 +13,7 @@ from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch,
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import Transport
 from fedhpc.adapters.transports.local import TransportTimeout
+from fedhpc.domain.config import TransportOverride
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
 from fedhpc.errors import UsageError
 from fedhpc.onboard.build import Discovery, build_discovery
@@ -182,7 +183,18 @@ def write_discovery(
     _write(path, text)
     load_profile(path)  # what was written reads back, or this raises with file and key
     config = config_path or user_config_path()
-    entry = config_entry_toml(name, found.user, found.qos_names)
+    user = found.user
+    reached = found.profile.transport
+    if shipped is not None and reached.kind != "local" and reached != shipped.transport:
+        # How this person reaches a shipped center (their login, alias, endpoint) is theirs.
+        mine = TransportOverride(
+            host=reached.host if reached.host != shipped.transport.host else None,
+            user=reached.user,
+            endpoint_id=reached.endpoint_id,
+            options=dict(reached.options),
+        )
+        user = user.model_copy(update={"transport": mine})
+    entry = config_entry_toml(name, user, found.qos_names)
     written = not _has_site(config, name)
     if written:
         config.parent.mkdir(parents=True, exist_ok=True)

@@ -304,9 +304,12 @@ async def check_site(site: Site) -> list[Check]:
     run = _Run(site)
     adapter = open_adapter(site)
     try:
+        # The first command opens a master where the login needs no person (keys); the
+        # master's state after it says whether fedhpc's calls have a session to ride on.
+        reached = await _reachable(run, adapter)
         if isinstance(adapter.transport, SshTransport):
             await _control_master(run, adapter.transport)
-        if not await _reachable(run, adapter):
+        if not reached:
             run.add("scheduler", None, "not checked: the transport failed")
             return run.checks
         dialect = site.profile.dialect
