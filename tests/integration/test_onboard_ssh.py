@@ -99,7 +99,9 @@ def test_doctor_reports_an_expired_control_master(devfed_ssh: SshFront, tmp_path
         assert "fedhpc connect devdelta" in delta["transport"]["fix"]
         assert delta["scheduler"]["status"] == "skip"
         vista = _checks(report, "devvista")
-        assert {c["status"] for c in vista.values()} == {"pass"}, vista
+        assert "fail" not in {c["status"] for c in vista.values()}, vista
+        assert vista["control_master"]["status"] == "pass"
+        assert vista["associations"]["status"] == "skip"  # no account in this config
     finally:
         devfed_ssh.grant("devdelta")
         for m in masters:
