@@ -126,6 +126,7 @@ def test_connect_opens_the_master_discovers_and_doctors(
         assert "session open" in done.stdout
         assert "config: added [sites.mylab]" in done.stdout
         assert "all checks passed" in done.stdout
+        assert "opened by fedhpc connect 0 min ago; stays open" in done.stdout
         assert (tmp_path / "profiles" / "mylab.toml").exists()
         alive = subprocess.run(master.control_argv("check"), capture_output=True, check=False)
         assert alive.returncode == 0  # the session stays for fedhpc's later calls

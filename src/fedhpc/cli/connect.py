@@ -6,8 +6,11 @@ doctor for the site."""
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 import sys
+import time
 
 import anyio
 
@@ -17,6 +20,7 @@ from fedhpc.cli.doctor import run_doctor
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import UsageError
 from fedhpc.onboard.discover import discover, write_discovery
+from fedhpc.onboard.doctor import connect_record
 from fedhpc.profiles import fedhpc_home, load_federation, load_profiles, load_user_config
 from fedhpc.profiles.loader import user_profile_dirs
 
@@ -53,7 +57,20 @@ def _open_master(spec: TransportSpec, name: str) -> None:
             f"ssh to {transport.destination} failed (exit {done.returncode})",
             hint="Check the host and user, and that `ssh HOST` works in this terminal.",
         )
-    print(f"{name}: session open; fedhpc's calls ride on it until it closes")
+    _record(transport, name)
+    print(f"{name}: session open; fedhpc's calls ride on it until the center ends it")
+
+
+def _record(transport: SshTransport, name: str) -> None:
+    """Note the master's pid and opening time, so `fedhpc doctor` can say when it closes."""
+    check = subprocess.run(transport.control_argv("check"), capture_output=True, text=True,
+                           check=False)  # fmt: skip
+    found = re.search(r"pid=(\d+)", check.stderr + check.stdout)
+    if not found:
+        return
+    path = connect_record(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": int(found.group(1)), "at": int(time.time())}))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@ check runs a command through the site's own transport, as fedhpc's work would.""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +30,16 @@ from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.onboard.discover import discover_dialect
 from fedhpc.onboard.facts import AssociationFacts
-from fedhpc.profiles.loader import Site
+from fedhpc.profiles.loader import Site, fedhpc_home
 
-__all__ = ["MAX_SKEW_S", "Check", "check_site", "resume_checks"]
+__all__ = [
+    "MAX_SKEW_S",
+    "Check",
+    "check_site",
+    "connect_record",
+    "master_expiry",
+    "resume_checks",
+]
 
 Status = Literal["pass", "fail", "skip"]
 MAX_SKEW_S = 60
@@ -73,10 +82,39 @@ class _Run:
         self.checks.append(Check(self.site.name, name, status, detail, "" if ok else fix))
 
 
+def connect_record(site: str) -> Path:
+    """Where `fedhpc connect` notes the master it opened: its pid and when."""
+    return fedhpc_home() / "connect" / f"{site}.json"
+
+
+def master_expiry(pid: int, opened: dict[str, Any] | None, persist: str, now: float) -> str:
+    """When the master closes (pure): one `fedhpc connect` opened (ControlPersist=yes) stays
+    until the center ends the session; one fedhpc's calls opened on demand closes `persist`
+    seconds after its last use."""
+    if opened and opened.get("pid") == pid and isinstance(opened.get("at"), int | float):
+        minutes = max(0.0, now - float(opened["at"])) / 60
+        return (
+            f"opened by fedhpc connect {minutes:.0f} min ago; stays open until the center "
+            "ends the session (its login timeout)"
+        )
+    return f"opened on demand; closes {persist} s after its last use"
+
+
+def _master_info(site: str, said: str, persist: str) -> str:
+    found = re.search(r"pid=(\d+)", said)
+    if not found:
+        return f"closes {persist} s after its last use"
+    try:
+        opened = json.loads(connect_record(site).read_text())
+    except (OSError, ValueError):
+        opened = None
+    return master_expiry(int(found.group(1)), opened if isinstance(opened, dict) else None,
+                         persist, time.time())  # fmt: skip
+
+
 async def _control_master(run: _Run, transport: SshTransport) -> bool:
-    """An ssh site's ControlMaster: alive (and for how long it persists), or how to open it."""
-    opts = run.site.transport.options
-    persist = opts.get("control_persist_s", "600")
+    """An ssh site's ControlMaster: alive (and when it closes), or how to open it."""
+    persist = run.site.transport.options.get("control_persist_s", "600")
     try:
         out = await run_bounded(
             transport.control_argv("check"), stdin=None, env=None, timeout_s=15.0
@@ -85,27 +123,18 @@ async def _control_master(run: _Run, transport: SshTransport) -> bool:
         out = None
         message = exc.message
     if out is not None and out.returncode == 0:
-        said = (out.stderr or out.stdout).decode(errors="replace").strip()
-        run.add(
-            "control_master",
-            True,
-            f"{said or 'master running'}; it closes {persist} s after its last use",
-        )
+        said = (out.stderr or out.stdout).decode(errors="replace").strip() or "master running"
+        run.add("control_master", True, f"{said}; {_master_info(run.site.name, said, persist)}")
         return True
     if out is not None:
         message = (out.stderr or out.stdout).decode(errors="replace").strip() or "no master"
-    socket_state = "a stale socket is left" if _stale(transport.control_path) else "no socket"
     run.add(
         "control_master",
         False,
-        f"no ControlMaster ({socket_state}): {message[-200:]}",
+        f"no ControlMaster (never opened, or expired): {message[-200:]}",
         f"open it once (answers the MFA prompt): fedhpc connect {run.site.name}",
     )
     return False
-
-
-def _stale(control_path: str) -> bool:
-    return "%" not in control_path and Path(control_path).exists()
 
 
 async def _reachable(run: _Run, adapter: Any) -> bool:
