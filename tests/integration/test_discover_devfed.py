@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,9 +92,20 @@ def test_new_center_is_written_loaded_and_kept_on_a_second_run(
     assert isinstance(load_user_config(config_path), UserConfig)
 
 
-def test_unreachable_scheduler_is_a_typed_error(tmp_path: Path) -> None:
-    done = _fedhpc(tmp_path, "sites", "discover", "nowhere", "--local", "--dialect", "slurm",
-                   "--env", f"SLURM_CONF={tmp_path / 'missing.conf'}")  # fmt: skip
-    assert done.returncode == 2, done.stdout
-    assert "error[discover_failed]" in done.stderr and "hint:" in done.stderr
+def test_unreachable_scheduler_is_a_typed_error(devfed: Devfed, tmp_path: Path) -> None:
+    """A stopped controller (a private copy of a cluster's slurm.conf whose controller port
+    nobody listens on; the shared daemons are never touched) and a missing slurm.conf."""
+    stopped = tmp_path / "stopped.conf"
+    conf = devfed.conf("devdelta").read_text()
+    stopped.write_text(re.sub(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999", conf))
+    for path, says in (
+        (stopped, "slurmctld does not answer"),
+        (tmp_path / "no.conf", "not a file"),
+    ):
+        done = _fedhpc(tmp_path, "sites", "discover", "nowhere", "--local", "--dialect", "slurm",
+                       "--env", f"SLURM_CONF={path}")  # fmt: skip
+        assert done.returncode == 2, done.stdout
+        assert "error[discover_failed]" in done.stderr and says in done.stderr
+        assert "hint:" in done.stderr
     assert not (tmp_path / "config.toml").exists()
+    assert not (tmp_path / "profiles").exists()

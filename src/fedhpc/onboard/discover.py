@@ -88,6 +88,16 @@ async def _which_dialect(transport: Transport) -> str:
     return found
 
 
+def _check_local(name: str, spec: TransportSpec) -> None:
+    """A local SLURM_CONF that is not there fails at once (Slurm would retry for a minute)."""
+    conf = spec.env.get("SLURM_CONF")
+    if spec.kind == "local" and conf and not Path(conf).is_file():
+        raise DiscoverFailed(
+            f"{name}: SLURM_CONF={conf} is not a file here",
+            hint="Name the cluster's slurm.conf: --env SLURM_CONF=/path/to/slurm.conf",
+        )
+
+
 async def discover(
     name: str,
     spec: TransportSpec,
@@ -100,6 +110,7 @@ async def discover(
     """Ask the scheduler behind `spec` (one batched remote call) and build its profile."""
     if not SAFE_NAME.match(name):
         raise UsageError(f"{name!r} is not a site name", hint="Use letters, digits, '_', '.', '-'.")
+    _check_local(name, spec)
     transport = make_transport(spec, state_dir=fedhpc_home())
     try:
         dialect = dialect or await _which_dialect(transport)
