@@ -24,6 +24,7 @@ from fedhpc.placement.estimators import (
 from fedhpc.placement.policy import preference_rank, whole_seconds
 from fedhpc.placement.prune import Entry
 from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings, WaitMethod
+from fedhpc.placement.sizing import gpus_nodes
 
 __all__ = ["Bounds"]
 
@@ -46,6 +47,8 @@ class Bounds:
         default_factory=dict
     )
     prep: dict[str, float] = field(default_factory=dict)  # environment preparation per site
+    # The cheapest charge per (feasibility class, charge model by identity, nodes).
+    charges: dict[tuple[int, int, int], float] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -83,8 +86,26 @@ class Bounds:
             else (0, 0)
         )
         spec = self._spec(e)
-        fraction = self._fraction(e, spec[2], ledger, task_budget, budgets)
+        fraction = self._fraction(e, self._charge(e, live), ledger, task_budget, budgets)
         return (*self._primary(e, live, spec), fraction, 0, *prefs, 0, "")
+
+    def _charge(self, e: Entry, live: Live) -> float:
+        """The cheapest charge of any shape here: the envelope's minimum GPUs and CPUs on as
+        many nodes as the fewest any shape gets (the paper shape's; the others have the
+        largest shape's), for the partition's wall time."""
+        nodes = gpus_nodes(self.env, e.spec, live)[1]
+        model = e.spec.charge or e.site.profile.charge
+        key = (e.klass, id(model), nodes)
+        hit = self.charges.get(key)
+        if hit is None:
+            env, spec = self.env, e.spec
+            wall = max(env.wall_time.min, min(env.wall_time.upper, spec.max_wall_s))
+            cheapest = Shape.model_construct(
+                nodes=nodes, cpus=env.cpus.min, gpus=env.gpus.min, memory_mib=0,
+                wall_time_s=wall, accelerator_type=None,
+            )  # fmt: skip
+            hit = self.charges[key] = predict_charge(e.site.profile, spec, cheapest).amount
+        return hit
 
     def _fraction(
         self,
@@ -156,15 +177,8 @@ class Bounds:
         key = (e.klass, id(e.spec.charge or e.site.profile.charge))
         hit = self.spec_bounds.get(key)
         if hit is None:
-            env, spec = self.env, e.spec
-            wall = max(env.wall_time.min, min(env.wall_time.upper, spec.max_wall_s))
-            cheapest = Shape.model_construct(
-                nodes=env.nodes.min, cpus=env.cpus.min, gpus=env.gpus.min, memory_mib=0,
-                wall_time_s=wall, accelerator_type=None,
-            )  # fmt: skip
-            charge = predict_charge(e.site.profile, spec, cheapest).amount
-            most = self._most(spec)
-            hit = self.spec_bounds[key] = (most, self._runtime(most), charge)
+            most = self._most(e.spec)
+            hit = self.spec_bounds[key] = (most, self._runtime(most), 0.0)
         return hit
 
     def _most(self, spec: PartitionSpec) -> tuple[int, int, int]:

@@ -10,7 +10,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec
 from fedhpc.placement.context import Live
 
-__all__ = ["joint_shapes", "size_shape"]
+__all__ = ["gpus_nodes", "joint_shapes", "size_shape"]
 
 
 def _fit(lo: int, hi: int, *caps: int) -> int:
@@ -30,17 +30,13 @@ def _limits(spec: PartitionSpec) -> tuple[int, int, int, int]:
     return gpus, node.cpus, node.memory_mib, min(spec.max_nodes_per_job, node.count)
 
 
-def size_shape(
+def gpus_nodes(
     env: ResourceEnvelope, spec: PartitionSpec, live: Live | None, *, observed: bool = True
-) -> Shape:
-    """The paper's sizing: each dimension at its maximum useful value, reduced to the partition's
-    limits and (when `observed`) to the free capacity the probe saw; never below the minimum.
-    If even the minimum exceeds a limit the minimum stays, and the capacity rule says why."""
-    g_lim, c_lim, m_lim, n_lim = _limits(spec)
+) -> tuple[int, int]:
+    """GPUs per node and nodes of `size_shape`'s shape (what a charge scales with)."""
+    g_lim, _, _, n_lim = _limits(spec)
     big = 1 << 30
     obs_g = live.max_free_gpus_on_node if observed and live else big
-    obs_c = live.max_free_cpus_on_node if observed and live else big
-    obs_m = live.free_memory_mib if observed and live else big
     gpus = _fit(env.gpus.min, env.gpus.upper, g_lim, obs_g)
     if observed and live:
         fits = live.free_gpus // gpus if gpus else live.free_nodes
@@ -48,7 +44,20 @@ def size_shape(
     else:
         obs_n = big
     nodes = _fit(env.nodes.min, env.nodes.upper, n_lim, obs_n)
-    nodes = max(nodes, min(spec.min_nodes_per_job, env.nodes.upper))
+    return gpus, max(nodes, min(spec.min_nodes_per_job, env.nodes.upper))
+
+
+def size_shape(
+    env: ResourceEnvelope, spec: PartitionSpec, live: Live | None, *, observed: bool = True
+) -> Shape:
+    """The paper's sizing: each dimension at its maximum useful value, reduced to the partition's
+    limits and (when `observed`) to the free capacity the probe saw; never below the minimum.
+    If even the minimum exceeds a limit the minimum stays, and the capacity rule says why."""
+    _, c_lim, m_lim, _ = _limits(spec)
+    big = 1 << 30
+    obs_c = live.max_free_cpus_on_node if observed and live else big
+    obs_m = live.free_memory_mib if observed and live else big
+    gpus, nodes = gpus_nodes(env, spec, live, observed=observed)
     cpus = _fit(env.cpus.min, env.cpus.upper, c_lim, obs_c)
     mem = _fit(env.memory.min, env.memory.upper, m_lim, obs_m) if env.memory.upper else 0
     wall = _fit(env.wall_time.min, env.wall_time.upper, spec.max_wall_s)
