@@ -132,7 +132,7 @@ def _class_key(site: Site, spec: PartitionSpec, state: SiteState | None) -> tupl
 # while its object lives). Keyed by the identity of each site and each site's probe, so a new
 # snapshot object around the same probes (the daemon makes one per decision) hits.
 _CACHE: list[tuple[tuple[object, ...], tuple[object, ...], FederationIndex]] = []
-_CACHE_SIZE = 8
+_CACHE_SIZE = 16
 _CACHE_LOCK = threading.Lock()
 
 
