@@ -93,12 +93,14 @@ class Bounds:
         """The cheapest charge of any shape here: the envelope's minimum GPUs and CPUs on as
         many nodes as the fewest any shape gets (the paper shape's; the others have the
         largest shape's), for the partition's wall time."""
-        nodes = gpus_nodes(self.env, e.spec, live)[1]
+        env = self.env
+        fixed = env.nodes.min == env.nodes.upper  # then every shape has exactly that many
+        nodes = env.nodes.min if fixed else gpus_nodes(env, e.spec, live)[1]
         model = e.spec.charge or e.site.profile.charge
         key = (e.klass, id(model), nodes)
         hit = self.charges.get(key)
         if hit is None:
-            env, spec = self.env, e.spec
+            spec = e.spec
             wall = max(env.wall_time.min, min(env.wall_time.upper, spec.max_wall_s))
             cheapest = Shape.model_construct(
                 nodes=nodes, cpus=env.cpus.min, gpus=env.gpus.min, memory_mib=0,
