@@ -28,6 +28,9 @@ from fedhpc.placement.sizing import gpus_nodes
 
 __all__ = ["Bounds"]
 
+_ASKS = frozenset({WaitMethod.SCHEDULER, WaitMethod.AUTO})  # methods using scheduler estimates
+_LEARNS = frozenset({WaitMethod.LEARNED, WaitMethod.AUTO})  # methods using the learned index
+
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
@@ -41,11 +44,8 @@ class Bounds:
     errors: EstimatorErrors | None  # with `auto`, may prefer paper where learned answers
     env_cache: EnvCache | None
     environment: str | None
-    # Per (feasibility class, charge model by identity; the sites outlive the request): the
-    # most units sizing can grant, the shortest runtime and the cheapest charge.
-    spec_bounds: dict[tuple[int, int], tuple[tuple[int, int, int], float, float]] = field(
-        default_factory=dict
-    )
+    # Per feasibility class: the most units sizing can grant, and the shortest runtime.
+    spec_bounds: dict[int, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
     prep: dict[str, float] = field(default_factory=dict)  # environment preparation per site
     # The cheapest charge per (feasibility class, charge model by identity, nodes).
     charges: dict[tuple[int, int, int], float] = field(default_factory=dict)
@@ -128,15 +128,16 @@ class Bounds:
         return least
 
     def _primary(
-        self, e: Entry, live: Live, spec: tuple[tuple[int, int, int], float, float]
+        self, e: Entry, live: Live, spec: tuple[tuple[int, int, int], float]
     ) -> tuple[float | int, ...]:
-        if self.policy.kind is PolicyKind.SHORTEST_QUEUE:
+        policy = self.policy
+        if policy.kind is PolicyKind.SHORTEST_QUEUE:
             return (live.pending,)
-        s = self.policy.settings
+        s = policy.settings
         site, part = e.site.name, e.spec.name
-        p90 = self.policy.objective is Objective.P90
-        method = self.policy.wait
-        if method in (WaitMethod.SCHEDULER, WaitMethod.AUTO) and (site, part) in self.scheduled:
+        p90 = policy.objective is Objective.P90
+        method = policy.wait
+        if self.scheduled and method in _ASKS and (site, part) in self.scheduled:
             wait = 0.0  # the scheduler may predict a start now
         else:
             learned = self._learned(site, part, spec[0], p90)
@@ -161,7 +162,7 @@ class Bounds:
     ) -> tuple[float, bool] | None:
         """The least learned wait any shape here can get, and whether some shape gets none;
         None when the method does not learn or nothing was observed."""
-        if self.policy.wait not in (WaitMethod.LEARNED, WaitMethod.AUTO) or self.history is None:
+        if self.history is None or self.policy.wait not in _LEARNS:
             return None
         env = self.env
         g, c, n = most
@@ -175,12 +176,11 @@ class Bounds:
             least, gap = min(least, q if p90 else t), gap or none
         return least, gap
 
-    def _spec(self, e: Entry) -> tuple[tuple[int, int, int], float, float]:
-        key = (e.klass, id(e.spec.charge or e.site.profile.charge))
-        hit = self.spec_bounds.get(key)
+    def _spec(self, e: Entry) -> tuple[tuple[int, int, int], float]:
+        hit = self.spec_bounds.get(e.klass)
         if hit is None:
             most = self._most(e.spec)
-            hit = self.spec_bounds[key] = (most, self._runtime(most), 0.0)
+            hit = self.spec_bounds[e.klass] = (most, self._runtime(most))
         return hit
 
     def _most(self, spec: PartitionSpec) -> tuple[int, int, int]:
