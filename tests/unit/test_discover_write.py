@@ -27,6 +27,7 @@ def test_shipped_center_is_kept_and_reached_my_way(tmp_path: Path) -> None:
     assert (shipped_profiles_dir() / "devvista.toml").read_text() == before
     assert out.profile_path == tmp_path / "p" / "discovered" / "devvista.toml"
     assert out.profile_loaded is False and out.diff == ()
+    assert "use --override" in out.notes[0]  # devvista ships as local; this was ssh
     site = load_user_config(tmp_path / "c.toml").sites["devvista"]
     assert (site.transport.host, site.transport.user) == ("vista-alias", "me")
     assert site.transport.options == {"port": "2222"}

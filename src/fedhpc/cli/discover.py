@@ -93,7 +93,7 @@ def summary(found: Discovery, outcome: WriteOutcome) -> dict[str, Any]:
             for d in outcome.diff
         ],
         "confirm": [c.as_dict() for c in found.confirm],
-        "notes": list(found.notes),
+        "notes": [*found.notes, *outcome.notes],
     }
 
 
@@ -128,7 +128,7 @@ def print_discovery(found: Discovery, out: WriteOutcome) -> None:
             f"config: {out.config_path} already has [sites.{p.name}]; left as is. Discovered entry:"
         )
         print("  " + out.config_entry.rstrip().replace("\n", "\n  "))
-    for note in found.notes:
+    for note in (*found.notes, *out.notes):
         print(f"note: {note}")
     if found.confirm:
         print("confirm (the scheduler cannot tell these):")

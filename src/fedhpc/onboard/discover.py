@@ -150,6 +150,7 @@ class WriteOutcome:
     config_entry: str
     shipped: SiteProfile | None
     diff: tuple[Difference, ...]
+    notes: tuple[str, ...] = ()
 
 
 def _shipped(name: str) -> SiteProfile | None:
@@ -217,4 +218,10 @@ def write_discovery(
         )
         _write(config, before + sep + entry)
     diff = tuple(profile_diff(shipped, found.profile)) if shipped else ()
-    return WriteOutcome(path, loaded, config, written, entry, shipped, diff)
+    notes: tuple[str, ...] = ()
+    if shipped is not None and not override and reached.kind != shipped.transport.kind:
+        notes = (
+            f"the shipped profile reaches {name} by {shipped.transport.kind}, not {reached.kind}; "
+            "a config entry cannot change that: use --override to use the discovered profile",
+        )
+    return WriteOutcome(path, loaded, config, written, entry, shipped, diff, notes)
