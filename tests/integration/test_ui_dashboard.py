@@ -44,7 +44,7 @@ def _need_browser() -> Any:
     either is missing, else skip."""
     problem = None
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         problem = "the Python package playwright is not installed (pip install -e '.[test]')"
     if problem is None and not CHROMIUM.exists():
@@ -53,7 +53,7 @@ def _need_browser() -> Any:
         if os.environ.get("FEDHPC_REQUIRE_REAL") == "1":
             pytest.fail(problem)
         pytest.skip(problem)
-    return sync_playwright
+    return sync_playwright, expect
 
 
 def _gpus(devfed: Any, site: str) -> int:
@@ -133,7 +133,7 @@ def kept(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kept
 def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
     devfed: Any, kept: Kept, tmp_path: Path
 ) -> None:
-    sync_playwright = _need_browser()
+    sync_playwright, expect = _need_browser()
     url, gid, out = kept.url, kept.group_id, kept.out
     job = None
     try:
@@ -185,26 +185,23 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             page.goto(f"{url}#/tasks/group/{gid}")
             page.wait_for_selector("#timeline[data-attempts='5']", timeout=20_000)
             attempts = page.locator(".vis-item.attempt")
-            assert attempts.count() == 5
+            expect(attempts).to_have_count(5)
             moved = page.locator(".vis-item.superseded")
-            assert moved.count() == 1
-            assert "moved" in moved.inner_text()
+            expect(moved).to_have_count(1)
+            expect(moved).to_contain_text("moved")
             replaced = page.locator(".vis-item.cause-re-placed")
-            assert replaced.count() == 1
-            assert "re-placed" in replaced.inner_text()
-            assert page.locator(".vis-item.state-completed").count() == 4
-            assert "round 1, completed" in page.locator("#tl-summary").inner_text()
+            expect(replaced).to_have_count(1)
+            expect(replaced).to_contain_text("re-placed")
+            expect(page.locator(".vis-item.state-completed")).to_have_count(4)
+            expect(page.locator("#tl-summary")).to_contain_text("round 1, completed")
             # devanvil's row holds the moved attempt (vis-timeline puts items in group rows).
-            label = page.locator(".vis-label", has_text="devanvil")
-            assert label.count() == 1
+            expect(page.locator(".vis-label", has_text="devanvil")).to_have_count(1)
             moved.hover()
-            tip = page.locator(".vis-tooltip")
-            tip.wait_for(state="visible")
-            assert "re-placed to" in tip.inner_text()
+            expect(page.locator(".vis-tooltip")).to_contain_text("re-placed to")
             replaced.click()
             detail = page.locator("#attempt-detail")
-            assert "why: re-placed" in detail.inner_text()
-            assert "placement:" in detail.inner_text()
+            expect(detail).to_contain_text("why: re-placed")
+            expect(detail).to_contain_text("placement:")
             _shot(page, shots, "timeline")
 
             # 3. Events and deliveries: the round's event and the resume it caused.
@@ -213,9 +210,8 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             row = page.locator(
                 "#deliveries tr[data-status=delivered][data-event='group.round_terminal']"
             )
-            row.first.wait_for()
-            assert gid in row.first.inner_text()
-            assert page.locator("#events tr[data-kind='group.round_terminal']").count() == 1
+            expect(row.first).to_contain_text(gid)
+            expect(page.locator("#events tr[data-kind='group.round_terminal']")).to_have_count(1)
             _shot(page, shots, "deliveries")
             browser.close()
         assert errors == [], errors

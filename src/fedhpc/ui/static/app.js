@@ -209,7 +209,7 @@ async function refreshTimeline() {
     $("#tl-summary").textContent = `${t.state}; ${body.bars.length} attempts` +
       (t.provenance ? `; placement: ${t.provenance.decision}` : "");
   }
-  $("#timeline").dataset.attempts = String(items.length);
+  state.itemCount = items.length;
   const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
   const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
   const key = `${sel.kind}:${sel.id}`;
@@ -219,6 +219,8 @@ async function refreshTimeline() {
       stack: true, orientation: "top", zoomKey: "ctrlKey", tooltip: { followMouse: true, overflowMethod: "cap" },
       margin: { item: 6 }, showCurrentTime: true, ...(fit || {}),
     });
+    // Drawn: the count a reader (or a test) can rely on appears once the items are on screen.
+    state.timeline.on("changed", () => { $("#timeline").dataset.attempts = String(state.itemCount); });
     state.timeline.on("select", (props) => {
       const b = state.byId[props.items[0]];
       $("#attempt-detail").textContent = b ? detail(b) : "";
