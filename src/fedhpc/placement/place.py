@@ -131,6 +131,9 @@ class Request:
             self.minimum,
         )  # fmt: skip
         self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
+        # Budgets per (site, account), kept across a group's children: a claim changes only
+        # its own site's (`claimed`).
+        self._budgets: dict[tuple[str, str | None], Budget] = {}
         self.index = federation_index(snapshot, sites)
         every = list(range(len(self.index.entries)))
         self.survivors, self.static = (
@@ -171,7 +174,7 @@ class Request:
         """The surviving partitions by lower bound (then walk order); kept up to date by
         `claimed` while a group places its children."""
         if self._order is None:
-            budgets: dict[tuple[str, str | None], Budget] = {}
+            budgets = self._budgets
             self._order = sorted(
                 ((self._bound(i, budgets), i) for i in self.survivors) if self.top
                 else (((), i) for i in self.survivors)
@@ -179,7 +182,10 @@ class Request:
         return self._order
 
     def claimed(self, site: str, partition: str) -> None:
-        """A claim on (site, partition) was added to the ledger: its bound may have grown."""
+        """A claim on (site, partition) was added to the ledger: the site's budgets changed,
+        and the partition's bound may have grown."""
+        for k in [k for k in self._budgets if k[0] == site]:
+            del self._budgets[k]
         i = self.index.by_name.get((site, partition))
         if i is None or self._order is None or not self.top:
             return
@@ -187,12 +193,12 @@ class Request:
         for pos, (_, j) in enumerate(order):
             if j == i:
                 del order[pos]
-                bisect.insort(order, (self._bound(i, {}), i))
+                bisect.insort(order, (self._bound(i, self._budgets), i))
                 return
 
     def decide(self) -> Placement | Unschedulable:
         policy = self.policy
-        inputs = Inputs(*self._inputs, {}, self._site_results)
+        inputs = Inputs(*self._inputs, self._budgets, self._site_results)
         feasible: list[CandidateTrace] = []
         rejected: list[CandidateTrace] = []
         best: list[tuple[float | int | str, ...]] = []
