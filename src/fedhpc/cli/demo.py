@@ -21,14 +21,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from fedhpc.adapters.site import open_adapter
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
-from fedhpc.profiles import load_federation
+from fedhpc.profiles import load_federation, load_profiles
 from fedhpc.profiles.loader import devfed_process_root
+
+if TYPE_CHECKING:
+    from fedhpc.devfed.sshd import SshFront
 
 __all__ = ["add_parser"]
 
@@ -116,13 +120,66 @@ async def _cancel(site_name: str, ids: list[str]) -> None:
     await adapter.transport.aclose()
 
 
+def _ssh_sites(wanted: str | None) -> list[str]:
+    """The sites `--ssh` names (all four for a bare `--ssh`), checked against the devfed ones."""
+    if wanted is None:
+        return []
+    known = sorted(n for n, p in load_profiles().items() if p.local_test)
+    chosen = known if wanted == "all" else [n.strip() for n in wanted.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in known]
+    if unknown or not chosen:
+        raise UsageError(
+            f"--ssh names sites that are not devfed sites: {', '.join(unknown) or '(none)'}",
+            hint=f"Use --ssh alone (all of them) or a comma-separated list of {', '.join(known)}.",
+        )
+    return chosen
+
+
+def _open_front(sites: list[str]) -> SshFront:
+    """One sshd on loopback with a login host per site, whose login sets SLURM_CONF; the
+    daemon, the agent and its MCP servers reach those sites over ssh (they inherit the env)."""
+    from fedhpc.devfed.sshd import start_front
+
+    confs = {n: s.transport.env["SLURM_CONF"] for n, s in load_federation().items()}
+    front = start_front(
+        Path(tempfile.mkdtemp(prefix="fedhpc-sshd-")), {n: {"SLURM_CONF": confs[n]} for n in sites}
+    )
+    os.environ.update(front.env())
+    logins = ", ".join(f"{n} (127.0.0.1:{front.port(n)})" for n in sites)
+    _say(f"over ssh: {logins}; one sshd (pid {front.process.pid}), a Host alias per site in")
+    _say(f"  {front.ssh_config}; each login sets its cluster's SLURM_CONF, as a center's does")
+    return front
+
+
 def _run(args: argparse.Namespace) -> int:
     os.environ.pop("FEDHPC_DEVFED", None)  # the Slurm check reads the Slurm profiles
+    os.environ.pop("FEDHPC_DEVFED_SSH_CONFIG", None)
+    over_ssh = _ssh_sites(args.ssh)  # a wrong name is refused before anything starts
     mode = _choose_sites(args.sites)
+    if args.ssh is not None and mode != "slurm":
+        raise UsageError(
+            "fedhpc demo --ssh runs the Slurm federation's sites over ssh, and it is not usable "
+            "here (see above)",
+            hint="Run `sudo fedhpc devfed up` first, or drop --ssh.",
+        )
     # The daemon, the agent and the MCP servers it starts all inherit this.
     os.environ["FEDHPC_DEVFED"] = "1" if mode == "slurm" else "process"
     if mode == "process":
         _prepare_process_sites()
+    front = _open_front(over_ssh) if over_ssh else None
+    code = 1
+    try:
+        code = _loop(args)
+    finally:
+        if front is not None and args.keep and code == 0:
+            _say(f"the sshd (pid {front.process.pid}) stays up for the kept daemon's ssh "
+                 f"sites; `kill {front.process.pid}` stops it")  # fmt: skip
+        elif front is not None:
+            front.close()
+    return code
+
+
+def _loop(args: argparse.Namespace) -> int:
     home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
     os.environ["FEDHPC_HOME"] = str(home)
     from fedhpc.client import DaemonClient
@@ -249,5 +306,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--sites", choices=("auto", "slurm", "process"), default="auto",
         help="auto: the Slurm federation when it is up or can be brought up (root), else "
         "four sites that run jobs as local processes",
+    )  # fmt: skip
+    p.add_argument(
+        "--ssh", nargs="?", const="all", default=None, metavar="SITES",
+        help="reach the sites over ssh, as real centers are: one sshd on loopback with a login "
+        "host per site (all four, or a comma-separated list, e.g. --ssh devdelta,devvista)",
     )  # fmt: skip
     p.set_defaults(func=_run)

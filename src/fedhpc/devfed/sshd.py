@@ -17,10 +17,12 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,15 +206,30 @@ class SshFront:
         return self.process.poll() is None
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Stop the sshd and the connections it serves (each runs in a session of its own and
+        would outlive the listener, keeping ControlMasters open for their persist time), then
+        remove the folder unless it was given to keep."""
+        for pid in [*_children(self.process.pid), self.process.pid]:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         if not self.keep_root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of `pid` (the sshd serving each connection), from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, ValueError, IndexError):
+            # the command name may hold spaces and parentheses: the ppid follows the last ')'
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
 
 
 def _wait_accepting(front: SshFront, deadline_s: float) -> None:
