@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
@@ -18,8 +19,11 @@ from starlette.requests import Request
 from fedhpc.adapters.transports.base import TransportError, TransportMisconfigured
 from fedhpc.cli.run import run
 from fedhpc.daemon.app import _guard
+from fedhpc.domain.job import JobState
 from fedhpc.errors import EXIT_CODES, NotFound, typed_error, typed_errors
 from fedhpc.mcp_server.results import guarded
+from fedhpc.ops.tasks import ChildView, GroupView, ResultRequest
+from fedhpc.ui.server import build_ui_app
 
 BAD_OPTION = TransportMisconfigured("delta: ssh option 'IdentityFile' is not allowed", hint="h")
 
@@ -128,3 +132,27 @@ def test_fedhpc_probe_json_prints_the_typed_error_on_stdout(isolated_home: Path)
     error = json.loads(out.stdout)["error"]
     assert (error["code"], error["kind"]) == ("transport_config", "validation")
     assert "identity_file" in error["hint"]
+
+
+class _GoneChildren:
+    """A daemon that lists a group whose children have all gone (every read: not_found)."""
+
+    async def group(self, group_id: str, limit: int = 0) -> GroupView:
+        kids = tuple(ChildView(task_id=f"{group_id}-{i}", state=JobState.QUEUED) for i in (1, 2))
+        return GroupView(
+            group_id=group_id, objective="o", state="running", round=1, size=2,
+            child_ids=f"{group_id}-1 … {group_id}-2", counts={}, children=kids,
+        )  # fmt: skip
+
+    async def get_result(self, req: ResultRequest) -> None:
+        raise NotFound(f"no task {req.task_id}", hint="List tasks with `fedhpc tasks`.")
+
+
+async def test_the_dashboard_answers_a_typed_error_raised_in_its_task_group() -> None:
+    app = build_ui_app(_GoneChildren(), token="t", port=8790)  # type: ignore[arg-type]
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
+        got = await h.get("/api/groups/g1/timeline", headers={"X-Fedhpc-Token": "t"})
+    assert got.status_code == 502
+    assert got.json()["code"] == "not_found"
+    assert got.json()["message"].startswith("no task g1-")

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.client import DaemonClient
-from fedhpc.errors import FedError
+from fedhpc.errors import typed_error
 from fedhpc.ui.data import group_manifests, manifest
 from fedhpc.ui.timeline import bar_json, bars
 
@@ -119,8 +119,12 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
             except ValidationError as exc:
                 msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 body, status = {"code": "bad_request", "message": msg[:500], "hint": ""}, 400
-            except FedError as exc:  # the daemon's typed answer, or that it is unreachable
-                body, status = exc.as_dict(), 503 if exc.code.startswith("daemon_") else 502
+            except Exception as exc:  # the daemon's typed answer (also from a task group)
+                typed = typed_error(exc)
+                if typed is None:
+                    raise
+                body = typed.as_dict()
+                status = 503 if typed.code.startswith("daemon_") else 502
             else:
                 status = 200
             return JSONResponse(body, status_code=status, headers=_HEADERS)
