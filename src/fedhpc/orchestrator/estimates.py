@@ -14,8 +14,8 @@ import anyio
 import structlog
 
 from fedhpc.adapters.command import Command, CommandResult
-from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import AccountingRecord
+from fedhpc.errors import FedError
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
@@ -169,7 +169,9 @@ async def learn_from_accounting(o: Orchestrator, *, force: bool = False) -> int:
             with anyio.fail_after(o.estimate_timeout_s * 5):
                 result = await adapter.transport.run(command)
             records = dialect.parse_accounting(result)
-        except (TransportError, TimeoutError, ValueError) as exc:
+        except (FedError, TimeoutError, ValueError) as exc:
+            # Any typed error is this site's alone (a login that needs a person, a refused
+            # transport setting): raised in the task group it would cancel every other site.
             log.info("user accounting unavailable", site=site, error=str(exc)[:200])
             return
         obs = [x for r in records if (x := _observation(site, r)) is not None]
