@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fedhpc.devfed.sshd import SshFront
+from fedhpc.domain.site import Health
 from fedhpc.profiles import load_federation
 from tests.integration.conftest import Devfed
+from tests.integration.daemon_util import running
 
 pytestmark = [pytest.mark.devfed, pytest.mark.sshd]
 
@@ -58,3 +61,21 @@ def test_fedhpc_probe_reaches_a_cluster_over_ssh(over_ssh: SshFront) -> None:
     parts = {p["name"]: p for p in state["partitions"]}
     assert parts["gpuA100x4"]["total_gpus"] == 4
     assert "fedhpc-gpu" in state["accounts"]
+
+
+async def test_a_refused_ssh_option_takes_only_its_site_offline_with_the_fix(
+    over_ssh: SshFront, tmp_path: Path
+) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[sites.devdelta.transport.options]\nIdentityFile = "{over_ssh.client_key}"\n'
+    )
+    async with running(home) as client:
+        views = {s.site: s for s in (await client.refresh()).sites}
+    broken = views.pop("devdelta")
+    assert broken.health is Health.OFFLINE
+    assert broken.error is not None
+    assert "devdelta: ssh option 'IdentityFile' is not allowed" in broken.error
+    assert 'Write identity_file = "..." instead of IdentityFile' in broken.error
+    assert {s.health for s in views.values()} == {Health.OK}  # the daemon kept the others
