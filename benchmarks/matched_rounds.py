@@ -458,8 +458,6 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
     return [md, csv_path, *figures]
 
 
-
-
 async def experiment(args, rounds: list[Round], load: LoadGenerator | None = None) -> None:
     sites = load_federation()
     ads = {n: open_adapter(s) for n, s in sites.items()}
@@ -467,6 +465,9 @@ async def experiment(args, rounds: list[Round], load: LoadGenerator | None = Non
     daemon = None if args.no_daemon else await DaemonPolicy.start()
     try:
         for i in range(args.rounds):
+            if args.until and datetime.now(UTC).strftime("%H:%M") >= args.until:
+                print(f"stopping before round {i}: it is past --until {args.until} UTC")
+                break
             kind = KINDS[i % len(KINDS)]
             lo, hi = args.sleep or ((5, 15) if args.quick else (20, 90))
             sleep_s = rng.randint(lo, hi)
@@ -534,6 +535,7 @@ def main() -> None:
     ap.add_argument("--fixed-site", default="devdelta")
     ap.add_argument("--load", choices=sorted(LOADS), default="figure1", help="background load")
     ap.add_argument("--no-daemon", action="store_true", help="leave out the daemon policy")
+    ap.add_argument("--until", default=None, help="HH:MM UTC: start no round after it")
     ap.add_argument(
         "--sleep", default=None, type=lambda v: tuple(int(x) for x in v.split("-", 1)),
         help="LO-HI seconds of the matched job (default 20-90; --quick 5-15)",
