@@ -17,6 +17,12 @@ shows says little about how soon a new job starts there, as on the paper's produ
 - devanvil: `shared` holds a queue of pipeline stages waiting on an upstream job (many
   pending, CPUs free); `ai` gets a light load (one H100 busy now and then).
 
+A second load, `churn` (`LOADS["churn"]`, `matched_rounds.py --load churn`), has the opposite
+shape without any blocked job: the long queues are lines of short jobs that drain within a
+minute or two (devdelta `cpu`, `gpuA100x4`, `gpuA40x4`), and every partition with an empty
+queue is held by long jobs for the whole experiment (devanvil `shared`, `debug`, `ai`;
+devdeltaai `ghx4`, `ghx4-interactive`; devvista `gg`, `gh`, `gh-dev`).
+
 Seeded with `random.Random(seed)` per stream, so the arrival sequence is reproducible (the
 scheduler's reaction to it is real, so queues differ a little between runs).
 
