@@ -139,15 +139,21 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
     try:
         assert f"xdg-open '{url}'" in out and "fedhpc daemon stop" in out, out
 
-        # Without the token (or for another host name) nothing is served.
+        # The API wants the token in its header (not the URL); another host name gets nothing.
         base = url.split("/?")[0]
         token = url.split("token=")[1]
-        refused_paths = [("/api/federation", {}), ("/", {}), ("/api/federation?token=wrong", {}),
+        refused_paths = [("/api/federation", {}), (f"/api/federation?token={token}", {}),
+                         ("/api/federation", {"X-Fedhpc-Token": "wrong"}),
                          (f"/?token={token}", {"Host": "evil.example"})]  # fmt: skip
         for path, headers in refused_paths:
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(urllib.request.Request(base + path, headers=headers))
             assert refused.value.code == 403, path
+        ok = urllib.request.Request(base + "/api/health", headers={"X-Fedhpc-Token": token})
+        with urllib.request.urlopen(ok) as answer:
+            assert answer.status == 200
+        with urllib.request.urlopen(url) as answer:  # the page: no data, and no cookie
+            assert answer.status == 200 and answer.headers.get("Set-Cookie") is None
 
         # A job started now on devdelta must appear on the page by itself (live refresh).
         job = sbatch(devfed, "devdelta", "-p", "gpuA100x4", "-A", "fedhpc-gpu",
@@ -213,6 +219,19 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             expect(row.first).to_contain_text(gid)
             expect(page.locator("#events tr[data-kind='group.round_terminal']")).to_have_count(1)
             _shot(page, shots, "deliveries")
+            # The token left the address bar for sessionStorage: a reload still reads; no cookie.
+            assert "token=" not in page.url, page.url
+            assert page.context.cookies() == []
+            page.reload()
+            page.wait_for_selector("body[data-ready=events]")
+            expect(row.first).to_contain_text(gid)
+            expect(page.locator("#banner")).to_be_hidden()
+            # Another browser session without the token gets the page but no data, and is told.
+            stranger = browser.new_context().new_page()
+            stranger.goto(base + "/")
+            stranger.wait_for_selector("body[data-ready=federation]")
+            expect(stranger.locator("#banner")).to_contain_text("needs its token")
+            expect(stranger.locator("tr.site-row")).to_have_count(0)
             browser.close()
         assert errors == [], errors
         assert sorted(p.name for p in shots.iterdir()) == [

@@ -76,25 +76,37 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
         app = build_ui_app(client, token="s3cret", port=8790)
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
-            assert (await h.get("/")).status_code == 403
-            assert (await h.get("/api/federation?token=wrong")).status_code == 403
-            assert (await h.get("/static/app.js")).status_code == 403
-            evil = await h.get("/?token=s3cret", headers={"Host": "evil.example:8790"})
+            # The API wants the token in its header: not in the URL, not in a cookie.
+            assert (await h.get("/api/federation")).status_code == 403
+            wrong = {"X-Fedhpc-Token": "wrong"}
+            assert (await h.get("/api/federation", headers=wrong)).status_code == 403
+            assert (await h.get("/api/federation?token=s3cret")).status_code == 403
+            h.cookies.set("fedhpc_ui_8790", "s3cret")
+            assert (await h.get("/api/federation")).status_code == 403
+            h.cookies.clear()
+            assert (await h.get("/api/nothing")).status_code == 403
+            evil = await h.get("/", headers={"Host": "evil.example:8790"})
             assert evil.status_code == 403  # DNS rebinding: another name for this address
+            evil = await h.get("/static/app.js", headers={"Host": "evil.example:8790"})
+            assert evil.status_code == 403
+            # The page and its files hold no data: served without the token, and no cookie
+            # (cookies ignore ports: any other server on 127.0.0.1 would receive it).
             page = await h.get("/?token=s3cret")
             assert page.status_code == 200 and "fedhpc dashboard" in page.text
-            assert "fedhpc_ui_8790=s3cret" in page.headers["set-cookie"]
-            assert "httponly" in page.headers["set-cookie"].lower()
+            assert "set-cookie" not in page.headers
             assert page.headers["referrer-policy"] == "no-referrer"
             assert "script-src 'self'" in page.headers["content-security-policy"]
-            # The cookie then opens the page's files, and nothing else is served.
-            h.cookies.set("fedhpc_ui_8790", "s3cret")
-            for name in ("app.js", "vendor/chart.umd.min.js",
+            assert (await h.get("/")).status_code == 200  # a reload, the token in sessionStorage
+            for name in ("app.js", "app.css", "vendor/chart.umd.min.js",
                          "vendor/vis-timeline-graph2d.min.js"):  # fmt: skip
-                assert (await h.get(f"/static/{name}")).status_code == 200, name
-            assert (await h.get("/static/../server.py")).status_code == 404
+                got = await h.get(f"/static/{name}")
+                assert got.status_code == 200 and "set-cookie" not in got.headers, name
+            js = (await h.get("/static/app.js")).text
+            assert '"X-Fedhpc-Token"' in js and "sessionStorage" in js and "replaceState" in js
+            assert "document.cookie" not in js and "credentials" not in js
+            assert (await h.get("/static/../server.py")).status_code in (403, 404)
             assert (await h.get("/static/index.html")).status_code == 404
-            down = await h.get("/api/federation")
+            down = await h.get("/api/federation", headers={"X-Fedhpc-Token": "s3cret"})
             assert down.status_code == 503
             body = down.json()
             assert body["code"] == "daemon_unavailable" and "fedhpc daemon" in body["hint"]

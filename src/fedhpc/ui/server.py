@@ -1,8 +1,10 @@
 """`fedhpc ui`'s web server: a read-only dashboard on loopback, in the CLI process.
 
-Every request must carry the dashboard's random token (the URL's `?token=`, then a cookie the
-page sets, or the `X-Fedhpc-Token` header) and name a loopback host (no DNS rebinding); the
-API under /api/ only reads the daemon's REST API, with bounded answers. The pages and their
+Every request must name a loopback host (no DNS rebinding); a read of the API under /api/ must
+also carry the dashboard's random token in the `X-Fedhpc-Token` header (the page takes it from
+the printed URL's `?token=` into sessionStorage: no cookie, since cookies ignore ports and would
+reach any other server on 127.0.0.1). The page and its files hold no data and are served without
+the token. The API only reads the daemon's REST API, with bounded answers. The pages and their
 JavaScript libraries ship inside the package (static/): nothing is fetched from elsewhere."""
 
 from __future__ import annotations
@@ -53,12 +55,9 @@ _HEADERS = {
 }
 
 
-def cookie_name(port: int) -> str:
-    return f"fedhpc_ui_{port}"  # cookies ignore ports: one name per dashboard
-
-
 class Gate:
-    """ASGI middleware: a request without the token, or for another host, is refused (403)."""
+    """ASGI middleware: a request for another host, or a read of /api/ without the token in the
+    `X-Fedhpc-Token` header, is refused (403). The page and its static files are public."""
 
     def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
         self.app, self.token, self.port = app, token, port
@@ -67,12 +66,10 @@ class Gate:
     def allowed(self, request: Request) -> bool:
         if request.headers.get("host", "") not in self.hosts:
             return False
-        given = (
-            request.query_params.get("token")
-            or request.headers.get("x-fedhpc-token")
-            or request.cookies.get(cookie_name(self.port))
-            or ""
-        )
+        path = request.url.path
+        if path == "/" or path.startswith("/static/"):
+            return True  # no data: the page, its script, styles and libraries
+        given = request.headers.get("x-fedhpc-token") or ""
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,9 +129,7 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
         return handler
 
     async def index(request: Request) -> Response:
-        resp = FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
-        resp.set_cookie(cookie_name(port), token, httponly=True, samesite="strict", path="/")
-        return resp
+        return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
     async def static(request: Request) -> Response:
         rel = request.path_params["path"]

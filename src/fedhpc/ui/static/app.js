@@ -24,8 +24,29 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// The token: taken once from the printed URL's ?token= into sessionStorage (per origin, port
+// included; it survives a reload), then removed from the address bar. Sent as a header on each
+// read: no cookie, since cookies ignore ports and would go to any server on 127.0.0.1.
+const TOKEN_KEY = "fedhpc_token";
+(function takeToken() {
+  const params = new URLSearchParams(location.search);
+  const given = params.get("token");
+  if (given === null) return;
+  sessionStorage.setItem(TOKEN_KEY, given);
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(history.state, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+})();
+
 async function api(path) {
-  const resp = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
+  const resp = await fetch(path, { cache: "no-store", headers: { "X-Fedhpc-Token": token } });
+  if (resp.status === 403) {
+    const err = new Error("this dashboard needs its token");
+    err.hint = "open the URL `fedhpc ui` printed (also in <home>/ui.url)";
+    err.noToken = true;
+    throw err;
+  }
   let body = null;
   try { body = await resp.json(); } catch (e) { body = { message: `HTTP ${resp.status}` }; }
   if (!resp.ok) {
@@ -294,7 +315,7 @@ async function tick(fn) {
     setStatus(`live · updated ${new Date().toLocaleTimeString()}`);
   } catch (err) {
     banner(err);
-    setStatus("daemon unreachable");
+    setStatus(err.noToken ? "token missing" : "daemon unreachable");
   }
 }
 
