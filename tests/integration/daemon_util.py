@@ -17,6 +17,7 @@ import pytest
 
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.ops.continuations import DeliveryView
 from fedhpc.ops.tasks import ResultManifest, ResultRequest
 
 FAST = {
@@ -68,6 +69,26 @@ async def wait_terminal(client: DaemonClient, task_id: str, limit: float = 120) 
             if result.state.terminal:
                 return result
             await anyio.sleep(0.5)
+
+
+async def settled(
+    client: DaemonClient, *, cycles: int = 0, limit: float = 90
+) -> list[DeliveryView]:
+    """Every delivery, once `cycles` more control cycles have run in full, the resume bridge
+    has routed every event so far (its cursor is at the newest event) and no delivery is
+    pending or started: what is counted then is all that those events will ever cause. A
+    test asserting "nothing new" waits for this, not a fixed sleep a slow daemon outlasts."""
+    with anyio.fail_after(limit):
+        if cycles:  # the cycle running now may be half done: `cycles` whole ones after it
+            until = int((await client.health())["cycles"]) + cycles + 1
+            while int((await client.health())["cycles"]) < until:
+                await anyio.sleep(0.2)
+        while True:
+            unrouted = await client.events(limit=1, consumer="bridge")  # after its cursor
+            busy = await client.deliveries(states=("pending", "started"))
+            if not unrouted and not busy:
+                return await client.deliveries()
+            await anyio.sleep(0.2)
 
 
 def drain(devfed: Any) -> None:

@@ -20,7 +20,7 @@ from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupChild, ResultRequest, SubmitGroupRequest
 from fedhpc.orchestrator.holdback import HOLD_PREFIX
 from fedhpc.profiles.loader import shipped_profiles_dir
-from tests.integration.daemon_util import drain, running
+from tests.integration.daemon_util import drain, running, settled
 
 pytestmark = pytest.mark.devfed
 
@@ -104,7 +104,9 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
         with anyio.fail_after(60):
             while not agent.exists() or not agent.read_text().strip():
                 await anyio.sleep(0.3)
-        await anyio.sleep(3)  # a resume per child would land meanwhile
+        # Every event routed and every resume done: a resume per child would show here.
+        delivered = await settled(client)
+    assert [(d.event, d.state) for d in delivered] == [("group.round_terminal", "delivered")]
     (resume,) = [json.loads(x) for x in agent.read_text().splitlines() if x.strip()]
     assert resume["event"] == "group.round_terminal"
     assert resume["counts"] == {"completed": CHILDREN}

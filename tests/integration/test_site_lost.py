@@ -22,7 +22,7 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import running, settled
 from tests.skill_claims import resume_claims
 
 # GH200 with 2+ per node: only devdeltaai has it (devvista has one per node).
@@ -80,8 +80,8 @@ async def test_work_stuck_on_a_lost_site_wakes_its_agent_once_per_attempt(tmp_pa
         root.write_text("lost")  # every scheduler call on the site now fails
         try:
             await _delivered(client, 2)
-            await anyio.sleep(4)  # more cycles, still offline: nothing new
-            assert len(await client.deliveries()) == 2
+            # More cycles (4 s, past FEDHPC_SITE_LOST_S), still offline: nothing new.
+            assert len(await settled(client, cycles=4)) == 2
             still = await client.get_result(ResultRequest(task_id=queued.task_id))
             assert len(still.attempts) == 1  # nowhere else to go: it stays, and the agent knows
         finally:
@@ -133,8 +133,8 @@ async def test_a_groups_children_on_a_lost_site_wake_its_agent_once_as_a_group_e
         root.write_text("lost")
         try:
             await _delivered(client, 1)
-            await anyio.sleep(4)  # more cycles, still offline: nothing new
-            assert len(await client.deliveries()) == 1
+            # More cycles (4 s, past FEDHPC_SITE_LOST_S), still offline: nothing new.
+            assert len(await settled(client, cycles=4)) == 1
         finally:
             root.unlink()
             away.rename(root)

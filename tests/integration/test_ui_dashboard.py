@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,18 +265,28 @@ def _colours(text: str) -> set[str]:
     return found
 
 
-def _in_pty(argv: list[str], env: dict[str, str], *, interrupt_after: float | None = None,
+def _in_pty(argv: list[str], env: dict[str, str], *,
+            interrupt_when: Callable[[str], bool] | None = None, limit: float = 60,
             ) -> tuple[int, str]:  # fmt: skip
-    """Run `argv` with its stdout on a pseudo-terminal (as in a person's shell): status, text."""
+    """Run `argv` with its stdout on a pseudo-terminal (as in a person's shell): status, text.
+    With `interrupt_when`: Ctrl-C once it holds for the (plain) output so far, or after `limit`
+    seconds (the caller's assertions then say what was missing)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             env={**env, "TERM": "xterm-256color", "COLUMNS": "200"})  # fmt: skip
     os.close(slave)
-    if interrupt_after is not None:
-        time.sleep(interrupt_after)
-        proc.send_signal(signal.SIGINT)
-    chunks = []
+    deadline = time.monotonic() + limit
+    chunks: list[bytes] = []
     while True:
+        if interrupt_when is not None:
+            shown = _plain(b"".join(chunks).decode(errors="replace"))
+            if interrupt_when(shown) or time.monotonic() > deadline:
+                proc.send_signal(signal.SIGINT)
+                interrupt_when = None
+        if time.monotonic() > deadline + 30 and proc.poll() is None:
+            proc.kill()  # deaf to Ctrl-C: the exit code below says so
+        if not select.select([master], [], [], 0.2)[0]:
+            continue
         try:
             data = os.read(master, 65536)
         except OSError:  # EIO: the child closed the terminal
@@ -337,7 +348,8 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
 
 def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
     code, shown = _in_pty([sys.executable, "-m", "fedhpc.cli.main", "status", "--watch",
-                           "--interval", "0.5"], kept.env, interrupt_after=4)  # fmt: skip
+                           "--interval", "0.5"], kept.env,
+                          interrupt_when=lambda text: text.count("federation at") >= 2)  # fmt: skip
     assert code == 0, shown
     text = _plain(shown)
     assert text.count("federation at") >= 2, text  # redrawn in place, more than once
