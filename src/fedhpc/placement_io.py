@@ -19,10 +19,10 @@ import structlog
 
 from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
 from fedhpc.adapters.site import SiteAdapter
-from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.placement.context import shape_key
+from fedhpc.placement.estimators import SchedulerKey
 from fedhpc.placement.trace import CandidateTrace, DecisionTrace
 
 __all__ = [
@@ -48,7 +48,7 @@ NO_DRY_RUN = {
     "process": "local process sites have no scheduler queue to ask",
 }
 
-Key = tuple[str, str, str]  # (site, partition, shape key): what placement looks up
+Key = SchedulerKey  # (site, partition, account, qos, shape key): what placement looks up
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +63,11 @@ class EstimateRequest:
 
     @property
     def key(self) -> Key:
-        return (self.site, self.partition, shape_key(self.shape))
+        return (self.site, self.partition, self.account, self.qos, shape_key(self.shape))
 
     @property
-    def cache_key(self) -> tuple[str, str, str | None, str | None, str]:
-        return (self.site, self.partition, self.account, self.qos, shape_key(self.shape))
+    def cache_key(self) -> Key:
+        return self.key
 
 
 @dataclass(slots=True)
@@ -185,7 +185,9 @@ async def _site_estimates(
         # The remote timeout, and a local one for a transport that hangs before it starts.
         with anyio.move_on_after(timeout_s):
             result = await adapter.transport.run(batch(sections, timeout_s=timeout_s))
-    except TransportError as exc:
+    except FedError as exc:
+        # Any typed error is this site's alone (TransportError, or TransportUnavailable: an ssh
+        # login that needs a person): raised in the task group it would cancel every other site.
         log.warning("test-only failed", site=adapter.name, error=exc.message)
         return {}, f"unreachable ({exc.message})"
     if result is None:
@@ -287,6 +289,7 @@ async def scheduler_estimates(
     *,
     timeout_s: float = 30.0,
 ) -> dict[Key, datetime]:
-    """(site, partition, shape key) -> predicted start, from one batched remote call per site.
-    Sites without an adapter, without a dry-run command, or that fail are simply absent."""
+    """(site, partition, account, qos, shape key) -> predicted start, from one batched remote
+    call per site. Sites without an adapter, without a dry-run command, or that fail are simply
+    absent."""
     return (await ask_scheduler(requests, adapters, timeout_s=timeout_s)).starts

@@ -210,7 +210,7 @@ async def test_scheduler_estimates_come_from_real_sbatch_test_only(
     with anyio.fail_after(60):
         predicted = await scheduler_estimates(requests, adapters)
     assert predicted, "sbatch --test-only answered for no candidate"
-    for (site_name, _part, _key), start in predicted.items():
+    for (site_name, *_), start in predicted.items():
         assert site_name in sites
         assert abs((start - now).total_seconds()) < 24 * 3600
     second = place(one_gpu, snap, sites, now=now, estimates=predicted)

@@ -98,7 +98,7 @@ def test_learned_wait_ignores_observations_outside_the_window_and_after_now() ->
 def test_auto_wait_prefers_scheduler_then_learned_then_paper() -> None:
     shape, key = Shape(gpus=1), "k"
     hist = WaitHistory([obs(700)] * 3, now=NOW, settings=S)
-    sched = {("s", "g", key): NOW + timedelta(seconds=90)}
+    sched = {("s", "g", None, None, key): NOW + timedelta(seconds=90)}
     args: dict[str, Any] = {
         "site": "s",
         "partition": "g",
@@ -120,7 +120,7 @@ def test_a_free_slot_with_only_blocked_jobs_queued_starts_now_whatever_slurm_pre
     """Slurm's will-run test plans dependency-blocked jobs ahead of ours; they never start
     first, so a free request-sized slot means the job starts at once."""
     shape, key = Shape(gpus=4, cpus=8), "k"
-    sched = {("s", "g", key): NOW + timedelta(seconds=3000)}
+    sched = {("s", "g", None, None, key): NOW + timedelta(seconds=3000)}
 
     def wait(**kw: int) -> tuple[float, str]:
         w = estimate_wait(WaitMethod.SCHEDULER, site="s", partition="g", key=key, shape=shape,

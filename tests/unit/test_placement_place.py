@@ -139,7 +139,8 @@ def test_scheduler_estimates_override_the_paper_estimate_where_given() -> None:
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
     first = placed(place(four, snap, sites, now=NOW))
-    late = {(first.site, first.partition, shape_key(first.shape)): NOW + timedelta(hours=5)}
+    key = (first.site, first.partition, first.account, first.qos, shape_key(first.shape))
+    late = {key: NOW + timedelta(hours=5)}
     second = placed(place(four, snap, sites, now=NOW, estimates=late))
     assert second.site != first.site
     chosen_before = next(c for c in second.trace.candidates if c.id == first.candidate_id)
@@ -359,7 +360,7 @@ def test_a_missing_scheduler_estimate_falls_back_and_the_trace_says_why() -> Non
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
     first = placed(place(four, snap, sites, now=NOW))
-    key = (first.site, first.partition, shape_key(first.shape))
+    key = (first.site, first.partition, first.account, first.qos, shape_key(first.shape))
     notes = {"scarce": "no answer within 2 s"}
     d = placed(place(four, snap, sites, now=NOW, estimates={key: NOW}, estimate_notes=notes))
     by_site = {c.site: c for c in d.trace.candidates if c.feasible}

@@ -259,7 +259,8 @@ def test_pruned_placement_decides_like_the_full_evaluation(seed: int) -> None:
     if isinstance(first, Placement) and rng.random() < 0.5:
         # Scheduler estimates for some of the candidates (later or sooner than predicted).
         kw["estimates"] = {
-            (c.site, c.partition, shape_key(c.shape)): NOW + timedelta(minutes=rng.randint(0, 600))
+            (c.site, c.partition, c.account, c.qos, shape_key(c.shape)): NOW
+            + timedelta(minutes=rng.randint(0, 600))
             for c in first.trace.candidates
             if c.feasible and rng.random() < 0.4
         }

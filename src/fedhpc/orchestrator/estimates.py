@@ -17,7 +17,14 @@ from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.domain.job import AccountingRecord
 from fedhpc.errors import FedError
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, WaitObservation
+from fedhpc.placement import (
+    Ledger,
+    Placement,
+    Policy,
+    SchedulerKey,
+    Unschedulable,
+    WaitObservation,
+)
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement.settings import PolicyKind, WaitMethod
@@ -50,7 +57,7 @@ def asks_scheduler(policy: Policy) -> bool:
 
 def fresh(
     o: Orchestrator, answer: SchedulerAnswer
-) -> tuple[dict[tuple[str, str, str], datetime], dict[str, str]]:
+) -> tuple[dict[SchedulerKey, datetime], dict[str, str]]:
     """The answers not older than a job fedhpc placed on their partition since, and the notes
     (per site: why some candidates have none)."""
     starts = {}

@@ -63,7 +63,7 @@ class Bounds:
         env_cache: EnvCache | None,
         environment: str | None,
     ) -> Bounds:
-        scheduled = frozenset((s, p) for s, p, _ in scheduler) if scheduler else frozenset()
+        scheduled = frozenset((k[0], k[1]) for k in scheduler) if scheduler else frozenset()
         return cls(policy, env, runtime, history, scheduled, errors, env_cache, environment)
 
     def key(

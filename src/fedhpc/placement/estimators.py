@@ -23,6 +23,7 @@ __all__ = [
     "RuntimeModel",
     "RuntimeObservation",
     "SchedulerEstimates",
+    "SchedulerKey",
     "WaitEstimate",
     "WaitHistory",
     "WaitObservation",
@@ -33,8 +34,11 @@ __all__ = [
     "size_bucket",
 ]
 
-# (site, partition, shape_key) -> the start time the scheduler predicts (sbatch --test-only).
-SchedulerEstimates = Mapping[tuple[str, str, str], datetime]
+# (site, partition, account, qos, shape_key): one candidate as the scheduler was asked about it
+# (an account or QoS of its own may start at another time on the same partition and shape).
+SchedulerKey = tuple[str, str, str | None, str | None, str]
+# SchedulerKey -> the start time the scheduler predicts (sbatch --test-only).
+SchedulerEstimates = Mapping[SchedulerKey, datetime]
 
 
 class _Frozen(BaseModel):
@@ -262,13 +266,15 @@ def estimate_wait(
     scheduler: SchedulerEstimates | None,
     scheduler_notes: Mapping[str, str] | None = None,
     errors: EstimatorErrors | None = None,
+    account: str | None = None,
+    qos: str | None = None,
 ) -> WaitEstimate:
     """W by the chosen method, falling back (scheduler -> learned -> paper) when it has no data.
     With `auto` and no scheduler estimate, paper replaces learned where its recent error on
     this partition is smaller (`errors`). When the scheduler was asked (`scheduler` or
     `scheduler_notes` given) but has no answer for this candidate, the source says why."""
     asked = scheduler is not None or scheduler_notes is not None
-    start = scheduler.get((site, partition, key)) if scheduler else None
+    start = scheduler.get((site, partition, account, qos, key)) if scheduler else None
     sched = _scheduler_wait(start, shape, live, now, settings) if start is not None else None
     learned = history.estimate(site, partition, shape) if history is not None else None
     paper = paper_wait(shape, live, settings)

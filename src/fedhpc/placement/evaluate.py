@@ -46,7 +46,8 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
     s = policy.settings
     w = estimate_wait(
         policy.wait, site=p.site.name, partition=p.spec.name, key=key, shape=x.shape,
-        live=p.live, now=p.now, settings=s, history=inputs.history, scheduler=inputs.scheduler,
+        account=x.account, qos=x.qos, live=p.live, now=p.now, settings=s,
+        history=inputs.history, scheduler=inputs.scheduler,
         scheduler_notes=inputs.scheduler_notes, errors=inputs.errors,
     )  # fmt: skip
     r, r_src = inputs.runtime.runtime(x.shape)

@@ -18,6 +18,7 @@ from fedhpc.placement.estimators import (
     EnvCache,
     RuntimeDeclaration,
     SchedulerEstimates,
+    SchedulerKey,
     WaitHistory,
     WaitObservation,
 )
@@ -109,7 +110,7 @@ def _without(env: ResourceEnvelope, full: frozenset[str]) -> ResourceEnvelope:
 
 
 def _drop_stale(
-    starts: dict[tuple[str, str, str], datetime] | None,
+    starts: dict[SchedulerKey, datetime] | None,
     notes: dict[str, str] | None,
     site: str,
     partition: str,

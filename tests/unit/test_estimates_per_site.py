@@ -1,0 +1,152 @@
+"""Scheduler start estimates are each site's (and each account's and QoS's) alone: a site whose
+ssh login needs a person gives no estimate and a reason, the others still answer and placement
+still places; two QoS on one partition and shape keep their own answers. Real placement and a
+real store; the transports answer as a login that needs a person and as `sbatch --test-only`
+does (tests/integration/test_placement_devfed.py asks real Slurm)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from fedhpc.adapters.command import BATCH_MARK, Command, CommandResult
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.transports.base import TransportUnavailable
+from fedhpc.domain import Shape
+from fedhpc.orchestrator import estimates
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.placement import Placement, Policy, place, shape_key
+from fedhpc.placement_io import EstimateCache, EstimateRequest, ask_scheduler
+from fedhpc.profiles import Site
+from fedhpc.store import Store
+from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
+from tests.unit.test_submit_accept import Clock, _orchestrator, _req
+
+ALPHA = site(profile("alpha", cpu_partition("cpu")))
+BETA = site(profile("beta", cpu_partition("cpu")))
+NEEDS_PERSON = "ssh to alice@alpha.example was refused: Permission denied (keyboard-interactive)"
+
+
+class NeedsPerson:
+    """An ssh transport with no open master whose login needs a password or MFA."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def run(self, command: Command) -> CommandResult:
+        self.calls += 1
+        raise TransportUnavailable(NEEDS_PERSON, hint="Run `fedhpc connect alpha` in a terminal.")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class WillRun:
+    """Answers a batched `sbatch --test-only` as Slurm does: one start per section, later for
+    a script that names a QoS in `slow` (SLURM_TIME_FORMAT=%s: epoch seconds)."""
+
+    def __init__(self, start: datetime, *, slow: tuple[str, ...] = ()) -> None:
+        self.start, self.slow = start, slow
+        self.calls = 0
+
+    async def run(self, command: Command) -> CommandResult:
+        self.calls += 1
+        script = command.stdin or ""
+        out = []
+        for name in re.findall(rf"echo '{BATCH_MARK} begin (\w+)'", script):
+            section = script.split(f"begin {name}'", 1)[1].split(f"end {name}", 1)[0]
+            late = any(f"--qos={q}" in section for q in self.slow)
+            at = int((self.start + timedelta(hours=3 if late else 0)).timestamp())
+            out += [f"{BATCH_MARK} begin {name}",
+                    f"sbatch: Job 7 to start at {at} using 4 processors on nodes n1 in "
+                    "partition cpu",
+                    f"{BATCH_MARK} end {name} 0"]  # fmt: skip
+        return CommandResult(0, "\n".join(out) + "\n", "")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _adapter(s: Site, transport: object) -> SiteAdapter:
+    return SiteAdapter(s, cast(Any, transport))
+
+
+def _req_for(s: str, qos: str | None = None) -> EstimateRequest:
+    return EstimateRequest(s, "cpu", "proj", Shape(cpus=4, wall_time_s=600), qos)
+
+
+async def test_a_login_that_needs_a_person_is_that_sites_reason_and_the_others_still_answer() -> (
+    None
+):
+    now = [0.0]
+    cache = EstimateCache(ttl_s=10, clock=lambda: now[0])
+    alpha, beta = NeedsPerson(), WillRun(NOW + timedelta(minutes=5))
+    adapters = {"alpha": _adapter(ALPHA, alpha), "beta": _adapter(BETA, beta)}
+    answer = await ask_scheduler([_req_for("alpha"), _req_for("beta")], adapters, cache=cache)
+    assert answer.starts == {_req_for("beta").key: NOW + timedelta(minutes=5)}
+    assert answer.notes == {"alpha": f"unreachable ({NEEDS_PERSON})"}
+    # The failure is remembered: the next pass does not ask alpha again, and says why.
+    again = await ask_scheduler([_req_for("alpha"), _req_for("beta")], adapters, cache=cache)
+    assert alpha.calls == 1 and beta.calls == 1  # beta's answer came from the cache
+    assert again.notes == {"alpha": f"unreachable ({NEEDS_PERSON})"}
+    assert again.starts == answer.starts
+
+
+async def test_decide_and_a_batch_prefetch_still_place_when_one_sites_login_needs_a_person(
+    store: Store,
+) -> None:
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    o.collector.latest["alpha"] = state(ALPHA.profile)
+    o.collector.latest["beta"] = state(BETA.profile)
+    o.adapters.update(
+        alpha=_adapter(ALPHA, NeedsPerson()),
+        beta=_adapter(BETA, WillRun(NOW + timedelta(hours=1))),
+    )
+    task = TaskRecord(id="t1", request=_req(envelope=env(cpus=4)), idempotency_key="k",
+                      created_at=NOW)  # fmt: skip
+    decision = await o.decide(task)
+    assert isinstance(decision, Placement), decision
+    assert f"alpha: unreachable ({NEEDS_PERSON})" in decision.trace.estimates_note
+    beta = next(c for c in decision.trace.candidates if c.site == "beta" and c.feasible)
+    assert beta.estimates is not None and beta.estimates.wait_source.startswith("scheduler")
+    # A batch (placer._batch, place_queued) asks through `prefetch`: an answer, not an error.
+    answer = await estimates.prefetch(o, [task], history=None, ledger=None)
+    assert answer is not None and answer.notes["alpha"].startswith("unreachable (")
+    assert any(k[0] == "beta" for k in answer.starts)
+
+
+def test_two_qos_on_one_partition_and_shape_keep_their_own_scheduler_answers() -> None:
+    accounts = [{"name": "proj", "qos": "normal"}, {"name": "proj2", "qos": "low"}]
+    qos = site(profile("q", cpu_partition("cpu")), accounts=accounts)
+    # Jobs queued ahead: the scheduler's word counts (with a slot free and none, it starts now).
+    snap = snapshot(state(qos.profile, accounts=("proj", "proj2"), cpu={"pending_jobs": 3}))
+    job = env(cpus=4, wall_time="10m")
+    first = place(job, snap, {"q": qos}, Policy(), now=NOW)
+    assert isinstance(first, Placement)
+    by_qos = {c.qos: c for c in first.trace.candidates if c.feasible and c.shape == first.shape}
+    assert set(by_qos) == {"normal", "low"}
+    key = shape_key(first.shape)
+    starts = {("q", "cpu", "proj", "normal", key): NOW + timedelta(hours=3),
+              ("q", "cpu", "proj2", "low", key): NOW + timedelta(minutes=1)}  # fmt: skip
+    second = place(job, snap, {"q": qos}, Policy(), now=NOW, estimates=starts)
+    assert isinstance(second, Placement)
+    waits = {
+        c.qos: c.estimates.wait_s
+        for c in second.trace.candidates
+        if c.feasible and c.shape == first.shape and c.estimates is not None
+    }
+    assert waits == {"normal": 3 * 3600, "low": 60}
+    assert (second.account, second.qos) == ("proj2", "low")
+
+
+async def test_answers_for_two_qos_on_one_partition_and_shape_are_not_merged() -> None:
+    beta = WillRun(NOW, slow=("normal",))
+    answer = await ask_scheduler(
+        [_req_for("beta", "normal"), _req_for("beta", "low")], {"beta": _adapter(BETA, beta)}
+    )
+    assert answer.starts == {
+        _req_for("beta", "normal").key: NOW + timedelta(hours=3),
+        _req_for("beta", "low").key: NOW,
+    }
