@@ -8,13 +8,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import anyio
+
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
+from fedhpc.ops.tasks import GroupChild, ReplanRequest, SubmitGroupRequest
 from fedhpc.orchestrator.groups import group_view, submit_group
 from fedhpc.orchestrator.holdback import HOLD_PREFIX, held_by_limits
+from fedhpc.orchestrator.ops import replan
 from fedhpc.orchestrator.placer import DATA_WAIT_S, place_queued
 from fedhpc.orchestrator.records import TaskRecord
-from fedhpc.orchestrator.service import ENDED_MARGIN_S, Claim, Ended
+from fedhpc.orchestrator.service import ENDED_MARGIN_S, Claim, Ended, Orchestrator
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
@@ -179,3 +182,78 @@ def test_fedhpc_task_shows_why_a_queued_task_waits() -> None:
     line = f"{HOLD_PREFIX} (alpha/cpu: 2 of 2 jobs); fedhpc submits it as your jobs there finish"
     text = _manifest_text(ResultManifest(task_id="t1", state=JobState.QUEUED, waiting=line))
     assert text.splitlines() == ["task t1: queued", line]
+
+
+def _bounded(store: Store) -> Orchestrator:
+    """alpha (128-CPU nodes) already took this cycle's one submission; beta has 32-CPU nodes."""
+    alpha = site(profile("alpha", cpu_partition("cpu")))
+    beta = site(profile("beta", cpu_partition("cpu", cpus=32)))
+    o = _orchestrator(store, Clock(), alpha=alpha, beta=beta)
+    o.collector.latest.update(alpha=state(alpha.profile), beta=state(beta.profile))
+    o.submits_per_cycle = 1
+    o.placed_this_cycle["alpha"] = 1
+    return o
+
+
+async def test_a_task_no_site_can_run_is_unschedulable_even_while_a_site_is_at_its_bound(
+    store: Store,
+) -> None:
+    o = _bounded(store)
+    impossible = await o.submit_task(_req(envelope=env(gpus=1)), wait_s=0)  # no GPUs anywhere
+    only_alpha = await o.submit_task(_req(envelope=env(cpus=64)), wait_s=0)
+    await place_queued(o)
+    gone = await o.load_task(impossible.task_id)
+    assert gone.state is JobState.UNSCHEDULABLE  # not "placed next cycle" for ever
+    assert "FEDHPC_SUBMITS_PER_CYCLE" not in gone.decision
+    assert [e.kind for e in await store.events_after(0)] == ["task.unschedulable"]
+    waits = await o.load_task(only_alpha.task_id)
+    assert waits.state is JobState.QUEUED  # fits alpha, which counts again next cycle
+    assert "FEDHPC_SUBMITS_PER_CYCLE" in waits.decision and "alpha" in waits.decision
+
+
+async def test_a_group_no_site_can_run_is_unschedulable_even_while_a_site_is_at_its_bound(
+    store: Store,
+) -> None:
+    o = _bounded(store)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    impossible = SubmitGroupRequest(objective="sweep", children=children, envelope=env(gpus=1),
+                                    spread=False)  # fmt: skip
+    gid = (await submit_group(o, impossible, wait_s=0)).group_id
+    only_alpha = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=64),
+                                    spread=False)  # fmt: skip
+    waiting = (await submit_group(o, only_alpha, wait_s=0)).group_id
+    await place_queued(o)
+    assert (await group_view(o, gid, limit=10)).counts == {"unschedulable": 3}
+    view = await group_view(o, waiting, limit=10)
+    assert view.counts == {"queued": 3}
+    assert all("FEDHPC_SUBMITS_PER_CYCLE" in c.decision for c in view.children)
+
+
+async def test_a_replanned_child_of_a_held_group_is_placed_on_its_own(store: Store) -> None:
+    beta = site(profile("beta", cpu_partition("cpu", cpus=32)))
+    o = _orchestrator(store, Clock(), alpha=LIMITED, beta=beta)
+    o.collector.latest.update(alpha=state(LIMITED.profile, cpu={"user_running_jobs": 2}),
+                              beta=state(beta.profile))  # fmt: skip
+    # 40 children: the youngest is in the pass's second batch, where held groups are skipped.
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(40))
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=64))
+    gid = (await submit_group(o, req, wait_s=0)).group_id  # only alpha's nodes are that big
+    assert await place_queued(o) == 0
+    view = await group_view(o, gid, limit=100)
+    assert all(c.decision.startswith(HOLD_PREFIX) for c in view.children)
+    youngest = await o.load_task(view.children[-1].task_id)
+    youngest.state = JobState.UNSCHEDULABLE  # as when its data never came, say
+    async with store.transaction() as tx:
+        await o.save(tx, youngest, at=NOW)
+    wake = o.placer_wake = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(replan, o, ReplanRequest(task_id=youngest.id, exclude_sites=("alpha",),
+                                               envelope=env(cpus=16)))  # fmt: skip
+        await wake.wait()  # back in the queue, for the placer
+        await place_queued(o)
+    assert o.placed_this_cycle == {"beta": 1}  # read and placed, not held with its siblings
+    moved = await o.load_task(youngest.id)
+    assert moved.state is not JobState.QUEUED and "alpha" not in moved.decision
+    rest = await group_view(o, gid, limit=100)
+    assert rest.counts["queued"] == 39
+    assert all(c.decision.startswith(HOLD_PREFIX) for c in rest.children if c.task_id != moved.id)

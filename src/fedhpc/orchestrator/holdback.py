@@ -13,7 +13,7 @@ from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Category, Outcome, Unschedulable
 from fedhpc.placement.context import Ledger
 
-__all__ = ["HOLD_PREFIX", "held_by_limits", "hold_key", "hold_reason"]
+__all__ = ["HOLD_PREFIX", "as_submitted", "held_by_limits", "hold_key", "hold_reason"]
 
 HOLD_PREFIX = "queued: held back by your per-user job limit"
 
@@ -50,13 +50,21 @@ def hold_reason(limits: list[str]) -> str:
 
 
 def hold_key(task: TaskRecord) -> str:
-    """Tasks that a per-user limit holds alike: a group's children (the group id), or single
-    tasks asking the same thing in the same way (`~` and a digest of the request's placement
-    inputs). Once one is held in a placement pass, the others wait with it."""
-    if task.group_id is not None:
+    """Tasks that a per-user limit holds alike: a group's children as submitted (the group
+    id), or tasks asking the same thing in the same way (`~` and a digest of the request's
+    placement inputs): single tasks, and a child that replan changed (its own exclusions or
+    envelope), which is never held under its unchanged siblings' reason. Once one is held in
+    a placement pass, the others wait with it."""
+    if task.group_id is not None and as_submitted(task):
         return task.group_id
     r = task.request
     inputs = [r.envelope.model_dump(mode="json"), str(r.policy), r.fixed_site, r.fallback,
-              r.workdir, r.task_budget, sorted(task.excluded_sites)]  # fmt: skip
+              r.workdir, r.task_budget, sorted(task.excluded_sites), task.group_id]  # fmt: skip
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
     return "~" + digest.hexdigest()[:24]
+
+
+def as_submitted(task: TaskRecord) -> bool:
+    """A group child whose request replan never changed (the store's `AS_SUBMITTED` test):
+    its siblings as submitted ask exactly the same."""
+    return task.reopened == 0 and not task.excluded_sites

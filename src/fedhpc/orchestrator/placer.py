@@ -19,6 +19,7 @@ from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
+from fedhpc.placement_io import SchedulerAnswer
 
 __all__ = ["BATCH", "DATA_WAIT_S", "child_key", "missing_data", "place_queued", "run_placer"]
 
@@ -59,11 +60,12 @@ async def place_queued(o: Orchestrator) -> int:
     """One pass over every queued task, in batches; the number dispatched."""
     dispatched = 0
     after = ("", "")
-    held: dict[str, str] = {}  # group -> why its children wait (per-user limits) in this pass
+    held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
     while True:
         async with o.lock:
-            # A held group's younger children are not read again in this pass: one placement
-            # per held group and pass, whatever its size.
+            # A held group's younger children as submitted are not read again in this pass:
+            # one placement per held group and pass, whatever its size (a child that replan
+            # changed is read and placed on its own).
             groups = sorted(k for k in held if not k.startswith("~"))
             rows = await o.store.queued_tasks(BATCH, after=after, skip_groups=groups)
             if not rows:
@@ -131,7 +133,7 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
                                                 answer=answer)  # fmt: skip
             for child, decision in zip(run, decisions, strict=True):
                 await _settle(o, child, decision, ledger=ledger, held=held, holds=holds,
-                              jobs=jobs, now=now)  # fmt: skip
+                              jobs=jobs, now=now, history=history, answer=answer)  # fmt: skip
             continue
         if gid is not None and spread[gid]:
             if gid not in used:
@@ -140,7 +142,8 @@ async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str])
         decision = await o.decide(task, exclude=_full(o), history=history, ledger=ledger,
                                   answer=answer)  # fmt: skip
         if isinstance(decision, Unschedulable):
-            await _unplaced(o, task, decision, ledger=ledger, held=held, holds=holds, now=now)
+            await _unplaced(o, task, decision, ledger=ledger, held=held, holds=holds, now=now,
+                            history=history, answer=answer)  # fmt: skip
             continue
         o.placed_this_cycle[decision.site] += 1
         ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
@@ -178,7 +181,7 @@ def _full(o: Orchestrator) -> tuple[str, ...]:
 async def _settle(
     o: Orchestrator, child: TaskRecord, decision: Placement | Unschedulable, *, ledger: Ledger,
     held: dict[str, str], holds: list[TaskRecord], jobs: list[tuple[TaskRecord, Placement]],
-    now: datetime,
+    now: datetime, history: WaitHistory | None, answer: SchedulerAnswer | None,
 ) -> None:  # fmt: skip
     """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
     claimed it in the ledger)."""
@@ -186,7 +189,8 @@ async def _settle(
     if key in held:  # an earlier sibling is held: so is this one (the same inputs)
         _hold(child, held[key], holds)
     elif isinstance(decision, Unschedulable):
-        await _unplaced(o, child, decision, ledger=ledger, held=held, holds=holds, now=now)
+        await _unplaced(o, child, decision, ledger=ledger, held=held, holds=holds, now=now,
+                        history=history, answer=answer)  # fmt: skip
     else:
         o.placed_this_cycle[decision.site] += 1
         o.mark_placed(decision.site, decision.partition)
@@ -196,19 +200,27 @@ async def _settle(
 async def _unplaced(
     o: Orchestrator, task: TaskRecord, u: Unschedulable, *, ledger: Ledger,
     held: dict[str, str], holds: list[TaskRecord], now: datetime,
+    history: WaitHistory | None, answer: SchedulerAnswer | None,
 ) -> None:  # fmt: skip
-    """No placement now: held when only the user's job limits stand in the way (its kind
-    with it) or perhaps only this cycle's submission bound; else waiting for site data, or
-    unschedulable."""
-    limits = held_by_limits(o.collector, u, ledger)
-    if limits:  # waits in fedhpc, never in a scheduler's rejection
-        held[hold_key(task)] = reason = hold_reason(limits)
-        _hold(task, reason, holds)
-        return
+    """No placement now (`u`, decided without the sites at this cycle's submission bound):
+    held when only the user's job limits stand in the way, or only the bound (it fits once
+    the full sites count again: next cycle), its kind with it; else waiting for site data,
+    or unschedulable with what really rules it out."""
     full = _full(o)
-    if full:  # perhaps only this cycle's submission bound is in the way: next cycle
-        _hold(task, _bound_reason(o, full), holds)
-        return
+    for attempt in range(2):
+        limits = held_by_limits(o.collector, u, ledger)
+        if limits:  # waits in fedhpc, never in a scheduler's rejection
+            held[hold_key(task)] = reason = hold_reason(limits)
+            _hold(task, reason, holds)
+            return
+        if attempt or not full:
+            break
+        again = await o.decide(task, history=history, ledger=ledger, answer=answer)
+        if isinstance(again, Placement):  # only the bound is in the way
+            held[hold_key(task)] = reason = _bound_reason(o, full)
+            _hold(task, reason, holds)
+            return
+        u = again  # the full sites cannot run it either: their reasons count too
     await _unplaceable(o, task, u, now)
 
 

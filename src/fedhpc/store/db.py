@@ -15,7 +15,7 @@ import anyio
 from fedhpc.domain.site import SiteState
 from fedhpc.store.events import Event
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
-from fedhpc.store.tx import Tx, iso
+from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
 __all__ = ["Store", "Tx"]
 
@@ -243,12 +243,12 @@ class Store:
         self, limit: int, *, after: tuple[str, str] = ("", ""), skip_groups: Sequence[str] = ()
     ) -> list[dict[str, Any]]:
         """Tasks accepted but not yet handed to a scheduler, oldest first, after the
-        (created_at, id) of the last one already seen, leaving out children of `skip_groups`."""
+        (created_at, id) of the last one already seen, leaving out the children of
+        `skip_groups` as submitted (a child that replan changed is read)."""
         skip = ""
         if skip_groups:
-            skip = (
-                f" AND (group_id IS NULL OR group_id NOT IN ({','.join('?' * len(skip_groups))}))"
-            )
+            marks = ",".join("?" * len(skip_groups))
+            skip = f" AND NOT (coalesce(group_id IN ({marks}), 0) AND {AS_SUBMITTED})"
         rows = await self._all(
             "SELECT * FROM tasks WHERE state = 'queued' AND (created_at > ? OR "  # noqa: S608
             f"(created_at = ? AND id > ?)){skip} ORDER BY created_at, id LIMIT ?",

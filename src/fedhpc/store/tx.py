@@ -15,6 +15,14 @@ from fedhpc.store.events import Event, event_id
 __all__ = ["Tx", "iso"]
 
 
+# A group child whose request replan never changed (`holdback.as_submitted`): its siblings
+# as submitted ask the same, so one held child speaks for them all.
+AS_SUBMITTED = (
+    "coalesce(json_extract(body, '$.reopened'), 0) = 0 "
+    "AND coalesce(json_array_length(body, '$.excluded_sites'), 0) = 0"
+)
+
+
 def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
@@ -98,11 +106,12 @@ class Tx:
         return cur.rowcount > 0
 
     async def set_queued_decision(self, group_id: str, decision: str, *, at: datetime) -> int:
-        """Every still-queued child of a group gets `decision` (one statement, only rows whose
-        decision differs): a held group's children are not loaded one by one."""
+        """Every still-queued child of a group as submitted (`AS_SUBMITTED`: not one replan
+        changed) gets `decision` (one statement, only rows whose decision differs): a held
+        group's children are not loaded one by one."""
         cur = await self.conn.execute(
-            "UPDATE tasks SET body = json_set(body, '$.decision', ?), updated_at = ? "
-            "WHERE group_id = ? AND state = 'queued' "
+            "UPDATE tasks SET body = json_set(body, '$.decision', ?), updated_at = ? "  # noqa: S608
+            f"WHERE group_id = ? AND state = 'queued' AND {AS_SUBMITTED} "
             "AND coalesce(json_extract(body, '$.decision'), '') != ?",
             (decision, iso(at), group_id, decision),
         )
