@@ -29,6 +29,7 @@ from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.onboard.discover import discover_dialect
+from fedhpc.onboard.doctor_storage import probe_storage
 from fedhpc.onboard.facts import AssociationFacts
 from fedhpc.profiles.loader import Site, fedhpc_home
 
@@ -288,18 +289,22 @@ async def _test_only(run: _Run, adapter: Any, dialect: str) -> None:
             account=acct.name if acct else None,
             qos=acct.qos if acct else None,
         )
-        result = await adapter.transport.run(d.test_only_command(adapter.render(spec)))
+        asked = f"a 1-CPU 1-GPU ({acc.type}) job" if acc else "a 1-CPU job"
+        name = f"test_submit:{part.name}"
         try:
+            result = await adapter.transport.run(d.test_only_command(adapter.render(spec)))
             d.parse_test_only(result)
-            run.add(f"test_submit:{part.name}", True, "sbatch --test-only accepted a 1-CPU job")
+            run.add(name, True, f"sbatch --test-only accepted {asked}")
         except SchedulerRejected as exc:
             run.add(
-                f"test_submit:{part.name}",
+                name,
                 False,
-                f"sbatch --test-only: {exc.message}",
+                f"sbatch --test-only refused {asked}: {exc.message}",
                 "the scheduler refuses this partition with your account/QoS: fix the "
                 f"account under [sites.{run.site.name}] or block the partition",
             )
+        except FedError as exc:
+            run.add(name, False, f"sbatch --test-only ({asked}): {exc.message}", exc.hint or "")
 
 
 async def _storage(run: _Run, adapter: Any) -> None:
@@ -309,22 +314,8 @@ async def _storage(run: _Run, adapter: Any) -> None:
     if not roots:
         run.add("storage", None, "the profile names no storage root")
         return
-    script = (
-        'for p in "$@"; do if [ -d "$p" ] && [ -w "$p" ]; then echo ok; '
-        'elif [ -d "$p" ]; then echo readonly; else echo missing; fi; done'
-    )
-    res = await adapter.transport.run(
-        Command(("bash", "-c", script, "fedhpc", *(p for _, p in roots)))
-    )
-    states = res.stdout.split()
-    for (name, path), state in zip(roots, states + ["missing"] * len(roots), strict=False):
-        run.add(
-            f"storage:{name}",
-            state == "ok",
-            f"{path}: {'writable' if state == 'ok' else state}",
-            f"create {path} at the site, or fix the [[storage]] path of {run.site.name} "
-            "(a profile in your profile folder overrides the shipped one)",
-        )
+    for check in await probe_storage(adapter.transport, run.site.name, roots):
+        run.add(*check)
 
 
 async def check_site(site: Site) -> list[Check]:
