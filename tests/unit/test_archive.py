@@ -75,3 +75,48 @@ async def test_a_cursor_that_never_moved_archives_nothing(store: Store, tmp_path
         await tx.append_event("site.offline", "s", {}, at=OLD, key="s")
     report = await archive_events(store, tmp_path / "a", before=NOW, now=NOW)
     assert (report.archived, report.remaining) == (0, 1)
+
+
+async def test_each_sites_newest_offline_and_online_events_stay(
+    store: Store, tmp_path: Path
+) -> None:
+    """The daemon reads how long a site has been offline from its newest site.offline event
+    (task.site_lost): archiving it would stop those wake-ups for good."""
+    ids = []
+    async with store.transaction() as tx:
+        for i, (kind, site) in enumerate(
+            [("site.offline", "a"), ("site.online", "a"), ("site.offline", "a"),
+             ("site.offline", "b"), ("task.terminal", "t")]
+        ):  # fmt: skip
+            ev = await tx.append_event(kind, site, {}, at=OLD + timedelta(minutes=i), key=f"k{i}")
+            assert ev is not None
+            ids.append(ev.id)
+        await tx.set_cursor("bridge", 5, at=OLD)
+    report = await archive_events(store, tmp_path / "a", before=NOW, now=NOW)
+    assert report.archived == 2 and report.archive is not None
+    lines = Path(report.archive).read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == [ids[0], ids[4]]
+    left = [e.id for e in await store.events_after(0, limit=100)]
+    assert left == [ids[1], ids[2], ids[3]]
+    last = await store.last_event("site.offline", "a")
+    assert last is not None and last.id == ids[2]
+
+
+async def test_a_pull_client_that_acknowledged_lately_holds_its_events(
+    store: Store, tmp_path: Path
+) -> None:
+    """A list_events/ack_events client behind the bridge keeps what it has not acknowledged,
+    while it is active (acknowledged since the cutoff); a silent one stops holding."""
+    ids = await _log(store)
+    async with store.transaction() as tx:
+        await tx.set_cursor("my-client", 2, at=NOW - timedelta(days=1))  # active, behind
+        await tx.set_cursor("gone-client", 0, at=NOW - timedelta(days=60))  # silent
+    before = NOW - timedelta(days=30)
+    report = await archive_events(store, tmp_path / "a", before=before, now=NOW)
+    assert report.archived == 2
+    left = [e.id for e in await store.events_after(0, limit=100)]
+    assert left == ids[2:]
+    async with store.transaction() as tx:
+        await tx.set_cursor("my-client", 7, at=NOW)
+    report = await archive_events(store, tmp_path / "a", before=before, now=NOW)
+    assert report.archived == 3  # 2, 4, 5; 3 still has a pending delivery

@@ -421,7 +421,8 @@ async def list_events(
         str | None, Field(max_length=64, description="skip what it acknowledged")
     ] = None,
 ) -> EventsPage:
-    """Pull clients: events after `after` (task ended, decision needed, site offline)."""
+    """Pull clients: events after `after` (task ended, decision needed, site offline);
+    old ones no consumer holds get archived."""
     rows = await _link(ctx).call(
         lambda c: c.events(after=after, limit=limit + 1, consumer=consumer)
     )

@@ -3,7 +3,9 @@ a JSON-lines archive file, in one transaction per batch (written to the file fir
 between the two leaves an event in both places, never in neither).
 
 An event is archived when it is older than the cutoff, the resume bridge has routed it (its
-cursor is past it), and none of its deliveries is still pending or running. Its delivery rows
+cursor is past it), every pull client that acknowledged since the cutoff is past it, none of
+its deliveries is still pending or running, and it is not a site's newest site.offline or
+site.online event. Its delivery rows
 and consumed-id marks go with it. `list_events` readers whose cursor is behind an archived
 event continue after it: the archive file has it."""
 
@@ -40,13 +42,22 @@ class ArchiveReport:
                 "archive": self.archive, "before": self.before}  # fmt: skip
 
 
+# Kept whatever their age: each site's newest site.offline / site.online event (the daemon
+# reads how long a site has been offline from them: store.last_event), and anything a
+# consumer still holds: past the bridge's cursor, or past the cursor of any pull client
+# (list_events/ack_events) that acknowledged since the cutoff. A client silent for longer
+# than the keep window no longer holds events back.
 _ELIGIBLE = """
     SELECT e.seq, e.id, e.kind, e.subject, e.created_at, e.payload FROM events e
-    WHERE e.created_at < ? AND e.seq <= coalesce(
-        (SELECT cursor FROM consumers WHERE name = ?), 0)
+    WHERE e.created_at < ?1 AND e.seq <= min(
+        coalesce((SELECT cursor FROM consumers WHERE name = ?2), 0),
+        coalesce((SELECT min(cursor) FROM consumers WHERE updated_at >= ?1), e.seq))
       AND NOT EXISTS (SELECT 1 FROM deliveries d
                       WHERE d.event_id = e.id AND d.state IN ('pending', 'started'))
-    ORDER BY e.seq LIMIT ?
+      AND NOT (e.kind IN ('site.offline', 'site.online') AND e.seq = (
+          SELECT max(x.seq) FROM events x WHERE x.kind = e.kind AND x.subject = e.subject))
+      AND e.seq > ?3
+    ORDER BY e.seq LIMIT ?4
 """
 
 
@@ -60,8 +71,7 @@ async def archive_events(
     after = 0
     while True:
         async with store.transaction() as tx:
-            rows = await tx.fetch(_ELIGIBLE.replace("ORDER BY", "AND e.seq > ? ORDER BY"),
-                                  (cutoff, BRIDGE, after, BATCH))  # fmt: skip
+            rows = await tx.fetch(_ELIGIBLE, (cutoff, BRIDGE, after, BATCH))
             if not rows:
                 break
             after = int(rows[-1]["seq"])
