@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fedhpc.adapters.command import CommandResult
+from fedhpc.adapters.site import open_adapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.site import TransportSpec
+from fedhpc.onboard.doctor import _Run, _test_only
 from fedhpc.onboard.doctor_storage import parse_storage, probe_storage
+from fedhpc.profiles import load_federation
 
 
 def _local(env: dict[str, str]) -> LocalTransport:
@@ -86,3 +91,34 @@ async def test_a_transport_error_is_one_failed_check() -> None:
     [check] = await probe_storage(transport, "s", [("home", "/")])
     assert check[0] == "storage" and check[1] is False
     assert check[2].startswith("storage check failed: ")
+
+
+async def test_an_error_running_test_only_fails_that_check_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport or parse error in `sbatch --test-only` is that partition's failed check (with
+    the error's message and hint), not the end of the site's doctor run; the detail says what
+    was asked (1 GPU on a GPU partition)."""
+    monkeypatch.setenv("FEDHPC_DEVFED", "1")
+    monkeypatch.setenv("FEDHPC_DEVFED_DIR", str(tmp_path / "devfed"))
+    site = load_federation()["devdeltaai"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_bytes(b"\x7fELF not a program")  # exec fails: ENOEXEC
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))  # only it: exec would try the next sbatch
+    run = _Run(site)
+    adapter = open_adapter(site)
+    try:
+        await _test_only(run, adapter, "slurm")
+    finally:
+        await adapter.transport.aclose()
+    parts = [p for p in site.profile.partitions if p.name not in site.profile.blocked_partitions]
+    assert [c.name for c in run.checks] == [f"test_submit:{p.name}" for p in parts]
+    gpu = next(p for p in parts if p.node.accelerator)
+    check = next(c for c in run.checks if c.name == f"test_submit:{gpu.name}")
+    assert check.status == "fail"
+    acc = gpu.node.accelerator
+    assert acc is not None
+    assert check.detail.startswith(f"sbatch --test-only (a 1-CPU 1-GPU ({acc.type}) job): ")
+    assert "could not start sbatch" in check.detail

@@ -10,7 +10,6 @@ writable."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fedhpc.adapters.command import Command, CommandResult
@@ -49,24 +48,33 @@ async def probe_storage(
 ) -> list[StorageCheck]:
     """Run the probe for `roots` (name, path; the name `workdir` is the user's workdir)."""
     try:
-        res = await transport.run(Command(("bash", "-c", STORAGE_SCRIPT, "fedhpc", *(p for _, p in roots))))
+        res = await transport.run(
+            Command(("bash", "-c", STORAGE_SCRIPT, "fedhpc", *(p for _, p in roots)))
+        )
     except FedError as exc:
         return [_failed(site, exc.message, exc.hint or "")]
     return parse_storage(site, roots, res)
 
 
-def parse_storage(site: str, roots: list[tuple[str, str]], res: CommandResult) -> list[StorageCheck]:
+def parse_storage(
+    site: str, roots: list[tuple[str, str]], res: CommandResult
+) -> list[StorageCheck]:
     """The checks from the probe's output (pure); one failed check when the probe failed."""
     lines = res.stdout.splitlines()
     parsed = [line.split(" ", 1) for line in lines]
-    if not res.ok or len(parsed) != len(roots) or any(
-        len(p) != 2 or p[0] not in _STATES for p in parsed
+    if (
+        not res.ok
+        or len(parsed) != len(roots)
+        or any(len(p) != 2 or p[0] not in _STATES for p in parsed)
     ):
         why = (res.stderr.strip() or res.stdout.strip())[-300:] or f"exit {res.returncode}"
         if res.ok:
             why = f"unexpected output ({len(lines)} lines for {len(roots)} roots): {why}"
         return [_failed(site, why, "")]
-    return [_one(site, name, path, state, where) for (name, path), (state, where) in zip(roots, parsed, strict=True)]
+    return [
+        _one(site, name, path, state, where)
+        for (name, path), (state, where) in zip(roots, parsed, strict=True)
+    ]
 
 
 def _failed(site: str, why: str, hint: str) -> StorageCheck:
