@@ -123,9 +123,12 @@ async def test_the_whole_loop_runs_over_ssh(
             # stage-out from the ssh site
             directions = {d.direction: d for d in done.data}
             assert directions["stage_in"].state is TransferState.SUCCEEDED
-            back = await client.transfer(TransferRequest(
-                transfer_id=directions["stage_out"].transfer_id))  # fmt: skip
-            assert back.state is TransferState.SUCCEEDED
+            # the task's outcome can come before its stage-out's copy ends: wait for the copy
+            ask = TransferRequest(transfer_id=directions["stage_out"].transfer_id)
+            with anyio.fail_after(60):
+                while not (back := await client.transfer(ask)).state.terminal:
+                    await anyio.sleep(0.5)
+            assert back.state is TransferState.SUCCEEDED, back.error
             assert returned.read_text().strip() == "3000"
             # cancel a running job over ssh
             sleeper = await client.submit_task(SubmitTaskRequest(

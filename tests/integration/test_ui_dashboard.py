@@ -297,7 +297,8 @@ def _in_pty(argv: list[str], env: dict[str, str], *,
     os.close(master)
     code = proc.wait(timeout=60)
     assert proc.stderr is not None
-    err = proc.stderr.read().decode()
+    with proc.stderr:  # closed here, not left to the garbage collector (a ResourceWarning)
+        err = proc.stderr.read().decode()
     assert code in (0, 130) or not err, err
     return code, b"".join(chunks).decode(errors="replace")
 
