@@ -257,3 +257,37 @@ async def test_a_restarted_service_finishes_a_transfer_from_the_store_alone(
     rec = await _settle(_svc(store, sites, tmp_path), h.transfer_id)
     assert rec.state is TransferState.SUCCEEDED
     assert rec.checksums == {"r.dat": hashlib.sha256(b"r" * 4096).hexdigest()}
+
+
+@pytest.mark.parametrize("live", ["queued", "placing", "submitted", "pending", "running"])
+async def test_a_stage_out_waits_while_its_task_lives_whatever_the_live_state(
+    sites: dict[str, Site], store: Store, tmp_path: Path, live: str
+) -> None:
+    # A task retried after a failed try goes back to `queued` (or `placing`) for a moment: its
+    # stage-out must keep waiting, not fail as "ended queued: nothing to copy".
+    from datetime import UTC, datetime
+
+    from fedhpc.ops.data import TransferOptions
+    from fedhpc.transfer import records
+    from fedhpc.transfer.refs import resolve
+
+    now = datetime.now(UTC)
+    svc = _svc(store, sites, tmp_path)
+    rec = TransferRecord(
+        id="xstageout0", idempotency_key="t1:stage_out:0", mode="replicate",
+        source_ref="task:t1/out.txt", destination_ref="devdeltaai:scratch/out.txt", source=None,
+        destination=resolve("devdeltaai:scratch/out.txt", sites), options=TransferOptions(),
+        backend=None, state=TransferState.WAITING, after_task="t1", source_rel="out.txt",
+        created_at=now,
+    )  # fmt: skip
+    async with store.transaction() as tx:
+        await records.put(tx, rec, at=now)
+        await tx.put_task("t1", state=live, body={}, at=now)
+    await svc.tick()
+    assert (await svc.load(rec.id)).state is TransferState.WAITING
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="failed", body={}, at=now)
+    await svc.tick()
+    ended = await svc.load(rec.id)
+    assert ended.state is TransferState.FAILED
+    assert ended.error is not None and ended.error.code == "upstream_failed"

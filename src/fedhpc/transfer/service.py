@@ -14,6 +14,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.site import SiteAdapter
+from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
     MoveDataRequest,
@@ -37,6 +38,7 @@ __all__ = ["TransferService", "plan_transfer", "request_key"]
 log = structlog.get_logger(__name__)
 
 _LIVE = (TransferState.WAITING, TransferState.QUEUED, TransferState.ACTIVE)
+_ENDED = frozenset(state.value for state in TERMINAL)  # a task that will run no more
 
 
 def _utcnow() -> datetime:
@@ -202,8 +204,8 @@ class TransferService:
         assert rec.source_rel is not None
         row = await self.store.get_task(rec.after_task)
         state = row["state"] if row else "missing"
-        if state in ("submitted", "pending", "running"):
-            return rec
+        if row is not None and state not in _ENDED:
+            return rec  # still live: queued, placing, re-placed after a failed try, running...
         if state != "completed" or row is None:
             why = f"task {rec.after_task} ended {state}: nothing to copy"
             err = TransferError(code="upstream_failed", message=why)
