@@ -32,11 +32,11 @@ from fedhpc.adapters.transports import Transport, make_transport
 from fedhpc.client import DaemonClient
 from fedhpc.collector import Collector
 from fedhpc.daemon.settings import DaemonSettings
-from fedhpc.domain.config import UserConfig
+from fedhpc.domain.config import Site, UserConfig
 from fedhpc.domain.site import Health
 from fedhpc.errors import FedError
 from fedhpc.logs import configure_logging
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 
 log = structlog.get_logger("benchmarks.collector")

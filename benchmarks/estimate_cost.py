@@ -44,12 +44,13 @@ from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.domain.config import Site
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.orchestrator.records import TaskRecord, new_id
 from fedhpc.placement import Placement
 from fedhpc.placement_io import EstimateCache, SchedulerAnswer
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 
 KINDS = (

@@ -30,6 +30,7 @@ from fedhpc.domain import (
     SiteState,
     UserSiteConfig,
 )
+from fedhpc.domain.config import Site
 from fedhpc.placement import (
     Placement,
     Policy,
@@ -39,7 +40,7 @@ from fedhpc.placement import (
     place,
     place_group,
 )
-from fedhpc.profiles import Site, load_profiles
+from fedhpc.profiles import load_profiles
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

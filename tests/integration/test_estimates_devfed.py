@@ -20,11 +20,12 @@ from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope, Shape
+from fedhpc.domain.config import Site
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
 from fedhpc.orchestrator import Orchestrator, estimates
 from fedhpc.orchestrator.records import TaskRecord, new_id
 from fedhpc.placement import Placement
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 from tests.integration.daemon_util import drain, running, sbatch, wait_terminal
 

@@ -22,9 +22,10 @@ from fedhpc.domain import (
     UserConfig,
     UserSiteConfig,
 )
+from fedhpc.domain.config import Site
 from fedhpc.placement import Placement, Policy, PolicyKind, Unschedulable, place
 from fedhpc.placement_io import requests_from_trace, scheduler_estimates
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 
 pytestmark = pytest.mark.devfed
 

@@ -13,9 +13,8 @@ import pytest
 import responses
 from globus_sdk.transport import RetryConfig
 
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 from fedhpc.transfer.globus import GlobusBackend
 
 __all__ = ["DST", "SRC", "TASK", "globus_backend", "globus_client", "globus_sites", "mocked_http"]

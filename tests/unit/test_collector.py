@@ -14,9 +14,10 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain import AccountConfig, Arch, Health, UserConfig, UserSiteConfig
+from fedhpc.domain.config import Site
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.inspect import InspectRequest, inspect_federation
-from fedhpc.profiles import Site, load_federation
+from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 
 FIX = Path(__file__).parent.parent / "fixtures" / "slurm"

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from fedhpc.adapters.site import SubmittedJob
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, Policy, place
-from fedhpc.profiles import Site
 from fedhpc.store import Store
 from tests.unit.test_placement_place import paper_world
 from tests.unit.test_placement_world import NOW, env

@@ -21,7 +21,7 @@ from globus_sdk.testing import RegisteredResponse, load_response
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports.globus_compute import GlobusComputeTransport
 from fedhpc.bridge.payload import build_payload
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import FedError
 from fedhpc.globus_auth import apps as auth_apps
@@ -32,7 +32,6 @@ from fedhpc.globus_auth.store import open_token_storage
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
 from fedhpc.ops.data import MoveDataRequest, TransferRequest, TransferState
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
 from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
 from fedhpc.transfer.service import TransferService

@@ -9,9 +9,9 @@ from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.dialects.lsf import LsfDialect
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain import Shape
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.placement_io import EstimateCache, EstimateRequest, ask_scheduler
-from fedhpc.profiles import Site, load_profiles
+from fedhpc.profiles import load_profiles
 
 
 class Recording:

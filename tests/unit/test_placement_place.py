@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from fedhpc.domain import ChargeKind, ChargeModel, Credit, ResourceSnapshot, SiteState
+from fedhpc.domain.config import Site
 from fedhpc.errors import ValidationFailed
 from fedhpc.placement import (
     Category,
@@ -25,7 +26,6 @@ from fedhpc.placement import (
     place_group,
     shape_key,
 )
-from fedhpc.profiles import Site
 from tests.unit.test_placement_world import (
     NOW,
     cpu_partition,

@@ -22,6 +22,7 @@ from fedhpc.domain import (
     ResourceEnvelope,
     ResourceSnapshot,
 )
+from fedhpc.domain.config import Site
 from fedhpc.placement import (
     ErrorObservation,
     EstimatorErrors,
@@ -41,7 +42,6 @@ from fedhpc.placement import (
     shape_key,
 )
 from fedhpc.placement.prune import DOMINATED
-from fedhpc.profiles import Site
 from tests.unit.test_placement_world import (
     NOW,
     cpu_partition,

@@ -16,11 +16,11 @@ from fedhpc.domain import (
     ResourceEnvelope,
     Shape,
 )
+from fedhpc.domain.config import Site
 from fedhpc.placement import RULES, Category, Outcome, Settings
 from fedhpc.placement.context import CandidateContext, Live, PartitionContext
 from fedhpc.placement.credit import allowed_budget, predict_charge
 from fedhpc.placement.sizing import size_shape
-from fedhpc.profiles import Site
 from tests.unit.test_placement_world import (
     NOW,
     cpu_partition,

@@ -24,7 +24,7 @@ from fedhpc.domain import (
     SiteState,
     UserSiteConfig,
 )
-from fedhpc.profiles import Site
+from fedhpc.domain.config import Site
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

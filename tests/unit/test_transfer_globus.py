@@ -14,11 +14,10 @@ import pytest
 import responses
 from globus_sdk.testing import RegisteredResponse, get_last_request, load_response
 
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.errors import FedError
 from fedhpc.ops.data import DataLocation, MoveDataRequest, SyncLevel, TransferState
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
 from fedhpc.transfer import TransferSpec
 from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client

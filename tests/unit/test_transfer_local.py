@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from fedhpc.domain.config import Site
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
     DataLocation,
@@ -21,7 +22,6 @@ from fedhpc.ops.data import (
     TransferState,
 )
 from fedhpc.profiles import load_federation
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
 from fedhpc.transfer import TransferSpec
 from fedhpc.transfer.local import LocalBackend

@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.errors import FedError
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 from fedhpc.transfer import choose_backend, locate, parse_ref, resolve
 
 DELTA_WORK = "6f1e3c2a-0000-4000-8000-00000000d001"

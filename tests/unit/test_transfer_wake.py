@@ -13,9 +13,9 @@ import pytest
 from globus_sdk.testing import RegisteredResponse, load_response
 
 from fedhpc.bridge.service import Bridge
+from fedhpc.domain.config import Site
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, TransferState
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 from tests.unit.globus_world import (

@@ -20,10 +20,10 @@ from fedhpc.adapters.transports.base import (
     TransportUnavailable,
     UnusableTransport,
 )
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import PermanentError, UsageError
-from fedhpc.profiles.loader import Site
 
 __all__ = ["CommandFailed", "SiteAdapter", "SubmittedJob", "WorkdirFailed", "open_adapter"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.site import Credit, SiteState
-from fedhpc.profiles.loader import Site
 
 __all__ = ["with_budgets"]
 

@@ -13,9 +13,9 @@ import structlog
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
+from fedhpc.domain.config import Site
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import TransientError, typed_error
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 
 __all__ = ["Collector", "RefreshReport"]

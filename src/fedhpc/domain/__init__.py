@@ -1,6 +1,12 @@
 """Pure domain types: envelopes, site profiles, live state, shapes, jobs and their states."""
 
-from fedhpc.domain.config import AccountConfig, TransportOverride, UserConfig, UserSiteConfig
+from fedhpc.domain.config import (
+    AccountConfig,
+    Site,
+    TransportOverride,
+    UserConfig,
+    UserSiteConfig,
+)
 from fedhpc.domain.envelope import (
     Arch,
     ContainerRequest,
@@ -73,6 +79,7 @@ __all__ = [
     "ResourceEnvelope",
     "ResourceSnapshot",
     "Shape",
+    "Site",
     "SiteConventions",
     "SiteProfile",
     "SiteState",

@@ -1,19 +1,22 @@
-"""The user's own settings per site: accounts, budgets, endpoints; never in the shipped profiles."""
+"""The user's own settings per site: accounts, budgets, endpoints; never in the shipped profiles.
+A `Site` joins one shipped profile with these settings."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedhpc.domain.site import SafeName
+from fedhpc.domain.site import SafeName, SiteProfile, TransportSpec
 from fedhpc.domain.units import MAX_CREDITS
 
 __all__ = [
     "AccountConfig",
     "ResumeConfig",
     "ResumeRuntime",
+    "Site",
     "TransportOverride",
     "UserConfig",
     "UserSiteConfig",
@@ -117,3 +120,29 @@ class UserConfig(_Strict):
     default_site_enabled: bool = Field(
         default=False, description="use sites the config does not mention (no accounts known)"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A profile joined with the user's settings: what the adapters and placement use."""
+
+    profile: SiteProfile
+    user: UserSiteConfig
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def transport(self) -> TransportSpec:
+        """The profile's transport with the user's host, login and endpoint applied."""
+        base = self.profile.transport
+        o = self.user.transport
+        return base.model_copy(
+            update={
+                "host": o.host or base.host,
+                "user": o.user or base.user,
+                "endpoint_id": o.endpoint_id or base.endpoint_id,
+                "options": {**base.options, **o.options},
+            }
+        )

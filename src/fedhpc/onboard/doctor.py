@@ -26,12 +26,13 @@ from fedhpc.adapters.site import open_adapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.adapters.transports.local import run_bounded
 from fedhpc.adapters.transports.ssh import SshTransport
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.onboard.discover import discover_dialect
 from fedhpc.onboard.doctor_storage import probe_storage
 from fedhpc.onboard.facts import AssociationFacts
-from fedhpc.profiles.loader import Site, fedhpc_home
+from fedhpc.profiles.loader import fedhpc_home
 
 __all__ = [
     "MAX_SKEW_S",

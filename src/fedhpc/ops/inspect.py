@@ -7,10 +7,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import Arch
 from fedhpc.domain.site import Credit, Health, SiteState
 from fedhpc.domain.units import as_utc
-from fedhpc.profiles.loader import Site
 
 __all__ = [
     "FederationView",

@@ -16,6 +16,7 @@ from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
 from fedhpc.domain.job import JobSpec, JobState, Shape
 from fedhpc.domain.site import Health, ResourceSnapshot
@@ -38,7 +39,6 @@ from fedhpc.placement import (
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement_io import EstimateCache, SchedulerAnswer
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 

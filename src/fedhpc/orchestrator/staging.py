@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
 from fedhpc.orchestrator.records import TaskRecord
-from fedhpc.profiles.loader import Site
 from fedhpc.transfer import records
 from fedhpc.transfer.errors import TransferNotFound
 from fedhpc.transfer.records import TransferRecord, stage_out_id

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from fedhpc.domain.config import Site
 from fedhpc.ops.workdir import sites_holding
 from fedhpc.placement import Placement
 from fedhpc.placement.settings import PolicyKind
-from fedhpc.profiles.loader import Site
 
 __all__ = ["fallback_note", "sites_without"]
 

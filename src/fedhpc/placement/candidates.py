@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.site import PartitionSpec, SiteState
-from fedhpc.profiles.loader import Site
 
 __all__ = ["AccountChoice", "account_choices", "candidate_id"]
 

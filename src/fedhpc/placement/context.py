@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, SiteProfile, SiteState
 from fedhpc.placement.settings import Settings
-from fedhpc.profiles.loader import Site
 
 if TYPE_CHECKING:
     from fedhpc.placement.credit import Budget, Charge

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedhpc.domain.config import AccountConfig
+from fedhpc.domain.config import AccountConfig, Site
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import ChargeKind, Credit, PartitionSpec, SiteProfile, SiteState
 from fedhpc.domain.units import finite_or_none
 from fedhpc.placement.context import Ledger
-from fedhpc.profiles.loader import Site
 
 __all__ = ["Budget", "Charge", "allowed_budget", "predict_charge"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
@@ -25,7 +26,6 @@ from fedhpc.placement.estimators import (
 from fedhpc.placement.place import TOP, Request
 from fedhpc.placement.settings import Policy
 from fedhpc.placement.trace import Placement, Unschedulable
-from fedhpc.profiles.loader import Site
 
 __all__ = ["STALE", "place_group"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.placement.rules import Category, Outcome
 from fedhpc.placement.trace import CandidateTrace
-from fedhpc.profiles.loader import Site
 
 __all__ = ["relax_hint"]
 

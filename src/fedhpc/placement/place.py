@@ -14,6 +14,7 @@ import bisect
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
@@ -52,7 +53,6 @@ from fedhpc.placement.trace import (
     PrunedClass,
     Unschedulable,
 )
-from fedhpc.profiles.loader import Site
 
 __all__ = ["TOP", "Request", "place"]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, ResourceSnapshot, SiteState
@@ -31,7 +32,6 @@ from fedhpc.placement.rules import (
 )
 from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings
 from fedhpc.placement.trace import PrunedClass
-from fedhpc.profiles.loader import Site
 
 __all__ = [
     "DOMINATED",

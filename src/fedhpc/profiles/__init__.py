@@ -1,7 +1,7 @@
-"""Site profiles (shipped TOML) and the user's config, joined into enabled sites."""
+"""Site profiles (shipped TOML) and the user's config, joined into enabled sites
+(`fedhpc.domain.config.Site`)."""
 
 from fedhpc.profiles.loader import (
-    Site,
     devfed_root,
     fedhpc_home,
     load_federation,
@@ -13,7 +13,6 @@ from fedhpc.profiles.loader import (
 )
 
 __all__ = [
-    "Site",
     "devfed_root",
     "fedhpc_home",
     "load_federation",

@@ -5,19 +5,17 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from fedhpc.domain.config import UserConfig, UserSiteConfig
-from fedhpc.domain.site import SiteProfile, TransportSpec
+from fedhpc.domain.config import Site, UserConfig, UserSiteConfig
+from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import ProfileError
 
 __all__ = [
-    "Site",
     "devfed_mode",
     "devfed_process_root",
     "devfed_ssh_config",
@@ -215,32 +213,6 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     if not path.exists():
         return UserConfig()
     return _validate(UserConfig, _read_toml(path), path)
-
-
-@dataclass(frozen=True, slots=True)
-class Site:
-    """A profile joined with the user's settings: what the adapters and placement use."""
-
-    profile: SiteProfile
-    user: UserSiteConfig
-
-    @property
-    def name(self) -> str:
-        return self.profile.name
-
-    @property
-    def transport(self) -> TransportSpec:
-        """The profile's transport with the user's host, login and endpoint applied."""
-        base = self.profile.transport
-        o = self.user.transport
-        return base.model_copy(
-            update={
-                "host": o.host or base.host,
-                "user": o.user or base.user,
-                "endpoint_id": o.endpoint_id or base.endpoint_id,
-                "options": {**base.options, **o.options},
-            }
-        )
 
 
 def load_federation(

@@ -8,9 +8,9 @@ import posixpath
 import re
 from collections.abc import Mapping
 
+from fedhpc.domain.config import Site
 from fedhpc.domain.site import StorageRoot
 from fedhpc.ops.data import DataLocation
-from fedhpc.profiles.loader import Site
 from fedhpc.transfer.errors import (
     BadDataRef,
     NoCollection,

@@ -14,6 +14,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.site import SiteAdapter
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
@@ -24,7 +25,6 @@ from fedhpc.ops.data import (
     TransferState,
     TransferView,
 )
-from fedhpc.profiles.loader import Site
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
