@@ -55,8 +55,11 @@ async def test_a_hung_recorded_server_is_ended_never_a_second_beside_it(tmp_path
         [sys.executable, "-c", "import time; time.sleep(600)", "serve", "--port", str(port)],
         env={}, cwd=str(home), log_path=home / "hung.log",
     )  # fmt: skip
-    with anyio.fail_after(10):  # until it is python (setsid has exec'd it)
-        while b"serve" not in Path(f"/proc/{hung}/cmdline").read_bytes():
+    # until it is python (bash's fork already names `serve` in its argv, and a process read in
+    # the middle of exec shows no argv: the recorded server must be the settled python)
+    python = os.path.realpath(sys.executable)
+    with anyio.fail_after(10):
+        while os.path.realpath(f"/proc/{hung}/exe") != python:
             await anyio.sleep(0.05)
     (home / "resume-mcp.json").write_text(json.dumps({"pid": hung, "port": port, "token": "t"}))
     warm = WarmServer(home)

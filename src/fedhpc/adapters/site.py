@@ -4,6 +4,7 @@ talks to a site."""
 from __future__ import annotations
 
 import getpass
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -58,6 +59,12 @@ class WorkdirFailed(PermanentError):
 
 _MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
 
+# A storage root given as an environment variable of the login shell (`$SCRATCH`, `$WORK/x`: TACC
+# sets them per user). The name is checked here and expanded remotely with `${!name}`: nothing
+# from a profile is ever run.
+_VAR_ROOT = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?$")
+_EXPAND = r'for n in "$@"; do printf "%s=%s\n" "$n" "${!n}"; done'
+
 
 class SiteAdapter:
     """Profile x dialect x transport for one site. Stateless apart from the transport."""
@@ -77,6 +84,9 @@ class SiteAdapter:
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
+        # `$NAME` storage roots as the login shell expands them: read once, with the first
+        # probe that succeeds (an empty value means the variable is unset there).
+        self.roots: dict[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -195,7 +205,54 @@ class SiteAdapter:
         state = self.dialect.parse_probe(
             split_batch(result.stdout), self.site.profile, self.login, at
         )
+        if self.roots is None:
+            await self.read_roots()
         return state.model_copy(update={"latency_s": round(time.monotonic() - started, 3)})
+
+    async def read_roots(self) -> None:
+        """Read the `$NAME` storage roots from the login shell (one call; none without such
+        roots). A transport error leaves them unread: the next probe reads them again."""
+        names = sorted(
+            {m.group(1) for r in self.site.profile.storage if (m := _VAR_ROOT.match(r.path))}
+        )
+        if not names:
+            self.roots = {}
+            return
+        try:
+            result = await self._run(Command(("bash", "-c", _EXPAND, "fedhpc", *names)), "roots")
+        except TransportError as exc:  # read again with the next probe
+            log.warning("storage roots unread", site=self.name, error=exc.message)
+            return
+        if result.returncode != 0:
+            log.warning("storage roots unread", site=self.name, error=result.stderr.strip()[-200:])
+            return
+        found = {k: v for k, _, v in (line.partition("=") for line in result.stdout.splitlines())}
+        self.roots = {n: found.get(n, "").rstrip("/") for n in names}
+
+    def root_path(self, path: str) -> str:
+        """A profile storage root as a path at the site: `$NAME[/rest]` expanded as the login
+        shell sets NAME. Raises `WorkdirFailed` (nothing is created) when it cannot be."""
+        m = _VAR_ROOT.match(path)
+        if m is None:
+            if path.startswith("$"):
+                raise WorkdirFailed(
+                    f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path!r} is not "
+                    "$NAME or $NAME/path",
+                    hint="Fix the root's path in the site profile, or set `workdir` for the site.",
+                )
+            return path
+        name, rest = m.group(1), m.group(2) or ""
+        if self.roots is None:
+            why = f"${name} not read yet (the site has not answered a probe)"
+        elif not self.roots.get(name, "").startswith("/"):
+            why = f"${name} is not set in the login environment"
+        else:
+            return self.roots[name] + rest
+        raise WorkdirFailed(
+            f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path}: {why}",
+            hint=f"Set `workdir` for {self.name} in config.toml, or check with "
+            f"`fedhpc doctor {self.name}`.",
+        )
 
 
 def open_adapter(site: Site) -> SiteAdapter:

@@ -397,12 +397,19 @@ class Orchestrator:
         )
 
     # -- dispatch ---------------------------------------------------------------------------
-    def _workbase(self, site: Site, login: str) -> str:
+    @staticmethod
+    def _workbase(adapter: SiteAdapter) -> str:
+        """Where the site's task folders go: the user's `workdir`, else `<scratch>/<login>/fedhpc`
+        (a `$NAME` root such as TACC's `$SCRATCH` is the user's own: `<it>/fedhpc`). Raises
+        `WorkdirFailed` when a `$NAME` root cannot be expanded."""
+        site = adapter.site
         if site.user.workdir:
             return site.user.workdir.rstrip("/")
         roots = {r.name: r.path for r in site.profile.storage}
         root = roots.get("scratch") or roots.get("work") or next(iter(roots.values()), "/tmp")  # noqa: S108
-        return f"{root}/fedhpc" if site.profile.local_test else f"{root}/{login}/fedhpc"
+        path = adapter.root_path(root)
+        own = site.profile.local_test or path != root
+        return f"{path}/fedhpc" if own else f"{path}/{adapter.login}/fedhpc"
 
     async def dispatch(self, task: TaskRecord, p: Placement) -> AttemptRecord:
         """Persist the intent, submit, persist the job id. A crash between the two writes is
@@ -410,8 +417,11 @@ class Orchestrator:
         now = self.clock()
         adapter = self.adapters[p.site]
         n = task.attempts_made + 1
-        base = f"{self._workbase(adapter.site, adapter.login)}/{task.id}"
         req = task.request
+        try:
+            base = f"{self._workbase(adapter)}/{task.id}"
+        except WorkdirFailed as exc:
+            return await self._folderless(task, p, n, exc)
         workdir = resolve_workdir(req.workdir, base, adapter.site.profile)
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
@@ -460,6 +470,23 @@ class Orchestrator:
             log.info("dispatched", task=task.id, attempt=n, site=p.site, job_id=job.job_id)
         async with self.store.transaction() as tx:
             await self.save(tx, task, att, at=self.clock())
+        return att
+
+    async def _folderless(
+        self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed
+    ) -> AttemptRecord:
+        """An attempt that failed before any folder or job existed (its site's storage root
+        cannot be expanded): recorded as failed with the reason, like a refused `mkdir`."""
+        now = self.clock()
+        att = AttemptRecord(
+            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
+            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
+            state=JobState.FAILED, reason=exc.message, ended_at=now,
+        )  # fmt: skip
+        task.attempts_made = n
+        task.decision = self.summary(p)
+        async with self.store.transaction() as tx:
+            await self.save(tx, task, att, at=now)
         return att
 
     # -- events -----------------------------------------------------------------------------
