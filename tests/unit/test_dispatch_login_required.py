@@ -25,10 +25,14 @@ class _NeedsConsent:
     """The site adapter's surface dispatch uses; its transport answered 'consent required'."""
 
     login = "alice"
+    roots: dict[str, str] = {}  # noqa: RUF012  (its profile names no $NAME root)
 
     def __init__(self, site: Site) -> None:
         self.site = site
         self.submitted: list[JobSpec] = []
+
+    def root_path(self, path: str) -> str:
+        return path
 
     async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
         self.submitted.append(spec)

@@ -418,6 +418,8 @@ class Orchestrator:
         adapter = self.adapters[p.site]
         n = task.attempts_made + 1
         req = task.request
+        if adapter.roots is None:  # the probe could not read them: once more, now
+            await adapter.read_roots()
         try:
             base = f"{self._workbase(adapter)}/{task.id}"
         except WorkdirFailed as exc:
