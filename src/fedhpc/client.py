@@ -7,11 +7,12 @@ import os
 import subprocess
 import sys
 from typing import Any, Literal
-from urllib.parse import quote
 
 import anyio
 import httpx2
 
+from fedhpc.daemon import api
+from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
@@ -39,11 +40,6 @@ __all__ = [
     "OutcomeUnknown",
     "start_daemon",
 ]
-
-
-def _seg(value: str) -> str:
-    """One URL path segment: ids never reach another route ('/', '?', control characters)."""
-    return quote(value, safe="")
 
 
 class DaemonUnavailable(TransientError):
@@ -151,9 +147,8 @@ class DaemonClient:
 
     async def _call(
         self,
-        method: str,
-        path: str,
-        *,
+        route: Endpoint,
+        *ids: str,
         limit_s: float = TIMEOUTS["read"],
         effect: Effect = "read",
         key: str | None = None,
@@ -163,9 +158,10 @@ class DaemonClient:
         """One request. A request that may have reached the daemon but got no answer is never
         a bug: it is `DaemonTimeout` (a read), `OutcomeUnknown` (a change) or `AcceptedUnknown`
         (a submission, with the key to retry with)."""
+        path = route.url(*ids)
         limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
         try:
-            resp = await self._http.request(method, path, timeout=limit, **kw)
+            resp = await self._http.request(route.method, path, timeout=limit, **kw)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout,
                 FileNotFoundError, ConnectionRefusedError) as exc:  # fmt: skip
             raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
@@ -193,7 +189,7 @@ class DaemonClient:
         return body
 
     async def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = await self._call("GET", "/v1/health", limit_s=TIMEOUTS["health"])
+        body: dict[str, Any] = await self._call(api.HEALTH, limit_s=TIMEOUTS["health"])
         return body
 
     @staticmethod
@@ -211,29 +207,29 @@ class DaemonClient:
 
     async def estimators(self) -> dict[str, Any]:
         """Each wait estimator's recent error per site and partition (`fedhpc status`)."""
-        body: dict[str, Any] = await self._call("GET", "/v1/estimators")
+        body: dict[str, Any] = await self._call(api.ESTIMATORS)
         return body
 
     async def federation(self, req: InspectRequest | None = None) -> FederationView:
-        body = await self._call("GET", "/v1/federation", params=self._params(req))
+        body = await self._call(api.FEDERATION, params=self._params(req))
         return FederationView.model_validate(body)
 
     async def refresh(self, req: InspectRequest | None = None) -> FederationView:
         body = await self._call(
-            "POST", "/v1/refresh", params=self._params(req),
+            api.REFRESH, params=self._params(req),
             limit_s=self.settings.probe_timeout_s + TIMEOUTS["read"],
         )  # fmt: skip
         return FederationView.model_validate(body)
 
     async def draft_envelope(self, req: DraftRequest) -> EnvelopeDraft:
         body = await self._call(
-            "POST", "/v1/envelopes/draft", content=req.model_dump_json(), limit_s=TIMEOUTS["draft"]
+            api.DRAFT_ENVELOPE, content=req.model_dump_json(), limit_s=TIMEOUTS["draft"]
         )
         return EnvelopeDraft.model_validate(body)
 
     async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
         body = await self._call(
-            "POST", "/v1/tasks", content=req.model_dump_json(), limit_s=TIMEOUTS["submit"],
+            api.SUBMIT_TASK, content=req.model_dump_json(), limit_s=TIMEOUTS["submit"],
             effect="submit", key=req.idempotency_key, what="submit_task",
         )  # fmt: skip
         return TaskHandle.model_validate(body)
@@ -241,7 +237,7 @@ class DaemonClient:
     async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
         limit = TIMEOUTS["submit"] + TIMEOUTS["per_child"] * len(req.children)
         body = await self._call(
-            "POST", "/v1/groups", content=req.model_dump_json(), limit_s=limit,
+            api.SUBMIT_GROUP, content=req.model_dump_json(), limit_s=limit,
             effect="submit", key=req.idempotency_key, what="submit_group",
         )  # fmt: skip
         return GroupView.model_validate(body)
@@ -255,7 +251,7 @@ class DaemonClient:
             params["after"] = after
         if limit is not None:
             params["limit"] = limit
-        body = await self._call("GET", f"/v1/groups/{_seg(group_id)}", params=params or None)
+        body = await self._call(api.GROUP, group_id, params=params or None)
         return GroupView.model_validate(body)
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
@@ -265,25 +261,25 @@ class DaemonClient:
         if req.brief:
             params["brief"] = "true"
         body = await self._call(
-            "GET", f"/v1/tasks/{_seg(req.task_id)}", params=params, limit_s=TIMEOUTS["site"]
+            api.GET_RESULT, req.task_id, params=params, limit_s=TIMEOUTS["site"]
         )
         return ResultManifest.model_validate(body)
 
     async def tasks(self, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
         params: dict[str, Any] = {"limit": limit} | ({"state": state} if state else {})
-        body = await self._call("GET", "/v1/tasks", params=params)
+        body = await self._call(api.TASKS, params=params)
         return [TaskSummary.model_validate(t) for t in body["tasks"]]
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
         body = await self._call(
-            "POST", f"/v1/tasks/{_seg(req.task_id)}/cancel", limit_s=TIMEOUTS["site"],
+            api.CANCEL, req.task_id, limit_s=TIMEOUTS["site"],
             effect="change", what="cancel",
         )  # fmt: skip
         return TaskHandle.model_validate(body)
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         body = await self._call(
-            "POST", f"/v1/tasks/{_seg(req.task_id)}/replan", content=req.model_dump_json(),
+            api.REPLAN, req.task_id, content=req.model_dump_json(),
             limit_s=TIMEOUTS["replan"], effect="change", what="replan",
         )  # fmt: skip
         return TaskHandle.model_validate(body)
@@ -292,7 +288,7 @@ class DaemonClient:
                              ) -> dict[str, Any]:  # fmt: skip
         """Move delivered events older than `older_than_days` to the daemon's archive."""
         body: dict[str, Any] = await self._call(
-            "POST", "/v1/events/archive",
+            api.ARCHIVE_EVENTS,
             content=json.dumps({"older_than_days": older_than_days, "dry_run": dry_run}),
             effect="change", what="archive_events",
         )  # fmt: skip
@@ -301,8 +297,7 @@ class DaemonClient:
     async def ack_events(self, consumer: str, through: int) -> int:
         """Move `consumer`'s cursor to `through` (a pulled client's acknowledgement)."""
         body = await self._call(
-            "POST",
-            "/v1/events/ack",
+            api.ACK_EVENTS,
             content=json.dumps({"consumer": consumer, "through": through}),
             effect="change",
             what="ack_events",
@@ -312,17 +307,17 @@ class DaemonClient:
     async def register_continuation(self, subject: str, spec: ContinuationSpec) -> str:
         payload = json.dumps({"subject": subject, "spec": spec.model_dump(mode="json")})
         body = await self._call(
-            "POST", "/v1/continuations", content=payload, effect="change", what="register"
+            api.REGISTER_CONTINUATION, content=payload, effect="change", what="register"
         )
         return str(body["id"])
 
     async def report_binding(self, binding: ToolBinding) -> None:
-        await self._call("POST", "/v1/bindings", content=binding.model_dump_json())
+        await self._call(api.REPORT_BINDING, content=binding.model_dump_json())
 
     async def binding(self, tool_use_id: str) -> ToolBinding | None:
         """The session the PreToolUse hook reported for this tool call, or None."""
         try:
-            body = await self._call("GET", f"/v1/bindings/{_seg(tool_use_id)}")
+            body = await self._call(api.BINDING, tool_use_id)
         except _Remote as exc:
             if exc.code == "not_found":
                 return None
@@ -331,17 +326,17 @@ class DaemonClient:
 
     async def retry_deliveries(self, ids: list[str], *, all_dead: bool = False
                                ) -> dict[str, list[str]]:  # fmt: skip
-        body = await self._call("POST", "/v1/deliveries/retry",
+        body = await self._call(api.RETRY_DELIVERIES,
                                 content=json.dumps({"ids": ids, "all_dead": all_dead}))  # fmt: skip
         return {"retried": list(body["retried"]), "not_dead": list(body["not_dead"])}
 
     async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
-        body = await self._call("GET", "/v1/deliveries", params=[("state", s) for s in states])
+        body = await self._call(api.DELIVERIES, params=[("state", s) for s in states])
         return [DeliveryView.model_validate(d) for d in body["deliveries"]]
 
     async def move_data(self, req: MoveDataRequest) -> TransferHandle:
         body = await self._call(
-            "POST", "/v1/transfers", content=req.model_dump_json(), limit_s=TIMEOUTS["site"],
+            api.MOVE_DATA, content=req.model_dump_json(), limit_s=TIMEOUTS["site"],
             effect="submit" if req.idempotency_key else "change", key=req.idempotency_key,
             what="move_data",
         )  # fmt: skip
@@ -352,7 +347,7 @@ class DaemonClient:
             {"preview": "1"} if req.preview else {}
         )
         body = await self._call(
-            "GET", f"/v1/transfers/{_seg(req.transfer_id)}", params=params, limit_s=TIMEOUTS["site"]
+            api.TRANSFER, req.transfer_id, params=params, limit_s=TIMEOUTS["site"]
         )
         return TransferView.model_validate(body)
 
@@ -363,14 +358,14 @@ class DaemonClient:
         params: dict[str, Any] = {"after": after, "limit": limit}
         if consumer is not None:
             params["consumer"] = consumer
-        body = await self._call("GET", "/v1/events", params=params)
+        body = await self._call(api.EVENTS, params=params)
         events: list[dict[str, Any]] = body["events"]
         return events
 
     async def history(self, sites: tuple[str, ...] = (), limit: int = 120) -> dict[str, Any]:
         """Recent probes per site (pending jobs, free/total GPUs per partition), oldest first."""
         params = [("site", s) for s in sites] + [("limit", str(limit))]
-        body: dict[str, Any] = await self._call("GET", "/v1/federation/history", params=params)
+        body: dict[str, Any] = await self._call(api.HISTORY, params=params)
         return body
 
     async def wait_until_up(self, timeout_s: float = 20.0) -> None:

@@ -22,10 +22,10 @@ import uvicorn
 from fedhpc.adapters.site import open_adapter
 from fedhpc.client import DaemonClient
 from fedhpc.collector import Collector
-from fedhpc.daemon.app import DaemonState, build_app
-from fedhpc.daemon.routes_data import data_routes
+from fedhpc.daemon.app import build_app
 from fedhpc.daemon.server import _bind, _Server
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.daemon.state import DaemonState
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
@@ -68,9 +68,8 @@ async def serving(home: Path) -> AsyncIterator[DaemonClient]:
         on_change=lambda: orch.wake.set(),  # noqa: PLW0108 (wake is replaced each cycle)
     )
     state = DaemonState(store, collector, datetime.now(UTC), orch)
-    state.transfers = transfers  # type: ignore[attr-defined]
+    state.transfers = transfers
     app = build_app(state)
-    app.router.routes.extend(data_routes(state))
     server = _Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
     sock = _bind(settings.socket_path)
     stopping = anyio.Event()
@@ -98,16 +97,11 @@ async def serving(home: Path) -> AsyncIterator[DaemonClient]:
 
 
 async def move_data(client: DaemonClient, req: MoveDataRequest) -> TransferHandle:
-    body = await client._call("POST", "/v1/transfers", content=req.model_dump_json())
-    return TransferHandle.model_validate(body)
+    return await client.move_data(req)
 
 
 async def transfer(client: DaemonClient, req: TransferRequest) -> TransferView:
-    params: dict[str, Any] = {"max_bytes": req.max_bytes} | (
-        {"preview": "1"} if req.preview else {}
-    )
-    body = await client._call("GET", f"/v1/transfers/{req.transfer_id}", params=params)
-    return TransferView.model_validate(body)
+    return await client.transfer(req)
 
 
 async def wait_transfer(client: DaemonClient, transfer_id: str, limit: float = 60) -> TransferView:

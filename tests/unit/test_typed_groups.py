@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from fedhpc.adapters.transports.base import TransportError, TransportMisconfigured
 from fedhpc.cli.run import run
-from fedhpc.daemon.app import _guard
+from fedhpc.daemon.guard import guard
 from fedhpc.domain.job import JobState
 from fedhpc.errors import EXIT_CODES, NotFound, typed_error, typed_errors
 from fedhpc.mcp_server.results import guarded
@@ -73,7 +73,7 @@ async def test_a_rest_route_answers_the_typed_error_raised_in_its_task_group() -
     async def route(request: Request) -> None:  # type: ignore[return]
         await _in_a_task_group(BAD_OPTION)
 
-    handler = _guard(route)  # type: ignore[arg-type]
+    handler = guard(route)  # type: ignore[arg-type]
     request = Request({"type": "http", "method": "GET", "path": "/v1/x", "headers": []})
     response = await handler(request)
     assert response.status_code == 422

@@ -1,49 +1,28 @@
-"""REST routes of the resume bridge: continuations, hook-reported tool-call bindings,
+"""REST handlers of the resume bridge: continuations, hook-reported tool-call bindings,
 deliveries (list, redrive)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from fedhpc.daemon import api
+from fedhpc.daemon.api import Endpoint, Redrive, RegisterContinuation
+from fedhpc.daemon.guard import Handler
+from fedhpc.daemon.limits import read_body
+from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import ErrorKind, UsageError
-from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
+from fedhpc.ops.continuations import DeliveryView, ToolBinding
 from fedhpc.orchestrator import TaskNotFound
 from fedhpc.transfer.errors import TransferNotFound
 
-if TYPE_CHECKING:
-    from fedhpc.daemon.app import DaemonState
-
-__all__ = ["Redrive", "RegisterContinuation", "bridge_routes", "delivery_view"]
+__all__ = ["delivery_view", "handlers"]
 
 BINDING_KEEP = timedelta(days=1)
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class RegisterContinuation(BaseModel):
-    """POST /v1/continuations: wake `spec` for events of an existing task, group or transfer."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    subject: str = Field(min_length=1, max_length=64)
-    spec: ContinuationSpec
-
-
-class Redrive(BaseModel):
-    """POST /v1/deliveries/retry: dead deliveries back to pending (these ids, or all dead)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ids: list[str] = Field(default=[], max_length=1000)
-    all_dead: bool = False
 
 
 class BindingNotFound(UsageError):
@@ -65,14 +44,8 @@ def delivery_view(d: dict[str, Any]) -> DeliveryView:
     )  # fmt: skip
 
 
-def bridge_routes(
-    state: DaemonState,
-    *,
-    guard: Callable[[Handler], Handler],
-    read_body: Callable[[Request], Awaitable[bytes]],
-) -> list[Route]:
+def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
-    body = read_body
 
     async def is_transfer(subject: str) -> bool:
         if state.transfers is None:
@@ -84,7 +57,7 @@ def bridge_routes(
         return True
 
     async def register(request: Request) -> Response:
-        req = RegisterContinuation.model_validate_json(await body(request))
+        req = RegisterContinuation.model_validate_json(await read_body(request))
         if (
             await state.store.get_task(req.subject) is None
             and await state.store.get_group(req.subject) is None
@@ -95,7 +68,7 @@ def bridge_routes(
         return JSONResponse({"id": cid, "subject": req.subject})
 
     async def bind(request: Request) -> Response:
-        rep = ToolBinding.model_validate_json(await body(request))
+        rep = ToolBinding.model_validate_json(await read_body(request))
         now = datetime.now(UTC)
         async with state.store.transaction() as tx:
             await tx.put_binding(tool_use_id=rep.tool_use_id, session_id=rep.session_id,
@@ -120,7 +93,7 @@ def bridge_routes(
                                             for d in rows]})  # fmt: skip
 
     async def redrive(request: Request) -> Response:
-        req = Redrive.model_validate_json(await body(request))
+        req = Redrive.model_validate_json(await read_body(request))
         if not req.ids and not req.all_dead:
             raise UsageError("name deliveries to retry", hint="Pass ids, or all_dead.")
         if state.bridge is None:
@@ -129,10 +102,10 @@ def bridge_routes(
         missing = [i for i in req.ids if i not in done]
         return JSONResponse({"retried": done, "not_dead": missing})
 
-    return [
-        Route("/v1/continuations", guard(register), methods=["POST"]),
-        Route("/v1/bindings", guard(bind), methods=["POST"]),
-        Route("/v1/bindings/{tool_use_id}", guard(binding), methods=["GET"]),
-        Route("/v1/deliveries", guard(deliveries), methods=["GET"]),
-        Route("/v1/deliveries/retry", guard(redrive), methods=["POST"]),
-    ]
+    return {
+        api.REGISTER_CONTINUATION: register,
+        api.REPORT_BINDING: bind,
+        api.BINDING: binding,
+        api.DELIVERIES: deliveries,
+        api.RETRY_DELIVERIES: redrive,
+    }

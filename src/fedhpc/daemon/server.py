@@ -19,8 +19,9 @@ import uvicorn
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
-from fedhpc.daemon.app import DaemonState, build_app
+from fedhpc.daemon.app import build_app
 from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator, place_queued, tick
 from fedhpc.profiles import load_federation

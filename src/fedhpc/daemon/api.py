@@ -1,0 +1,198 @@
+"""The daemon's REST API as one table: every route's method, path and name, and the models of
+its query or body and of its answer. The app (daemon/app.py) mounts exactly these routes and the
+client (fedhpc/client.py) builds its requests from them, so a path is written once.
+
+Pure data (pydantic, no starlette): the CLI and the MCP server import it through the client."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedhpc.domain.job import JobState
+from fedhpc.ops.continuations import ContinuationSpec, ToolBinding
+from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
+from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery
+from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.tasks import (
+    GROUP_PAGE,
+    GROUP_PAGE_MAX,
+    GroupView,
+    ReplanRequest,
+    ResultManifest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+    TaskHandle,
+)
+from fedhpc.placement.draft import EnvelopeDraft
+
+__all__ = [
+    "ACK_EVENTS",
+    "ARCHIVE_EVENTS",
+    "BINDING",
+    "CANCEL",
+    "DELIVERIES",
+    "DRAFT_ENVELOPE",
+    "ESTIMATORS",
+    "EVENTS",
+    "FEDERATION",
+    "GET_RESULT",
+    "GROUP",
+    "HEALTH",
+    "HISTORY",
+    "MAX_POINTS",
+    "MOVE_DATA",
+    "REFRESH",
+    "REGISTER_CONTINUATION",
+    "REPLAN",
+    "REPORT_BINDING",
+    "RETRY_DELIVERIES",
+    "ROUTES",
+    "SUBMIT_GROUP",
+    "SUBMIT_TASK",
+    "TASKS",
+    "TRANSFER",
+    "Endpoint",
+    "GroupQuery",
+    "HistoryQuery",
+    "Redrive",
+    "RegisterContinuation",
+    "TasksQuery",
+]
+
+MAX_POINTS = 240  # per site and call: each probe is parsed (a few KB) then reduced to ~200 B
+
+_PARAM = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route: `request` is the model of its body (POST) or query (GET), when it has one."""
+
+    method: Literal["GET", "POST"]
+    path: str  # a starlette path template: `{name}` is one path segment
+    name: str
+    request: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+
+    def url(self, *ids: str) -> str:
+        """The path with `ids` in its `{...}` segments, each quoted as one segment (an id never
+        reaches another route: '/', '?' and control characters are escaped)."""
+        names = _PARAM.findall(self.path)
+        if len(ids) != len(names):
+            raise TypeError(f"{self.name} takes {len(names)} path parameter(s), got {len(ids)}")
+        values = iter(ids)
+        return _PARAM.sub(lambda _: quote(next(values), safe=""), self.path)
+
+
+class TasksQuery(BaseModel):
+    """Query of GET /v1/tasks."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    state: JobState | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class GroupQuery(BaseModel):
+    """GET /v1/groups/{id}: a page of children (counts always cover the whole group)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    limit: int = Field(default=GROUP_PAGE, ge=1, le=GROUP_PAGE_MAX)
+
+
+class HistoryQuery(BaseModel):
+    """Query of GET /v1/federation/history."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    site: list[str] = Field(default=[], max_length=64, description="only these sites")
+    limit: int = Field(default=120, ge=1, le=MAX_POINTS, description="newest probes per site")
+    before: datetime | None = Field(default=None, description="only probes older than this")
+
+
+class RegisterContinuation(BaseModel):
+    """POST /v1/continuations: wake `spec` for events of an existing task, group or transfer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str = Field(min_length=1, max_length=64)
+    spec: ContinuationSpec
+
+
+class Redrive(BaseModel):
+    """POST /v1/deliveries/retry: dead deliveries back to pending (these ids, or all dead)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(default=[], max_length=1000)
+    all_dead: bool = False
+
+
+# Resume bridge: continuations, hook-reported tool-call bindings, deliveries.
+REGISTER_CONTINUATION = Endpoint(
+    "POST", "/v1/continuations", "register_continuation", RegisterContinuation
+)
+REPORT_BINDING = Endpoint("POST", "/v1/bindings", "report_binding", ToolBinding)
+BINDING = Endpoint("GET", "/v1/bindings/{tool_use_id}", "binding", None, ToolBinding)
+DELIVERIES = Endpoint("GET", "/v1/deliveries", "deliveries")
+RETRY_DELIVERIES = Endpoint("POST", "/v1/deliveries/retry", "retry_deliveries", Redrive)
+# Tasks, groups, envelopes.
+ESTIMATORS = Endpoint("GET", "/v1/estimators", "estimators")
+ARCHIVE_EVENTS = Endpoint("POST", "/v1/events/archive", "archive_events", ArchiveRequest)
+SUBMIT_TASK = Endpoint("POST", "/v1/tasks", "submit_task", SubmitTaskRequest, TaskHandle)
+TASKS = Endpoint("GET", "/v1/tasks", "tasks", TasksQuery)
+GET_RESULT = Endpoint("GET", "/v1/tasks/{task_id}", "get_result", ResultRequest, ResultManifest)
+CANCEL = Endpoint("POST", "/v1/tasks/{task_id}/cancel", "cancel", None, TaskHandle)
+REPLAN = Endpoint("POST", "/v1/tasks/{task_id}/replan", "replan", ReplanRequest, TaskHandle)
+SUBMIT_GROUP = Endpoint("POST", "/v1/groups", "submit_group", SubmitGroupRequest, GroupView)
+GROUP = Endpoint("GET", "/v1/groups/{group_id}", "group", GroupQuery, GroupView)
+DRAFT_ENVELOPE = Endpoint(
+    "POST", "/v1/envelopes/draft", "draft_envelope", DraftRequest, EnvelopeDraft
+)
+# Events, health, the federation.
+ACK_EVENTS = Endpoint("POST", "/v1/events/ack", "ack_events", AckRequest)
+HEALTH = Endpoint("GET", "/v1/health", "health")
+FEDERATION = Endpoint("GET", "/v1/federation", "federation", InspectRequest, FederationView)
+REFRESH = Endpoint("POST", "/v1/refresh", "refresh", InspectRequest, FederationView)
+EVENTS = Endpoint("GET", "/v1/events", "events", EventsQuery)
+# Data movement.
+MOVE_DATA = Endpoint("POST", "/v1/transfers", "move_data", MoveDataRequest, TransferHandle)
+TRANSFER = Endpoint("GET", "/v1/transfers/{transfer_id}", "transfer", TransferRequest, TransferView)
+HISTORY = Endpoint("GET", "/v1/federation/history", "history", HistoryQuery)
+
+# Mounted in this order.
+ROUTES: tuple[Endpoint, ...] = (
+    REGISTER_CONTINUATION,
+    REPORT_BINDING,
+    BINDING,
+    DELIVERIES,
+    RETRY_DELIVERIES,
+    ESTIMATORS,
+    ARCHIVE_EVENTS,
+    SUBMIT_TASK,
+    TASKS,
+    GET_RESULT,
+    CANCEL,
+    REPLAN,
+    SUBMIT_GROUP,
+    GROUP,
+    DRAFT_ENVELOPE,
+    ACK_EVENTS,
+    HEALTH,
+    FEDERATION,
+    REFRESH,
+    EVENTS,
+    MOVE_DATA,
+    TRANSFER,
+    HISTORY,
+)

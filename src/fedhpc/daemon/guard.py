@@ -1,0 +1,69 @@
+"""The one guard every REST handler runs under (daemon/app.py applies it when it mounts the
+route table): every failure leaves as a typed `{code, message, hint}` with its class's status."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, ValidationFailed, typed_error
+from fedhpc.ops.suggest import request_model, unknown_field_reason
+
+__all__ = ["Handler", "guard", "model_response", "status_of"]
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def model_response(model: BaseModel, status: int = 200) -> Response:
+    """A model as the JSON answer (its own serialisation, aliases and all)."""
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def status_of(exc: FedError) -> int:
+    """The HTTP status of a typed error: its class decides, never its code string."""
+    return HTTP_STATUS[exc.kind]
+
+
+def _error(exc: FedError) -> JSONResponse:
+    return JSONResponse(exc.as_dict(), status_code=status_of(exc))
+
+
+class _Internal(FedError):
+    code = "internal"
+    default_hint = "This is a fedhpc bug: retry once, then report it with the daemon's log."
+
+
+def guard(fn: Handler) -> Handler:
+    """Every failure leaves as {code, message, hint} with the status of its class; validation
+    errors name the field; anything untyped is logged and answered as `internal` (500)."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except ValidationError as exc:
+            root = request_model(exc.title)
+            issues = [
+                FieldIssue(
+                    ".".join(str(p) for p in e["loc"]) or "(body)",
+                    unknown_field_reason(root, tuple(e["loc"]))
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"][:500],
+                )
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+            return _error(ValidationFailed(issues))
+        except FedError as exc:
+            return _error(exc)
+        except Exception as exc:  # a bug: the caller gets a typed answer, the log the details
+            if typed := typed_error(exc):  # raised inside a task group
+                return _error(typed)
+            log.exception("request failed", path=request.url.path, error=repr(exc)[:500])
+            return _error(_Internal(f"the daemon failed on {request.url.path}"))
+
+    return wrapped

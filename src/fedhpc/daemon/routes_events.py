@@ -1,0 +1,52 @@
+"""REST handlers of the event log: list, acknowledge (a pulling client's cursor), archive."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from fedhpc.daemon import api
+from fedhpc.daemon.api import Endpoint
+from fedhpc.daemon.guard import Handler
+from fedhpc.daemon.limits import read_body
+from fedhpc.daemon.state import DaemonState
+from fedhpc.errors import UsageError
+from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery, check_consumer
+from fedhpc.store.archive import archive_events
+
+__all__ = ["handlers"]
+
+
+def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
+    async def events(request: Request) -> Response:
+        q = EventsQuery.model_validate(dict(request.query_params))
+        after = q.after
+        if q.consumer is not None:  # what the consumer acknowledged is not listed again
+            after = max(after, await state.store.cursor(q.consumer))
+        rows = await state.store.events_after(after, limit=q.limit)
+        return JSONResponse({"events": [e.model_dump(mode="json") for e in rows]})
+
+    async def ack(request: Request) -> Response:
+        req = AckRequest.model_validate_json(await read_body(request))
+        check_consumer(req.consumer)
+        # Never past the newest event: an acknowledgement of a future seq would hide events
+        # that have not happened yet.
+        through = min(req.through, await state.store.last_seq())
+        async with state.store.transaction() as tx:
+            await tx.set_cursor(req.consumer, through, at=datetime.now(UTC))
+        return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
+
+    async def archive(request: Request) -> Response:
+        """Move old delivered events to the archive (store/archive.py)."""
+        req = ArchiveRequest.model_validate_json(await read_body(request))
+        if state.archive_path is None:
+            raise UsageError("this daemon has no archive folder")
+        now = datetime.now(UTC)
+        report = await archive_events(state.store, state.archive_path, now=now,
+                                      before=now - timedelta(days=req.older_than_days),
+                                      dry_run=req.dry_run)  # fmt: skip
+        return JSONResponse(report.as_dict())
+
+    return {api.EVENTS: events, api.ACK_EVENTS: ack, api.ARCHIVE_EVENTS: archive}

@@ -1,0 +1,116 @@
+"""REST handlers of the task operations: submit, list, result, cancel, replan, groups, and the
+envelope drafter."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TypeVar
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from fedhpc.daemon import api
+from fedhpc.daemon.api import Endpoint, GroupQuery, TasksQuery
+from fedhpc.daemon.guard import Handler, model_response
+from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
+from fedhpc.daemon.sitenames import check_request_sites
+from fedhpc.daemon.state import DaemonState
+from fedhpc.errors import UsageError
+from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.tasks import (
+    CancelRequest,
+    ReplanRequest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+)
+from fedhpc.orchestrator import (
+    cancel,
+    get_result,
+    group_view,
+    hinted,
+    hinted_group,
+    hinted_result,
+    list_tasks,
+    replan,
+    submit_group,
+)
+from fedhpc.placement import draft_envelope
+
+__all__ = ["handlers"]
+
+R = TypeVar("R", SubmitTaskRequest, SubmitGroupRequest, ReplanRequest)
+
+
+def _sites_checked(state: DaemonState, req: R) -> R:
+    """`req` once every site it names is usable (typed error naming the config fix if not)."""
+    if isinstance(req, SubmitTaskRequest):
+        check_request_sites(
+            state.collector, fixed_site=req.fixed_site, envelope=req.envelope, workdir=req.workdir
+        )
+    elif isinstance(req, SubmitGroupRequest):
+        check_request_sites(state.collector, envelope=req.envelope, workdir=req.workdir)
+    else:
+        check_request_sites(state.collector, envelope=req.envelope, exclude_sites=req.exclude_sites)
+    return req
+
+
+def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
+    o = state.orchestrator
+
+    async def submit_task(request: Request) -> Response:
+        req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await read_body(request)))
+        return model_response(await hinted(o, await o.submit_task(req), "submit_task"))
+
+    async def tasks(request: Request) -> Response:
+        q = TasksQuery.model_validate(dict(request.query_params))
+        rows = await list_tasks(o, state=q.state, limit=q.limit)
+        return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
+
+    async def result(request: Request) -> Response:
+        req = ResultRequest.model_validate(
+            {"task_id": request.path_params["task_id"], **dict(request.query_params)}
+        )
+        return model_response(await hinted_result(o, await get_result(o, req)))
+
+    async def cancel_task(request: Request) -> Response:
+        handle = await cancel(o, CancelRequest(task_id=request.path_params["task_id"]))
+        return model_response(await hinted(o, handle, "cancel"))
+
+    async def replan_task(request: Request) -> Response:
+        req = _sites_checked(state, ReplanRequest.model_validate_json(await read_body(request)))
+        if req.task_id != request.path_params["task_id"]:
+            raise UsageError("task_id in the body and the path differ")
+        return model_response(await hinted(o, await replan(o, req), "replan"))
+
+    async def submit_group_(request: Request) -> Response:
+        body = await read_body(request)
+        req = _sites_checked(state, SubmitGroupRequest.model_validate_json(body))
+        return model_response(await hinted_group(o, await submit_group(o, req), "submit_group"))
+
+    async def group(request: Request) -> Response:
+        page = GroupQuery.model_validate(dict(request.query_params)).model_dump()
+        view = await group_view(o, request.path_params["group_id"], **page)
+        return model_response(await hinted_group(o, view, "group"))
+
+    async def draft(request: Request) -> Response:
+        req = DraftRequest.model_validate_json(await read_body(request))
+        work = partial(
+            draft_envelope, req.description, req.code_context, req.proposed, source=req.source,
+            rationale=req.rationale, confidence=req.confidence,
+            profiles=[s.profile for s in state.collector.sites.values()],
+            sites=frozenset(state.collector.sites),
+        )  # fmt: skip
+        answer = await run_bounded(work, budget_s=DRAFT_BUDGET_S, what="draft_envelope")
+        return model_response(answer)
+
+    return {
+        api.SUBMIT_TASK: submit_task,
+        api.TASKS: tasks,
+        api.GET_RESULT: result,
+        api.CANCEL: cancel_task,
+        api.REPLAN: replan_task,
+        api.SUBMIT_GROUP: submit_group_,
+        api.GROUP: group,
+        api.DRAFT_ENVELOPE: draft,
+    }

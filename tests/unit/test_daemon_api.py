@@ -1,0 +1,94 @@
+"""The daemon's REST API is one table (daemon/api.py): the app mounts exactly its routes, and the
+client reaches every route through it (a real app on a real store, served in process)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx2
+import pytest
+from starlette.routing import Route
+
+import fedhpc.client
+from fedhpc.client import DaemonClient
+from fedhpc.daemon import api
+from fedhpc.daemon.app import build_app
+from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.daemon.state import DaemonState
+from fedhpc.errors import FedError
+from fedhpc.ops.data import TransferRequest
+from fedhpc.ops.tasks import CancelRequest, ResultRequest
+from fedhpc.store import Store
+from tests.unit.test_submit_accept import Clock, _orchestrator
+
+
+def _state(store: Store) -> DaemonState:
+    o = _orchestrator(store, Clock())
+    return DaemonState(store, o.collector, datetime.now(UTC), o)
+
+
+def test_paths_carry_each_id_as_one_quoted_segment() -> None:
+    assert api.GET_RESULT.url("t-1") == "/v1/tasks/t-1"
+    assert api.CANCEL.url("a/../b?c") == "/v1/tasks/a%2F..%2Fb%3Fc/cancel"
+    assert api.HEALTH.url() == "/v1/health"
+    with pytest.raises(TypeError, match="takes 1 path parameter"):
+        api.GROUP.url()
+
+
+def test_every_route_has_a_unique_method_and_path_and_name() -> None:
+    assert len({(e.method, e.path) for e in api.ROUTES}) == len(api.ROUTES)
+    assert len({e.name for e in api.ROUTES}) == len(api.ROUTES)
+    named = {v for k, v in vars(api).items() if k.isupper() and isinstance(v, api.Endpoint)}
+    assert named == set(api.ROUTES)
+
+
+async def test_the_app_mounts_exactly_the_route_table_in_its_order(store: Store) -> None:
+    app = build_app(_state(store))
+    mounted = [(r.path, r.methods, r.name) for r in app.routes if isinstance(r, Route)]
+    assert len(mounted) == len(app.routes)
+    head = {"GET": {"GET", "HEAD"}, "POST": {"POST"}}
+    assert mounted == [(e.path, head[e.method], e.name) for e in api.ROUTES]
+
+
+def test_the_client_writes_no_path_of_its_own() -> None:
+    assert "/v1/" not in Path(fedhpc.client.__file__).read_text()
+
+
+@pytest.fixture
+async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
+    c = DaemonClient(DaemonSettings(home=tmp_path / "home"))
+    await c._http.aclose()
+    c._http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=build_app(_state(store))), base_url="http://fedhpc"
+    )
+    async with c:
+        yield c
+
+
+async def test_the_client_reaches_each_read_route_of_the_app(client: DaemonClient) -> None:
+    assert (await client.health())["sites"] == []
+    assert (await client.federation()).sites == ()
+    assert await client.tasks() == []
+    assert await client.events() == []
+    assert await client.deliveries() == []
+    assert (await client.history())["sites"] == {}
+    assert (await client.estimators())["estimators"] == []
+    assert await client.binding("no-such-call") is None
+
+
+@pytest.mark.parametrize("op", ["result", "cancel", "group", "transfer"])
+async def test_an_unknown_id_reaches_its_route_and_is_answered_typed(
+    client: DaemonClient, op: str
+) -> None:
+    calls = {
+        "result": lambda: client.get_result(ResultRequest(task_id="nosuch")),
+        "cancel": lambda: client.cancel(CancelRequest(task_id="nosuch")),
+        "group": lambda: client.group("nosuch"),
+        "transfer": lambda: client.transfer(TransferRequest(transfer_id="nosuch")),
+    }
+    with pytest.raises(FedError) as caught:
+        await calls[op]()
+    # a route that did not match would answer starlette's plain 404, not a typed error
+    assert caught.value.code in {"not_found", "usage"}, caught.value.as_dict()
