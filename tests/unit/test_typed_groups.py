@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 
 from fedhpc.adapters.transports.base import TransportError, TransportMisconfigured
-from fedhpc.cli.run import run
+from fedhpc.cli.exit_codes import run_command
 from fedhpc.daemon.guard import guard
 from fedhpc.domain.job import JobState
 from fedhpc.errors import EXIT_CODES, NotFound, typed_error, typed_errors
@@ -87,7 +87,7 @@ def test_the_cli_prints_each_typed_error_of_a_group_and_exits_with_the_first_one
         anyio.run(_in_a_task_group, BAD_OPTION, NotFound("no such site"))
         return 0
 
-    code = run(argparse.Namespace(func=func))
+    code = run_command(argparse.Namespace(func=func))
     err = capsys.readouterr().err
     assert code == EXIT_CODES[BAD_OPTION.kind] == 3
     assert "error[transport_config]: delta: ssh option 'IdentityFile' is not allowed" in err

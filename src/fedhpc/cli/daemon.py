@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from fedhpc.cli.table import table_lines
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
@@ -147,10 +148,8 @@ def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         err, bias = f"{r['median_abs_error_s']:.0f}s", f"{r['median_bias_s']:+.0f}s"
         table.append((r["site"], r["partition"], r["method"], str(r["n"]), err, bias))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    out = ["", "Wait estimators (predicted at placement vs the wait accounting reported):"]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
-    return out
+    head = ["", "Wait estimators (predicted at placement vs the wait accounting reported):"]
+    return head + table_lines(table)
 
 
 def _age(seconds: float | None) -> str:
@@ -193,8 +192,7 @@ def _table(view: FederationView) -> list[str]:
                     health,
                 )
             )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = table_lines(rows)
     lines += [f"{s.site}: {s.error}" for s in view.sites if s.error]
     return lines
 

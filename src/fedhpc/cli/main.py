@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fedhpc import __version__
-from fedhpc.cli.run import run
+from fedhpc.cli.exit_codes import run_command
 from fedhpc.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    return run(args)
+    return run_command(args)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.cli.run import run
+from fedhpc.cli.exit_codes import run_command
 from fedhpc.errors import UsageError
 from fedhpc.logs import configure_logging
 
@@ -147,4 +147,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", *(argv or [])])
     configure_logging()
-    return run(args)
+    return run_command(args)

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from fedhpc.cli.table import table_lines
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import NotFound
 from fedhpc.profiles import load_profile, load_profiles, load_user_config
@@ -33,9 +34,7 @@ def _list(args: argparse.Namespace) -> int:
         configured = "yes" if name in config.sites else ("devfed" if p.local_test else "-")
         parts = ",".join(x.name for x in p.partitions)
         rows.append((name, p.center, p.dialect, p.arch.value, parts, _gpus(p), configured))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print("\n".join(table_lines(rows)))
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from fedhpc.cli.table import table_lines
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, TaskHandle, TaskSummary
@@ -25,14 +26,6 @@ def _with_client(op: Callable[[DaemonClient], Awaitable[R]]) -> R:
             return await op(client)
 
     return anyio.run(run)
-
-
-def table(rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the first row is the header."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
 
 
 def _when(at: datetime | None) -> str:
@@ -64,7 +57,7 @@ def _task_table(rows: Sequence[TaskSummary]) -> str:
         )
         for t in rows
     ]
-    return table([head, *body]) if body else "no tasks"
+    return "\n".join(table_lines([head, *body])) if body else "no tasks"
 
 
 def _task(args: argparse.Namespace) -> int:
@@ -105,14 +98,10 @@ def _manifest_text(m: ResultManifest) -> str:
             )
             for a in m.attempts
         ]
-        lines += ["", table([head, *body])]
+        lines += ["", *table_lines([head, *body])]
     if m.outputs:
-        lines += [
-            "",
-            table(
-                [("OUTPUT", "SITE", "PATH"), *((o.kind, o.site or "-", o.path) for o in m.outputs)]
-            ),
-        ]
+        outputs = [(o.kind, o.site or "-", o.path) for o in m.outputs]
+        lines += ["", *table_lines([("OUTPUT", "SITE", "PATH"), *outputs])]
     if m.preview is not None:
         lines += ["", ("[...]\n" if m.truncated else "") + m.preview]
     if m.stderr is not None:

@@ -1,5 +1,6 @@
-"""Run a parsed command: a FedError exits with its class's code (docs/errors.md), printed as
-'error[code]: message' and 'hint: ...' on stderr, or as one JSON object on stdout under --json."""
+"""Errors to exit codes: run a parsed command; a FedError exits with its class's code
+(docs/errors.md), printed as 'error[code]: message' and 'hint: ...' on stderr, or as one JSON
+object on stdout under --json."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 from fedhpc.errors import EXIT_CODES, FedError, typed_errors
 
-__all__ = ["error_json", "run"]
+__all__ = ["error_json", "run_command"]
 
 
 def error_json(exc: FedError) -> str:
@@ -28,7 +29,7 @@ def _report(errors: list[FedError], as_json: bool) -> int:
     return EXIT_CODES[errors[0].kind]
 
 
-def run(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
     """The command's own status, the error class's exit code for a typed error, 130 for
     Ctrl-C. Typed errors raised inside task groups are reported as themselves, each one (the
     exit code is the first one's)."""
