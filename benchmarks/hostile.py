@@ -30,7 +30,7 @@ import httpx2
 
 from fedhpc.client import DaemonClient
 from fedhpc.daemon.settings import DaemonSettings
-from fedhpc.placement import draft_envelope
+from fedhpc.ops.draft import draft_envelope
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,

@@ -17,7 +17,7 @@ from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
-from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
     CancelRequest,
@@ -30,7 +30,6 @@ from fedhpc.ops.tasks import (
     TaskHandle,
     TaskSummary,
 )
-from fedhpc.placement.draft import EnvelopeDraft
 
 __all__ = [
     "AcceptedUnknown",

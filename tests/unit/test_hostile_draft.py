@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import ValidationFailed
-from fedhpc.ops.draft import DraftRequest
-from fedhpc.placement import EnvelopeDraft, draft_envelope, parse_envelope
+from fedhpc.ops.draft import DraftRequest, EnvelopeDraft, draft_envelope
+from fedhpc.placement import parse_envelope
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,

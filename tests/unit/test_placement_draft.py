@@ -6,7 +6,8 @@ import pytest
 
 from fedhpc.domain import DraftSource, ResourceEnvelope
 from fedhpc.errors import ValidationFailed
-from fedhpc.placement import Workload, draft_envelope, normalize_envelope, parse_envelope
+from fedhpc.ops.draft import draft_envelope
+from fedhpc.placement import Workload, normalize_envelope, parse_envelope
 from tests.unit.test_placement_world import env, gpu_partition, profile
 
 PROFILES = [profile("alpha", gpu_partition("g")), profile("beta", gpu_partition("h", "h100"))]

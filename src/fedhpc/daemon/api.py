@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedhpc.domain.job import JobState
 from fedhpc.ops.continuations import ContinuationSpec, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
-from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
@@ -31,7 +31,6 @@ from fedhpc.ops.tasks import (
     SubmitTaskRequest,
     TaskHandle,
 )
-from fedhpc.placement.draft import EnvelopeDraft
 
 __all__ = [
     "ACK_EVENTS",

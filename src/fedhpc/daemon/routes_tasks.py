@@ -16,7 +16,7 @@ from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
-from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.draft import DraftRequest, draft_envelope
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -35,7 +35,6 @@ from fedhpc.orchestrator import (
     replan,
     submit_group,
 )
-from fedhpc.placement import draft_envelope
 
 __all__ = ["handlers"]
 

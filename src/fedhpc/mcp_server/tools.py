@@ -34,7 +34,7 @@ from fedhpc.mcp_server.results import guarded
 from fedhpc.mcp_server.session_meta import agent_session, claude_tool_use_id
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
-from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.events import check_consumer
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.tasks import (
@@ -54,7 +54,6 @@ from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,
     MAX_DESCRIPTION_CHARS,
-    EnvelopeDraft,
 )
 from fedhpc.placement.settings import PolicyKind
 

@@ -1,6 +1,6 @@
 """The operation contract: request and answer models shared by REST, MCP and the CLI."""
 
-from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.draft import DraftIssue, DraftRequest, EnvelopeDraft, draft_envelope
 from fedhpc.ops.inspect import (
     FederationView,
     InspectRequest,
@@ -29,7 +29,9 @@ __all__ = [
     "AdaptationPolicy",
     "AttemptView",
     "CancelRequest",
+    "DraftIssue",
     "DraftRequest",
+    "EnvelopeDraft",
     "FederationView",
     "GroupChild",
     "GroupView",
@@ -45,5 +47,6 @@ __all__ = [
     "SubmitTaskRequest",
     "TaskHandle",
     "TaskSummary",
+    "draft_envelope",
     "inspect_federation",
 ]

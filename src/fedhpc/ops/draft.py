@@ -1,19 +1,30 @@
-"""draft_envelope's request; its answer is `fedhpc.placement.EnvelopeDraft`."""
+"""draft_envelope: its request, its answer, and the pure function that answers it.
+
+User- and agent-authored drafts are validated and recorded as given; with no draft, the
+heuristic in `fedhpc.placement.draft` classifies the workload from signals in the text. An
+invalid draft comes back with `valid=False` and per-field issues: a draft is a proposal."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from fedhpc.domain.envelope import DraftSource
+from fedhpc.domain.envelope import DraftInfo, DraftSource, ResourceEnvelope
+from fedhpc.domain.site import SiteProfile
+from fedhpc.errors import ValidationFailed
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,
     MAX_DESCRIPTION_CHARS,
+    Workload,
+    check_inputs,
+    heuristic_draft,
 )
+from fedhpc.placement.normalize import normalize_envelope, parse_envelope
 
-__all__ = ["DraftRequest"]
+__all__ = ["DraftIssue", "DraftRequest", "EnvelopeDraft", "draft_envelope"]
 
 Snippet = Annotated[str, StringConstraints(max_length=MAX_CODE_CONTEXT_CHARS)]
 
@@ -52,3 +63,94 @@ class DraftRequest(BaseModel):
                 f"{MAX_CODE_CONTEXT_CHARS} (send the relevant lines, not whole files)"
             )
         return self
+
+
+class DraftIssue(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    reason: str
+
+
+class EnvelopeDraft(BaseModel):
+    """The draft as proposed, the normalized envelope (None when invalid), and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: DraftSource
+    heuristic: bool
+    workload: Workload | None
+    proposed: dict[str, Any]
+    envelope: ResourceEnvelope | None
+    rationale: str
+    confidence: float
+    signals: tuple[str, ...]
+    fanout: int | None = None  # parameter sweeps: how many children the text suggests
+    valid: bool
+    issues: tuple[DraftIssue, ...] = ()
+
+
+def _issues(exc: ValidationFailed) -> tuple[DraftIssue, ...]:
+    return tuple(DraftIssue(field=i.field, reason=i.reason) for i in exc.issues)
+
+
+def draft_envelope(
+    description: str,
+    code_context: Sequence[str] = (),
+    proposed: ResourceEnvelope | Mapping[str, Any] | None = None,
+    *,
+    source: DraftSource | None = None,
+    rationale: str = "",
+    confidence: float | None = None,
+    profiles: Iterable[SiteProfile] = (),
+    sites: Collection[str] | None = None,
+) -> EnvelopeDraft:
+    """A draft from `proposed` (user- or agent-authored) or, without one, from the heuristic.
+    `code_context` items are snippets (the caller reads files). Invalid drafts come back with
+    `valid=False` and per-field issues rather than raising: a draft is a proposal. Text over
+    the input limits raises `ValidationFailed` before any parsing."""
+    check_inputs(description, code_context)
+    profiles = list(profiles)
+    workload: Workload | None = None
+    signals: tuple[str, ...] = ()
+    fanout: int | None = None
+    if proposed is not None:
+        src = source or DraftSource.ASSISTANT
+        heuristic = False
+        raw = (
+            proposed.model_dump(mode="json", exclude_none=True)
+            if isinstance(proposed, ResourceEnvelope)
+            else dict(proposed)
+        )
+        conf = confidence if confidence is not None else (1.0 if src is DraftSource.USER else 0.5)
+        why = rationale or ("as written by the user" if src is DraftSource.USER else "as proposed")
+    else:
+        src, heuristic = DraftSource.HEURISTIC, True
+        guess = heuristic_draft(description, code_context)
+        workload, raw, signals, fanout = guess.workload, guess.proposed, guess.signals, guess.fanout
+        conf = confidence if confidence is not None else guess.confidence
+        why = f"{rationale}; {guess.rationale}" if rationale else guess.rationale
+    conf = min(max(conf, 0.0), 1.0)
+    info = DraftInfo(source=src, rationale=why[:4000], confidence=conf)
+    envelope: ResourceEnvelope | None = None
+    issues: tuple[DraftIssue, ...] = ()
+    try:
+        parsed = parse_envelope({k: v for k, v in raw.items() if k != "draft"})
+        envelope = normalize_envelope(parsed, profiles, sites=sites).model_copy(
+            update={"draft": info}
+        )
+    except ValidationFailed as exc:
+        issues = _issues(exc)
+    return EnvelopeDraft(
+        source=src,
+        heuristic=heuristic,
+        workload=workload,
+        proposed=raw,
+        envelope=envelope,
+        rationale=why,
+        confidence=conf,
+        signals=signals,
+        fanout=fanout,
+        valid=envelope is not None,
+        issues=issues,
+    )

@@ -3,7 +3,7 @@
 from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
 from fedhpc.placement.context import Ledger, Live, shape_key
 from fedhpc.placement.credit import Budget, Charge, allowed_budget, predict_charge
-from fedhpc.placement.draft import EnvelopeDraft, Workload, draft_envelope
+from fedhpc.placement.draft import HeuristicDraft, Workload, heuristic_draft
 from fedhpc.placement.errors import ErrorObservation, EstimatorError, EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
@@ -44,11 +44,11 @@ __all__ = [
     "Charge",
     "DecisionTrace",
     "EnvCache",
-    "EnvelopeDraft",
     "ErrorObservation",
     "Estimates",
     "EstimatorError",
     "EstimatorErrors",
+    "HeuristicDraft",
     "Ledger",
     "Live",
     "Objective",
@@ -73,7 +73,7 @@ __all__ = [
     "account_choices",
     "allowed_budget",
     "candidate_id",
-    "draft_envelope",
+    "heuristic_draft",
     "joint_shapes",
     "known_accelerator_types",
     "normalize_envelope",

@@ -1,35 +1,31 @@
-"""`draft_envelope`: a typed, auditable draft from a task description and code snippets.
+"""The heuristic drafter behind `draft_envelope`: limits on its input, and a deterministic guess
+of a workload's bounds from signals in a task description and code snippets.
 
-Three sources: user-authored and agent-authored drafts are validated and recorded as given; with
-no draft, a deterministic heuristic classifies the workload from signals in the text. Nothing
-here bypasses validation or the placement rules: the draft is a hypothesis, kept beside the
-normalized envelope."""
+The tool's answer (`EnvelopeDraft`) and the function that assembles it live in `fedhpc.ops.draft`;
+here is only the pure guessing. Nothing here bypasses validation or the placement rules: a
+draft is a hypothesis, kept beside the normalized envelope."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from fedhpc.domain.envelope import DraftInfo, DraftSource, ResourceEnvelope
-from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
-from fedhpc.placement.normalize import normalize_envelope, parse_envelope
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
     "MAX_CODE_CONTEXT_CHARS",
     "MAX_CODE_CONTEXT_ITEMS",
     "MAX_DESCRIPTION_CHARS",
-    "DraftIssue",
-    "EnvelopeDraft",
+    "HeuristicDraft",
     "Workload",
-    "draft_envelope",
+    "check_inputs",
+    "heuristic_draft",
 ]
 
 GIB = 1024
@@ -54,29 +50,26 @@ class Workload(StrEnum):
     PARAMETER_SWEEP = "parameter-sweep"
 
 
-class DraftIssue(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True, slots=True)
+class HeuristicDraft:
+    """The heuristic's guess: the workload class, the bounds as an envelope's JSON, the signals
+    found, the reasons for each bound, and (for sweeps) how many children the text suggests."""
 
-    field: str
-    reason: str
-
-
-class EnvelopeDraft(BaseModel):
-    """The draft as proposed, the normalized envelope (None when invalid), and why."""
-
-    model_config = ConfigDict(frozen=True)
-
-    source: DraftSource
-    heuristic: bool
-    workload: Workload | None
+    workload: Workload
     proposed: dict[str, Any]
-    envelope: ResourceEnvelope | None
-    rationale: str
-    confidence: float
     signals: tuple[str, ...]
-    fanout: int | None = None  # parameter sweeps: how many children the text suggests
-    valid: bool
-    issues: tuple[DraftIssue, ...] = ()
+    reasons: tuple[str, ...]
+    fanout: int | None
+
+    @property
+    def confidence(self) -> float:
+        """0.3 with no signal, else 0.5 plus 0.1 per signal, at most 0.9."""
+        strength = sum(1 for s in self.signals if "=" in s or ":" in s)
+        return min(0.9, 0.5 + 0.1 * strength) if strength else 0.3
+
+    @property
+    def rationale(self) -> str:
+        return f"{self.workload.value}: " + "; ".join(self.reasons)
 
 
 # Signals, matched on the ASCII-lower-cased text (see textscan: why no pattern is
@@ -162,9 +155,9 @@ def _classify(hits: set[str], nproc: int | None) -> Workload:
     return Workload.CPU_PREPROCESSING
 
 
-def _heuristic(
-    description: str, text: str
-) -> tuple[Workload, dict[str, Any], list[str], list[str], int | None]:
+def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> HeuristicDraft:
+    """Bounds guessed from the description and snippets (the caller checks `check_inputs`)."""
+    text = "\n".join([description, *code_context])
     low = lower_ascii(text)
     spans = _SIGNALS.search(low)
     hits = set(spans)
@@ -250,7 +243,7 @@ def _heuristic(
         wall = _wall(description, (3600, 2 * 3600))
     draft["wall_time"] = wall[0]
     why.append(wall[1])
-    return kind, draft, signals, why, fanout
+    return HeuristicDraft(kind, draft, tuple(signals), tuple(why), fanout)
 
 
 def check_inputs(description: str, code_context: Sequence[str]) -> None:
@@ -279,76 +272,3 @@ def check_inputs(description: str, code_context: Sequence[str]) -> None:
         )
     if issues:
         raise ValidationFailed(issues)
-
-
-def _issues(exc: ValidationFailed) -> tuple[DraftIssue, ...]:
-    return tuple(DraftIssue(field=i.field, reason=i.reason) for i in exc.issues)
-
-
-def draft_envelope(
-    description: str,
-    code_context: Sequence[str] = (),
-    proposed: ResourceEnvelope | Mapping[str, Any] | None = None,
-    *,
-    source: DraftSource | None = None,
-    rationale: str = "",
-    confidence: float | None = None,
-    profiles: Iterable[SiteProfile] = (),
-    sites: Collection[str] | None = None,
-) -> EnvelopeDraft:
-    """A draft from `proposed` (user- or agent-authored) or, without one, from the heuristic.
-    `code_context` items are snippets (the caller reads files). Invalid drafts come back with
-    `valid=False` and per-field issues rather than raising: a draft is a proposal. Text over
-    the input limits raises `ValidationFailed` before any parsing."""
-    check_inputs(description, code_context)
-    profiles = list(profiles)
-    text = "\n".join([description, *code_context])
-    workload: Workload | None = None
-    signals: list[str] = []
-    fanout: int | None = None
-    if proposed is not None:
-        src = source or DraftSource.ASSISTANT
-        heuristic = False
-        raw = (
-            proposed.model_dump(mode="json", exclude_none=True)
-            if isinstance(proposed, ResourceEnvelope)
-            else dict(proposed)
-        )
-        conf = confidence if confidence is not None else (1.0 if src is DraftSource.USER else 0.5)
-        why = rationale or ("as written by the user" if src is DraftSource.USER else "as proposed")
-    else:
-        src, heuristic = DraftSource.HEURISTIC, True
-        workload, raw, signals, reasons, fanout = _heuristic(description, text)
-        strength = sum(1 for s in signals if "=" in s or ":" in s)
-        conf = (
-            confidence
-            if confidence is not None
-            else (min(0.9, 0.5 + 0.1 * strength) if strength else 0.3)
-        )
-        why = f"{workload.value}: " + "; ".join(reasons)
-        if rationale:
-            why = f"{rationale}; {why}"
-    conf = min(max(conf, 0.0), 1.0)
-    info = DraftInfo(source=src, rationale=why[:4000], confidence=conf)
-    envelope: ResourceEnvelope | None = None
-    issues: tuple[DraftIssue, ...] = ()
-    try:
-        parsed = parse_envelope({k: v for k, v in raw.items() if k != "draft"})
-        envelope = normalize_envelope(parsed, profiles, sites=sites).model_copy(
-            update={"draft": info}
-        )
-    except ValidationFailed as exc:
-        issues = _issues(exc)
-    return EnvelopeDraft(
-        source=src,
-        heuristic=heuristic,
-        workload=workload,
-        proposed=raw,
-        envelope=envelope,
-        rationale=why,
-        confidence=conf,
-        signals=tuple(signals),
-        fanout=fanout,
-        valid=envelope is not None,
-        issues=issues,
-    )
