@@ -30,6 +30,7 @@ from fedhpc.ops.tasks import (
     TaskHandle,
     TaskSummary,
 )
+from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME
 
 __all__ = [
     "AcceptedUnknown",
@@ -129,7 +130,7 @@ class DaemonClient:
         scale = timeout_scale
         if scale is None:
             try:
-                scale = float(os.environ.get("FEDHPC_CLIENT_TIMEOUT_SCALE", "1") or 1)
+                scale = float(CLIENT_TIMEOUT_SCALE.get() or 1)
             except ValueError:
                 scale = 1.0
         self.scale = scale if 0 < scale < 1e6 else 1.0
@@ -391,6 +392,6 @@ def start_daemon(settings: DaemonSettings) -> int:
             stdout=log,
             stderr=log,
             start_new_session=True,
-            env={**os.environ, "FEDHPC_HOME": str(settings.home)},
+            env={**os.environ, HOME.name: str(settings.home)},
         )
     return proc.pid

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import structlog
+
+from fedhpc.settings import LOG_LEVEL
 
 __all__ = ["configure_logging"]
 
 
 def configure_logging(level: str | None = None) -> None:
     """Key-value lines on stderr at `level` (default `$FEDHPC_LOG_LEVEL` or WARNING)."""
-    name = (level or os.environ.get("FEDHPC_LOG_LEVEL") or "WARNING").upper()
+    name = (level or LOG_LEVEL.get() or "WARNING").upper()
     numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
     structlog.configure(
         processors=[

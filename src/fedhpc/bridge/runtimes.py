@@ -20,6 +20,7 @@ from typing import Any
 from fedhpc.domain.config import ResumeRuntime
 from fedhpc.errors import TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.settings import CLAUDE_BIN, CODEX_BIN, HOME
 
 __all__ = [
     "DEFAULT_PATH",
@@ -39,8 +40,8 @@ __all__ = [
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _BASE_VARS = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
-_NAMES = {Runtime.CLAUDE_CODE: ("claude", "FEDHPC_CLAUDE_BIN"),
-          Runtime.CODEX: ("codex", "FEDHPC_CODEX_BIN")}  # fmt: skip
+_NAMES = {Runtime.CLAUDE_CODE: ("claude", CLAUDE_BIN),
+          Runtime.CODEX: ("codex", CODEX_BIN)}  # fmt: skip
 TAIL = 600  # bytes of stdout and of stderr kept as a failure's reason
 
 
@@ -98,7 +99,7 @@ def resume_env(cfg: ResumeRuntime, home: Path, *, inherit: bool = False) -> dict
     env = dict(os.environ) if inherit else {k: os.environ[k] for k in _BASE_VARS
                                             if k in os.environ}  # fmt: skip
     env["PATH"] = cfg.path or (os.environ.get("PATH", DEFAULT_PATH) if inherit else DEFAULT_PATH)
-    env["FEDHPC_HOME"] = str(home)
+    env[HOME.name] = str(home)
     if cfg.env_file:
         env.update(_env_file(cfg.env_file))
     env.update(cfg.env)
@@ -109,7 +110,7 @@ def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
     """The CLI to run: the config's `binary`, else FEDHPC_CLAUDE_BIN/FEDHPC_CODEX_BIN, else the
     name on the resume's PATH."""
     name, var = _NAMES[runtime]
-    found = cfg.binary or os.environ.get(var) or shutil.which(name, path=env.get("PATH"))
+    found = cfg.binary or var.read() or shutil.which(name, path=env.get("PATH"))
     if not found or not os.access(found, os.X_OK):
         raise UsageError(
             f"{name} not found for resumes" + (f" at {found}" if found else ""),
@@ -130,7 +131,7 @@ def mcp_config(home: Path, entry: dict[str, Any] | None = None, *,
     local = Path(sys.executable).parent / "fedhpc"
     fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
     server = entry or {"type": "stdio", "command": fedhpc, "args": ["serve"],
-                       "env": {"FEDHPC_HOME": str(home)}, "alwaysLoad": True}  # fmt: skip
+                       "env": {HOME.name: str(home)}, "alwaysLoad": True}  # fmt: skip
     body = {"mcpServers": {"fedhpc": server}}
     text = json.dumps(body, indent=2)
     if not path.exists() or path.read_text() != text:

@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import structlog
 
+from fedhpc.settings import HOME, MCP_TOKEN
+
 __all__ = ["WarmServer", "spawn_detached"]
 
 log = structlog.get_logger(__name__)
@@ -136,7 +138,7 @@ class WarmServer:
         token = secrets.token_urlsafe(32)
         port = _free_port()
         env = {k: os.environ[k] for k in ("HOME", "USER", "LANG", "PATH") if k in os.environ}
-        env |= {"FEDHPC_HOME": str(self.home), "FEDHPC_MCP_TOKEN": token}
+        env |= {HOME.name: str(self.home), MCP_TOKEN.name: token}
         argv = [sys.executable, "-m", "fedhpc.cli.main", "serve", "--http", "--host",
                 "127.0.0.1", "--port", str(port), "--no-autostart"]  # fmt: skip
         pid = spawn_detached(argv, env=env, cwd=str(self.home),

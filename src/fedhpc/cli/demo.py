@@ -30,13 +30,14 @@ from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation, load_profiles
 from fedhpc.profiles.loader import devfed_process_root
+from fedhpc.settings import BRIDGE_POLL_S, CYCLE_S, DEVFED, DEVFED_SSH_CONFIG, HOME, REFRESH_S
 
 if TYPE_CHECKING:
     from fedhpc.devfed.sshd import SshFront
 
 __all__ = ["add_parser"]
 
-FAST = {"FEDHPC_REFRESH_S": "2", "FEDHPC_CYCLE_S": "1", "FEDHPC_BRIDGE_POLL_S": "0.5"}
+FAST = {REFRESH_S.name: "2", CYCLE_S.name: "1", BRIDGE_POLL_S.name: "0.5"}
 
 
 def _say(text: str) -> None:
@@ -152,8 +153,8 @@ def _open_front(sites: list[str]) -> SshFront:
 
 
 def _run(args: argparse.Namespace) -> int:
-    os.environ.pop("FEDHPC_DEVFED", None)  # the Slurm check reads the Slurm profiles
-    os.environ.pop("FEDHPC_DEVFED_SSH_CONFIG", None)
+    os.environ.pop(DEVFED.name, None)  # the Slurm check reads the Slurm profiles
+    os.environ.pop(DEVFED_SSH_CONFIG.name, None)
     over_ssh = _ssh_sites(args.ssh)  # a wrong name is refused before anything starts
     mode = _choose_sites(args.sites)
     if args.ssh is not None and mode != "slurm":
@@ -163,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
             hint="Run `sudo fedhpc devfed up` first, or drop --ssh.",
         )
     # The daemon, the agent and the MCP servers it starts all inherit this.
-    os.environ["FEDHPC_DEVFED"] = "1" if mode == "slurm" else "process"
+    os.environ[DEVFED.name] = "1" if mode == "slurm" else "process"
     if mode == "process":
         _prepare_process_sites()
     front = _open_front(over_ssh) if over_ssh else None
@@ -181,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _loop(args: argparse.Namespace) -> int:
     home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
-    os.environ["FEDHPC_HOME"] = str(home)
+    os.environ[HOME.name] = str(home)
     from fedhpc.client import DaemonClient
     from fedhpc.daemon.settings import DaemonSettings
 

@@ -16,10 +16,9 @@ import anyio
 from fedhpc.cli.exit_codes import run_command
 from fedhpc.errors import UsageError
 from fedhpc.logs import configure_logging
+from fedhpc.settings import MCP_TOKEN
 
 __all__ = ["add_parser", "main", "skills_source"]
-
-TOKEN_ENV = "FEDHPC_MCP_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -29,7 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     server = build_server(DaemonSettings.from_env(), autostart=not args.no_autostart)
     if args.http:
-        token = os.environ.get(TOKEN_ENV) or None
+        token = MCP_TOKEN.read() or None
         anyio.run(functools.partial(run_http, server, args.host, args.port, token))
     else:
         anyio.run(run_stdio, server)
@@ -121,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     s.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
     s.add_argument(
-        "--host", default="127.0.0.1", help=f"HTTP address; non-loopback needs ${TOKEN_ENV}"
+        "--host", default="127.0.0.1", help=f"HTTP address; non-loopback needs ${MCP_TOKEN.name}"
     )
     s.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     s.add_argument(

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedhpc.profiles.loader import fedhpc_home
+from fedhpc.settings import daemon_values, invalid
 
 __all__ = ["DaemonSettings"]
 
 
 class DaemonSettings(BaseModel):
-    """Daemon settings; `from_env` reads FEDHPC_HOME and FEDHPC_REFRESH_S and friends."""
+    """Daemon settings; `from_env` takes the home and the tunables from `fedhpc.settings`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -80,27 +80,12 @@ class DaemonSettings(BaseModel):
 
     @classmethod
     def from_env(cls, **overrides: object) -> DaemonSettings:
-        values: dict[str, object] = {"home": fedhpc_home()}
-        for key, env in (
-            ("refresh_s", "FEDHPC_REFRESH_S"),
-            ("probe_timeout_s", "FEDHPC_PROBE_TIMEOUT_S"),
-            ("history_keep", "FEDHPC_HISTORY_KEEP"),
-            ("grace_s", "FEDHPC_GRACE_S"),
-            ("cycle_s", "FEDHPC_CYCLE_S"),
-            ("intent_grace_s", "FEDHPC_INTENT_GRACE_S"),
-            ("site_lost_s", "FEDHPC_SITE_LOST_S"),
-            ("retry_window_s", "FEDHPC_RETRY_WINDOW_S"),
-            ("estimate_timeout_s", "FEDHPC_ESTIMATE_TIMEOUT_S"),
-            ("bridge_poll_s", "FEDHPC_BRIDGE_POLL_S"),
-            ("bridge_attempts", "FEDHPC_BRIDGE_ATTEMPTS"),
-            ("bridge_backoff_s", "FEDHPC_BRIDGE_BACKOFF_S"),
-            ("resume_timeout_s", "FEDHPC_RESUME_TIMEOUT_S"),
-            ("resume_start_timeout_s", "FEDHPC_RESUME_START_TIMEOUT_S"),
-            ("resume_warm_mcp", "FEDHPC_RESUME_WARM_MCP"),
-            ("events_keep_days", "FEDHPC_EVENTS_KEEP_DAYS"),
-            ("submits_per_cycle", "FEDHPC_SUBMITS_PER_CYCLE"),
-        ):
-            if env in os.environ:
-                values[key] = os.environ[env]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        env = daemon_values()
+        given = {k: v for k, v in overrides.items() if v is not None}
+        try:
+            return cls.model_validate({"home": fedhpc_home(), **env, **given})
+        except ValidationError as exc:
+            typed = invalid(exc, {k: v for k, v in env.items() if k not in given})
+            if typed is None:
+                raise
+            raise typed from None

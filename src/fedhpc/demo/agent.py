@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from fedhpc.settings import CONTINUATION
+
 __all__ = ["main"]
 
 
@@ -40,7 +42,7 @@ async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, An
 async def plan(out: Path) -> None:
     resume = [sys.executable, "-m", "fedhpc.demo.agent", "resume", "--out", str(out)]
     continuation = json.dumps({"runtime": "command", "command": resume})
-    async with Client(_server({"FEDHPC_CONTINUATION": continuation}), mode="legacy") as client:
+    async with Client(_server({CONTINUATION.name: continuation}), mode="legacy") as client:
         tools = await client.list_tools()
         print(f"agent: connected; {len(tools.tools)} fedhpc tools")
         view = await _call(client, "inspect_federation", {"refresh": True})

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from fedhpc.devfed import DevfedError, manager
 from fedhpc.devfed.status import format_status
+from fedhpc.settings import NO_PROGRESS
 
 __all__ = ["add_parser"]
 
 
 def _up(args: argparse.Namespace) -> int:
     plan = manager.default_plan()
-    if sys.stdout.isatty() and not os.environ.get("FEDHPC_NO_PROGRESS"):
+    if sys.stdout.isatty() and not NO_PROGRESS.read():
         from fedhpc.ui.term import steps
 
         with steps("devfed up", manager.UP_STEPS) as progress:

@@ -30,6 +30,7 @@ import structlog
 
 from fedhpc.devfed import DevfedError
 from fedhpc.domain.site import SAFE_NAME
+from fedhpc.settings import DEVFED_SSH_CONFIG, LOGIN
 
 __all__ = [
     "SSHD",
@@ -48,8 +49,8 @@ log = structlog.get_logger(__name__)
 
 SSHD = "/usr/sbin/sshd"
 # The ssh_config whose Host entries name the devfed clusters reached over ssh (profiles/loader).
-SSH_CONFIG_ENV = "FEDHPC_DEVFED_SSH_CONFIG"
-_LOGIN_ENV_KEYS = ("SLURM_CONF", "FEDHPC_LOGIN")  # what a login may set (PermitUserEnvironment)
+SSH_CONFIG_ENV = DEVFED_SSH_CONFIG.name
+_LOGIN_ENV_KEYS = ("SLURM_CONF", LOGIN.name)  # what a login may set (PermitUserEnvironment)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import Literal
 
 from fedhpc.globus_auth.errors import GlobusIdentityConfig, GlobusNoClient
 from fedhpc.globus_auth.scopes import is_collection_id
+from fedhpc.settings import GLOBUS_CLIENT_ID, GLOBUS_IDENTITY
 
 __all__ = ["SERVICE_VARS", "Identity", "Service", "choose_identity", "pick_client_id"]
 
@@ -21,8 +22,8 @@ SERVICE_VARS: dict[Service, tuple[str, str]] = {
     "compute": ("GLOBUS_COMPUTE_CLIENT_ID", "GLOBUS_COMPUTE_CLIENT_SECRET"),
     "transfer": ("GLOBUS_CLIENT_ID", "GLOBUS_CLIENT_SECRET"),
 }
-MODE_VAR = "FEDHPC_GLOBUS_IDENTITY"
-CLIENT_VAR = "FEDHPC_GLOBUS_CLIENT_ID"
+MODE_VAR = GLOBUS_IDENTITY.name
+CLIENT_VAR = GLOBUS_CLIENT_ID.name
 
 
 class Identity(StrEnum):
@@ -33,7 +34,7 @@ class Identity(StrEnum):
 def choose_identity(service: Service, env: Mapping[str, str]) -> Identity:
     id_var, secret_var = SERVICE_VARS[service]
     has_service = bool(env.get(id_var) and env.get(secret_var))
-    mode = (env.get(MODE_VAR) or "auto").strip().lower()
+    mode = (GLOBUS_IDENTITY.read(env) or "auto").strip().lower()
     if mode == "user":
         return Identity.USER
     if mode == "service":
@@ -55,7 +56,7 @@ def pick_client_id(explicit: str | None, stored: str | None, env: Mapping[str, s
     legacy = env.get("GLOBUS_CLIENT_ID") if not env.get("GLOBUS_CLIENT_SECRET") else None
     for source, value in (
         ("--client-id", explicit),
-        (CLIENT_VAR, env.get(CLIENT_VAR)),
+        (CLIENT_VAR, GLOBUS_CLIENT_ID.read(env)),
         ("the last login", stored),
         ("GLOBUS_CLIENT_ID", legacy),
     ):

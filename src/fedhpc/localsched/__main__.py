@@ -16,10 +16,11 @@ from typing import Any
 from fedhpc.localsched import sched
 from fedhpc.localsched.model import Config, Rejected
 from fedhpc.localsched.store import Store
+from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["main"]
 
-ROOT_ENV = "FEDHPC_LOCALSCHED_ROOT"
+ROOT_ENV = LOCALSCHED_ROOT.name
 
 
 def _ids(text: str | None) -> list[int] | None:
@@ -42,7 +43,7 @@ def _config(text: str) -> Config:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fedhpc.localsched")
-    p.add_argument("--root", default=os.environ.get(ROOT_ENV), help=f"state folder (${ROOT_ENV})")
+    p.add_argument("--root", default=LOCALSCHED_ROOT.read(), help=f"state folder (${ROOT_ENV})")
     sub = p.add_subparsers(dest="verb", required=True)
     sub.add_parser("submit", help="queue the script on stdin; prints the job id")
     for verb, what in (("queue", "jobs not finished"), ("acct", "every job, with times")):

@@ -56,6 +56,7 @@ from fedhpc.placement.draft import (
     MAX_DESCRIPTION_CHARS,
 )
 from fedhpc.placement.settings import PolicyKind
+from fedhpc.settings import CONTINUATION
 
 __all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS", "AckAnswer", "EventView", "EventsPage"]
 
@@ -116,7 +117,7 @@ async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, s
     order: the FEDHPC_CONTINUATION the server was started with (a JSON ContinuationSpec, for
     scripted agents); the Codex thread named in every tools/call; the Claude Code session that
     the PreToolUse hook reported for this very tool call (`_meta["claudecode/toolUseId"]`)."""
-    configured = os.environ.get("FEDHPC_CONTINUATION")
+    configured = CONTINUATION.read()
     if configured:
         try:
             return ContinuationSpec.model_validate_json(configured), None

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from fedhpc.domain.config import Site, UserConfig, UserSiteConfig
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import ProfileError
+from fedhpc.settings import CONFIG, DEVFED, DEVFED_DIR, DEVFED_SSH_CONFIG, HOME, LOCALSCHED_ROOT
 
 __all__ = [
     "devfed_mode",
@@ -39,12 +40,12 @@ def shipped_profiles_dir() -> Path:
 
 def devfed_root() -> Path:
     """Where the local test federation keeps its clusters (`$FEDHPC_DEVFED_DIR`)."""
-    return Path(os.environ.get("FEDHPC_DEVFED_DIR", "/var/tmp/fedhpc-devfed"))  # noqa: S108 (root-owned test fixture)
+    return Path(DEVFED_DIR.get() or "")
 
 
 def devfed_mode() -> str | None:
     """Which local federation `FEDHPC_DEVFED` enables: 'slurm' (=1), 'process' (=process)."""
-    return {"1": "slurm", "process": "process"}.get(os.environ.get("FEDHPC_DEVFED", ""))
+    return {"1": "slurm", "process": "process"}.get(DEVFED.read() or "")
 
 
 def _writable(path: Path) -> bool:
@@ -60,7 +61,7 @@ def devfed_process_root() -> Path:
     when it is set and writable, else a folder of the user's own
     (`$XDG_STATE_HOME/fedhpc/devfed`), so any user can run them and the Slurm federation's
     root-owned folder is never written by them."""
-    env = os.environ.get("FEDHPC_DEVFED_DIR")
+    env = DEVFED_DIR.read()
     if env and _writable(Path(env)):
         return Path(env)
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -77,14 +78,14 @@ def _as_process_site(data: dict[str, Any]) -> dict[str, Any]:
         "title": f"{data.get('title', name)}, jobs as local processes",
         "transport": {
             "kind": "local",
-            "env": {"FEDHPC_LOCALSCHED_ROOT": "{devfed}/" + name + "/localsched"},
+            "env": {LOCALSCHED_ROOT.name: "{devfed}/" + name + "/localsched"},
         },
     }
 
 
 def devfed_ssh_config() -> Path | None:
     """The ssh_config of the devfed SSH front (`$FEDHPC_DEVFED_SSH_CONFIG`), if one is set."""
-    env = os.environ.get("FEDHPC_DEVFED_SSH_CONFIG")
+    env = DEVFED_SSH_CONFIG.read()
     return Path(env) if env else None
 
 
@@ -108,7 +109,7 @@ def _ssh_hosts(path: Path) -> frozenset[str]:
 
 def fedhpc_home() -> Path:
     """The user's state folder: `$FEDHPC_HOME`, else `$XDG_STATE_HOME/fedhpc`."""
-    if env := os.environ.get("FEDHPC_HOME"):
+    if env := HOME.read():
         return Path(env)
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(xdg) / "fedhpc"
@@ -116,7 +117,7 @@ def fedhpc_home() -> Path:
 
 def user_config_path() -> Path:
     """`$FEDHPC_CONFIG`, else `config.toml` in the fedhpc home."""
-    if env := os.environ.get("FEDHPC_CONFIG"):
+    if env := CONFIG.read():
         return Path(env)
     return fedhpc_home() / "config.toml"
 

@@ -21,10 +21,11 @@ from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import check_names, directive, render_body
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, SiteState
+from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["ROOT_ENV", "ProcessDialect", "accounts_of", "config_of"]
 
-ROOT_ENV = "FEDHPC_LOCALSCHED_ROOT"
+ROOT_ENV = LOCALSCHED_ROOT.name
 _ALTERNATIVES = re.compile(r"\{([^{}]*)\}")
 
 
