@@ -94,7 +94,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "connect", help="first contact with a site: open SSH (MFA once), discover, doctor"
+        "connect",
+        help="first contact with a site: open SSH (MFA once), discover, doctor",
+        description=(
+            "First contact with a site: open its SSH session in this terminal (MFA once), "
+            "discover the scheduler, run the doctor. Onboarding: it talks to the site directly, "
+            "not through the daemon (which does not know the site yet)."
+        ),
     )
     p.add_argument("site", help="a shipped center (e.g. delta) or a new name")
     add_transport_args(p)

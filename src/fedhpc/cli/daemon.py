@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import anyio
 from fedhpc.cli.table import table_lines
 from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
-from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
+from fedhpc.ops.inspect import FederationView, InspectRequest
 
 __all__ = ["add_parser", "stop_daemon"]
 
@@ -105,25 +104,6 @@ def _daemon(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _from_store(settings: DaemonSettings, req: InspectRequest) -> FederationView:
-    """The view from the store when no daemon runs (after `fedhpc daemon --once`)."""
-    from fedhpc.profiles import load_federation
-    from fedhpc.store import Store
-
-    store = await Store.open_readonly(settings.db_path)
-    try:
-        states = await store.latest_site_states()
-    finally:
-        await store.close()
-    return inspect_federation(
-        states,
-        load_federation(),
-        now=datetime.now(UTC),
-        refresh_s=settings.refresh_s,
-        request=req,
-    )
-
-
 async def _view(
     settings: DaemonSettings, req: InspectRequest, refresh: bool
 ) -> tuple[FederationView, list[dict[str, Any]]]:
@@ -137,7 +117,9 @@ async def _view(
         except DaemonUnavailable:
             if not settings.db_path.exists():
                 raise
-    return await _from_store(settings, req), []
+    from fedhpc.daemon.offline import stored_federation  # the store only when no daemon runs
+
+    return await stored_federation(settings, req), []
 
 
 def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -235,7 +217,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     d.add_argument("--once", action="store_true", help="run one control cycle and exit")
     d.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
     d.set_defaults(func=_daemon)
-    s = sub.add_parser("status", help="the federation: sites, partitions, free GPUs, queues")
+    s = sub.add_parser(
+        "status",
+        help="the federation: sites, partitions, free GPUs, queues",
+        description=(
+            "The federation as the daemon sees it: sites, partitions, free GPUs, queues, and "
+            "each wait estimator's recent error. Without a running daemon it reads the "
+            "daemon's store directly (the last stored probes, no estimator table)."
+        ),
+    )
     s.add_argument("--json", action="store_true", help="the FederationView as JSON")
     s.add_argument("--site", action="append", default=[], help="only this site (repeatable)")
     s.add_argument("--accelerator", default=None, help="only partitions with this accelerator")

@@ -168,7 +168,15 @@ def add_transport_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_discover(s: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = s.add_parser("discover", help="build a profile and config entry from the live scheduler")
+    p = s.add_parser(
+        "discover",
+        help="build a profile and config entry from the live scheduler",
+        description=(
+            "Build a profile and config entry from the live scheduler. Onboarding: it talks to "
+            "the site directly from this process, not through the daemon (which does not know "
+            "the site yet)."
+        ),
+    )
     p.add_argument("site", help="the site's short name, e.g. delta (a shipped name compares)")
     add_transport_args(p)
     p.add_argument("--dialect", choices=["slurm", "pbs", "lsf"], help="default: found on PATH")

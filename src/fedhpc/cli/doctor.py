@@ -63,7 +63,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("doctor", help="check each configured site end to end, with fixes")
+    p = sub.add_parser(
+        "doctor",
+        help="check each configured site end to end, with fixes",
+        description=(
+            "Check each configured site end to end, each failed check with its fix. A "
+            "diagnostic: it talks to each site directly from this process, not through the "
+            "daemon, so it works while the daemon is stopped."
+        ),
+    )
     p.add_argument("sites", nargs="*", help="default: every configured site")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)

@@ -1,4 +1,5 @@
-"""`fedhpc probe`: one batched probe per enabled site, concurrently, printed for people."""
+"""`fedhpc probe`: one batched probe per enabled site, concurrently, printed for people. A
+diagnostic: it talks to each site directly, not through the daemon (its help says so)."""
 
 from __future__ import annotations
 
@@ -7,37 +8,10 @@ import json
 
 import anyio
 
-from fedhpc.adapters.site import open_adapter
 from fedhpc.domain.site import SiteState
-from fedhpc.errors import UsageError
-from fedhpc.profiles import load_federation
+from fedhpc.onboard.probe import probe_sites
 
-__all__ = ["add_parser", "probe_sites"]
-
-
-async def probe_sites(names: list[str], timeout_s: float = 30.0) -> list[SiteState]:
-    """Probe the named enabled sites (all when empty), each under its own timeout."""
-    sites = load_federation()
-    unknown = [n for n in names if n not in sites]
-    if unknown:
-        raise UsageError(
-            f"not enabled: {', '.join(unknown)}",
-            hint="Add the site to your config.toml, or set FEDHPC_DEVFED=1 for the devfed sites.",
-        )
-    chosen = [sites[n] for n in names] if names else list(sites.values())
-    results: dict[str, SiteState] = {}
-
-    async def one(site_name: str) -> None:
-        adapter = open_adapter(sites[site_name])
-        try:
-            results[site_name] = await adapter.probe(timeout_s=timeout_s)
-        finally:
-            await adapter.transport.aclose()
-
-    async with anyio.create_task_group() as tg:
-        for site in chosen:
-            tg.start_soon(one, site.name, name=f"probe:{site.name}")
-    return [results[s.name] for s in chosen]
+__all__ = ["add_parser"]
 
 
 def _print(states: list[SiteState]) -> None:
@@ -65,7 +39,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("probe", help="probe enabled sites once (one remote call per site)")
+    p = sub.add_parser(
+        "probe",
+        help="probe enabled sites once, directly (a diagnostic: not through the daemon)",
+        description=(
+            "Probe enabled sites once (one remote call per site) and print what each scheduler "
+            "reports. A diagnostic: it talks to each site directly from this process, not "
+            "through the daemon, so it works while the daemon is stopped; `fedhpc status "
+            "--refresh` asks the running daemon instead."
+        ),
+    )
     p.add_argument("sites", nargs="*", help="site names (default: every enabled site)")
     p.add_argument("--json", action="store_true", help="print SiteState records as JSON")
     p.add_argument("--timeout", default=30, type=float, help="per-site timeout in seconds")
