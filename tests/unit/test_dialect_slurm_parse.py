@@ -98,16 +98,13 @@ def test_submit_returns_the_job_id_and_rejection_carries_the_reason() -> None:
     assert info.value.code == "scheduler_rejected"
 
 
-def test_scheduler_start_estimates_parse() -> None:
+def test_scheduler_start_estimate_parses() -> None:
     test_only = DIALECT.parse_test_only(
         CommandResult(0, "", (FIX / "sbatch_test_only.txt").read_text())
     )
     assert test_only.partition == "gh"
     assert test_only.nodes == "gh-2"
     assert test_only.start == datetime.fromtimestamp(1795973308, tz=UTC)
-    starts = DIALECT.parse_start_estimates(_ok("squeue_start.txt"))
-    assert set(starts) == {"3", "6_0", "6_1", "6_2", "6_3"}
-    assert starts["3"].start == datetime.fromtimestamp(1795973179, tz=UTC)
 
 
 def test_nodes_parse_gres_from_configured_and_allocated_tres() -> None:

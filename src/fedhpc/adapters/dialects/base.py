@@ -11,20 +11,13 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.errors import PermanentError
 
-__all__ = ["Dialect", "SchedulerRejected", "StartEstimate"]
+__all__ = ["Dialect", "SchedulerRejected"]
 
 
 class SchedulerRejected(PermanentError):
     """The scheduler refused a submission (bad account, partition, limits)."""
 
     code = "scheduler_rejected"
-
-
-class StartEstimate(Protocol):
-    """What the scheduler predicts for a job: start time and where (used by wait estimators)."""
-
-    start: datetime | None
-    partition: str | None
 
 
 class Dialect(Protocol):

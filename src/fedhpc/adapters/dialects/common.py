@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from fedhpc.adapters.command import CommandResult, quote, shell_line, split_batch
+from fedhpc.adapters.command import Command, CommandResult, quote, shell_line, split_batch
 from fedhpc.domain.job import JobSpec
 from fedhpc.domain.site import SiteProfile
 
@@ -14,9 +14,11 @@ __all__ = [
     "directive",
     "error_text",
     "extra_directives",
+    "io_directives",
     "parse_found",
     "parse_name_pairs",
     "render_body",
+    "with_balance",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -30,10 +32,25 @@ def check_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def error_text(result: CommandResult) -> str:
-    """The last line a failed command printed (stderr, else stdout), else its exit status."""
+def error_text(result: CommandResult, *, last_line_only: bool) -> str:
+    """A failed command's own words (stderr, else stdout), else its exit status.
+
+    `last_line_only`: Slurm's commands (and localsched, which mimics them) print warnings
+    before the one line that says what failed; qsub and bsub may spread their reason over
+    several lines, so the PBS and LSF dialects keep all of it."""
     text = (result.stderr or result.stdout).strip()
-    return text.splitlines()[-1] if text else f"exit status {result.returncode}"
+    if not text:
+        return f"exit status {result.returncode}"
+    return text.splitlines()[-1] if last_line_only else text
+
+
+def with_balance(
+    sections: dict[str, Command], profile: SiteProfile, env: Mapping[str, str] | None = None
+) -> dict[str, Command]:
+    """A dialect's probe sections plus the site's balance command, when its profile has one."""
+    if profile.conventions.balance_command:
+        sections["balance"] = Command(profile.conventions.balance_command, env=env or {})
+    return sections
 
 
 def parse_found(result: CommandResult) -> dict[str, str]:
@@ -70,6 +87,18 @@ def directive(prefix: str, flag: str, value: str | int | None = None, *, sep: st
     if not _DIRECTIVE_VALUE.match(text) or text.startswith("-"):
         raise ValueError(f"unsafe value for {flag}: {text!r}")
     return f"{prefix} {flag}{sep}{text}"
+
+
+def io_directives(prefix: str, spec: JobSpec) -> list[str]:
+    """The --output, --error and --chdir lines of Slurm (and of localsched, which mimics it)."""
+    lines = []
+    if spec.stdout:
+        lines.append(directive(prefix, "--output", spec.stdout))
+    if spec.stderr:
+        lines.append(directive(prefix, "--error", spec.stderr))
+    if spec.workdir:
+        lines.append(directive(prefix, "--chdir", spec.workdir))
+    return lines
 
 
 def extra_directives(prefix: str, profile: SiteProfile) -> list[str]:

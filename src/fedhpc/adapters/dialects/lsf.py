@@ -6,23 +6,24 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
+from fedhpc.adapters.command import Command, CommandResult, batch
 from fedhpc.adapters.dialects import lsf_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import (
     check_names,
+    error_text,
     extra_directives,
     parse_found,
     render_body,
+    with_balance,
 )
 from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_ids,
     check_user,
     directive,
-    error_text,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import format_minutes
 
 __all__ = ["LsfDialect"]
@@ -104,7 +105,9 @@ class LsfDialect:
     def parse_submit(self, result: CommandResult) -> str:
         m = _SUBMITTED.search(result.stdout)
         if result.returncode != 0 or m is None:
-            raise SchedulerRejected(f"bsub rejected the job: {error_text(result)}")
+            raise SchedulerRejected(
+                f"bsub rejected the job: {error_text(result, last_line_only=False)}"
+            )
         return m.group(1)
 
     def status_command(self, job_ids: Sequence[str]) -> Command:
@@ -153,15 +156,6 @@ class LsfDialect:
             "load": Command(("lsload", "-w", "-I", "mem")),
             "jobs": Command(("bjobs", "-u", "all", "-json", "-o", PROBE_JOB_FIELDS)),
         }
-        if profile.conventions.balance_command:
-            sections["balance"] = Command(profile.conventions.balance_command)
-        return sections
+        return with_balance(sections, profile)
 
-    def parse_probe(
-        self,
-        sections: dict[str, BatchSection],
-        profile: SiteProfile,
-        user: str,
-        collected_at: datetime,
-    ) -> SiteState:
-        return parse.parse_probe(sections, profile, user, collected_at)
+    parse_probe = staticmethod(parse.parse_probe)

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import pbs_lsf_util as util
 from fedhpc.adapters.dialects.lsf import GPU_FIELDS
 from fedhpc.adapters.dialects.lsf_parse import _members, _queue_hosts, _rows
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, size_mib
@@ -23,12 +24,7 @@ def ping_command() -> Command:
 
 
 def ping_problem(result: CommandResult) -> str | None:
-    if result.returncode == 127:
-        return "lsid is not on the PATH"
-    if result.returncode == 0:
-        return None
-    text = (result.stderr or result.stdout).strip()
-    return text.splitlines()[-1][:200] if text else f"lsid exited {result.returncode}"
+    return util.ping_problem(result, ping_command().argv)
 
 
 def discover_sections() -> dict[str, Command]:

@@ -8,9 +8,18 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from fedhpc.adapters.command import BatchSection, CommandResult
-from fedhpc.adapters.dialects.pbs_lsf_util import as_int, error_text, health_of, load_json, size_mib
+from fedhpc.adapters.dialects.common import error_text
+from fedhpc.adapters.dialects.pbs_lsf_util import (
+    HostTally,
+    as_int,
+    health_of,
+    load_json,
+    offline_state,
+    probe_state,
+    size_mib,
+)
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
-from fedhpc.domain.site import Health, NodeStateCounts, PartitionState, SiteProfile, SiteState
+from fedhpc.domain.site import Health, PartitionState, SiteProfile, SiteState
 from fedhpc.errors import TransientError
 
 __all__ = [
@@ -76,10 +85,10 @@ def map_state(record: dict[str, Any]) -> JobState:
 def _records(result: CommandResult) -> list[dict[str, Any]]:
     data = load_json(result.stdout)
     if data is None:
-        text = error_text(result).lower()
+        text = error_text(result, last_line_only=False).lower()
         forgotten = ("is not found", "no job found", "no unfinished job found")
         if result.returncode != 0 and not any(f in text for f in forgotten):
-            raise TransientError(f"bjobs failed: {error_text(result)}")
+            raise TransientError(f"bjobs failed: {error_text(result, last_line_only=False)}")
         return []
     records = data.get("RECORDS", [])
     # A job bjobs forgot comes back as {"JOBID": ..., "ERROR": "Job <1> is not found"}.
@@ -277,12 +286,7 @@ def parse_probe(
     health, failed = health_of(sections, "hosts", wanted, _section_ok)
     hosts = {str(r.get("HOST_NAME")): r for r in _rows(sections.get("hosts"))}
     if health is Health.OFFLINE or not hosts:
-        return SiteState(
-            site=profile.name,
-            health=Health.OFFLINE,
-            collected_at=collected_at,
-            error="probe section failed: hosts",
-        )
+        return offline_state(profile, collected_at, "hosts")
     gpus = {str(r.get("HOST_NAME")): r for r in _rows(sections.get("gpus"))}
     queues = {str(r.get("QUEUE_NAME")): r for r in _rows(sections.get("queues"))}
     free_mem = {
@@ -317,14 +321,8 @@ def parse_probe(
         proj = _opt(rec, "PROJ_NAME")
         if rec.get("USER") == user and proj and proj != "default" and proj not in accounts:
             accounts.append(proj)
-    return SiteState(
-        site=profile.name,
-        health=health,
-        collected_at=collected_at,
-        arch=profile.arch,
-        partitions=tuple(partitions),
-        accounts=tuple(accounts),
-        error=f"probe sections failed: {', '.join(failed)}" if failed else None,
+    return probe_state(
+        profile, collected_at, health, failed, partitions=partitions, accounts=accounts
     )
 
 
@@ -338,8 +336,7 @@ def _partition(
     user: str,
     gpu_type: str | None,
 ) -> PartitionState:
-    buckets = dict.fromkeys(("idle", "mixed", "allocated", "down", "drain", "other"), 0)
-    total_gpus = total_cpus = free_gpus = free_cpus = memory = max_gpus = max_cpus = 0
+    tally = HostTally()
     for host in hosts:
         status = str(host.get("STATUS", "")).strip()
         used = as_int(host.get("NJOBS"))  # slots held by running, suspended and reserving jobs
@@ -347,19 +344,15 @@ def _partition(
             bucket = "mixed" if used else "idle"
         else:
             bucket = _BUCKETS.get(status.lower(), "other")
-        buckets[bucket] += 1
-        slots = as_int(host.get("MAX"))  # '-' (no limit) reads as 0: nothing we can count on
         gpu = gpus.get(str(host.get("HOST_NAME")), {})
-        total_cpus += slots
-        total_gpus += as_int(gpu.get("NGPUS"))
-        if bucket not in ("idle", "mixed"):
-            continue
-        cpus = max(0, slots - used)
-        # A job needs at least one slot, so GPUs beside a full host are not free.
-        g = max(0, as_int(gpu.get("NGPUS")) - as_int(gpu.get("NGPUS_ALLOC"))) if cpus else 0
-        free_cpus, free_gpus = free_cpus + cpus, free_gpus + g
-        memory += free_mem.get(str(host.get("HOST_NAME")), 0)
-        max_cpus, max_gpus = max(max_cpus, cpus), max(max_gpus, g)
+        tally.add(
+            bucket,
+            cpus=as_int(host.get("MAX")),  # '-' (no limit) reads as 0: nothing we can count on
+            cpus_used=used,
+            gpus=as_int(gpu.get("NGPUS")),
+            gpus_used=as_int(gpu.get("NGPUS_ALLOC")),
+            free_mib=free_mem.get(str(host.get("HOST_NAME")), 0),
+        )
     counts = dict.fromkeys(("p", "r", "up", "ur", "b"), 0)
     for rec in jobs:
         if rec.get("QUEUE") != name:
@@ -370,20 +363,12 @@ def _partition(
             counts[kind] += 1
             counts["u" + kind] += rec.get("USER") == user
         counts["b"] += rec.get("STAT") == "PSUSP"  # suspended while pending: not ahead of anyone
-    return PartitionState(
-        name=name,
-        nodes=NodeStateCounts(**buckets),
-        total_gpus=total_gpus,
-        free_gpus=free_gpus,
-        free_gpus_by_type={gpu_type: free_gpus} if gpu_type and free_gpus else {},
-        total_cpus=total_cpus,
-        free_cpus=free_cpus,
-        free_memory_mib=memory,
-        max_free_gpus_on_node=max_gpus,
-        max_free_cpus_on_node=max_cpus,
-        pending_jobs=counts["p"],
-        blocked_pending_jobs=counts["b"],
-        running_jobs=counts["r"],
-        user_pending_jobs=counts["up"],
-        user_running_jobs=counts["ur"],
+    return tally.partition(
+        name,
+        gpu_type,
+        pending=counts["p"],
+        blocked=counts["b"],
+        running=counts["r"],
+        user_pending=counts["up"],
+        user_running=counts["ur"],
     )

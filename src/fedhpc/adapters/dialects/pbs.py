@@ -6,23 +6,24 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
+from fedhpc.adapters.command import Command, CommandResult, batch
 from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import (
     check_names,
+    error_text,
     extra_directives,
     parse_found,
     render_body,
+    with_balance,
 )
 from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_ids,
     check_user,
     directive,
-    error_text,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import format_hms
 
 __all__ = ["PbsDialect"]
@@ -87,7 +88,9 @@ class PbsDialect:
         out = result.stdout.strip()
         last = out.splitlines()[-1].strip() if out else ""
         if result.returncode != 0 or not _JOB_ID.match(last):
-            raise SchedulerRejected(f"qsub rejected the job: {error_text(result)}")
+            raise SchedulerRejected(
+                f"qsub rejected the job: {error_text(result, last_line_only=False)}"
+            )
         return last
 
     def status_command(self, job_ids: Sequence[str]) -> Command:
@@ -128,15 +131,6 @@ class PbsDialect:
             # The user's own jobs only: global counts come from each queue's state_count.
             "jobs": Command(("qstat", "-f", "-F", "json", "-u", check_user(user))),
         }
-        if profile.conventions.balance_command:
-            sections["balance"] = Command(profile.conventions.balance_command)
-        return sections
+        return with_balance(sections, profile)
 
-    def parse_probe(
-        self,
-        sections: dict[str, BatchSection],
-        profile: SiteProfile,
-        user: str,
-        collected_at: datetime,
-    ) -> SiteState:
-        return parse.parse_probe(sections, profile, collected_at)
+    parse_probe = staticmethod(parse.parse_probe)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.dialects import pbs_lsf_util as util
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, load_json, size_mib
 from fedhpc.adapters.dialects.pbs_parse import _selectors, in_queue
 from fedhpc.domain.units import parse_duration
@@ -24,12 +25,7 @@ def ping_command() -> Command:
 
 
 def ping_problem(result: CommandResult) -> str | None:
-    if result.returncode == 127:
-        return "qstat is not on the PATH"
-    if result.returncode == 0:
-        return None
-    text = (result.stderr or result.stdout).strip()
-    return text.splitlines()[-1][:200] if text else f"qstat -B exited {result.returncode}"
+    return util.ping_problem(result, ping_command().argv)
 
 
 def discover_sections() -> dict[str, Command]:

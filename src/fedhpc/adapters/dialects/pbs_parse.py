@@ -8,9 +8,18 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from fedhpc.adapters.command import BatchSection, CommandResult
-from fedhpc.adapters.dialects.pbs_lsf_util import as_int, error_text, health_of, load_json, size_mib
+from fedhpc.adapters.dialects.common import error_text
+from fedhpc.adapters.dialects.pbs_lsf_util import (
+    HostTally,
+    as_int,
+    health_of,
+    load_json,
+    offline_state,
+    probe_state,
+    size_mib,
+)
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
-from fedhpc.domain.site import Health, NodeStateCounts, PartitionState, SiteProfile, SiteState
+from fedhpc.domain.site import PartitionState, SiteProfile, SiteState
 from fedhpc.errors import TransientError
 
 __all__ = [
@@ -94,8 +103,11 @@ def _jobs(result: CommandResult) -> dict[str, dict[str, Any]]:
     if data is None:
         # qstat exits non-zero when some ids are unknown yet still prints the rest; only
         # a failure with no JSON at all is an error. Forgotten jobs are simply absent.
-        if result.returncode != 0 and "unknown job id" not in error_text(result).lower():
-            raise TransientError(f"qstat failed: {error_text(result)}")
+        if (
+            result.returncode != 0
+            and "unknown job id" not in error_text(result, last_line_only=False).lower()
+        ):
+            raise TransientError(f"qstat failed: {error_text(result, last_line_only=False)}")
         return {}
     jobs = data.get("Jobs", {})  # absent when nothing matched
     return jobs if isinstance(jobs, dict) else {}
@@ -272,63 +284,46 @@ def _partition(
     jobs: BatchSection | None,
     gpu_type: str | None,
 ) -> tuple[PartitionState, list[str]]:
-    buckets = dict.fromkeys(("idle", "mixed", "allocated", "down", "drain", "other"), 0)
-    total_gpus = total_cpus = free_gpus = free_cpus = free_mem = max_gpus = max_cpus = 0
+    tally = HostTally()
     for node in nodes:
-        bucket = node_bucket(node)
-        buckets[bucket] += 1
         avail = node.get("resources_available", {}) or {}
         busy = node.get("resources_assigned", {}) or {}
-        total_gpus += as_int(avail.get("ngpus"))
-        total_cpus += as_int(avail.get("ncpus"))
-        if bucket not in ("idle", "mixed"):
-            continue  # exclusive, full or unusable: nothing here can start a new chunk
-        cpus = max(0, as_int(avail.get("ncpus")) - as_int(busy.get("ncpus")))
-        # A chunk needs at least one CPU, so GPUs beside fully used CPUs are not free.
-        gpus = max(0, as_int(avail.get("ngpus")) - as_int(busy.get("ngpus"))) if cpus else 0
-        free_cpus += cpus
-        free_gpus += gpus
-        free_mem += max(0, size_mib(avail.get("mem")) - size_mib(busy.get("mem")))
-        max_cpus, max_gpus = max(max_cpus, cpus), max(max_gpus, gpus)
+        tally.add(
+            node_bucket(node),
+            cpus=as_int(avail.get("ncpus")),
+            cpus_used=as_int(busy.get("ncpus")),
+            gpus=as_int(avail.get("ngpus")),
+            gpus_used=as_int(busy.get("ngpus")),
+            free_mib=max(0, size_mib(avail.get("mem")) - size_mib(busy.get("mem"))),
+        )
     pending, running, blocked = _state_counts(str((queue or {}).get("state_count", "")))
     user_pending, user_running, accounts = _user_counts(jobs, name)
     available = queue is not None and all(
         str(queue.get(k, "True")) == "True" for k in ("enabled", "started")
     )
-    state = PartitionState(
-        name=name,
-        nodes=NodeStateCounts(**buckets),
-        total_gpus=total_gpus,
-        free_gpus=free_gpus,
-        free_gpus_by_type={gpu_type: free_gpus} if gpu_type and free_gpus else {},
-        total_cpus=total_cpus,
-        free_cpus=free_cpus,
-        free_memory_mib=free_mem,
-        max_free_gpus_on_node=max_gpus,
-        max_free_cpus_on_node=max_cpus,
-        pending_jobs=pending,
-        blocked_pending_jobs=blocked,
-        running_jobs=running,
-        user_pending_jobs=user_pending,
-        user_running_jobs=user_running,
+    state = tally.partition(
+        name,
+        gpu_type,
+        pending=pending,
+        blocked=blocked,
+        running=running,
+        user_pending=user_pending,
+        user_running=user_running,
         available=available,
     )
     return state, accounts
 
 
 def parse_probe(
-    sections: dict[str, BatchSection], profile: SiteProfile, collected_at: datetime
+    sections: dict[str, BatchSection], profile: SiteProfile, user: str, collected_at: datetime
 ) -> SiteState:
+    """The probe's sections as a SiteState. `user` goes unread: the probe's qstat already
+    asked for that user's jobs only."""
     wanted = ["queues", "jobs"] + (["balance"] if profile.conventions.balance_command else [])
     health, failed = health_of(sections, "nodes", wanted)
     nodes_data = load_json(sections["nodes"].stdout) if "nodes" not in failed else None
     if nodes_data is None:
-        return SiteState(
-            site=profile.name,
-            health=Health.OFFLINE,
-            collected_at=collected_at,
-            error="probe section failed: nodes",
-        )
+        return offline_state(profile, collected_at, "nodes")
     nodes = [n for n in (nodes_data.get("nodes", {}) or {}).values() if isinstance(n, dict)]
     queues_data = load_json(sections["queues"].stdout) if "queues" not in failed else None
     queues = (queues_data or {}).get("Queue", {}) or {}
@@ -346,12 +341,6 @@ def parse_probe(
             state = state.model_copy(update={"available": True})
         partitions.append(state)
         accounts.extend(a for a in found if a not in accounts)
-    return SiteState(
-        site=profile.name,
-        health=health,
-        collected_at=collected_at,
-        arch=profile.arch,
-        partitions=tuple(partitions),
-        accounts=tuple(accounts),
-        error=f"probe sections failed: {', '.join(failed)}" if failed else None,
+    return probe_state(
+        profile, collected_at, health, failed, partitions=partitions, accounts=accounts
     )

@@ -15,12 +15,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult
+from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.dialects import process_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.common import check_names, directive, render_body
+from fedhpc.adapters.dialects.common import (
+    check_names,
+    directive,
+    error_text,
+    io_directives,
+    render_body,
+    with_balance,
+)
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SAFE_NAME, SiteProfile, SiteState
+from fedhpc.domain.site import SAFE_NAME, SiteProfile
 from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["ROOT_ENV", "ProcessDialect", "accounts_of", "config_of"]
@@ -94,12 +101,7 @@ class ProcessDialect:
         if shape.memory_mib and profile.conventions.memory_request:
             lines.append(directive(d, "--mem", shape.memory_mib))
         lines.append(directive(d, "--time", shape.wall_time_s))
-        if spec.stdout:
-            lines.append(directive(d, "--output", spec.stdout))
-        if spec.stderr:
-            lines.append(directive(d, "--error", spec.stderr))
-        if spec.workdir:
-            lines.append(directive(d, "--chdir", spec.workdir))
+        lines.extend(io_directives(d, spec))
         # The profile's extra_directives name another scheduler's options: not rendered here.
         lines.extend(render_body(spec, profile))
         return "\n".join(lines) + "\n"
@@ -109,7 +111,9 @@ class ProcessDialect:
 
     def parse_submit(self, result: CommandResult) -> str:
         if not result.ok:
-            raise SchedulerRejected(parse.error_text(result), hint="Check account and partition.")
+            raise SchedulerRejected(
+                error_text(result, last_line_only=True), hint="Check account and partition."
+            )
         out = result.stdout.strip()
         job_id = out.splitlines()[-1].strip() if out else ""
         if not job_id.isdigit():
@@ -143,15 +147,6 @@ class ProcessDialect:
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
         config = json.dumps(config_of(profile), sort_keys=True)
         sections = {"probe": self._cmd("probe", f"--user={user}", f"--config={config}")}
-        if profile.conventions.balance_command:
-            sections["balance"] = Command(profile.conventions.balance_command)
-        return sections
+        return with_balance(sections, profile)
 
-    def parse_probe(
-        self,
-        sections: dict[str, BatchSection],
-        profile: SiteProfile,
-        user: str,
-        collected_at: datetime,
-    ) -> SiteState:
-        return parse.parse_probe(sections, profile, collected_at)
+    parse_probe = staticmethod(parse.parse_probe)

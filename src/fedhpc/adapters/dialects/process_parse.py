@@ -21,7 +21,6 @@ from fedhpc.domain.site import (
 
 __all__ = [
     "STATE_MAP",
-    "error_text",
     "parse_acct",
     "parse_find",
     "parse_probe",
@@ -41,7 +40,7 @@ STATE_MAP: dict[str, JobState] = {
 
 def _rows(result: CommandResult, verb: str) -> list[dict[str, Any]]:
     if not result.ok:
-        raise ValueError(f"localsched {verb} failed: {error_text(result)}")
+        raise ValueError(f"localsched {verb} failed: {error_text(result, last_line_only=True)}")
     data = json.loads(result.stdout or "[]")
     if not isinstance(data, list):
         raise ValueError(f"localsched {verb} printed {type(data).__name__}, not a list")
@@ -131,9 +130,10 @@ def _partition(row: dict[str, Any]) -> PartitionState:
 
 
 def parse_probe(
-    sections: dict[str, BatchSection], profile: SiteProfile, collected_at: datetime
+    sections: dict[str, BatchSection], profile: SiteProfile, user: str, collected_at: datetime
 ) -> SiteState:
-    """The `probe` section (JSON) as a SiteState shaped like the Slurm probe's."""
+    """The `probe` section (JSON) as a SiteState shaped like the Slurm probe's. `user` goes
+    unread: the probe command already carried it to localsched."""
     sec = sections.get("probe")
     if sec is None or sec.returncode != 0:
         return SiteState(

@@ -5,19 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
+from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import slurm_parse as parse
+from fedhpc.adapters.dialects import slurm_probe
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import (
     check_names,
     directive,
+    error_text,
     extra_directives,
+    io_directives,
     parse_name_pairs,
     render_body,
+    with_balance,
 )
-from fedhpc.adapters.dialects.slurm_probe import parse_probe
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile, SiteState
+from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import format_hms
 
 __all__ = ["SlurmDialect", "StartPrediction"]
@@ -81,12 +84,7 @@ class SlurmDialect:
         if shape.memory_mib and conv.memory_request:
             lines.append(directive(d, "--mem", f"{shape.memory_mib}M"))
         lines.append(directive(d, "--time", format_hms(shape.wall_time_s)))
-        if spec.stdout:
-            lines.append(directive(d, "--output", spec.stdout))
-        if spec.stderr:
-            lines.append(directive(d, "--error", spec.stderr))
-        if spec.workdir:
-            lines.append(directive(d, "--chdir", spec.workdir))
+        lines.extend(io_directives(d, spec))
         if spec.array:
             a = spec.array
             value = f"{a.start}-{a.stop}:{a.step}" + (f"%{a.limit}" if a.limit else "")
@@ -112,7 +110,9 @@ class SlurmDialect:
 
     def parse_submit(self, result: CommandResult) -> str:
         if not result.ok:
-            raise SchedulerRejected(parse.error_text(result), hint="Check account, partition, QoS.")
+            raise SchedulerRejected(
+                error_text(result, last_line_only=True), hint="Check account, partition, QoS."
+            )
         first = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
         job_id = first.split(";")[0].strip()
         if not job_id.isdigit():
@@ -125,14 +125,6 @@ class SlurmDialect:
 
     def parse_test_only(self, result: CommandResult) -> StartPrediction:
         return parse.parse_test_only(result)
-
-    def start_estimate_command(self, job_ids: Sequence[str]) -> Command:
-        """`squeue --start`: expected start times of pending jobs."""
-        argv = ("squeue", "--noheader", "--start", "--array", f"--jobs={_ids(job_ids)}")
-        return Command((*argv, "--format=%i|%S|%P"), env=_ENV)
-
-    def parse_start_estimates(self, result: CommandResult) -> dict[str, StartPrediction]:
-        return parse.parse_start_estimates(result)
 
     def status_command(self, job_ids: Sequence[str]) -> Command:
         argv = ("squeue", "--noheader", "--array", f"--jobs={_ids(job_ids)}")
@@ -205,15 +197,6 @@ class SlurmDialect:
                 env=_ENV,
             ),
         }
-        if profile.conventions.balance_command:
-            sections["balance"] = Command(profile.conventions.balance_command, env=_ENV)
-        return sections
+        return with_balance(sections, profile, _ENV)
 
-    def parse_probe(
-        self,
-        sections: dict[str, BatchSection],
-        profile: SiteProfile,
-        user: str,
-        collected_at: datetime,
-    ) -> SiteState:
-        return parse_probe(sections, profile, user, collected_at)
+    parse_probe = staticmethod(slurm_probe.parse_probe)

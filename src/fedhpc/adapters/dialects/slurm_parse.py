@@ -7,17 +7,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fedhpc.adapters.command import CommandResult
+from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import error_text
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
 
 __all__ = [
     "StartPrediction",
-    "error_text",
     "map_state",
     "none_if_blank",
     "parse_sacct",
     "parse_squeue",
-    "parse_start_estimates",
     "parse_test_only",
 ]
 
@@ -113,7 +112,7 @@ def parse_squeue(result: CommandResult) -> list[JobObservation]:
         # squeue rejects the whole call when every id has left its memory; they are gone.
         if "Invalid job id" in result.stderr:
             return []
-        raise ValueError(f"squeue failed: {error_text(result)}")
+        raise ValueError(f"squeue failed: {error_text(result, last_line_only=True)}")
     out: list[JobObservation] = []
     for line in result.stdout.splitlines():
         if not line.strip():
@@ -152,7 +151,7 @@ def _exit_code(value: str) -> int | None:
 def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
     """`sacct --parsable2 --allocations` rows; times are epoch seconds (SLURM_TIME_FORMAT=%s)."""
     if not result.ok:
-        raise ValueError(f"sacct failed: {error_text(result)}")
+        raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
     out: list[AccountingRecord] = []
     for line in result.stdout.splitlines():
         if not line.strip():
@@ -204,17 +203,5 @@ _TEST_ONLY = re.compile(
 def parse_test_only(result: CommandResult) -> StartPrediction:
     m = _TEST_ONLY.search(result.stderr + result.stdout)
     if not m:
-        from fedhpc.adapters.dialects.base import SchedulerRejected
-
-        raise SchedulerRejected(error_text(result))
+        raise SchedulerRejected(error_text(result, last_line_only=True))
     return StartPrediction(start=_epoch(m.group(1)), partition=m.group(4), nodes=m.group(3))
-
-
-def parse_start_estimates(result: CommandResult) -> dict[str, StartPrediction]:
-    out: dict[str, StartPrediction] = {}
-    for line in result.stdout.splitlines():
-        if line.count("|") < 2:
-            continue
-        jid, start, partition = line.split("|", 2)
-        out[jid.strip()] = StartPrediction(start=_epoch(start), partition=none_if_blank(partition))
-    return out
