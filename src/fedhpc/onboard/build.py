@@ -8,9 +8,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts
 from fedhpc.domain.config import AccountConfig, UserSiteConfig
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
-from fedhpc.onboard.facts import ClusterFacts, PartitionFacts
 
 __all__ = ["GPU_MEMORY_GIB", "Confirm", "Discovery", "build_discovery", "gpu_model"]
 

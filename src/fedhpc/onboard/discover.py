@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
+from fedhpc.adapters.dialects.facts import ClusterFacts
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import Transport
 from fedhpc.adapters.transports.local import TransportTimeout
@@ -17,7 +18,6 @@ from fedhpc.domain.config import TransportOverride
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
 from fedhpc.errors import UsageError
 from fedhpc.onboard.build import Discovery, build_discovery
-from fedhpc.onboard.facts import ClusterFacts
 from fedhpc.onboard.render import Difference, config_entry_toml, profile_diff, profile_toml
 from fedhpc.profiles.loader import (
     fedhpc_home,

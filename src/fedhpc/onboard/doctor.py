@@ -16,6 +16,7 @@ import anyio
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.facts import AssociationFacts
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.adapters.dialects.slurm_discover import (
     ASSOC_FIELDS,
@@ -31,7 +32,6 @@ from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.onboard.discover import discover_dialect
 from fedhpc.onboard.doctor_storage import probe_storage
-from fedhpc.onboard.facts import AssociationFacts
 from fedhpc.profiles.loader import fedhpc_home
 
 __all__ = [

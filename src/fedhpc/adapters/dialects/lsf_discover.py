@@ -10,10 +10,10 @@ from collections.abc import Mapping
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import pbs_lsf_util as util
+from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 from fedhpc.adapters.dialects.lsf import GPU_FIELDS
 from fedhpc.adapters.dialects.lsf_parse import _members, _queue_hosts, _rows
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, size_mib
-from fedhpc.onboard.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 
 __all__ = ["discover_sections", "parse_discovery", "ping_command", "ping_problem"]
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import pbs_lsf_util as util
+from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, load_json, size_mib
 from fedhpc.adapters.dialects.pbs_parse import _selectors, in_queue
 from fedhpc.domain.units import parse_duration
-from fedhpc.onboard.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 
 __all__ = ["discover_sections", "parse_discovery", "ping_command", "ping_problem"]
 

@@ -12,15 +12,15 @@ from collections import Counter
 from collections.abc import Mapping
 
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
-from fedhpc.adapters.dialects.slurm_probe import NodeRecord, parse_nodes
-from fedhpc.domain.units import parse_duration
-from fedhpc.onboard.facts import (
+from fedhpc.adapters.dialects.facts import (
     AssociationFacts,
     ClusterFacts,
     PartitionFacts,
     login_command,
     parse_login,
 )
+from fedhpc.adapters.dialects.slurm_probe import NodeRecord, parse_nodes
+from fedhpc.domain.units import parse_duration
 
 __all__ = [
     "ASSOC_FIELDS",
