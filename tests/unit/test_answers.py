@@ -25,7 +25,7 @@ from fedhpc.ops.tasks import (
     TaskHandle,
 )
 from fedhpc.ops.workdir import check_workdir, resolve_workdir, sites_holding
-from fedhpc.placement.settings import PolicyKind
+from fedhpc.placement.policy import PolicyKind
 from tests.unit.test_placement_world import cpu_partition, env, profile
 
 LIVE = ("submitted", "pending", "running", "accepted", "placing")

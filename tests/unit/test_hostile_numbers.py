@@ -28,7 +28,7 @@ from fedhpc.errors import ProfileError, ValidationFailed
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.placement import Placement, Policy, Settings, Unschedulable, place, place_group
 from fedhpc.placement.normalize import parse_envelope
-from fedhpc.placement.policy import whole_seconds
+from fedhpc.placement.ranking import whole_seconds
 from fedhpc.placement.trace import Estimates
 from fedhpc.profiles import load_profile, load_user_config
 from tests.unit.test_placement_world import (
@@ -129,7 +129,7 @@ def test_whole_seconds_ranks_infinite_and_nan_estimates_last_without_overflow(
 
 
 def test_an_infinite_runtime_estimate_sorts_last_instead_of_raising() -> None:
-    from fedhpc.placement.policy import Ranked, sort_key
+    from fedhpc.placement.ranking import Ranked, sort_key
 
     ranked = Ranked(id="a/g", site="a", partition="g", account_rank=0, queue_depth=0)
     base: dict[str, Any] = {

@@ -182,7 +182,7 @@ def test_estimators_are_judged_by_recent_error_and_auto_prefers_the_better_one()
     from fedhpc.placement import ErrorObservation, EstimatorErrors, WaitMethod, WaitObservation
     from fedhpc.placement.context import Live
     from fedhpc.placement.estimators import WaitHistory, estimate_wait
-    from fedhpc.placement.settings import Settings
+    from fedhpc.placement.policy import Settings
 
     now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     s = Settings()

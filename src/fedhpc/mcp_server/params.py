@@ -12,7 +12,7 @@ from pydantic import Field, WithJsonSchema
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy
-from fedhpc.placement.settings import PolicyKind
+from fedhpc.placement.policy import PolicyKind
 
 __all__ = [
     "ADAPTATION_SCHEMA",

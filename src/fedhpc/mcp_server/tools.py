@@ -55,7 +55,7 @@ from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_ITEMS,
     MAX_DESCRIPTION_CHARS,
 )
-from fedhpc.placement.settings import PolicyKind
+from fedhpc.placement.policy import PolicyKind
 from fedhpc.settings import CONTINUATION
 
 __all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS", "AckAnswer", "EventView", "EventsPage"]

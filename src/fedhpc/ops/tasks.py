@@ -20,7 +20,7 @@ from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut, TransferProvenance
 from fedhpc.ops.workdir import check_workdir
-from fedhpc.placement.settings import PolicyKind
+from fedhpc.placement.policy import PolicyKind
 
 __all__ = [
     "AdaptationPolicy",

@@ -27,7 +27,7 @@ from fedhpc.placement import (
 )
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
-from fedhpc.placement.settings import PolicyKind, WaitMethod
+from fedhpc.placement.policy import PolicyKind, WaitMethod
 from fedhpc.placement_io import SchedulerAnswer, ask_scheduler, requests_from_trace
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from fedhpc.domain.config import Site
 from fedhpc.ops.workdir import sites_holding
 from fedhpc.placement import Placement
-from fedhpc.placement.settings import PolicyKind
+from fedhpc.placement.policy import PolicyKind
 
 __all__ = ["fallback_note", "sites_without"]
 

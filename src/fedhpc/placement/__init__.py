@@ -21,8 +21,8 @@ from fedhpc.placement.estimators import (
 from fedhpc.placement.group import place_group
 from fedhpc.placement.normalize import known_accelerator_types, normalize_envelope, parse_envelope
 from fedhpc.placement.place import place
+from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings, WaitMethod
 from fedhpc.placement.rules import RULES, Category, Outcome, RuleResult
-from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings, WaitMethod
 from fedhpc.placement.sizing import joint_shapes, size_shape
 from fedhpc.placement.trace import (
     CandidateReasons,

@@ -21,9 +21,9 @@ from fedhpc.placement.estimators import (
     WaitHistory,
     env_prep_s,
 )
-from fedhpc.placement.policy import preference_rank, whole_seconds
+from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings, WaitMethod
 from fedhpc.placement.prune import Entry
-from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings, WaitMethod
+from fedhpc.placement.ranking import preference_rank, whole_seconds
 from fedhpc.placement.sizing import gpus_nodes
 
 __all__ = ["Bounds"]

@@ -10,7 +10,7 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, SiteProfile, SiteState
-from fedhpc.placement.settings import Settings
+from fedhpc.placement.policy import Settings
 
 if TYPE_CHECKING:
     from fedhpc.placement.credit import Budget, Charge

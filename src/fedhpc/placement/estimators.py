@@ -15,7 +15,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.units import MAX_SECONDS, UtcDatetime, as_utc
 from fedhpc.placement.context import Live
 from fedhpc.placement.errors import EstimatorErrors
-from fedhpc.placement.settings import Settings, WaitMethod
+from fedhpc.placement.policy import Settings, WaitMethod
 
 __all__ = [
     "EnvCache",

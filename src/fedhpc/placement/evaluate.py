@@ -20,9 +20,9 @@ from fedhpc.placement.estimators import (
     env_prep_s,
     estimate_wait,
 )
-from fedhpc.placement.policy import Ranked, sort_key, waste
+from fedhpc.placement.policy import Policy, PolicyKind
+from fedhpc.placement.ranking import Ranked, sort_key, waste
 from fedhpc.placement.rules import RULES, Category, Level, Outcome, RuleResult
-from fedhpc.placement.settings import Policy, PolicyKind
 from fedhpc.placement.sizing import joint_shapes, size_shape
 from fedhpc.placement.trace import CandidateTrace, Estimates
 

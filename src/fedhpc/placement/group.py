@@ -24,7 +24,7 @@ from fedhpc.placement.estimators import (
     WaitObservation,
 )
 from fedhpc.placement.place import TOP, Request
-from fedhpc.placement.settings import Policy
+from fedhpc.placement.policy import Policy
 from fedhpc.placement.trace import Placement, Unschedulable
 
 __all__ = ["STALE", "place_group"]

@@ -34,7 +34,7 @@ from fedhpc.placement.estimators import (
 from fedhpc.placement.evaluate import Inputs, evaluate, minimum_shape
 from fedhpc.placement.hints import relax_hint
 from fedhpc.placement.normalize import normalize_envelope
-from fedhpc.placement.policy import KEY_TAIL, primary_fields
+from fedhpc.placement.policy import Policy, PolicyKind
 from fedhpc.placement.prune import (
     Entry,
     context,
@@ -43,8 +43,8 @@ from fedhpc.placement.prune import (
     live_of,
     prune_static,
 )
+from fedhpc.placement.ranking import KEY_TAIL, primary_fields
 from fedhpc.placement.rules import RuleResult
-from fedhpc.placement.settings import Policy, PolicyKind
 from fedhpc.placement.trace import (
     CandidateReasons,
     CandidateTrace,

@@ -1,102 +1,96 @@
-"""Policies as sort keys: the primary criterion, then the issue's tie-break chain, then the id."""
+"""Placement policy and the numbers its rules and estimators use; all of it goes in the trace."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from enum import StrEnum
 
-from fedhpc.domain.envelope import Preferences
-from fedhpc.placement.settings import Objective, Policy, PolicyKind
-from fedhpc.placement.trace import Estimates
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["KEY_TAIL", "preference_rank", "primary_fields", "sort_key", "waste", "whole_seconds"]
+from fedhpc.domain.units import MAX_COUNT, MAX_SECONDS
 
-# After the policy's primary criterion: lower fraction of remaining site credit, lower
-# specialized-resource waste, user preference (site, partition, account order), stable id.
-KEY_TAIL = (
-    "credit_fraction",
-    "waste",
-    "preferred_site",
-    "preferred_partition",
-    "account_rank",
-    "id",
-)
+__all__ = ["Objective", "Policy", "PolicyKind", "Settings", "WaitMethod"]
 
 
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """What a policy needs to know about a feasible candidate besides its estimates."""
+class PolicyKind(StrEnum):
+    """How a feasible candidate is chosen (the paper's Table IV compares all three)."""
 
-    id: str
-    site: str
-    partition: str
-    account_rank: int
-    queue_depth: int
+    BEST_FEASIBLE = "best-feasible"  # minimum estimated completion W + R + E
+    SHORTEST_QUEUE = "shortest-queue"  # fewest pending jobs in the partition
+    FIXED_SITE = "fixed-site"  # one named site whenever it is feasible
 
 
-def primary_fields(policy: Policy) -> tuple[str, ...]:
-    completion = "completion_p90_s" if policy.objective is Objective.P90 else "completion_s"
-    if policy.kind is PolicyKind.SHORTEST_QUEUE:
-        return ("queue_depth",)
-    if policy.kind is PolicyKind.FIXED_SITE:
-        return ("not_fixed_site", completion)
-    return (completion,)
+class Objective(StrEnum):
+    """Which completion estimate best-feasible minimises."""
+
+    EXPECTED = "expected"  # typical wait
+    P90 = "p90"  # 90th-percentile wait: trades a little median for a shorter tail
 
 
-def preference_rank(prefs: Preferences, site: str, partition: str) -> tuple[int, int]:
-    """Position in the user's preference lists; unlisted sorts after every listed one."""
-    sites, parts = prefs.sites, prefs.partitions
-    ref = f"{site}/{partition}"
-    s = sites.index(site) if site in sites else len(sites)
-    p = parts.index(ref) if ref in parts else len(parts)
-    return s, p
+class WaitMethod(StrEnum):
+    """Where the queue-wait estimate comes from."""
+
+    PAPER = "paper"  # request-sized free slots, then queue depth
+    SCHEDULER = "scheduler"  # sbatch --test-only supplied as input; paper when missing
+    LEARNED = "learned"  # this federation's observed waits; paper when too few
+    AUTO = "auto"  # scheduler, else learned, else paper
 
 
-def waste(gpus_per_node: int, nodes: int, accelerators_per_node: int, whole_node: bool) -> int:
-    """Accelerators the job holds but does not use: whole-node charging (or exclusive nodes)
-    makes the unused ones on each node unavailable to everyone else."""
-    if not whole_node:
-        return 0
-    return max(0, accelerators_per_node - gpus_per_node) * nodes
+class Settings(BaseModel):
+    """Tunable numbers. Defaults are deliberately coarse: estimates rank, they do not promise."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-# Estimates past this many seconds all rank alike (and last): no estimate means "never".
-_NEVER_S = 10**15
-
-
-def whole_seconds(value: float) -> int:
-    """A completion estimate in whole seconds for sorting; infinite, NaN or absurd estimates
-    (no live state, a broken probe) rank last instead of raising OverflowError."""
-    if not math.isfinite(value) or value >= _NEVER_S:
-        return _NEVER_S  # -inf too: no real estimate is below zero
-    return max(round(value), 0)
-
-
-def _fraction(value: float) -> float:
-    return value if math.isfinite(value) else math.inf
-
-
-def sort_key(
-    policy: Policy, c: Ranked, est: Estimates, prefs: Preferences
-) -> tuple[float | int | str, ...]:
-    """Lower is better. Completion estimates are compared in whole seconds: they are coarse, and
-    sub-second differences must not outrank the tie-break chain."""
-    primary: Sequence[float | int]
-    completion = est.completion_p90_s if policy.objective is Objective.P90 else est.completion_s
-    if policy.kind is PolicyKind.SHORTEST_QUEUE:
-        primary = (c.queue_depth,)
-    elif policy.kind is PolicyKind.FIXED_SITE:
-        primary = (0 if c.site == policy.site else 1, whole_seconds(completion))
-    else:
-        primary = (whole_seconds(completion),)
-    ps, pp = preference_rank(prefs, c.site, c.partition)
-    return (
-        *primary,
-        round(_fraction(est.credit_fraction), 6),
-        est.waste,
-        ps,
-        pp,
-        c.account_rank,
-        c.id,
+    dispatch_s: float = Field(
+        default=10.0, ge=0, le=MAX_SECONDS, description="wait when a slot is free now"
     )
+    per_pending_s: float = Field(
+        default=120.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="paper estimator: wait per job queued ahead",
+    )
+    uncertainty_factor: float = Field(
+        default=2.0, ge=1, le=1000, description="p90/expected for estimates without history"
+    )
+    staleness_factor: float = Field(
+        default=5.0, gt=0, le=1000, description="a probe older than this x min_refresh_s is stale"
+    )
+    min_staleness_s: float = Field(
+        default=60.0, ge=0, le=MAX_SECONDS, description="floor of the stale bound"
+    )
+    learned_min_samples: int = Field(default=3, ge=1, le=MAX_COUNT)
+    learned_window_s: float = Field(default=14 * 86400.0, gt=0, le=MAX_SECONDS)
+    learned_max_samples: int = Field(
+        default=200, ge=1, le=MAX_COUNT, description="most recent per bucket"
+    )
+    default_prepare_s: float = Field(
+        default=600.0, ge=0, le=MAX_SECONDS, description="E when uncached"
+    )
+    serial_fraction: float = Field(
+        default=0.1, ge=0, le=1, description="Amdahl serial fraction when history cannot fit one"
+    )
+    allow_cpu_on_gpu_partitions: bool = False
+    max_shapes: int = Field(
+        default=4, ge=1, le=64, description="joint sizing: shapes per partition"
+    )
+    wall_margin: float = Field(
+        default=0.1, ge=0, le=10, description="a shape's wall time covers runtime x (1 + this)"
+    )
+
+
+class Policy(BaseModel):
+    """The selectable placement policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    kind: PolicyKind = PolicyKind.BEST_FEASIBLE
+    site: str | None = Field(default=None, description="FIXED_SITE: the site")
+    fallback: bool = Field(
+        default=True, description="FIXED_SITE: use other sites when the fixed one is infeasible"
+    )
+    objective: Objective = Objective.EXPECTED
+    wait: WaitMethod = WaitMethod.AUTO
+    joint_sizing: bool = Field(
+        default=True, description="best-feasible: evaluate several legal shapes per partition"
+    )
+    settings: Settings = Field(default_factory=Settings)

@@ -18,7 +18,8 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, ResourceSnapshot, SiteState
 from fedhpc.placement.candidates import account_choices
 from fedhpc.placement.context import Ledger, Live, PartitionContext
-from fedhpc.placement.policy import primary_fields
+from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings
+from fedhpc.placement.ranking import primary_fields
 from fedhpc.placement.rules import (
     RuleResult,
     accelerator,
@@ -30,7 +31,6 @@ from fedhpc.placement.rules import (
     too_large,
     wall_time,
 )
-from fedhpc.placement.settings import Objective, Policy, PolicyKind, Settings
 from fedhpc.placement.trace import PrunedClass
 
 __all__ = [

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
+from fedhpc.placement.policy import Policy
 from fedhpc.placement.rules import Outcome, RuleResult
-from fedhpc.placement.settings import Policy
 
 __all__ = [
     "CandidateReasons",
