@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from starlette.requests import Request
 
 from fedhpc.adapters.transports.base import TransportError, TransportMisconfigured
-from fedhpc.cli.exit_codes import run_command
 from fedhpc.daemon.guard import guard
 from fedhpc.domain.job import JobState
 from fedhpc.errors import EXIT_CODES, NotFound, typed_error, typed_errors
+from fedhpc.exit_codes import run_command
 from fedhpc.mcp_server.results import guarded
 from fedhpc.ops.tasks import ChildView, GroupView, ResultRequest
 from fedhpc.ui.server import build_ui_app

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import functools
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -88,20 +87,18 @@ def _control(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exec_lean(args: argparse.Namespace) -> NoReturn:
+    """Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich."""
+    argv = ["--once"] if args.once else []
+    if args.refresh is not None:
+        argv += ["--refresh", str(args.refresh)]
+    os.execv(sys.executable, [sys.executable, "-m", "fedhpc.daemon", *argv])  # noqa: S606
+
+
 def _daemon(args: argparse.Namespace) -> int:
     if args.action in ("stop", "restart"):
         return _control(args)
-    if sys.modules.get("rich") is not None:
-        # Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich.
-        argv = ["--once"] if args.once else []
-        if args.refresh is not None:
-            argv += ["--refresh", str(args.refresh)]
-        os.execv(sys.executable, [sys.executable, "-m", "fedhpc.daemon", *argv])  # noqa: S606
-    from fedhpc.daemon.server import run_daemon
-
-    settings = DaemonSettings.from_env(refresh_s=args.refresh)
-    anyio.run(functools.partial(run_daemon, settings, once=args.once))
-    return 0
+    _exec_lean(args)
 
 
 async def _view(

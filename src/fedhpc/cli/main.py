@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fedhpc import __version__
-from fedhpc.cli.exit_codes import run_command
+from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 
 __all__ = ["build_parser", "main"]

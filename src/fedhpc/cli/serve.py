@@ -13,8 +13,8 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.cli.exit_codes import run_command
 from fedhpc.errors import UsageError
+from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 from fedhpc.settings import MCP_TOKEN
 

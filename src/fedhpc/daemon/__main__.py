@@ -1,8 +1,9 @@
-"""`python -m fedhpc.daemon`: the daemon in a lean process.
+"""`python -m fedhpc.daemon [--once] [--refresh S]`: the daemon in a lean process.
 
 structlog imports `rich` when it is installed (it is: `mcp` depends on it), which costs the
 daemon about 5 MB of RSS for console rendering it never uses; the daemon logs key-value lines.
-Blocking the import before anything loads keeps the daemon under its memory budget.
+Blocking the import before anything loads keeps the daemon under its memory budget. `fedhpc
+daemon` re-executes itself this way; typed errors exit as every command's do.
 """
 
 from __future__ import annotations
@@ -11,11 +12,31 @@ import sys
 
 sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
+# Imported after blocking rich, on purpose.
+import argparse  # noqa: E402
+import functools  # noqa: E402
 
-def main() -> int:
-    from fedhpc.cli.main import main as cli
+import anyio  # noqa: E402
 
-    return cli(["daemon", *sys.argv[1:]])
+from fedhpc.daemon.server import run_daemon  # noqa: E402
+from fedhpc.daemon.settings import DaemonSettings  # noqa: E402
+from fedhpc.exit_codes import run_command  # noqa: E402
+from fedhpc.logs import configure_logging  # noqa: E402
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = DaemonSettings.from_env(refresh_s=args.refresh)
+    anyio.run(functools.partial(run_daemon, settings, once=args.once))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedhpc.daemon")
+    parser.add_argument("--once", action="store_true", help="run one control cycle and exit")
+    parser.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
+    args = parser.parse_args(argv)
+    configure_logging()
+    return run_command(argparse.Namespace(func=_run, **vars(args)))
 
 
 if __name__ == "__main__":
