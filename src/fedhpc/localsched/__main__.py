@@ -15,7 +15,7 @@ from typing import Any
 
 from fedhpc.localsched import sched
 from fedhpc.localsched.model import Config, Rejected
-from fedhpc.localsched.store import Store
+from fedhpc.localsched.store import SchedStore
 from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["main"]
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.root:
         print(f"localsched: error: no --root and no ${ROOT_ENV}", file=sys.stderr)
         return 2
-    store = Store(Path(args.root))
+    store = SchedStore(Path(args.root))
     try:
         if args.verb == "run-job":
             from fedhpc.localsched.wrapper import run_job

@@ -11,7 +11,7 @@ from typing import Any
 
 from fedhpc.localsched import procs
 from fedhpc.localsched.model import ACTIVE, Config, Job, Rejected, plan_starts
-from fedhpc.localsched.store import Store
+from fedhpc.localsched.store import SchedStore
 from fedhpc.localsched.views import acct_row, new_job, probe_report, queue_row
 
 __all__ = ["acct", "cancel", "configure", "find", "probe", "queue", "submit", "tick", "utcnow"]
@@ -21,7 +21,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def tick(store: Store, now: datetime) -> list[Job]:
+def tick(store: SchedStore, now: datetime) -> list[Job]:
     """Reap, then start queued jobs; returns every job as it now stands. Caller holds the lock."""
     jobs = store.load_all()
     for job in jobs:
@@ -46,7 +46,7 @@ def tick(store: Store, now: datetime) -> list[Job]:
     return jobs
 
 
-def submit(store: Store, script: str, *, env: dict[str, str], cwd: str) -> int:
+def submit(store: SchedStore, script: str, *, env: dict[str, str], cwd: str) -> int:
     """Queue a script; returns its job id or raises Rejected."""
     with store.lock():
         config = store.config()
@@ -68,14 +68,14 @@ def _select(jobs: list[Job], ids: list[int] | None) -> list[Job]:
     return jobs if ids is None else [j for j in jobs if j.id in set(ids)]
 
 
-def queue(store: Store, ids: list[int] | None = None) -> list[dict[str, Any]]:
+def queue(store: SchedStore, ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Jobs that have not finished (pending or running)."""
     with store.lock():
         jobs = tick(store, utcnow())
     return [queue_row(j) for j in _select(jobs, ids) if j.state in ACTIVE]
 
 
-def acct(store: Store, ids: list[int] | None = None) -> list[dict[str, Any]]:
+def acct(store: SchedStore, ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Every job, finished or not, with its times and exit code."""
     with store.lock():
         jobs = tick(store, utcnow())
@@ -83,14 +83,14 @@ def acct(store: Store, ids: list[int] | None = None) -> list[dict[str, Any]]:
     return [acct_row(j, config) for j in _select(jobs, ids)]
 
 
-def find(store: Store, names: list[str]) -> list[dict[str, Any]]:
+def find(store: SchedStore, names: list[str]) -> list[dict[str, Any]]:
     """Jobs (any state) by name, oldest first."""
     with store.lock():
         jobs = tick(store, utcnow())
     return [{"id": j.id, "name": j.name} for j in jobs if j.name in set(names)]
 
 
-def cancel(store: Store, ids: list[int]) -> list[str]:
+def cancel(store: SchedStore, ids: list[int]) -> list[str]:
     """Cancel jobs; returns one error per unknown id. Finished jobs are left as they are."""
     errors = []
     with store.lock():
@@ -113,14 +113,14 @@ def cancel(store: Store, ids: list[int]) -> list[str]:
     return errors
 
 
-def configure(store: Store, config: Config) -> bool:
+def configure(store: SchedStore, config: Config) -> bool:
     with store.lock():
         changed = store.write_config(config)
         tick(store, utcnow())
     return changed
 
 
-def probe(store: Store, user: str | None, config: Config | None = None) -> dict[str, Any]:
+def probe(store: SchedStore, user: str | None, config: Config | None = None) -> dict[str, Any]:
     """Per-partition capacity and queue counts; `config` (from the site profile) is stored
     first when given."""
     with store.lock():
@@ -134,7 +134,7 @@ def probe(store: Store, user: str | None, config: Config | None = None) -> dict[
     return probe_report(current, jobs, user, now)
 
 
-def job_env(store: Store, job: Job) -> dict[str, str]:
+def job_env(store: SchedStore, job: Job) -> dict[str, str]:
     """The environment a job runs with: the submitter's, plus where and what it got."""
     env = store.load_env(job.id)
     env.update({

@@ -17,7 +17,7 @@ from typing import Any
 
 from fedhpc.localsched.model import Config, Job
 
-__all__ = ["Store"]
+__all__ = ["SchedStore"]
 
 
 def _write(path: Path, text: str, mode: int = 0o600) -> None:
@@ -28,7 +28,7 @@ def _write(path: Path, text: str, mode: int = 0o600) -> None:
     tmp.replace(path)
 
 
-class Store:
+class SchedStore:
     """File-based state; callers hold `lock()` around every read-modify-write."""
 
     def __init__(self, root: Path) -> None:

@@ -14,7 +14,7 @@ from typing import IO
 
 from fedhpc.localsched import procs
 from fedhpc.localsched.sched import job_env, tick, utcnow
-from fedhpc.localsched.store import Store
+from fedhpc.localsched.store import SchedStore
 
 __all__ = ["KILL_WAIT_S", "run_job"]
 
@@ -32,7 +32,7 @@ def _open_outputs(stack: ExitStack, stdout: str, stderr: str) -> tuple[IO[bytes]
     return out, stack.enter_context(open(stderr, "ab"))
 
 
-def run_job(store: Store, job_id: int) -> int:
+def run_job(store: SchedStore, job_id: int) -> int:
     stop_at: list[float] = []  # when the job was told to stop (time limit or cancel)
 
     def stop(signum: int = 0, frame: FrameType | None = None) -> None:
