@@ -6,22 +6,16 @@ doctor for the site."""
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import subprocess
-import sys
-import time
 
 import anyio
 
-from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.cli.discover import add_transport_args, print_discovery, spec_from_args
 from fedhpc.cli.doctor import run_doctor
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import UsageError
 from fedhpc.onboard.discover import discover, write_discovery
-from fedhpc.onboard.doctor import connect_record
-from fedhpc.profiles import fedhpc_home, load_federation, load_profiles, load_user_config
+from fedhpc.onboard.master import open_master
+from fedhpc.profiles import load_federation, load_profiles, load_user_config
 from fedhpc.profiles.loader import user_profile_dirs
 
 __all__ = ["add_parser"]
@@ -41,38 +35,6 @@ def _known_spec(site: str, args: argparse.Namespace) -> TransportSpec | None:
     return spec
 
 
-def _open_master(spec: TransportSpec, name: str) -> None:
-    """ssh -fN with ControlMaster in the foreground terminal: the person answers the prompts."""
-    transport = SshTransport(spec, state_dir=fedhpc_home(), name=name)
-    check = subprocess.run(transport.control_argv("check"), capture_output=True, check=False)
-    if check.returncode == 0:
-        print(f"{name}: a ControlMaster is already open; reusing it")
-        return
-    argv = transport.open_argv()
-    print(f"{name}: opening the SSH session (answer the password/MFA prompts): {' '.join(argv)}")
-    sys.stdout.flush()
-    done = subprocess.run(argv, check=False)  # inherits this terminal: prompts reach the person
-    if done.returncode != 0:
-        raise UsageError(
-            f"ssh to {transport.destination} failed (exit {done.returncode})",
-            hint="Check the host and user, and that `ssh HOST` works in this terminal.",
-        )
-    _record(transport, name)
-    print(f"{name}: session open; fedhpc's calls ride on it until the center ends it")
-
-
-def _record(transport: SshTransport, name: str) -> None:
-    """Note the master's pid and opening time, so `fedhpc doctor` can say when it closes."""
-    check = subprocess.run(transport.control_argv("check"), capture_output=True, text=True,
-                           check=False)  # fmt: skip
-    found = re.search(r"pid=(\d+)", check.stderr + check.stdout)
-    if not found:
-        return
-    path = connect_record(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": int(found.group(1)), "at": int(time.time())}))
-
-
 def _run(args: argparse.Namespace) -> int:
     given = any((args.ssh, args.endpoint, args.local))
     spec = spec_from_args(args) if given else _known_spec(args.site, args)
@@ -82,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
             hint="Say how to reach it: --ssh HOST [--user U], --endpoint UUID or --local.",
         )
     if spec.kind == "ssh":
-        _open_master(spec, args.site)
+        open_master(spec, args.site)
     found = anyio.run(lambda: discover(args.site, spec, dialect=args.dialect))
     outcome = write_discovery(found, override=False)
     print_discovery(found, outcome)
