@@ -86,10 +86,7 @@ def error_codes() -> set[str]:
     for mod in pkgutil.walk_packages([str(SRC)], "fedhpc."):
         if mod.name.startswith(
             (
-                "fedhpc.demo",
-                "fedhpc.devfed.cli",
                 "fedhpc.daemon.__main__",
-                "fedhpc.localsched.__main__",
                 "fedhpc.mcp_server.__main__",
             )
         ):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.devfed import DevfedError
-from fedhpc.devfed.plan import plan_federation
-from fedhpc.devfed.sshd import SshFront, start_front
 from fedhpc.profiles import load_profiles
 from fedhpc.profiles.loader import devfed_root
+from fedhpc_dev.devfed import DevfedError
+from fedhpc_dev.devfed.plan import plan_federation
+from fedhpc_dev.devfed.sshd import SshFront, start_front
 
 HINT = "start it with `sudo fedhpc devfed up` (check with `fedhpc devfed status`)"
 

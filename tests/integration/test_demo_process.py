@@ -57,7 +57,7 @@ def test_demo_on_process_sites_resumes_the_agent_with_a_replaced_attempt(tmp_pat
     _check_resume(out)
     # The background jobs were cancelled at the end, through the process scheduler.
     acct = subprocess.run(
-        [sys.executable, "-m", "fedhpc.localsched", "--root",
+        [sys.executable, "-m", "fedhpc_dev.localsched", "--root",
          str(tmp_path / "devfed" / "devanvil" / "localsched"), "queue"],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from fedhpc.devfed import manager
 from fedhpc.domain.units import parse_duration
 from fedhpc.profiles import load_profiles
+from fedhpc_dev.devfed import manager
 from tests.integration.conftest import Devfed
 
 pytestmark = pytest.mark.devfed

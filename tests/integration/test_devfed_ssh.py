@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.devfed.sshd import SshFront
 from fedhpc.domain.site import Health
 from fedhpc.profiles import load_federation
+from fedhpc_dev.devfed.sshd import SshFront
 from tests.integration.conftest import Devfed
 from tests.integration.daemon_util import running
 

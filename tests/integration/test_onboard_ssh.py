@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from fedhpc.adapters.transports.ssh import SshTransport
-from fedhpc.devfed.sshd import SshFront
 from fedhpc.domain.site import TransportSpec
+from fedhpc_dev.devfed.sshd import SshFront
 
 
 def _fedhpc(

@@ -18,7 +18,6 @@ import pytest
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.client import DaemonClient
-from fedhpc.devfed.sshd import SshFront
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.domain.site import Health
 from fedhpc.ops.data import MoveDataRequest, StageOut, TransferRequest, TransferState
@@ -26,6 +25,7 @@ from fedhpc.ops.inspect import SiteView
 from fedhpc.ops.tasks import AdaptationPolicy, CancelRequest, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from fedhpc.profiles import load_federation
+from fedhpc_dev.devfed.sshd import SshFront
 from tests.integration.conftest import Devfed
 from tests.integration.daemon_util import drain, running, wait_terminal
 

@@ -16,8 +16,8 @@ from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
 from fedhpc.adapters.transports.ssh import SshTransport
-from fedhpc.devfed.sshd import SshFront, free_ports
 from fedhpc.domain.site import TransportSpec
+from fedhpc_dev.devfed.sshd import SshFront, free_ports
 from tests.injection_corpus import CANARY_NAME, corpus
 
 pytestmark = pytest.mark.sshd

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
-from fedhpc.devfed.plan import (
+from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.units import parse_duration
+from fedhpc.profiles import load_profiles
+from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
+from fedhpc_dev.devfed.plan import (
     CTLD_PORT_BASE,
     DBD_PORT,
     MYSQL_PORT,
@@ -19,10 +22,7 @@ from fedhpc.devfed.plan import (
     FederationPlan,
     plan_federation,
 )
-from fedhpc.devfed.status import parse_nodes
-from fedhpc.domain.site import SiteProfile
-from fedhpc.domain.units import parse_duration
-from fedhpc.profiles import load_profiles
+from fedhpc_dev.devfed.status import parse_nodes
 
 ROOT = Path("/devfed-test")
 
@@ -162,7 +162,8 @@ def test_rendering_is_deterministic(profiles: dict[str, SiteProfile]) -> None:
 
 def test_config_module_loads_no_io_library() -> None:
     code = (
-        "import json, sys, fedhpc.devfed.config, fedhpc.devfed.plan, fedhpc.devfed.status\n"
+        "import json, sys\n"
+        "import fedhpc_dev.devfed.config, fedhpc_dev.devfed.plan, fedhpc_dev.devfed.status\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,10 +8,11 @@ import pytest
 
 from fedhpc.adapters.transports.base import TransportMisconfigured
 from fedhpc.adapters.transports.ssh import SshTransport
-from fedhpc.devfed import DevfedError
-from fedhpc.devfed.sshd import Login, hosts_in, login_keys_line, render_sshd_config
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import EXIT_CODES
+from fedhpc.profiles.loader import ssh_config_hosts
+from fedhpc_dev.devfed import DevfedError
+from fedhpc_dev.devfed.sshd import Login, login_keys_line, render_sshd_config
 
 
 def test_each_login_gets_its_own_authorized_keys_by_local_port(tmp_path: Path) -> None:
@@ -38,8 +39,8 @@ def test_the_login_environment_travels_as_a_key_option() -> None:
 def test_host_aliases_are_read_from_an_ssh_config(tmp_path: Path) -> None:
     cfg = tmp_path / "ssh_config"
     cfg.write_text("Host devdelta\n  Port 1\nhost devvista other\nHost *.org !x\n")
-    assert hosts_in(cfg) == {"devdelta", "devvista", "other"}
-    assert hosts_in(tmp_path / "missing") == frozenset()
+    assert ssh_config_hosts(cfg) == {"devdelta", "devvista", "other"}
+    assert ssh_config_hosts(tmp_path / "missing") == frozenset()
 
 
 @pytest.mark.parametrize(

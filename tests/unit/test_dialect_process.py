@@ -116,7 +116,7 @@ def test_arrays_are_refused(profile: SiteProfile) -> None:
 def test_commands_are_argv_of_the_scheduler_module() -> None:
     d = ProcessDialect(PY)
     sub = d.submit_command("#!/bin/bash\n")
-    assert sub.argv == (PY, "-m", "fedhpc.localsched", "submit")
+    assert sub.argv == (PY, "-m", "fedhpc_dev.localsched", "submit")
     assert sub.stdin == "#!/bin/bash\n" and sub.idempotent is False
     assert d.status_command(["3", "12"]).argv[3:] == ("queue", "--jobs", "3,12")
     assert d.accounting_command(["3"]).argv[3:] == ("acct", "--jobs", "3")
@@ -138,7 +138,7 @@ def test_parse_submit_returns_the_id_or_the_scheduler_reason() -> None:
         d.parse_submit(CommandResult(0, "hello\n", ""))
 
 
-# Recorded from `python -m fedhpc.localsched queue` / `acct`.
+# Recorded from `python -m fedhpc_dev.localsched queue` / `acct`.
 QUEUE = (
     '[{"id": 1, "name": "fedhpc-a-1", "nodes": "ai-1", "partition": "ai", "reason": null, '
     '"state": "RUNNING", "user": "alice"}, {"id": 2, "name": "fedhpc-b-1", "nodes": null, '
@@ -264,7 +264,7 @@ def test_probe_failure_is_offline_and_a_missing_partition_degrades(profile: Site
 
 def localsched(root: Path, *args: str, stdin: str | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "fedhpc.localsched", "--root", str(root), *args],
+        [sys.executable, "-m", "fedhpc_dev.localsched", "--root", str(root), *args],
         input=stdin, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     return done.stdout

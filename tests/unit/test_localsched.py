@@ -1,4 +1,4 @@
-"""fedhpc.localsched with real processes: queueing, GPUs, cancel, time limits, accounting."""
+"""fedhpc_dev.localsched with real processes: queueing, GPUs, cancel, time limits, accounting."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Sched:
         self.root = root
 
     def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "fedhpc.localsched", "--root", str(self.root), *args]
+        argv = [sys.executable, "-m", "fedhpc_dev.localsched", "--root", str(self.root), *args]
         # Jobs without an output path write to the submit directory: the test's own folder.
         return subprocess.run(
             argv, input=stdin, capture_output=True, text=True, timeout=30, check=False,

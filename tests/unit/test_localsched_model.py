@@ -1,4 +1,4 @@
-"""fedhpc.localsched's pure core: directives, time limits, paths and the FIFO + backfill plan."""
+"""fedhpc_dev.localsched's pure core: directives, time limits, paths, the FIFO + backfill plan."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fedhpc.localsched.model import (
+from fedhpc_dev.localsched.model import (
     Config,
     Job,
     Partition,

@@ -5,19 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from fedhpc import __version__
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS_GROUP", "build_parser", "main"]
+
+# Commands that live outside the runtime package (the development tooling's `fedhpc devfed` and
+# `fedhpc demo`, pyproject.toml) register here: each entry point names an `add_parser(sub)`.
+COMMANDS_GROUP = "fedhpc.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
     from fedhpc.cli import (
         connect,
         daemon,
-        demo,
         doctor,
         hooks,
         login,
@@ -28,7 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
         tasks,
         ui,
     )
-    from fedhpc.devfed import cli as devfed_cli
 
     parser = argparse.ArgumentParser(
         prog="fedhpc",
@@ -41,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_parser(sub)
     doctor.add_parser(sub)
     connect.add_parser(sub)
-    demo.add_parser(sub)
     daemon.add_parser(sub)
     hooks.add_parser(sub)
     login.add_parser(sub)
@@ -49,8 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_parser(sub)
     pictures.add_parser(sub)
     ui.add_parser(sub)
-    devfed_cli.add_parser(sub)
+    _add_registered(sub)
     return parser
+
+
+def _add_registered(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands of the `fedhpc.commands` entry points, by name. One that cannot be loaded
+    is named on stderr and left out; the other commands still work."""
+    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            ep.load()(sub)
+        except Exception as exc:  # a broken plugin must not take the other commands down
+            print(
+                f"fedhpc: command {ep.name!r} ({ep.value}) could not be loaded: {exc}",
+                file=sys.stderr,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "load_profiles",
     "load_user_config",
     "shipped_profiles_dir",
+    "ssh_config_hosts",
     "user_config_path",
     "user_profile_dirs",
     "user_profiles_dir",
@@ -69,8 +70,8 @@ def devfed_process_root() -> Path:
 
 
 def _as_process_site(data: dict[str, Any]) -> dict[str, Any]:
-    """A local-test profile run by fedhpc.localsched instead of Slurm: same name, partitions and
-    capacities; the scheduler's state in `{devfed}/<site>/localsched`."""
+    """A local-test profile run by fedhpc_dev.localsched instead of Slurm: same name, partitions
+    and capacities; the scheduler's state in `{devfed}/<site>/localsched`."""
     name = str(data.get("name", ""))
     return {
         **data,
@@ -101,10 +102,19 @@ def _as_ssh_site(data: dict[str, Any], ssh_config: Path) -> dict[str, Any]:
     }
 
 
-def _ssh_hosts(path: Path) -> frozenset[str]:
-    from fedhpc.devfed.sshd import hosts_in  # only when an SSH front is in use
-
-    return hosts_in(path)
+def ssh_config_hosts(ssh_config: Path) -> frozenset[str]:
+    """The names of the `Host` entries of an ssh_config (patterns excluded); none when it
+    cannot be read."""
+    try:
+        text = ssh_config.read_text()
+    except OSError:
+        return frozenset()
+    names: set[str] = set()
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].lower() == "host":
+            names.update(w for w in words[1:] if not any(c in w for c in "*?!"))
+    return frozenset(names)
 
 
 def fedhpc_home() -> Path:
@@ -174,7 +184,7 @@ def load_profile(path: Path) -> SiteProfile:
     elif (
         data.get("local_test") is True
         and (front := devfed_ssh_config()) is not None
-        and str(data.get("name")) in _ssh_hosts(front)
+        and str(data.get("name")) in ssh_config_hosts(front)
     ):
         data = _as_ssh_site(data, front)
     data = _expand(data, {"devfed": str(root)})

@@ -1,5 +1,5 @@
-"""Scheduler dialects: slurm, pbs (PBS Pro), lsf and process (fedhpc.localsched). Pure modules,
-looked up by name."""
+"""Scheduler dialects: slurm, pbs (PBS Pro), lsf and process (fedhpc_dev.localsched). Pure
+modules, looked up by name."""
 
 from __future__ import annotations
 

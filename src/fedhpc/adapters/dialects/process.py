@@ -1,7 +1,9 @@
-"""The `process` dialect: sites whose jobs run as local processes under `fedhpc.localsched`.
+"""The `process` dialect: sites whose jobs run as local processes under `fedhpc_dev.localsched`
+(fedhpc's development tooling, shipped in the same distribution; named here as a module string,
+never imported).
 
-Every command is `<python> -m fedhpc.localsched VERB ...`; the scheduler's state folder comes
-from the site's transport environment (`FEDHPC_LOCALSCHED_ROOT`), as `SLURM_CONF` does for
+Every command is `<python> -m fedhpc_dev.localsched VERB ...`; the scheduler's state folder
+comes from the site's transport environment (`FEDHPC_LOCALSCHED_ROOT`), as `SLURM_CONF` does for
 Slurm. The probe carries the partitions' capacity from the profile, so the scheduler always
 runs with the profile's numbers.
 """
@@ -30,9 +32,10 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SAFE_NAME, SiteProfile
 from fedhpc.settings import LOCALSCHED_ROOT
 
-__all__ = ["ROOT_ENV", "ProcessDialect", "accounts_of", "config_of"]
+__all__ = ["ROOT_ENV", "SCHEDULER_MODULE", "ProcessDialect", "accounts_of", "config_of"]
 
 ROOT_ENV = LOCALSCHED_ROOT.name
+SCHEDULER_MODULE = "fedhpc_dev.localsched"  # run as `python -m`, never imported
 _ALTERNATIVES = re.compile(r"\{([^{}]*)\}")
 
 
@@ -73,8 +76,8 @@ def _ids(job_ids: Sequence[str]) -> str:
 
 
 class ProcessDialect:
-    """fedhpc.localsched. Pure: argv builders, a script renderer and parsers. `python` is the
-    interpreter that has fedhpc installed (default: this one)."""
+    """fedhpc_dev.localsched. Pure: argv builders, a script renderer and parsers. `python` is
+    the interpreter that has fedhpc installed (default: this one)."""
 
     name = "process"
     prefix = "#LOCALSCHED"
@@ -83,7 +86,7 @@ class ProcessDialect:
         self.python = python or sys.executable
 
     def _cmd(self, *args: str, stdin: str | None = None, idempotent: bool = True) -> Command:
-        argv = (self.python, "-m", "fedhpc.localsched", *args)
+        argv = (self.python, "-m", SCHEDULER_MODULE, *args)
         return Command(argv, stdin=stdin, idempotent=idempotent)
 
     def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:

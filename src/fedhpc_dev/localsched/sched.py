@@ -9,10 +9,10 @@ import signal
 from datetime import UTC, datetime
 from typing import Any
 
-from fedhpc.localsched import procs
-from fedhpc.localsched.model import ACTIVE, Config, Job, Rejected, plan_starts
-from fedhpc.localsched.store import SchedStore
-from fedhpc.localsched.views import acct_row, new_job, probe_report, queue_row
+from fedhpc_dev.localsched import procs
+from fedhpc_dev.localsched.model import ACTIVE, Config, Job, Rejected, plan_starts
+from fedhpc_dev.localsched.store import SchedStore
+from fedhpc_dev.localsched.views import acct_row, new_job, probe_report, queue_row
 
 __all__ = ["acct", "cancel", "configure", "find", "probe", "queue", "submit", "tick", "utcnow"]
 
@@ -36,7 +36,7 @@ def tick(store: SchedStore, now: datetime) -> list[Job]:
     before = {j.id: j.reason for j in jobs if j.state == "PENDING"}
     for job, _slots in plan_starts(config, jobs, now):
         job.state, job.start = "RUNNING", now
-        argv = ["-m", "fedhpc.localsched", "--root", str(store.root), "run-job", str(job.id)]
+        argv = ["-m", "fedhpc_dev.localsched", "--root", str(store.root), "run-job", str(job.id)]
         job.wrapper_pid = procs.spawn_detached(argv, store.wrapper_log)
         job.wrapper_ticks = procs.start_ticks(job.wrapper_pid)
         store.save(job)  # the wrapper waits for our lock, then finds itself RUNNING

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import structlog
 
-from fedhpc.devfed import DevfedError
 from fedhpc.domain.site import SAFE_NAME
 from fedhpc.settings import DEVFED_SSH_CONFIG, LOGIN
+from fedhpc_dev.devfed import DevfedError
 
 __all__ = [
     "SSHD",
@@ -38,7 +38,6 @@ __all__ = [
     "Login",
     "SshFront",
     "free_ports",
-    "hosts_in",
     "login_keys_line",
     "render_ssh_config",
     "render_sshd_config",
@@ -106,20 +105,6 @@ def render_ssh_config(root: Path, user: str, logins: list[Login]) -> str:
             "",
         ]
     return "\n".join(out)
-
-
-def hosts_in(ssh_config: Path) -> frozenset[str]:
-    """The names of the `Host` entries of an ssh_config (patterns excluded)."""
-    try:
-        text = ssh_config.read_text()
-    except OSError:
-        return frozenset()
-    names: set[str] = set()
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0].lower() == "host":
-            names.update(w for w in words[1:] if not any(c in w for c in "*?!"))
-    return frozenset(names)
 
 
 def free_ports(count: int) -> list[int]:

@@ -33,7 +33,7 @@ from fedhpc.profiles.loader import devfed_process_root
 from fedhpc.settings import BRIDGE_POLL_S, CYCLE_S, DEVFED, DEVFED_SSH_CONFIG, HOME, REFRESH_S
 
 if TYPE_CHECKING:
-    from fedhpc.devfed.sshd import SshFront
+    from fedhpc_dev.devfed.sshd import SshFront
 
 __all__ = ["add_parser"]
 
@@ -46,7 +46,7 @@ def _say(text: str) -> None:
 
 PROCESS_NOTE = (
     "falling back to 4 sites that run jobs as local processes (devanvil, devdelta, "
-    "devdeltaai, devvista: same partitions and capacities, scheduler fedhpc.localsched)"
+    "devdeltaai, devvista: same partitions and capacities, scheduler fedhpc_dev.localsched)"
 )
 
 
@@ -54,7 +54,7 @@ def _slurm_problem() -> str | None:
     """None when the local Slurm federation is healthy or was brought up; else why it is not
     used."""
     try:
-        from fedhpc.devfed.manager import default_plan, status, up
+        from fedhpc_dev.devfed.manager import default_plan, status, up
 
         plan = default_plan()
         if status(plan).healthy:
@@ -139,7 +139,7 @@ def _ssh_sites(wanted: str | None) -> list[str]:
 def _open_front(sites: list[str]) -> SshFront:
     """One sshd on loopback with a login host per site, whose login sets SLURM_CONF; the
     daemon, the agent and its MCP servers reach those sites over ssh (they inherit the env)."""
-    from fedhpc.devfed.sshd import start_front
+    from fedhpc_dev.devfed.sshd import start_front
 
     confs = {n: s.transport.env["SLURM_CONF"] for n, s in load_federation().items()}
     front = start_front(
@@ -210,7 +210,7 @@ def _loop(args: argparse.Namespace) -> int:
         out = home / "agent-resumed.txt"
         started = time.monotonic()
         agent = subprocess.run(
-            [sys.executable, "-m", "fedhpc.demo.agent", "plan", "--out", str(out)],
+            [sys.executable, "-m", "fedhpc_dev.demo.agent", "plan", "--out", str(out)],
             env=os.environ.copy(), check=False,
         )  # fmt: skip
         if agent.returncode != 0:

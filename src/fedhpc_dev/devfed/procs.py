@@ -13,7 +13,7 @@ from pathlib import Path
 import structlog
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from fedhpc.devfed import DevfedError
+from fedhpc_dev.devfed import DevfedError
 
 __all__ = [
     "DAEMONS",

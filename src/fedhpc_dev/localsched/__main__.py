@@ -1,4 +1,5 @@
-"""`python -m fedhpc.localsched --root DIR VERB`: the local-process batch scheduler's command line.
+"""`python -m fedhpc_dev.localsched --root DIR VERB`: the local-process batch scheduler's command
+line.
 
 Verbs print JSON (submit prints the bare job id, like `sbatch --parsable`); a refusal prints
 `localsched: error: ...` on stderr and exits 1.
@@ -13,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedhpc.localsched import sched
-from fedhpc.localsched.model import Config, Rejected
-from fedhpc.localsched.store import SchedStore
+from fedhpc_dev.localsched import sched
+from fedhpc_dev.localsched.model import Config, Rejected
+from fedhpc_dev.localsched.store import SchedStore
 from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["main"]
@@ -42,7 +43,7 @@ def _config(text: str) -> Config:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fedhpc.localsched")
+    p = argparse.ArgumentParser(prog="python -m fedhpc_dev.localsched")
     p.add_argument("--root", default=LOCALSCHED_ROOT.read(), help=f"state folder (${ROOT_ENV})")
     sub = p.add_subparsers(dest="verb", required=True)
     sub.add_parser("submit", help="queue the script on stdin; prints the job id")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     store = SchedStore(Path(args.root))
     try:
         if args.verb == "run-job":
-            from fedhpc.localsched.wrapper import run_job
+            from fedhpc_dev.localsched.wrapper import run_job
 
             return run_job(store, args.id)
         if args.verb == "submit":

@@ -40,7 +40,7 @@ async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, An
 
 
 async def plan(out: Path) -> None:
-    resume = [sys.executable, "-m", "fedhpc.demo.agent", "resume", "--out", str(out)]
+    resume = [sys.executable, "-m", "fedhpc_dev.demo.agent", "resume", "--out", str(out)]
     continuation = json.dumps({"runtime": "command", "command": resume})
     async with Client(_server({CONTINUATION.name: continuation}), mode="legacy") as client:
         tools = await client.list_tools()
@@ -114,7 +114,7 @@ async def resume(out: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fedhpc.demo.agent")
+    parser = argparse.ArgumentParser(prog="fedhpc_dev.demo.agent")
     parser.add_argument("step", choices=["plan", "resume"])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

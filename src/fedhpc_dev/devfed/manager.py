@@ -15,11 +15,14 @@ from functools import partial
 
 import structlog
 
-from fedhpc.devfed import DevfedError
-from fedhpc.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
-from fedhpc.devfed.daemons import start_daemon, start_mariadb, start_munge, start_slurmdbd
-from fedhpc.devfed.plan import ACCOUNTS, ClusterPlan, FederationPlan, plan_federation
-from fedhpc.devfed.procs import (
+from fedhpc.domain.site import SAFE_NAME
+from fedhpc.profiles import load_profiles
+from fedhpc.profiles.loader import devfed_root
+from fedhpc_dev.devfed import DevfedError
+from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
+from fedhpc_dev.devfed.daemons import start_daemon, start_mariadb, start_munge, start_slurmdbd
+from fedhpc_dev.devfed.plan import ACCOUNTS, ClusterPlan, FederationPlan, plan_federation
+from fedhpc_dev.devfed.procs import (
     alive_pid,
     port_open,
     run,
@@ -27,11 +30,8 @@ from fedhpc.devfed.procs import (
     sweep,
     wait_for,
 )
-from fedhpc.devfed.setup import ensure_packages, prepare_dirs, require_root, write_if_changed
-from fedhpc.devfed.status import ClusterStatus, FederationStatus, parse_nodes
-from fedhpc.domain.site import SAFE_NAME
-from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import devfed_root
+from fedhpc_dev.devfed.setup import ensure_packages, prepare_dirs, require_root, write_if_changed
+from fedhpc_dev.devfed.status import ClusterStatus, FederationStatus, parse_nodes
 
 __all__ = ["UpReport", "default_plan", "down", "invoking_users", "status", "up"]
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fedhpc.localsched.model import Config, Job
+from fedhpc_dev.localsched.model import Config, Job
 
 __all__ = ["SchedStore"]
 

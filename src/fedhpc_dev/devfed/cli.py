@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedhpc.devfed import DevfedError, manager
-from fedhpc.devfed.status import format_status
+from fedhpc_dev.devfed import DevfedError, manager
+from fedhpc_dev.devfed.status import format_status
 from fedhpc.settings import NO_PROGRESS
 
 __all__ = ["add_parser"]
@@ -52,7 +52,7 @@ def _ssh(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from fedhpc.devfed.sshd import start_front
+    from fedhpc_dev.devfed.sshd import start_front
 
     plan = manager.default_plan()
     known = [c.name for c in plan.clusters]

@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from fedhpc.localsched.model import (
+from fedhpc_dev.localsched.model import (
     DEFAULT_MEM_PER_CPU_MIB,
     TERMINAL,
     Config,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import structlog
 
-from fedhpc.devfed import DevfedError
-from fedhpc.devfed.plan import FederationPlan
-from fedhpc.devfed.procs import run
+from fedhpc_dev.devfed import DevfedError
+from fedhpc_dev.devfed.plan import FederationPlan
+from fedhpc_dev.devfed.procs import run
 
 __all__ = ["PACKAGES", "ensure_packages", "prepare_dirs", "require_root", "write_if_changed"]
 

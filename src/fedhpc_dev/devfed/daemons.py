@@ -7,9 +7,9 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from fedhpc.devfed import DevfedError
-from fedhpc.devfed.plan import DBD_PORT, MYSQL_PORT, FederationPlan
-from fedhpc.devfed.procs import alive_pid, port_open, run, stop_pids, wait_for
+from fedhpc_dev.devfed import DevfedError
+from fedhpc_dev.devfed.plan import DBD_PORT, MYSQL_PORT, FederationPlan
+from fedhpc_dev.devfed.procs import alive_pid, port_open, run, stop_pids, wait_for
 
 __all__ = ["start_daemon", "start_mariadb", "start_munge", "start_slurmdbd"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedhpc.devfed.plan import ClusterPlan, FederationPlan, plan_federation
 from fedhpc.errors import ErrorKind, FedError
+from fedhpc_dev.devfed.plan import ClusterPlan, FederationPlan, plan_federation
 
 __all__ = ["ClusterPlan", "DevfedError", "FederationPlan", "plan_federation"]
 

@@ -12,9 +12,9 @@ from contextlib import ExitStack
 from types import FrameType
 from typing import IO
 
-from fedhpc.localsched import procs
-from fedhpc.localsched.sched import job_env, tick, utcnow
-from fedhpc.localsched.store import SchedStore
+from fedhpc_dev.localsched import procs
+from fedhpc_dev.localsched.sched import job_env, tick, utcnow
+from fedhpc_dev.localsched.store import SchedStore
 
 __all__ = ["KILL_WAIT_S", "run_job"]
 

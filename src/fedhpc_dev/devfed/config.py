@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fedhpc.devfed.plan import DBD_PORT, MYSQL_PORT, ClusterPlan, FederationPlan
 from fedhpc.domain.units import format_hms
+from fedhpc_dev.devfed.plan import DBD_PORT, MYSQL_PORT, ClusterPlan, FederationPlan
 
 __all__ = ["render_gres_conf", "render_slurm_conf", "render_slurmdbd_conf"]
 

@@ -1,0 +1,93 @@
+"""The development tooling (src/fedhpc_dev) stays apart: no runtime module imports it, and its
+commands reach `fedhpc` only through the `fedhpc.commands` entry points."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from fedhpc.cli.main import COMMANDS_GROUP, build_parser
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module an `import` or `from ... import` in the file names (any scope, including
+    under TYPE_CHECKING and inside functions)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return out
+
+
+def test_no_runtime_module_imports_the_dev_tooling() -> None:
+    files = sorted((SRC / "fedhpc").rglob("*.py"))
+    assert len(files) > 100  # the runtime package was found
+    offenders = [
+        f"{path.relative_to(SRC)}: {name}"
+        for path in files
+        for name in sorted(_imported_modules(path))
+        if name == "fedhpc_dev" or name.startswith("fedhpc_dev.")
+    ]
+    assert offenders == []
+
+
+def test_the_import_check_sees_every_form_of_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import fedhpc_dev\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from fedhpc_dev.devfed.sshd import SshFront\n"
+        "def f() -> None:\n"
+        "    import fedhpc_dev.localsched.model as m\n"
+        "    from fedhpc_dev import demo\n"
+    )
+    names = _imported_modules(probe)
+    assert {"fedhpc_dev", "fedhpc_dev.devfed.sshd", "fedhpc_dev.localsched.model"} <= names
+    assert "fedhpc_dev.demo" in names
+
+
+def test_the_dev_commands_are_registered_entry_points() -> None:
+    registered = {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)}
+    assert registered == {
+        "demo": "fedhpc_dev.demo.cli:add_parser",
+        "devfed": "fedhpc_dev.devfed.cli:add_parser",
+    }
+    parser = build_parser()
+    choices = next(a.choices for a in parser._subparsers._actions if a.choices)  # type: ignore[union-attr]
+    assert {"demo", "devfed", "daemon", "serve"} <= set(choices)
+
+
+def test_a_command_that_cannot_load_is_named_and_the_others_still_work(tmp_path: Path) -> None:
+    # A real (if broken) distribution on the path: importlib.metadata finds its entry points.
+    dist = tmp_path / "brokenplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[{COMMANDS_GROUP}]\nbroken = fedhpc_no_such_module:add_parser\n"
+    )
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "--help"],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "fedhpc: command 'broken' (fedhpc_no_such_module:add_parser) could not be loaded" in (
+        out.stderr
+    )
+    assert "No module named 'fedhpc_no_such_module'" in out.stderr
+    assert "    devfed " in out.stdout
+    assert "    demo " in out.stdout
+    assert "broken" not in out.stdout
