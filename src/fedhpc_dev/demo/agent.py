@@ -68,8 +68,9 @@ async def plan(out: Path) -> None:
                          for i in range(4)],
             "envelope": env, "spread": True,
         })  # fmt: skip
-        for c in group["children"]:  # a child still being placed has no site yet
-            where = f"{c['site']}/{c['partition']} job {c['job_id']}" if "site" in c else "placing"
+        for c in group["children"]:  # a child being placed has no site yet, nor a job id
+            where = f"{c['site']}/{c['partition']}" if "site" in c else "placing"  # until submitted
+            where += f" job {c['job_id']}" if "job_id" in c else ""
             print(f"agent: act    {c['task_id']} -> {where}: {c.get('decision', '')}")
         print(f"agent: yield  group {group['group_id']}: ending the turn ({group['next'][:40]}...)")
 
