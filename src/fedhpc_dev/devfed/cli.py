@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fedhpc.settings import NO_PROGRESS
 from fedhpc_dev.devfed import DevfedError, manager
 from fedhpc_dev.devfed.status import format_status
-from fedhpc.settings import NO_PROGRESS
 
 __all__ = ["add_parser"]
 

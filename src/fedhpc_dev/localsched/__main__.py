@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedhpc.settings import LOCALSCHED_ROOT
 from fedhpc_dev.localsched import sched
 from fedhpc_dev.localsched.model import Config, Rejected
 from fedhpc_dev.localsched.store import SchedStore
-from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["main"]
 
