@@ -3,7 +3,7 @@ client reaches every route through it (a real app on a real store, served in pro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -82,7 +82,7 @@ async def test_the_client_reaches_each_read_route_of_the_app(client: DaemonClien
 async def test_an_unknown_id_reaches_its_route_and_is_answered_typed(
     client: DaemonClient, op: str
 ) -> None:
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "result": lambda: client.get_result(ResultRequest(task_id="nosuch")),
         "cancel": lambda: client.cancel(CancelRequest(task_id="nosuch")),
         "group": lambda: client.group("nosuch"),
