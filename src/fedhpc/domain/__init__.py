@@ -19,6 +19,7 @@ from fedhpc.domain.envelope import (
     WallRange,
 )
 from fedhpc.domain.job import (
+    ACTIVE,
     TERMINAL,
     TRANSITIONS,
     AccountingRecord,
@@ -51,6 +52,7 @@ from fedhpc.domain.site import (
 )
 
 __all__ = [
+    "ACTIVE",
     "TERMINAL",
     "TRANSITIONS",
     "Accelerator",

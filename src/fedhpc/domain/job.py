@@ -12,6 +12,7 @@ from fedhpc.domain.site import SafeName
 from fedhpc.domain.units import MiB, Seconds, UtcDatetime
 
 __all__ = [
+    "ACTIVE",
     "TERMINAL",
     "TRANSITIONS",
     "AccountingRecord",
@@ -54,6 +55,9 @@ TERMINAL: frozenset[JobState] = frozenset(
         JobState.UNSCHEDULABLE,
     }
 )
+# States of a job a scheduler has and the control cycle still watches (not QUEUED: no scheduler
+# has that task yet; not TERMINAL: it has ended).
+ACTIVE: frozenset[JobState] = frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.RUNNING})
 
 _ENDS = TERMINAL
 # Allowed moves. A job may jump straight to any terminal state (a short job can finish between

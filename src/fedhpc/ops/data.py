@@ -18,8 +18,8 @@ __all__ = [
     "MoveDataRequest",
     "StageOut",
     "SyncLevel",
-    "TransferError",
     "TransferHandle",
+    "TransferIssue",
     "TransferMode",
     "TransferOptions",
     "TransferProvenance",
@@ -164,7 +164,7 @@ class DataLocation(_Out):
     path: str
 
 
-class TransferError(_Out):
+class TransferIssue(_Out):
     """Why a transfer failed (or is blocked), with a stable code and how to fix it."""
 
     code: str
@@ -202,7 +202,7 @@ class TransferHandle(_Out):
     trace: tuple[str, ...] = Field(
         default=(), description="how the references and backend were chosen"
     )
-    error: TransferError | None = Field(default=None, description="why it failed, and the fix")
+    error: TransferIssue | None = Field(default=None, description="why it failed, and the fix")
     next: str = _NEXT
 
 
@@ -220,8 +220,8 @@ class TransferView(TransferHandle):
     files: int | None = None
     checksums: dict[str, str] = Field(default_factory=dict, description="relative path -> sha256")
     checksum_verified: bool | None = None
-    error: TransferError | None = None
-    blocked: TransferError | None = Field(default=None, description="waiting for a person")
+    error: TransferIssue | None = None
+    blocked: TransferIssue | None = Field(default=None, description="waiting for a person")
     awaited_by: tuple[str, ...] = Field(default=(), description="tasks whose stage-in this is")
     preview: str | None = None
     truncated: bool = False

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from fedhpc.domain.job import TERMINAL
+
 __all__ = ["HintTool", "blocked_hint", "next_hint"]
 
 HintTool = Literal["submit_task", "submit_group", "get_result", "replan", "cancel", "group"]
-
-_TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout", "unschedulable"})
 
 _WAIT = "End your turn now: fedhpc resumes you with the outcome. Do not poll."
 # get_result/replan/group may come from a session other than the submitter's: say whom.
@@ -85,9 +85,9 @@ def next_hint(
                 "Cancelled: fedhpc stopped it (and its job, if one was queued or running); "
                 "nothing more will happen."
             )
-        if state in _TERMINAL:
+        if state in TERMINAL:
             return f"Nothing was cancelled: it had already ended ({state}). Read it with {read}."
-    if state not in _TERMINAL:
+    if state not in TERMINAL:
         if blocked:
             return blocked_hint(blocked, read)
         if tool == "get_result":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fedhpc.ops.data import DataLocation, SyncLevel, TransferError, TransferState
+from fedhpc.ops.data import DataLocation, SyncLevel, TransferIssue, TransferState
 
 __all__ = ["BackendStatus", "TransferBackend", "TransferSpec"]
 
@@ -33,8 +33,8 @@ class BackendStatus:
     files: int | None = None
     checksums: dict[str, str] = field(default_factory=dict)
     checksum_verified: bool | None = None
-    error: TransferError | None = None
-    blocked: TransferError | None = None  # still active, but waits for a person (credentials)
+    error: TransferIssue | None = None
+    blocked: TransferIssue | None = None  # still active, but waits for a person (credentials)
 
 
 class TransferBackend(Protocol):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from fedhpc.ops.data import TransferError, TransferState
+from fedhpc.ops.data import TransferIssue, TransferState
 from fedhpc.transfer.backend import BackendStatus, TransferSpec
 from fedhpc.transfer.errors import TransferAuthError, TransferFailed, TransferUnavailable
 
@@ -119,14 +119,14 @@ class GlobusBackend:
             fatal = doc.get("fatal_error") or {}
             return BackendStatus(
                 TransferState.FAILED, bytes=moved, files=files,
-                error=TransferError(code=str(fatal.get("code") or nice or "FAILED"),
+                error=TransferIssue(code=str(fatal.get("code") or nice or "FAILED"),
                                     message=str(fatal.get("description") or
                                                 doc.get("nice_status_short_description") or
                                                 "the Globus task failed")),
             )  # fmt: skip
         blocked = None
         if status == "INACTIVE" or nice in _BLOCKED:
-            blocked = TransferError(
+            blocked = TransferIssue(
                 code=nice or status,
                 message=str(doc.get("nice_status_short_description") or
                             f"the Globus task is {status.lower()} ({nice})"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.ops.data import TransferError, TransferState
+from fedhpc.ops.data import TransferIssue, TransferState
 from fedhpc.transfer.backend import BackendStatus, TransferSpec
 from fedhpc.transfer.errors import TransferFailed
 
@@ -64,7 +64,7 @@ class LocalBackend:
         if not (folder / "spec.json").exists():
             return BackendStatus(
                 TransferState.FAILED,
-                error=TransferError(code="lost", message=f"no local transfer {backend_id}"),
+                error=TransferIssue(code="lost", message=f"no local transfer {backend_id}"),
             )
         result = folder / "result.json"
         if not result.exists():
@@ -78,7 +78,7 @@ class LocalBackend:
             )  # fmt: skip
         return BackendStatus(
             TransferState.FAILED,
-            error=TransferError(code=data["code"], message=data["message"]),
+            error=TransferIssue(code=data["code"], message=data["message"]),
         )
 
     async def _ensure_worker(self, folder: Path) -> None:

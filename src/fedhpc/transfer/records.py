@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.ops.data import (
     DataLocation,
-    TransferError,
     TransferHandle,
+    TransferIssue,
     TransferMode,
     TransferOptions,
     TransferProvenance,
@@ -64,8 +64,8 @@ class TransferRecord(BaseModel):
     files: int | None = None
     checksums: dict[str, str] = Field(default_factory=dict)
     checksum_verified: bool | None = None
-    error: TransferError | None = None
-    blocked: TransferError | None = None
+    error: TransferIssue | None = None
+    blocked: TransferIssue | None = None
     blocks: int = 0  # how many times it became blocked: each block is told once
     cause: str | None = None  # "upstream": the producing task failed (its own event says so)
     awaited_by: tuple[str, ...] = ()

@@ -19,8 +19,8 @@ from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
     MoveDataRequest,
-    TransferError,
     TransferHandle,
+    TransferIssue,
     TransferRequest,
     TransferState,
     TransferView,
@@ -208,13 +208,13 @@ class TransferService:
             return rec  # still live: queued, placing, re-placed after a failed try, running...
         if state != "completed" or row is None:
             why = f"task {rec.after_task} ended {state}: nothing to copy"
-            err = TransferError(code="upstream_failed", message=why)
+            err = TransferIssue(code="upstream_failed", message=why)
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
         accepted = row["body"].get("accepted_attempt")
         att = next((a for a in await self.store.attempts(rec.after_task) if a["n"] == accepted),
                    None)  # fmt: skip
         if att is None:
-            err = TransferError(code="upstream_failed", message="no accepted attempt")
+            err = TransferIssue(code="upstream_failed", message="no accepted attempt")
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
         workdir = str(att["body"].get("workdir") or "")
         path = posixpath.normpath(posixpath.join(workdir, rec.source_rel))
@@ -280,7 +280,7 @@ class TransferService:
         rec.blocked = st.blocked
         return await self._save(rec)
 
-    async def _block(self, rec: TransferRecord, err: TransferError) -> TransferRecord:
+    async def _block(self, rec: TransferRecord, err: TransferIssue) -> TransferRecord:
         rec.blocked, rec.blocks = err, rec.blocks + 1
         return await self._save(rec, blocked=True)
 
@@ -289,7 +289,7 @@ class TransferService:
         rec: TransferRecord,
         state: TransferState,
         *,
-        error: TransferError | None = None,
+        error: TransferIssue | None = None,
         cause: str | None = None,
     ) -> TransferRecord:
         rec.state, rec.error, rec.cause, rec.completed_at = state, error, cause, self.clock()
@@ -350,5 +350,5 @@ class TransferService:
                               key=f"{kind}:{key or rec.id}")  # fmt: skip
 
 
-def _err(exc: FedError) -> TransferError:
-    return TransferError(code=exc.code, message=exc.message, hint=exc.hint)
+def _err(exc: FedError) -> TransferIssue:
+    return TransferIssue(code=exc.code, message=exc.message, hint=exc.hint)

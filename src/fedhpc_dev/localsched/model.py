@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 __all__ = [
-    "ACTIVE",
     "DEFAULT_MEM_PER_CPU_MIB",
+    "END_STATES",
     "PREFIX",
-    "TERMINAL",
+    "QUEUE_STATES",
     "Config",
     "Job",
     "Partition",
@@ -26,8 +26,10 @@ __all__ = [
 
 PREFIX = "#LOCALSCHED"
 DEFAULT_MEM_PER_CPU_MIB = 1024  # as the Slurm federation's DefMemPerCPU
-ACTIVE = frozenset({"PENDING", "RUNNING"})
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+# The local scheduler's own (Slurm-style) job states, not fedhpc's `JobState`: the ones its
+# `queue` lists, and the ones a job ends in.
+QUEUE_STATES = frozenset({"PENDING", "RUNNING"})
+END_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
 
 
 class Rejected(Exception):

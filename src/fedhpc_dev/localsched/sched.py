@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fedhpc_dev.localsched import procs
-from fedhpc_dev.localsched.model import ACTIVE, Config, Job, Rejected, plan_starts
+from fedhpc_dev.localsched.model import QUEUE_STATES, Config, Job, Rejected, plan_starts
 from fedhpc_dev.localsched.store import SchedStore
 from fedhpc_dev.localsched.views import acct_row, new_job, probe_report, queue_row
 
@@ -72,7 +72,7 @@ def queue(store: SchedStore, ids: list[int] | None = None) -> list[dict[str, Any
     """Jobs that have not finished (pending or running)."""
     with store.lock():
         jobs = tick(store, utcnow())
-    return [queue_row(j) for j in _select(jobs, ids) if j.state in ACTIVE]
+    return [queue_row(j) for j in _select(jobs, ids) if j.state in QUEUE_STATES]
 
 
 def acct(store: SchedStore, ids: list[int] | None = None) -> list[dict[str, Any]]:
@@ -100,7 +100,7 @@ def cancel(store: SchedStore, ids: list[int]) -> list[str]:
             if job is None:
                 errors.append(f"invalid job id {job_id}")
                 continue
-            if job.state not in ACTIVE:
+            if job.state not in QUEUE_STATES:
                 continue
             was_running = job.state == "RUNNING"
             job.state, job.end, job.reason = "CANCELLED", now, None

@@ -9,7 +9,7 @@ from typing import Any
 
 from fedhpc_dev.localsched.model import (
     DEFAULT_MEM_PER_CPU_MIB,
-    TERMINAL,
+    END_STATES,
     Config,
     Job,
     Rejected,
@@ -159,6 +159,6 @@ def probe_report(
     usage: Counter[str] = Counter()
     for j in jobs:
         if j.user == user and j.account and j.start:
-            end = j.end if j.state in TERMINAL and j.end else now
+            end = j.end if j.state in END_STATES and j.end else now
             usage[j.account] += round(max(0.0, (end - j.start).total_seconds()) * j.cpus * j.nodes)
     return {"partitions": parts, "accounts": list(config.accounts), "usage_cpu_s": dict(usage)}
