@@ -295,7 +295,14 @@ def _keep(home: Path, env: dict[str, str]) -> bool:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="the whole loop on the local federation (a few minutes)")
+    p = sub.add_parser(
+        "demo",
+        help="the whole loop on the local federation (a few minutes)",
+        description="The whole loop on the local federation: a daemon of its own, a scripted "
+        "agent over MCP, a resume. Development tooling (fedhpc_dev): to make one site busy it "
+        "submits two background jobs to devanvil's scheduler itself, not through the daemon, "
+        "as another user of that cluster would.",
+    )
     p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the resume")
     p.add_argument(
         "--keep",
