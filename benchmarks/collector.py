@@ -31,12 +31,12 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports import Transport, make_transport
 from fedhpc.client import DaemonClient
 from fedhpc.collector import Collector
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain.config import Site, UserConfig
 from fedhpc.domain.site import Health
 from fedhpc.errors import FedError
 from fedhpc.logs import configure_logging
 from fedhpc.profiles import load_federation
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 
 log = structlog.get_logger("benchmarks.collector")

@@ -48,8 +48,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.tasks import ResultRequest
+from fedhpc.settings import DaemonSettings
 
 STATUS_TOOLS = {"get_result", "inspect_federation", "list_events"}
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}

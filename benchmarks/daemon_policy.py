@@ -19,9 +19,9 @@ from pathlib import Path
 import anyio
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["DaemonPolicy"]
 

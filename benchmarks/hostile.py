@@ -29,13 +29,13 @@ import anyio
 import httpx2
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.draft import draft_envelope
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,
     MAX_DESCRIPTION_CHARS,
 )
+from fedhpc.settings import DaemonSettings
 
 TARGET_DRAFT_S = 0.050
 TARGET_P99_S = 0.100

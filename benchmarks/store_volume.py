@@ -33,11 +33,11 @@ from typing import Any
 import anyio
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import JobState
 from fedhpc.domain.job import Shape
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 
 NOW = datetime.now(UTC)

@@ -50,8 +50,8 @@ from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # no
 from tests.integration.conftest import LOCK  # noqa: E402
 
 from fedhpc.client import DaemonClient  # noqa: E402
-from fedhpc.daemon.settings import DaemonSettings  # noqa: E402
 from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
+from fedhpc.settings import DaemonSettings  # noqa: E402
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_RSS_MB = 80.0

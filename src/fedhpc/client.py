@@ -13,7 +13,6 @@ import httpx2
 
 from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
@@ -30,7 +29,7 @@ from fedhpc.ops.tasks import (
     TaskHandle,
     TaskSummary,
 )
-from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME
+from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME, DaemonSettings
 
 __all__ = [
     "AcceptedUnknown",

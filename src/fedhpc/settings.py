@@ -1,33 +1,49 @@
 """Every `FEDHPC_*` environment variable in one registry (name, type, default, meaning, reader),
 and the only module that reads them. Values are read when asked for, not snapshotted at import:
 a test's monkeypatch, a child's environment and a daemon started later all see what is set.
-Code that puts a variable into a child's environment names it with `SETTING.name`.
-
-`python -m fedhpc.settings` prints the table docs/settings.md carries (`--write` updates it)."""
+Code that puts a variable into a child's environment names it with `SETTING.name`. The daemon's
+tunables are fields of `DaemonSettings`, validated together. docs/settings.md is generated from
+this registry (`fedhpc.settings_docs`)."""
 
 from __future__ import annotations
 
 import os
-import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedhpc.errors import FieldIssue, ValidationFailed
 
 __all__ = [
     "SETTINGS",
+    "Bounds",
+    "DaemonSettings",
     "Setting",
     "daemon_values",
-    "invalid",
+    "fedhpc_home",
     "lookup",
-    "markdown_table",
+    "shown",
+    "state_dir",
 ]
 
 Default = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A daemon tunable's range: greater than `gt`, at least `ge`, at most `le`."""
+
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+
+    def __str__(self) -> str:
+        low = f" > {self.gt:g}" if self.gt is not None else ""
+        low += f" >= {self.ge:g}" if self.ge is not None else ""
+        return low + (f", <= {self.le:g}" if self.le is not None else "")
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,7 @@ class Setting:
     meaning: str
     reader: str
     field: str | None = None
+    bounds: Bounds | None = None
 
     def read(self, env: Mapping[str, str] | None = None) -> str | None:
         """The raw value in `env` (default: this process's environment now), else None."""
@@ -51,19 +68,19 @@ class Setting:
         value = self.read(env)
         if value is not None or self.default is None:
             return value
-        return _shown(self.default)
+        return shown(self.default)
 
 
 SETTINGS: list[Setting] = []
 
 
-def _reader(reader: str, *, daemon: bool = False) -> Callable[[str, str, Default, str], Setting]:
+def _reader(reader: str, *, daemon: bool = False) -> Callable[..., Setting]:
     """A registrar for the variables `reader` reads; a daemon tunable sets the same-named
-    (lower-case) DaemonSettings field."""
+    (lower-case) DaemonSettings field, within its bounds."""
 
-    def register(name: str, type_: str, default: Default, meaning: str) -> Setting:
-        field = name.lower() if daemon else None
-        setting = Setting(f"FEDHPC_{name}", type_, default, meaning, reader, field)
+    def register(name: str, type_: str, default: Default, meaning: str, **bounds: float) -> Setting:
+        field, limits = (name.lower(), Bounds(**bounds)) if daemon else (None, None)
+        setting = Setting(f"FEDHPC_{name}", type_, default, meaning, reader, field, limits)
         SETTINGS.append(setting)
         return setting
 
@@ -91,57 +108,87 @@ LOG_LEVEL = _every(
 )
 
 # The daemon's tunables: DaemonSettings validates them (a bad value stops the daemon's start).
-REFRESH_S = _daemon("REFRESH_S", "seconds > 0", 60.0, "collector refresh interval")
+REFRESH_S = _daemon("REFRESH_S", "seconds", 60.0, "collector refresh interval", gt=0)
 PROBE_TIMEOUT_S = _daemon(
-    "PROBE_TIMEOUT_S", "seconds > 0", 30.0, "a site probe is abandoned after this long"
+    "PROBE_TIMEOUT_S", "seconds", 30.0, "a site probe is abandoned after this long", gt=0
 )
-HISTORY_KEEP = _daemon("HISTORY_KEEP", "int >= 1", 1440, "snapshots kept per site")
-GRACE_S = _daemon("GRACE_S", "seconds >= 0", 10.0, "SIGTERM grace before cancelling")
-CYCLE_S = _daemon("CYCLE_S", "seconds > 0", 10.0, "orchestrator control cycle")
-INTENT_GRACE_S = _daemon(
-    "INTENT_GRACE_S", "seconds >= 1", 45.0, "after a crash, resubmit an unseen intent this late"
+HISTORY_KEEP = _daemon("HISTORY_KEEP", "int", 1440, "snapshots kept per site", ge=1)
+GRACE_S = _daemon("GRACE_S", "seconds", 10.0, "SIGTERM grace before cancelling", ge=0)
+CYCLE_S = _daemon("CYCLE_S", "seconds", 10.0, "orchestrator control cycle", gt=0)
+BRIDGE_POLL_S = _daemon(
+    "BRIDGE_POLL_S",
+    "seconds",
+    1.0,
+    "the resume bridge's poll interval (it is also woken after each control cycle)",
+    gt=0,
 )
-SITE_LOST_S = _daemon(
-    "SITE_LOST_S", "seconds >= 0", 300.0, "offline this long: stuck work wakes the agent"
+BRIDGE_ATTEMPTS = _daemon(
+    "BRIDGE_ATTEMPTS", "int", 4, "resumes tried before a delivery is dead", ge=1
 )
-RETRY_WINDOW_S = _daemon(
-    "RETRY_WINDOW_S",
-    "seconds, 0..86400",
-    120.0,
-    "the same request from the same caller this soon is a retry (same task)",
+BRIDGE_BACKOFF_S = _daemon(
+    "BRIDGE_BACKOFF_S",
+    "seconds",
+    5.0,
+    "first retry delay, doubling (5, 10, 20 s), at most 300 s",
+    gt=0,
 )
-ESTIMATE_TIMEOUT_S = _daemon(
-    "ESTIMATE_TIMEOUT_S",
-    "seconds, 0..60",
-    2.0,
-    "placement waits this long for a site's sbatch --test-only answer",
-)
-SUBMITS_PER_CYCLE = _daemon(
-    "SUBMITS_PER_CYCLE",
-    "int, 1..10000",
-    100,
-    "new jobs sent to one site per control cycle at most (good citizenship)",
-)
-EVENTS_KEEP_DAYS = _daemon(
-    "EVENTS_KEEP_DAYS",
-    "days, 0..3650",
-    30.0,
-    "delivered events older than this move to <home>/archive (0: never)",
-)
-BRIDGE_POLL_S = _daemon("BRIDGE_POLL_S", "seconds > 0", 1.0, "resume bridge poll")
-BRIDGE_ATTEMPTS = _daemon("BRIDGE_ATTEMPTS", "int >= 1", 4, "resumes tried before dead")
-BRIDGE_BACKOFF_S = _daemon("BRIDGE_BACKOFF_S", "seconds > 0", 5.0, "first retry delay, doubling")
 RESUME_TIMEOUT_S = _daemon(
-    "RESUME_TIMEOUT_S", "seconds > 0", 1800.0, "a resumed turn is killed after this long"
+    "RESUME_TIMEOUT_S",
+    "seconds",
+    1800.0,
+    "a resumed turn is stopped after this long in any case",
+    gt=0,
+)
+RESUME_WARM_MCP = _daemon(
+    "RESUME_WARM_MCP",
+    "bool",
+    True,
+    "Claude resumes use the warm loopback HTTP MCP server (0: a stdio server per resume)",
 )
 RESUME_START_TIMEOUT_S = _daemon(
     "RESUME_START_TIMEOUT_S",
-    "seconds > 0",
+    "seconds",
     120.0,
-    "...or when the model has not answered it by then",
+    "a resume whose model has not answered by then is stopped (a dead endpoint)",
+    gt=0,
 )
-RESUME_WARM_MCP = _daemon(
-    "RESUME_WARM_MCP", "bool", True, "Claude resumes use one warm HTTP MCP server (else stdio)"
+INTENT_GRACE_S = _daemon(
+    "INTENT_GRACE_S", "seconds", 45.0, "after a crash, resubmit an unseen intent this late", ge=1
+)
+SITE_LOST_S = _daemon(
+    "SITE_LOST_S", "seconds", 300.0, "offline this long: stuck work wakes the agent", ge=0
+)
+ESTIMATE_TIMEOUT_S = _daemon(
+    "ESTIMATE_TIMEOUT_S",
+    "seconds",
+    2.0,
+    "placement waits this long for a site's sbatch --test-only answer",
+    gt=0,
+    le=60,
+)
+SUBMITS_PER_CYCLE = _daemon(
+    "SUBMITS_PER_CYCLE",
+    "int",
+    100,
+    "new jobs sent to one site per control cycle at most (good citizenship)",
+    ge=1,
+    le=10_000,
+)
+EVENTS_KEEP_DAYS = _daemon(
+    "EVENTS_KEEP_DAYS",
+    "days",
+    30.0,
+    "delivered events older than this move to <home>/archive (0: never)",
+    ge=0,
+    le=3650,
+)
+RETRY_WINDOW_S = _daemon(
+    "RETRY_WINDOW_S",
+    "seconds",
+    120.0,
+    "the same request from the same caller this soon is a retry (same task)",
+    ge=0,
+    le=86400,
 )
 
 # The MCP server, the daemon's client and the resume bridge.
@@ -252,20 +299,105 @@ def lookup(name: str) -> Setting:
         raise KeyError(f"{name} is not a registered fedhpc setting") from None
 
 
+def state_dir() -> Path:
+    """`$XDG_STATE_HOME`, else `~/.local/state`: where fedhpc's own folders go by default."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+
+
+def fedhpc_home() -> Path:
+    """The user's state folder: `$FEDHPC_HOME`, else `$XDG_STATE_HOME/fedhpc`."""
+    if env := HOME.read():
+        return Path(env)
+    return state_dir() / "fedhpc"
+
+
 def daemon_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The daemon tunables set in `env` (default: this process's environment), by field name,
     unparsed: DaemonSettings validates them."""
     return {s.field: v for s in SETTINGS if s.field and (v := s.read(env)) is not None}
 
 
-def invalid(exc: ValidationError, values: Mapping[str, str]) -> ValidationFailed | None:
+def _tunable(setting: Setting) -> Any:
+    """The DaemonSettings field of a tunable: its default, bounds and meaning."""
+    bounds = setting.bounds or Bounds()
+    return Field(
+        default=setting.default,
+        gt=bounds.gt,
+        ge=bounds.ge,
+        le=bounds.le,
+        description=setting.meaning,
+    )
+
+
+class DaemonSettings(BaseModel):
+    """Where the daemon keeps its socket, store and log (under `home`), and its tunables;
+    `from_env` takes them from the environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path
+    refresh_s: float = _tunable(REFRESH_S)
+    probe_timeout_s: float = _tunable(PROBE_TIMEOUT_S)
+    history_keep: int = _tunable(HISTORY_KEEP)
+    grace_s: float = _tunable(GRACE_S)
+    cycle_s: float = _tunable(CYCLE_S)
+    bridge_poll_s: float = _tunable(BRIDGE_POLL_S)
+    bridge_attempts: int = _tunable(BRIDGE_ATTEMPTS)
+    bridge_backoff_s: float = _tunable(BRIDGE_BACKOFF_S)
+    resume_timeout_s: float = _tunable(RESUME_TIMEOUT_S)
+    resume_warm_mcp: bool = _tunable(RESUME_WARM_MCP)
+    resume_start_timeout_s: float = _tunable(RESUME_START_TIMEOUT_S)
+    intent_grace_s: float = _tunable(INTENT_GRACE_S)
+    site_lost_s: float = _tunable(SITE_LOST_S)
+    estimate_timeout_s: float = _tunable(ESTIMATE_TIMEOUT_S)
+    submits_per_cycle: int = _tunable(SUBMITS_PER_CYCLE)
+    events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
+    retry_window_s: float = _tunable(RETRY_WINDOW_S)
+
+    @property
+    def socket_path(self) -> Path:
+        return self.home / "daemon.sock"
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "fedhpc.db"
+
+    @property
+    def archive_path(self) -> Path:
+        return self.home / "archive"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / "daemon.lock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "daemon.log"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> DaemonSettings:
+        """The home and tunables in the environment now; `overrides` (not None) win. A bad
+        value from the environment is a ValidationFailed naming its variable."""
+        env = daemon_values()
+        given = {k: v for k, v in overrides.items() if v is not None}
+        try:
+            return cls.model_validate({"home": fedhpc_home(), **env, **given})
+        except ValidationError as exc:
+            typed = _invalid(exc, {k: v for k, v in env.items() if k not in given})
+            if typed is None:
+                raise
+            raise typed from None
+
+
+def _invalid(exc: ValidationError, values: Mapping[str, str]) -> ValidationFailed | None:
     """A typed error naming each variable whose value (in `values`, from `daemon_values`) failed
     `exc`; None when the failure is not about one of them (the caller re-raises `exc`)."""
     by_field = {s.field: s for s in SETTINGS if s.field in values}
     issues = []
     for err in exc.errors():
         if (setting := by_field.get(str(err["loc"][0]) if err["loc"] else "")) is not None:
-            reason = f"{values[setting.field or '']!r}: {err['msg']} (expected {setting.type})"
+            expected = setting.type + str(setting.bounds or "")
+            reason = f"{values[setting.field or '']!r}: {err['msg']} (expected {expected})"
             issues.append(FieldIssue(setting.name, reason))
     if not issues:
         return None
@@ -273,45 +405,10 @@ def invalid(exc: ValidationError, values: Mapping[str, str]) -> ValidationFailed
     return ValidationFailed(issues, hint=f"Fix or unset {names} (docs/settings.md).")
 
 
-def _shown(default: str | float | bool) -> str:
+def shown(default: str | float | bool) -> str:
+    """A default as its variable would be written: 60.0 as 60, True as 1."""
     if isinstance(default, bool):
         return "1" if default else "0"
     if isinstance(default, float) and default.is_integer():
         return str(int(default))
     return str(default)
-
-
-def markdown_table() -> str:
-    """The settings table of docs/settings.md, one row per variable, in registry order."""
-    rows = ["| variable | type | default | meaning | read by |", "|---|---|---|---|---|"]
-    for s in SETTINGS:
-        default = "—" if s.default is None else f"`{_shown(s.default)}`"
-        cells = (f"`{s.name}`", s.type, default, s.meaning, s.reader)
-        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(rows) + "\n"
-
-
-BEGIN = "<!-- settings table: generated by `python -m fedhpc.settings --write` -->"
-END = "<!-- end of the generated table -->"
-
-
-def with_table(text: str) -> str:
-    """`text` (a Markdown page) with the generated table between its BEGIN and END markers."""
-    pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise ValueError(f"no {BEGIN!r} ... {END!r} block to fill")
-    return pattern.sub(lambda _: f"{BEGIN}\n{markdown_table()}{END}", text, count=1)
-
-
-def main(argv: list[str]) -> int:
-    """Print the table, or with `--write PAGE` put it into PAGE (default docs/settings.md)."""
-    if argv[:1] == ["--write"]:
-        page = Path(argv[1] if len(argv) > 1 else "docs/settings.md")
-        page.write_text(with_table(page.read_text()))
-        return 0
-    sys.stdout.write(markdown_table())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -16,9 +16,9 @@ import anyio
 import pytest
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.continuations import DeliveryView
 from fedhpc.ops.tasks import ResultManifest, ResultRequest
+from fedhpc.settings import DaemonSettings
 
 FAST = {
     "FEDHPC_REFRESH_S": "1",

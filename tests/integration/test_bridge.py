@@ -12,10 +12,10 @@ import anyio
 import pytest
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import running, start, stop
 
 pytestmark = pytest.mark.devfed

@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from fedhpc.client import DaemonClient, DaemonUnavailable
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest, TaskHandle
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import drain, start, stop
 
 pytestmark = pytest.mark.devfed

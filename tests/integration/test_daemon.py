@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import Health
 from fedhpc.ops.inspect import FederationView
 from fedhpc.profiles import load_profiles
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 
 pytestmark = pytest.mark.devfed

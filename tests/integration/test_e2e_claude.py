@@ -38,11 +38,11 @@ from fedhpc.bridge.runtimes import check_result, collect, launch
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.cli.daemon import stop_daemon
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.domain.config import ResumeRuntime
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import FAST, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import RawSession
 from tests.integration.test_mcp_http import _start as _start_http

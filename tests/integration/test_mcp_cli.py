@@ -14,9 +14,9 @@ import pytest
 
 from fedhpc.cli import tasks as tasks_cli
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import start, stop, wait_terminal
 
 pytestmark = pytest.mark.devfed

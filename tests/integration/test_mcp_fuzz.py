@@ -25,8 +25,8 @@ from mcp import Client
 from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.mcp_server import build_server
+from fedhpc.settings import DaemonSettings
 
 CASES = int(os.environ.get("FEDHPC_FUZZ_CASES", "1000"))
 # `internal` would mean a crash in fedhpc (or an answer it could not read): a bug.

@@ -19,10 +19,10 @@ from mcp import Client
 from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupView, ResultRequest, TaskHandle
 from fedhpc.orchestrator.groups import group_id_for
+from fedhpc.settings import DaemonSettings
 from tests.integration.daemon_util import running, wait_terminal
 from tests.integration.mcp_support import kill_daemon_of, stdio_params
 

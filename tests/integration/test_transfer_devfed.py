@@ -24,7 +24,6 @@ from fedhpc.client import DaemonClient
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.server import _bind, _Server
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.daemon.state import DaemonState
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.errors import FedError
@@ -40,6 +39,7 @@ from fedhpc.ops.tasks import CancelRequest, ResultRequest, SubmitTaskRequest
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.placement import PolicyKind
 from fedhpc.profiles import load_federation
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 from tests.integration.daemon_util import wait_terminal

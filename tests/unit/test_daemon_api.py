@@ -15,11 +15,11 @@ import fedhpc.client
 from fedhpc.client import DaemonClient
 from fedhpc.daemon import api
 from fedhpc.daemon.app import build_app
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import FedError
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 from tests.unit.test_submit_accept import Clock, _orchestrator
 

@@ -13,7 +13,6 @@ import pytest
 from mcp import Client
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.mcp_server import build_server
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import ContinuationSpec
@@ -28,6 +27,7 @@ from fedhpc.ops.data import (
     TransferView,
 )
 from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.settings import DaemonSettings
 
 
 class FakeDaemon:

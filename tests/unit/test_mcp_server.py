@@ -16,9 +16,9 @@ from mcp import Client
 from mcp_types import CallToolResult
 from pydantic import BaseModel
 
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.mcp_server import INSTRUCTIONS, build_server
 from fedhpc.mcp_server.results import MAX_RESPONSE_BYTES, guarded
+from fedhpc.settings import DaemonSettings
 
 TOOLS = {
     "inspect_federation", "draft_envelope", "submit_task", "submit_group", "get_result",

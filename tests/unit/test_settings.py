@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc import settings
-from fedhpc.daemon.settings import DaemonSettings
+from fedhpc import settings, settings_docs
 from fedhpc.errors import ValidationFailed
+from fedhpc.settings import DaemonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "fedhpc"
@@ -123,11 +123,16 @@ def test_every_variable_the_code_and_docs_mention_is_registered() -> None:
     assert unknown == {}
 
 
-def test_the_docs_table_is_the_registry() -> None:
-    page = (ROOT / "docs" / "settings.md").read_text()
-    assert settings.with_table(page) == page, "run `python -m fedhpc.settings --write`"
-    for s in settings.SETTINGS:
-        assert f"| `{s.name}` |" in page
+def test_the_docs_tables_are_the_registry() -> None:
+    pages = {p: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+    generated = {p.name for p, text in pages.items() if settings_docs.BEGIN in text}
+    assert {"settings.md", "continuation.md"} <= generated
+    for page, text in pages.items():
+        assert settings_docs.with_tables(text) == text, (
+            f"run `python -m fedhpc.settings_docs --write` ({page})"
+        )
+    every = pages[ROOT / "docs" / "settings.md"]
+    assert all(f"| `{s.name}` |" in every for s in settings.SETTINGS)
 
 
 def test_each_daemon_tunable_is_a_daemon_settings_field_with_the_registry_default() -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.mcp_server import build_server
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
+from fedhpc.settings import DaemonSettings
 from tests.skill_claims import (
     Skill,
     Vocabulary,

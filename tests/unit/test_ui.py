@@ -11,10 +11,10 @@ import httpx2
 import pytest
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.errors import UsageError
 from fedhpc.ops.tasks import AttemptView, ResultManifest
+from fedhpc.settings import DaemonSettings
 from fedhpc.ui.server import build_ui_app, delivery_status
 from fedhpc.ui.timeline import bar_json, bars, span, why
 

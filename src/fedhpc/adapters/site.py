@@ -258,7 +258,7 @@ class SiteAdapter:
 def open_adapter(site: Site) -> SiteAdapter:
     """The adapter for `site`, with the transport its profile and the user's config name."""
     from fedhpc.adapters.transports import make_transport
-    from fedhpc.profiles.loader import fedhpc_home
+    from fedhpc.settings import fedhpc_home
 
     transport: Transport
     try:

@@ -15,9 +15,9 @@ from typing import Any, NoReturn
 import anyio
 
 from fedhpc.cli.table import table_lines
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["add_parser", "stop_daemon"]
 

@@ -10,7 +10,8 @@ import anyio
 
 from fedhpc.errors import UsageError
 from fedhpc.onboard.doctor import Check, check_sites, resume_checks
-from fedhpc.profiles import fedhpc_home, load_federation, load_user_config
+from fedhpc.profiles import load_federation, load_user_config
+from fedhpc.settings import fedhpc_home
 
 __all__ = ["add_parser", "print_checks", "run_doctor"]
 

@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["BIND_TOOLS", "add_parser", "pre_tool_use", "user_prompt_submit"]
 

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from fedhpc.profiles.loader import fedhpc_home
+from fedhpc.settings import fedhpc_home
 
 __all__ = ["add_parser", "configured_collections"]
 

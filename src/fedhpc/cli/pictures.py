@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import anyio
 
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.inspect import InspectRequest
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["add_parser", "task_timeline", "watch_status"]
 

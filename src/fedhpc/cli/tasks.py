@@ -12,8 +12,8 @@ import anyio
 
 from fedhpc.cli.table import table_lines
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, TaskHandle, TaskSummary
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["add_parser"]
 

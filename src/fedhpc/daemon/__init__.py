@@ -1,5 +1,3 @@
 """The fedhpc daemon: the store's only writer, serving the operations over a Unix socket."""
 
-from fedhpc.daemon.settings import DaemonSettings
-
-__all__ = ["DaemonSettings"]
+__all__: list[str] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.profiles import load_federation
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 
 __all__ = ["stored_federation"]

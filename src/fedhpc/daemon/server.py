@@ -20,12 +20,12 @@ from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator, place_queued, tick
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
+from fedhpc.settings import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.archive import archive_events
 from fedhpc.transfer.service import TransferService

@@ -10,7 +10,7 @@ import anyio
 import structlog
 
 from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
-from fedhpc.daemon.settings import DaemonSettings
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["DaemonLink", "open_link"]
 

@@ -17,7 +17,6 @@ from pydantic import BaseModel, ValidationError
 
 from fedhpc import __version__
 from fedhpc.client import DaemonClient
-from fedhpc.daemon.settings import DaemonSettings
 from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN
@@ -27,6 +26,7 @@ from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.suggest import unknown_field_reason
 from fedhpc.ops.tasks import ResultRequest
+from fedhpc.settings import DaemonSettings
 
 __all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
 

@@ -20,12 +20,12 @@ from fedhpc.errors import UsageError
 from fedhpc.onboard.build import Discovery, build_discovery
 from fedhpc.onboard.render import Difference, config_entry_toml, profile_diff, profile_toml
 from fedhpc.profiles.loader import (
-    fedhpc_home,
     load_profile,
     shipped_profiles_dir,
     user_config_path,
     user_profiles_dir,
 )
+from fedhpc.settings import fedhpc_home
 
 __all__ = [
     "DIALECTS",

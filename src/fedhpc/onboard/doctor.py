@@ -32,7 +32,7 @@ from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import FedError
 from fedhpc.onboard.discover import discover_dialect
 from fedhpc.onboard.doctor_storage import probe_storage
-from fedhpc.profiles.loader import fedhpc_home
+from fedhpc.settings import fedhpc_home
 
 __all__ = [
     "MAX_SKEW_S",

@@ -3,7 +3,6 @@
 
 from fedhpc.profiles.loader import (
     devfed_root,
-    fedhpc_home,
     load_federation,
     load_profile,
     load_profiles,
@@ -14,7 +13,6 @@ from fedhpc.profiles.loader import (
 
 __all__ = [
     "devfed_root",
-    "fedhpc_home",
     "load_federation",
     "load_profile",
     "load_profiles",

@@ -14,7 +14,15 @@ from pydantic import BaseModel, ValidationError
 from fedhpc.domain.config import Site, UserConfig, UserSiteConfig
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import ProfileError
-from fedhpc.settings import CONFIG, DEVFED, DEVFED_DIR, DEVFED_SSH_CONFIG, HOME, LOCALSCHED_ROOT
+from fedhpc.settings import (
+    CONFIG,
+    DEVFED,
+    DEVFED_DIR,
+    DEVFED_SSH_CONFIG,
+    LOCALSCHED_ROOT,
+    fedhpc_home,
+    state_dir,
+)
 
 __all__ = [
     "devfed_mode",
@@ -65,8 +73,7 @@ def devfed_process_root() -> Path:
     env = DEVFED_DIR.read()
     if env and _writable(Path(env)):
         return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "fedhpc" / "devfed"
+    return state_dir() / "fedhpc" / "devfed"
 
 
 def _as_process_site(data: dict[str, Any]) -> dict[str, Any]:
@@ -115,14 +122,6 @@ def ssh_config_hosts(ssh_config: Path) -> frozenset[str]:
         if len(words) >= 2 and words[0].lower() == "host":
             names.update(w for w in words[1:] if not any(c in w for c in "*?!"))
     return frozenset(names)
-
-
-def fedhpc_home() -> Path:
-    """The user's state folder: `$FEDHPC_HOME`, else `$XDG_STATE_HOME/fedhpc`."""
-    if env := HOME.read():
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "fedhpc"
 
 
 def user_config_path() -> Path:
