@@ -14,8 +14,8 @@ from fedhpc.errors import ValidationFailed
 from fedhpc.settings import DaemonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src" / "fedhpc"
-REGISTRY = SRC / "settings.py"
+SRC = ROOT / "src"  # fedhpc and fedhpc_dev
+REGISTRY = SRC / "fedhpc" / "settings.py"
 NAME = re.compile(r"FEDHPC_[A-Z0-9_]*")
 # A string that is only a variable's name (or NAME=value, $NAME) is a use of it, not prose.
 BARE = re.compile(r"\s*\$?FEDHPC_[A-Z0-9_]*(=\S*)?\s*")

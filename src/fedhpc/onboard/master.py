@@ -14,7 +14,7 @@ from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import UsageError
 from fedhpc.onboard.doctor import connect_record
-from fedhpc.profiles import fedhpc_home
+from fedhpc.settings import fedhpc_home
 
 __all__ = ["open_master"]
 
