@@ -247,6 +247,7 @@ class SiteProfile(_Frozen):
         raise KeyError(f"site {self.name} has no partition {name!r}")
 
     def charge_for(self, partition: str) -> ChargeModel:
+        """The partition's charge model, else the site's."""
         return self.partition(partition).charge or self.charge
 
     def arch_of(self, partition: str) -> Arch:
