@@ -246,9 +246,10 @@ class SiteProfile(_Frozen):
                 return p
         raise KeyError(f"site {self.name} has no partition {name!r}")
 
-    def charge_for(self, partition: str) -> ChargeModel:
-        """The partition's charge model, else the site's."""
-        return self.partition(partition).charge or self.charge
+    def charge_for(self, partition: PartitionSpec) -> ChargeModel:
+        """The charge model of one of this site's partitions: its own, else the site's. Takes
+        the partition rather than its name: placement calls this per candidate."""
+        return partition.charge or self.charge
 
     def arch_of(self, partition: str) -> Arch:
         return self.partition(partition).arch or self.arch

@@ -96,7 +96,7 @@ class Bounds:
         env = self.env
         fixed = env.nodes.min == env.nodes.upper  # then every shape has exactly that many
         nodes = env.nodes.min if fixed else gpus_nodes(env, e.spec, live)[1]
-        model = e.site.profile.charge_for(e.spec.name)
+        model = e.site.profile.charge_for(e.spec)
         key = (e.klass, id(model), nodes)
         hit = self.charges.get(key)
         if hit is None:

@@ -34,7 +34,7 @@ class Charge:
 
 def predict_charge(profile: SiteProfile, spec: PartitionSpec, shape: Shape) -> Charge:
     """units x hours x rate, where whole-node charging bills the node's full CPUs or GPUs."""
-    model = profile.charge_for(spec.name)
+    model = profile.charge_for(spec)
     node = spec.node
     acc_count = node.accelerator.count if node.accelerator else 0
     if model.kind is ChargeKind.NODE_HOURS:

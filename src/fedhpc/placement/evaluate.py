@@ -55,7 +55,7 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
     budget = x.budget
     remaining = budget.site_remaining if budget.site_remaining is not None else budget.allowed
     fraction = x.charge.amount / remaining if remaining else 0.0
-    model = p.profile.charge_for(p.spec.name)
+    model = p.profile.charge_for(p.spec)
     acc = p.spec.node.accelerator
     return Estimates(
         wait_s=round(w.wait_s, 3),
