@@ -45,10 +45,11 @@ from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
 from fedhpc.placement import Placement, Policy, WaitObservation, place
 from fedhpc.placement_io import requests_from_trace, scheduler_estimates
 from fedhpc.profiles import load_federation
+from fedhpc.settings import DEVFED_TEST_LOCK
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The integration tests drain every cluster (scancel --user root): hold their lock meanwhile.
-LOCK = Path(os.environ.get("FEDHPC_DEVFED_TEST_LOCK", "/tmp/fedhpc-devfed-tests.lock"))  # noqa: S108
+LOCK = Path(DEVFED_TEST_LOCK.get() or "")
 KINDS = ("cpu", "gpu1", "gpu4")
 ENVELOPES = {
     "cpu": {"cpus": {"min": 8, "max": 8}, "memory": {"min": "4G", "max": "4G"}},

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fedhpc.errors import FieldIssue, ValidationFailed
 
 __all__ = [
+    "OTHERS",
     "SETTINGS",
     "Bounds",
     "DaemonSettings",
@@ -288,11 +289,56 @@ E2E_MARK = _tests(
 )
 VENV = _reader("./dev")("VENV", "path", ".venv", "the virtual environment ./dev makes and uses")
 
-_BY_NAME = {s.name: s for s in SETTINGS}
+# Variables fedhpc honours but does not own (read through this module all the same).
+OTHERS: list[Setting] = []
+
+
+def _other(name: str, type_: str, meaning: str, reader: str) -> Setting:
+    setting = Setting(name, type_, None, meaning, reader)
+    OTHERS.append(setting)
+    return setting
+
+
+XDG_STATE_HOME = _other(
+    "XDG_STATE_HOME", "path", "the default home's parent (unset: `~/.local/state`)", "every command"
+)
+NO_COLOR = _other("NO_COLOR", "flag", "any value turns terminal colours off", "CLI")
+CLAUDE_CONFIG_DIR = _other(
+    "CLAUDE_CONFIG_DIR",
+    "path",
+    "Claude Code's folder (unset: `~/.claude`): session transcripts",
+    "resume bridge",
+)
+CODEX_HOME = _other(
+    "CODEX_HOME",
+    "path",
+    "Codex's folder (unset: `~/.codex`): skills install, resume checks, session transcripts",
+    "fedhpc skills, resume bridge",
+)
+COMPUTE_CLIENT_ID = _other(
+    "GLOBUS_COMPUTE_CLIENT_ID",
+    "UUID",
+    "with its secret: Compute's service identity",
+    "Globus compute",
+)
+COMPUTE_CLIENT_SECRET = _other(
+    "GLOBUS_COMPUTE_CLIENT_SECRET", "secret", "the service identity's secret", "Globus compute"
+)
+TRANSFER_CLIENT_ID = _other(
+    "GLOBUS_CLIENT_ID",
+    "UUID",
+    "with its secret: Transfer's service identity; alone: a native client to log in with",
+    "Globus transfer, fedhpc login",
+)
+TRANSFER_CLIENT_SECRET = _other(
+    "GLOBUS_CLIENT_SECRET", "secret", "the service identity's secret", "Globus transfer"
+)
+
+_BY_NAME = {s.name: s for s in (*SETTINGS, *OTHERS)}
 
 
 def lookup(name: str) -> Setting:
-    """The registered variable called `name` (KeyError names it when there is none)."""
+    """The registered variable (owned or honoured) called `name`; KeyError names it if none."""
     try:
         return _BY_NAME[name]
     except KeyError:
@@ -301,7 +347,7 @@ def lookup(name: str) -> Setting:
 
 def state_dir() -> Path:
     """`$XDG_STATE_HOME`, else `~/.local/state`: where fedhpc's own folders go by default."""
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return Path(XDG_STATE_HOME.read() or Path.home() / ".local" / "state")
 
 
 def fedhpc_home() -> Path:

@@ -9,15 +9,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedhpc.settings import SETTINGS, shown
+from fedhpc.settings import OTHERS, SETTINGS, shown
 
 __all__ = ["BEGIN", "END", "markdown_table", "with_tables"]
 
 
 def markdown_table(names: Sequence[str] = ()) -> str:
-    """A settings table, one row per variable (`names`, else all), in registry order."""
+    """A settings table, one row per variable in registry order: `names` (owned or honoured),
+    else every FEDHPC_* variable."""
     rows = ["| variable | type | default | meaning | read by |", "|---|---|---|---|---|"]
-    for s in SETTINGS:
+    for s in (*SETTINGS, *OTHERS) if names else SETTINGS:
         if names and s.name not in names:
             continue
         default = "—" if s.default is None else f"`{shown(s.default)}`"

@@ -18,6 +18,7 @@ import pytest
 
 from fedhpc.profiles import load_profiles
 from fedhpc.profiles.loader import devfed_root
+from fedhpc.settings import DEVFED_TEST_LOCK
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.plan import plan_federation
 from fedhpc_dev.devfed.sshd import SshFront, start_front
@@ -55,7 +56,7 @@ class Devfed:
 
 # Tests drain every cluster (`scancel --user root`), so two pytest runs sharing the one local
 # federation (several checkouts on one machine) would cancel each other's jobs: one at a time.
-LOCK = Path(os.environ.get("FEDHPC_DEVFED_TEST_LOCK", "/tmp/fedhpc-devfed-tests.lock"))
+LOCK = Path(DEVFED_TEST_LOCK.get() or "")
 
 
 @pytest.fixture(scope="session")

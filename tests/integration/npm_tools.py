@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-CACHE = Path(os.environ.get("FEDHPC_NPM_CACHE", "/tmp/fedhpc-npm"))
+from fedhpc.settings import NPM_CACHE, REQUIRE_REAL
+
+CACHE = Path(NPM_CACHE.get() or "")
 INSPECTOR = ("@modelcontextprotocol/inspector", "2.12.0", "mcp-inspector")
 CODEX = ("@openai/codex", "0.171.0", "codex")
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 
 
 def must_be_real() -> bool:
-    return bool(os.environ.get("CI") or os.environ.get("FEDHPC_REQUIRE_REAL"))
+    return bool(os.environ.get("CI") or REQUIRE_REAL.read())
 
 
 def unavailable(reason: str) -> None:

@@ -26,9 +26,9 @@ from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
 from fedhpc.mcp_server import build_server
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings import FUZZ_CASES, DaemonSettings
 
-CASES = int(os.environ.get("FEDHPC_FUZZ_CASES", "1000"))
+CASES = int(FUZZ_CASES.get() or 1000)
 # `internal` would mean a crash in fedhpc (or an answer it could not read): a bug.
 TYPED = {"validation", "usage", "permanent", "transient", "not_found", "unknown_tool", "too_large",
          # move_data's reference errors (docs/data.md)

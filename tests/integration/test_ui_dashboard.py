@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from fedhpc.profiles import load_profiles
+from fedhpc.settings import REQUIRE_REAL, UPDATE_SCREENSHOTS
 from tests.integration.daemon_util import drain, sbatch
 from tests.integration.test_demo_process import _demo_env
 
@@ -51,7 +52,7 @@ def _need_browser() -> Any:
     if problem is None and not CHROMIUM.exists():
         problem = f"no {CHROMIUM} (apt-get install chromium; ./dev test installs it)"
     if problem is not None:
-        if os.environ.get("FEDHPC_REQUIRE_REAL") == "1":
+        if REQUIRE_REAL.read() == "1":
             pytest.fail(problem)
         pytest.skip(problem)
     return sync_playwright, expect
@@ -75,7 +76,7 @@ def _gpus(devfed: Any, site: str) -> int:
 def _shot(page: Any, out: Path, name: str) -> None:
     path = out / f"ui-{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    if os.environ.get("FEDHPC_UPDATE_SCREENSHOTS") == "1":
+    if UPDATE_SCREENSHOTS.read() == "1":
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, DOCS_IMG / path.name)
 

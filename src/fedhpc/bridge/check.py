@@ -14,6 +14,7 @@ from fedhpc.bridge.runtimes import binary, mcp_config, resume_env
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import Runtime
 from fedhpc.profiles.loader import load_user_config, user_config_path
+from fedhpc.settings import CODEX_HOME
 
 __all__ = ["check_runtimes"]
 
@@ -47,7 +48,7 @@ def _claude(exe: str, env: dict[str, str], home: Path) -> tuple[bool, str, list[
 
 def _codex(exe: str, env: dict[str, str]) -> tuple[bool, str, list[str]]:
     fixes: list[str] = []
-    base = Path(env.get("CODEX_HOME") or Path(env.get("HOME", "~")).expanduser() / ".codex")
+    base = Path(CODEX_HOME.read(env) or Path(env.get("HOME", "~")).expanduser() / ".codex")
     try:
         config = tomllib.loads((base / "config.toml").read_text())
     except (OSError, tomllib.TOMLDecodeError):

@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.settings import CLAUDE_CONFIG_DIR, CODEX_HOME
 
 __all__ = ["record_path", "seen"]
 
 
 def _claude_home(env: dict[str, str]) -> Path:
-    if env.get("CLAUDE_CONFIG_DIR"):
-        return Path(env["CLAUDE_CONFIG_DIR"])
+    if configured := CLAUDE_CONFIG_DIR.read(env):
+        return Path(configured)
     return Path(env.get("HOME", str(Path.home()))) / ".claude"
 
 
@@ -36,7 +37,7 @@ def record_path(spec: ContinuationSpec, env: dict[str, str]) -> Path | None:
             return path if path.exists() else None
         return None
     if spec.runtime is Runtime.CODEX:
-        base = Path(env.get("CODEX_HOME") or Path(env.get("HOME", str(Path.home()))) / ".codex")
+        base = Path(CODEX_HOME.read(env) or Path(env.get("HOME", str(Path.home()))) / ".codex")
         found = sorted((base / "sessions").glob(f"**/rollout-*{spec.session_id}.jsonl"))
         return found[-1] if found else None
     return None

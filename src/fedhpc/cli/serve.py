@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ import anyio
 from fedhpc.errors import UsageError
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
-from fedhpc.settings import MCP_TOKEN
+from fedhpc.settings import CODEX_HOME, MCP_TOKEN
 
 __all__ = ["add_parser", "main", "skills_source"]
 
@@ -65,7 +64,7 @@ def _levels(client: str) -> list[Path]:
     home = Path.home()
     if client == "Claude Code":
         return [Path(".claude/skills"), home / ".claude/skills"]
-    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    codex_home = Path(CODEX_HOME.read() or home / ".codex")
     return [Path(".agents/skills"), Path(".codex/skills"), home / ".agents/skills",
             codex_home / "skills"]  # fmt: skip
 

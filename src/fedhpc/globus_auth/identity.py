@@ -13,14 +13,21 @@ from typing import Literal
 
 from fedhpc.globus_auth.errors import GlobusIdentityConfig, GlobusNoClient
 from fedhpc.globus_auth.scopes import is_collection_id
-from fedhpc.settings import GLOBUS_CLIENT_ID, GLOBUS_IDENTITY
+from fedhpc.settings import (
+    COMPUTE_CLIENT_ID,
+    COMPUTE_CLIENT_SECRET,
+    GLOBUS_CLIENT_ID,
+    GLOBUS_IDENTITY,
+    TRANSFER_CLIENT_ID,
+    TRANSFER_CLIENT_SECRET,
+)
 
 __all__ = ["SERVICE_VARS", "Identity", "Service", "choose_identity", "pick_client_id"]
 
 Service = Literal["compute", "transfer"]
 SERVICE_VARS: dict[Service, tuple[str, str]] = {
-    "compute": ("GLOBUS_COMPUTE_CLIENT_ID", "GLOBUS_COMPUTE_CLIENT_SECRET"),
-    "transfer": ("GLOBUS_CLIENT_ID", "GLOBUS_CLIENT_SECRET"),
+    "compute": (COMPUTE_CLIENT_ID.name, COMPUTE_CLIENT_SECRET.name),
+    "transfer": (TRANSFER_CLIENT_ID.name, TRANSFER_CLIENT_SECRET.name),
 }
 MODE_VAR = GLOBUS_IDENTITY.name
 CLIENT_VAR = GLOBUS_CLIENT_ID.name
@@ -53,12 +60,12 @@ def choose_identity(service: Service, env: Mapping[str, str]) -> Identity:
 def pick_client_id(explicit: str | None, stored: str | None, env: Mapping[str, str]) -> str:
     """The native client to log in with: `--client-id`, else FEDHPC_GLOBUS_CLIENT_ID, else the
     one of the last login, else GLOBUS_CLIENT_ID when it has no secret (a native client)."""
-    legacy = env.get("GLOBUS_CLIENT_ID") if not env.get("GLOBUS_CLIENT_SECRET") else None
+    legacy = TRANSFER_CLIENT_ID.read(env) if not TRANSFER_CLIENT_SECRET.read(env) else None
     for source, value in (
         ("--client-id", explicit),
         (CLIENT_VAR, GLOBUS_CLIENT_ID.read(env)),
         ("the last login", stored),
-        ("GLOBUS_CLIENT_ID", legacy),
+        (TRANSFER_CLIENT_ID.name, legacy),
     ):
         if value:
             if not is_collection_id(value):  # the same UUID shape

@@ -4,7 +4,6 @@ as a table, drawn with rich. Colour only where the terminal supports it; `NO_COL
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedhpc.ops.inspect import FederationView
+from fedhpc.settings import NO_COLOR
 from fedhpc.ui.timeline import Bar, span, why
 
 __all__ = ["axis_width", "console", "federation_table", "steps", "timeline_table", "waiting"]
@@ -31,7 +31,7 @@ CAUSE_MARKS = {"placed": "", "re-placed": "re-placed", "replanned": "replanned",
 
 def console(no_color: bool = False, file: IO[str] | None = None) -> Console:
     """A console for stdout: colour when the terminal has it, never with --no-color/NO_COLOR."""
-    off = no_color or bool(os.environ.get("NO_COLOR"))
+    off = no_color or bool(NO_COLOR.read())
     return Console(file=file or sys.stdout, no_color=off or None, highlight=False,
                    soft_wrap=False)  # fmt: skip
 
