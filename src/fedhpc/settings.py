@@ -3,7 +3,7 @@ and the only module that reads them. Values are read when asked for, not snapsho
 a test's monkeypatch, a child's environment and a daemon started later all see what is set.
 Code that puts a variable into a child's environment names it with `SETTING.name`. The daemon's
 tunables are fields of `DaemonSettings`, validated together. docs/settings.md is generated from
-this registry (`fedhpc.settings_docs`)."""
+this registry (`fedhpc_dev.settings_docs`)."""
 
 from __future__ import annotations
 

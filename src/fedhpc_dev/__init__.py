@@ -1,5 +1,6 @@
 """fedhpc's development tooling: the local test federation (`devfed`), the local-process batch
-scheduler of the `process` dialect (`localsched`) and the end-to-end demo (`demo`).
+scheduler of the `process` dialect (`localsched`), the end-to-end demo (`demo`) and the
+generator of the docs' settings tables (`settings_docs`).
 
 Shipped in the same distribution as `fedhpc` but never imported by it: the `fedhpc devfed` and
 `fedhpc demo` commands reach the CLI through the `fedhpc.commands` entry-point group

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc import settings, settings_docs
+from fedhpc import settings
 from fedhpc.errors import ValidationFailed
 from fedhpc.settings import DaemonSettings
+from fedhpc_dev import settings_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"  # fedhpc and fedhpc_dev
@@ -133,7 +134,7 @@ def test_the_docs_tables_are_the_registry() -> None:
     assert {"settings.md", "continuation.md"} <= generated
     for page, text in pages.items():
         assert settings_docs.with_tables(text) == text, (
-            f"run `python -m fedhpc.settings_docs --write` ({page})"
+            f"run `python -m fedhpc_dev.settings_docs --write` ({page})"
         )
     every = pages[ROOT / "docs" / "settings.md"]
     assert all(f"| `{s.name}` |" in every for s in settings.SETTINGS)
