@@ -48,8 +48,8 @@ from fedhpc.domain.config import Site
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.orchestrator.records import TaskRecord, new_id
+from fedhpc.orchestrator.start_estimates import EstimateCache, SchedulerAnswer
 from fedhpc.placement import Placement
-from fedhpc.placement_io import EstimateCache, SchedulerAnswer
 from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 

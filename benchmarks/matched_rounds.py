@@ -42,8 +42,8 @@ from plots import matched_rounds_figure
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
+from fedhpc.orchestrator.start_estimates import requests_from_trace, scheduler_estimates
 from fedhpc.placement import Placement, Policy, WaitObservation, place
-from fedhpc.placement_io import requests_from_trace, scheduler_estimates
 from fedhpc.profiles import load_federation
 from fedhpc.settings import DEVFED_TEST_LOCK
 

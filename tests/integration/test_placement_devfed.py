@@ -23,8 +23,8 @@ from fedhpc.domain import (
     UserSiteConfig,
 )
 from fedhpc.domain.config import Site
+from fedhpc.orchestrator.start_estimates import requests_from_trace, scheduler_estimates
 from fedhpc.placement import Placement, Policy, PolicyKind, Unschedulable, place
-from fedhpc.placement_io import requests_from_trace, scheduler_estimates
 from fedhpc.profiles import load_federation
 
 pytestmark = pytest.mark.devfed

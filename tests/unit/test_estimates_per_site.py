@@ -17,8 +17,8 @@ from fedhpc.domain import Shape
 from fedhpc.domain.config import Site
 from fedhpc.orchestrator import estimates
 from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.placement import Placement, Policy, place, shape_key
-from fedhpc.placement_io import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req

@@ -14,10 +14,10 @@ from fedhpc.domain.job import JobState, Shape
 from fedhpc.ops.tasks import GroupChild, ReplanRequest, SubmitGroupRequest
 from fedhpc.orchestrator.groups import group_view, submit_group
 from fedhpc.orchestrator.holdback import HOLD_PREFIX, held_by_limits
-from fedhpc.orchestrator.ops import replan
 from fedhpc.orchestrator.placer import DATA_WAIT_S, place_queued
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import ENDED_MARGIN_S, Claim, Ended, Orchestrator
+from fedhpc.orchestrator.task_tools import replan
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state

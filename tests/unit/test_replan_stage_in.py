@@ -16,8 +16,8 @@ from fedhpc.errors import FedError
 from fedhpc.ops.data import DataLocation, TransferState
 from fedhpc.ops.tasks import ReplanRequest, SubmitTaskRequest
 from fedhpc.orchestrator import staging
-from fedhpc.orchestrator.ops import replan
 from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.task_tools import replan
 from fedhpc.store import Store
 from fedhpc.transfer import records
 from fedhpc.transfer.records import TransferRecord

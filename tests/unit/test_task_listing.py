@@ -8,8 +8,8 @@ import sqlite3
 from datetime import timedelta
 
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.orchestrator.ops import list_tasks
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.task_tools import list_tasks
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req

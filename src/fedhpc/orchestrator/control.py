@@ -10,15 +10,17 @@ import anyio
 import structlog
 
 from fedhpc.adapters.transports.base import TransportError
-from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
+from fedhpc.domain.job import ACTIVE, AccountingRecord, JobObservation, JobState, merge_state
 from fedhpc.orchestrator import estimates, staging
-from fedhpc.orchestrator.records import ACTIVE, AttemptRecord, TaskRecord
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Ended, Orchestrator
 from fedhpc.placement import Placement
 
 __all__ = ["cancel_attempt", "replace_if_better", "tick"]
 
 log = structlog.get_logger(__name__)
+
+_ACTIVE = tuple(sorted(s.value for s in ACTIVE))  # the store's attempt states to watch
 
 
 async def tick(o: Orchestrator) -> None:
@@ -30,7 +32,7 @@ async def tick(o: Orchestrator) -> None:
     except Exception:  # estimates only: never stalls the cycle
         log.exception("reading the user's accounting failed")
     async with o.lock:
-        rows = await o.store.attempts_in(ACTIVE)
+        rows = await o.store.attempts_in(_ACTIVE)
         by_site: dict[str, list[AttemptRecord]] = defaultdict(list)
         for row in rows:
             by_site[row["site"]].append(AttemptRecord.from_row(row))
@@ -333,7 +335,7 @@ async def _adapt_pending(o: Orchestrator) -> None:
     """Supersede cancels owed to returning sites; move long-pending attempts when another
     placement finishes sooner by the task's margin."""
     now = o.clock()
-    for row in await o.store.attempts_in(ACTIVE):
+    for row in await o.store.attempts_in(_ACTIVE):
         a = AttemptRecord.from_row(row)
         if a.superseded:
             if a.cancel_pending and o.online(a.site):

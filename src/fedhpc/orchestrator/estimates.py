@@ -17,6 +17,7 @@ from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.domain.job import AccountingRecord
 from fedhpc.errors import FedError
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.start_estimates import SchedulerAnswer, ask_scheduler, requests_from_trace
 from fedhpc.placement import (
     Ledger,
     Placement,
@@ -28,7 +29,6 @@ from fedhpc.placement import (
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement.policy import PolicyKind, WaitMethod
-from fedhpc.placement_io import SchedulerAnswer, ask_scheduler, requests_from_trace
 
 if TYPE_CHECKING:
     from fedhpc.orchestrator.service import Orchestrator

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import structlog
 
-from fedhpc.domain.job import JobState
+from fedhpc.domain.job import TERMINAL, JobState
 from fedhpc.ops.tasks import ChildView, GroupView, SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
@@ -31,8 +31,6 @@ GROUP_WAIT_S = 1.0  # a group small enough to be listed waits this long for its 
 # A child pending this long (at least three control cycles) after its siblings are done is
 # stalled: a child the scheduler has only just queued is not.
 STALL_AFTER_S = 15.0
-
-_TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 
 
 def group_id_for(key: str) -> str:
@@ -130,7 +128,7 @@ async def _existing(o: Orchestrator, gid: str, req: SubmitGroupRequest) -> Group
 
 
 def _state(states: list[str]) -> GroupState:
-    if not all(s in _TERMINAL for s in states):
+    if not all(s in TERMINAL for s in states):
         return "placing" if JobState.QUEUED.value in states else "running"
     if all(s == JobState.COMPLETED.value for s in states):
         return "completed"
@@ -184,13 +182,13 @@ async def advance_groups(o: Orchestrator) -> None:
         # Every child counts for the round: with two or more still live, the round is not over
         # and no child is the last one left (nothing to relax): skip reading them all.
         every = all(body.get("required") or [True])
-        if every and await o.store.group_live(gid, sorted(_TERMINAL)) >= 2:
+        if every and await o.store.group_live(gid, sorted(s.value for s in TERMINAL)) >= 2:
             continue
         children = await o.store.group_children(gid)
         required = body.get("required") or [True] * len(children)
         if len(children) < len(required):
             continue  # an older submit_group still adding children: no round can be over yet
-        live = sum(1 for c in children if c["state"] not in _TERMINAL)
+        live = sum(1 for c in children if c["state"] not in TERMINAL)
         now = o.clock()
         stall_s = max(STALL_AFTER_S, 3 * o.cycle_s)
         for c in children:
@@ -200,9 +198,9 @@ async def advance_groups(o: Orchestrator) -> None:
             since = att.get("pending_since")
             if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
                 continue  # just queued (the last of a large group): not stalled yet
-            if len(children) > 1 and live - (c["state"] not in _TERMINAL) == 0:
+            if len(children) > 1 and live - (c["state"] not in TERMINAL) == 0:
                 await _relax(o, gid, c["id"], att["n"])
-        done = all(c["state"] in _TERMINAL
+        done = all(c["state"] in TERMINAL
                    for c, req in zip(children, required, strict=False) if req)  # fmt: skip
         if not done:
             continue

@@ -17,9 +17,9 @@ from fedhpc.orchestrator import estimates
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
-from fedhpc.placement_io import SchedulerAnswer
 
 __all__ = ["BATCH", "DATA_WAIT_S", "child_key", "missing_data", "place_queued", "run_placer"]
 

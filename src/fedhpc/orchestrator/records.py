@@ -11,10 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.ops.tasks import AttemptView, Provenance, SubmitTaskRequest
 
-__all__ = ["ACTIVE", "AttemptRecord", "TaskRecord", "job_name", "new_id"]
-
-# Attempt states the control cycle still watches.
-ACTIVE = (JobState.SUBMITTED.value, JobState.PENDING.value, JobState.RUNNING.value)
+__all__ = ["AttemptRecord", "TaskRecord", "job_name", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -27,34 +24,21 @@ def job_name(task_id: str, n: int) -> str:
     return f"fedhpc-{task_id}-{n}"
 
 
-class AttemptRecord(BaseModel):
-    """One scheduler job. Written with job_id None *before* submitting (the intent)."""
+class AttemptRecord(AttemptView):
+    """One scheduler job. Written with job_id None *before* submitting (the intent). The fields
+    an agent sees are `AttemptView`'s (the tool contract); the rest are the daemon's own."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=False)
 
     task_id: str
-    n: int
-    site: str
-    partition: str
     account: str | None
-    qos: str | None
     shape: Shape
     job_name: str
-    job_id: str | None = None
     state: JobState = JobState.SUBMITTED
     native_state: str | None = None
-    reason: str | None = None
-    superseded: bool = False
     cancel_pending: bool = False  # cancel when the site answers again
     created_at: datetime
     pending_since: datetime | None = None
-    submitted_at: datetime | None = None
-    eligible_at: datetime | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    wait_s: float | None = None
-    runtime_s: float | None = None
-    exit_code: int | None = None
     estimate_s: float | None = None  # estimated completion when placed
     # The queue wait each estimator predicted when placed, and the one that decided: set
     # against the observed `wait_s` to judge the estimators (placement.errors).
@@ -65,14 +49,8 @@ class AttemptRecord(BaseModel):
     workdir: str | None = None
 
     def view(self) -> AttemptView:
-        return AttemptView(
-            n=self.n, site=self.site, partition=self.partition, account=self.account,
-            qos=self.qos, shape=self.shape, job_name=self.job_name, job_id=self.job_id,
-            state=self.state, reason=self.reason, superseded=self.superseded,
-            submitted_at=self.submitted_at, eligible_at=self.eligible_at,
-            started_at=self.started_at, ended_at=self.ended_at, wait_s=self.wait_s,
-            runtime_s=self.runtime_s, exit_code=self.exit_code,
-        )  # fmt: skip
+        """What the tool contract shows of this attempt."""
+        return AttemptView.model_validate(self.model_dump(include=set(AttemptView.model_fields)))
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AttemptRecord:

@@ -27,6 +27,7 @@ from fedhpc.ops.tasks import Provenance, SubmitTaskRequest, TaskHandle
 from fedhpc.ops.workdir import resolve_workdir
 from fedhpc.orchestrator import estimates, idem, staging, workdirs
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name, new_id
+from fedhpc.orchestrator.start_estimates import EstimateCache, SchedulerAnswer
 from fedhpc.placement import (
     Ledger,
     Placement,
@@ -38,7 +39,6 @@ from fedhpc.placement import (
 )
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
-from fedhpc.placement_io import EstimateCache, SchedulerAnswer
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 

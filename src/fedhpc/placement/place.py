@@ -305,7 +305,7 @@ def place(
     trace whatever the order of sites, partitions or accounts in them. Raises `ValidationFailed`
     for an invalid envelope; an impossible one is `Unschedulable`, never an exception.
 
-    `estimates` are the schedulers' predicted starts (`placement_io.ask_scheduler`);
+    `estimates` are the schedulers' predicted starts (`start_estimates.ask_scheduler`);
     `estimate_notes` say per site why some are missing, and the trace repeats it; `errors`
     (the estimators' recent errors) let `auto` prefer the better of learned and paper.
     `ledger` carries claims of earlier children of a group. `prune=False` scores every

@@ -1,4 +1,5 @@
-"""The I/O side of wait estimator (b): ask each site's scheduler when chosen candidates would start.
+"""Scheduler start estimates (the I/O side of wait estimator (b)): ask each site's scheduler when
+chosen candidates would start.
 
 All `sbatch --test-only` calls for one site go in ONE remote call (`command.batch`); sites run
 concurrently, each bounded in time. Answers (and a site's failure) are kept for one control

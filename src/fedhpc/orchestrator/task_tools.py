@@ -1,4 +1,5 @@
-"""get_result, cancel, replan and task listing: the agent's and people's view of tasks."""
+"""The task tools' handlers: get_result, cancel, replan and task listing (the agent's and
+people's view of tasks)."""
 
 from __future__ import annotations
 

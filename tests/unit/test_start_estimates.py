@@ -1,4 +1,4 @@
-"""placement_io without a scheduler to ask: dialects without a dry run, the per-cycle cache."""
+"""start_estimates without a scheduler to ask: dialects without a dry run, the per-cycle cache."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fedhpc.adapters.dialects.lsf import LsfDialect
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain import Shape
 from fedhpc.domain.config import Site, UserSiteConfig
-from fedhpc.placement_io import EstimateCache, EstimateRequest, ask_scheduler
+from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.profiles import load_profiles
 
 
