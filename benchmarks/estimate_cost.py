@@ -122,8 +122,8 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
         rows = []
         for ask in (True, False):
             clock = [0.0]  # a control cycle of 10 s every `cycle` decisions
-            o.estimates = EstimateCache(ttl_s=10.0, clock=lambda c=clock: c[0])
-            o.placed_at = {}
+            o.waits.cache = EstimateCache(ttl_s=10.0, clock=lambda c=clock: c[0])
+            o.waits.placed_at = {}
             for i in range(n):
                 if i and i % cycle == 0:
                     clock[0] += 10.0
@@ -131,9 +131,9 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
                 before = sum(c.test_only for c in counted.values())
                 t0 = time.perf_counter()
                 if ask:
-                    d = await o.decide(task)
+                    d = await o.planner.decide(task)
                 else:
-                    d = await o.decide(task, answer=SchedulerAnswer())  # nothing asked
+                    d = await o.planner.decide(task, answer=SchedulerAnswer())  # nothing asked
                 dt = time.perf_counter() - t0
                 calls = sum(c.test_only for c in counted.values()) - before
                 assert isinstance(d, Placement), d

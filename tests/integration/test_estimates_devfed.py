@@ -22,7 +22,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope, Shape
 from fedhpc.domain.config import Site
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
-from fedhpc.orchestrator import Orchestrator, estimates
+from fedhpc.orchestrator import Orchestrator
 from fedhpc.orchestrator.records import TaskRecord, new_id
 from fedhpc.placement import Placement
 from fedhpc.profiles import load_federation
@@ -119,7 +119,7 @@ async def test_a_decision_asks_each_candidate_site_once_and_reuses_the_answer_in
 ) -> None:
     async with _orchestrator(tmp_path) as (o, counted):
         with anyio.fail_after(60):
-            d = await o.decide(_task(GPU1))
+            d = await o.planner.decide(_task(GPU1))
         assert isinstance(d, Placement)
         asked = {c.site for c in d.trace.candidates if c.feasible}
         # One batched remote call per site with feasible candidates, none to the others.
@@ -131,13 +131,13 @@ async def test_a_decision_asks_each_candidate_site_once_and_reuses_the_answer_in
                       and c.estimates.wait_source.startswith("scheduler"))  # fmt: skip
         assert n_sched >= len(asked)
         # The same shape again within the cycle: answered from the cache, no remote call.
-        again = await o.decide(_task(GPU1))
+        again = await o.planner.decide(_task(GPU1))
         assert isinstance(again, Placement)
         assert sum(c.test_only_calls() for c in counted.values()) == len(asked)
         assert again.estimates.wait_source == d.estimates.wait_source
         # A job placed on the chosen partition makes its earlier answer stale: asked again.
-        o.mark_placed(d.site, d.partition)
-        third = await o.decide(_task(GPU1))
+        o.waits.mark_placed(d.site, d.partition)
+        third = await o.planner.decide(_task(GPU1))
         assert isinstance(third, Placement)
         assert counted[d.site].test_only_calls() == 2
 
@@ -146,16 +146,16 @@ async def test_a_batch_of_children_shares_one_call_per_site(fed: Any, tmp_path: 
     async with _orchestrator(tmp_path) as (o, counted):
         tasks = [_task(GPU1) for _ in range(6)] + [_task({**GPU1, "cpus": {"min": 8, "max": 8}})]
         with anyio.fail_after(60):
-            answer = await estimates.prefetch(o, tasks, history=None, ledger=o.ledger())
+            answer = await o.planner.prefetch(tasks, history=None, ledger=o.claims.ledger())
         assert answer is not None and answer.starts
         calls = {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()}
         assert set(calls.values()) == {1}  # two shapes, seven tasks: one call per site
-        ledger = o.ledger()
+        ledger = o.claims.ledger()
         for t in tasks:
-            d = await o.decide(t, ledger=ledger, answer=answer)
+            d = await o.planner.decide(t, ledger=ledger, answer=answer)
             assert isinstance(d, Placement)
             ledger.claim(d.site, d.partition, d.account, d.shape, d.estimates.charge)
-            o.mark_placed(d.site, d.partition)
+            o.waits.mark_placed(d.site, d.partition)
         assert {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()} == calls
 
 
@@ -175,7 +175,7 @@ async def test_a_slow_or_stopped_controller_falls_back_in_time_and_the_trace_say
         async with _orchestrator(tmp_path, swap, timeout_s=1.5) as (o, counted):
             t0 = anyio.current_time()
             with anyio.fail_after(30):
-                d = await o.decide(_task(GPU1))
+                d = await o.planner.decide(_task(GPU1))
             took = anyio.current_time() - t0
             assert isinstance(d, Placement)
             delta = [c for c in d.trace.candidates if c.feasible and c.site == "devdelta"]
@@ -193,7 +193,7 @@ async def test_a_slow_or_stopped_controller_falls_back_in_time_and_the_trace_say
                        for c in others)  # fmt: skip
             # The failure is remembered for the cycle: the next decision does not wait again.
             before = counted["devdelta"].test_only_calls()
-            await o.decide(_task(GPU1))
+            await o.planner.decide(_task(GPU1))
             assert counted["devdelta"].test_only_calls() == before == 1
             print(f"{controller}: decision took {took:.2f} s; note: {d.trace.estimates_note}")
 
@@ -233,9 +233,9 @@ async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_account
     async with _orchestrator(tmp_path) as (o, counted):
         with anyio.fail_after(60):
             while True:
-                await estimates.learn_from_accounting(o, force=True)
+                await o.waits.learn_from_accounting(force=True)
                 recent = datetime.now(UTC) - timedelta(minutes=5)
-                seen = [w for w in o.user_waits.get("devvista", []) if w.partition == "gh"
+                seen = [w for w in o.waits.user_waits.get("devvista", []) if w.partition == "gh"
                         and w.gpus == 1 and w.observed_at >= recent]  # fmt: skip
                 if len(seen) >= 3:
                     break
@@ -243,9 +243,9 @@ async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_account
         assert all(w.wait_s >= 0 for w in seen)
         # One sacct per site per read, and not again within ACCOUNTING_EVERY_S.
         reads = sum("sacct" in c and "--user=" in c for c in counted["devvista"].calls)
-        await estimates.learn_from_accounting(o)
+        await o.waits.learn_from_accounting()
         assert sum("sacct" in c and "--user=" in c for c in counted["devvista"].calls) == reads
-        history = await o.wait_history()
+        history = await o.waits.history()
         assert history is not None
         got = history.estimate("devvista", "gh", Shape(cpus=4, gpus=1, wall_time_s=600))
         assert got is not None and got.source.startswith("learned:gpu:1 (n=")

@@ -236,15 +236,14 @@ async def test_a_submit_bound_to_a_runtime_that_cannot_start_is_told_so(
 ) -> None:
     from fedhpc.collector import Collector
     from fedhpc.ops.continuations import ContinuationSpec, Runtime
-    from fedhpc.orchestrator import hinted
     from fedhpc.orchestrator.service import Orchestrator
 
     o = Orchestrator(store, Collector({}, {}, store), {})
     spec = ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id="s-1", cwd=str(tmp_path))
     req = SubmitTaskRequest(command=("echo", "hi"), envelope=env(cpus=1), continuation=spec)
-    handle = await o.submit_task(req, wait_s=0)
-    assert "End your turn now" in (await hinted(o, handle, "submit_task")).next
+    handle = await o.intake.submit_task(req, wait_s=0)
+    assert "End your turn now" in (await o.answers.hinted(handle, "submit_task")).next
     o.resume_blocker = _bridge(tmp_path, "/nonexistent/claude").blocker
-    told = (await hinted(o, handle, "submit_task")).next
+    told = (await o.answers.hinted(handle, "submit_task")).next
     assert "cannot resume this session" in told and "End your turn now" not in told
     assert "/nonexistent/claude" in told

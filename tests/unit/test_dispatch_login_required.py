@@ -54,10 +54,10 @@ async def test_a_login_required_submission_fails_the_attempt_with_the_login_comm
         idempotency_key="k1",
         created_at=NOW,
     )
-    att = await o.dispatch(task, decision)
+    att = await o.dispatcher.dispatch(task, decision)
     assert att.state is JobState.FAILED
     assert att.job_id is None
     assert att.reason is not None
     assert f"fedhpc login --scope '{SCOPE}'" in att.reason
-    stored = await o.load_attempts("t1")
+    stored = await o.book.load_attempts("t1")
     assert stored[-1].state is JobState.FAILED  # persisted: the next cycle will not look it up

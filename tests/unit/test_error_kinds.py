@@ -56,7 +56,7 @@ def test_named_errors_map_to_their_documented_status() -> None:
     from fedhpc.client import DaemonUnavailable
     from fedhpc.daemon.guard import status_of
     from fedhpc.errors import OverBudget, TooLarge
-    from fedhpc.orchestrator.service import TaskNotFound
+    from fedhpc.orchestrator.book import TaskNotFound
     from fedhpc.transfer.errors import BadDataRef, TransferUnavailable, UnknownSite
 
     cases = {

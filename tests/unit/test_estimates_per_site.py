@@ -15,7 +15,6 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportUnavailable
 from fedhpc.domain import Shape
 from fedhpc.domain.config import Site
-from fedhpc.orchestrator import estimates
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.placement import Placement, Policy, place, shape_key
@@ -106,13 +105,13 @@ async def test_decide_and_a_batch_prefetch_still_place_when_one_sites_login_need
     )
     task = TaskRecord(id="t1", request=_req(envelope=env(cpus=4)), idempotency_key="k",
                       created_at=NOW)  # fmt: skip
-    decision = await o.decide(task)
+    decision = await o.planner.decide(task)
     assert isinstance(decision, Placement), decision
     assert f"alpha: unreachable ({NEEDS_PERSON})" in decision.trace.estimates_note
     beta = next(c for c in decision.trace.candidates if c.site == "beta" and c.feasible)
     assert beta.estimates is not None and beta.estimates.wait_source.startswith("scheduler")
     # A batch (placer._batch, place_queued) asks through `prefetch`: an answer, not an error.
-    answer = await estimates.prefetch(o, [task], history=None, ledger=None)
+    answer = await o.planner.prefetch([task], history=None, ledger=None)
     assert answer is not None and answer.notes["alpha"].startswith("unreachable (")
     assert any(k[0] == "beta" for k in answer.starts)
 

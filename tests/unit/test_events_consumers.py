@@ -74,9 +74,9 @@ async def test_a_task_reopened_by_replan_reports_its_new_outcome_as_a_new_event(
                       request=SubmitTaskRequest(command=("true",), envelope=env))  # fmt: skip
     for _ in range(2):  # the same fact twice: one event
         async with store.transaction() as tx:
-            await o.emit(tx, "task.unschedulable", task, reason="r")
+            await o.book.emit(tx, "task.unschedulable", task, reason="r")
     task.reopened = 1
     async with store.transaction() as tx:
-        await o.emit(tx, "task.unschedulable", task, reason="r")
+        await o.book.emit(tx, "task.unschedulable", task, reason="r")
     kinds = [e.kind for e in await store.events_after(0, limit=10)]
     assert kinds == ["task.unschedulable", "task.unschedulable"]

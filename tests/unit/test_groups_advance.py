@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from fedhpc.orchestrator.groups import advance_groups
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
 
@@ -20,7 +19,7 @@ async def test_a_group_whose_children_are_still_being_submitted_stays_open(store
                                  "spread": True})  # fmt: skip
     # advance_groups reads only the store and the clock: no site is involved.
     o = Orchestrator(store, cast(Any, None), {}, clock=lambda: now)
-    await advance_groups(o)
+    await o.groups.advance()
     assert await store.events_after(0, limit=10) == []
     group = await store.get_group("g1")
     assert group is not None

@@ -17,7 +17,6 @@ from fedhpc.ops.data import DataLocation, TransferState
 from fedhpc.ops.tasks import ReplanRequest, SubmitTaskRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.service import Orchestrator
-from fedhpc.orchestrator.task_tools import replan
 from fedhpc.store import Store
 from fedhpc.transfer import records
 from fedhpc.transfer.records import TransferRecord
@@ -47,7 +46,7 @@ async def _world(store: Store) -> tuple[Orchestrator, str]:
 async def _waiting_task(o: Orchestrator, tid: str, **kw: Any) -> str:
     req = SubmitTaskRequest(command=("wc", "-c", "in.dat"), envelope=env(cpus=1),
                             stage_in=(tid,), **kw)  # fmt: skip
-    handle, _ = await o.accept_task(req)
+    handle, _ = await o.intake.accept_task(req)
     assert handle.state is JobState.SUBMITTED
     return handle.task_id
 
@@ -65,21 +64,21 @@ async def test_replanning_a_task_that_waits_for_its_input_does_not_dispatch_it(
 ) -> None:
     o, tid = await _world(store)
     task_id = await _waiting_task(o, tid)
-    handle = await replan(o, ReplanRequest(task_id=task_id, envelope=env(cpus=2)))
+    handle = await o.tools.replan(ReplanRequest(task_id=task_id, envelope=env(cpus=2)))
     assert handle.state is JobState.SUBMITTED
     assert handle.site is None and handle.attempt == 0
     assert "placed when its input arrives" in handle.decision
-    task = await o.load_task(task_id)
+    task = await o.book.load_task(task_id)
     assert task.state is JobState.SUBMITTED
     assert task.request.envelope == env(cpus=2)
     assert task.excluded_sites == ("beta",)  # still only where the input lands
     assert await store.attempts(task_id) == []
     assert await store.events_after(0) == []
-    await staging.advance(o)  # the copy is still running: it keeps waiting
-    assert (await o.load_task(task_id)).state is JobState.SUBMITTED
+    await staging.advance(o.book, o.placer.wake)  # the copy is still running: it keeps waiting
+    assert (await o.book.load_task(task_id)).state is JobState.SUBMITTED
     await _arrive(o, tid)
-    await staging.advance(o)  # now it goes to placement, with the new envelope
-    queued = await o.load_task(task_id)
+    await staging.advance(o.book, o.placer.wake)  # now it goes to placement, with the new envelope
+    queued = await o.book.load_task(task_id)
     assert queued.state is JobState.QUEUED
     assert queued.request.envelope == env(cpus=2)
 
@@ -89,13 +88,13 @@ async def test_excluding_the_site_its_input_goes_to_is_a_typed_refusal_and_chang
 ) -> None:
     o, tid = await _world(store)
     task_id = await _waiting_task(o, tid)
-    before = await o.load_task(task_id)
+    before = await o.book.load_task(task_id)
     with pytest.raises(FedError) as exc:
-        await replan(o, ReplanRequest(task_id=task_id, exclude_sites=("alpha",),
+        await o.tools.replan(ReplanRequest(task_id=task_id, exclude_sites=("alpha",),
                                       envelope=env(cpus=2)))  # fmt: skip
     err = exc.value.as_dict()
     assert err["code"] == "stage_in_pending"
     assert "waits for its input" in err["message"] and "alpha" in err["message"]
     assert "move_data" in err["hint"]
-    assert await o.load_task(task_id) == before
+    assert await o.book.load_task(task_id) == before
     assert await store.attempts(task_id) == []

@@ -67,7 +67,7 @@ class World:
     async def cycle(self) -> None:
         """One transfer cycle, then one orchestrator staging pass."""
         await self.transfers.tick()
-        await staging.advance(self.o)
+        await staging.advance(self.o.book, self.o.placer.wake)
 
     async def move(self, agent: ContinuationSpec) -> str:
         req = MoveDataRequest(source="delta:work/p/in.dat",
@@ -79,7 +79,7 @@ class World:
     async def submit(self, tid: str, agent: ContinuationSpec) -> str:
         req = SubmitTaskRequest(command=("wc", "-c", "in.dat"), envelope=ENV, stage_in=(tid,),
                                 continuation=agent)  # fmt: skip
-        handle, _ = await self.o.accept_task(req)
+        handle, _ = await self.o.intake.accept_task(req)
         assert handle.state is JobState.SUBMITTED
         return handle.task_id
 
@@ -113,7 +113,7 @@ async def test_a_blocked_stage_in_wakes_the_waiting_tasks_agent_once_per_block(
     assert any("hint" in step for step in woke["next"])
     # Told through the task only: the move_data caller is the same agent, not woken twice.
     assert ("transfer.blocked", tid) not in await w.kinds()
-    assert (await w.o.load_task(task)).state is JobState.SUBMITTED  # it keeps waiting
+    assert (await w.o.book.load_task(task)).state is JobState.SUBMITTED  # it keeps waiting
     await w.cycle()  # the person logged in: the copy goes on
     assert len(await w.woken()) == 1
     await w.cycle()  # blocked again later: a new block, told once more

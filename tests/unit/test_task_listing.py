@@ -9,7 +9,6 @@ from datetime import timedelta
 
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.orchestrator.task_tools import list_tasks
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
@@ -45,7 +44,7 @@ async def test_newest_first_with_the_current_attempt_as_get_result_picks_it(
                 [{"site": "first"}, {"site": "second"}], accepted=1)  # fmt: skip
     await _task(store, "t-all-superseded", 3, JobState.CANCELLED,
                 [{"site": "a", "superseded": True}, {"site": "b", "superseded": True}])  # fmt: skip
-    rows = await list_tasks(o, limit=10)
+    rows = await o.tools.list_tasks(limit=10)
     assert [r.task_id for r in rows] == ["t-all-superseded", "t-accepted", "t-replaced", "t-none"]
     by = {r.task_id: r for r in rows}
     assert (by["t-accepted"].site, by["t-accepted"].job_id, by["t-accepted"].attempts) == (
@@ -53,8 +52,8 @@ async def test_newest_first_with_the_current_attempt_as_get_result_picks_it(
     assert by["t-replaced"].site == "new"
     assert by["t-all-superseded"].site == "b"
     assert (by["t-none"].site, by["t-none"].attempts, by["t-none"].name) == (None, 0, "t-none")
-    assert [r.task_id for r in await list_tasks(o, state="pending")] == ["t-replaced"]
-    assert len(await list_tasks(o, limit=2)) == 2
+    assert [r.task_id for r in await o.tools.list_tasks(state="pending")] == ["t-replaced"]
+    assert len(await o.tools.list_tasks(limit=2)) == 2
 
 
 async def test_listing_queries_use_indexes_not_a_sort_of_the_table(store: Store) -> None:

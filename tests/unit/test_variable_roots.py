@@ -12,11 +12,10 @@ import pytest
 from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.adapters.transports.local import LocalTransport
-from fedhpc.domain.config import UserSiteConfig
+from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.site import TransportSpec
-from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import Site
 
 
 def _vista(env: dict[str, str], **user: str) -> SiteAdapter:
@@ -37,14 +36,14 @@ async def test_scratch_is_expanded_by_the_login_shell_and_is_the_users_own(tmp_p
     assert adapter.root_path("$WORK/runs") == "/work/07/me/runs"
     assert adapter.root_path("/plain/path") == "/plain/path"
     # A `$NAME` root is per user already: no second login folder inside it.
-    assert Orchestrator._workbase(adapter) == f"{tmp_path}/scratch/07/me/fedhpc"
+    assert Dispatcher._workbase(adapter) == f"{tmp_path}/scratch/07/me/fedhpc"
 
 
 async def test_an_unset_variable_is_one_clear_error_and_names_the_fix() -> None:
     adapter = _vista({"WORK": "/work/07/me", "SCRATCH": ""})
     await adapter.read_roots()
     with pytest.raises(WorkdirFailed) as caught:
-        Orchestrator._workbase(adapter)
+        Dispatcher._workbase(adapter)
     err = caught.value
     assert err.code == "workdir_failed"
     assert err.message == (
@@ -59,7 +58,7 @@ async def test_an_unset_variable_is_one_clear_error_and_names_the_fix() -> None:
 
 async def test_the_users_workdir_wins_without_reading_any_variable() -> None:
     adapter = _vista({}, workdir="/work/07/me/jobs/")
-    assert Orchestrator._workbase(adapter) == "/work/07/me/jobs"
+    assert Dispatcher._workbase(adapter) == "/work/07/me/jobs"
     assert adapter.calls["roots"] == 0
 
 
@@ -86,4 +85,4 @@ def test_a_site_without_variable_roots_needs_no_call() -> None:
     site = Site(profile=profile, user=UserSiteConfig())
     adapter = SiteAdapter(site, LocalTransport(TransportSpec(kind="local")))
     assert replace(site).name == "delta"
-    assert Orchestrator._workbase(adapter).endswith(f"/{adapter.login}/fedhpc")
+    assert Dispatcher._workbase(adapter).endswith(f"/{adapter.login}/fedhpc")

@@ -31,17 +31,17 @@ async def _finish(store: Store, n: int, wait_s: float) -> None:
 
 async def test_one_index_per_cycle_shared_by_its_decisions(store: Store) -> None:
     o = Orchestrator(store, cast(Any, None), {}, clock=lambda: NOW)
-    assert await o.wait_history() is None  # nothing finished yet: no learned estimates
+    assert await o.waits.history() is None  # nothing finished yet: no learned estimates
     for n in range(3):
         await _finish(store, n + 1, 60.0 * (n + 1))
     # Same cycle: the decisions share the index built at its first use (empty then).
-    assert await o.wait_history() is None
-    assert o.index_builds == 1
-    o.new_cycle()
-    first = await o.wait_history()
+    assert await o.waits.history() is None
+    assert o.waits.index_builds == 1
+    o.waits.new_cycle()
+    first = await o.waits.history()
     assert first is not None
-    assert await o.wait_history() is first
-    assert o.index_builds == 2
+    assert await o.waits.history() is first
+    assert o.waits.index_builds == 2
     est = first.estimate("s", "gpu", Shape(gpus=1))
     assert est is not None and est.wait_s == 120.0 and est.source.endswith("(n=3)")
 

@@ -64,7 +64,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             and not await is_transfer(req.subject)
         ):
             raise TaskNotFound(f"no task, group or transfer {req.subject!r}")
-        cid = await o.register(req.subject, req.spec)
+        cid = await o.book.register(req.subject, req.spec)
         return JSONResponse({"id": cid, "subject": req.subject})
 
     async def bind(request: Request) -> Response:

@@ -13,7 +13,6 @@ from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.ops.inspect import InspectRequest
-from fedhpc.orchestrator import estimates
 
 __all__ = ["handlers"]
 
@@ -54,7 +53,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         return model_response(state.view(_inspect_request(request)))
 
     async def estimators(request: Request) -> Response:
-        rows = (await estimates.errors(o)).rows()
+        rows = (await o.waits.errors()).rows()
         return JSONResponse({
             "estimators": [
                 {"site": e.site, "partition": e.partition, "method": e.method, "n": e.n,
@@ -62,7 +61,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                  "median_bias_s": round(e.median_bias_s, 1)}
                 for e in rows
             ],
-            "scheduler_calls": o.estimates.calls,
+            "scheduler_calls": o.waits.cache.calls,
         })  # fmt: skip
 
     return {

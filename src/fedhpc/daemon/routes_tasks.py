@@ -24,17 +24,6 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
-from fedhpc.orchestrator import (
-    cancel,
-    get_result,
-    group_view,
-    hinted,
-    hinted_group,
-    hinted_result,
-    list_tasks,
-    replan,
-    submit_group,
-)
 
 __all__ = ["handlers"]
 
@@ -59,38 +48,42 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def submit_task(request: Request) -> Response:
         req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await read_body(request)))
-        return model_response(await hinted(o, await o.submit_task(req), "submit_task"))
+        return model_response(
+            await o.answers.hinted(await o.intake.submit_task(req), "submit_task")
+        )
 
     async def tasks(request: Request) -> Response:
         q = TasksQuery.model_validate(dict(request.query_params))
-        rows = await list_tasks(o, state=q.state, limit=q.limit)
+        rows = await o.tools.list_tasks(state=q.state, limit=q.limit)
         return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
 
     async def result(request: Request) -> Response:
         req = ResultRequest.model_validate(
             {"task_id": request.path_params["task_id"], **dict(request.query_params)}
         )
-        return model_response(await hinted_result(o, await get_result(o, req)))
+        return model_response(await o.answers.hinted_result(await o.tools.get_result(req)))
 
     async def cancel_task(request: Request) -> Response:
-        handle = await cancel(o, CancelRequest(task_id=request.path_params["task_id"]))
-        return model_response(await hinted(o, handle, "cancel"))
+        handle = await o.tools.cancel(CancelRequest(task_id=request.path_params["task_id"]))
+        return model_response(await o.answers.hinted(handle, "cancel"))
 
     async def replan_task(request: Request) -> Response:
         req = _sites_checked(state, ReplanRequest.model_validate_json(await read_body(request)))
         if req.task_id != request.path_params["task_id"]:
             raise UsageError("task_id in the body and the path differ")
-        return model_response(await hinted(o, await replan(o, req), "replan"))
+        return model_response(await o.answers.hinted(await o.tools.replan(req), "replan"))
 
     async def submit_group_(request: Request) -> Response:
         body = await read_body(request)
         req = _sites_checked(state, SubmitGroupRequest.model_validate_json(body))
-        return model_response(await hinted_group(o, await submit_group(o, req), "submit_group"))
+        return model_response(
+            await o.answers.hinted_group(await o.groups.submit(req), "submit_group")
+        )
 
     async def group(request: Request) -> Response:
         page = GroupQuery.model_validate(dict(request.query_params)).model_dump()
-        view = await group_view(o, request.path_params["group_id"], **page)
-        return model_response(await hinted_group(o, view, "group"))
+        view = await o.groups.view(request.path_params["group_id"], **page)
+        return model_response(await o.answers.hinted_group(view, "group"))
 
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await read_body(request))

@@ -22,7 +22,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
-from fedhpc.orchestrator import Orchestrator, place_queued, tick
+from fedhpc.orchestrator import Orchestrator
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
 from fedhpc.settings import DaemonSettings
@@ -112,8 +112,8 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
             await collector.load()
             if once:
                 report = await collector.refresh(force=True)
-                await place_queued(orchestrator)
-                await tick(orchestrator)
+                await orchestrator.place_queued()
+                await orchestrator.tick()
                 await Bridge(store, settings.home).cycle()
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
                 return

@@ -4,43 +4,51 @@ start now) and the outcome."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fedhpc.ops.hints import HintTool, next_hint
 from fedhpc.ops.tasks import GroupView, ResultManifest, TaskHandle
-from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.book import TaskBook
 
-__all__ = ["hinted", "hinted_group", "hinted_result", "resumes"]
-
-
-async def resumes(o: Orchestrator, *subjects: str | None) -> tuple[bool, str]:
-    """Whether a continuation registered for one of `subjects` (a task, its group, a transfer)
-    will wake the agent, and, when one exists but none can start now, why (with the fix)."""
-    found = await o.store.continuations_for([s for s in subjects if s])
-    blocked = [o.resume_blocker(str(c["runtime"])) for c in found]
-    if not found or not all(blocked):
-        return bool(found), ""
-    return False, blocked[0]
+__all__ = ["Answers"]
 
 
-async def hinted(o: Orchestrator, handle: TaskHandle, tool: HintTool) -> TaskHandle:
-    """`handle` with its `next` line (one it already has is kept: cancel decides its own)."""
-    if handle.next:
-        return handle
-    task = await o.load_task(handle.task_id)
-    wake, blocked = await resumes(o, task.id, task.group_id)
-    hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id,
-                     child=task.group_id is not None, blocked=blocked)  # fmt: skip
-    return handle.model_copy(update={"next": hint})
+class Answers:
+    """`blocker(runtime)`: why the daemon cannot start that runtime's resumes now ("" = it
+    can), so that no answer says "end your turn" when nothing will wake the agent."""
 
+    def __init__(self, book: TaskBook, blocker: Callable[[str], str]) -> None:
+        self.book = book
+        self.blocker = blocker
 
-async def hinted_group(o: Orchestrator, view: GroupView, tool: HintTool) -> GroupView:
-    wake, blocked = await resumes(o, view.group_id)
-    hint = next_hint(tool, view.state, resumes=wake, blocked=blocked)
-    return view.model_copy(update={"next": hint})
+    async def resumes(self, *subjects: str | None) -> tuple[bool, str]:
+        """Whether a continuation registered for one of `subjects` (a task, its group, a
+        transfer) will wake the agent, and, when one exists but none can start now, why (with
+        the fix)."""
+        found = await self.book.store.continuations_for([s for s in subjects if s])
+        blocked = [self.blocker(str(c["runtime"])) for c in found]
+        if not found or not all(blocked):
+            return bool(found), ""
+        return False, blocked[0]
 
+    async def hinted(self, handle: TaskHandle, tool: HintTool) -> TaskHandle:
+        """`handle` with its `next` line (one it already has is kept: cancel decides its own)."""
+        if handle.next:
+            return handle
+        task = await self.book.load_task(handle.task_id)
+        wake, blocked = await self.resumes(task.id, task.group_id)
+        hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id,
+                         child=task.group_id is not None, blocked=blocked)  # fmt: skip
+        return handle.model_copy(update={"next": hint})
 
-async def hinted_result(o: Orchestrator, manifest: ResultManifest) -> ResultManifest:
-    wake, blocked = await resumes(o, manifest.task_id, manifest.group_id)
-    hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id,
-                     whole=not manifest.outputs, child=manifest.group_id is not None,
-                     blocked=blocked)  # fmt: skip
-    return manifest.model_copy(update={"next": hint})
+    async def hinted_group(self, view: GroupView, tool: HintTool) -> GroupView:
+        wake, blocked = await self.resumes(view.group_id)
+        hint = next_hint(tool, view.state, resumes=wake, blocked=blocked)
+        return view.model_copy(update={"next": hint})
+
+    async def hinted_result(self, manifest: ResultManifest) -> ResultManifest:
+        wake, blocked = await self.resumes(manifest.task_id, manifest.group_id)
+        hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id,
+                         whole=not manifest.outputs, child=manifest.group_id is not None,
+                         blocked=blocked)  # fmt: skip
+        return manifest.model_copy(update={"next": hint})

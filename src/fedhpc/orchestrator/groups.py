@@ -8,19 +8,22 @@ group g<hex> is task t<hex>-<i> (zero-padded), so an answer names every child in
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio
 import structlog
 
+from fedhpc.collector import Collector
 from fedhpc.domain.job import TERMINAL, JobState
 from fedhpc.ops.tasks import ChildView, GroupView, SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
+from fedhpc.orchestrator.accept import WAITING_FOR_PROBES
+from fedhpc.orchestrator.book import TaskBook, TaskNotFound
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
-from fedhpc.orchestrator.service import WAITING_FOR_PROBES, Orchestrator, TaskNotFound
 
-__all__ = ["LISTED", "advance_groups", "group_view", "submit_group"]
+__all__ = ["LISTED", "Groups", "group_id_for"]
 
 log = structlog.get_logger(__name__)
 
@@ -35,96 +38,6 @@ STALL_AFTER_S = 15.0
 
 def group_id_for(key: str) -> str:
     return "g" + hashlib.sha256(key.encode()).hexdigest()[:11]
-
-
-async def submit_group(
-    o: Orchestrator, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S
-) -> GroupView:
-    """Accept the group durably and answer; a small group waits up to `wait_s` so that its
-    answer shows where each child went."""
-    gid, fresh = await _accept(o, req)
-    if not fresh:
-        return await _existing(o, gid, req)
-    o.placer_wake.set()
-    if wait_s > 0 and len(req.children) <= LISTED:
-        ids = [c["id"] for c in await o.store.group_children(gid)]
-        await o.wait_placed(ids, wait_s)
-    return await group_view(o, gid, limit=LISTED)
-
-
-async def _accept(o: Orchestrator, req: SubmitGroupRequest) -> tuple[str, bool]:
-    dedupe = idem.dedupe_key(req)
-    key = req.idempotency_key or f"auto:{new_id('k')}"
-    gid = group_id_for(key)
-    async with o.accepting:
-        now = o.clock()
-        if await o.store.get_group(gid) is not None:
-            return gid, False
-        if dedupe is not None:
-            earlier = await o.store.group_by_dedupe(dedupe, idem.since(now, o.retry_window_s))
-            if earlier is not None:
-                return str(earlier["id"]), False
-        n = len(req.children)
-        body = {"objective": req.objective, "key": key, "digest": idem.request_digest(req),
-                "required": [c.required for c in req.children], "spread": req.spread,
-                "size": n}  # fmt: skip
-        async with o.store.transaction() as tx:
-            await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
-            await tx.insert_tasks(_children(o, req, gid, key, now), at=now)
-            if req.continuation is not None:
-                await o.put_continuation(tx, gid, req.continuation)
-    log.info("group accepted", group=gid, children=n)
-    o.notify()
-    return gid, True
-
-
-def _children(
-    o: Orchestrator, req: SubmitGroupRequest, gid: str, key: str, now: datetime
-) -> Iterator[tuple[str, str, str | None, str, dict[str, Any]]]:
-    """Each child's row, made as the insert consumes it (never all bodies at once). The children
-    differ only in id, key, command and label: one validated record is the template."""
-    width = len(str(len(req.children) - 1))
-    prefix = "t" + gid[1:]
-    decision = "queued: placing" if o.collector.ready.is_set() else WAITING_FOR_PROBES
-    first = req.children[0]
-    template = TaskRecord(
-        id=f"{prefix}-{0:0{width}d}", idempotency_key=f"{key}:child:0", state=JobState.QUEUED,
-        created_at=now, group_id=gid, decision=decision,
-        request=SubmitTaskRequest(
-            command=first.command, envelope=req.envelope, name=first.name, policy=req.policy,
-            workdir=req.workdir, env=req.env, adaptation=req.adaptation,
-            idempotency_key=f"{key}:child:0",
-        ),
-    ).model_dump(mode="json")  # fmt: skip
-    for i, child in enumerate(req.children):
-        tid, ckey = f"{prefix}-{i:0{width}d}", f"{key}:child:{i}"
-        request = {**template["request"], "command": list(child.command), "name": child.name,
-                   "idempotency_key": ckey}  # fmt: skip
-        body = {**template, "id": tid, "idempotency_key": ckey, "request": request}
-        yield tid, ckey, gid, JobState.QUEUED.value, body
-
-
-async def _existing(o: Orchestrator, gid: str, req: SubmitGroupRequest) -> GroupView:
-    group = await o.store.get_group(gid)
-    assert group is not None
-    by_key = bool(req.idempotency_key) and group["body"].get("key") == req.idempotency_key
-    stored = group["body"].get("digest")
-    if by_key and not req.key_generated and stored and stored != idem.request_digest(req):
-        raise idem.IdempotencyConflict(
-            f"idempotency_key {req.idempotency_key!r} already names group {gid}, "
-            "submitted with other arguments"
-        )
-    view = await group_view(o, gid, limit=LISTED)
-    created = datetime.fromisoformat(str(group["created_at"]))
-    note = idem.existing_note("group", gid, created, view.state, by_key=by_key,
-                              window_s=o.retry_window_s, now=o.clock())  # fmt: skip
-    update: dict[str, object] = {"existing": note}
-    if view.state not in ("placing", "running"):
-        update["next"] = (
-            f"The group already ended ({view.state}): its results are available now (read "
-            f"fedhpc://groups/{gid}, then get_result per child). No event will follow for it."
-        )
-    return view.model_copy(update=update)
 
 
 def _state(states: list[str]) -> GroupState:
@@ -146,94 +59,204 @@ def _child(c: dict[str, Any]) -> ChildView:
     )  # fmt: skip
 
 
-async def group_view(
-    o: Orchestrator, gid: str, *, limit: int | None = None, after: str | None = None
-) -> GroupView:
-    """The group: counts per state and per site for all children (in SQL); children listed
-    in order after `after`, up to `limit` (all when None), with `next_after` when more follow."""
-    group = await o.store.get_group(gid)
-    if group is None:
-        raise TaskNotFound(f"no group {gid!r}")
-    summary = await o.store.group_summary(gid)
-    counts: dict[str, int] = summary["counts"]
-    size = sum(counts.values())
-    page = None if limit is None else limit + 1  # one more: whether another page follows
-    rows = await o.store.group_children(gid, after=after, limit=page)
-    listed = rows if limit is None else rows[:limit]
-    more = len(rows) > len(listed)
-    first, last = summary["first"], summary["last"]
-    span = first if size == 1 else (f"{first} … {last}" if size else "")
-    states = [s for s, n in counts.items() for _ in range(min(n, 1))]
-    return GroupView(
-        group_id=gid, objective=str(group["body"]["objective"]),
-        state=_state(states), round=int(group["round"]), size=size, child_ids=span,
-        counts=counts, sites=dict(sorted(summary["sites"].items())),
-        children=tuple(_child(c) for c in listed), omitted=size - len(listed),
-        next_after=listed[-1]["id"] if more and listed else None,
-    )  # fmt: skip
+class Groups:
+    """Accepts groups, shows them, and closes their rounds; a child stalled behind finished
+    siblings is re-placed without the spread constraint (`replace`, if that helps)."""
 
+    def __init__(
+        self, book: TaskBook, collector: Collector, *, accepting: anyio.Lock,
+        clock: Callable[[], datetime], retry_window_s: float, cycle_s: float,
+        notify: Callable[[], None], wake_placer: Callable[[], None],
+        wait_placed: Callable[[list[str], float], Awaitable[None]],
+        replace: Callable[[TaskRecord, AttemptRecord], Awaitable[bool]],
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.collector = collector
+        self.accepting = accepting  # a retry's lookup and the insert it races with
+        self.clock = clock
+        self.retry_window_s = retry_window_s
+        self.cycle_s = cycle_s
+        self.notify = notify
+        self.wake_placer = wake_placer
+        self.wait_placed = wait_placed
+        self.replace = replace
 
-async def advance_groups(o: Orchestrator) -> None:
-    """Relax spread for a child stalled behind finished siblings; close finished rounds."""
-    for gid in await o.store.groups_in(("running",)):
-        group = await o.store.get_group(gid)
+    async def submit(self, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S) -> GroupView:
+        """Accept the group durably and answer; a small group waits up to `wait_s` so that its
+        answer shows where each child went."""
+        gid, fresh = await self._accept(req)
+        if not fresh:
+            return await self._existing(gid, req)
+        self.wake_placer()
+        if wait_s > 0 and len(req.children) <= LISTED:
+            ids = [c["id"] for c in await self.book.store.group_children(gid)]
+            await self.wait_placed(ids, wait_s)
+        return await self.view(gid, limit=LISTED)
+
+    async def _accept(self, req: SubmitGroupRequest) -> tuple[str, bool]:
+        dedupe = idem.dedupe_key(req)
+        key = req.idempotency_key or f"auto:{new_id('k')}"
+        gid = group_id_for(key)
+        async with self.accepting:
+            now = self.clock()
+            if await self.book.store.get_group(gid) is not None:
+                return gid, False
+            if dedupe is not None:
+                earlier = await self.book.store.group_by_dedupe(
+                    dedupe, idem.since(now, self.retry_window_s)
+                )
+                if earlier is not None:
+                    return str(earlier["id"]), False
+            n = len(req.children)
+            body = {"objective": req.objective, "key": key, "digest": idem.request_digest(req),
+                    "required": [c.required for c in req.children], "spread": req.spread,
+                    "size": n}  # fmt: skip
+            async with self.book.store.transaction() as tx:
+                await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
+                await tx.insert_tasks(self._children(req, gid, key, now), at=now)
+                if req.continuation is not None:
+                    await self.book.put_continuation(tx, gid, req.continuation)
+        log.info("group accepted", group=gid, children=n)
+        self.notify()
+        return gid, True
+
+    def _children(
+        self, req: SubmitGroupRequest, gid: str, key: str, now: datetime
+    ) -> Iterator[tuple[str, str, str | None, str, dict[str, Any]]]:
+        """Each child's row, made as the insert consumes it (never all bodies at once). The children
+        differ only in id, key, command and label: one validated record is the template."""
+        width = len(str(len(req.children) - 1))
+        prefix = "t" + gid[1:]
+        decision = "queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES
+        first = req.children[0]
+        template = TaskRecord(
+            id=f"{prefix}-{0:0{width}d}", idempotency_key=f"{key}:child:0", state=JobState.QUEUED,
+            created_at=now, group_id=gid, decision=decision,
+            request=SubmitTaskRequest(
+                command=first.command, envelope=req.envelope, name=first.name, policy=req.policy,
+                workdir=req.workdir, env=req.env, adaptation=req.adaptation,
+                idempotency_key=f"{key}:child:0",
+            ),
+        ).model_dump(mode="json")  # fmt: skip
+        for i, child in enumerate(req.children):
+            tid, ckey = f"{prefix}-{i:0{width}d}", f"{key}:child:{i}"
+            request = {**template["request"], "command": list(child.command), "name": child.name,
+                       "idempotency_key": ckey}  # fmt: skip
+            body = {**template, "id": tid, "idempotency_key": ckey, "request": request}
+            yield tid, ckey, gid, JobState.QUEUED.value, body
+
+    async def _existing(self, gid: str, req: SubmitGroupRequest) -> GroupView:
+        group = await self.book.store.get_group(gid)
         assert group is not None
-        body: dict[str, Any] = group["body"]
-        # Every child counts for the round: with two or more still live, the round is not over
-        # and no child is the last one left (nothing to relax): skip reading them all.
-        every = all(body.get("required") or [True])
-        if every and await o.store.group_live(gid, sorted(s.value for s in TERMINAL)) >= 2:
-            continue
-        children = await o.store.group_children(gid)
-        required = body.get("required") or [True] * len(children)
-        if len(children) < len(required):
-            continue  # an older submit_group still adding children: no round can be over yet
-        live = sum(1 for c in children if c["state"] not in TERMINAL)
-        now = o.clock()
-        stall_s = max(STALL_AFTER_S, 3 * o.cycle_s)
-        for c in children:
-            att = c["attempt"]
-            if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
+        by_key = bool(req.idempotency_key) and group["body"].get("key") == req.idempotency_key
+        stored = group["body"].get("digest")
+        if by_key and not req.key_generated and stored and stored != idem.request_digest(req):
+            raise idem.IdempotencyConflict(
+                f"idempotency_key {req.idempotency_key!r} already names group {gid}, "
+                "submitted with other arguments"
+            )
+        view = await self.view(gid, limit=LISTED)
+        created = datetime.fromisoformat(str(group["created_at"]))
+        note = idem.existing_note("group", gid, created, view.state, by_key=by_key,
+                                  window_s=self.retry_window_s, now=self.clock())  # fmt: skip
+        update: dict[str, object] = {"existing": note}
+        if view.state not in ("placing", "running"):
+            update["next"] = (
+                f"The group already ended ({view.state}): its results are available now (read "
+                f"fedhpc://groups/{gid}, then get_result per child). No event will follow for it."
+            )
+        return view.model_copy(update=update)
+
+    async def view(
+        self, gid: str, *, limit: int | None = None, after: str | None = None
+    ) -> GroupView:
+        """The group: counts per state and per site for all children (in SQL); children
+        listed in order after `after`, up to `limit` (all when None), with `next_after` when
+        more follow."""
+        group = await self.book.store.get_group(gid)
+        if group is None:
+            raise TaskNotFound(f"no group {gid!r}")
+        summary = await self.book.store.group_summary(gid)
+        counts: dict[str, int] = summary["counts"]
+        size = sum(counts.values())
+        page = None if limit is None else limit + 1  # one more: whether another page follows
+        rows = await self.book.store.group_children(gid, after=after, limit=page)
+        listed = rows if limit is None else rows[:limit]
+        more = len(rows) > len(listed)
+        first, last = summary["first"], summary["last"]
+        span = first if size == 1 else (f"{first} … {last}" if size else "")
+        states = [s for s, n in counts.items() for _ in range(min(n, 1))]
+        return GroupView(
+            group_id=gid, objective=str(group["body"]["objective"]),
+            state=_state(states), round=int(group["round"]), size=size, child_ids=span,
+            counts=counts, sites=dict(sorted(summary["sites"].items())),
+            children=tuple(_child(c) for c in listed), omitted=size - len(listed),
+            next_after=listed[-1]["id"] if more and listed else None,
+        )  # fmt: skip
+
+    async def advance(self) -> None:
+        """Relax spread for a child stalled behind finished siblings; close finished rounds."""
+        for gid in await self.book.store.groups_in(("running",)):
+            group = await self.book.store.get_group(gid)
+            assert group is not None
+            body: dict[str, Any] = group["body"]
+            # Every child counts for the round: with two or more still live, the round is not over
+            # and no child is the last one left (nothing to relax): skip reading them all.
+            every = all(body.get("required") or [True])
+            if (
+                every
+                and await self.book.store.group_live(gid, sorted(s.value for s in TERMINAL)) >= 2
+            ):
                 continue
-            since = att.get("pending_since")
-            if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
-                continue  # just queued (the last of a large group): not stalled yet
-            if len(children) > 1 and live - (c["state"] not in TERMINAL) == 0:
-                await _relax(o, gid, c["id"], att["n"])
-        done = all(c["state"] in TERMINAL
-                   for c, req in zip(children, required, strict=False) if req)  # fmt: skip
-        if not done:
-            continue
-        view = await group_view(o, gid, limit=0)
-        state = view.state if view.state not in ("placing", "running") else "completed"
-        async with o.store.transaction() as tx:
-            await tx.put_group(gid, state=state, round_=int(group["round"]), body=body,
-                               at=o.clock())  # fmt: skip
-            await tx.append_event(
-                "group.round_terminal", gid,
-                {"group_id": gid, "round": int(group["round"]), "state": state,
-                 "counts": view.counts, "result": f"fedhpc://groups/{gid}"},
-                at=o.clock(), key=f"group.round_terminal:{gid}:{group['round']}",
-            )  # fmt: skip
+            children = await self.book.store.group_children(gid)
+            required = body.get("required") or [True] * len(children)
+            if len(children) < len(required):
+                continue  # an older submit_group still adding children: no round can be over yet
+            live = sum(1 for c in children if c["state"] not in TERMINAL)
+            now = self.clock()
+            stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
+            for c in children:
+                att = c["attempt"]
+                if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
+                    continue
+                since = att.get("pending_since")
+                if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
+                    continue  # just queued (the last of a large group): not stalled yet
+                if len(children) > 1 and live - (c["state"] not in TERMINAL) == 0:
+                    await self._relax(gid, c["id"], att["n"])
+            done = all(c["state"] in TERMINAL
+                       for c, req in zip(children, required, strict=False) if req)  # fmt: skip
+            if not done:
+                continue
+            view = await self.view(gid, limit=0)
+            state = view.state if view.state not in ("placing", "running") else "completed"
+            async with self.book.store.transaction() as tx:
+                await tx.put_group(gid, state=state, round_=int(group["round"]), body=body,
+                                   at=self.clock())  # fmt: skip
+                await tx.append_event(
+                    "group.round_terminal", gid,
+                    {"group_id": gid, "round": int(group["round"]), "state": state,
+                     "counts": view.counts, "result": f"fedhpc://groups/{gid}"},
+                    at=self.clock(), key=f"group.round_terminal:{gid}:{group['round']}",
+                )  # fmt: skip
 
-
-async def _relax(o: Orchestrator, gid: str, task_id: str, n: int) -> None:
-    """The last child still pending: drop the spread constraint and move it if that helps."""
-    from fedhpc.orchestrator.control import replace_if_better
-
-    task = await o.load_task(task_id)
-    att: AttemptRecord | None = next((a for a in await o.load_attempts(task_id) if a.n == n), None)
-    if att is None:
-        return
-    task.spread_relaxed = True
-    moved = await replace_if_better(o, task, att, margin_s=0.0)
-    if not moved:
-        async with o.store.transaction() as tx:
-            await o.save(tx, task, at=o.clock())
-            await tx.append_event(
-                "group.stalled_child", gid,
-                {"group_id": gid, "task_id": task.id, "site": att.site,
-                 "reason": att.reason or "pending", "result": f"fedhpc://groups/{gid}"},
-                at=o.clock(), key=f"group.stalled_child:{gid}:{task.id}",
-            )  # fmt: skip
-    log.info("relaxed spread", group=gid, task=task.id, moved=moved)
+    async def _relax(self, gid: str, task_id: str, n: int) -> None:
+        """The last child still pending: drop the spread constraint and move it if that helps."""
+        task = await self.book.load_task(task_id)
+        att: AttemptRecord | None = next(
+            (a for a in await self.book.load_attempts(task_id) if a.n == n), None
+        )
+        if att is None:
+            return
+        task.spread_relaxed = True
+        moved = await self.replace(task, att)
+        if not moved:
+            async with self.book.store.transaction() as tx:
+                await self.book.save(tx, task, at=self.clock())
+                await tx.append_event(
+                    "group.stalled_child", gid,
+                    {"group_id": gid, "task_id": task.id, "site": att.site,
+                     "reason": att.reason or "pending", "result": f"fedhpc://groups/{gid}"},
+                    at=self.clock(), key=f"group.stalled_child:{gid}:{task.id}",
+                )  # fmt: skip
+        log.info("relaxed spread", group=gid, task=task.id, moved=moved)

@@ -10,10 +10,11 @@ Anything else is new work, even with identical arguments."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from fedhpc.errors import Conflict
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
+from fedhpc.store.tx import iso
 
 __all__ = [
     "RETRY_WINDOW_S",
@@ -56,10 +57,6 @@ def dedupe_key(req: SubmitTaskRequest | SubmitGroupRequest) -> str | None:
 
 def since(now: datetime, window_s: float) -> str:
     """The oldest creation time (as stored) that still counts as a retry."""
-    from datetime import timedelta
-
-    from fedhpc.store.tx import iso
-
     return iso(now - timedelta(seconds=window_s))
 
 

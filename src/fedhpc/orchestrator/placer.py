@@ -5,23 +5,29 @@ the reason); `unschedulable` is for requests no known site can satisfy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import anyio
 import structlog
 
 from fedhpc.adapters.site import WorkdirFailed
+from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
-from fedhpc.orchestrator import estimates
+from fedhpc.ops.tasks import TaskHandle
+from fedhpc.orchestrator.book import TaskBook, handle
+from fedhpc.orchestrator.claims import Claims
+from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
+from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
-from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
 
-__all__ = ["BATCH", "DATA_WAIT_S", "child_key", "missing_data", "place_queued", "run_placer"]
+__all__ = ["BATCH", "DATA_WAIT_S", "Placer", "child_key", "missing_data"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,62 +40,14 @@ _LIVE = frozenset({Category.HEALTH, Category.FRESHNESS, Category.CAPACITY,
                    Category.USER_LIMITS, Category.CREDIT})  # fmt: skip
 
 
-async def run_placer(o: Orchestrator, stopping: anyio.Event) -> None:
-    """Place queued work whenever some arrives (`placer_wake`), and every cycle for tasks
-    that wait for data. Starts after this process's first probe of every site."""
-    while not o.collector.ready.is_set() and not stopping.is_set():
-        with anyio.move_on_after(0.5):
-            await o.collector.ready.wait()
-    while not stopping.is_set():
-        wake = o.placer_wake = anyio.Event()
-        try:
-            await place_queued(o)
-        except Exception:  # a bad pass is logged and retried, never fatal to the daemon
-            log.exception("placement pass failed")
-        with anyio.move_on_after(o.cycle_s):
-            await wake.wait()
-
-
-def _signal(o: Orchestrator) -> None:
-    progress, o.progress = o.progress, anyio.Event()
-    progress.set()
-    o.notify()
-
-
-async def place_queued(o: Orchestrator) -> int:
-    """One pass over every queued task, in batches; the number dispatched."""
-    dispatched = 0
-    after = ("", "")
-    held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
-    while True:
-        async with o.lock:
-            # A held group's younger children as submitted are not read again in this pass:
-            # one placement per held group and pass, whatever its size (a child that replan
-            # changed is read and placed on its own).
-            groups = sorted(k for k in held if not k.startswith("~"))
-            rows = await o.store.queued_tasks(BATCH, after=after, skip_groups=groups)
-            if not rows:
-                break
-            after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
-            tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
-            dispatched += await _batch(o, tasks, held)
-        _signal(o)
-    if held:
-        async with o.store.transaction() as tx:
-            for gid, reason in sorted(held.items()):
-                if not gid.startswith("~"):
-                    await tx.set_queued_decision(gid, reason, at=o.clock())
-    return dispatched
-
-
-def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
+def missing_data(collector: Collector, u: Unschedulable) -> list[str]:
     """Sites whose candidates failed only on what a probe can change, while the daemon has no
     probe of the site or only a stale one: the request may fit once the data arrives."""
     out: set[str] = set()
     for c in u.trace.candidates:
-        if c.feasible or c.site in out or c.site not in o.sites:
+        if c.feasible or c.site in out or c.site not in collector.sites:
             continue
-        never_probed = o.collector.latest.get(c.site) is None
+        never_probed = collector.latest.get(c.site) is None
         # Before a first probe, accounts may still be discovered by it, too.
         live = _LIVE | {Category.AUTHORIZATION} if never_probed else _LIVE
         fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
@@ -98,68 +56,6 @@ def missing_data(o: Orchestrator, u: Unschedulable) -> list[str]:
         if never_probed or Category.FRESHNESS in fails:
             out.add(c.site)
     return sorted(out)
-
-
-async def _batch(o: Orchestrator, tasks: list[TaskRecord], held: dict[str, str]) -> int:
-    """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
-    the user's job limits: tasks held alike wait too, without a placement each."""
-    holds: list[TaskRecord] = []
-    tasks = _unheld(tasks, held, holds)
-    history = await o.wait_history()
-    ledger = o.ledger()
-    now = o.clock()
-    used: dict[str, set[str]] = {}  # group -> systems its placed children use
-    spread: dict[str, bool] = {}
-    jobs: list[tuple[TaskRecord, Placement]] = []
-    # One scheduler answer for the whole batch (a group's children share it): one call per site.
-    answer = await estimates.prefetch(o, tasks, history=history, ledger=ledger) if tasks else None
-    i = 0
-    while i < len(tasks):
-        task = tasks[i]
-        i += 1
-        gid = task.group_id
-        if (key := hold_key(task)) in held:
-            _hold(task, held[key], holds)
-            continue
-        if gid is not None and gid not in spread:
-            spread[gid] = await _spread(o, gid)
-        if gid is not None and not spread[gid]:
-            # Siblings asking the same thing: one pass places them all (`place_group`).
-            run = [task]
-            while i < len(tasks) and child_key(tasks[i]) == child_key(task):
-                run.append(tasks[i])
-                i += 1
-            decisions = await o.decide_children(run, history=history, ledger=ledger,
-                                                answer=answer)  # fmt: skip
-            for child, decision in zip(run, decisions, strict=True):
-                await _settle(o, child, decision, ledger=ledger, held=held, holds=holds,
-                              jobs=jobs, now=now, history=history, answer=answer)  # fmt: skip
-            continue
-        if gid is not None and spread[gid]:
-            if gid not in used:
-                used[gid] = set(await o.store.group_sites(gid))
-            task.avoid_sites = tuple(sorted(used[gid]))
-        decision = await o.decide(task, exclude=_full(o), history=history, ledger=ledger,
-                                  answer=answer)  # fmt: skip
-        if isinstance(decision, Unschedulable):
-            await _unplaced(o, task, decision, ledger=ledger, held=held, holds=holds, now=now,
-                            history=history, answer=answer)  # fmt: skip
-            continue
-        o.placed_this_cycle[decision.site] += 1
-        ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
-                     decision.estimates.charge)  # fmt: skip
-        o.mark_placed(decision.site, decision.partition)
-        if gid is not None and gid in used:
-            used[gid].add(decision.site)
-        jobs.append((task, decision))
-    if holds:
-        async with o.store.transaction() as tx:
-            for task in holds:
-                await o.save(tx, task, at=now)
-    async with anyio.create_task_group() as tg:
-        for task, decision in jobs:
-            tg.start_soon(_dispatch, o, task, decision, history, name=f"dispatch:{task.id}")
-    return len(jobs)
 
 
 def child_key(task: TaskRecord) -> tuple[object, ...] | None:
@@ -171,63 +67,6 @@ def child_key(task: TaskRecord) -> tuple[object, ...] | None:
         task.group_id, req.envelope.model_dump_json(), req.policy, req.fixed_site,
         req.fallback, req.task_budget, task.excluded_sites, req.workdir,
     )  # fmt: skip
-
-
-def _full(o: Orchestrator) -> tuple[str, ...]:
-    """Sites that took this cycle's bound of submissions."""
-    return tuple(sorted(s for s, n in o.placed_this_cycle.items() if n >= o.submits_per_cycle))
-
-
-async def _settle(
-    o: Orchestrator, child: TaskRecord, decision: Placement | Unschedulable, *, ledger: Ledger,
-    held: dict[str, str], holds: list[TaskRecord], jobs: list[tuple[TaskRecord, Placement]],
-    now: datetime, history: WaitHistory | None, answer: SchedulerAnswer | None,
-) -> None:  # fmt: skip
-    """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
-    claimed it in the ledger)."""
-    key = hold_key(child)
-    if key in held:  # an earlier sibling is held: so is this one (the same inputs)
-        _hold(child, held[key], holds)
-    elif isinstance(decision, Unschedulable):
-        await _unplaced(o, child, decision, ledger=ledger, held=held, holds=holds, now=now,
-                        history=history, answer=answer)  # fmt: skip
-    else:
-        o.placed_this_cycle[decision.site] += 1
-        o.mark_placed(decision.site, decision.partition)
-        jobs.append((child, decision))
-
-
-async def _unplaced(
-    o: Orchestrator, task: TaskRecord, u: Unschedulable, *, ledger: Ledger,
-    held: dict[str, str], holds: list[TaskRecord], now: datetime,
-    history: WaitHistory | None, answer: SchedulerAnswer | None,
-) -> None:  # fmt: skip
-    """No placement now (`u`, decided without the sites at this cycle's submission bound):
-    held when only the user's job limits stand in the way, or only the bound (it fits once
-    the full sites count again: next cycle), its kind with it; else waiting for site data,
-    or unschedulable with what really rules it out."""
-    full = _full(o)
-    for attempt in range(2):
-        limits = held_by_limits(o.collector, u, ledger)
-        if limits:  # waits in fedhpc, never in a scheduler's rejection
-            held[hold_key(task)] = reason = hold_reason(limits)
-            _hold(task, reason, holds)
-            return
-        if attempt or not full:
-            break
-        again = await o.decide(task, history=history, ledger=ledger, answer=answer)
-        if isinstance(again, Placement):  # only the bound is in the way
-            held[hold_key(task)] = reason = _bound_reason(o, full)
-            _hold(task, reason, holds)
-            return
-        u = again  # the full sites cannot run it either: their reasons count too
-    await _unplaceable(o, task, u, now)
-
-
-def _bound_reason(o: Orchestrator, sites: tuple[str, ...]) -> str:
-    return (f"queued: {o.submits_per_cycle} jobs already sent to {', '.join(sites)} in this "
-            "control cycle (the per-site bound, FEDHPC_SUBMITS_PER_CYCLE); placed next "
-            "cycle")  # fmt: skip
 
 
 def _unheld(
@@ -250,84 +89,279 @@ def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:
         holds.append(task)
 
 
-async def _spread(o: Orchestrator, gid: str) -> bool:
-    group = await o.store.get_group(gid)
-    return bool(group and group["body"].get("spread"))
+class Placer:
+    """Places queued work and dispatches it: `run` whenever some arrives (`wake`), and every
+    cycle for tasks that wait for data; `progress` is replaced after each batch."""
 
+    def __init__(
+        self, book: TaskBook, collector: Collector, planner: Planner, dispatcher: Dispatcher,
+        *, claims: Claims, waits: WaitInputs, lock: anyio.Lock, clock: Callable[[], datetime],
+        cycle_s: float, notify: Callable[[], None],
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.collector = collector
+        self.planner = planner
+        self.dispatcher = dispatcher
+        self.claims = claims
+        self.waits = waits
+        self.lock = lock  # placement, dispatch and observation: one at a time
+        self.clock = clock
+        self.cycle_s = cycle_s
+        self.notify = notify  # told after events may have landed
+        self.wake_event = anyio.Event()  # queued work arrived
+        self.progress = anyio.Event()  # set (and replaced) after each placement batch
+        self.site_limits: dict[str, anyio.CapacityLimiter] = {}
 
-async def _unplaceable(o: Orchestrator, task: TaskRecord, u: Unschedulable, now: datetime) -> None:
-    """Hold the task while site data is missing (bounded), else it is unschedulable."""
-    waiting = missing_data(o, u)
-    held_s = (now - task.created_at).total_seconds()
-    if waiting and held_s < DATA_WAIT_S:
-        reason = (f"queued: waiting for fresh data from {', '.join(waiting)} (not probed yet, "
-                  "or too old); placed when it arrives")  # fmt: skip
-        if task.decision != reason:
-            task.decision = reason
-            async with o.store.transaction() as tx:
-                await o.save(tx, task, at=now)
-        return
-    if waiting:
-        u = u.model_copy(update={"hint": f"{u.hint} (no fresh data from {', '.join(waiting)} "
-                                         f"for {held_s:.0f} s)"})  # fmt: skip
-    await o.unschedulable(task, u)
+    def wake(self) -> None:
+        """Queued work arrived (or may go now): place it without waiting for the cycle."""
+        self.wake_event.set()
 
+    async def wait_placed(self, task_ids: str | list[str], wait_s: float) -> None:
+        """Wait until none of `task_ids` is queued any more, or `wait_s` has passed."""
+        ids = [task_ids] if isinstance(task_ids, str) else task_ids
+        with anyio.move_on_after(wait_s):
+            while True:
+                progress = self.progress
+                rows = [await self.book.store.get_task(t) for t in ids]
+                if all(r is None or r["state"] != JobState.QUEUED.value for r in rows):
+                    return
+                await progress.wait()
 
-def _limiter(o: Orchestrator, site: str) -> anyio.CapacityLimiter:
-    limiter = o.site_limits.get(site)
-    if limiter is None:
-        limiter = o.site_limits[site] = anyio.CapacityLimiter(PER_SITE)
-    return limiter
+    async def unschedulable(self, task: TaskRecord, u: Unschedulable) -> TaskHandle:
+        task.state = JobState.UNSCHEDULABLE
+        task.reasons = (u.hint, *(f"{r.id}: {'; '.join(r.reasons)}" for r in u.reasons[:8]))
+        task.decision = f"unschedulable: {u.hint}"
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, at=self.clock())
+            await self.book.emit(tx, "task.unschedulable", task, reason=u.hint)
+        return handle(task, None)
 
+    async def run(self, stopping: anyio.Event) -> None:
+        """Place queued work whenever some arrives (`placer_wake`), and every cycle for tasks
+        that wait for data. Starts after this process's first probe of every site."""
+        while not self.collector.ready.is_set() and not stopping.is_set():
+            with anyio.move_on_after(0.5):
+                await self.collector.ready.wait()
+        while not stopping.is_set():
+            wake = self.wake_event = anyio.Event()
+            try:
+                await self.place_queued()
+            except Exception:  # a bad pass is logged and retried, never fatal to the daemon
+                log.exception("placement pass failed")
+            with anyio.move_on_after(self.cycle_s):
+                await wake.wait()
 
-async def _dispatch(
-    o: Orchestrator, task: TaskRecord, p: Placement, history: WaitHistory | None
-) -> None:
-    """One task's submission; a failure of its own never cancels its batch-mates (they run in
-    one task group) nor blocks the queue behind it: the task fails with the reason."""
-    try:
-        await _submit(o, task, p, history)
-    except Exception as exc:  # typed or not: this task's failure, never the batch's
-        typed = typed_error(exc)  # itself, or the typed error inside a task group
-        if typed is None:
-            log.exception("dispatch failed", task=task.id, site=p.site)
-        message = typed.message if typed else f"internal: {type(exc).__name__}"
+    def _signal(self) -> None:
+        progress, self.progress = self.progress, anyio.Event()
+        progress.set()
+        self.notify()
+
+    async def place_queued(self) -> int:
+        """One pass over every queued task, in batches; the number dispatched."""
+        dispatched = 0
+        after = ("", "")
+        held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
+        while True:
+            async with self.lock:
+                # A held group's younger children as submitted are not read again in this pass:
+                # one placement per held group and pass, whatever its size (a child that replan
+                # changed is read and placed on its own).
+                groups = sorted(k for k in held if not k.startswith("~"))
+                rows = await self.book.store.queued_tasks(BATCH, after=after, skip_groups=groups)
+                if not rows:
+                    break
+                after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
+                tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
+                dispatched += await self._batch(tasks, held)
+            self._signal()
+        if held:
+            async with self.book.store.transaction() as tx:
+                for gid, reason in sorted(held.items()):
+                    if not gid.startswith("~"):
+                        await tx.set_queued_decision(gid, reason, at=self.clock())
+        return dispatched
+
+    async def _batch(self, tasks: list[TaskRecord], held: dict[str, str]) -> int:
+        """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
+        the user's job limits: tasks held alike wait too, without a placement each."""
+        holds: list[TaskRecord] = []
+        tasks = _unheld(tasks, held, holds)
+        history = await self.waits.history()
+        ledger = self.claims.ledger()
+        now = self.clock()
+        used: dict[str, set[str]] = {}  # group -> systems its placed children use
+        spread: dict[str, bool] = {}
+        jobs: list[tuple[TaskRecord, Placement]] = []
+        # One scheduler answer for the whole batch (a group's children share it): one call per site.
+        answer = (
+            await self.planner.prefetch(tasks, history=history, ledger=ledger) if tasks else None
+        )
+        i = 0
+        while i < len(tasks):
+            task = tasks[i]
+            i += 1
+            gid = task.group_id
+            if (key := hold_key(task)) in held:
+                _hold(task, held[key], holds)
+                continue
+            if gid is not None and gid not in spread:
+                spread[gid] = await self._spread(gid)
+            if gid is not None and not spread[gid]:
+                # Siblings asking the same thing: one pass places them all (`place_group`).
+                run = [task]
+                while i < len(tasks) and child_key(tasks[i]) == child_key(task):
+                    run.append(tasks[i])
+                    i += 1
+                decisions = await self.planner.decide_children(run, history=history, ledger=ledger,
+                                                    answer=answer)  # fmt: skip
+                for child, decision in zip(run, decisions, strict=True):
+                    await self._settle(child, decision, ledger=ledger, held=held, holds=holds,
+                                  jobs=jobs, now=now, history=history, answer=answer)  # fmt: skip
+                continue
+            if gid is not None and spread[gid]:
+                if gid not in used:
+                    used[gid] = set(await self.book.store.group_sites(gid))
+                task.avoid_sites = tuple(sorted(used[gid]))
+            decision = await self.planner.decide(task, exclude=self.planner.full(),
+                                                 history=history, ledger=ledger,
+                                                 answer=answer)  # fmt: skip
+            if isinstance(decision, Unschedulable):
+                await self._unplaced(task, decision, ledger=ledger, held=held, holds=holds, now=now,
+                                history=history, answer=answer)  # fmt: skip
+                continue
+            ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
+                         decision.estimates.charge)  # fmt: skip
+            self.planner.placed(decision.site, decision.partition)
+            if gid is not None and gid in used:
+                used[gid].add(decision.site)
+            jobs.append((task, decision))
+        if holds:
+            async with self.book.store.transaction() as tx:
+                for task in holds:
+                    await self.book.save(tx, task, at=now)
+        async with anyio.create_task_group() as tg:
+            for task, decision in jobs:
+                tg.start_soon(self._dispatch, task, decision, history, name=f"dispatch:{task.id}")
+        return len(jobs)
+
+    async def _settle(
+        self, child: TaskRecord, decision: Placement | Unschedulable, *, ledger: Ledger,
+        held: dict[str, str], holds: list[TaskRecord], jobs: list[tuple[TaskRecord, Placement]],
+        now: datetime, history: WaitHistory | None, answer: SchedulerAnswer | None,
+    ) -> None:  # fmt: skip
+        """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
+        claimed it in the ledger)."""
+        key = hold_key(child)
+        if key in held:  # an earlier sibling is held: so is this one (the same inputs)
+            _hold(child, held[key], holds)
+        elif isinstance(decision, Unschedulable):
+            await self._unplaced(child, decision, ledger=ledger, held=held, holds=holds, now=now,
+                            history=history, answer=answer)  # fmt: skip
+        else:
+            self.planner.placed(decision.site, decision.partition)
+            jobs.append((child, decision))
+
+    async def _unplaced(
+        self, task: TaskRecord, u: Unschedulable, *, ledger: Ledger,
+        held: dict[str, str], holds: list[TaskRecord], now: datetime,
+        history: WaitHistory | None, answer: SchedulerAnswer | None,
+    ) -> None:  # fmt: skip
+        """No placement now (`u`, decided without the sites at this cycle's submission bound):
+        held when only the user's job limits stand in the way, or only the bound (it fits once
+        the full sites count again: next cycle), its kind with it; else waiting for site data,
+        or unschedulable with what really rules it out."""
+        full = self.planner.full()
+        for attempt in range(2):
+            limits = held_by_limits(self.collector, u, ledger)
+            if limits:  # waits in fedhpc, never in a scheduler's rejection
+                held[hold_key(task)] = reason = hold_reason(limits)
+                _hold(task, reason, holds)
+                return
+            if attempt or not full:
+                break
+            again = await self.planner.decide(task, history=history, ledger=ledger, answer=answer)
+            if isinstance(again, Placement):  # only the bound is in the way
+                held[hold_key(task)] = reason = self._bound_reason(full)
+                _hold(task, reason, holds)
+                return
+            u = again  # the full sites cannot run it either: their reasons count too
+        await self._unplaceable(task, u, now)
+
+    def _bound_reason(self, sites: tuple[str, ...]) -> str:
+        return (f"queued: {self.planner.submits_per_cycle} jobs already sent to "
+                f"{', '.join(sites)} in this control cycle (the per-site bound, "
+                "FEDHPC_SUBMITS_PER_CYCLE); placed next cycle")  # fmt: skip
+
+    async def _spread(self, gid: str) -> bool:
+        group = await self.book.store.get_group(gid)
+        return bool(group and group["body"].get("spread"))
+
+    async def _unplaceable(self, task: TaskRecord, u: Unschedulable, now: datetime) -> None:
+        """Hold the task while site data is missing (bounded), else it is unschedulable."""
+        waiting = missing_data(self.collector, u)
+        held_s = (now - task.created_at).total_seconds()
+        if waiting and held_s < DATA_WAIT_S:
+            reason = (f"queued: waiting for fresh data from {', '.join(waiting)} (not probed yet, "
+                      "or too old); placed when it arrives")  # fmt: skip
+            if task.decision != reason:
+                task.decision = reason
+                async with self.book.store.transaction() as tx:
+                    await self.book.save(tx, task, at=now)
+            return
+        if waiting:
+            u = u.model_copy(update={"hint": f"{u.hint} (no fresh data from {', '.join(waiting)} "
+                                             f"for {held_s:.0f} s)"})  # fmt: skip
+        await self.unschedulable(task, u)
+
+    def _limiter(self, site: str) -> anyio.CapacityLimiter:
+        limiter = self.site_limits.get(site)
+        if limiter is None:
+            limiter = self.site_limits[site] = anyio.CapacityLimiter(PER_SITE)
+        return limiter
+
+    async def _dispatch(self, task: TaskRecord, p: Placement, history: WaitHistory | None) -> None:
+        """One task's submission; a failure of its own never cancels its batch-mates (they run in
+        one task group) nor blocks the queue behind it: the task fails with the reason."""
+        try:
+            await self._submit(task, p, history)
+        except Exception as exc:  # typed or not: this task's failure, never the batch's
+            typed = typed_error(exc)  # itself, or the typed error inside a task group
+            if typed is None:
+                log.exception("dispatch failed", task=task.id, site=p.site)
+            message = typed.message if typed else f"internal: {type(exc).__name__}"
+            task.state = JobState.FAILED
+            task.reasons = (f"could not submit to {p.site}: {message}",)
+            async with self.book.store.transaction() as tx:
+                await self.book.save(tx, task, at=self.clock())
+                await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
+
+    async def _submit(self, task: TaskRecord, p: Placement, history: WaitHistory | None) -> None:
+        """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
+        next feasible site (three tries in all)."""
+        rejected: list[str] = []
+        reason = ""
+        for _ in range(3):
+            async with self._limiter(p.site):
+                att = await self.dispatcher.dispatch(task, p)
+            if att.state is not JobState.FAILED:
+                return
+            reason = att.reason or ""
+            if reason.startswith(WorkdirFailed.PREFIX):
+                rejected = [att.site]  # the job's folder: one clear failure, not a retry
+                break
+            rejected.append(att.site)
+            log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
+            decision = await self.planner.decide(task, exclude=tuple(rejected), history=history)
+            if isinstance(decision, Unschedulable):
+                await self.unschedulable(task, decision)
+                return
+            p = decision
         task.state = JobState.FAILED
-        task.reasons = (f"could not submit to {p.site}: {message}",)
-        async with o.store.transaction() as tx:
-            await o.save(tx, task, at=o.clock())
-            await o.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
-
-
-async def _submit(
-    o: Orchestrator, task: TaskRecord, p: Placement, history: WaitHistory | None
-) -> None:
-    """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
-    next feasible site (three tries in all)."""
-    rejected: list[str] = []
-    reason = ""
-    for _ in range(3):
-        async with _limiter(o, p.site):
-            att = await o.dispatch(task, p)
-        if att.state is not JobState.FAILED:
-            return
-        reason = att.reason or ""
         if reason.startswith(WorkdirFailed.PREFIX):
-            rejected = [att.site]  # the job's folder: one clear failure, not a retry
-            break
-        rejected.append(att.site)
-        log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
-        decision = await o.decide(task, exclude=tuple(rejected), history=history)
-        if isinstance(decision, Unschedulable):
-            await o.unschedulable(task, decision)
-            return
-        p = decision
-    task.state = JobState.FAILED
-    if reason.startswith(WorkdirFailed.PREFIX):
-        task.reasons = (reason,)  # the job's folder, not the scheduler
-    else:
-        last = f": {reason}" if reason else ""
-        task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
-    async with o.store.transaction() as tx:
-        await o.save(tx, task, at=o.clock())
-        await o.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
+            task.reasons = (reason,)  # the job's folder, not the scheduler
+        else:
+            last = f": {reason}" if reason else ""
+            task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, at=self.clock())
+            await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.ops.tasks import AttemptView, Provenance, SubmitTaskRequest
+from fedhpc.transfer.records import stage_out_id
 
-__all__ = ["AttemptRecord", "TaskRecord", "job_name", "new_id"]
+__all__ = ["AttemptRecord", "TaskRecord", "job_name", "new_id", "stage_out_ids"]
 
 
 def new_id(prefix: str) -> str:
@@ -80,3 +81,8 @@ class TaskRecord(BaseModel):
     attempts_made: int = 0
     spread_relaxed: bool = False
     avoid_sites: tuple[str, ...] = Field(default=(), description="soft: siblings' systems")
+
+
+def stage_out_ids(task: TaskRecord) -> tuple[str, ...]:
+    """The ids of the transfers that copy the task's outputs (named at submission)."""
+    return tuple(stage_out_id(task.id, i) for i in range(len(task.request.stage_out)))

@@ -3,7 +3,8 @@ its output transfers at submission, so the next task can wait for them at once."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from datetime import datetime
 
 import structlog
 
@@ -11,19 +12,16 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
-from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.records import TaskRecord, stage_out_ids
+from fedhpc.store import Store
 from fedhpc.transfer import records
 from fedhpc.transfer.errors import TransferNotFound
 from fedhpc.transfer.records import TransferRecord, stage_out_id
 from fedhpc.transfer.refs import parse_ref, resolve
 
-if TYPE_CHECKING:
-    from datetime import datetime
-
-    from fedhpc.orchestrator.service import Orchestrator
-
 __all__ = ["StageInFailed", "StageInPending", "advance", "consumed_downstream", "data_provenance",
-           "declared", "prepare", "stage_out_ids", "waiting"]  # fmt: skip
+           "declared", "prepare", "waiting"]  # fmt: skip
 
 log = structlog.get_logger(__name__)
 
@@ -72,11 +70,7 @@ def declared(task: TaskRecord) -> bool:
     return bool(task.request.stage_in or task.request.stage_out)
 
 
-def stage_out_ids(task: TaskRecord) -> tuple[str, ...]:
-    return tuple(stage_out_id(task.id, i) for i in range(len(task.request.stage_out)))
-
-
-def _stage_out(task: TaskRecord, i: int, so: StageOut, sites: dict[str, Site],
+def _stage_out(task: TaskRecord, i: int, so: StageOut, sites: Mapping[str, Site],
                now: datetime) -> TransferRecord:  # fmt: skip
     """The output transfer, waiting for the task; its destination resolves now (a typo is the
     caller's error at submission), its source once the task completed somewhere."""
@@ -94,13 +88,13 @@ def _stage_out(task: TaskRecord, i: int, so: StageOut, sites: dict[str, Site],
     )  # fmt: skip
 
 
-async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
+async def prepare(book: TaskBook, sites: Mapping[str, Site], task: TaskRecord) -> bool:
     """Persist the task's stage-out transfers and register it with its stage-in transfers;
     True when every stage-in already succeeded (dispatch now). The task runs where its inputs
     arrive: every other site is excluded."""
-    req, now = task.request, o.clock()
-    outs = [_stage_out(task, i, so, o.sites, now) for i, so in enumerate(req.stage_out)]
-    async with o.store.transaction() as tx:
+    req, now = task.request, book.clock()
+    outs = [_stage_out(task, i, so, sites, now) for i, so in enumerate(req.stage_out)]
+    async with book.store.transaction() as tx:
         ins = {tid: await records.get(tx, tid) for tid in req.stage_in}
     missing = sorted(tid for tid, r in ins.items() if r is None)
     if missing:
@@ -115,9 +109,9 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
         (site,) = targets
         if req.fixed_site and req.fixed_site != site:
             raise UsageError(f"the inputs arrive at {site}, but fixed_site is {req.fixed_site}")
-        task.excluded_sites = tuple(sorted(set(o.sites) - {site}))
+        task.excluded_sites = tuple(sorted(set(sites) - {site}))
         task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
-    async with o.store.transaction() as tx:
+    async with book.store.transaction() as tx:
         # Re-read in the transaction that registers the task as a waiter: a transfer that
         # failed before it had a waiter already raised its own event (transfer.failed), so the
         # task is refused here rather than failed later with a second event for one failure.
@@ -125,9 +119,9 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
             rec = await records.get(tx, tid)
             if rec is not None and rec.state is TransferState.FAILED:
                 raise StageInFailed(tid, rec)
-        await o.save(tx, task, at=now)
+        await book.save(tx, task, at=now)
         if req.continuation is not None:  # with the waiter: its stage-in events find it
-            await o.put_continuation(tx, task.id, req.continuation)
+            await book.put_continuation(tx, task.id, req.continuation)
         for out in outs:
             await records.put(tx, out, at=now)
         for tid in req.stage_in:
@@ -138,31 +132,31 @@ async def prepare(o: Orchestrator, task: TaskRecord) -> bool:
     return all(r is not None and r.state is TransferState.SUCCEEDED for r in ins.values())
 
 
-async def advance(o: Orchestrator) -> None:
+async def advance(book: TaskBook, wake_placer: Callable[[], None]) -> None:
     """Each cycle: dispatch tasks whose stage-in succeeded; end those whose stage-in failed
     (one exception event, unless the producing task's own event already said why); tell the
     agent of a task whose stage-in waits for a person (once per block)."""
-    for row in await o.store.list_tasks(state=JobState.SUBMITTED.value, limit=100_000):
+    for row in await book.store.list_tasks(state=JobState.SUBMITTED.value, limit=100_000):
         body = row["body"]
         if not body["request"].get("stage_in") or body.get("attempts_made"):
             continue
         task = TaskRecord.model_validate(body)
-        async with o.store.transaction() as tx:
+        async with book.store.transaction() as tx:
             ins = [await records.get(tx, tid) for tid in task.request.stage_in]
         failed = [r for r in ins if r is None or r.state is TransferState.FAILED]
         if failed:
-            await _fail(o, task, failed[0], task.request.stage_in[ins.index(failed[0])])
+            await _fail(book, task, failed[0], task.request.stage_in[ins.index(failed[0])])
         elif all(r is not None and r.state is TransferState.SUCCEEDED for r in ins):
             log.info("stage-in done, queued for placement", task=task.id)
             task.state = JobState.QUEUED  # the placer dispatches it, like any accepted task
-            async with o.store.transaction() as tx:
-                await o.save(tx, task, at=o.clock())
-            o.placer_wake.set()
+            async with book.store.transaction() as tx:
+                await book.save(tx, task, at=book.clock())
+            wake_placer()
         else:
-            await _blocked(o, task, ins)
+            await _blocked(book, task, ins)
 
 
-async def _blocked(o: Orchestrator, task: TaskRecord, ins: list[TransferRecord | None]) -> None:
+async def _blocked(book: TaskBook, task: TaskRecord, ins: list[TransferRecord | None]) -> None:
     """A stage-in blocked on credentials or consent: the task waits (it runs once a person
     fixed it), and its agent hears why, with the transfer's hint (e.g. `fedhpc login ...`).
     Keyed per block, so each block is told once, however many cycles it lasts."""
@@ -171,40 +165,40 @@ async def _blocked(o: Orchestrator, task: TaskRecord, ins: list[TransferRecord |
             continue
         reason = (f"stage-in {rec.id} is blocked: {rec.blocked.code}: {rec.blocked.message}; "
                   "the task waits for it")  # fmt: skip
-        async with o.store.transaction() as tx:
-            await o.emit(tx, "task.stage_in_blocked", task, key=f"{rec.id}:{rec.blocks}",
+        async with book.store.transaction() as tx:
+            await book.emit(tx, "task.stage_in_blocked", task, key=f"{rec.id}:{rec.blocks}",
                          transfer_id=rec.id, reason=reason,
                          hint=rec.blocked.hint or None)  # fmt: skip
 
 
-async def _fail(o: Orchestrator, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:
+async def _fail(book: TaskBook, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:
     err = rec.error if rec is not None else None
     why = f"{err.code}: {err.message}" if err else "the transfer is gone"
     task.state = JobState.FAILED
     task.reasons = (f"stage-in {tid} failed: {why}",)
-    async with o.store.transaction() as tx:
-        await o.save(tx, task, at=o.clock())
+    async with book.store.transaction() as tx:
+        await book.save(tx, task, at=book.clock())
         if rec is None or rec.cause != "upstream":
-            await o.emit(tx, "task.stage_in_failed", task, transfer_id=tid, reason=task.reasons[0],
-                         hint=err.hint if err else None)  # fmt: skip
+            await book.emit(tx, "task.stage_in_failed", task, transfer_id=tid,
+                            reason=task.reasons[0], hint=err.hint if err else None)  # fmt: skip
 
 
-async def consumed_downstream(o: Orchestrator, task: TaskRecord) -> bool:
+async def consumed_downstream(store: Store, task: TaskRecord) -> bool:
     """Does a task already wait for this task's outputs? Then its completion is routine: the
     next task's outcome is the event that matters."""
     if not task.request.stage_out:
         return False
-    async with o.store.transaction() as tx:
+    async with store.transaction() as tx:
         outs = [await records.get(tx, tid) for tid in stage_out_ids(task)]
     return any(r is not None and r.awaited_by for r in outs)
 
 
-async def data_provenance(o: Orchestrator, task: TaskRecord) -> tuple[TransferProvenance, ...]:
+async def data_provenance(store: Store, task: TaskRecord) -> tuple[TransferProvenance, ...]:
     """The task's inputs and outputs for its manifest: sites, paths, transfer ids, checksums."""
     if not declared(task):
         return ()
     out: list[TransferProvenance] = []
-    async with o.store.transaction() as tx:
+    async with store.transaction() as tx:
         for direction, ids in (("stage_in", task.request.stage_in),
                                ("stage_out", stage_out_ids(task))):  # fmt: skip
             for tid in ids:

@@ -3,8 +3,13 @@ people's view of tasks)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
+import anyio
+
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.ops.hints import next_hint
@@ -19,12 +24,16 @@ from fedhpc.ops.tasks import (
     TaskSummary,
 )
 from fedhpc.orchestrator import staging
-from fedhpc.orchestrator.control import cancel_attempt
+from fedhpc.orchestrator.accept import PLACE_WAIT_S
+from fedhpc.orchestrator.adapt import Adaptation
+from fedhpc.orchestrator.book import TaskBook, handle
+from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.liveness import online
+from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.orchestrator.service import PLACE_WAIT_S, Orchestrator
 from fedhpc.placement import Placement
 
-__all__ = ["cancel", "get_result", "list_tasks", "replan"]
+__all__ = ["TaskTools"]
 
 
 def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | None:
@@ -32,41 +41,6 @@ def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | Non
         return next((a for a in atts if a.n == task.accepted_attempt), None)
     live = [a for a in atts if not a.superseded]
     return live[-1] if live else (atts[-1] if atts else None)
-
-
-async def get_result(o: Orchestrator, req: ResultRequest) -> ResultManifest:
-    """The manifest: state, attempts, provenance, output references with sizes, and bounded
-    tails (the last bytes, where errors are) of stdout and, after a failure, of stderr."""
-    task = await o.load_task(req.task_id)
-    atts = await o.load_attempts(task.id)
-    cur = _current(atts, task)
-    outputs: list[OutputRef] = []
-    tails: dict[str, tuple[str, bool]] = {}
-    if cur is not None and cur.job_id is not None and o.online(cur.site):
-        adapter = o.adapters[cur.site]
-        files: list[tuple[str, str]] = [("stdout", cur.stdout or ""), ("stderr", cur.stderr or "")]
-        files += [("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
-                  for p in task.request.outputs]  # fmt: skip
-        files = [(k, p) for k, p in files if p]
-        sizes = await adapter.file_sizes([p for _, p in files])
-        outputs = [OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p))
-                   for k, p in files]  # fmt: skip
-        for stream in _tail_streams(req, task.state):
-            path = cur.stdout if stream == "stdout" else cur.stderr
-            if path and sizes.get(path):
-                tails[stream] = await adapter.tail(path, req.max_bytes)
-    first = "stderr" if req.preview == "stderr" else "stdout"
-    preview, truncated = tails.get(first, (None, False))
-    extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
-    manifest = ResultManifest(
-        task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
-        created_at=task.created_at, attempts=tuple(a.view() for a in atts),
-        provenance=task.provenance, outputs=tuple(outputs), preview=preview,
-        truncated=truncated, stderr=extra, reasons=task.reasons,
-        waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
-        data=await staging.data_provenance(o, task),
-    )  # fmt: skip
-    return _brief(manifest, tails) if req.brief else manifest
 
 
 def _tail_streams(req: ResultRequest, state: JobState) -> tuple[str, ...]:
@@ -106,110 +80,165 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
     )
 
 
-async def list_tasks(
-    o: Orchestrator, *, state: str | None = None, limit: int = 100
-) -> list[TaskSummary]:
-    """Newest first; each task's current attempt as get_result picks it."""
-    out = []
-    for row in await o.store.task_listing(state=state, limit=limit):
-        cur = row["attempt"] or {}
-        out.append(
-            TaskSummary(
-                task_id=row["id"], name=row["name"], state=JobState(row["state"]),
-                site=cur.get("site"), partition=cur.get("partition"), job_id=cur.get("job_id"),
-                attempts=row["attempts"], group_id=row["group_id"],
-                updated_at=datetime.fromisoformat(row["updated_at"]),
-            )
+class TaskTools:
+    """get_result, list_tasks, cancel and replan on the task book; cancel and replan hold
+    `lock` (no control cycle or placement meanwhile)."""
+
+    def __init__(
+        self, book: TaskBook, collector: Collector, adapters: Mapping[str, SiteAdapter],
+        planner: Planner, *, dispatcher: Dispatcher, adaptation: Adaptation, lock: anyio.Lock,
+        clock: Callable[[], datetime], wake_placer: Callable[[], None],
+        wait_placed: Callable[[list[str], float], Awaitable[None]],
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.collector = collector
+        self.adapters = adapters
+        self.planner = planner
+        self.dispatcher = dispatcher
+        self.adaptation = adaptation
+        self.lock = lock
+        self.clock = clock
+        self.wake_placer = wake_placer
+        self.wait_placed = wait_placed
+
+    async def get_result(self, req: ResultRequest) -> ResultManifest:
+        """The manifest: state, attempts, provenance, output references with sizes, and bounded
+        tails (the last bytes, where errors are) of stdout and, after a failure, of stderr."""
+        task = await self.book.load_task(req.task_id)
+        atts = await self.book.load_attempts(task.id)
+        cur = _current(atts, task)
+        outputs: list[OutputRef] = []
+        tails: dict[str, tuple[str, bool]] = {}
+        if cur is not None and cur.job_id is not None and online(self.collector, cur.site):
+            adapter = self.adapters[cur.site]
+            files: list[tuple[str, str]] = [
+                ("stdout", cur.stdout or ""),
+                ("stderr", cur.stderr or ""),
+            ]
+            files += [("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
+                      for p in task.request.outputs]  # fmt: skip
+            files = [(k, p) for k, p in files if p]
+            sizes = await adapter.file_sizes([p for _, p in files])
+            outputs = [OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p))
+                       for k, p in files]  # fmt: skip
+            for stream in _tail_streams(req, task.state):
+                path = cur.stdout if stream == "stdout" else cur.stderr
+                if path and sizes.get(path):
+                    tails[stream] = await adapter.tail(path, req.max_bytes)
+        first = "stderr" if req.preview == "stderr" else "stdout"
+        preview, truncated = tails.get(first, (None, False))
+        extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
+        manifest = ResultManifest(
+            task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
+            created_at=task.created_at, attempts=tuple(a.view() for a in atts),
+            provenance=task.provenance, outputs=tuple(outputs), preview=preview,
+            truncated=truncated, stderr=extra, reasons=task.reasons,
+            waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
+            data=await staging.data_provenance(self.book.store, task),
         )  # fmt: skip
-    return out
+        return _brief(manifest, tails) if req.brief else manifest
 
+    async def list_tasks(self, *, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
+        """Newest first; each task's current attempt as get_result picks it."""
+        out = []
+        for row in await self.book.store.task_listing(state=state, limit=limit):
+            cur = row["attempt"] or {}
+            out.append(
+                TaskSummary(
+                    task_id=row["id"], name=row["name"], state=JobState(row["state"]),
+                    site=cur.get("site"), partition=cur.get("partition"), job_id=cur.get("job_id"),
+                    attempts=row["attempts"], group_id=row["group_id"],
+                    updated_at=datetime.fromisoformat(row["updated_at"]),
+                )
+            )  # fmt: skip
+        return out
 
-async def cancel(o: Orchestrator, req: CancelRequest) -> TaskHandle:
-    """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
-    A task that had already ended stays as it was, and the answer says nothing was cancelled."""
-    async with o.lock:
-        task = await o.load_task(req.task_id)
-        atts = await o.load_attempts(task.id)
-        if task.state.terminal:
-            hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
-            return o.handle(task, _current(atts, task)).model_copy(update={"next": hint})
-        live = [a for a in atts if not a.state.terminal]
-        for a in live:
-            await cancel_attempt(o, a)
-            a.superseded = True
-        task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
-        async with o.store.transaction() as tx:
-            await o.save(tx, task, *live, at=o.clock())
-        hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
-        return o.handle(task, _current(atts, task)).model_copy(update={"next": hint})
-
-
-async def replan(o: Orchestrator, req: ReplanRequest) -> TaskHandle:
-    """Re-place a task that has not started, or send an unschedulable one back to placement:
-    new exclusions and/or envelope. Refused, with nothing saved, when no site could run it."""
-    async with o.lock:
-        task = await o.load_task(req.task_id)
-        atts = await o.load_attempts(task.id)
-        live = [a for a in atts if not a.state.terminal and not a.superseded]
-        reopen = task.state is JobState.UNSCHEDULABLE
-        if reopen:
-            await _reopenable(o, task)
-        elif task.state.terminal:
-            raise UsageError(f"task {task.id} is already {task.state.value}",
-                             hint="Submit a new task instead.")  # fmt: skip
-        if any(a.state is JobState.RUNNING for a in live):
-            raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
-        pending = staging.waiting(task)
-        if pending:
-            # It runs only where its inputs arrive (every other site is excluded already).
-            for site in sorted(set(o.sites) - set(task.excluded_sites)):
-                if site in req.exclude_sites:
-                    raise staging.StageInPending(task, site)
-        task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
-        if req.envelope is not None:
-            task.request = task.request.model_copy(update={"envelope": req.envelope})
-        decision = await o.decide(task)
-        if not isinstance(decision, Placement):
-            raise UsageError(f"no feasible placement: {decision.hint}",
-                             hint="Relax the envelope (draft_envelope helps) or exclude fewer "
-                             "sites; the task is unchanged.")  # fmt: skip
-        if pending:
-            # Its input has not arrived: only the envelope and exclusions change now; staging
-            # queues it for placement (with them) when the copy succeeded.
-            task.decision = (f"waiting for stage-in {', '.join(task.request.stage_in)}; "
-                             "replanned: placed when its input arrives")  # fmt: skip
-            async with o.store.transaction() as tx:
-                await o.save(tx, task, at=o.clock())
-            return o.handle(task, None)
-        if reopen:
-            # Back into placement like a new submission: the placer dispatches it (with its
-            # scheduler-refusal retries), and its next outcome is a new event.
-            task.state, task.reasons, task.reopened = JobState.QUEUED, (), task.reopened + 1
-            task.decision = "queued: replanned, placed next"
-            async with o.store.transaction() as tx:
-                await o.save(tx, task, at=o.clock())
-            o.placer_wake.set()
-        else:
+    async def cancel(self, req: CancelRequest) -> TaskHandle:
+        """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
+        A task that had already ended stays as it was, and the answer says nothing was cancelled."""
+        async with self.lock:
+            task = await self.book.load_task(req.task_id)
+            atts = await self.book.load_attempts(task.id)
+            if task.state.terminal:
+                hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
+                return handle(task, _current(atts, task)).model_copy(update={"next": hint})
+            live = [a for a in atts if not a.state.terminal]
             for a in live:
-                a.superseded, a.reason = True, "replanned on request"
-                await cancel_attempt(o, a)
-            task.provenance = o.provenance(task.request.envelope, decision)
-            async with o.store.transaction() as tx:
-                await o.save(tx, task, *live, at=o.clock())
-            return o.handle(task, await o.dispatch(task, decision))
-    await o.wait_placed(task.id, PLACE_WAIT_S)  # answer with the placement when it is quick
-    task = await o.load_task(task.id)
-    atts = [a for a in await o.load_attempts(task.id) if not a.superseded]
-    return o.handle(task, atts[-1] if atts else None)
+                await self.adaptation.cancel_attempt(a)
+                a.superseded = True
+            task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
+            async with self.book.store.transaction() as tx:
+                await self.book.save(tx, task, *live, at=self.clock())
+            hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
+            return handle(task, _current(atts, task)).model_copy(update={"next": hint})
 
+    async def replan(self, req: ReplanRequest) -> TaskHandle:
+        """Re-place a task that has not started, or send an unschedulable one back to placement:
+        new exclusions and/or envelope. Refused, with nothing saved, when no site could run it."""
+        async with self.lock:
+            task = await self.book.load_task(req.task_id)
+            atts = await self.book.load_attempts(task.id)
+            live = [a for a in atts if not a.state.terminal and not a.superseded]
+            reopen = task.state is JobState.UNSCHEDULABLE
+            if reopen:
+                await self._reopenable(task)
+            elif task.state.terminal:
+                raise UsageError(f"task {task.id} is already {task.state.value}",
+                                 hint="Submit a new task instead.")  # fmt: skip
+            if any(a.state is JobState.RUNNING for a in live):
+                raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
+            pending = staging.waiting(task)
+            if pending:
+                # It runs only where its inputs arrive (every other site is excluded already).
+                for site in sorted(set(self.collector.sites) - set(task.excluded_sites)):
+                    if site in req.exclude_sites:
+                        raise staging.StageInPending(task, site)
+            task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
+            if req.envelope is not None:
+                task.request = task.request.model_copy(update={"envelope": req.envelope})
+            decision = await self.planner.decide(task)
+            if not isinstance(decision, Placement):
+                raise UsageError(f"no feasible placement: {decision.hint}",
+                                 hint="Relax the envelope (draft_envelope helps) or exclude fewer "
+                                 "sites; the task is unchanged.")  # fmt: skip
+            if pending:
+                # Its input has not arrived: only the envelope and exclusions change now; staging
+                # queues it for placement (with them) when the copy succeeded.
+                task.decision = (f"waiting for stage-in {', '.join(task.request.stage_in)}; "
+                                 "replanned: placed when its input arrives")  # fmt: skip
+                async with self.book.store.transaction() as tx:
+                    await self.book.save(tx, task, at=self.clock())
+                return handle(task, None)
+            if reopen:
+                # Back into placement like a new submission: the placer dispatches it (with its
+                # scheduler-refusal retries), and its next outcome is a new event.
+                task.state, task.reasons, task.reopened = JobState.QUEUED, (), task.reopened + 1
+                task.decision = "queued: replanned, placed next"
+                async with self.book.store.transaction() as tx:
+                    await self.book.save(tx, task, at=self.clock())
+                self.wake_placer()
+            else:
+                for a in live:
+                    a.superseded, a.reason = True, "replanned on request"
+                    await self.adaptation.cancel_attempt(a)
+                task.provenance = provenance(task.request.envelope, decision)
+                async with self.book.store.transaction() as tx:
+                    await self.book.save(tx, task, *live, at=self.clock())
+                return handle(task, await self.dispatcher.dispatch(task, decision))
+        await self.wait_placed(
+            [task.id], PLACE_WAIT_S
+        )  # answer with the placement when it is quick
+        task = await self.book.load_task(task.id)
+        atts = [a for a in await self.book.load_attempts(task.id) if not a.superseded]
+        return handle(task, atts[-1] if atts else None)
 
-async def _reopenable(o: Orchestrator, task: TaskRecord) -> None:
-    """An unschedulable group child re-enters placement only while its round is open."""
-    if task.group_id is None:
-        return
-    group = await o.store.get_group(task.group_id)
-    if group is not None and group["state"] != "running":
-        raise UsageError(
-            f"task {task.id} belongs to group {task.group_id}, whose round already ended",
-            hint="Submit the group again with submit_group and a changed envelope.",
-        )
+    async def _reopenable(self, task: TaskRecord) -> None:
+        """An unschedulable group child re-enters placement only while its round is open."""
+        if task.group_id is None:
+            return
+        group = await self.book.store.get_group(task.group_id)
+        if group is not None and group["state"] != "running":
+            raise UsageError(
+                f"task {task.id} belongs to group {task.group_id}, whose round already ended",
+                hint="Submit the group again with submit_group and a changed envelope.",
+            )

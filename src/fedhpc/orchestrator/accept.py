@@ -1,0 +1,110 @@
+"""Accepting a task: durably queued (or matched to the earlier task a retry repeats) and
+answered at once; the placer places it, and the answer waits briefly for that placement."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import anyio
+
+from fedhpc.collector import Collector
+from fedhpc.domain.job import JobState
+from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.orchestrator import idem, staging
+from fedhpc.orchestrator.book import TaskBook, handle
+from fedhpc.orchestrator.records import TaskRecord, new_id
+
+__all__ = ["PLACE_WAIT_S", "WAITING_FOR_PROBES", "Intake"]
+
+# A submit answers once its task is durably queued; it waits this long at most for the first
+# placement, so that a single task's answer usually names its site and job.
+PLACE_WAIT_S = 2.0
+WAITING_FOR_PROBES = "queued: waiting for the first probe of the sites (the daemon just started)"
+
+
+class Intake:
+    """Accepts submit_task calls: one task row (with its continuation) per new request."""
+
+    def __init__(
+        self, book: TaskBook, collector: Collector, *, accepting: anyio.Lock,
+        clock: Callable[[], datetime], retry_window_s: float, notify: Callable[[], None],
+        wake_placer: Callable[[], None],
+        wait_placed: Callable[[list[str], float], Awaitable[None]],
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.collector = collector
+        self.accepting = accepting  # a retry's lookup and the insert it races with
+        self.clock = clock
+        self.retry_window_s = retry_window_s
+        self.notify = notify
+        self.wake_placer = wake_placer
+        self.wait_placed = wait_placed
+
+    async def submit_task(
+        self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S
+    ) -> TaskHandle:
+        """Accept the task durably (queued, or the earlier task a retry matches), wake the
+        placer, and answer within `wait_s`: with the placement if it came by then."""
+        answer, fresh = await self.accept_task(req)
+        if not fresh:
+            return answer
+        self.wake_placer()
+        if wait_s > 0:
+            await self.wait_placed([answer.task_id], wait_s)
+        task = await self.book.load_task(answer.task_id)
+        return handle(task, await self.book.latest_attempt(task.id))
+
+    async def accept_task(self, req: SubmitTaskRequest) -> tuple[TaskHandle, bool]:
+        """(the handle, True) for a new queued task; (the earlier task's handle, False) when
+        this call is a retry of an earlier one (see `idem`)."""
+        dedupe = idem.dedupe_key(req)
+        store = self.book.store
+        async with self.accepting:
+            now = self.clock()
+            row = await store.task_by_key(req.idempotency_key) if req.idempotency_key else None
+            by_key = row is not None
+            if row is None and dedupe is not None:
+                row = await store.task_by_dedupe(dedupe, idem.since(now, self.retry_window_s))
+            if row is not None:
+                return await self._existing(row, req, by_key=by_key, now=now), False
+            task = TaskRecord(
+                id=new_id("t"), request=req, state=JobState.QUEUED, created_at=now,
+                idempotency_key=req.idempotency_key or f"auto:{new_id('k')}",
+                decision="queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES,
+            )  # fmt: skip
+            if staging.declared(task):
+                task.state = JobState.SUBMITTED  # staging.advance queues it when inputs arrive
+                if await staging.prepare(self.book, self.collector.sites, task):
+                    task.state = JobState.QUEUED
+            async with store.transaction() as tx:
+                await tx.put_task(
+                    task.id, state=task.state.value, body=task.model_dump(mode="json"), at=now,
+                    idempotency_key=task.idempotency_key, dedupe=dedupe,
+                )  # fmt: skip
+                if req.continuation is not None:
+                    await self.book.put_continuation(tx, task.id, req.continuation)
+        self.notify()
+        return handle(task, None), True
+
+    async def _existing(
+        self, row: dict[str, object], req: SubmitTaskRequest, *, by_key: bool, now: datetime
+    ) -> TaskHandle:
+        task = TaskRecord.model_validate(row["body"])
+        if by_key and idem.request_digest(task.request) != idem.request_digest(req):
+            raise idem.IdempotencyConflict(
+                f"idempotency_key {req.idempotency_key!r} already names task {task.id}, "
+                "submitted with other arguments"
+            )
+        answer = handle(task, await self.book.latest_attempt(task.id))
+        note = idem.existing_note(
+            "task", task.id, task.created_at, task.state.value, by_key=by_key,
+            window_s=self.retry_window_s, now=now,
+        )  # fmt: skip
+        update: dict[str, object] = {"existing": note}
+        if task.state.terminal:
+            update["next"] = (
+                f"It already ended ({task.state.value}): its result is available now with "
+                f'get_result(task_id="{task.id}"). No event will follow for it.'
+            )
+        return answer.model_copy(update=update)

@@ -1,0 +1,241 @@
+"""Adaptation within each task's budgets: an attempt that ended is accepted, retried or extended,
+or ends its task with one event; work on a lost site moves elsewhere; a long-pending attempt
+moves when another placement finishes sooner by the task's margin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+import structlog
+
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.collector import Collector
+from fedhpc.domain.job import ACTIVE, JobState
+from fedhpc.orchestrator import staging
+from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.liveness import online
+from fedhpc.orchestrator.planner import Planner
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.placement import Placement
+
+__all__ = ["ACTIVE_STATES", "Adaptation"]
+
+log = structlog.get_logger(__name__)
+
+ACTIVE_STATES = tuple(sorted(s.value for s in ACTIVE))  # the store's attempt states to watch
+_LOST_IDS = 20  # task ids named in one group.site_lost; the group resource lists them all
+
+
+class Adaptation:
+    """What fedhpc does on its own about an attempt, within the task's adaptation budget."""
+
+    def __init__(
+        self, book: TaskBook, collector: Collector, adapters: Mapping[str, SiteAdapter],
+        planner: Planner, dispatcher: Dispatcher, *, clock: Callable[[], datetime],
+        site_lost_after_s: float,
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.collector = collector
+        self.adapters = adapters
+        self.planner = planner
+        self.dispatcher = dispatcher
+        self.clock = clock
+        # Work on an offline site that fedhpc cannot move wakes the agent after this long: a
+        # probe that failed once is not yet a lost site.
+        self.site_lost_after_s = site_lost_after_s
+
+    async def resubmit_intent(self, task: TaskRecord, a: AttemptRecord) -> None:
+        """The intent was written but the scheduler never saw the job: submit it now, same name."""
+        log.info("resubmitting lost intent", task=task.id, attempt=a.n)
+        task.attempts_made = a.n - 1
+        decision = await self.planner.decide(task)
+        if isinstance(decision, Placement) and (decision.site, decision.partition) == (
+            a.site,
+            a.partition,
+        ):
+            await self.dispatcher.dispatch(task, decision)
+            return
+        a.state, a.reason, a.ended_at = JobState.FAILED, "never reached the scheduler", self.clock()
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, a, at=self.clock())
+        await self.after_end(task, a)
+
+    async def after_end(self, task: TaskRecord, a: AttemptRecord) -> None:
+        """An attempt ended: accept it, retry, extend, or end the task with one event."""
+        if task.state.terminal:
+            return
+        if a.state is JobState.COMPLETED:
+            await self._accept(task, a)
+            return
+        if a.superseded:
+            return
+        budget = task.request.adaptation
+        if a.state is JobState.TIMEOUT and task.extensions_used < budget.max_wall_extensions:
+            cap = self.collector.sites[a.site].profile.partition(a.partition).max_wall_s
+            longer = min(int(a.shape.wall_time_s * budget.wall_factor), cap)
+            if longer > a.shape.wall_time_s:
+                task.extensions_used += 1
+                decision = await self.planner.decide(task, wall_s=longer)
+                if isinstance(decision, Placement):
+                    await self.dispatcher.dispatch(task, decision)
+                    return
+        if a.state in (JobState.FAILED, JobState.UNSCHEDULABLE) and (
+            task.retries_used < budget.max_retries
+        ):
+            task.retries_used += 1
+            exclude = (a.site,) if a.state is JobState.UNSCHEDULABLE else ()
+            decision = await self.planner.decide(task, exclude=exclude)
+            if isinstance(decision, Placement):
+                await self.dispatcher.dispatch(task, decision)
+                return
+        task.state = JobState.CANCELLED if a.state is JobState.CANCELLED else a.state
+        task.reasons = (f"attempt {a.n} on {a.site}: {a.native_state or a.state.value}"
+                        + (f" (exit {a.exit_code})" if a.exit_code else ""),)  # fmt: skip
+        kind = "task.terminal" if a.state is JobState.CANCELLED else "task.retry_exhausted"
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, at=self.clock())
+            await self.book.emit(tx, kind, task, site=a.site, attempt=a.n, job_id=a.job_id,
+                         reason=task.reasons[0], retries=task.retries_used,
+                         extensions=task.extensions_used)  # fmt: skip
+
+    async def _accept(self, task: TaskRecord, a: AttemptRecord) -> None:
+        """The first completed attempt is the result; every other live attempt is cancelled."""
+        task.state, task.accepted_attempt = JobState.COMPLETED, a.n
+        others = [
+            x for x in await self.book.load_attempts(task.id) if x.n != a.n and not x.state.terminal
+        ]
+        for x in others:
+            x.superseded = True
+            await self.cancel_attempt(x)
+        quiet = await staging.consumed_downstream(
+            self.book.store, task
+        )  # the next task's outcome will report
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, *others, at=self.clock())
+            if task.group_id is None and not quiet:  # a group's children report once, as the round
+                await self.book.emit(tx, "task.terminal", task, site=a.site, attempt=a.n,
+                                     job_id=a.job_id, wait_s=a.wait_s,
+                                     runtime_s=a.runtime_s)  # fmt: skip
+
+    async def cancel_attempt(self, a: AttemptRecord) -> None:
+        """Cancel now if the site answers, else when it does."""
+        if a.job_id is None or not online(self.collector, a.site):
+            a.cancel_pending = True
+            return
+        try:
+            await self.adapters[a.site].cancel([a.job_id])
+            a.cancel_pending = False
+        except Exception as exc:  # the scheduler may already have finished it
+            log.info("cancel failed", site=a.site, job_id=a.job_id, error=str(exc))
+            a.cancel_pending = True
+
+    async def site_lost(self, site: str, atts: list[AttemptRecord]) -> None:
+        """The site is offline: move its queued work elsewhere within each task's re-placement
+        budget; running jobs keep their chance. Work that stays there (running, nowhere else to
+        go, or the budget spent) wakes the agent once per attempt, after `site_lost_after_s`."""
+        went = await self.book.store.last_event("site.offline", site)
+        lost_s = (self.clock() - went.created_at).total_seconds() if went is not None else 0.0
+        stuck: dict[str, list[str]] = {}  # group -> its children that stay on the lost site
+        for a in atts:
+            if a.superseded:
+                continue
+            task = await self.book.load_task(a.task_id)
+            if task.state.terminal:
+                continue
+            why = "its job was running there and may still be"
+            if a.state is not JobState.RUNNING:
+                why = "no re-placement left in its adaptation budget"
+                if task.replacements_used < task.request.adaptation.max_replacements:
+                    decision = await self.planner.decide(task, exclude=(a.site,))
+                    if isinstance(decision, Placement):
+                        task.replacements_used += 1
+                        a.superseded, a.cancel_pending = True, True
+                        a.reason = f"re-placed: {a.site} offline"
+                        async with self.book.store.transaction() as tx:
+                            await self.book.save(tx, task, a, at=self.clock())
+                        await self.dispatcher.dispatch(task, decision)
+                        log.info("re-placed from lost site", task=task.id, old=a.site,
+                                 new=decision.site)  # fmt: skip
+                        continue
+                    why = f"no other site fits: {decision.hint}"
+            if lost_s < self.site_lost_after_s:
+                continue
+            reason = f"{a.site} offline for {lost_s:.0f}s; attempt {a.n}: {why}"
+            async with self.book.store.transaction() as tx:
+                await self.book.emit(tx, "task.site_lost", task, key=f"{a.n}", site=a.site,
+                                     attempt=a.n, job_id=a.job_id, attempt_state=a.state.value,
+                                     reason=reason)  # fmt: skip
+            if task.group_id:
+                stuck.setdefault(task.group_id, []).append(task.id)
+        outage = went.seq if went is not None else 0
+        for gid, children in stuck.items():
+            await self._group_site_lost(gid, site, children, lost_s=lost_s, outage=outage)
+
+    async def _group_site_lost(self, gid: str, site: str, children: list[str], *,
+                               lost_s: float, outage: int) -> None:  # fmt: skip
+        """A group's continuation hears its children's lost site once per outage, as one event
+        (it hears no per-child events): how many stay there, which, and what it can do."""
+        reason = (f"{site} offline for {lost_s:.0f}s: {len(children)} children of the group stay "
+                  "there (running, or nowhere else to go)")  # fmt: skip
+        async with self.book.store.transaction() as tx:
+            await tx.append_event(
+                "group.site_lost", gid,
+                {"group_id": gid, "site": site, "children": len(children),
+                 "task_ids": children[:_LOST_IDS], "reason": reason,
+                 "result": f"fedhpc://groups/{gid}"},
+                at=self.clock(), key=f"group.site_lost:{gid}:{site}:{outage}",
+            )  # fmt: skip
+
+    async def adapt_pending(self) -> None:
+        """Supersede cancels owed to returning sites; move long-pending attempts when another
+        placement finishes sooner by the task's margin."""
+        now = self.clock()
+        for row in await self.book.store.attempts_in(ACTIVE_STATES):
+            a = AttemptRecord.from_row(row)
+            if a.superseded:
+                if a.cancel_pending and online(self.collector, a.site):
+                    await self.cancel_attempt(a)
+                    task = await self.book.load_task(a.task_id)
+                    async with self.book.store.transaction() as tx:
+                        await self.book.save(tx, task, a, at=now)
+                continue
+            task = await self.book.load_task(a.task_id)
+            budget = task.request.adaptation
+            if (
+                a.state is not JobState.PENDING
+                or not budget.replace_pending
+                or task.replacements_used >= budget.max_replacements
+                or a.pending_since is None
+                or (now - a.pending_since).total_seconds() < budget.replace_after_s
+            ):
+                continue
+            await self.replace_if_better(task, a, margin_s=budget.replace_margin_s)
+
+    async def replace_if_better(
+        self, task: TaskRecord, a: AttemptRecord, *, margin_s: float
+    ) -> bool:
+        """Re-place a pending attempt when the best placement now beats staying by `margin_s`."""
+        decision = await self.planner.decide(
+            task, score=((a.site, a.partition),)
+        )  # staying, scored
+        if not isinstance(decision, Placement):
+            return False
+        if (decision.site, decision.partition) == (a.site, a.partition):
+            return False
+        stay = [
+            c.estimates.completion_s
+            for c in decision.trace.candidates
+            if c.site == a.site and c.partition == a.partition and c.estimates is not None
+        ]
+        if stay and decision.estimates.completion_s + margin_s >= min(stay):
+            return False
+        task.replacements_used += 1
+        a.superseded, a.reason = True, f"re-placed to {decision.site}/{decision.partition}"
+        await self.cancel_attempt(a)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, a, at=self.clock())
+        await self.dispatcher.dispatch(task, decision)
+        log.info("re-placed pending", task=task.id, old=a.site, new=decision.site)
+        return True

@@ -1,0 +1,90 @@
+"""The task book: tasks and attempts read from and written to the store, the events that
+report them, and the continuations that wake an agent for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from fedhpc.errors import ErrorKind, UsageError
+from fedhpc.ops.continuations import ContinuationSpec
+from fedhpc.ops.tasks import TaskHandle
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, stage_out_ids
+from fedhpc.store import Store, Tx
+from fedhpc.store.continuations import put_continuation
+
+__all__ = ["TaskBook", "TaskNotFound", "handle"]
+
+
+class TaskNotFound(UsageError):
+    code = "not_found"
+    kind = ErrorKind.NOT_FOUND
+    default_hint = "List tasks with `fedhpc tasks` (or the list_events tool)."
+
+
+class TaskBook:
+    """Tasks, attempts, events and continuations in `store`, stamped by `clock`."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def load_task(self, task_id: str) -> TaskRecord:
+        row = await self.store.get_task(task_id)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id!r}")
+        return TaskRecord.model_validate(row["body"])
+
+    async def load_attempts(self, task_id: str) -> list[AttemptRecord]:
+        return [AttemptRecord.from_row(r) for r in await self.store.attempts(task_id)]
+
+    @staticmethod
+    async def save(tx: Tx, task: TaskRecord, *attempts: AttemptRecord, at: datetime) -> None:
+        await tx.put_task(
+            task.id, state=task.state.value, body=task.model_dump(mode="json"), at=at,
+            idempotency_key=task.idempotency_key, group_id=task.group_id,
+        )  # fmt: skip
+        for a in attempts:
+            await tx.put_attempt(
+                a.task_id, a.n, site=a.site, partition=a.partition, job_name=a.job_name,
+                job_id=a.job_id, state=a.state.value, body=a.model_dump(mode="json"), at=at,
+            )  # fmt: skip
+
+    async def emit(self, tx: Tx, kind: str, task: TaskRecord, *, key: str | None = None,
+                   **payload: object) -> None:  # fmt: skip
+        """One event per registered fact, keyed so it can never be written twice (per task,
+        or per `key` for a fact that can recur, such as one attempt's lost site)."""
+        body: dict[str, object] = {"task_id": task.id, "state": task.state.value,
+                                   "result": f"fedhpc://tasks/{task.id}"}  # fmt: skip
+        if task.group_id:
+            body["group_id"] = task.group_id
+        body.update({k: v for k, v in payload.items() if v is not None})
+        # A task replan reopened reports its new outcome as a new fact, not a duplicate.
+        base = f"{kind}:{task.id}" + (f":reopened{task.reopened}" if task.reopened else "")
+        await tx.append_event(kind, task.id, body, at=self.clock(),
+                              key=base + (f":{key}" if key else ""))  # fmt: skip
+
+    async def register(self, subject: str, spec: ContinuationSpec) -> str:
+        """Attach a continuation to a task or group (idempotent per subject and spec)."""
+        async with self.store.transaction() as tx:
+            return await self.put_continuation(tx, subject, spec)
+
+    async def put_continuation(self, tx: Tx, subject: str, spec: ContinuationSpec) -> str:
+        """The continuation row, in the caller's transaction (with the task it wakes for)."""
+        return await put_continuation(tx, subject, spec, at=self.clock())
+
+    async def latest_attempt(self, task_id: str) -> AttemptRecord | None:
+        """The task's newest attempt still in play (None before any)."""
+        atts = [a for a in await self.load_attempts(task_id) if not a.superseded]
+        return atts[-1] if atts else None
+
+
+def handle(task: TaskRecord, att: AttemptRecord | None) -> TaskHandle:
+    """The answer of submit_task, replan and cancel: the task and its current attempt."""
+    return TaskHandle(
+        task_id=task.id, state=task.state, site=att.site if att else None,
+        partition=att.partition if att else None, account=att.account if att else None,
+        shape=att.shape if att else None, job_id=att.job_id if att else None,
+        attempt=att.n if att else 0, decision=task.decision, reasons=task.reasons,
+        transfers=stage_out_ids(task),
+    )  # fmt: skip

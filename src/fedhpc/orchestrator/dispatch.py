@@ -1,0 +1,134 @@
+"""Dispatch: one placed task handed to its site's scheduler, durably (the intent is written
+before the submission, the job id after it), with a claim on the ledger until a probe shows it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+import structlog
+
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
+from fedhpc.adapters.transports.base import TransportError
+from fedhpc.domain.job import JobSpec, JobState
+from fedhpc.globus_auth.errors import GlobusLoginRequired
+from fedhpc.ops.workdir import resolve_workdir
+from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.claims import Claim, Claims
+from fedhpc.orchestrator.estimates import WaitInputs
+from fedhpc.orchestrator.planner import provenance, summary
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
+from fedhpc.placement import Placement
+
+__all__ = ["Dispatcher"]
+
+log = structlog.get_logger(__name__)
+
+
+class Dispatcher:
+    """Submits placed tasks through `adapters`, recording each attempt in `book`."""
+
+    def __init__(
+        self, book: TaskBook, adapters: Mapping[str, SiteAdapter], claims: Claims,
+        waits: WaitInputs, *, clock: Callable[[], datetime],
+    ) -> None:  # fmt: skip
+        self.book = book
+        self.adapters = adapters
+        self.claims = claims
+        self.waits = waits
+        self.clock = clock
+
+    @staticmethod
+    def _workbase(adapter: SiteAdapter) -> str:
+        """Where the site's task folders go: the user's `workdir`, else `<scratch>/<login>/fedhpc`
+        (a `$NAME` root such as TACC's `$SCRATCH` is the user's own: `<it>/fedhpc`). Raises
+        `WorkdirFailed` when a `$NAME` root cannot be expanded."""
+        site = adapter.site
+        if site.user.workdir:
+            return site.user.workdir.rstrip("/")
+        roots = {r.name: r.path for r in site.profile.storage}
+        root = roots.get("scratch") or roots.get("work") or next(iter(roots.values()), "/tmp")  # noqa: S108
+        path = adapter.root_path(root)
+        own = site.profile.local_test or path != root
+        return f"{path}/fedhpc" if own else f"{path}/{adapter.login}/fedhpc"
+
+    async def dispatch(self, task: TaskRecord, p: Placement) -> AttemptRecord:
+        """Persist the intent, submit, persist the job id. A crash between the two writes is
+        resolved by `find` on the job name, so nothing is ever submitted twice."""
+        now = self.clock()
+        adapter = self.adapters[p.site]
+        n = task.attempts_made + 1
+        req = task.request
+        if adapter.roots is None:  # the probe could not read them: once more, now
+            await adapter.read_roots()
+        try:
+            base = f"{self._workbase(adapter)}/{task.id}"
+        except WorkdirFailed as exc:
+            return await self._folderless(task, p, n, exc)
+        workdir = resolve_workdir(req.workdir, base, adapter.site.profile)
+        att = AttemptRecord(
+            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
+            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
+            estimate_s=p.estimates.completion_s, predicted_waits=dict(p.estimates.wait_by),
+            wait_source=p.estimates.wait_source, stdout=f"{base}/{n}.out",
+            stderr=f"{base}/{n}.err", workdir=workdir,
+        )  # fmt: skip
+        task.attempts_made = n
+        task.decision = summary(p)
+        task.provenance = provenance(req.envelope, p)  # re-placements too: never stale
+        if task.state is JobState.QUEUED:
+            task.state = JobState.SUBMITTED
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, att, at=now)
+        claim = Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge)
+        self.claims.dispatched.append(claim)
+        self.waits.mark_placed(p.site, p.partition)
+        spec = JobSpec(
+            name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
+            account=p.account, qos=p.qos, workdir=att.workdir, stdout=att.stdout,
+            stderr=att.stderr, env=req.env, container_image=req.container_image,
+        )  # fmt: skip
+        try:
+            job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
+        except (SchedulerRejected, WorkdirFailed) as exc:
+            att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
+            self.claims.drop(claim)  # never reached a queue
+        except GlobusLoginRequired as exc:
+            self.claims.drop(claim)
+            # Refused before anything ran (no login, a missing consent): the reason carries
+            # the exact `fedhpc login` command, so the woken agent can ask the person for it.
+            att.state, att.ended_at = JobState.FAILED, self.clock()
+            att.reason = f"{exc.message}. {exc.hint}"
+        except TransportError as exc:
+            # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
+            log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)
+            claim.done = self.clock()  # it may be queued: counted until the next probe
+            return att
+        except BaseException:
+            claim.done = self.clock()  # whatever happened, the claim ends with the next probe
+            raise
+        else:
+            att.job_id, att.submitted_at = job.job_id, self.clock()
+            claim.done = att.submitted_at
+            log.info("dispatched", task=task.id, attempt=n, site=p.site, job_id=job.job_id)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, att, at=self.clock())
+        return att
+
+    async def _folderless(
+        self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed
+    ) -> AttemptRecord:
+        """An attempt that failed before any folder or job existed (its site's storage root
+        cannot be expanded): recorded as failed with the reason, like a refused `mkdir`."""
+        now = self.clock()
+        att = AttemptRecord(
+            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
+            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
+            state=JobState.FAILED, reason=exc.message, ended_at=now,
+        )  # fmt: skip
+        task.attempts_made = n
+        task.decision = summary(p)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, att, at=now)
+        return att

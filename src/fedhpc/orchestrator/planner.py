@@ -1,0 +1,224 @@
+"""Decisions: where a task should run now, from the live snapshot, the wait estimators' inputs
+(`WaitInputs`) and the claims the snapshot cannot show yet (a `Ledger`). Placement itself is
+pure CPU work (`placement.place`); this module gathers its inputs and asks the schedulers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+
+import anyio
+
+from fedhpc.collector import Collector
+from fedhpc.domain.config import Site
+from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
+from fedhpc.domain.site import ResourceSnapshot
+from fedhpc.ops.tasks import Provenance
+from fedhpc.orchestrator import workdirs
+from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.start_estimates import SchedulerAnswer
+from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, place, place_group
+from fedhpc.placement.errors import EstimatorErrors
+from fedhpc.placement.estimators import WaitHistory
+
+__all__ = ["Planner", "provenance", "summary"]
+
+Attempt = Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable]
+
+
+def _pruned(p: Placement) -> str:
+    n = p.trace.pruned_partitions()
+    return f" ({n} partitions pruned by class, unscored)" if n else ""
+
+
+def summary(p: Placement) -> str:
+    """The decision in one line: where, under which policy, and the estimates behind it."""
+    e = p.estimates
+    return (
+        workdirs.fallback_note(p)
+        + f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
+        f"({e.wait_source}) + run {e.runtime_s:.0f}s; {p.trace.feasible} feasible of "
+        f"{len(p.trace.candidates)} candidates" + _pruned(p)
+    )
+
+
+def provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
+    draft = env.draft
+    return Provenance(
+        envelope_source=(draft.source if draft else DraftSource.USER).value,
+        rationale=draft.rationale if draft else "",
+        confidence=draft.confidence if draft else None,
+        policy=p.trace.policy.kind.value,
+        decision=summary(p),
+        candidates=len(p.trace.candidates),
+        feasible=p.trace.feasible,
+        pruned=p.trace.pruned_partitions(),
+    )
+
+
+class Planner:
+    """Places tasks on the collector's live view. Counts the jobs placed per site in the
+    current control cycle: at most `submits_per_cycle` new jobs go to one site in a cycle."""
+
+    def __init__(
+        self, collector: Collector, waits: WaitInputs, *, clock: Callable[[], datetime],
+        submits_per_cycle: int,
+    ) -> None:  # fmt: skip
+        self.collector = collector
+        self.waits = waits
+        self.clock = clock
+        # Good citizenship: at most this many new jobs placed for one site per control cycle
+        # (retries and re-placements of live work are not counted); the rest wait a cycle.
+        self.submits_per_cycle = submits_per_cycle
+        self.placed_this_cycle: Counter[str] = Counter()
+
+    @property
+    def sites(self) -> dict[str, Site]:
+        return self.collector.sites
+
+    def full(self) -> tuple[str, ...]:
+        """Sites that took this cycle's bound of submissions."""
+        return tuple(sorted(s for s, n in self.placed_this_cycle.items()
+                            if n >= self.submits_per_cycle))  # fmt: skip
+
+    def placed(self, site: str, partition: str) -> None:
+        """A new job goes to (site, partition) in this cycle."""
+        self.placed_this_cycle[site] += 1
+        self.waits.mark_placed(site, partition)
+
+    def envelope(
+        self, task: TaskRecord, exclude: tuple[str, ...] = (), wall_s: int | None = None
+    ) -> tuple[ResourceEnvelope, tuple[str, ...]]:
+        """The task's envelope (with a longer wall time if asked) and the sites it must not
+        use: excluded by it, by the caller or earlier rejections, or unable to hold its
+        absolute workdir."""
+        req = task.request
+        env = req.envelope
+        if wall_s is not None:
+            hi = max(wall_s, env.wall_time.upper)
+            env = env.model_copy(update={"wall_time": env.wall_time.model_copy(
+                update={"min": wall_s, "max": hi})})  # fmt: skip
+        known = set(self.sites)
+        cannot_hold = workdirs.sites_without(req.workdir, self.sites)  # absolute workdir
+        drop = tuple(sorted(((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
+                             & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
+        return env, drop
+
+    def plan(
+        self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
+        waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
+        score: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[Attempt, tuple[str, ...], Policy]:  # fmt: skip
+        """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
+        the soft avoid list (siblings' sites), and the policy."""
+        req = task.request
+        env, drop = self.envelope(task, exclude, wall_s)
+        known = set(self.sites)
+        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
+        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
+        now = self.clock()
+
+        def attempt(
+            avoid: tuple[str, ...], answer: SchedulerAnswer | None
+        ) -> Placement | Unschedulable:
+            e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
+            starts, notes = self.waits.fresh(answer) if answer else (None, None)
+            return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
+                         task_budget=req.task_budget, ledger=ledger, estimates=starts,
+                         estimate_notes=notes, errors=errors, score=score)  # fmt: skip
+
+        avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
+        if set(avoid) >= known - set(drop):
+            avoid = ()  # every usable system already has a sibling: spreading cannot help
+        return attempt, avoid, policy
+
+    async def decide(
+        self,
+        task: TaskRecord,
+        *,
+        exclude: tuple[str, ...] = (),
+        wall_s: int | None = None,
+        history: WaitHistory | None = None,
+        ledger: Ledger | None = None,
+        answer: SchedulerAnswer | None = None,
+        score: tuple[tuple[str, str], ...] = (),
+    ) -> Placement | Unschedulable:
+        """Place `task` on the live snapshot, without excluded sites, avoiding siblings' sites
+        (soft: dropped when nothing else fits). A batch passes its `history`, `ledger` and the
+        schedulers' `answer` for all its tasks; alone, the top candidates of a first pass are
+        asked here (`WaitInputs.ask`). `score` names partitions to score even when they cannot
+        rank (where a job already waits)."""
+        waits = history if history is not None else await self.waits.history()
+        attempt, avoid, policy = self.plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
+                                           ledger=ledger, errors=await self.waits.errors(),
+                                           score=score)  # fmt: skip
+        # Placement is pure CPU work (a batch places dozens of tasks without an await between
+        # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
+        if answer is None and asks_scheduler(policy):
+            first = await anyio.to_thread.run_sync(attempt, avoid, None)
+            if not isinstance(first, Placement) and avoid:
+                first = await anyio.to_thread.run_sync(attempt, (), None)
+            if not isinstance(first, Placement):
+                return first  # no feasible candidate: nothing to ask about
+            answer = await self.waits.ask([first])
+        decision = await anyio.to_thread.run_sync(attempt, avoid, answer)
+        if avoid and isinstance(decision, Unschedulable):
+            decision = await anyio.to_thread.run_sync(attempt, (), answer)
+        return decision
+
+    async def decide_children(
+        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger,
+        answer: SchedulerAnswer | None,
+    ) -> list[Placement | Unschedulable]:  # fmt: skip
+        """Children of one group with the same request (`placer.child_key`), placed in one
+        pass (`place_group`): each sees the earlier ones' claims, which `ledger` receives, no
+        scheduler answer on a partition an earlier one took, and no site that reached its
+        submissions for this cycle (as `decide` one by one). Not for spread groups: each child
+        there avoids its siblings' systems."""
+        first = tasks[0]
+        req = first.request
+        env, drop = self.envelope(first, self.full())
+        env = env.model_copy(update={"sites_exclude": drop})
+        # The per-site bound on submissions per control cycle, as `decide` one by one has it.
+        caps = {s: self.submits_per_cycle - self.placed_this_cycle[s] for s in self.sites}
+        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
+        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
+        starts, notes = self.waits.fresh(answer) if answer else (None, None)
+        errors = await self.waits.errors()
+        now = self.clock()
+
+        def run() -> list[Placement | Unschedulable]:
+            return place_group([env] * len(tasks), snapshot, self.sites, policy, now=now,
+                               history=history or (), estimates=starts, estimate_notes=notes,
+                               errors=errors, task_budget=req.task_budget, ledger=ledger,
+                               site_caps=caps)  # fmt: skip
+
+        # Pure CPU work: a worker thread keeps the event loop serving meanwhile (as `decide`).
+        return await anyio.to_thread.run_sync(run)
+
+    async def prefetch(
+        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger | None
+    ) -> SchedulerAnswer | None:
+        """One scheduler answer for a batch of tasks (a group's children): their first passes'
+        top candidates, asked together, one call per site."""
+        waits = history if history is not None else await self.waits.history()
+        plans = []
+        seen: set[str] = set()
+        for task in tasks:
+            sig = task.request.envelope.model_dump_json() + repr(task.excluded_sites)
+            if sig in seen:
+                continue  # children of one template: one first pass for all
+            seen.add(sig)
+            attempt, avoid, policy = self.plan(task, exclude=(), wall_s=None, waits=waits,
+                                               ledger=ledger)  # fmt: skip
+            if asks_scheduler(policy):
+                plans.append((attempt, avoid))
+        if not plans:
+            return None
+
+        def first_passes() -> list[Placement | Unschedulable]:
+            return [attempt(avoid, None) for attempt, avoid in plans]
+
+        return await self.waits.ask(await anyio.to_thread.run_sync(first_passes))
