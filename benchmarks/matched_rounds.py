@@ -43,7 +43,7 @@ from plots import matched_rounds_figure
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
 from fedhpc.orchestrator.start_estimates import requests_from_trace, scheduler_estimates
-from fedhpc.placement import Placement, Policy, WaitObservation, place
+from fedhpc.placement import Placement, PlacementInputs, Policy, WaitObservation, place
 from fedhpc.profiles import load_federation
 from fedhpc.settings import DEVFED_TEST_LOCK
 
@@ -199,7 +199,7 @@ async def run_round(
             sum(p.pending_jobs for p in st.partitions),
             sum(p.free_gpus for p in st.partitions),
         )
-    first = place(env, snap, sites, _policy("bf-paper", fixed), now=now)
+    first = place(env, PlacementInputs(snap, sites, _policy("bf-paper", fixed), now=now))
     if not isinstance(first, Placement):
         print(f"round {i} ({kind}): unschedulable: {first.hint}")
         return rnd
@@ -208,12 +208,14 @@ async def run_round(
     for name in BENCH:
         d = place(
             env,
-            snap,
-            sites,
-            _policy(name, fixed),
-            now=now,
-            history=hist,
-            estimates=estimates if name == "bf-scheduler" else None,
+            PlacementInputs(
+                snap,
+                sites,
+                _policy(name, fixed),
+                now=now,
+                history=hist,
+                estimates=estimates if name == "bf-scheduler" else None,
+            ),
         )
         if isinstance(d, Placement):
             rnd.picks[name] = f"{d.site}/{d.partition}"

@@ -33,6 +33,7 @@ from fedhpc.domain import (
 from fedhpc.domain.config import Site
 from fedhpc.placement import (
     Placement,
+    PlacementInputs,
     Policy,
     Settings,
     WaitHistory,
@@ -235,7 +236,7 @@ def bench_tasks(
     for i in range(n):
         env, snap = ENVELOPES[i % len(ENVELOPES)], snaps[i % len(snaps)]
         t0 = time.perf_counter()
-        place(env, snap, sites, policies[i % len(policies)], now=NOW, history=hist)
+        place(env, PlacementInputs(snap, sites, policies[i % len(policies)], now=NOW, history=hist))
         times.append(time.perf_counter() - t0)
     return times
 
@@ -252,7 +253,7 @@ def bench_group(
     )
     t0 = time.perf_counter()
     obs = history(rng, sites, observations)
-    out = place_group([child] * n, snap, sites, now=NOW, history=obs)
+    out = place_group([child] * n, PlacementInputs(snap, sites, now=NOW, history=obs))
     return time.perf_counter() - t0, sum(isinstance(d, Placement) for d in out)
 
 

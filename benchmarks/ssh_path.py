@@ -22,10 +22,10 @@ import anyio
 
 from fedhpc.adapters.site import open_adapter
 from fedhpc.adapters.transports.ssh import SshTransport
-from fedhpc_dev.devfed.sshd import start_front
 from fedhpc.domain.site import Health
 from fedhpc.logs import configure_logging
 from fedhpc.profiles import load_federation
+from fedhpc_dev.devfed.sshd import start_front
 
 
 async def _median_ms(rounds: int, once: Callable[[], Awaitable[None]]) -> float:

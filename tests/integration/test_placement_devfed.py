@@ -24,7 +24,7 @@ from fedhpc.domain import (
 )
 from fedhpc.domain.config import Site
 from fedhpc.orchestrator.start_estimates import requests_from_trace, scheduler_estimates
-from fedhpc.placement import Placement, Policy, PolicyKind, Unschedulable, place
+from fedhpc.placement import Placement, PlacementInputs, Policy, PolicyKind, Unschedulable, place
 from fedhpc.profiles import load_federation
 
 pytestmark = pytest.mark.devfed
@@ -158,8 +158,10 @@ async def test_four_gpu_request_lands_where_gpus_are_free_not_on_the_shorter_que
             envelope = envelope.model_copy(
                 update={"sites_include": tuple(sorted({target[0], rival[0]}))}
             )
-        best = place(envelope, snap, sites, Policy(), now=now)
-        shortest = place(envelope, snap, sites, Policy(kind=PolicyKind.SHORTEST_QUEUE), now=now)
+        best = place(envelope, PlacementInputs(snap, sites, Policy(), now=now))
+        shortest = place(
+            envelope, PlacementInputs(snap, sites, Policy(kind=PolicyKind.SHORTEST_QUEUE), now=now)
+        )
         assert isinstance(best, Placement) and isinstance(shortest, Placement)
         assert (best.site, best.partition) == target[:2]
         assert best.shape.gpus == 4 and best.account == "fedhpc-gpu"
@@ -178,7 +180,7 @@ async def test_only_feasible_site_out_of_credit_is_unschedulable_with_the_credit
     sites, adapters = federation(config)
     snap, now = await probe_all(adapters)
     gh200x4 = FOUR_GPUS.model_copy(update={"accelerator_types": ("gh200",)})  # devdeltaai only
-    out = place(gh200x4, snap, sites, now=now)
+    out = place(gh200x4, PlacementInputs(snap, sites, now=now))
     assert isinstance(out, Unschedulable), out
     ghx4 = [c for c in out.reasons if c.id.startswith("devdeltaai/ghx4/")]
     assert ghx4, out.reasons
@@ -193,7 +195,7 @@ async def test_two_hundred_gib_per_accelerator_is_rejected_at_every_site(
     sites, adapters = federation(None)
     snap, now = await probe_all(adapters)
     huge = ResourceEnvelope.model_validate({"gpus": {"min": 1}, "min_accelerator_memory_gib": 200})
-    out = place(huge, snap, sites, now=now)
+    out = place(huge, PlacementInputs(snap, sites, now=now))
     assert isinstance(out, Unschedulable)
     assert {c.id.split("/")[0] for c in out.reasons} == set(sites)
     assert all(any(r.startswith("accelerator:") for r in c.reasons) for c in out.reasons)
@@ -205,7 +207,7 @@ async def test_scheduler_estimates_come_from_real_sbatch_test_only(
     sites, adapters = federation(None)
     snap, now = await probe_all(adapters)
     one_gpu = ResourceEnvelope.model_validate({"gpus": {"min": 1}, "wall_time": {"min": "10m"}})
-    first = place(one_gpu, snap, sites, now=now)
+    first = place(one_gpu, PlacementInputs(snap, sites, now=now))
     assert isinstance(first, Placement)
     requests = requests_from_trace(first.trace, top=6)
     with anyio.fail_after(60):
@@ -214,7 +216,7 @@ async def test_scheduler_estimates_come_from_real_sbatch_test_only(
     for (site_name, *_), start in predicted.items():
         assert site_name in sites
         assert abs((start - now).total_seconds()) < 24 * 3600
-    second = place(one_gpu, snap, sites, now=now, estimates=predicted)
+    second = place(one_gpu, PlacementInputs(snap, sites, now=now, estimates=predicted))
     assert isinstance(second, Placement)
     sources = {c.estimates.wait_source for c in second.trace.candidates if c.estimates}
     # The scheduler's own estimate, or its yield to a slot free now with nothing queued ahead

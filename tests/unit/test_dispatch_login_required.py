@@ -13,7 +13,7 @@ from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
-from fedhpc.placement import Placement, Policy, place
+from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.store import Store
 from tests.unit.test_placement_place import paper_world
 from tests.unit.test_placement_world import NOW, env
@@ -43,7 +43,9 @@ async def test_a_login_required_submission_fails_the_attempt_with_the_login_comm
     store: Store,
 ) -> None:
     sites, snap = paper_world()
-    decision = place(env(gpus=4, cpus=8, wall_time="1h"), snap, sites, Policy(), now=NOW)
+    decision = place(
+        env(gpus=4, cpus=8, wall_time="1h"), PlacementInputs(snap, sites, Policy(), now=NOW)
+    )
     assert isinstance(decision, Placement)
     adapter = _NeedsConsent(sites[decision.site])
     o = Orchestrator(store, cast(Any, None), {decision.site: cast(Any, adapter)},

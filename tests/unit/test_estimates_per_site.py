@@ -17,7 +17,7 @@ from fedhpc.domain import Shape
 from fedhpc.domain.config import Site
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
-from fedhpc.placement import Placement, Policy, place, shape_key
+from fedhpc.placement import Placement, PlacementInputs, Policy, place, shape_key
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
@@ -122,14 +122,14 @@ def test_two_qos_on_one_partition_and_shape_keep_their_own_scheduler_answers() -
     # Jobs queued ahead: the scheduler's word counts (with a slot free and none, it starts now).
     snap = snapshot(state(qos.profile, accounts=("proj", "proj2"), cpu={"pending_jobs": 3}))
     job = env(cpus=4, wall_time="10m")
-    first = place(job, snap, {"q": qos}, Policy(), now=NOW)
+    first = place(job, PlacementInputs(snap, {"q": qos}, Policy(), now=NOW))
     assert isinstance(first, Placement)
     by_qos = {c.qos: c for c in first.trace.candidates if c.feasible and c.shape == first.shape}
     assert set(by_qos) == {"normal", "low"}
     key = shape_key(first.shape)
     starts = {("q", "cpu", "proj", "normal", key): NOW + timedelta(hours=3),
               ("q", "cpu", "proj2", "low", key): NOW + timedelta(minutes=1)}  # fmt: skip
-    second = place(job, snap, {"q": qos}, Policy(), now=NOW, estimates=starts)
+    second = place(job, PlacementInputs(snap, {"q": qos}, Policy(), now=NOW, estimates=starts))
     assert isinstance(second, Placement)
     waits = {
         c.qos: c.estimates.wait_s

@@ -26,7 +26,15 @@ from fedhpc.domain.units import (
 )
 from fedhpc.errors import ProfileError, ValidationFailed
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
-from fedhpc.placement import Placement, Policy, Settings, Unschedulable, place, place_group
+from fedhpc.placement import (
+    Placement,
+    PlacementInputs,
+    Policy,
+    Settings,
+    Unschedulable,
+    place,
+    place_group,
+)
 from fedhpc.placement.normalize import parse_envelope
 from fedhpc.placement.ranking import whole_seconds
 from fedhpc.placement.trace import Estimates
@@ -156,7 +164,9 @@ def test_nan_or_absurd_usage_degrades_the_site_and_never_passes_the_credit_check
     assert row.used is None and row.unusable and row.remaining is None
     sites = {"alpha": site(ALPHA, accounts=({"name": "proj", "budget": 0.0},))}
     for snap_state in (raw, clean):  # the raw probe too: placement itself refuses
-        out = place(env(gpus=1, wall_time="1h"), snapshot(snap_state), sites, now=NOW)
+        out = place(
+            env(gpus=1, wall_time="1h"), PlacementInputs(snapshot(snap_state), sites, now=NOW)
+        )
         assert isinstance(out, Unschedulable), out
         reasons = [r for c in out.reasons for r in c.reasons if r.startswith("credit")]
         assert reasons and all("cannot check the charge" in r for r in reasons)
@@ -165,14 +175,16 @@ def test_nan_or_absurd_usage_degrades_the_site_and_never_passes_the_credit_check
 def test_usage_zero_against_a_zero_budget_is_still_out_of_credit() -> None:
     sites = {"alpha": site(ALPHA, accounts=({"name": "proj", "budget": 0.0},))}
     snap = snapshot(state(ALPHA, credit=(Credit(account="proj", used=0.0),)))
-    out = place(env(gpus=1, wall_time="1h"), snap, sites, now=NOW)
+    out = place(env(gpus=1, wall_time="1h"), PlacementInputs(snap, sites, now=NOW))
     assert isinstance(out, Unschedulable)
 
 
 @pytest.mark.parametrize("budget", [math.nan, math.inf])
 def test_a_non_finite_task_budget_passed_to_place_never_places(budget: float) -> None:
     sites, snap = {"alpha": site(ALPHA)}, snapshot(state(ALPHA))
-    out = place(env(gpus=1, wall_time="1h"), snap, sites, now=NOW, task_budget=budget)
+    out = place(
+        env(gpus=1, wall_time="1h"), PlacementInputs(snap, sites, now=NOW, task_budget=budget)
+    )
     assert isinstance(out, Unschedulable)
 
 
@@ -181,7 +193,10 @@ def test_absurd_partition_counts_are_dropped_with_the_reason() -> None:
     clean = sanitize_state(raw)
     assert clean.partitions == () and clean.health is Health.DEGRADED
     assert "free_gpus=-5" in (clean.error or "")
-    out = place(env(gpus=1, wall_time="1h"), snapshot(clean), {"alpha": site(ALPHA)}, now=NOW)
+    out = place(
+        env(gpus=1, wall_time="1h"),
+        PlacementInputs(snapshot(clean), {"alpha": site(ALPHA)}, now=NOW),
+    )
     assert isinstance(out, Unschedulable)
     assert any("free_gpus=-5" in r for c in out.reasons for r in c.reasons)
 
@@ -196,7 +211,9 @@ def test_naive_timestamps_are_taken_as_utc_and_the_freshness_rule_never_type_err
     fresh = state(ALPHA).model_copy(update={"collected_at": naive_now - timedelta(seconds=5)})
     sites = {"alpha": site(ALPHA)}
     for now in (NOW, naive_now):
-        assert isinstance(place(env(gpus=1), snapshot(fresh), sites, now=now), Placement)
+        assert isinstance(
+            place(env(gpus=1), PlacementInputs(snapshot(fresh), sites, now=now)), Placement
+        )
     validated = SiteState.model_validate(
         {"site": "alpha", "health": "ok", "collected_at": "2026-11-30T12:00:00"}
     )
@@ -219,7 +236,7 @@ def test_any_probe_time_far_past_or_future_naive_or_aware_is_a_decision_not_an_e
     when: datetime,
 ) -> None:
     s = state(ALPHA).model_copy(update={"collected_at": when})
-    out = place(env(gpus=1), snapshot(s), {"alpha": site(ALPHA)}, now=NOW)
+    out = place(env(gpus=1), PlacementInputs(snapshot(s), {"alpha": site(ALPHA)}, now=NOW))
     assert isinstance(out, Placement | Unschedulable)
     if abs((as_utc(when) - NOW).total_seconds()) > 3600:
         assert isinstance(out, Unschedulable)
@@ -249,8 +266,10 @@ def test_place_and_place_group_answer_or_raise_validation_for_any_number(
     try:  # place normalizes too (unit slips such as memory 1 MiB): a typed error, or a decision
         envelope = parse_envelope(data)
         outs = [
-            place(envelope, snap, sites, now=NOW, task_budget=budget),
-            *place_group([envelope, envelope], snap, sites, now=NOW, task_budget=budget),
+            place(envelope, PlacementInputs(snap, sites, now=NOW, task_budget=budget)),
+            *place_group(
+                [envelope, envelope], PlacementInputs(snap, sites, now=NOW, task_budget=budget)
+            ),
         ]
     except ValidationFailed as exc:
         refused = exc

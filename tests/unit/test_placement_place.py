@@ -16,6 +16,7 @@ from fedhpc.placement import (
     Objective,
     Outcome,
     Placement,
+    PlacementInputs,
     Policy,
     PolicyKind,
     RuntimeDeclaration,
@@ -62,8 +63,10 @@ def placed(decision: Placement | Unschedulable) -> Placement:
 def test_best_feasible_sends_four_gpus_to_free_gpus_although_the_queue_is_longer() -> None:
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
-    best = placed(place(four, snap, sites, Policy(), now=NOW))
-    shortest = placed(place(four, snap, sites, Policy(kind=PolicyKind.SHORTEST_QUEUE), now=NOW))
+    best = placed(place(four, PlacementInputs(snap, sites, Policy(), now=NOW)))
+    shortest = placed(
+        place(four, PlacementInputs(snap, sites, Policy(kind=PolicyKind.SHORTEST_QUEUE), now=NOW))
+    )
     assert best.site == "busy"
     assert best.estimates.wait_source.startswith("paper:free-slots")
     assert shortest.site == "scarce"  # fewest pending jobs, but only one GPU free
@@ -73,18 +76,18 @@ def test_fixed_site_policy_keeps_its_site_while_feasible_and_falls_back_otherwis
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
     fixed = Policy(kind=PolicyKind.FIXED_SITE, site="scarce")
-    assert placed(place(four, snap, sites, fixed, now=NOW)).site == "scarce"
+    assert placed(place(four, PlacementInputs(snap, sites, fixed, now=NOW))).site == "scarce"
     h100_only = env(gpus=4, cpus=8, wall_time="1h", accelerator_types=("gh200",))
-    assert placed(place(h100_only, snap, sites, fixed, now=NOW)).site == "busy"
+    assert placed(place(h100_only, PlacementInputs(snap, sites, fixed, now=NOW))).site == "busy"
     strict = fixed.model_copy(update={"fallback": False})
-    out = place(h100_only, snap, sites, strict, now=NOW)
+    out = place(h100_only, PlacementInputs(snap, sites, strict, now=NOW))
     assert isinstance(out, Unschedulable)
     assert any("fixed-site" in r for c in out.reasons for r in c.reasons)
 
 
 def test_impossible_accelerator_memory_is_unschedulable_everywhere_with_reasons() -> None:
     sites, snap = paper_world()
-    out = place(env(gpus=1, min_accelerator_memory_gib=200), snap, sites, now=NOW)
+    out = place(env(gpus=1, min_accelerator_memory_gib=200), PlacementInputs(snap, sites, now=NOW))
     assert isinstance(out, Unschedulable)
     assert out.state == "unschedulable"
     assert {c.id.split("/")[0] for c in out.reasons} == {"busy", "scarce", "cpus"}
@@ -98,7 +101,7 @@ def test_only_feasible_site_out_of_credit_is_unschedulable_with_the_credit_reaso
     sites, snap = paper_world()
     sites["busy"] = site(BUSY, budget=1.0)
     gh200 = env(gpus=4, cpus=8, wall_time="2h", accelerator_types=("gh200",))
-    out = place(gh200, snap, sites, now=NOW)
+    out = place(gh200, PlacementInputs(snap, sites, now=NOW))
     assert isinstance(out, Unschedulable)
     busy = [c for c in out.reasons if c.id.startswith("busy/")]
     assert busy and all(any(r.startswith("credit: out of credit") for r in c.reasons) for c in busy)
@@ -129,8 +132,13 @@ def test_p90_objective_prefers_the_steady_queue_over_the_erratic_one() -> None:
         ),
     ]
     one = env(gpus=1, cpus=4)
-    expected = placed(place(one, snap, sites, Policy(), now=NOW, history=hist))
-    p90 = placed(place(one, snap, sites, Policy(objective=Objective.P90), now=NOW, history=hist))
+    expected = placed(place(one, PlacementInputs(snap, sites, Policy(), now=NOW, history=hist)))
+    p90 = placed(
+        place(
+            one,
+            PlacementInputs(snap, sites, Policy(objective=Objective.P90), now=NOW, history=hist),
+        )
+    )
     assert expected.site == "a" and expected.estimates.wait_source.startswith("learned")
     assert p90.site == "b"
 
@@ -138,16 +146,19 @@ def test_p90_objective_prefers_the_steady_queue_over_the_erratic_one() -> None:
 def test_scheduler_estimates_override_the_paper_estimate_where_given() -> None:
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
-    first = placed(place(four, snap, sites, now=NOW))
+    first = placed(place(four, PlacementInputs(snap, sites, now=NOW)))
     key = (first.site, first.partition, first.account, first.qos, shape_key(first.shape))
     late = {key: NOW + timedelta(hours=5)}
-    second = placed(place(four, snap, sites, now=NOW, estimates=late))
+    second = placed(place(four, PlacementInputs(snap, sites, now=NOW, estimates=late)))
     assert second.site != first.site
     chosen_before = next(c for c in second.trace.candidates if c.id == first.candidate_id)
     assert chosen_before.estimates is not None
     assert chosen_before.estimates.wait_source == "scheduler"
     paper_only = placed(
-        place(four, snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, estimates=late)
+        place(
+            four,
+            PlacementInputs(snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, estimates=late),
+        )
     )
     assert paper_only.site == first.site
 
@@ -158,20 +169,29 @@ def test_ties_go_to_lower_credit_fraction_then_waste_then_preference_then_id() -
     snap = snapshot(state(x), state(y))
     one = env(gpus=1, cpus=4)
     plain = {"x": site(x), "y": site(y)}
-    decision = placed(place(one, snap, plain, now=NOW))
+    decision = placed(place(one, PlacementInputs(snap, plain, now=NOW)))
     assert decision.site == "x"  # everything equal: the stable id decides
     assert decision.trace.key_fields[-1] == "id"
     preferred = placed(
-        place(env(gpus=1, cpus=4, preferences={"sites": ["y"]}), snap, plain, now=NOW)
+        place(
+            env(gpus=1, cpus=4, preferences={"sites": ["y"]}), PlacementInputs(snap, plain, now=NOW)
+        )
     )
     assert preferred.site == "y"
     whole = profile(
         "x", gpu_partition("g", charge=ChargeModel(kind=ChargeKind.GPU_HOURS, whole_node=True))
     )
     wasteful = {"x": site(whole), "y": site(y)}
-    assert placed(place(one, snapshot(state(whole), state(y)), wasteful, now=NOW)).site == "y"
+    assert (
+        placed(
+            place(one, PlacementInputs(snapshot(state(whole), state(y)), wasteful, now=NOW))
+        ).site
+        == "y"
+    )
     budgets = {"x": site(x, budget=10.0), "y": site(y, budget=1000.0)}
-    assert placed(place(one, snap, budgets, now=NOW)).site == "y"  # smaller share of credit
+    assert (
+        placed(place(one, PlacementInputs(snap, budgets, now=NOW))).site == "y"
+    )  # smaller share of credit
 
 
 def test_joint_sizing_compares_several_shapes_per_partition() -> None:
@@ -180,11 +200,13 @@ def test_joint_sizing_compares_several_shapes_per_partition() -> None:
     snap = snapshot(state(p, g={"free_gpus": 1, "max_free_gpus_on_node": 1, "pending_jobs": 40}))
     ddp = env(gpus=(1, 4), cpus=(4, 32), wall_time="2h")
     runtime = RuntimeDeclaration(seconds=4 * 3600, gpus=1, cpus=8, serial_fraction=0.05)
-    joint = placed(place(ddp, snap, sites, now=NOW, runtime=runtime))
+    joint = placed(place(ddp, PlacementInputs(snap, sites, now=NOW, runtime=runtime)))
     shapes = {c.shape.gpus for c in joint.trace.candidates if c.partition == "g"}
     assert shapes == {1, 2, 4}
     assert joint.shape.gpus == 4  # waiting for 4 GPUs beats running 4 h on the free one
-    single = place(ddp, snap, sites, Policy(joint_sizing=False), now=NOW, runtime=runtime)
+    single = place(
+        ddp, PlacementInputs(snap, sites, Policy(joint_sizing=False), now=NOW, runtime=runtime)
+    )
     assert isinstance(single, Unschedulable)  # 1 GPU needs 4 h; the envelope allows 2 h
     assert len(single.trace.candidates) == 1
     assert "predicted runtime 14400 s" in single.reasons[0].reasons[0]
@@ -198,7 +220,7 @@ def test_a_shape_whose_predicted_runtime_exceeds_its_wall_time_is_rejected_with_
     snap = snapshot(state(p, g={"free_gpus": 4, "max_free_gpus_on_node": 4}))
     job = env(gpus=(1, 4), cpus=(4, 32), wall_time="1h")
     runtime = RuntimeDeclaration(seconds=2 * 3600, gpus=1, cpus=8, serial_fraction=0.05)
-    out = placed(place(job, snap, sites, now=NOW, runtime=runtime))
+    out = placed(place(job, PlacementInputs(snap, sites, now=NOW, runtime=runtime)))
     assert out.estimates.runtime_s * 1.1 <= out.shape.wall_time_s  # the chosen one finishes
     short = [c for c in out.trace.candidates if not c.feasible]
     # 2 h on one GPU, 1.05 h on two (+10 %) cannot fit in 1 h; 0.58 h on four can
@@ -213,7 +235,7 @@ def test_group_children_see_earlier_claims_on_capacity() -> None:
     sites = {"a": site(a), "b": site(b)}
     snap = snapshot(state(a), state(b, g={"pending_jobs": 3}))
     kids = [env(gpus=4, cpus=8, wall_time="1h")] * 3
-    out = [placed(d) for d in place_group(kids, snap, sites, now=NOW)]
+    out = [placed(d) for d in place_group(kids, PlacementInputs(snap, sites, now=NOW))]
     assert [d.site for d in out] == [
         "a",
         "a",
@@ -224,14 +246,14 @@ def test_group_children_see_earlier_claims_on_capacity() -> None:
 def test_invalid_envelope_raises_validation_with_the_field() -> None:
     sites, snap = paper_world()
     with pytest.raises(ValidationFailed) as err:
-        place(env(gpus=1, accelerator_types=("tpu",)), snap, sites, now=NOW)
+        place(env(gpus=1, accelerator_types=("tpu",)), PlacementInputs(snap, sites, now=NOW))
     assert err.value.code == "validation"
     assert err.value.issues[0].field == "accelerator_types[0]"
 
 
 def test_trace_is_json_and_round_trips() -> None:
     sites, snap = paper_world()
-    decision = placed(place(env(gpus=(1, 4), cpus=8), snap, sites, now=NOW))
+    decision = placed(place(env(gpus=(1, 4), cpus=8), PlacementInputs(snap, sites, now=NOW)))
     text = decision.trace.model_dump_json()
     again = DecisionTrace.model_validate_json(text)
     assert again.model_dump_json() == text
@@ -296,24 +318,24 @@ def _rich_world() -> tuple[dict[str, Site], ResourceSnapshot]:
 )
 def test_shuffled_input_order_gives_the_same_decision_and_trace(envelope: object) -> None:
     sites, snap = _rich_world()
-    reference = place(envelope, snap, sites, now=NOW).model_dump_json()  # type: ignore[arg-type]
+    reference = place(envelope, PlacementInputs(snap, sites, now=NOW)).model_dump_json()  # type: ignore[arg-type]
     for seed in range(60):
         rng = random.Random(seed)
         s2, snap2 = _shuffled(rng, sites, snap)
-        again = place(envelope, snap2, s2, now=NOW).model_dump_json()  # type: ignore[arg-type]
+        again = place(envelope, PlacementInputs(snap2, s2, now=NOW)).model_dump_json()  # type: ignore[arg-type]
         assert again == reference, f"seed {seed}"
 
 
 def test_same_inputs_give_identical_decisions() -> None:
     sites, snap = _rich_world()
     e = env(gpus=(1, 2), cpus=8)
-    first = place(e, snap, sites, now=NOW)
-    assert all(place(e, snap, sites, now=NOW) == first for _ in range(5))
+    first = place(e, PlacementInputs(snap, sites, now=NOW))
+    assert all(place(e, PlacementInputs(snap, sites, now=NOW)) == first for _ in range(5))
 
 
 def test_stale_snapshot_makes_every_candidate_fail_freshness() -> None:
     sites, snap = paper_world()
-    out = place(env(gpus=1), snap, sites, now=NOW + timedelta(hours=2))
+    out = place(env(gpus=1), PlacementInputs(snap, sites, now=NOW + timedelta(hours=2)))
     assert isinstance(out, Unschedulable)
     assert all(any(r.startswith("freshness:") for r in c.reasons) for c in out.reasons)
     assert "refresh" in out.hint
@@ -327,8 +349,8 @@ def test_probe_accounts_follow_the_site_convention_for_the_partition_kind() -> N
         conventions={"account_pattern": "fedhpc-{cpu|gpu}"},
     )
     snap = snapshot(state(p, accounts=("root", "fedhpc-cpu", "fedhpc-gpu")))
-    gpu = placed(place(env(gpus=1), snap, {"d": site(p)}, now=NOW))
-    cpu = placed(place(env(cpus=2), snap, {"d": site(p)}, now=NOW))
+    gpu = placed(place(env(gpus=1), PlacementInputs(snap, {"d": site(p)}, now=NOW)))
+    cpu = placed(place(env(cpus=2), PlacementInputs(snap, {"d": site(p)}, now=NOW)))
     assert (gpu.account, cpu.account) == ("fedhpc-gpu", "fedhpc-cpu")
 
 
@@ -336,9 +358,9 @@ def test_configured_account_budget_limits_the_charge() -> None:
     p = profile("p", gpu_partition("g"))
     snap = snapshot(state(p, accounts=("acct",), credit=(Credit(account="acct", used=3.0),)))
     sites = {"p": site(p, accounts=[{"name": "acct", "budget": 4.0}])}
-    ok = placed(place(env(gpus=1, wall_time="1h"), snap, sites, now=NOW))
+    ok = placed(place(env(gpus=1, wall_time="1h"), PlacementInputs(snap, sites, now=NOW)))
     assert ok.estimates.charge == 1.0
-    out = place(env(gpus=2, wall_time="1h"), snap, sites, now=NOW)
+    out = place(env(gpus=2, wall_time="1h"), PlacementInputs(snap, sites, now=NOW))
     assert isinstance(out, Unschedulable)
     assert "account acct budget 4" in out.reasons[0].reasons[0]
 
@@ -351,7 +373,7 @@ def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_w
     sites = {"p": site(p)}
     snap = snapshot(state(p))
     job = env(gpus=(0, 1), cpus=(2, 2), wall_time="10m")
-    out = placed(place(job, snap, sites, now=NOW))
+    out = placed(place(job, PlacementInputs(snap, sites, now=NOW)))
     assert out.shape.gpus == 1
     assert out.estimates.runtime_s <= out.shape.wall_time_s == 600
 
@@ -359,10 +381,14 @@ def test_a_gpu_shape_of_an_envelope_that_counts_cpus_is_not_predicted_past_its_w
 def test_a_missing_scheduler_estimate_falls_back_and_the_trace_says_why() -> None:
     sites, snap = paper_world()
     four = env(gpus=4, cpus=8, wall_time="1h")
-    first = placed(place(four, snap, sites, now=NOW))
+    first = placed(place(four, PlacementInputs(snap, sites, now=NOW)))
     key = (first.site, first.partition, first.account, first.qos, shape_key(first.shape))
     notes = {"scarce": "no answer within 2 s"}
-    d = placed(place(four, snap, sites, now=NOW, estimates={key: NOW}, estimate_notes=notes))
+    d = placed(
+        place(
+            four, PlacementInputs(snap, sites, now=NOW, estimates={key: NOW}, estimate_notes=notes)
+        )
+    )
     by_site = {c.site: c for c in d.trace.candidates if c.feasible}
     chosen = by_site[first.site]
     assert chosen.estimates is not None and chosen.estimates.wait_source.startswith("scheduler")
@@ -377,7 +403,7 @@ def test_a_missing_scheduler_estimate_falls_back_and_the_trace_says_why() -> Non
     assert d.trace.estimates_note.startswith(f"scheduler estimates for 1 of {d.trace.feasible}")
     assert "scarce: no answer within 2 s" in d.trace.estimates_note
     # Nobody asked (a history-only caller): the sources carry no note, the trace neither.
-    plain = placed(place(four, snap, sites, now=NOW))
+    plain = placed(place(four, PlacementInputs(snap, sites, now=NOW)))
     assert all("no scheduler estimate" not in (c.estimates.wait_source if c.estimates else "")
                for c in plain.trace.candidates)  # fmt: skip
     assert plain.trace.estimates_note == ""

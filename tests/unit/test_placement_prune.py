@@ -29,6 +29,7 @@ from fedhpc.placement import (
     Ledger,
     Objective,
     Placement,
+    PlacementInputs,
     Policy,
     PolicyKind,
     RuntimeDeclaration,
@@ -255,7 +256,7 @@ def test_pruned_placement_decides_like_the_full_evaluation(seed: int) -> None:
     kw: dict[str, Any] = {"now": NOW, "history": history or (), "runtime": runtime}
     if rng.random() < 0.4:
         kw["errors"] = _errors(rng, sites)
-    first = place(envelope, snap, sites, policy, prune=False, **kw)
+    first = place(envelope, PlacementInputs(snap, sites, policy, prune=False, **kw))
     if isinstance(first, Placement) and rng.random() < 0.5:
         # Scheduler estimates for some of the candidates (later or sooner than predicted).
         kw["estimates"] = {
@@ -265,9 +266,9 @@ def test_pruned_placement_decides_like_the_full_evaluation(seed: int) -> None:
             if c.feasible and rng.random() < 0.4
         }
     top = rng.choice([1, 3, 8])
-    full = place(envelope, snap, sites, policy, prune=False, **kw)
+    full = place(envelope, PlacementInputs(snap, sites, policy, prune=False, **kw))
     assert not full.trace.pruned
-    _check(place(envelope, snap, sites, policy, top=top, **kw), full, top)
+    _check(place(envelope, PlacementInputs(snap, sites, policy, top=top, **kw)), full, top)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -283,18 +284,21 @@ def test_a_group_in_one_pass_decides_as_place_per_child_with_earlier_claims(seed
     kw: dict[str, Any] = {"now": NOW, "task_budget": budget}
     if rng.random() < 0.3:
         kw["errors"] = _errors(rng, sites)
-    one_pass = place_group(kids, snap, sites, policy, history=history or (), **kw)
+    one_pass = place_group(kids, PlacementInputs(snap, sites, policy, history=history or (), **kw))
     ledger = Ledger()
     for kid, got in zip(kids, one_pass, strict=True):
         want = place(
-            kid, snap, sites, policy, history=history or (), ledger=ledger, prune=False, **kw
+            kid,
+            PlacementInputs(
+                snap, sites, policy, history=history or (), ledger=ledger, prune=False, **kw
+            ),
         )
         assert _key(got) == _key(want)
         if isinstance(want, Placement):
             ledger.claim(want.site, want.partition, want.account, want.shape, want.estimates.charge)
-    assert [_key(d) for d in place_group(kids, snap, sites, policy, prune=False, **kw)] == [
-        _key(d) for d in place_group(kids, snap, sites, policy, **kw)
-    ]
+    assert [
+        _key(d) for d in place_group(kids, PlacementInputs(snap, sites, policy, prune=False, **kw))
+    ] == [_key(d) for d in place_group(kids, PlacementInputs(snap, sites, policy, **kw))]
 
 
 def test_capacity_an_earlier_child_took_is_not_offered_to_the_next() -> None:
@@ -306,7 +310,7 @@ def test_capacity_an_earlier_child_took_is_not_offered_to_the_next() -> None:
     snap = snapshot(state(a), state(b, g={"pending_jobs": 3}))
     kid = env(gpus=4, cpus=8, wall_time="1h")
     ledger = Ledger()
-    out = place_group([kid] * 3, snap, sites, now=NOW, ledger=ledger)
+    out = place_group([kid] * 3, PlacementInputs(snap, sites, now=NOW, ledger=ledger))
     assert [d.site for d in out if isinstance(d, Placement)] == ["a", "a", "b"]
     assert ledger.jobs == {("a", "g"): 2, ("b", "g"): 1}
     assert ledger.gpus[("a", "g")] == 8
@@ -318,7 +322,7 @@ def test_pruned_partitions_are_reported_by_class_with_the_reason() -> None:
     big = profile("big", cpu_partition("c", cpus=128), cpu_partition("short", max_wall_s=600))
     sites = {"gpus": site(gpu), "small": site(small), "big": site(big)}
     snap = snapshot(state(gpu), state(small), state(big))
-    decision = place(env(cpus=32, wall_time="1h"), snap, sites, now=NOW)
+    decision = place(env(cpus=32, wall_time="1h"), PlacementInputs(snap, sites, now=NOW))
     assert isinstance(decision, Placement) and decision.candidate_id.startswith("big/c/")
     classes = {c.kind: c for c in decision.trace.pruned}
     assert classes["accelerator"].partitions == ("gpus/g0", "gpus/g1", "gpus/g2")
@@ -331,7 +335,7 @@ def test_pruned_partitions_are_reported_by_class_with_the_reason() -> None:
     assert decision.trace.pruned_partitions() == 5
     assert decision.trace.site_reasons("small") == ["needs 32 CPUs per node; a small/c node has 8"]
     # Nothing fits: every partition is evaluated and explained, as without pruning.
-    none = place(env(cpus=256), snap, sites, now=NOW)
+    none = place(env(cpus=256), PlacementInputs(snap, sites, now=NOW))
     assert isinstance(none, Unschedulable) and not none.trace.pruned
     assert len(none.trace.candidates) == 6
 
@@ -347,7 +351,9 @@ def test_partitions_that_cannot_rank_are_reported_as_dominated() -> None:
     }
     sites, snap = {"p": site(p)}, snapshot(state(p, **busy))
     one = env(gpus=1, wall_time="1h")
-    decision = place(one, snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1)
+    decision = place(
+        one, PlacementInputs(snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1)
+    )
     assert isinstance(decision, Placement) and decision.partition == "g0"
     assert [c.partition for c in decision.trace.candidates] == ["g0"]
     (dom,) = decision.trace.pruned
@@ -355,8 +361,8 @@ def test_partitions_that_cannot_rank_are_reported_as_dominated() -> None:
     assert "earliest possible completion" in dom.reason
     assert decision.trace.ranked == 1
     # A caller comparing against where a job already waits gets that partition scored.
-    kept = place(one, snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1,
-                 score=[("p", "g5")])  # fmt: skip
+    kept = place(one, PlacementInputs(snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1,
+                 score=[("p", "g5")]))  # fmt: skip
     assert isinstance(kept, Placement)
     assert {c.partition for c in kept.trace.candidates} == {"g0", "g5"}
     assert "p/g5" not in kept.trace.pruned[0].partitions
@@ -385,10 +391,10 @@ def test_bounds_allow_auto_to_prefer_paper_where_learned_has_erred() -> None:
     )
     one = env(gpus=1, wall_time="1h")
     kw: dict[str, Any] = {"now": NOW, "history": history, "errors": errs}
-    full = place(one, snap, sites, prune=False, **kw)
+    full = place(one, PlacementInputs(snap, sites, prune=False, **kw))
     assert isinstance(full, Placement) and full.site == "a"
     assert full.estimates.wait_source.startswith("paper")
-    _check(place(one, snap, sites, top=1, **kw), full, 1)
+    _check(place(one, PlacementInputs(snap, sites, top=1, **kw)), full, 1)
 
 
 def test_a_site_at_its_cap_is_left_out_for_the_later_children() -> None:
@@ -399,9 +405,11 @@ def test_a_site_at_its_cap_is_left_out_for_the_later_children() -> None:
     sites = {"a": site(a), "b": site(b)}
     snap = snapshot(state(a), state(b, g={"pending_jobs": 3}))
     kid = env(gpus=1, wall_time="1h")
-    out = place_group([kid] * 3, snap, sites, now=NOW, site_caps={"a": 1})
+    out = place_group([kid] * 3, PlacementInputs(snap, sites, now=NOW), site_caps={"a": 1})
     assert [d.site for d in out if isinstance(d, Placement)] == ["a", "b", "b"]
-    capped = place_group([kid] * 2, snap, sites, now=NOW, site_caps={"a": 1, "b": 0})
+    capped = place_group(
+        [kid] * 2, PlacementInputs(snap, sites, now=NOW), site_caps={"a": 1, "b": 0}
+    )
     assert isinstance(capped[0], Placement) and capped[0].site == "a"
     assert isinstance(capped[1], Unschedulable)
     assert "the envelope excludes a" in "; ".join(r for c in capped[1].reasons for r in c.reasons)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 import anyio
@@ -19,7 +20,15 @@ from fedhpc.orchestrator import workdirs
 from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
-from fedhpc.placement import Ledger, Placement, Policy, Unschedulable, place, place_group
+from fedhpc.placement import (
+    Ledger,
+    Placement,
+    PlacementInputs,
+    Policy,
+    Unschedulable,
+    place,
+    place_group,
+)
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 
@@ -106,6 +115,21 @@ class Planner:
                              & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
         return env, drop
 
+    def inputs(
+        self, task: TaskRecord, *, history: WaitHistory | None, ledger: Ledger | None,
+        errors: EstimatorErrors | None, score: tuple[tuple[str, str], ...] = (),
+    ) -> PlacementInputs:  # fmt: skip
+        """`place()`'s inputs for `task` now: the live snapshot, the task's policy and credit
+        bound, the wait estimators' inputs and the caller's ledger (scheduler answers are
+        added per attempt: `WaitInputs.fresh`)."""
+        req = task.request
+        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
+        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
+        return PlacementInputs(
+            snapshot, self.sites, policy, now=self.clock(), history=history or (),
+            errors=errors, task_budget=req.task_budget, ledger=ledger, score=score,
+        )  # fmt: skip
+
     def plan(
         self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
         waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
@@ -113,26 +137,21 @@ class Planner:
     ) -> tuple[Attempt, tuple[str, ...], Policy]:  # fmt: skip
         """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
         the soft avoid list (siblings' sites), and the policy."""
-        req = task.request
         env, drop = self.envelope(task, exclude, wall_s)
         known = set(self.sites)
-        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
-        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
-        now = self.clock()
+        inputs = self.inputs(task, history=waits, ledger=ledger, errors=errors, score=score)
 
         def attempt(
             avoid: tuple[str, ...], answer: SchedulerAnswer | None
         ) -> Placement | Unschedulable:
             e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
             starts, notes = self.waits.fresh(answer) if answer else (None, None)
-            return place(e, snapshot, self.sites, policy, now=now, history=waits or (),
-                         task_budget=req.task_budget, ledger=ledger, estimates=starts,
-                         estimate_notes=notes, errors=errors, score=score)  # fmt: skip
+            return place(e, replace(inputs, estimates=starts, estimate_notes=notes))
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
             avoid = ()  # every usable system already has a sibling: spreading cannot help
-        return attempt, avoid, policy
+        return attempt, avoid, inputs.policy or Policy()
 
     async def decide(
         self,
@@ -178,22 +197,17 @@ class Planner:
         submissions for this cycle (as `decide` one by one). Not for spread groups: each child
         there avoids its siblings' systems."""
         first = tasks[0]
-        req = first.request
         env, drop = self.envelope(first, self.full())
         env = env.model_copy(update={"sites_exclude": drop})
         # The per-site bound on submissions per control cycle, as `decide` one by one has it.
         caps = {s: self.submits_per_cycle - self.placed_this_cycle[s] for s in self.sites}
-        snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
-        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
         starts, notes = self.waits.fresh(answer) if answer else (None, None)
-        errors = await self.waits.errors()
-        now = self.clock()
+        inputs = self.inputs(first, history=history, ledger=ledger,
+                             errors=await self.waits.errors())  # fmt: skip
+        inputs = replace(inputs, estimates=starts, estimate_notes=notes)
 
         def run() -> list[Placement | Unschedulable]:
-            return place_group([env] * len(tasks), snapshot, self.sites, policy, now=now,
-                               history=history or (), estimates=starts, estimate_notes=notes,
-                               errors=errors, task_budget=req.task_budget, ledger=ledger,
-                               site_caps=caps)  # fmt: skip
+            return place_group([env] * len(tasks), inputs, site_caps=caps)
 
         # Pure CPU work: a worker thread keeps the event loop serving meanwhile (as `decide`).
         return await anyio.to_thread.run_sync(run)

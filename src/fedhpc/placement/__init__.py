@@ -19,6 +19,7 @@ from fedhpc.placement.estimators import (
     size_bucket,
 )
 from fedhpc.placement.group import place_group
+from fedhpc.placement.inputs import TOP, PlacementInputs
 from fedhpc.placement.normalize import known_accelerator_types, normalize_envelope, parse_envelope
 from fedhpc.placement.place import place
 from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings, WaitMethod
@@ -36,6 +37,7 @@ from fedhpc.placement.trace import (
 
 __all__ = [
     "RULES",
+    "TOP",
     "AccountChoice",
     "Budget",
     "CandidateReasons",
@@ -54,6 +56,7 @@ __all__ = [
     "Objective",
     "Outcome",
     "Placement",
+    "PlacementInputs",
     "Policy",
     "PolicyKind",
     "PrunedClass",

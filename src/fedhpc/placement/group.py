@@ -7,23 +7,18 @@ make with the same ledger."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
-from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
 from fedhpc.placement.context import Ledger
-from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
-    EnvCache,
-    RuntimeDeclaration,
-    SchedulerEstimates,
     SchedulerKey,
     WaitHistory,
-    WaitObservation,
 )
-from fedhpc.placement.place import TOP, Request
+from fedhpc.placement.inputs import PlacementInputs
+from fedhpc.placement.place import Request
 from fedhpc.placement.policy import Policy
 from fedhpc.placement.trace import Placement, Unschedulable
 
@@ -34,21 +29,8 @@ STALE = "asked before fedhpc placed a job on that partition"
 
 def place_group(
     envelopes: Sequence[ResourceEnvelope],
-    snapshot: ResourceSnapshot,
-    sites: Mapping[str, Site],
-    policy: Policy | None = None,
+    inputs: PlacementInputs,
     *,
-    now: datetime,
-    history: Sequence[WaitObservation] | WaitHistory = (),
-    estimates: SchedulerEstimates | None = None,
-    estimate_notes: Mapping[str, str] | None = None,
-    errors: EstimatorErrors | None = None,
-    runtime: RuntimeDeclaration | None = None,
-    env_cache: EnvCache | None = None,
-    task_budget: float | None = None,
-    ledger: Ledger | None = None,
-    prune: bool = True,
-    top: int = TOP,
     site_caps: Mapping[str, int] | None = None,
 ) -> list[Placement | Unschedulable]:
     """One decision per child, in order. Deterministic like `place`. A caller's `ledger` (claims
@@ -57,14 +39,15 @@ def place_group(
     children do without it, with the note `STALE` for its site. `site_caps`: how many children
     each named site may still take in this pass; a site at its cap is excluded for the later
     children (unless an envelope names it in sites_include)."""
-    policy = policy or Policy()
-    now = as_utc(now)
+    policy = inputs.policy or Policy()
+    now = as_utc(inputs.now)
+    history, estimates, estimate_notes = inputs.history, inputs.estimates, inputs.estimate_notes
     waits = (
         history
         if isinstance(history, WaitHistory)
         else (WaitHistory(history, now=now, settings=policy.settings) if history else None)
     )
-    ledger = ledger if ledger is not None else Ledger()
+    ledger = inputs.ledger if inputs.ledger is not None else Ledger()
     # Copies the children share and this pass edits: estimates dropped as partitions are taken.
     starts = dict(estimates) if estimates is not None else None
     asked = estimate_notes is not None or starts is not None
@@ -73,16 +56,14 @@ def place_group(
     full: frozenset[str] = frozenset(s for s, n in caps.items() if n <= 0)
     # By the identity of the caller's envelope object and the sites full so far.
     requests: dict[tuple[int, frozenset[str]], Request] = {}
+    # Every child's inputs: the copies above (and the index, built once).
+    shared = replace(inputs, policy=policy, now=now, history=waits or (), estimates=starts,
+                     estimate_notes=notes, ledger=ledger)  # fmt: skip
     out: list[Placement | Unschedulable] = []
     for env in envelopes:
         req = requests.get((id(env), full))
         if req is None:
-            req = requests[(id(env), full)] = Request(
-                _without(env, full), snapshot, sites, policy, now=now, history=waits or (),
-                estimates=starts, estimate_notes=notes, errors=errors, runtime=runtime,
-                env_cache=env_cache, task_budget=task_budget, ledger=ledger, prune=prune,
-                top=top,
-            )  # fmt: skip
+            req = requests[(id(env), full)] = Request(_without(env, full), shared)
         decision = req.decide()
         if isinstance(decision, Placement):
             site = decision.site

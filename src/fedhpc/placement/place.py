@@ -11,28 +11,21 @@ class, with the reason. An unschedulable decision evaluates every partition, as 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 
-from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.domain.units import as_utc
 from fedhpc.placement.bounds import Bounds
-from fedhpc.placement.context import Ledger, PartitionContext
+from fedhpc.placement.context import PartitionContext
 from fedhpc.placement.credit import Budget
-from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
-    EnvCache,
-    RuntimeDeclaration,
     RuntimeModel,
-    RuntimeObservation,
     SchedulerEstimates,
     WaitHistory,
-    WaitObservation,
 )
 from fedhpc.placement.evaluate import Inputs, evaluate, minimum_shape
 from fedhpc.placement.hints import relax_hint
+from fedhpc.placement.inputs import PlacementInputs
 from fedhpc.placement.normalize import normalize_envelope
 from fedhpc.placement.policy import Policy, PolicyKind
 from fedhpc.placement.prune import (
@@ -54,9 +47,7 @@ from fedhpc.placement.trace import (
     Unschedulable,
 )
 
-__all__ = ["TOP", "Request", "place"]
-
-TOP = 8  # the best candidates every trace ranks exactly as a full evaluation would
+__all__ = ["Request", "place"]
 
 Evaluated = tuple[list[CandidateTrace], list[CandidateTrace]]
 Bound = tuple[float | int | str, ...]
@@ -82,31 +73,14 @@ class Request:
     (normalized envelope, runtime model, the pruning) and every partition's evaluation, which
     a group's later children reuse while the ledger leaves that partition unchanged."""
 
-    def __init__(
-        self,
-        envelope: ResourceEnvelope,
-        snapshot: ResourceSnapshot,
-        sites: Mapping[str, Site],
-        policy: Policy | None = None,
-        *,
-        now: datetime,
-        history: Sequence[WaitObservation] | WaitHistory = (),
-        estimates: SchedulerEstimates | None = None,
-        estimate_notes: Mapping[str, str] | None = None,
-        errors: EstimatorErrors | None = None,
-        runtime: RuntimeDeclaration | None = None,
-        runtime_history: Sequence[RuntimeObservation] = (),
-        env_cache: EnvCache | None = None,
-        environment: str | None = None,
-        task_budget: float | None = None,
-        ledger: Ledger | None = None,
-        prune: bool = True,
-        top: int = TOP,
-        score: Collection[tuple[str, str]] = (),
-    ) -> None:
-        self.policy = policy = policy or Policy()
+    def __init__(self, envelope: ResourceEnvelope, inputs: PlacementInputs) -> None:
+        sites, ledger, task_budget = inputs.sites, inputs.ledger, inputs.task_budget
+        estimates, estimate_notes = inputs.estimates, inputs.estimate_notes
+        environment = inputs.environment
+        history, prune, top = inputs.history, inputs.prune, inputs.top
+        self.policy = policy = inputs.policy or Policy()
         s = policy.settings
-        self.now = now = as_utc(now)  # a naive clock is UTC, never a TypeError
+        self.now = now = as_utc(inputs.now)  # a naive clock is UTC, never a TypeError
         self.env = env = normalize_envelope(
             envelope, (x.profile for x in sites.values()), sites=sites.keys()
         )
@@ -117,24 +91,24 @@ class Request:
             if isinstance(history, WaitHistory)
             else (WaitHistory(history, now=now, settings=s) if history else None)
         )
-        model = RuntimeModel.build(env, runtime, runtime_history, s)
+        model = RuntimeModel.build(env, inputs.runtime, inputs.runtime_history, s)
         self.fixed = (
             policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
         )
         self.snapshot, self.sites, self.ledger, self.task_budget = (
-            snapshot, sites, ledger, task_budget,
+            inputs.snapshot, sites, ledger, task_budget,
         )  # fmt: skip
         self.minimum = minimum_shape(env)
         self.estimates, self.notes = estimates, estimate_notes
         self._inputs = (
-            policy, model, waits, estimates, estimate_notes, errors, env_cache, environment,
-            self.minimum,
+            policy, model, waits, estimates, estimate_notes, inputs.errors, inputs.env_cache,
+            environment, self.minimum,
         )  # fmt: skip
         self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
         # Budgets per (site, account), kept across a group's children: a claim changes only
         # its own site's (`claimed`).
         self._budgets: dict[tuple[str, str | None], Budget] = {}
-        self.index = federation_index(snapshot, sites)
+        self.index = federation_index(inputs.snapshot, sites)
         every = list(range(len(self.index.entries)))
         self.survivors, self.static = (
             prune_static(self.index, self._context, self.minimum) if prune else (every, [])
@@ -142,9 +116,9 @@ class Request:
         self.top = top if prune else 0
         self.bounds = Bounds.of(
             policy=policy, env=env, runtime=model, history=waits, scheduler=estimates,
-            errors=errors, env_cache=env_cache, environment=environment,
+            errors=inputs.errors, env_cache=inputs.env_cache, environment=environment,
         )  # fmt: skip
-        self.score = {self.index.by_name[k] for k in score if k in self.index.by_name}
+        self.score = {self.index.by_name[k] for k in inputs.score if k in self.index.by_name}
         self._memo: dict[int, tuple[object, Evaluated]] = {}
         self._order: list[tuple[Bound, int]] | None = None
 
@@ -280,41 +254,9 @@ class Request:
         )  # fmt: skip
 
 
-def place(
-    envelope: ResourceEnvelope,
-    snapshot: ResourceSnapshot,
-    sites: Mapping[str, Site],
-    policy: Policy | None = None,
-    *,
-    now: datetime,
-    history: Sequence[WaitObservation] | WaitHistory = (),
-    estimates: SchedulerEstimates | None = None,
-    estimate_notes: Mapping[str, str] | None = None,
-    errors: EstimatorErrors | None = None,
-    runtime: RuntimeDeclaration | None = None,
-    runtime_history: Sequence[RuntimeObservation] = (),
-    env_cache: EnvCache | None = None,
-    environment: str | None = None,
-    task_budget: float | None = None,
-    ledger: Ledger | None = None,
-    prune: bool = True,
-    top: int = TOP,
-    score: Collection[tuple[str, str]] = (),
-) -> Placement | Unschedulable:
+def place(envelope: ResourceEnvelope, inputs: PlacementInputs) -> Placement | Unschedulable:
     """Place one task. Pure and deterministic: the same arguments give the same decision and
     trace whatever the order of sites, partitions or accounts in them. Raises `ValidationFailed`
-    for an invalid envelope; an impossible one is `Unschedulable`, never an exception.
-
-    `estimates` are the schedulers' predicted starts (`start_estimates.ask_scheduler`);
-    `estimate_notes` say per site why some are missing, and the trace repeats it; `errors`
-    (the estimators' recent errors) let `auto` prefer the better of learned and paper.
-    `ledger` carries claims of earlier children of a group. `prune=False` scores every
-    partition (the reference the pruned path must agree with); `top` is how many of the best
-    candidates the trace ranks exactly; `score` names (site, partition) pairs to score even
-    when their bound prunes them (a caller comparing against where a job already waits)."""
-    return Request(
-        envelope, snapshot, sites, policy, now=now, history=history, estimates=estimates,
-        estimate_notes=estimate_notes, errors=errors, runtime=runtime,
-        runtime_history=runtime_history, env_cache=env_cache, environment=environment,
-        task_budget=task_budget, ledger=ledger, prune=prune, top=top, score=score,
-    ).decide()  # fmt: skip
+    for an invalid envelope; an impossible one is `Unschedulable`, never an exception. What
+    each input means: `PlacementInputs`."""
+    return Request(envelope, inputs).decide()
