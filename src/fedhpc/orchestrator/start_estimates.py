@@ -4,8 +4,8 @@ chosen candidates would start.
 All `sbatch --test-only` calls for one site go in ONE remote call (`command.batch`); sites run
 concurrently, each bounded in time. Answers (and a site's failure) are kept for one control
 cycle in an `EstimateCache`, so identical shapes are not asked twice. The result is plain data
-that `placement.place` consumes (`PlacementInputs.estimates`, `.estimate_notes`), so placement itself
-stays pure and replayable."""
+that `placement.place` consumes (`PlacementInputs.estimates`, `.estimate_notes`), so placement
+itself stays pure and replayable."""
 
 from __future__ import annotations
 
