@@ -97,8 +97,8 @@ class Adaptation:
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, at=self.clock())
             await self.book.emit(tx, kind, task, site=a.site, attempt=a.n, job_id=a.job_id,
-                         reason=task.reasons[0], retries=task.retries_used,
-                         extensions=task.extensions_used)  # fmt: skip
+                                 reason=task.reasons[0], retries=task.retries_used,
+                                 extensions=task.extensions_used)  # fmt: skip
 
     async def _accept(self, task: TaskRecord, a: AttemptRecord) -> None:
         """The first completed attempt is the result; every other live attempt is cancelled."""

@@ -137,7 +137,7 @@ class Placer:
         return handle(task, None)
 
     async def run(self, stopping: anyio.Event) -> None:
-        """Place queued work whenever some arrives (`placer_wake`), and every cycle for tasks
+        """Place queued work whenever some arrives (`wake`), and every cycle for tasks
         that wait for data. Starts after this process's first probe of every site."""
         while not self.collector.ready.is_set() and not stopping.is_set():
             with anyio.move_on_after(0.5):
@@ -213,10 +213,11 @@ class Placer:
                     run.append(tasks[i])
                     i += 1
                 decisions = await self.planner.decide_children(run, history=history, ledger=ledger,
-                                                    answer=answer)  # fmt: skip
+                                                               answer=answer)  # fmt: skip
                 for child, decision in zip(run, decisions, strict=True):
-                    await self._settle(child, decision, ledger=ledger, held=held, holds=holds,
-                                  jobs=jobs, now=now, history=history, answer=answer)  # fmt: skip
+                    await self._settle(child, decision, ledger=ledger, held=held,
+                                       holds=holds, jobs=jobs, now=now, history=history,
+                                       answer=answer)  # fmt: skip
                 continue
             if gid is not None and spread[gid]:
                 if gid not in used:
@@ -227,7 +228,7 @@ class Placer:
                                                  answer=answer)  # fmt: skip
             if isinstance(decision, Unschedulable):
                 await self._unplaced(task, decision, ledger=ledger, held=held, holds=holds, now=now,
-                                history=history, answer=answer)  # fmt: skip
+                                     history=history, answer=answer)  # fmt: skip
                 continue
             ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
                          decision.estimates.charge)  # fmt: skip
@@ -256,7 +257,7 @@ class Placer:
             _hold(child, held[key], holds)
         elif isinstance(decision, Unschedulable):
             await self._unplaced(child, decision, ledger=ledger, held=held, holds=holds, now=now,
-                            history=history, answer=answer)  # fmt: skip
+                                 history=history, answer=answer)  # fmt: skip
         else:
             self.planner.placed(decision.site, decision.partition)
             jobs.append((child, decision))

@@ -167,8 +167,8 @@ async def _blocked(book: TaskBook, task: TaskRecord, ins: list[TransferRecord | 
                   "the task waits for it")  # fmt: skip
         async with book.store.transaction() as tx:
             await book.emit(tx, "task.stage_in_blocked", task, key=f"{rec.id}:{rec.blocks}",
-                         transfer_id=rec.id, reason=reason,
-                         hint=rec.blocked.hint or None)  # fmt: skip
+                            transfer_id=rec.id, reason=reason,
+                            hint=rec.blocked.hint or None)  # fmt: skip
 
 
 async def _fail(book: TaskBook, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:
