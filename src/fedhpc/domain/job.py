@@ -59,9 +59,6 @@ TERMINAL: frozenset[JobState] = frozenset(
 # has that task yet; not TERMINAL: it has ended).
 ACTIVE: frozenset[JobState] = frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.RUNNING})
 
-# States of a job a scheduler holds (submitted, not ended): what a control cycle watches.
-ACTIVE: frozenset[JobState] = frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.RUNNING})
-
 _ENDS = TERMINAL
 # Allowed moves. A job may jump straight to any terminal state (a short job can finish between
 # two polls); it never leaves a terminal state, and never goes back from running to pending
