@@ -72,16 +72,21 @@ async def test_adapter_probes_submits_queues_finds_and_accounts_on_a_process_sit
         assert ai is not None and (ai.total_gpus, ai.free_gpus) == (2, 2)
         assert state.accounts == ("fedhpc-cpu", "fedhpc-gpu")
 
-        def job(name: str, seconds: int) -> JobSpec:
+        # The first job holds both GPUs until the test opens its gate (a fixed sleep ended
+        # before a loaded machine read the queue); the second waits behind it.
+        gate = storage / "w" / "gate"
+
+        def job(name: str, hold: bool) -> JobSpec:
+            wait = f"until [ -e {gate} ]; do sleep 0.1; done" if hold else "true"
             return JobSpec(
                 name=name,
-                command=("bash", "-c", f"echo gpus=$CUDA_VISIBLE_DEVICES; sleep {seconds}"),
+                command=("bash", "-c", f"echo gpus=$CUDA_VISIBLE_DEVICES; {wait}"),
                 partition="ai", account="fedhpc-gpu", shape=Shape(gpus=2, wall_time_s=60),
                 stdout=f"{storage}/w/%j.out", workdir=f"{storage}/w",
             )  # fmt: skip
 
-        first = await adapter.submit(job("fedhpc-a-1", 1), ensure_dirs=[f"{storage}/w"])
-        second = await adapter.submit(job("fedhpc-b-1", 0), ensure_dirs=[f"{storage}/w"])
+        first = await adapter.submit(job("fedhpc-a-1", True), ensure_dirs=[f"{storage}/w"])
+        second = await adapter.submit(job("fedhpc-b-1", False), ensure_dirs=[f"{storage}/w"])
         live = {o.job_id: o for o in await adapter.status([first.job_id, second.job_id])}
         assert live[first.job_id].state is JobState.RUNNING
         assert live[second.job_id].state is JobState.PENDING
@@ -89,7 +94,8 @@ async def test_adapter_probes_submits_queues_finds_and_accounts_on_a_process_sit
         busy = (await adapter.probe()).partition("ai")
         assert busy is not None and (busy.free_gpus, busy.pending_jobs) == (0, 1)
         assert await adapter.find(["fedhpc-b-1", "fedhpc-x-1"]) == {"fedhpc-b-1": second.job_id}
-        with anyio.fail_after(20):
+        gate.touch()
+        with anyio.fail_after(60):
             while True:
                 recs = await adapter.accounting([first.job_id, second.job_id])
                 if all(r.settled for r in recs) and len(recs) == 2:
@@ -100,7 +106,7 @@ async def test_adapter_probes_submits_queues_finds_and_accounts_on_a_process_sit
         assert by_id[second.job_id].start is not None
         assert by_id[first.job_id].end is not None
         assert by_id[second.job_id].start >= by_id[first.job_id].end
-        assert by_id[second.job_id].wait_s is not None and by_id[second.job_id].wait_s >= 0.9
+        assert by_id[second.job_id].wait_s is not None and by_id[second.job_id].wait_s > 0
         text = (storage / "w" / f"{second.job_id}.out").read_text()
         assert text == "gpus=0,1\n"
         assert await adapter.status([first.job_id, second.job_id]) == []
