@@ -1,9 +1,10 @@
 """Every `FEDHPC_*` environment variable in one registry (name, type, default, meaning, reader),
-and the only module that reads them. Values are read when asked for, not snapshotted at import:
-a test's monkeypatch, a child's environment and a daemon started later all see what is set.
-Code that puts a variable into a child's environment names it with `SETTING.name`. The daemon's
-tunables are fields of `DaemonSettings`, validated together. docs/settings.md is generated from
-this registry (`fedhpc_dev.settings_docs`)."""
+and the only module that reads them; the variables fedhpc honours but does not own (OTHERS:
+XDG_STATE_HOME, NO_COLOR, the Globus service credentials...) are read here too. Values are read
+when asked for, not snapshotted at import: a test's monkeypatch, a child's environment and a
+daemon started later all see what is set. Code that puts a variable into a child's environment
+names it with `SETTING.name`. The daemon's tunables are fields of `DaemonSettings`, validated
+together. docs/settings.md is generated from this registry (`fedhpc_dev.settings_docs`)."""
 
 from __future__ import annotations
 
