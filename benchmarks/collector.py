@@ -36,7 +36,7 @@ from fedhpc.domain.site import Health
 from fedhpc.errors import FedError
 from fedhpc.logs import configure_logging
 from fedhpc.profiles import load_federation
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 
 log = structlog.get_logger("benchmarks.collector")

@@ -49,7 +49,7 @@ from mcp import Client, StdioServerParameters
 
 from fedhpc.client import DaemonClient
 from fedhpc.ops.tasks import ResultRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 STATUS_TOOLS = {"get_result", "inspect_federation", "list_events"}
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}

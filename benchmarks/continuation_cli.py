@@ -43,7 +43,7 @@ from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool  # noqa: E4
 from fedhpc.client import DaemonClient  # noqa: E402
 from fedhpc.ops.continuations import ContinuationSpec, Runtime  # noqa: E402
 from fedhpc.ops.tasks import SubmitTaskRequest  # noqa: E402
-from fedhpc.settings import DaemonSettings  # noqa: E402
+from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
 __all__ = ["run_cli"]
 

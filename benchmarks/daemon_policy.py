@@ -21,7 +21,7 @@ import anyio
 from fedhpc.client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["DaemonPolicy"]
 

@@ -33,7 +33,7 @@ from mcp import Client, StdioServerParameters
 
 from fedhpc.bridge.payload import prompt_text
 from fedhpc.client import DaemonClient
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
 # The resumed "agent": one file per resume, holding the payload it got on stdin.

@@ -35,7 +35,7 @@ from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_ITEMS,
     MAX_DESCRIPTION_CHARS,
 )
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 TARGET_DRAFT_S = 0.050
 TARGET_P99_S = 0.100

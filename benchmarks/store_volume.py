@@ -37,7 +37,7 @@ from fedhpc.domain import JobState
 from fedhpc.domain.job import Shape
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 
 NOW = datetime.now(UTC)

@@ -36,7 +36,7 @@ from mcp import Client, StdioServerParameters
 
 from fedhpc.client import DaemonClient
 from fedhpc.profiles.loader import devfed_root
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_S = 2.0  # issue 21: a 1,000-child group's id within 2 s

@@ -51,7 +51,7 @@ from tests.integration.conftest import LOCK  # noqa: E402
 
 from fedhpc.client import DaemonClient  # noqa: E402
 from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
-from fedhpc.settings import DaemonSettings  # noqa: E402
+from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_RSS_MB = 80.0

@@ -29,7 +29,8 @@ from fedhpc.ops.tasks import (
     TaskHandle,
     TaskSummary,
 )
-from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME, DaemonSettings
+from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = [
     "AcceptedUnknown",

@@ -18,7 +18,7 @@ import pytest
 from fedhpc.client import DaemonClient
 from fedhpc.ops.continuations import DeliveryView
 from fedhpc.ops.tasks import ResultManifest, ResultRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 FAST = {
     "FEDHPC_REFRESH_S": "1",

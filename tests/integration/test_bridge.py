@@ -15,7 +15,7 @@ from fedhpc.client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import running, start, stop
 
 pytestmark = pytest.mark.devfed

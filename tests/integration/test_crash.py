@@ -15,7 +15,7 @@ import pytest
 from fedhpc.client import DaemonClient, DaemonUnavailable
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest, TaskHandle
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import drain, start, stop
 
 pytestmark = pytest.mark.devfed

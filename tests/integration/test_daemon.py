@@ -21,7 +21,7 @@ from fedhpc.client import DaemonClient
 from fedhpc.domain import Health
 from fedhpc.ops.inspect import FederationView
 from fedhpc.profiles import load_profiles
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 
 pytestmark = pytest.mark.devfed

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from fedhpc.cli.daemon import stop_daemon
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 VENV_BIN = str(Path(sys.executable).parent)
 

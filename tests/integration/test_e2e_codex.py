@@ -35,7 +35,7 @@ from fedhpc.client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import FAST, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from fedhpc.client import DaemonClient
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import RawSession
 from tests.integration.test_mcp_http import _start as _start_http

@@ -16,7 +16,7 @@ from fedhpc.cli import tasks as tasks_cli
 from fedhpc.client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import start, stop, wait_terminal
 
 pytestmark = pytest.mark.devfed

@@ -26,7 +26,8 @@ from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
 from fedhpc.mcp_server import build_server
-from fedhpc.settings import FUZZ_CASES, DaemonSettings
+from fedhpc.settings import FUZZ_CASES
+from fedhpc.settings.daemon import DaemonSettings
 
 CASES = int(FUZZ_CASES.get() or 1000)
 # `internal` would mean a crash in fedhpc (or an answer it could not read): a bug.

@@ -22,7 +22,7 @@ from fedhpc.client import DaemonClient
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupView, ResultRequest, TaskHandle
 from fedhpc.orchestrator.groups import group_id_for
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import running, wait_terminal
 from tests.integration.mcp_support import kill_daemon_of, stdio_params
 

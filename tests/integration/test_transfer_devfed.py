@@ -39,7 +39,7 @@ from fedhpc.ops.tasks import CancelRequest, ResultRequest, SubmitTaskRequest
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.placement import PolicyKind
 from fedhpc.profiles import load_federation
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 from tests.integration.daemon_util import wait_terminal

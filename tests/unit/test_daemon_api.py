@@ -19,7 +19,7 @@ from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import FedError
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from tests.unit.test_submit_accept import Clock, _orchestrator
 

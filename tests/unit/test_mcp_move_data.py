@@ -27,7 +27,7 @@ from fedhpc.ops.data import (
     TransferView,
 )
 from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 
 class FakeDaemon:

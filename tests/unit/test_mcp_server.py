@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from fedhpc.mcp_server import INSTRUCTIONS, build_server
 from fedhpc.mcp_server.results import MAX_RESPONSE_BYTES, guarded
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 TOOLS = {
     "inspect_federation", "draft_envelope", "submit_task", "submit_group", "get_result",

@@ -14,7 +14,7 @@ from mcp import Client
 from fedhpc.mcp_server import build_server
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from tests.skill_claims import (
     Skill,
     Vocabulary,

@@ -17,7 +17,7 @@ import anyio
 from fedhpc.cli.table import table_lines
 from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["add_parser", "stop_daemon"]
 

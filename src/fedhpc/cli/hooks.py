@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["BIND_TOOLS", "add_parser", "pre_tool_use", "user_prompt_submit"]
 

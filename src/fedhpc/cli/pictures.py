@@ -12,7 +12,7 @@ import anyio
 
 from fedhpc.client import DaemonClient
 from fedhpc.ops.inspect import InspectRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["add_parser", "task_timeline", "watch_status"]
 

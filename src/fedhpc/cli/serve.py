@@ -23,7 +23,7 @@ __all__ = ["add_parser", "main", "skills_source"]
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is only needed by this command.
     from fedhpc.mcp_server import build_server, run_http, run_stdio
-    from fedhpc.settings import DaemonSettings
+    from fedhpc.settings.daemon import DaemonSettings
 
     server = build_server(DaemonSettings.from_env(), autostart=not args.no_autostart)
     if args.http:

@@ -13,7 +13,7 @@ import anyio
 from fedhpc.cli.table import table_lines
 from fedhpc.client import DaemonClient
 from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, TaskHandle, TaskSummary
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["add_parser"]
 

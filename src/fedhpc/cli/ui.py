@@ -47,7 +47,7 @@ async def _serve(args: argparse.Namespace, sock: socket.socket, token: str) -> N
     import uvicorn
 
     from fedhpc.client import DaemonClient, DaemonUnavailable
-    from fedhpc.settings import DaemonSettings
+    from fedhpc.settings.daemon import DaemonSettings
     from fedhpc.ui.server import build_ui_app
 
     settings = DaemonSettings.from_env()

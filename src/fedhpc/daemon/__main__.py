@@ -21,7 +21,7 @@ import anyio  # noqa: E402
 from fedhpc.daemon.server import run_daemon  # noqa: E402
 from fedhpc.exit_codes import run_command  # noqa: E402
 from fedhpc.logs import configure_logging  # noqa: E402
-from fedhpc.settings import DaemonSettings  # noqa: E402
+from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.profiles import load_federation
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 
 __all__ = ["stored_federation"]

@@ -25,7 +25,7 @@ from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.archive import archive_events
 from fedhpc.transfer.service import TransferService

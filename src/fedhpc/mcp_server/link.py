@@ -10,7 +10,7 @@ import anyio
 import structlog
 
 from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["DaemonLink", "open_link"]
 

@@ -26,7 +26,7 @@ from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.suggest import unknown_field_reason
 from fedhpc.ops.tasks import ResultRequest
-from fedhpc.settings import DaemonSettings
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
 

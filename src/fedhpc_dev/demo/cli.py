@@ -184,7 +184,7 @@ def _loop(args: argparse.Namespace) -> int:
     home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
     os.environ[HOME.name] = str(home)
     from fedhpc.client import DaemonClient
-    from fedhpc.settings import DaemonSettings
+    from fedhpc.settings.daemon import DaemonSettings
 
     env = {**os.environ, **FAST}
     home.mkdir(parents=True, exist_ok=True)
