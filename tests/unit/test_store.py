@@ -128,3 +128,19 @@ async def test_idempotency_key_belongs_to_one_task(store: Store) -> None:
     assert task is not None
     assert (task["id"], task["state"], task["body"]) == ("t1", "running", {"n": 2})
     assert await store.get_task("t2") is None
+
+
+async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_bodies(
+    store: Store,
+) -> None:
+    """GET /v1/groups/{id} at 5,000 children: the per-state counts come from the index alone
+    and the sites query finds each child's accepted attempt in the index too (schema 7);
+    before, both read and parsed every child's JSON body on the store's one connection."""
+    from fedhpc.store.db import GROUP_COUNTS, GROUP_SITES
+
+    conn = sqlite3.connect(store.path)
+    counts = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {GROUP_COUNTS}", ("g1",))]
+    sites = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {GROUP_SITES}", ("g1",))]
+    conn.close()
+    assert any("COVERING INDEX tasks_group_state" in step for step in counts), counts
+    assert any("INDEX tasks_group_state" in step for step in sites), sites

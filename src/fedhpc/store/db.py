@@ -71,9 +71,8 @@ class Store:
             )
 
     async def schema_version(self) -> int:
-        async with self._conn.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        rows = await self._all("PRAGMA user_version")
+        return int(rows[0][0]) if rows else 0
 
     async def close(self) -> None:
         await self._conn.close()
@@ -93,8 +92,10 @@ class Store:
                     await self._conn.execute("COMMIT")
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        async with self._conn.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        # One round trip to the connection's thread (execute + fetchall + close would be three):
+        # under CPU contention each hop waits for a scheduler slot, and every REST read makes
+        # a few of these.
+        return list(await self._conn.execute_fetchall(sql, params))
 
     # -- events ---------------------------------------------------------------------------
     async def events_after(
@@ -318,18 +319,8 @@ class Store:
     async def group_summary(self, group_id: str) -> dict[str, Any]:
         """Counts for a whole group in SQL (no child loaded): per state, per site of the
         children's current attempts, and the first and last child id."""
-        rows = await self._all(
-            "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
-            "WHERE group_id = ? GROUP BY state",
-            (group_id,),
-        )
-        sites = await self._all(
-            "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
-            "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
-            " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
-            "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site",
-            (group_id,),
-        )
+        rows = await self._all(GROUP_COUNTS, (group_id,))
+        sites = await self._all(GROUP_SITES, (group_id,))
         return {
             "counts": {str(r["state"]): int(r["n"]) for r in rows},
             "sites": {str(r["site"]): int(r["n"]) for r in sites},
@@ -440,6 +431,20 @@ class Store:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
         return int(rows[0]["n"])
+
+
+# A group's counts and its children's sites, read from the index tasks_group_state alone
+# (schema 7) for the tasks' side: its expression is written here exactly as in the index.
+GROUP_COUNTS = (
+    "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
+    "WHERE group_id = ? GROUP BY state"
+)
+GROUP_SITES = (
+    "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
+    "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
+    " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
+    "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site"
+)
 
 
 def _child_index(task_id: str, key: str) -> int:

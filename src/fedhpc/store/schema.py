@@ -156,6 +156,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX events_created ON events (created_at);
     CREATE INDEX deliveries_event ON deliveries (event_id);
     """,
+    # 7: a group's counts and sites (GET /v1/groups/{id}, every group answer) from indexes
+    # alone: without them each call parsed every child's JSON body (5,000 children: hundreds of
+    # ms on the store's one connection, which every REST call waits behind). The expressions
+    # is the one Store.group_summary uses, word for word (SQLite matches them as written).
+    """
+    CREATE INDEX tasks_group_state ON tasks (
+        group_id, state, id, json_extract(body, '$.accepted_attempt'));
+    DROP INDEX tasks_group;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

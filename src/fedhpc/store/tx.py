@@ -39,8 +39,7 @@ class Tx:
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
         """Rows read inside this transaction (they see its own writes)."""
-        async with self.conn.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await self.conn.execute_fetchall(sql, params))  # one round trip
 
     async def append_event(
         self,
