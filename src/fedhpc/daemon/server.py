@@ -20,6 +20,7 @@ from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
+from fedhpc.daemon.memory import trim_each_cycle
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator
@@ -183,6 +184,7 @@ async def _serve(
                 services.start_soon(bridge.run, stopping, name="bridge")
                 services.start_soon(transfers.run, stopping, name="transfers")
                 services.start_soon(_archiver, store, settings, stopping, name="archiver")
+                services.start_soon(trim_each_cycle, settings.cycle_s, stopping, name="trim")
                 services.start_soon(server.serve, [sock], name="rest")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:
