@@ -48,4 +48,6 @@ async def trim_each_cycle(cycle_s: float, stopping: anyio.Event) -> None:
     while not stopping.is_set():
         with anyio.move_on_after(cycle_s):
             await stopping.wait()
-        release_free_memory()
+        # In a worker thread (ctypes lets go of the GIL): a trim that finds pages to return
+        # takes some milliseconds, which the event loop does not wait for.
+        await anyio.to_thread.run_sync(release_free_memory)
