@@ -6,16 +6,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
+from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.config import Site, UserSiteConfig
-from fedhpc.domain.site import TransportSpec
+from fedhpc.domain.job import JobState
+from fedhpc.domain.site import StorageRoot, TransportSpec
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.profiles import load_profiles
+from fedhpc.store import Store
+from tests.unit.test_placement_place import paper_world
+from tests.unit.test_placement_world import NOW, env
 
 
 def _vista(env: dict[str, str], **user: str) -> SiteAdapter:
@@ -28,7 +37,9 @@ def _vista(env: dict[str, str], **user: str) -> SiteAdapter:
 
 async def test_scratch_is_expanded_by_the_login_shell_and_is_the_users_own(tmp_path: Path) -> None:
     adapter = _vista({"SCRATCH": f"{tmp_path}/scratch/07/me/", "WORK": "/work/07/me"})
-    with pytest.raises(WorkdirFailed, match=r"\$SCRATCH not read yet"):
+    with pytest.raises(
+        StorageUnread, match=r"cannot read the storage roots of vista \(\$SCRATCH\)"
+    ):
         adapter.root_path("$SCRATCH")  # never a guess before the site answered
     await adapter.read_roots()
     assert adapter.calls["roots"] == 1
@@ -63,7 +74,8 @@ async def test_the_users_workdir_wins_without_reading_any_variable() -> None:
 
 
 async def test_a_failed_read_leaves_the_roots_unread_for_the_next_probe() -> None:
-    """Neither a failing shell nor a failing transport reads as 'every variable unset'."""
+    """Neither a failing shell nor a failing transport reads as 'every variable unset': the
+    roots stay unread (a transient error that says why), and are read again later."""
     adapter = _vista({"PATH": "/nonexistent"})  # bash cannot be found: the command fails
     await adapter.read_roots()
     assert adapter.roots is None
@@ -71,12 +83,55 @@ async def test_a_failed_read_leaves_the_roots_unread_for_the_next_probe() -> Non
     adapter.transport.run = _refuse  # type: ignore[method-assign]
     await adapter.read_roots()
     assert adapter.roots is None
-    with pytest.raises(WorkdirFailed, match="not read yet"):
+    with pytest.raises(StorageUnread) as caught:
         adapter.root_path("$SCRATCH")
+    assert caught.value.code == "storage_unread"
+    assert caught.value.message == (
+        "cannot read the storage roots of vista ($SCRATCH): "
+        "ssh: connect to host vista: Connection refused"
+    )
+    assert adapter.calls["roots"] == 2
+    await adapter.read_roots(unless_within_s=60)  # not again so soon
+    assert adapter.calls["roots"] == 2
+    adapter.transport = LocalTransport(TransportSpec(kind="local", env={"SCRATCH": "/s/me"}))
+    await adapter.read_roots()  # the site answers again
+    assert adapter.root_path("$SCRATCH/x") == "/s/me/x"
+
+
+async def test_an_unread_root_fails_only_that_attempt_and_names_no_folder(store: Store) -> None:
+    """Dispatch on a site whose roots cannot be read: a failed attempt that no scheduler saw,
+    with the transient reason (the placer moves on to the next feasible site), and no folder,
+    job or second read per task."""
+    p, adapter = _placed_on_a_scratch_site()
+    o = Orchestrator(store, cast(Any, None), {p.site: adapter}, clock=lambda: NOW)
+    for n, task_id in enumerate(("t1", "t2"), start=1):
+        req = SubmitTaskRequest(command=("true",), envelope=env(gpus=4))
+        task = TaskRecord(id=task_id, request=req, idempotency_key=task_id, created_at=NOW)
+        att = await o.dispatcher.dispatch(task, p)
+        assert att.state is JobState.FAILED and att.job_id is None
+        assert att.stdout is None and att.workdir is None  # no folder named after `$SCRATCH`
+        assert (att.reason or "").startswith(StorageUnread.PREFIX)
+        assert (await o.book.load_attempts(task_id))[-1].state is JobState.FAILED
+        assert adapter.calls == {"roots": 1}, n  # one read for both tasks (within 5 s)
 
 
 async def _refuse(command: object) -> object:
     raise TransportError("ssh: connect to host vista: Connection refused")
+
+
+def _placed_on_a_scratch_site() -> tuple[Placement, SiteAdapter]:
+    """A placement as the placer hands it to dispatch, on a site whose only root is `$SCRATCH`
+    and whose login shell does not answer."""
+    sites, snap = paper_world()
+    p = place(env(gpus=4, cpus=8, wall_time="1h"), PlacementInputs(snap, sites, Policy(), now=NOW))
+    assert isinstance(p, Placement)
+    site = sites[p.site]
+    scratch = (StorageRoot(name="scratch", path="$SCRATCH"),)
+    profile = site.profile.model_copy(update={"storage": scratch})
+    adapter = SiteAdapter(Site(profile=profile, user=site.user),
+                          LocalTransport(TransportSpec(kind="local")))  # fmt: skip
+    adapter.transport.run = _refuse  # type: ignore[method-assign]
+    return p, adapter
 
 
 def test_a_site_without_variable_roots_needs_no_call() -> None:

@@ -24,9 +24,16 @@ from fedhpc.adapters.transports.base import (
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
-from fedhpc.errors import PermanentError, UsageError
+from fedhpc.errors import PermanentError, TransientError, UsageError
 
-__all__ = ["CommandFailed", "SiteAdapter", "SubmittedJob", "WorkdirFailed", "open_adapter"]
+__all__ = [
+    "CommandFailed",
+    "SiteAdapter",
+    "StorageUnread",
+    "SubmittedJob",
+    "WorkdirFailed",
+    "open_adapter",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +62,15 @@ class WorkdirFailed(PermanentError):
 
     code = "workdir_failed"
     PREFIX = "cannot create the job's folder"
+
+
+class StorageUnread(TransientError):
+    """A `$NAME` storage root could not be read from the site's login shell yet (the site did not
+    answer that call): nothing was created; another site, or a later try, may do."""
+
+    code = "storage_unread"
+    PREFIX = "cannot read the storage roots"
+    default_hint = "fedhpc reads them again with the next probe; `fedhpc doctor SITE` shows why."
 
 
 _MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
@@ -87,6 +103,8 @@ class SiteAdapter:
         # `$NAME` storage roots as the login shell expands them: read once, with the first
         # probe that succeeds (an empty value means the variable is unset there).
         self.roots: dict[str, str] | None = None
+        self._roots_error = "not asked yet"
+        self._roots_tried = -1e9  # time.monotonic() of the last read
 
     @property
     def name(self) -> str:
@@ -209,29 +227,36 @@ class SiteAdapter:
             await self.read_roots()
         return state.model_copy(update={"latency_s": round(time.monotonic() - started, 3)})
 
-    async def read_roots(self) -> None:
+    async def read_roots(self, *, unless_within_s: float = 0.0) -> None:
         """Read the `$NAME` storage roots from the login shell (one call; none without such
-        roots). A transport error leaves them unread: the next probe reads them again."""
+        roots). A failed call leaves them unread (the next probe reads them again); no second
+        call within `unless_within_s` of the last one."""
         names = sorted(
             {m.group(1) for r in self.site.profile.storage if (m := _VAR_ROOT.match(r.path))}
         )
         if not names:
             self.roots = {}
             return
+        if time.monotonic() - self._roots_tried < unless_within_s:
+            return
+        self._roots_tried = time.monotonic()
         try:
             result = await self._run(Command(("bash", "-c", _EXPAND, "fedhpc", *names)), "roots")
-        except TransportError as exc:  # read again with the next probe
-            log.warning("storage roots unread", site=self.name, error=exc.message)
-            return
-        if result.returncode != 0:
-            log.warning("storage roots unread", site=self.name, error=result.stderr.strip()[-200:])
-            return
-        found = {k: v for k, _, v in (line.partition("=") for line in result.stdout.splitlines())}
-        self.roots = {n: found.get(n, "").rstrip("/") for n in names}
+        except TransportError as exc:
+            self._roots_error = exc.message
+        else:
+            if result.returncode == 0:
+                lines = result.stdout.splitlines()
+                found = {k: v for k, _, v in (line.partition("=") for line in lines)}
+                self.roots = {n: found.get(n, "").rstrip("/") for n in names}
+                return
+            self._roots_error = result.stderr.strip()[-200:] or f"exit {result.returncode}"
+        log.warning("storage roots unread", site=self.name, error=self._roots_error)
 
     def root_path(self, path: str) -> str:
         """A profile storage root as a path at the site: `$NAME[/rest]` expanded as the login
-        shell sets NAME. Raises `WorkdirFailed` (nothing is created) when it cannot be."""
+        shell sets NAME. Raises `WorkdirFailed` when it cannot be (NAME unset there, or not a
+        name), `StorageUnread` while the site has not answered the read; nothing is created."""
         m = _VAR_ROOT.match(path)
         if m is None:
             if path.startswith("$"):
@@ -243,13 +268,16 @@ class SiteAdapter:
             return path
         name, rest = m.group(1), m.group(2) or ""
         if self.roots is None:
-            why = f"${name} not read yet (the site has not answered a probe)"
-        elif not self.roots.get(name, "").startswith("/"):
-            why = f"${name} is not set in the login environment"
-        else:
+            raise StorageUnread(
+                f"{StorageUnread.PREFIX} of {self.name} (${name}): {self._roots_error}",
+                hint=f"fedhpc asks again with the next probe; `fedhpc doctor {self.name}` shows "
+                "whether the site answers.",
+            )
+        if self.roots.get(name, "").startswith("/"):
             return self.roots[name] + rest
         raise WorkdirFailed(
-            f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path}: {why}",
+            f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path}: "
+            f"${name} is not set in the login environment",
             hint=f"Set `workdir` for {self.name} in config.toml, or check with "
             f"`fedhpc doctor {self.name}`.",
         )

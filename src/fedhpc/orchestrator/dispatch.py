@@ -9,7 +9,7 @@ from datetime import datetime
 import structlog
 
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
+from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.globus_auth.errors import GlobusLoginRequired
@@ -24,6 +24,8 @@ from fedhpc.placement import Placement
 __all__ = ["Dispatcher"]
 
 log = structlog.get_logger(__name__)
+
+ROOTS_RETRY_S = 5.0  # an unread site's `$NAME` roots: at most one read per this, not one per task
 
 
 class Dispatcher:
@@ -60,11 +62,11 @@ class Dispatcher:
         adapter = self.adapters[p.site]
         n = task.attempts_made + 1
         req = task.request
-        if adapter.roots is None:  # the probe could not read them: once more, now
-            await adapter.read_roots()
+        if adapter.roots is None:  # the probe could not read them: once more (not per task)
+            await adapter.read_roots(unless_within_s=ROOTS_RETRY_S)
         try:
             base = f"{self._workbase(adapter)}/{task.id}"
-        except WorkdirFailed as exc:
+        except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
         workdir = resolve_workdir(req.workdir, base, adapter.site.profile)
         att = AttemptRecord(
@@ -117,10 +119,11 @@ class Dispatcher:
         return att
 
     async def _folderless(
-        self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed
+        self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed | StorageUnread
     ) -> AttemptRecord:
-        """An attempt that failed before any folder or job existed (its site's storage root
-        cannot be expanded): recorded as failed with the reason, like a refused `mkdir`."""
+        """An attempt that failed before any folder or job existed: its site's storage root is
+        unset there (final, like a refused `mkdir`) or could not be read yet (the placer tries
+        the next site, as for a refusal). Recorded as failed with the reason."""
         now = self.clock()
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,

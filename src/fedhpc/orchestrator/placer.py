@@ -11,7 +11,7 @@ from datetime import datetime
 import anyio
 import structlog
 
-from fedhpc.adapters.site import WorkdirFailed
+from fedhpc.adapters.site import StorageUnread, WorkdirFailed
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
@@ -350,8 +350,8 @@ class Placer:
             if reason.startswith(WorkdirFailed.PREFIX):
                 rejected = [att.site]  # the job's folder: one clear failure, not a retry
                 break
-            rejected.append(att.site)
-            log.warning("scheduler rejected", task=task.id, site=att.site, reason=att.reason)
+            rejected.append(att.site)  # refused, or its storage unread: the next feasible site
+            log.warning("not submitted", task=task.id, site=att.site, reason=att.reason)
             decision = await self.planner.decide(task, exclude=tuple(rejected), history=history)
             if isinstance(decision, Unschedulable):
                 await self.unschedulable(task, decision)
@@ -360,6 +360,8 @@ class Placer:
         task.state = JobState.FAILED
         if reason.startswith(WorkdirFailed.PREFIX):
             task.reasons = (reason,)  # the job's folder, not the scheduler
+        elif reason.startswith(StorageUnread.PREFIX):  # no scheduler saw it either
+            task.reasons = (f"not submitted to {', '.join(rejected)}: {reason}",)
         else:
             last = f": {reason}" if reason else ""
             task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
