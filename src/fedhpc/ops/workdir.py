@@ -2,11 +2,15 @@
 
 Relative paths resolve under the task's own folder on the site; absolute ones must lie inside
 one of the site's declared storage roots (a profile that lets jobs use home declares a `home`
-root). `~` is never expanded: a batch directive would take it literally."""
+root). `~` is never expanded: a batch directive would take it literally.
+
+A root given as a login-shell variable (`$SCRATCH`, TACC) is only known at the site: these pure
+checks treat it as possibly holding any absolute path, and dispatch decides against the roots
+the site's shell expanded (`resolve_workdir(..., roots=...)`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import FieldIssue, ValidationFailed
@@ -15,6 +19,7 @@ __all__ = [
     "WorkdirOutside",
     "check_workdir",
     "inside",
+    "may_hold",
     "outside_message",
     "resolve_workdir",
     "sites_holding",
@@ -52,9 +57,15 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
+def may_hold(path: str, root: str) -> bool:
+    """Can the profile root `root` hold `path`? A `$NAME` root is unknown here (the site's shell
+    expands it), so it may: the check at dispatch, against the expanded root, decides."""
+    return root.startswith("$") or inside(path, root)
+
+
 def sites_holding(path: str, profiles: Iterable[SiteProfile]) -> set[str]:
-    """Sites with a storage root that contains the absolute `path`."""
-    return {p.name for p in profiles if any(inside(path, r.path) for r in p.storage)}
+    """Sites with a storage root that contains (or, for a `$NAME` root, may contain) `path`."""
+    return {p.name for p in profiles if any(may_hold(path, r.path) for r in p.storage)}
 
 
 class WorkdirOutside(ValidationFailed):
@@ -64,14 +75,20 @@ class WorkdirOutside(ValidationFailed):
     default_hint = _FIX
 
 
-def resolve_workdir(workdir: str | None, base: str, profile: SiteProfile) -> str:
-    """The folder the job runs in on `profile`'s site: `base` (the task's folder) by default."""
+def resolve_workdir(
+    workdir: str | None, base: str, profile: SiteProfile, roots: Sequence[str] | None = None
+) -> str:
+    """The folder the job runs in on `profile`'s site: `base` (the task's folder) by default.
+    `roots` are the site's storage roots as paths there (`$NAME` ones expanded by its shell);
+    without them the profile's paths are used as written."""
     if not workdir:
         return base
     if not workdir.startswith("/"):
         return f"{base}/{workdir.removeprefix('./')}"
-    if not any(inside(workdir, r.path) for r in profile.storage):
-        why = outside_message(workdir, {profile.name: profile})
+    paths = [r.path for r in profile.storage] if roots is None else list(roots)
+    if not any(inside(workdir, r) for r in paths):
+        listed = ", ".join(paths) or "none"
+        why = f"{workdir} is inside no storage root of {profile.name} ({listed})"
         raise WorkdirOutside([FieldIssue("workdir", why)])
     return workdir
 

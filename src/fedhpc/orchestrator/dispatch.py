@@ -13,7 +13,7 @@ from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.globus_auth.errors import GlobusLoginRequired
-from fedhpc.ops.workdir import resolve_workdir
+from fedhpc.ops.workdir import WorkdirOutside, resolve_workdir
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
 from fedhpc.orchestrator.estimates import WaitInputs
@@ -68,7 +68,12 @@ class Dispatcher:
             base = f"{self._workbase(adapter)}/{task.id}"
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
-        workdir = resolve_workdir(req.workdir, base, adapter.site.profile)
+        try:
+            workdir = resolve_workdir(req.workdir, base, adapter.site.profile, _roots(adapter))
+        except WorkdirOutside as exc:  # placement could not tell for a `$NAME` root: now it can
+            hint = "Give a workdir inside one of these roots, or relative to the task's folder."
+            failed = WorkdirFailed(f"{WorkdirFailed.PREFIX} on {p.site}: {exc.message}", hint=hint)
+            return await self._folderless(task, p, n, failed)
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
             qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
@@ -135,3 +140,15 @@ class Dispatcher:
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att
+
+
+def _roots(adapter: SiteAdapter) -> list[str]:
+    """The site's storage roots as paths there; a `$NAME` root its shell did not expand is
+    named as such (it holds nothing: no path is guessed for it)."""
+    out = []
+    for r in adapter.site.profile.storage:
+        try:
+            out.append(adapter.root_path(r.path))
+        except WorkdirFailed:
+            out.append(f"{r.path} (not expanded)")
+    return out

@@ -14,7 +14,8 @@ __all__ = ["fallback_note", "sites_without"]
 
 
 def sites_without(workdir: str | None, sites: Mapping[str, Site]) -> set[str]:
-    """Sites none of whose storage roots contain an absolute `workdir` (none for relative)."""
+    """Sites none of whose storage roots contain an absolute `workdir` (none for relative). A
+    `$NAME` root (expanded by the site's shell) may contain it: dispatch decides."""
     if not workdir or not workdir.startswith("/"):
         return set()
     holding = sites_holding(workdir, (s.profile for s in sites.values()))

@@ -9,6 +9,7 @@ __all__ = [
     "NoCollection",
     "OutsideRoot",
     "PathTraversal",
+    "RootUnexpanded",
     "TransferAuthError",
     "TransferFailed",
     "TransferNotFound",
@@ -68,6 +69,14 @@ class OutsideRoot(PermanentError):
     code = "outside_root"
     kind = ErrorKind.VALIDATION
     default_hint = "Keep task outputs and transfer paths inside the site's storage roots."
+
+
+class RootUnexpanded(PermanentError):
+    """A storage root given as a login-shell variable (`$SCRATCH`) is unset at the site, or no
+    connection to the site exists to expand it: no path is guessed, no `$NAME` folder made."""
+
+    code = "root_unexpanded"
+    kind = ErrorKind.VALIDATION
 
 
 class TransferNotFound(UsageError):

@@ -1,12 +1,14 @@
 """Logical data references: `site:root/relative/path` -> (site, root, collection id, path).
 
-Pure: the profiles and the user's config are arguments; nothing here touches a file system."""
+Pure: the profiles and the user's config are arguments; nothing here touches a file system. A
+root given as a login-shell variable (`$SCRATCH`) stays as written here; `at_site` swaps in the
+path the site's shell expanded, before anything is copied (the transfer service does)."""
 
 from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from fedhpc.domain.config import Site
 from fedhpc.domain.site import StorageRoot
@@ -21,7 +23,15 @@ from fedhpc.transfer.errors import (
     UnsupportedRoute,
 )
 
-__all__ = ["choose_backend", "collection_of", "locate", "parse_ref", "resolve", "within"]
+__all__ = [
+    "at_site",
+    "choose_backend",
+    "collection_of",
+    "locate",
+    "parse_ref",
+    "resolve",
+    "within",
+]
 
 _REF = re.compile(r"^(?P<site>[A-Za-z0-9][A-Za-z0-9_.+-]*):(?P<root>[A-Za-z0-9][A-Za-z0-9_.+-]*)"
                   r"(?:/(?P<rel>.*))?$", re.DOTALL)  # fmt: skip
@@ -82,21 +92,34 @@ def resolve(ref: str, sites: Mapping[str, Site], *, need_collection: bool = Fals
                         path=path)  # fmt: skip
 
 
-def locate(site: Site, path: str) -> DataLocation:
+def locate(site: Site, path: str, roots: Mapping[str, str] | None = None) -> DataLocation:
     """The storage root holding an absolute `path` at `site` (a task's output, say); the
-    longest matching root wins."""
+    longest matching root wins. `roots` maps a root's name to its path at the site (`$NAME`
+    roots expanded); without it, or for a root it lacks, the profile's path as written."""
     norm = posixpath.normpath(path)
     if not posixpath.isabs(norm):
         raise PathTraversal(f"{path!r} is not absolute")
-    best: StorageRoot | None = None
+    best: tuple[StorageRoot, str] | None = None
     for r in site.profile.storage:
-        base = posixpath.normpath(r.path)
-        if within(norm, base) and (best is None or len(base) > len(posixpath.normpath(best.path))):
-            best = r
+        base = posixpath.normpath((roots or {}).get(r.name, r.path))
+        longer = best is None or len(base) > len(best[1])
+        if not base.startswith("$") and within(norm, base) and longer:  # `$NAME`: unexpanded
+            best = (r, base)
     if best is None:
         raise OutsideRoot(f"{path} is outside every storage root of {site.name}")
-    return DataLocation(site=site.name, root=best.name, root_path=posixpath.normpath(best.path),
-                        collection_id=collection_of(site, best), path=norm)  # fmt: skip
+    return DataLocation(site=site.name, root=best[0].name, root_path=best[1],
+                        collection_id=collection_of(site, best[0]), path=norm)  # fmt: skip
+
+
+def at_site(loc: DataLocation, expand: Callable[[str], str]) -> DataLocation:
+    """`loc` with its root as a path at the site: `expand` maps the profile's root path (a
+    `$NAME` one through the site's shell; a plain path to itself) and may raise."""
+    base = posixpath.normpath(expand(loc.root_path))
+    if base == loc.root_path:
+        return loc
+    rel = loc.path[len(loc.root_path) :].lstrip("/")
+    path = posixpath.normpath(posixpath.join(base, rel)) if rel else base
+    return loc.model_copy(update={"root_path": base, "path": path})
 
 
 def _local(site: Site) -> bool:

@@ -13,11 +13,12 @@ from typing import Any
 import anyio
 import structlog
 
-from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
+    DataLocation,
     MoveDataRequest,
     TransferHandle,
     TransferIssue,
@@ -29,9 +30,9 @@ from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
-from fedhpc.transfer.errors import TransferNotFound, TransferUnavailable
+from fedhpc.transfer.errors import RootUnexpanded, TransferNotFound, TransferUnavailable
 from fedhpc.transfer.records import TransferRecord
-from fedhpc.transfer.refs import choose_backend, locate, resolve
+from fedhpc.transfer.refs import at_site, choose_backend, locate, resolve
 
 __all__ = ["TransferService", "plan_transfer", "request_key"]
 
@@ -171,6 +172,47 @@ class TransferService:
             preview, truncated = await adapter.head(rec.destination.path, req.max_bytes)
         return rec.view(preview, truncated)
 
+    # -- storage roots given as login-shell variables ---------------------------------------
+    async def _expander(self, site_name: str) -> SiteAdapter | None:
+        adapter = self.adapters.get(site_name)
+        if adapter is not None and adapter.roots is None:  # not read by a probe yet: now
+            await adapter.read_roots()
+            if adapter.roots is None:  # the site did not answer: try again next cycle
+                raise TransferUnavailable(f"{site_name} did not answer: its storage roots "
+                                          "($NAME) are unread")  # fmt: skip
+        return adapter
+
+    async def _at_site(self, loc: DataLocation) -> DataLocation:
+        """`loc` with a `$NAME` root expanded by its site's login shell (a plain root as is).
+        Raises RootUnexpanded when the variable is unset or no adapter reaches the site."""
+        if not loc.root_path.startswith("$"):
+            return loc
+        adapter = await self._expander(loc.site)
+        hint = (f"Check with `fedhpc doctor {loc.site}` that the login shell sets the variable, "
+                f"or fix the root's path in the {loc.site} profile.")  # fmt: skip
+        if adapter is None:
+            raise RootUnexpanded(f"storage root {loc.root!r} of {loc.site} is {loc.root_path}, "
+                                 "and no connection to the site expands it", hint=hint)  # fmt: skip
+        try:
+            return at_site(loc, adapter.root_path)
+        except WorkdirFailed as exc:  # `... on SITE: storage root $X: $X is not set ...`
+            why = exc.message.partition(": ")[2] or exc.message
+            raise RootUnexpanded(f"{loc.site}: {why}", hint=hint) from None
+
+    async def _roots(self, site: Site) -> dict[str, str]:
+        """The site's `$NAME` roots by name, as expanded by its shell (those it could)."""
+        named = [r for r in site.profile.storage if r.path.startswith("$")]
+        adapter = await self._expander(site.name) if named else None
+        out: dict[str, str] = {}
+        if adapter is None:
+            return out
+        for r in named:
+            try:
+                out[r.name] = adapter.root_path(r.path)
+            except WorkdirFailed:
+                continue
+        return out
+
     # -- the cycle --------------------------------------------------------------------------
     async def tick(self) -> None:
         async with self.lock:
@@ -220,8 +262,11 @@ class TransferService:
         path = posixpath.normpath(posixpath.join(workdir, rec.source_rel))
         try:
             site = self.sites[att["site"]]
-            src = locate(site, path)
+            src = locate(site, path, await self._roots(site))
             backend = choose_backend(site, self.sites[rec.destination.site])
+        except TransferUnavailable as exc:  # the site's `$NAME` roots are unread: next cycle
+            log.warning("stage-out source deferred", transfer=rec.id, error=exc.message)
+            return rec
         except FedError as exc:
             return await self._end(rec, TransferState.FAILED, error=_err(exc))
         rec.source, rec.backend, rec.state = src, backend, TransferState.QUEUED
@@ -232,15 +277,23 @@ class TransferService:
     async def _submit(self, rec: TransferRecord) -> TransferRecord:
         assert rec.backend is not None
         assert rec.source is not None
-        source, backend = rec.source, self.backend(rec.backend)
+        backend = self.backend(rec.backend)
         try:
+            # A `$NAME` root becomes the path the site's shell gives it, before any copy.
+            source = await self._at_site(rec.source)
+            destination = await self._at_site(rec.destination)
+            if (source, destination) != (rec.source, rec.destination):
+                rec.source, rec.destination = source, destination
+                rec.trace = (*rec.trace, f"roots expanded at the sites: source {source.path}, "
+                             f"destination {destination.path}")  # fmt: skip
+                rec = await self._save(rec)
             sid = rec.submission_id
             if sid is None:
                 sid = rec.submission_id = await backend.submission_id()
                 rec = await self._save(rec)  # persisted BEFORE submitting: a retry reuses it
             spec = TransferSpec(
                 transfer_id=rec.id, submission_id=sid, source=source,
-                destination=rec.destination, recursive=rec.options.recursive,
+                destination=destination, recursive=rec.options.recursive,
                 sync_level=rec.options.sync_level, verify_checksum=rec.options.verify_checksum,
                 label=rec.label,
             )  # fmt: skip
