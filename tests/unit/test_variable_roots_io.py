@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -15,18 +16,25 @@ import pytest
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.config import Site, UserSiteConfig
+from fedhpc.domain.job import JobState
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import ValidationFailed
 from fedhpc.ops.data import MoveDataRequest, TransferState
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.ops.workdir import resolve_workdir, sites_holding
 from fedhpc.orchestrator.dispatch import _roots
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.orchestrator.workdirs import sites_without
+from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.profiles import load_profiles
 from fedhpc.store import Store
 from fedhpc.transfer.errors import OutsideRoot
 from fedhpc.transfer.records import TransferRecord
 from fedhpc.transfer.refs import locate
 from fedhpc.transfer.service import TransferService
+from tests.unit.test_placement_place import paper_world
+from tests.unit.test_placement_world import NOW, env
 
 
 def _vista(env: dict[str, str]) -> SiteAdapter:
@@ -66,8 +74,8 @@ async def _settle(svc: TransferService, transfer_id: str) -> TransferRecord:
 
 
 def _no_variable_folders(*places: Path) -> None:
-    for place in places:
-        assert not [p for p in place.rglob("*") if "$" in p.name], place
+    for folder in places:
+        assert not [p for p in folder.rglob("*") if "$" in p.name], folder
 
 
 async def test_move_data_copies_between_the_expanded_work_and_scratch_roots(
@@ -169,3 +177,32 @@ def test_plain_roots_are_unchanged() -> None:
     scratch = delta.storage[0].path
     assert sites_holding(f"{scratch}/x", [delta]) == {"delta"}
     assert sites_holding("/nowhere/x", [delta]) == set()
+
+
+async def test_dispatch_fails_an_attempt_whose_workdir_is_outside_the_expanded_scratch(
+    store: Store, roots: dict[str, Path]
+) -> None:
+    """Placement let the task through (a `$NAME` root may hold it); dispatch knows better, and
+    the attempt fails before any folder or job exists, naming the expanded roots."""
+    sites, snap = paper_world()
+    envelope = env(gpus=4, cpus=8, wall_time="1h")
+    decision = place(envelope, PlacementInputs(snap, sites, Policy(), now=NOW))
+    assert isinstance(decision, Placement)
+    adapter = _vista({n: str(p) for n, p in roots.items()})
+    o = Orchestrator(store, cast(Any, None), {decision.site: adapter}, clock=lambda: NOW)
+    outside = f"{roots['SCRATCH'].parent}/other/x"  # a neighbour's scratch, not mine
+    task = TaskRecord(
+        id="t1",
+        request=SubmitTaskRequest(command=("true",), envelope=envelope, workdir=outside),
+        idempotency_key="k1",
+        created_at=NOW,
+    )
+    att = await o.dispatcher.dispatch(task, decision)
+    assert (att.state, att.job_id) == (JobState.FAILED, None)
+    assert att.reason == (
+        f"cannot create the job's folder on {decision.site}: workdir: {outside} is inside no "
+        f"storage root of vista ({roots['HOME']}, {roots['WORK']}, {roots['SCRATCH']})"
+    )
+    assert adapter.calls["submit"] == 0
+    assert not (roots["SCRATCH"] / "fedhpc").exists()
+    assert (await o.book.load_attempts("t1"))[-1].state is JobState.FAILED
