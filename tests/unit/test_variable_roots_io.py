@@ -73,9 +73,9 @@ async def _settle(svc: TransferService, transfer_id: str) -> TransferRecord:
     return rec
 
 
-def _no_variable_folders(*places: Path) -> None:
-    for folder in places:
-        assert not [p for p in folder.rglob("*") if "$" in p.name], folder
+def _no_variable_folders(tmp_path: Path) -> None:
+    assert not [p for p in tmp_path.rglob("*") if "$" in p.name]
+    assert not list(Path.cwd().glob("$*"))  # a relative `$SCRATCH/...` would land here
 
 
 async def test_move_data_copies_between_the_expanded_work_and_scratch_roots(
@@ -97,7 +97,7 @@ async def test_move_data_copies_between_the_expanded_work_and_scratch_roots(
     assert rec.source.path == str(roots["WORK"] / "in/a.dat")
     assert any("roots expanded at the sites" in line for line in rec.trace)
     assert adapter.calls["roots"] == 1  # read once, then known
-    _no_variable_folders(tmp_path, Path.cwd())
+    _no_variable_folders(tmp_path)
 
 
 async def test_an_unset_scratch_fails_the_transfer_with_a_typed_error_and_makes_nothing(
@@ -117,7 +117,7 @@ async def test_an_unset_scratch_fails_the_transfer_with_a_typed_error_and_makes_
         "vista: storage root $SCRATCH: $SCRATCH is not set in the login environment"
     )
     assert "fedhpc doctor vista" in rec.error.hint
-    _no_variable_folders(tmp_path, Path.cwd())
+    _no_variable_folders(tmp_path)
 
 
 async def test_a_variable_root_without_a_connection_to_expand_it_is_refused(
@@ -133,7 +133,7 @@ async def test_a_variable_root_without_a_connection_to_expand_it_is_refused(
     assert rec.error is not None
     assert (rec.state, rec.error.code) == (TransferState.FAILED, "root_unexpanded")
     assert "$WORK" in rec.error.message
-    _no_variable_folders(tmp_path, Path.cwd())
+    _no_variable_folders(tmp_path)
 
 
 async def test_a_stage_out_source_in_the_expanded_scratch_finds_its_root(
