@@ -120,6 +120,28 @@ async def test_an_unset_scratch_fails_the_transfer_with_a_typed_error_and_makes_
     _no_variable_folders(tmp_path)
 
 
+async def test_a_site_that_does_not_answer_the_read_holds_the_transfer_queued(
+    store: Store, roots: dict[str, Path], tmp_path: Path
+) -> None:
+    adapter = _vista({"PATH": "/nonexistent"})  # bash cannot be found: the read fails
+    (roots["WORK"] / "a.dat").write_text("alpha\n")
+    svc = _service(store, adapter, tmp_path)
+    handle = await svc.move_data(
+        MoveDataRequest(source="vista:work/a.dat", destination="vista:scratch/a.dat")
+    )
+    rec = await svc.load(handle.transfer_id)
+    assert (rec.state, rec.error, rec.backend_id) == (TransferState.QUEUED, None, None)
+    assert adapter.roots is None
+    assert rec.destination.path == "$SCRATCH/a.dat"  # as written until the site answers
+    adapter.transport = LocalTransport(TransportSpec(kind="local", env={
+        "WORK": str(roots["WORK"]), "SCRATCH": str(roots["SCRATCH"])}))  # fmt: skip
+    adapter._roots_tried = 0.0  # the next cycle, past the retry window
+    rec = await _settle(svc, handle.transfer_id)
+    assert rec.state is TransferState.SUCCEEDED, rec.error
+    assert (roots["SCRATCH"] / "a.dat").read_text() == "alpha\n"
+    _no_variable_folders(tmp_path)
+
+
 async def test_a_variable_root_without_a_connection_to_expand_it_is_refused(
     store: Store, roots: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -200,7 +222,7 @@ async def test_dispatch_fails_an_attempt_whose_workdir_is_outside_the_expanded_s
     att = await o.dispatcher.dispatch(task, decision)
     assert (att.state, att.job_id) == (JobState.FAILED, None)
     assert att.reason == (
-        f"cannot create the job's folder on {decision.site}: workdir: {outside} is inside no "
+        f"cannot create the job's folder on vista: workdir: {outside} is inside no "
         f"storage root of vista ({roots['HOME']}, {roots['WORK']}, {roots['SCRATCH']})"
     )
     assert adapter.calls["submit"] == 0

@@ -66,14 +66,9 @@ class Dispatcher:
             await adapter.read_roots(unless_within_s=ROOTS_RETRY_S)
         try:
             base = f"{self._workbase(adapter)}/{task.id}"
+            workdir = _workdir(adapter, req.workdir, base)
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
-        try:
-            workdir = resolve_workdir(req.workdir, base, adapter.site.profile, _roots(adapter))
-        except WorkdirOutside as exc:  # placement could not tell for a `$NAME` root: now it can
-            hint = "Give a workdir inside one of these roots, or relative to the task's folder."
-            failed = WorkdirFailed(f"{WorkdirFailed.PREFIX} on {p.site}: {exc.message}", hint=hint)
-            return await self._folderless(task, p, n, failed)
         att = AttemptRecord(
             task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
             qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
@@ -142,9 +137,22 @@ class Dispatcher:
         return att
 
 
+def _workdir(adapter: SiteAdapter, workdir: str | None, base: str) -> str:
+    """The task's folder at the site; an absolute `workdir` must lie in a root as the site's
+    shell expanded it (placement could not tell for a `$NAME` root: now it can)."""
+    roots = _roots(adapter) if (workdir or "").startswith("/") else None
+    try:
+        return resolve_workdir(workdir, base, adapter.site.profile, roots)
+    except WorkdirOutside as exc:
+        raise WorkdirFailed(
+            f"{WorkdirFailed.PREFIX} on {adapter.name}: {exc.message}",
+            hint="Give a workdir inside one of these roots, or relative to the task's folder.",
+        ) from None
+
+
 def _roots(adapter: SiteAdapter) -> list[str]:
-    """The site's storage roots as paths there; a `$NAME` root its shell did not expand is
-    named as such (it holds nothing: no path is guessed for it)."""
+    """The site's storage roots as paths there; a `$NAME` root unset in its shell is named as
+    such (it holds nothing: no path is guessed for it). Raises `StorageUnread` while unread."""
     out = []
     for r in adapter.site.profile.storage:
         try:

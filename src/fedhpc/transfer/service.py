@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import structlog
 
-from fedhpc.adapters.site import SiteAdapter, WorkdirFailed
+from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
@@ -176,10 +176,7 @@ class TransferService:
     async def _expander(self, site_name: str) -> SiteAdapter | None:
         adapter = self.adapters.get(site_name)
         if adapter is not None and adapter.roots is None:  # not read by a probe yet: now
-            await adapter.read_roots()
-            if adapter.roots is None:  # the site did not answer: try again next cycle
-                raise TransferUnavailable(f"{site_name} did not answer: its storage roots "
-                                          "($NAME) are unread")  # fmt: skip
+            await adapter.read_roots(unless_within_s=self.cycle_s / 2)
         return adapter
 
     async def _at_site(self, loc: DataLocation) -> DataLocation:
@@ -195,6 +192,8 @@ class TransferService:
                                  "and no connection to the site expands it", hint=hint)  # fmt: skip
         try:
             return at_site(loc, adapter.root_path)
+        except StorageUnread as exc:  # the site did not answer the read: the next cycle asks
+            raise TransferUnavailable(exc.message, hint=exc.hint) from None
         except WorkdirFailed as exc:  # `... on SITE: storage root $X: $X is not set ...`
             why = exc.message.partition(": ")[2] or exc.message
             raise RootUnexpanded(f"{loc.site}: {why}", hint=hint) from None
@@ -209,6 +208,8 @@ class TransferService:
         for r in named:
             try:
                 out[r.name] = adapter.root_path(r.path)
+            except StorageUnread as exc:  # unread: the next cycle asks again
+                raise TransferUnavailable(exc.message, hint=exc.hint) from None
             except WorkdirFailed:
                 continue
         return out
