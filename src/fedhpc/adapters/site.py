@@ -15,6 +15,7 @@ import structlog
 
 from fedhpc.adapters.command import Command, CommandResult, batch, shell_line, split_batch
 from fedhpc.adapters.dialects import Dialect, get_dialect
+from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import (
     Transport,
     TransportError,
@@ -25,6 +26,7 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import PermanentError, TransientError, UsageError
+from fedhpc.settings import fedhpc_home
 
 __all__ = [
     "CommandFailed",
@@ -285,8 +287,6 @@ class SiteAdapter:
 
 def open_adapter(site: Site) -> SiteAdapter:
     """The adapter for `site`, with the transport its profile and the user's config name."""
-    from fedhpc.adapters.transports import make_transport
-    from fedhpc.settings import fedhpc_home
 
     transport: Transport
     try:

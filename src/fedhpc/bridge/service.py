@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import structlog
 from pydantic import ValidationError
 
@@ -35,7 +36,7 @@ from fedhpc.bridge.runtimes import (
 )
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.domain.config import ResumeConfig
-from fedhpc.errors import FedError
+from fedhpc.errors import FedError, TransientError
 from fedhpc.inbox import append_line
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Event, Store
@@ -335,9 +336,6 @@ class Bridge:
 
     @staticmethod
     async def _post(spec: ContinuationSpec, payload: dict[str, Any], delivery: str) -> None:
-        import httpx2
-
-        from fedhpc.errors import TransientError
 
         assert spec.url is not None
         try:

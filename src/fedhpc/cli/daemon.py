@@ -14,7 +14,9 @@ from typing import Any, NoReturn
 
 import anyio
 
+from fedhpc.cli.pictures import watch_status
 from fedhpc.cli.table import table_lines
+from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
 from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.settings.daemon import DaemonSettings
@@ -69,7 +71,6 @@ def stop_daemon(settings: DaemonSettings, *, wait_s: float | None = None) -> int
 
 
 def _control(args: argparse.Namespace) -> int:
-    from fedhpc.client import DaemonClient, start_daemon
 
     settings = DaemonSettings.from_env()
     pid = stop_daemon(settings)
@@ -105,7 +106,6 @@ async def _view(
     settings: DaemonSettings, req: InspectRequest, refresh: bool
 ) -> tuple[FederationView, list[dict[str, Any]]]:
     """The federation view, and the wait estimators' recent errors (only from a daemon)."""
-    from fedhpc.client import DaemonClient, DaemonUnavailable
 
     async with DaemonClient(settings) as client:
         try:
@@ -188,10 +188,10 @@ def _status(args: argparse.Namespace) -> int:
         if args.json:
             raise UsageError("--watch draws a live table; it has no --json form",
                              hint="Poll `fedhpc status --json` instead.")  # fmt: skip
-        from fedhpc.cli.pictures import watch_status
 
         return watch_status(settings, req, args)
     if args.refresh and not args.json and sys.stdout.isatty():  # a probe takes seconds
+        # startup: rich's spinner only when a person waits at a terminal
         from fedhpc.ui.term import waiting
 
         with waiting("probing every site"):

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
 from fedhpc.settings.daemon import DaemonSettings
@@ -23,7 +24,6 @@ BIND_TOOLS = ("submit_task", "submit_group", "move_data")
 
 
 async def _report(binding: ToolBinding) -> None:
-    from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
 
     settings = DaemonSettings.from_env()
     async with DaemonClient(settings, timeout_s=10) as client:
@@ -102,7 +102,6 @@ def _hook(args: argparse.Namespace) -> int:
 
 # -- fedhpc deliveries ------------------------------------------------------------------------
 async def _deliveries(states: tuple[str, ...]) -> list[dict[str, Any]]:
-    from fedhpc.client import DaemonClient
 
     async with DaemonClient(DaemonSettings.from_env()) as client:
         rows = await client.deliveries(states)
@@ -124,7 +123,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 async def _retry(ids: list[str], all_dead: bool) -> dict[str, list[str]]:
-    from fedhpc.client import DaemonClient
 
     async with DaemonClient(DaemonSettings.from_env()) as client:
         return await client.retry_deliveries(ids, all_dead=all_dead)
@@ -146,6 +144,7 @@ def _retry_cmd(args: argparse.Namespace) -> int:
 
 
 def _check_cmd(args: argparse.Namespace) -> int:
+    # startup: hooks run on every agent tool call; the runtime check (~1 s) only for `check`
     from fedhpc.bridge.check import check_runtimes
 
     reports = check_runtimes(DaemonSettings.from_env().home, tuple(args.runtime))

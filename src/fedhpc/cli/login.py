@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from fedhpc.profiles import load_federation
 from fedhpc.settings import fedhpc_home
 
 __all__ = ["add_parser", "configured_collections"]
@@ -14,7 +15,6 @@ __all__ = ["add_parser", "configured_collections"]
 
 def configured_collections() -> list[str]:
     """Every Globus collection of the enabled sites: the user's config, else the profile."""
-    from fedhpc.profiles import load_federation
 
     out: set[str] = set()
     for site in load_federation().values():
@@ -50,6 +50,7 @@ def _print_status(st: dict[str, Any]) -> None:
 def _login(args: argparse.Namespace) -> int:
     home = fedhpc_home()
     if args.status:
+        # startup: the Globus SDK only when a login command runs
         from fedhpc.globus_auth.login import status
 
         st = status(home)
@@ -58,6 +59,7 @@ def _login(args: argparse.Namespace) -> int:
         else:
             _print_status(st)
         return 0 if st["logged_in"] else 1
+    # startup: the Globus SDK only when a login command runs
     from fedhpc.globus_auth.login import login
 
     record = login(
@@ -89,6 +91,7 @@ def _login(args: argparse.Namespace) -> int:
 
 
 def _logout(args: argparse.Namespace) -> int:
+    # startup: the Globus SDK only when a login command runs
     from fedhpc.globus_auth.login import logout
 
     out = logout(fedhpc_home())

@@ -8,6 +8,19 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from fedhpc import __version__
+from fedhpc.cli import (
+    connect,
+    daemon,
+    doctor,
+    hooks,
+    login,
+    pictures,
+    probe,
+    serve,
+    sites,
+    tasks,
+    ui,
+)
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 
@@ -19,20 +32,6 @@ COMMANDS_GROUP = "fedhpc.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedhpc.cli import (
-        connect,
-        daemon,
-        doctor,
-        hooks,
-        login,
-        pictures,
-        probe,
-        serve,
-        sites,
-        tasks,
-        ui,
-    )
-
     parser = argparse.ArgumentParser(
         prog="fedhpc",
         description="Operate several supercomputers as one workspace (profiles, probes, devfed).",

@@ -10,18 +10,19 @@ from datetime import UTC, datetime
 
 import anyio
 
-from fedhpc.client import DaemonClient
+from fedhpc.client import DaemonClient, DaemonUnavailable
 from fedhpc.ops.inspect import InspectRequest
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.ui.data import MAX_CHILDREN, group_manifests, manifest
+from fedhpc.ui.timeline import bar_json, bars
 
 __all__ = ["add_parser", "task_timeline", "watch_status"]
 
 
 def task_timeline(args: argparse.Namespace) -> int:
     """One task's attempts on a time axis."""
-    from fedhpc.ui.data import manifest
+    # startup: rich's terminal pictures only when one is drawn
     from fedhpc.ui.term import axis_width, console, timeline_table
-    from fedhpc.ui.timeline import bars
 
     async def run() -> int:
         async with DaemonClient(DaemonSettings.from_env()) as client:
@@ -35,9 +36,8 @@ def task_timeline(args: argparse.Namespace) -> int:
 
 
 def _group(args: argparse.Namespace) -> int:
-    from fedhpc.ui.data import MAX_CHILDREN, group_manifests
+    # startup: rich's terminal pictures only when one is drawn
     from fedhpc.ui.term import axis_width, console, timeline_table
-    from fedhpc.ui.timeline import bars
 
     async def run() -> int:
         async with DaemonClient(DaemonSettings.from_env()) as client:
@@ -60,8 +60,6 @@ def _group(args: argparse.Namespace) -> int:
         title = f"group {group.group_id}: {group.state}, round {group.round} ({counts})"
         items = bars(found)
         if args.json:
-            from fedhpc.ui.timeline import bar_json
-
             print(json.dumps({"group": group.model_dump(mode="json"), "omitted": omitted,
                               "bars": [bar_json(b) for b in items]}, indent=2))  # fmt: skip
             return 0
@@ -76,10 +74,10 @@ def _group(args: argparse.Namespace) -> int:
 
 def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.Namespace) -> int:
     """A live table of the federation until Ctrl-C (the daemon's view, every --interval s)."""
+    # startup: rich's terminal pictures only when one is drawn
     from rich.live import Live
     from rich.text import Text
 
-    from fedhpc.client import DaemonUnavailable
     from fedhpc.ui.term import console, federation_table
 
     out = console(args.no_color)

@@ -16,6 +16,7 @@ from fedhpc.errors import UsageError
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 from fedhpc.settings import CODEX_HOME, MCP_TOKEN
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["add_parser", "main", "skills_source"]
 
@@ -23,7 +24,6 @@ __all__ = ["add_parser", "main", "skills_source"]
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is only needed by this command.
     from fedhpc.mcp_server import build_server, run_http, run_stdio
-    from fedhpc.settings.daemon import DaemonSettings
 
     server = build_server(DaemonSettings.from_env(), autostart=not args.no_autostart)
     if args.http:

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from fedhpc.cli.discover import add_discover
 from fedhpc.cli.table import table_lines
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import NotFound
@@ -68,6 +69,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     check = s.add_parser("check", help="validate profile files (default: all loaded ones)")
     check.add_argument("files", nargs="*")
     check.set_defaults(func=_check)
-    from fedhpc.cli.discover import add_discover
 
     add_discover(s)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from fedhpc.cli.pictures import task_timeline
 from fedhpc.cli.table import table_lines
 from fedhpc.client import DaemonClient
 from fedhpc.ops.tasks import CancelRequest, ResultManifest, ResultRequest, TaskHandle, TaskSummary
@@ -62,8 +63,6 @@ def _task_table(rows: Sequence[TaskSummary]) -> str:
 
 def _task(args: argparse.Namespace) -> int:
     if args.timeline and not args.json:
-        from fedhpc.cli.pictures import task_timeline
-
         return task_timeline(args)
     req = ResultRequest(task_id=args.task_id, preview=args.preview, max_bytes=args.max_bytes)
     manifest = _with_client(lambda c: c.get_result(req))

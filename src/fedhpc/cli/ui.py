@@ -14,7 +14,9 @@ from pathlib import Path
 
 import anyio
 
+from fedhpc.client import DaemonClient, DaemonUnavailable
 from fedhpc.errors import UsageError
+from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["DEFAULT_PORT", "add_parser", "url_file"]
 
@@ -44,10 +46,9 @@ def _bind(port: int) -> socket.socket:
 
 
 async def _serve(args: argparse.Namespace, sock: socket.socket, token: str) -> None:
+    # startup: the web server and the UI app only when `fedhpc ui` runs
     import uvicorn
 
-    from fedhpc.client import DaemonClient, DaemonUnavailable
-    from fedhpc.settings.daemon import DaemonSettings
     from fedhpc.ui.server import build_ui_app
 
     settings = DaemonSettings.from_env()

@@ -227,6 +227,7 @@ def transfer_client(home: Path, env: Mapping[str, str] | None = None) -> globus_
 def compute_client(home: Path, env: Mapping[str, str] | None = None) -> ComputeSDKClient:
     """A Globus Compute Client that never prompts. The service identity is the SDK's own path
     (it builds a ClientApp from GLOBUS_COMPUTE_CLIENT_ID/SECRET); the person's is our app."""
+    # startup: the Globus SDKs only when a Globus site or login is used
     from globus_compute_sdk import Client
 
     env = os.environ if env is None else env

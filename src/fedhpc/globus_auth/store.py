@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    # startup: the Globus SDKs only when a Globus site or login is used
     from globus_sdk.token_storage import SQLiteTokenStorage
 
 __all__ = [
@@ -64,6 +65,7 @@ def private_dir(path: Path) -> Path:
 
 def open_token_storage(home: Path, *, create: bool) -> SQLiteTokenStorage | None:
     """The person's token database, or None when there is none and `create` is false."""
+    # startup: the Globus SDKs only when a Globus site or login is used
     from globus_sdk.token_storage import SQLiteTokenStorage
 
     path = tokens_path(home)

@@ -288,6 +288,7 @@ class BodyLimit:
 async def run_http(server: MCPServer[Any], host: str, port: int, token: str | None) -> None:
     """Streamable HTTP at /mcp. Loopback needs no token; any other address refuses to start
     without one. A token, once given, is checked on loopback too."""
+    # startup: the web server only for the HTTP transport, not stdio
     import uvicorn
 
     if not is_loopback(host) and not token:

@@ -56,6 +56,7 @@ class DiscoverDialect:
 
 def discover_dialect(name: str) -> DiscoverDialect:
     if name == "slurm":
+        # startup: only the discovery module of the scheduler asked for
         from fedhpc.adapters.dialects import slurm_discover as m
     elif name == "pbs":
         from fedhpc.adapters.dialects import pbs_discover as m  # type: ignore[no-redef]

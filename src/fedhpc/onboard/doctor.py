@@ -349,6 +349,7 @@ async def check_site(site: Site) -> list[Check]:
 
 def resume_checks(home: Path, configured: tuple[str, ...]) -> list[Check]:
     """Each configured resume runtime can start (`fedhpc deliveries check`'s checks)."""
+    # startup: the runtime check (~1 s of imports) only when the doctor checks the bridge
     from fedhpc.bridge.check import check_runtimes
 
     return [

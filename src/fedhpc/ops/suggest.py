@@ -9,6 +9,17 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.ops.data import MoveDataRequest
+from fedhpc.ops.draft import DraftRequest
+from fedhpc.ops.tasks import (
+    AdaptationPolicy,
+    ReplanRequest,
+    ResultRequest,
+    SubmitGroupRequest,
+    SubmitTaskRequest,
+)
+
 __all__ = ["model_at", "nearest", "request_model", "unknown_field_reason"]
 
 
@@ -77,17 +88,6 @@ def unknown_field_reason(root: type[BaseModel] | None, loc: Sequence[int | str])
 
 def request_model(title: str) -> type[BaseModel] | None:
     """A contract model by the title pydantic gives its validation errors."""
-    from fedhpc.domain.envelope import ResourceEnvelope
-    from fedhpc.ops.data import MoveDataRequest
-    from fedhpc.ops.draft import DraftRequest
-    from fedhpc.ops.tasks import (
-        AdaptationPolicy,
-        ReplanRequest,
-        ResultRequest,
-        SubmitGroupRequest,
-        SubmitTaskRequest,
-    )
-
     models: tuple[type[BaseModel], ...] = (
         SubmitTaskRequest, SubmitGroupRequest, ReplanRequest, ResultRequest, MoveDataRequest,
         DraftRequest, ResourceEnvelope, AdaptationPolicy,

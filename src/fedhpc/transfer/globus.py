@@ -14,6 +14,7 @@ from fedhpc.transfer.backend import BackendStatus, TransferSpec
 from fedhpc.transfer.errors import TransferAuthError, TransferFailed, TransferUnavailable
 
 if TYPE_CHECKING:
+    # startup: the Globus SDKs only when a Globus site or login is used
     import globus_sdk
 
 __all__ = ["GlobusBackend", "daemon_transfer_client"]
@@ -33,6 +34,7 @@ def daemon_transfer_client(home: Path) -> globus_sdk.TransferClient:
     """A TransferClient that never prompts: the person's `fedhpc login` tokens (refreshed and
     rotated), or a service identity (GLOBUS_CLIENT_ID and GLOBUS_CLIENT_SECRET); the precedence
     is `fedhpc.globus_auth.identity.choose_identity`'s."""
+    # startup: the Globus SDKs only when a Globus site or login is used
     from fedhpc.globus_auth.apps import transfer_client
 
     return transfer_client(home)
@@ -41,6 +43,7 @@ def daemon_transfer_client(home: Path) -> globus_sdk.TransferClient:
 def _classify(exc: Exception, home: Path | None = None) -> Exception:
     """SDK exceptions -> our taxonomy (login / auth / request / transient). Never leaks
     tokens: only the API's code and message are kept."""
+    # startup: the Globus SDKs only when a Globus site or login is used
     import globus_sdk
 
     from fedhpc.globus_auth.apps import translate as auth_error
@@ -88,6 +91,7 @@ class GlobusBackend:
         return str(data["value"])
 
     async def submit(self, spec: TransferSpec) -> str:
+        # startup: the Globus SDKs only when a Globus site or login is used
         import globus_sdk
 
         if not (spec.source.collection_id and spec.destination.collection_id):

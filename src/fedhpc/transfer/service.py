@@ -113,10 +113,12 @@ class TransferService:
         """Backends are built on first use: the Globus SDK is imported only if it is needed."""
         if name not in self._backends:
             if name == "local":
+                # startup: only the transfer backend the route needs (Globus pulls in its SDK)
                 from fedhpc.transfer.local import LocalBackend
 
                 self._backends[name] = LocalBackend(self.home / "transfers")
             elif name == "globus":
+                # startup: only the transfer backend the route needs (Globus pulls in its SDK)
                 from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
 
                 self._backends[name] = GlobusBackend(

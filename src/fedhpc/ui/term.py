@@ -121,6 +121,7 @@ def federation_table(view: FederationView) -> Table:
 
 def _progress(*, counted: bool = True) -> Progress:
     """A spinner, the text and the time elapsed; with `counted`, a bar and "done/total"."""
+    # startup: rich's progress bars only when steps are shown
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -26,11 +26,15 @@ from typing import TYPE_CHECKING
 import anyio
 
 from fedhpc.adapters.site import open_adapter
+from fedhpc.cli.ui import DEFAULT_PORT, url_file
+from fedhpc.client import DaemonClient
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation, load_profiles
 from fedhpc.profiles.loader import devfed_process_root
 from fedhpc.settings import BRIDGE_POLL_S, CYCLE_S, DEVFED, DEVFED_SSH_CONFIG, HOME, REFRESH_S
+from fedhpc.settings.daemon import DaemonSettings
+from fedhpc_dev.devfed.sshd import start_front
 
 if TYPE_CHECKING:
     from fedhpc_dev.devfed.sshd import SshFront
@@ -54,6 +58,7 @@ def _slurm_problem() -> str | None:
     """None when the local Slurm federation is healthy or was brought up; else why it is not
     used."""
     try:
+        # inside the try: a broken install (an import error too) must not stop the demo
         from fedhpc_dev.devfed.manager import default_plan, status, up
 
         plan = default_plan()
@@ -139,7 +144,6 @@ def _ssh_sites(wanted: str | None) -> list[str]:
 def _open_front(sites: list[str]) -> SshFront:
     """One sshd on loopback with a login host per site, whose login sets SLURM_CONF; the
     daemon, the agent and its MCP servers reach those sites over ssh (they inherit the env)."""
-    from fedhpc_dev.devfed.sshd import start_front
 
     confs = {n: s.transport.env["SLURM_CONF"] for n, s in load_federation().items()}
     front = start_front(
@@ -183,8 +187,6 @@ def _run(args: argparse.Namespace) -> int:
 def _loop(args: argparse.Namespace) -> int:
     home = Path(args.home or tempfile.mkdtemp(prefix="fedhpc-demo-"))
     os.environ[HOME.name] = str(home)
-    from fedhpc.client import DaemonClient
-    from fedhpc.settings.daemon import DaemonSettings
 
     env = {**os.environ, **FAST}
     home.mkdir(parents=True, exist_ok=True)
@@ -245,6 +247,7 @@ def _wait_for(out: Path, deadline: float) -> None:
         while not out.exists() and time.monotonic() < deadline:
             time.sleep(0.5)
         return
+    # startup: every `fedhpc` command loads this plugin; rich only when the demo waits
     from fedhpc.ui.term import waiting
 
     with waiting("the daemon runs the group; the agent is not running") as say:
@@ -266,7 +269,6 @@ def _free_port(port: int) -> int:
 def _keep(home: Path, env: dict[str, str]) -> bool:
     """Leave the daemon running and serve the dashboard beside it (it stops with the daemon);
     print its URL and how to open and stop it. False when the dashboard did not start."""
-    from fedhpc.cli.ui import DEFAULT_PORT, url_file
 
     saved = url_file(home)
     saved.unlink(missing_ok=True)

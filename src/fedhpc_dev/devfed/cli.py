@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import tempfile
+from pathlib import Path
 
 from fedhpc.settings import NO_PROGRESS
 from fedhpc_dev.devfed import DevfedError, manager
+from fedhpc_dev.devfed.sshd import start_front
 from fedhpc_dev.devfed.status import format_status
 
 __all__ = ["add_parser"]
@@ -15,6 +19,7 @@ __all__ = ["add_parser"]
 def _up(args: argparse.Namespace) -> int:
     plan = manager.default_plan()
     if sys.stdout.isatty() and not NO_PROGRESS.read():
+        # startup: every `fedhpc` command loads this plugin; rich only when `devfed up` shows steps
         from fedhpc.ui.term import steps
 
         with steps("devfed up", manager.UP_STEPS) as progress:
@@ -48,11 +53,6 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _ssh(args: argparse.Namespace) -> int:
-    import signal
-    import tempfile
-    from pathlib import Path
-
-    from fedhpc_dev.devfed.sshd import start_front
 
     plan = manager.default_plan()
     known = [c.name for c in plan.clusters]
@@ -106,6 +106,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 if __name__ == "__main__":
+    # run as a script only: the runtime CLI loads this module as its plugin
     from fedhpc.cli.main import main
 
     sys.exit(main(["devfed", *sys.argv[1:]]))

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     store = SchedStore(Path(args.root))
     try:
         if args.verb == "run-job":
+            # startup: the job wrapper only in the process that runs a job
             from fedhpc_dev.localsched.wrapper import run_job
 
             return run_job(store, args.id)

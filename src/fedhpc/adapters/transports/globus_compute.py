@@ -177,6 +177,7 @@ def _float_option(options: Mapping[str, str], key: str, default: float) -> float
 
 def _translate(exc: Exception, home: Path | None = None) -> Exception:
     """SDK errors as fedhpc errors. Messages name status codes, never request data."""
+    # startup: the Globus SDKs only when a Globus site or login is used
     import globus_sdk
     from globus_compute_sdk.errors import SerdeError, TaskExecutionFailed
 
@@ -261,6 +262,7 @@ class GlobusComputeTransport:
     def _get_client(self) -> ComputeClient:
         if self._client is not None:
             return self._client
+        # startup: the Globus SDKs only when a Globus site or login is used
         from fedhpc.globus_auth.apps import compute_client
 
         # One SDK client per process and identity (cached there); never a login prompt.
@@ -268,6 +270,7 @@ class GlobusComputeTransport:
         return client
 
     def _function_id(self, client: ComputeClient, walltime: int) -> str:
+        # startup: the Globus SDKs only when a Globus site or login is used
         from globus_compute_sdk import ShellFunction
 
         key = (self.snippet_lines, walltime)
