@@ -136,7 +136,7 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
     """GET /v1/groups/{id} at 5,000 children: the per-state counts come from the index alone
     and the sites query finds each child's accepted attempt in the index too (schema 7);
     before, both read and parsed every child's JSON body on the store's one connection."""
-    from fedhpc.store.db import GROUP_COUNTS, GROUP_SITES
+    from fedhpc.store.reads import GROUP_COUNTS, GROUP_SITES
 
     conn = sqlite3.connect(store.path)
     counts = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {GROUP_COUNTS}", ("g1",))]

@@ -14,13 +14,14 @@ import anyio
 
 from fedhpc.domain.site import SiteState
 from fedhpc.store.events import Event
+from fedhpc.store.reads import DeliveryReads, GroupReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
 __all__ = ["Store", "Tx"]
 
 
-class Store:
+class Store(GroupReads, DeliveryReads):
     """One connection, one writer. Reads may run any time; writes go through `transaction()`."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
@@ -90,12 +91,6 @@ class Store:
             else:
                 with anyio.CancelScope(shield=True):
                     await self._conn.execute("COMMIT")
-
-    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        # One round trip to the connection's thread (execute + fetchall + close would be three):
-        # under CPU contention each hop waits for a scheduler slot, and every REST read makes
-        # a few of these.
-        return list(await self._conn.execute_fetchall(sql, params))
 
     # -- events ---------------------------------------------------------------------------
     async def events_after(
@@ -257,158 +252,6 @@ class Store:
         )
         return [_task(r) for r in rows]
 
-    async def group_sites(self, group_id: str) -> list[str]:
-        """The systems a group's children have attempts on."""
-        rows = await self._all(
-            "SELECT DISTINCT a.site FROM attempts a JOIN tasks t ON a.task_id = t.id "
-            "WHERE t.group_id = ?",
-            (group_id,),
-        )
-        return [str(r["site"]) for r in rows]
-
-    async def group_children(
-        self, group_id: str, *, after: str | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        """A group's children without their full bodies: per child its state, label, decision
-        and current attempt (the accepted one, else the newest not superseded). With `after`
-        or `limit`: one page, children in id order after the id `after`."""
-        page = "SELECT * FROM tasks WHERE group_id = ?"
-        params: list[object] = [group_id]
-        if after is not None:
-            page, params = page + " AND id > ?", [*params, after]
-        if limit is not None:
-            page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
-        rows = await self._all(
-            "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
-            "json_extract(t.body, '$.request.name') AS name, "
-            "json_extract(t.body, '$.decision') AS decision, "
-            "json_extract(t.body, '$.reasons') AS reasons, "
-            "json_extract(t.body, '$.accepted_attempt') AS accepted, "
-            "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
-            "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
-            "json_extract(a.body, '$.superseded') AS superseded, "
-            "json_extract(a.body, '$.pending_since') AS pending_since, "
-            "json_extract(a.body, '$.account') AS account, "
-            "json_extract(a.body, '$.shape') AS shape "
-            f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
-            "ORDER BY t.id, a.n",
-            params,
-        )
-        out: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            child = out.setdefault(str(r["id"]), {
-                "id": r["id"], "state": r["state"], "name": r["name"],
-                "decision": r["decision"] or "", "reasons": json.loads(r["reasons"] or "[]"),
-                "relaxed": bool(r["relaxed"]), "attempt": None, "attempts": 0,
-                "index": _child_index(str(r["id"]), str(r["key"])),
-            })  # fmt: skip
-            if r["n"] is None:
-                continue
-            child["attempts"] += 1
-            accepted = r["accepted"]
-            current = r["n"] == accepted if accepted is not None else not r["superseded"]
-            if current:
-                child["attempt"] = {
-                    "n": r["n"], "site": r["site"], "partition": r["partition"],
-                    "job_id": r["job_id"], "state": r["attempt_state"], "account": r["account"],
-                    "pending_since": r["pending_since"],
-                    "shape": json.loads(r["shape"]) if r["shape"] else None,
-                }  # fmt: skip
-        return sorted(out.values(), key=lambda c: int(c["index"]))
-
-    async def group_summary(self, group_id: str) -> dict[str, Any]:
-        """Counts for a whole group in SQL (no child loaded): per state, per site of the
-        children's current attempts, and the first and last child id."""
-        rows = await self._all(GROUP_COUNTS, (group_id,))
-        sites = await self._all(GROUP_SITES, (group_id,))
-        return {
-            "counts": {str(r["state"]): int(r["n"]) for r in rows},
-            "sites": {str(r["site"]): int(r["n"]) for r in sites},
-            "first": min((str(r["first"]) for r in rows), default=""),
-            "last": max((str(r["last"]) for r in rows), default=""),
-        }
-
-    async def group_live(self, group_id: str, terminal: Sequence[str]) -> int:
-        """How many of a group's children are not in a `terminal` state."""
-        marks = ",".join("?" * len(terminal))
-        rows = await self._all(
-            f"SELECT count(*) AS n FROM tasks WHERE group_id = ? AND state NOT IN ({marks})",  # noqa: S608
-            (group_id, *terminal),
-        )
-        return int(rows[0]["n"])
-
-    async def get_group(self, group_id: str) -> dict[str, Any] | None:
-        rows = await self._all("SELECT * FROM groups WHERE id = ?", (group_id,))
-        return _group(rows[0]) if rows else None
-
-    async def group_by_dedupe(self, dedupe: str, since: str) -> dict[str, Any] | None:
-        rows = await self._all(
-            "SELECT * FROM groups WHERE dedupe = ? AND created_at >= ? "
-            "ORDER BY created_at DESC LIMIT 1",
-            (dedupe, since),
-        )
-        return _group(rows[0]) if rows else None
-
-    async def groups_in(self, states: Sequence[str]) -> list[str]:
-        marks = ",".join("?" * len(states))
-        rows = await self._all(
-            f"SELECT id FROM groups WHERE state IN ({marks}) ORDER BY id",  # noqa: S608
-            tuple(states),
-        )
-        return [str(r["id"]) for r in rows]
-
-    async def continuations_for(self, subjects: Sequence[str]) -> list[dict[str, Any]]:
-        if not subjects:
-            return []
-        marks = ",".join("?" * len(subjects))
-        rows = await self._all(
-            f"SELECT * FROM continuations WHERE subject IN ({marks}) ORDER BY id",  # noqa: S608
-            tuple(subjects),
-        )
-        return [
-            {
-                "id": r["id"],
-                "subject": r["subject"],
-                "runtime": r["runtime"],
-                "created_at": r["created_at"],
-                "body": json.loads(r["body"]),
-            }
-            for r in rows
-        ]
-
-    async def deliveries(
-        self, *, states: Sequence[str] = (), limit: int = 1000
-    ) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM deliveries"
-        params: list[Any] = []
-        if states:
-            sql += f" WHERE state IN ({','.join('?' * len(states))})"
-            params.extend(states)
-        rows = await self._all(sql + " ORDER BY next_at, id LIMIT ?", [*params, limit])
-        return [self._delivery(r) for r in rows]
-
-    @staticmethod
-    def _delivery(r: Any) -> dict[str, Any]:
-        return {
-            "id": r["id"],
-            "event_id": r["event_id"],
-            "continuation_id": r["continuation_id"],
-            "state": r["state"],
-            "attempts": r["attempts"],
-            "next_at": r["next_at"],
-            "updated_at": r["updated_at"],
-            "body": json.loads(r["body"]),
-        }
-
-    async def binding(self, tool_use_id: str) -> dict[str, Any] | None:
-        """What the PreToolUse hook reported for this tool call, if it did."""
-        rows = await self._all("SELECT body FROM bindings WHERE tool_use_id = ?", (tool_use_id,))
-        return dict(json.loads(rows[0]["body"])) if rows else None
-
-    async def delivery(self, did: str) -> dict[str, Any] | None:
-        rows = await self._all("SELECT * FROM deliveries WHERE id = ?", (did,))
-        return self._delivery(rows[0]) if rows else None
-
     async def event(self, event_id: str) -> Event | None:
         rows = await self._all("SELECT * FROM events WHERE id = ?", (event_id,))
         return Event.from_row(rows[0]) if rows else None
@@ -431,36 +274,6 @@ class Store:
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
         return int(rows[0]["n"])
-
-
-# A group's counts and its children's sites, read from the index tasks_group_state alone
-# (schema 7) for the tasks' side: its expression is written here exactly as in the index.
-GROUP_COUNTS = (
-    "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
-    "WHERE group_id = ? GROUP BY state"
-)
-GROUP_SITES = (
-    "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
-    "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
-    " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
-    "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site"
-)
-
-
-def _child_index(task_id: str, key: str) -> int:
-    """A child's position: `t<group>-<i>`, or (groups from before 0.3) its key's suffix."""
-    tail = task_id.rsplit("-", 1)[-1] if "-" in task_id else key.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
-
-
-def _group(r: aiosqlite.Row) -> dict[str, Any]:
-    return {
-        "id": r["id"],
-        "state": r["state"],
-        "round": r["round"],
-        "created_at": r["created_at"],
-        "body": json.loads(r["body"]),
-    }
 
 
 def _attempt(row: aiosqlite.Row) -> dict[str, Any]:
