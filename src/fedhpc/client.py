@@ -18,16 +18,13 @@ from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import (
     CancelRequest,
-    GroupView,
     ReplanRequest,
-    ResultManifest,
     ResultRequest,
     SubmitGroupRequest,
     SubmitTaskRequest,
-    TaskHandle,
-    TaskSummary,
 )
 from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME
 from fedhpc.settings.daemon import DaemonSettings

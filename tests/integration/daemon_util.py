@@ -17,7 +17,8 @@ import pytest
 
 from fedhpc.client import DaemonClient
 from fedhpc.ops.continuations import DeliveryView
-from fedhpc.ops.tasks import ResultManifest, ResultRequest
+from fedhpc.ops.task_views import ResultManifest
+from fedhpc.ops.tasks import ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
 
 FAST = {

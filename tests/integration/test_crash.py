@@ -14,7 +14,8 @@ import pytest
 
 from fedhpc.client import DaemonClient, DaemonUnavailable
 from fedhpc.domain import JobState, ResourceEnvelope
-from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest, TaskHandle
+from fedhpc.ops.task_views import TaskHandle
+from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import drain, start, stop
 

@@ -15,7 +15,8 @@ import pytest
 from fedhpc.cli import tasks as tasks_cli
 from fedhpc.client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
-from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.ops.task_views import TaskHandle
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import start, stop, wait_terminal
 

@@ -17,7 +17,7 @@ from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
 from fedhpc.ops.inspect import FederationView
-from fedhpc.ops.tasks import GroupView, ResultManifest, TaskHandle
+from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import kill_daemon_of, serve_wired, stdio_params
 

@@ -14,10 +14,10 @@ import anyio
 from fedhpc.client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
+from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import (
     CancelRequest,
     GroupChild,
-    ResultManifest,
     ResultRequest,
     SubmitGroupRequest,
     SubmitTaskRequest,

@@ -20,7 +20,8 @@ from mcp_types import CallToolResult
 
 from fedhpc.client import DaemonClient
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
-from fedhpc.ops.tasks import GroupView, ResultRequest, TaskHandle
+from fedhpc.ops.task_views import GroupView, TaskHandle
+from fedhpc.ops.tasks import ResultRequest
 from fedhpc.orchestrator.groups import group_id_for
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import running, wait_terminal

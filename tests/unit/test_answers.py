@@ -17,13 +17,8 @@ from fedhpc.mcp_server.results import answer_result, compact, validation_failed
 from fedhpc.ops.hints import next_hint
 from fedhpc.ops.sitecheck import check_site_names
 from fedhpc.ops.suggest import nearest, unknown_field_reason
-from fedhpc.ops.tasks import (
-    AttemptView,
-    ResultManifest,
-    SubmitGroupRequest,
-    SubmitTaskRequest,
-    TaskHandle,
-)
+from fedhpc.ops.task_views import AttemptView, ResultManifest, TaskHandle
+from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.ops.workdir import check_workdir, resolve_workdir, sites_holding
 from fedhpc.placement.policy import PolicyKind
 from tests.unit.test_placement_world import cpu_partition, env, profile

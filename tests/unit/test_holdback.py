@@ -179,7 +179,7 @@ async def test_at_most_submits_per_cycle_new_jobs_go_to_a_site_in_one_control_cy
 
 def test_fedhpc_task_shows_why_a_queued_task_waits() -> None:
     from fedhpc.cli.tasks import _manifest_text
-    from fedhpc.ops.tasks import ResultManifest
+    from fedhpc.ops.task_views import ResultManifest
 
     line = f"{HOLD_PREFIX} (alpha/cpu: 2 of 2 jobs); fedhpc submits it as your jobs there finish"
     text = _manifest_text(ResultManifest(task_id="t1", state=JobState.QUEUED, waiting=line))

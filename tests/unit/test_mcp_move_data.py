@@ -26,7 +26,8 @@ from fedhpc.ops.data import (
     TransferState,
     TransferView,
 )
-from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.ops.task_views import TaskHandle
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
 
 

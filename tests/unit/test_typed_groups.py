@@ -22,7 +22,8 @@ from fedhpc.domain.job import JobState
 from fedhpc.errors import EXIT_CODES, NotFound, typed_error, typed_errors
 from fedhpc.exit_codes import run_command
 from fedhpc.mcp_server.results import guarded
-from fedhpc.ops.tasks import ChildView, GroupView, ResultRequest
+from fedhpc.ops.task_views import ChildView, GroupView
+from fedhpc.ops.tasks import ResultRequest
 from fedhpc.ui.server import build_ui_app
 
 BAD_OPTION = TransportMisconfigured("delta: ssh option 'IdentityFile' is not allowed", hint="h")

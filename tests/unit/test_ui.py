@@ -13,7 +13,7 @@ import pytest
 from fedhpc.client import DaemonClient
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.errors import UsageError
-from fedhpc.ops.tasks import AttemptView, ResultManifest
+from fedhpc.ops.task_views import AttemptView, ResultManifest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.ui.server import build_ui_app, delivery_status
 from fedhpc.ui.timeline import bar_json, bars, span, why

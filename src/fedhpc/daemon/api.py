@@ -20,17 +20,8 @@ from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, Tr
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery
 from fedhpc.ops.inspect import FederationView, InspectRequest
-from fedhpc.ops.tasks import (
-    GROUP_PAGE,
-    GROUP_PAGE_MAX,
-    GroupView,
-    ReplanRequest,
-    ResultManifest,
-    ResultRequest,
-    SubmitGroupRequest,
-    SubmitTaskRequest,
-    TaskHandle,
-)
+from fedhpc.ops.task_views import GROUP_PAGE, GROUP_PAGE_MAX, GroupView, ResultManifest, TaskHandle
+from fedhpc.ops.tasks import ReplanRequest, ResultRequest, SubmitGroupRequest, SubmitTaskRequest
 
 __all__ = [
     "ACK_EVENTS",

@@ -15,7 +15,7 @@ from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.session_meta import agent_session, claude_tool_use_id
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.data import TransferHandle
-from fedhpc.ops.tasks import GroupView, TaskHandle
+from fedhpc.ops.task_views import GroupView, TaskHandle
 from fedhpc.settings import CONTINUATION
 
 __all__ = ["UNBOUND", "Ctx"]

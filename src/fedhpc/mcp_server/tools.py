@@ -32,18 +32,16 @@ from fedhpc.mcp_server.results import guarded
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from fedhpc.ops.tasks import (
     PREVIEW_BYTES,
     AdaptationPolicy,
     CancelRequest,
     GroupChild,
-    GroupView,
     ReplanRequest,
-    ResultManifest,
     ResultRequest,
     SubmitGroupRequest,
     SubmitTaskRequest,
-    TaskHandle,
 )
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
@@ -55,6 +53,7 @@ from fedhpc.placement.policy import PolicyKind
 __all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS"]
 
 log = structlog.get_logger(__name__)
+
 
 @guarded("Filter with sites=[...], accelerator or arch, or read resource fedhpc://federation.")
 async def inspect_federation(

@@ -8,21 +8,23 @@ from fedhpc.ops.inspect import (
     SiteView,
     inspect_federation,
 )
-from fedhpc.ops.tasks import (
-    AdaptationPolicy,
+from fedhpc.ops.task_views import (
     AttemptView,
-    CancelRequest,
-    GroupChild,
     GroupView,
     OutputRef,
     Provenance,
-    ReplanRequest,
     ResultManifest,
+    TaskHandle,
+    TaskSummary,
+)
+from fedhpc.ops.tasks import (
+    AdaptationPolicy,
+    CancelRequest,
+    GroupChild,
+    ReplanRequest,
     ResultRequest,
     SubmitGroupRequest,
     SubmitTaskRequest,
-    TaskHandle,
-    TaskSummary,
 )
 
 __all__ = [

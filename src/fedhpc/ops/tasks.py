@@ -1,8 +1,8 @@
-"""The task contract: submit_task, submit_group, get_result, replan, cancel, and their answers."""
+"""The task contract's requests: submit_task, submit_group, get_result, replan, cancel (their
+answers: ops/task_views.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal, Self
 
 from pydantic import (
@@ -15,39 +15,28 @@ from pydantic import (
 )
 
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.job import EnvName, EnvValue, JobState, SafePath, Shape
+from fedhpc.domain.job import EnvName, EnvValue, SafePath
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
-from fedhpc.ops.data import StageOut, TransferProvenance
+from fedhpc.ops.data import StageOut
 from fedhpc.ops.workdir import check_workdir
 from fedhpc.placement.policy import PolicyKind
 
 __all__ = [
+    "PREVIEW_BYTES",
     "AdaptationPolicy",
-    "AttemptView",
     "CancelRequest",
-    "ChildView",
     "GroupChild",
-    "GroupView",
-    "OutputRef",
-    "Provenance",
     "ReplanRequest",
-    "ResultManifest",
     "ResultRequest",
     "SubmitGroupRequest",
     "SubmitTaskRequest",
-    "TaskHandle",
-    "TaskSummary",
     "check_argv",
 ]
 
 
 class _In(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class AdaptationPolicy(_In):
@@ -193,74 +182,6 @@ def check_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     return argv
 
 
-class TaskHandle(_Out):
-    """The immediate answer of submit_task, replan and cancel."""
-
-    task_id: str
-    state: JobState
-    site: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    shape: Shape | None = None
-    job_id: str | None = None
-    attempt: int = 0
-    decision: str = Field(default="", description="why this placement, in one line")
-    reasons: tuple[str, ...] = Field(default=(), description="why it cannot run, if it cannot")
-    transfers: tuple[str, ...] = Field(default=(), description="stage-out transfer ids")
-    existing: str | None = Field(
-        default=None, description="set when this call matched an earlier submission"
-    )
-    next: str = Field(default="", description="what to do now (empty on a group's children)")
-
-
-class AttemptView(_Out):
-    """One scheduler job of a task."""
-
-    n: int
-    site: str
-    partition: str
-    state: JobState
-    account: str | None = None
-    qos: str | None = None
-    shape: Shape | None = Field(default=None, description="absent in get_result's brief form")
-    job_name: str = ""
-    job_id: str | None = None
-    reason: str | None = None
-    superseded: bool = False
-    submitted_at: datetime | None = None
-    eligible_at: datetime | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    wait_s: float | None = None
-    runtime_s: float | None = None
-    exit_code: int | None = None
-
-
-class OutputRef(_Out):
-    """A file a task produced, by reference: never its content unless asked, and bounded."""
-
-    kind: Literal["stdout", "stderr", "artifact"]
-    path: str
-    site: str | None = Field(default=None, description="absent: the current attempt's site")
-    bytes: int | None = None
-
-
-class Provenance(_Out):
-    """Where the envelope came from and why the placement was chosen."""
-
-    envelope_source: str
-    rationale: str = ""
-    confidence: float | None = None
-    policy: str
-    decision: str
-    candidates: int
-    feasible: int
-    pruned: int = Field(
-        default=0,
-        description="partitions not scored: failing a rule by class, or unable to rank",
-    )
-
-
 PREVIEW_BYTES = 2048
 
 
@@ -278,46 +199,6 @@ class ResultRequest(_In):
     brief: bool = False
 
 
-class ResultManifest(_Out):
-    """The compact answer of get_result."""
-
-    task_id: str
-    state: JobState
-    name: str | None = None
-    group_id: str | None = None
-    created_at: datetime | None = None
-    attempts: tuple[AttemptView, ...] = ()
-    provenance: Provenance | None = None
-    outputs: tuple[OutputRef, ...] = ()
-    preview: str | None = Field(default=None, description="the last bytes of stdout (or asked)")
-    truncated: bool = Field(default=False, description="preview omits earlier bytes")
-    stderr: str | None = Field(
-        default=None, description="the last bytes of stderr, on failure (its size: outputs)"
-    )
-    reasons: tuple[str, ...] = ()
-    waiting: str | None = Field(
-        default=None,
-        description="a queued task: why fedhpc holds it (a per-user job limit, missing site "
-        "data) and when it goes on",
-    )
-    data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
-    next: str = ""
-
-
-class TaskSummary(_Out):
-    """One line of `fedhpc tasks`."""
-
-    task_id: str
-    name: str | None
-    state: JobState
-    site: str | None
-    partition: str | None
-    job_id: str | None
-    attempts: int
-    group_id: str | None
-    updated_at: datetime
-
-
 class CancelRequest(_In):
     task_id: str = Field(min_length=1, max_length=64)
 
@@ -328,19 +209,6 @@ class ReplanRequest(_In):
     task_id: str = Field(min_length=1, max_length=64)
     exclude_sites: tuple[str, ...] = ()
     envelope: ResourceEnvelope | None = None
-
-
-class ChildView(_Out):
-    """One child of a group, where it is now."""
-
-    task_id: str
-    name: str | None = None
-    state: JobState
-    site: str | None = None
-    partition: str | None = None
-    job_id: str | None = None
-    decision: str = ""
-    reasons: tuple[str, ...] = ()
 
 
 class GroupChild(_In):
@@ -379,37 +247,3 @@ class SubmitGroupRequest(_In):
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     key_generated: bool = False
     caller: str | None = Field(default=None, max_length=200)
-
-
-GROUP_PAGE = 200  # children per page of the group view (GET /v1/groups/{id}, the resource)
-GROUP_PAGE_MAX = 1000
-
-
-class GroupView(_Out):
-    """The group-level view: one answer for all children, bounded whatever the group's size."""
-
-    group_id: str
-    objective: str
-    state: Literal["placing", "running", "completed", "failed", "cancelled"] = Field(
-        description="placing: some children are still queued in fedhpc"
-    )
-    round: int
-    size: int = Field(description="number of children")
-    child_ids: str = Field(description="child i has the id <group prefix>-<i>: first … last")
-    counts: dict[str, int] = Field(description="children per state")
-    sites: dict[str, int] = Field(default_factory=dict, description="placed children per site")
-    children: tuple[ChildView, ...]
-    omitted: int = Field(
-        default=0,
-        description="children not listed here: read fedhpc://groups/{id} (pages of "
-        f"{GROUP_PAGE}; next_after names the next page)",
-    )
-    next_after: str | None = Field(
-        default=None,
-        description="more children follow: read fedhpc://groups/{id}/after/{next_after} "
-        "(REST: ?after=)",
-    )
-    existing: str | None = Field(
-        default=None, description="set when this call matched an earlier submission"
-    )
-    next: str = ""

@@ -10,7 +10,8 @@ import anyio
 
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
-from fedhpc.ops.tasks import SubmitTaskRequest, TaskHandle
+from fedhpc.ops.task_views import TaskHandle
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator import idem, staging
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.records import TaskRecord, new_id

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedhpc.ops.hints import HintTool, next_hint
-from fedhpc.ops.tasks import GroupView, ResultManifest, TaskHandle
+from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from fedhpc.orchestrator.book import TaskBook
 
 __all__ = ["Answers"]

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.continuations import ContinuationSpec
-from fedhpc.ops.tasks import TaskHandle
+from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, stage_out_ids
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation

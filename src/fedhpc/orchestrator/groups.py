@@ -17,7 +17,8 @@ import structlog
 
 from fedhpc.collector import Collector
 from fedhpc.domain.job import TERMINAL, JobState
-from fedhpc.ops.tasks import ChildView, GroupView, SubmitGroupRequest, SubmitTaskRequest
+from fedhpc.ops.task_views import ChildView, GroupView
+from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
 from fedhpc.orchestrator.accept import WAITING_FOR_PROBES
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound

@@ -15,7 +15,7 @@ from fedhpc.adapters.site import StorageUnread, WorkdirFailed
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
-from fedhpc.ops.tasks import TaskHandle
+from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.claims import Claims
 from fedhpc.orchestrator.dispatch import Dispatcher

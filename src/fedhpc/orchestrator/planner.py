@@ -15,7 +15,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import DraftSource, ResourceEnvelope
 from fedhpc.domain.site import ResourceSnapshot
-from fedhpc.ops.tasks import Provenance
+from fedhpc.ops.task_views import Provenance
 from fedhpc.orchestrator import workdirs
 from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
 from fedhpc.orchestrator.records import TaskRecord

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.ops.tasks import AttemptView, Provenance, SubmitTaskRequest
+from fedhpc.ops.task_views import AttemptView, Provenance
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.transfer.records import stage_out_id
 
 __all__ = ["AttemptRecord", "TaskRecord", "job_name", "new_id", "stage_out_ids"]

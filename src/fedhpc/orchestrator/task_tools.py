@@ -13,16 +13,8 @@ from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.ops.hints import next_hint
-from fedhpc.ops.tasks import (
-    AttemptView,
-    CancelRequest,
-    OutputRef,
-    ReplanRequest,
-    ResultManifest,
-    ResultRequest,
-    TaskHandle,
-    TaskSummary,
-)
+from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
+from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation

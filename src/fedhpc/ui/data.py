@@ -6,7 +6,8 @@ from __future__ import annotations
 import anyio
 
 from fedhpc.client import DaemonClient
-from fedhpc.ops.tasks import GroupView, ResultManifest, ResultRequest
+from fedhpc.ops.task_views import GroupView, ResultManifest
+from fedhpc.ops.tasks import ResultRequest
 
 __all__ = ["MAX_CHILDREN", "group_manifests", "manifest"]
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from fedhpc.domain.job import JobState
-from fedhpc.ops.tasks import AttemptView, ResultManifest
+from fedhpc.ops.task_views import AttemptView, ResultManifest
 
 __all__ = ["Bar", "Cause", "bar_json", "bars", "span", "why"]
 

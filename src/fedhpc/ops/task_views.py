@@ -1,0 +1,184 @@
+"""The task contract's answers: a task's handle, its result manifest and attempts, a group's
+view (the requests: ops/tasks.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.ops.data import TransferProvenance
+
+__all__ = [
+    "GROUP_PAGE",
+    "GROUP_PAGE_MAX",
+    "AttemptView",
+    "ChildView",
+    "GroupView",
+    "OutputRef",
+    "Provenance",
+    "ResultManifest",
+    "TaskHandle",
+    "TaskSummary",
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TaskHandle(_Out):
+    """The immediate answer of submit_task, replan and cancel."""
+
+    task_id: str
+    state: JobState
+    site: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    shape: Shape | None = None
+    job_id: str | None = None
+    attempt: int = 0
+    decision: str = Field(default="", description="why this placement, in one line")
+    reasons: tuple[str, ...] = Field(default=(), description="why it cannot run, if it cannot")
+    transfers: tuple[str, ...] = Field(default=(), description="stage-out transfer ids")
+    existing: str | None = Field(
+        default=None, description="set when this call matched an earlier submission"
+    )
+    next: str = Field(default="", description="what to do now (empty on a group's children)")
+
+
+class AttemptView(_Out):
+    """One scheduler job of a task."""
+
+    n: int
+    site: str
+    partition: str
+    state: JobState
+    account: str | None = None
+    qos: str | None = None
+    shape: Shape | None = Field(default=None, description="absent in get_result's brief form")
+    job_name: str = ""
+    job_id: str | None = None
+    reason: str | None = None
+    superseded: bool = False
+    submitted_at: datetime | None = None
+    eligible_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    wait_s: float | None = None
+    runtime_s: float | None = None
+    exit_code: int | None = None
+
+
+class OutputRef(_Out):
+    """A file a task produced, by reference: never its content unless asked, and bounded."""
+
+    kind: Literal["stdout", "stderr", "artifact"]
+    path: str
+    site: str | None = Field(default=None, description="absent: the current attempt's site")
+    bytes: int | None = None
+
+
+class Provenance(_Out):
+    """Where the envelope came from and why the placement was chosen."""
+
+    envelope_source: str
+    rationale: str = ""
+    confidence: float | None = None
+    policy: str
+    decision: str
+    candidates: int
+    feasible: int
+    pruned: int = Field(
+        default=0,
+        description="partitions not scored: failing a rule by class, or unable to rank",
+    )
+
+
+class ResultManifest(_Out):
+    """The compact answer of get_result."""
+
+    task_id: str
+    state: JobState
+    name: str | None = None
+    group_id: str | None = None
+    created_at: datetime | None = None
+    attempts: tuple[AttemptView, ...] = ()
+    provenance: Provenance | None = None
+    outputs: tuple[OutputRef, ...] = ()
+    preview: str | None = Field(default=None, description="the last bytes of stdout (or asked)")
+    truncated: bool = Field(default=False, description="preview omits earlier bytes")
+    stderr: str | None = Field(
+        default=None, description="the last bytes of stderr, on failure (its size: outputs)"
+    )
+    reasons: tuple[str, ...] = ()
+    waiting: str | None = Field(
+        default=None,
+        description="a queued task: why fedhpc holds it (a per-user job limit, missing site "
+        "data) and when it goes on",
+    )
+    data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
+    next: str = ""
+
+
+class TaskSummary(_Out):
+    """One line of `fedhpc tasks`."""
+
+    task_id: str
+    name: str | None
+    state: JobState
+    site: str | None
+    partition: str | None
+    job_id: str | None
+    attempts: int
+    group_id: str | None
+    updated_at: datetime
+
+
+class ChildView(_Out):
+    """One child of a group, where it is now."""
+
+    task_id: str
+    name: str | None = None
+    state: JobState
+    site: str | None = None
+    partition: str | None = None
+    job_id: str | None = None
+    decision: str = ""
+    reasons: tuple[str, ...] = ()
+
+
+GROUP_PAGE = 200  # children per page of the group view (GET /v1/groups/{id}, the resource)
+GROUP_PAGE_MAX = 1000
+
+
+class GroupView(_Out):
+    """The group-level view: one answer for all children, bounded whatever the group's size."""
+
+    group_id: str
+    objective: str
+    state: Literal["placing", "running", "completed", "failed", "cancelled"] = Field(
+        description="placing: some children are still queued in fedhpc"
+    )
+    round: int
+    size: int = Field(description="number of children")
+    child_ids: str = Field(description="child i has the id <group prefix>-<i>: first … last")
+    counts: dict[str, int] = Field(description="children per state")
+    sites: dict[str, int] = Field(default_factory=dict, description="placed children per site")
+    children: tuple[ChildView, ...]
+    omitted: int = Field(
+        default=0,
+        description="children not listed here: read fedhpc://groups/{id} (pages of "
+        f"{GROUP_PAGE}; next_after names the next page)",
+    )
+    next_after: str | None = Field(
+        default=None,
+        description="more children follow: read fedhpc://groups/{id}/after/{next_after} "
+        "(REST: ?after=)",
+    )
+    existing: str | None = Field(
+        default=None, description="set when this call matched an earlier submission"
+    )
+    next: str = ""
