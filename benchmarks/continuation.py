@@ -77,10 +77,14 @@ class ScriptedAgent:
                 # precision (sacct's End is truncated to whole seconds).
                 stamp = shlex.quote(str(ends / str(i)))
                 work = f"sleep {i % 5}.{i * 37 % 10}; echo done; date +%s.%N > {stamp}"
-                result = await client.call_tool("submit_task", {
-                    "command": ["bash", "-c", work], "envelope": ENVELOPE,
-                    "name": f"bench-{tag}-{i}",
-                })  # fmt: skip
+                result = await client.call_tool(
+                    "submit_task",
+                    {
+                        "command": ["bash", "-c", work],
+                        "envelope": ENVELOPE,
+                        "name": f"bench-{tag}-{i}",
+                    },
+                )
                 body = result.structured_content
                 if result.is_error or body is None:
                     text = " ".join(getattr(c, "text", "") for c in result.content)
@@ -94,14 +98,21 @@ class ScriptedAgent:
 
 
 def _start_daemon(home: Path, cycle: float) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
-           "FEDHPC_CYCLE_S": str(cycle), "FEDHPC_REFRESH_S": "5",
-           "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_DEVFED": "1",
+        "FEDHPC_CYCLE_S": str(cycle),
+        "FEDHPC_REFRESH_S": "5",
+        "FEDHPC_LOG_LEVEL": "warning",
+    }
     log = (home / "daemon.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
-        stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
 
 
 def _resumes(folder: Path) -> dict[str, float]:
@@ -129,10 +140,17 @@ async def run(jobs: int, cycle: float, home: Path, limit: float) -> dict[str, An
         async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
             await client.wait_until_up(30)
             await client.refresh()
-            continuation = {"runtime": "command",
-                            "command": ["bash", "-c", RESUME, "agent", str(resumed)]}  # fmt: skip
-            agent = ScriptedAgent({**os.environ, "FEDHPC_HOME": str(home),
-                                   "FEDHPC_CONTINUATION": json.dumps(continuation)})  # fmt: skip
+            continuation = {
+                "runtime": "command",
+                "command": ["bash", "-c", RESUME, "agent", str(resumed)],
+            }
+            agent = ScriptedAgent(
+                {
+                    **os.environ,
+                    "FEDHPC_HOME": str(home),
+                    "FEDHPC_CONTINUATION": json.dumps(continuation),
+                }
+            )
             ends = home / "ends"
             ends.mkdir()
             ids = await agent.submit_all(jobs, tag=str(int(time.time())), ends=ends)
@@ -143,9 +161,11 @@ async def run(jobs: int, cycle: float, home: Path, limit: float) -> dict[str, An
                 while [d for d in await client.deliveries() if d.state != "delivered"]:  # noqa: ASYNC110
                     await anyio.sleep(0.2)
             # Measurement only, after every resume: the scheduler's end times, event times.
-            terminal = {str(e["payload"].get("task_id") or e["subject"]): e["created_at"]
-                        for e in await client.events(after=0, limit=1000)
-                        if e["kind"] == "task.terminal"}  # fmt: skip
+            terminal = {
+                str(e["payload"].get("task_id") or e["subject"]): e["created_at"]
+                for e in await client.events(after=0, limit=1000)
+                if e["kind"] == "task.terminal"
+            }
             rows: list[dict[str, Any]] = []
             for i, task_id in enumerate(ids):
                 m = await client.get_result(ResultRequest(task_id=task_id))
@@ -154,12 +174,19 @@ async def run(jobs: int, cycle: float, home: Path, limit: float) -> dict[str, An
                 if ended is None:
                     raise SystemExit(f"{task_id}: no ended_at ({m.state.value})")
                 event_at = datetime.fromisoformat(terminal[task_id]).timestamp()
-                rows.append({"task_id": task_id, "site": last.site, "state": m.state.value,
-                             "ended_at": ended.isoformat(), "resumed_at": times[task_id],
-                             "latency_s": times[task_id] - ended.timestamp(),
-                             "true_s": times[task_id] - float((ends / str(i)).read_text()),
-                             "detect_s": event_at - ended.timestamp(),
-                             "bridge_s": times[task_id] - event_at})  # fmt: skip
+                rows.append(
+                    {
+                        "task_id": task_id,
+                        "site": last.site,
+                        "state": m.state.value,
+                        "ended_at": ended.isoformat(),
+                        "resumed_at": times[task_id],
+                        "latency_s": times[task_id] - ended.timestamp(),
+                        "true_s": times[task_id] - float((ends / str(i)).read_text()),
+                        "detect_s": event_at - ended.timestamp(),
+                        "bridge_s": times[task_id] - event_at,
+                    }
+                )
             deliveries = await client.deliveries()
     finally:
         if proc.poll() is None:
@@ -195,8 +222,12 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temporary FEDHPC_HOME")
-    ap.add_argument("--cli", choices=["command", "claude", "codex"], default="command",
-                    help="the resumed agent: a command (default) or a real CLI")  # fmt: skip
+    ap.add_argument(
+        "--cli",
+        choices=["command", "claude", "codex"],
+        default="command",
+        help="the resumed agent: a command (default) or a real CLI",
+    )
     ap.add_argument("--sites", choices=["slurm", "process"], default="slurm")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="fedhpc-bench-cont-"))
@@ -211,9 +242,11 @@ def main() -> int:
         print(json.dumps(r, indent=2))
         return 0
     ok = r["p95_s"] <= r["target_s"]
-    print(f"continuation latency over {r['jobs']} jobs on {', '.join(r['sites'])} "
-          f"(control interval {r['control_interval_s']:g} s, bridge poll "
-          f"{r['bridge_poll_s']:g} s; sacct End is whole seconds)")  # fmt: skip
+    print(
+        f"continuation latency over {r['jobs']} jobs on {', '.join(r['sites'])} "
+        f"(control interval {r['control_interval_s']:g} s, bridge poll "
+        f"{r['bridge_poll_s']:g} s; sacct End is whole seconds)"
+    )
     print(f"{'metric':<44} {'value':>9} {'target':>9}  result")
     print(
         f"{'sacct End -> resume invocation, median':<44} {r['median_s']:>8.2f}s "
@@ -235,9 +268,11 @@ def main() -> int:
         f"{'model-side status calls, submit -> resume':<44} {r['status_calls']:>9} "
         f"{0:>9}  {'pass' if r['status_calls'] == 0 else 'FAIL'}  (paper: 8 and 17 polled)"
     )
-    print(f"{'resumes / deliveries (each delivered once)':<44} "
-          f"{r['resumes']:>4}/{r['deliveries']:<4} {'':>9}  "
-          f"{'pass' if r['delivered_once'] and r['resumes'] == r['jobs'] else 'FAIL'}")  # fmt: skip
+    print(
+        f"{'resumes / deliveries (each delivered once)':<44} "
+        f"{r['resumes']:>4}/{r['deliveries']:<4} {'':>9}  "
+        f"{'pass' if r['delivered_once'] and r['resumes'] == r['jobs'] else 'FAIL'}"
+    )
     return 0
 
 
@@ -252,24 +287,36 @@ def _cli_main(args: argparse.Namespace, home: Path) -> int:
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    print(f"{r['cli']} resumes over {r['jobs']} jobs on the {r['sites']} sites (control "
-          f"interval {r['control_interval_s']:g} s)")  # fmt: skip
+    print(
+        f"{r['cli']} resumes over {r['jobs']} jobs on the {r['sites']} sites (control "
+        f"interval {r['control_interval_s']:g} s)"
+    )
     target = r["target_s"]
     verdict = "" if target is None else ("  pass" if r["p95_s"] <= target else "  FAIL")
     print(f"{'job end -> resumed first model request, median':<50} {r['median_s']:>7.2f}s")
-    print(f"{'job end -> resumed first model request, p95':<50} {r['p95_s']:>7.2f}s"
-          + (f" (target {target:.2f}s){verdict}" if target is not None else ""))  # fmt: skip
-    print(f"{'  job end -> resume launch (detect + bridge), median':<50} "
-          f"{r['detect_bridge_median_s']:>7.2f}s")  # fmt: skip
-    print(f"{'  launch -> first model request, median / p95':<50} "
-          f"{r['cli_start_median_s']:>7.2f}s / {r['cli_start_p95_s']:.2f}s")  # fmt: skip
+    print(
+        f"{'job end -> resumed first model request, p95':<50} {r['p95_s']:>7.2f}s"
+        + (f" (target {target:.2f}s){verdict}" if target is not None else "")
+    )
+    print(
+        f"{'  job end -> resume launch (detect + bridge), median':<50} "
+        f"{r['detect_bridge_median_s']:>7.2f}s"
+    )
+    print(
+        f"{'  launch -> first model request, median / p95':<50} "
+        f"{r['cli_start_median_s']:>7.2f}s / {r['cli_start_p95_s']:.2f}s"
+    )
     bare = r["bare_cli_start_s"]
     print(f"{'  the bare CLI alone (no MCP, no hooks), median':<50} {bare:>7.2f}s")
     adds = r["fedhpc_adds_s"]
-    print(f"{'  what fedhpc adds to the CLI start (target < 1 s)':<50} "
-          f"{adds:>7.2f}s  {'pass' if adds < 1 else 'FAIL'}")  # fmt: skip
-    print(f"{'each delivered once, tools verified':<50} "
-          f"{'pass' if r['delivered_once'] and r['tools_verified'] else 'FAIL'}")  # fmt: skip
+    print(
+        f"{'  what fedhpc adds to the CLI start (target < 1 s)':<50} "
+        f"{adds:>7.2f}s  {'pass' if adds < 1 else 'FAIL'}"
+    )
+    print(
+        f"{'each delivered once, tools verified':<50} "
+        f"{'pass' if r['delivered_once'] and r['tools_verified'] else 'FAIL'}"
+    )
     return 0
 
 

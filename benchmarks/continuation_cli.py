@@ -58,13 +58,23 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _claude_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str, str], str]:
-    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-           "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": KEY,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_AUTOUPDATER": "1", "MCP_CONNECT_TIMEOUT_MS": "60000"}  # fmt: skip
+    env = {
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+    }
     exe = str(npm_tool(*CLAUDE_CODE))
-    lines = ["[resume.claude-code]", f"binary = {json.dumps(exe)}",
-             f'path = "{BIN}:/usr/bin:/bin"', "[resume.claude-code.env]"]  # fmt: skip
+    lines = [
+        "[resume.claude-code]",
+        f"binary = {json.dumps(exe)}",
+        f'path = "{BIN}:/usr/bin:/bin"',
+        "[resume.claude-code.env]",
+    ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
     (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
     return env, exe
@@ -73,21 +83,45 @@ def _claude_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str,
 def _codex_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str, str], str]:
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text("\n".join([
-        'model = "fake-model"', 'model_provider = "fakeoai"', 'approval_policy = "never"',
-        "check_for_update_on_startup = false", "[analytics]", "enabled = false",
-        "[features]", "plugins = false", "apps = false",
-        "[model_providers.fakeoai]", 'name = "fake"', f'base_url = "{fake.url}/v1"',
-        'wire_api = "responses"', 'env_key = "FAKE_OPENAI_API_KEY"',
-        "request_max_retries = 0", "stream_max_retries = 0",
-        "[mcp_servers.fedhpc]", f"command = {json.dumps(BIN + '/fedhpc')}", 'args = ["serve"]',
-        "required = true", "startup_timeout_sec = 30", 'default_tools_approval_mode = "approve"',
-        "[mcp_servers.fedhpc.env]", f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
-    ]) + "\n")  # fmt: skip
+    (codex_home / "config.toml").write_text(
+        "\n".join(
+            [
+                'model = "fake-model"',
+                'model_provider = "fakeoai"',
+                'approval_policy = "never"',
+                "check_for_update_on_startup = false",
+                "[analytics]",
+                "enabled = false",
+                "[features]",
+                "plugins = false",
+                "apps = false",
+                "[model_providers.fakeoai]",
+                'name = "fake"',
+                f'base_url = "{fake.url}/v1"',
+                'wire_api = "responses"',
+                'env_key = "FAKE_OPENAI_API_KEY"',
+                "request_max_retries = 0",
+                "stream_max_retries = 0",
+                "[mcp_servers.fedhpc]",
+                f"command = {json.dumps(BIN + '/fedhpc')}",
+                'args = ["serve"]',
+                "required = true",
+                "startup_timeout_sec = 30",
+                'default_tools_approval_mode = "approve"',
+                "[mcp_servers.fedhpc.env]",
+                f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
+            ]
+        )
+        + "\n"
+    )
     env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "FAKE_OPENAI_API_KEY": KEY}
     exe = str(npm_tool(*CODEX))
-    lines = ["[resume.codex]", f"binary = {json.dumps(exe)}", f'path = "{BIN}:/usr/bin:/bin"',
-             "[resume.codex.env]"]  # fmt: skip
+    lines = [
+        "[resume.codex]",
+        f"binary = {json.dumps(exe)}",
+        f'path = "{BIN}:/usr/bin:/bin"',
+        "[resume.codex.env]",
+    ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
     (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
     return env, exe
@@ -99,29 +133,58 @@ def _first_turn(cli: str, exe: str, project: Path, fedhome: Path, env: dict[str,
     prompt = "Run `echo done` on the federation with fedhpc, then stop."
     if cli == "claude":
         session = str(uuid.uuid4())
-        mcp = {"mcpServers": {"fedhpc": {"type": "stdio", "command": f"{BIN}/fedhpc",
-                                         "args": ["serve"], "alwaysLoad": True,
-                                         "env": {"FEDHPC_HOME": str(fedhome)}}}}  # fmt: skip
+        mcp = {
+            "mcpServers": {
+                "fedhpc": {
+                    "type": "stdio",
+                    "command": f"{BIN}/fedhpc",
+                    "args": ["serve"],
+                    "alwaysLoad": True,
+                    "env": {"FEDHPC_HOME": str(fedhome)},
+                }
+            }
+        }
         hook = {"type": "command", "command": f"{BIN}/fedhpc hook pre-tool-use"}
         matcher = "mcp__fedhpc__(submit_task|submit_group|move_data)"
         settings = {"hooks": {"PreToolUse": [{"matcher": matcher, "hooks": [hook]}]}}
-        argv = [exe, "-p", prompt, "--output-format", "json", "--session-id", session,
-                "--mcp-config", json.dumps(mcp), "--strict-mcp-config", "--allowedTools",
-                "mcp__fedhpc", "--settings", json.dumps(settings)]  # fmt: skip
+        argv = [
+            exe,
+            "-p",
+            prompt,
+            "--output-format",
+            "json",
+            "--session-id",
+            session,
+            "--mcp-config",
+            json.dumps(mcp),
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__fedhpc",
+            "--settings",
+            json.dumps(settings),
+        ]
     else:
         argv = [exe, "exec", "--json", "--skip-git-repo-check", prompt]
-    out = subprocess.run(argv, cwd=project, env=full, capture_output=True, text=True,
-                         timeout=180, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    out = subprocess.run(
+        argv,
+        cwd=project,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{cli} first turn failed: {out.stdout[-500:]} {out.stderr[-500:]}")
     if cli == "claude":
         return session
-    return next(json.loads(x)["thread_id"] for x in out.stdout.splitlines()
-                if '"thread.started"' in x)  # fmt: skip
+    return next(
+        json.loads(x)["thread_id"] for x in out.stdout.splitlines() if '"thread.started"' in x
+    )
 
 
-def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: FakeModel
-                  ) -> float:  # fmt: skip
+def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: FakeModel) -> float:
     """Median start -> first model request of the CLI alone (no MCP server, no hooks)."""
     full = {**os.environ, **env, "PATH": "/usr/bin:/bin"}
     if cli == "codex":
@@ -138,8 +201,15 @@ def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: 
             argv = [exe, "-p", "hello", "--output-format", "json", "--strict-mcp-config"]
         else:  # a CODEX_HOME without fedhpc's server (a `-c` override does not remove it)
             argv = [exe, "exec", "--json", "--skip-git-repo-check", "hello"]
-        subprocess.run(argv, cwd=project, env=full, capture_output=True, timeout=120,
-                       stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        subprocess.run(
+            argv,
+            cwd=project,
+            env=full,
+            capture_output=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         first = [e.at for e in fake.exchanges[before:]]
         if first:
             times.append(min(first) - t0)
@@ -166,14 +236,22 @@ async def _run_cli(cli: str, jobs: int, cycle: float, home: Path, sites: str) ->
         env, exe = setup(user, fedhome, fake)
         process = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(home / "devfed")}
         local = {"FEDHPC_DEVFED": "1"} if sites == "slurm" else process
-        denv = {"PATH": "/usr/bin:/bin", "HOME": str(user), "FEDHPC_HOME": str(fedhome),
-                "FEDHPC_CYCLE_S": str(cycle), "FEDHPC_REFRESH_S": "5",
-                "FEDHPC_LOG_LEVEL": "warning", **local}  # fmt: skip
+        denv = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(user),
+            "FEDHPC_HOME": str(fedhome),
+            "FEDHPC_CYCLE_S": str(cycle),
+            "FEDHPC_REFRESH_S": "5",
+            "FEDHPC_LOG_LEVEL": "warning",
+            **local,
+        }
         log = (home / "daemon.log").open("wb")
         proc = subprocess.Popen(  # noqa: ASYNC220 (a detached daemon, waited for at the end)
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=denv,
-            stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=denv,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         log.close()
         rows: list[dict[str, float]] = []
         try:
@@ -192,17 +270,31 @@ async def _run_cli(cli: str, jobs: int, cycle: float, home: Path, sites: str) ->
                     stamp = ends / str(i)
                     work = f"sleep {i % 3}.{i * 37 % 10}; date +%s.%N > {stamp}"
                     before = len(fake.exchanges)
-                    await client.submit_task(SubmitTaskRequest.model_validate({
-                        "command": ["bash", "-c", work], "envelope": ENVELOPE,
-                        "name": f"bench-cli-{i}", "continuation": spec.model_dump()}))  # fmt: skip
+                    await client.submit_task(
+                        SubmitTaskRequest.model_validate(
+                            {
+                                "command": ["bash", "-c", work],
+                                "envelope": ENVELOPE,
+                                "name": f"bench-cli-{i}",
+                                "continuation": spec.model_dump(),
+                            }
+                        )
+                    )
                     await _settled(client, i + 2)
                     first = min(e.at for e in fake.exchanges[before:] if e.phase == "resume")
-                    launched = max((f / "pid").stat().st_mtime
-                                   for f in (fedhome / "deliveries").iterdir()
-                                   if (f / "pid").exists())  # fmt: skip
+                    launched = max(
+                        (f / "pid").stat().st_mtime
+                        for f in (fedhome / "deliveries").iterdir()
+                        if (f / "pid").exists()
+                    )
                     ended = float(stamp.read_text())
-                    rows.append({"latency_s": first - ended, "detect_bridge_s": launched - ended,
-                                 "cli_start_s": first - launched})  # fmt: skip
+                    rows.append(
+                        {
+                            "latency_s": first - ended,
+                            "detect_bridge_s": launched - ended,
+                            "cli_start_s": first - launched,
+                        }
+                    )
                 deliveries = await client.deliveries()
             bare = await anyio.to_thread.run_sync(_bare_startup, cli, exe, project, env, fake)
         finally:
@@ -211,16 +303,22 @@ async def _run_cli(cli: str, jobs: int, cycle: float, home: Path, sites: str) ->
     lat = [r["latency_s"] for r in rows]
     starts = [r["cli_start_s"] for r in rows]
     return {
-        "cli": cli, "sites": sites, "jobs": jobs, "control_interval_s": cycle,
-        "median_s": statistics.median(lat), "p95_s": _pct(lat, 0.95),
+        "cli": cli,
+        "sites": sites,
+        "jobs": jobs,
+        "control_interval_s": cycle,
+        "median_s": statistics.median(lat),
+        "p95_s": _pct(lat, 0.95),
         "detect_bridge_median_s": statistics.median(r["detect_bridge_s"] for r in rows),
-        "cli_start_median_s": statistics.median(starts), "cli_start_p95_s": _pct(starts, 0.95),
-        "bare_cli_start_s": bare, "fedhpc_adds_s": statistics.median(starts) - bare,
+        "cli_start_median_s": statistics.median(starts),
+        "cli_start_p95_s": _pct(starts, 0.95),
+        "bare_cli_start_s": bare,
+        "fedhpc_adds_s": statistics.median(starts) - bare,
         "target_s": cycle + 1.5 if cli == "codex" else None,
         "delivered_once": all(d.state == "delivered" and d.attempts == 0 for d in deliveries),
         "tools_verified": all(d.tools_verified is not False for d in deliveries),
         "rows": rows,
-    }  # fmt: skip
+    }
 
 
 async def _settled(client: DaemonClient, n: int, limit: float = 180) -> None:

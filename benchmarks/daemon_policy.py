@@ -36,12 +36,21 @@ class DaemonPolicy:
     @classmethod
     async def start(cls, cycle_s: float = 2.0) -> DaemonPolicy:
         home = Path(tempfile.mkdtemp(prefix="fedhpc-matched-daemon-"))
-        env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1",
-               "FEDHPC_CYCLE_S": str(cycle_s), "FEDHPC_REFRESH_S": str(cycle_s),
-               "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
+        env = {
+            **os.environ,
+            "FEDHPC_HOME": str(home),
+            "FEDHPC_DEVFED": "1",
+            "FEDHPC_CYCLE_S": str(cycle_s),
+            "FEDHPC_REFRESH_S": str(cycle_s),
+            "FEDHPC_LOG_LEVEL": "info",
+        }
         with (home / "daemon.log").open("wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "fedhpc.daemon"], env=env,  # noqa: ASYNC220
-                                    stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+            proc = subprocess.Popen(  # noqa: ASYNC220
+                [sys.executable, "-m", "fedhpc.daemon"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         self = cls(home, proc)
         os.environ["FEDHPC_HOME"] = str(home)
         async with DaemonClient(self.settings) as client:
@@ -54,10 +63,13 @@ class DaemonPolicy:
     ) -> tuple[str, str, str, str, str] | None:
         """(site/partition, job id, site, partition, decision) of the daemon's placement."""
         req = SubmitTaskRequest(
-            command=("sleep", str(sleep_s)), envelope=env, name=f"matched-r{i}",
-            adaptation=AdaptationPolicy(replace_pending=False, max_retries=0,
-                                        max_wall_extensions=0),
-        )  # fmt: skip
+            command=("sleep", str(sleep_s)),
+            envelope=env,
+            name=f"matched-r{i}",
+            adaptation=AdaptationPolicy(
+                replace_pending=False, max_retries=0, max_wall_extensions=0
+            ),
+        )
         t0 = time.monotonic()
         async with DaemonClient(self.settings) as client:
             handle = await client.submit_task(req)
@@ -68,10 +80,14 @@ class DaemonPolicy:
                     atts = [a for a in r.attempts if not a.superseded]
                     if atts and atts[-1].job_id:
                         a = atts[-1]
-                        handle = handle.model_copy(update={
-                            "job_id": a.job_id, "site": a.site, "partition": a.partition,
-                            "decision": r.provenance.decision if r.provenance else "",
-                        })  # fmt: skip
+                        handle = handle.model_copy(
+                            update={
+                                "job_id": a.job_id,
+                                "site": a.site,
+                                "partition": a.partition,
+                                "decision": r.provenance.decision if r.provenance else "",
+                            }
+                        )
                     elif r.state.terminal:
                         handle = handle.model_copy(update={"state": r.state})
         if handle.job_id is None or handle.site is None or handle.partition is None:

@@ -79,9 +79,11 @@ async def _resume(folder: Path, limit: float) -> dict[str, Any]:
 def _start_daemon(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     log = (home / "daemon.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
-        stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     log.close()
     return proc
 
@@ -99,9 +101,15 @@ async def single(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
     got = await agent.call("get_result", task_id=handle["task_id"])
     assert got.get("preview") == "hello\n", got
     body, prompt = _payload_sizes(payload)
-    return {"calls": len(agent.calls), "bytes": sum(b for _, b in agent.calls),
-            "per_call": agent.calls, "payload_bytes": body, "prompt_bytes": prompt,
-            "submit": handle, "result": got}  # fmt: skip
+    return {
+        "calls": len(agent.calls),
+        "bytes": sum(b for _, b in agent.calls),
+        "per_call": agent.calls,
+        "payload_bytes": body,
+        "prompt_bytes": prompt,
+        "submit": handle,
+        "result": got,
+    }
 
 
 async def group(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
@@ -114,24 +122,36 @@ async def group(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
     got = await agent.call("get_result", task_id=first)
     assert got.get("preview") == "seed 0\n", got
     body, prompt = _payload_sizes(payload)
-    return {"calls": len(agent.calls), "bytes": sum(b for _, b in agent.calls),
-            "per_call": agent.calls, "payload_bytes": body, "prompt_bytes": prompt}  # fmt: skip
+    return {
+        "calls": len(agent.calls),
+        "bytes": sum(b for _, b in agent.calls),
+        "per_call": agent.calls,
+        "payload_bytes": body,
+        "prompt_bytes": prompt,
+    }
 
 
 async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
     resumed = home / "resumed"
     resumed.mkdir(parents=True)
     devfed = "1" if sites == "slurm" else "process"
-    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": devfed,
-           "FEDHPC_CYCLE_S": "1", "FEDHPC_REFRESH_S": "2",
-           "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_DEVFED": devfed,
+        "FEDHPC_CYCLE_S": "1",
+        "FEDHPC_REFRESH_S": "2",
+        "FEDHPC_LOG_LEVEL": "warning",
+    }
     proc = _start_daemon(home, env)
     try:
         async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
             await client.wait_until_up(30)
             await client.refresh()
-        continuation = {"runtime": "command",
-                        "command": ["bash", "-c", RESUME, "agent", str(resumed)]}  # fmt: skip
+        continuation = {
+            "runtime": "command",
+            "command": ["bash", "-c", RESUME, "agent", str(resumed)],
+        }
         agent_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
         one = await single(Agent(agent_env), resumed, limit)
         four = await group(Agent(agent_env), resumed, limit)

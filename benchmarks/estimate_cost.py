@@ -80,8 +80,13 @@ def _task(i: int) -> TaskRecord:
     kind, wall = KINDS[i % len(KINDS)], WALLS[(i // (2 * len(KINDS))) % len(WALLS)]
     env = ResourceEnvelope.model_validate({**kind, "wall_time": {"min": wall, "max": wall}})
     req = SubmitTaskRequest(command=("true",), envelope=env)
-    return TaskRecord(id=new_id("t"), request=req, idempotency_key=new_id("k"),
-                      state=JobState.QUEUED, created_at=datetime.now(UTC))  # fmt: skip
+    return TaskRecord(
+        id=new_id("t"),
+        request=req,
+        idempotency_key=new_id("k"),
+        state=JobState.QUEUED,
+        created_at=datetime.now(UTC),
+    )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -96,8 +101,10 @@ def _hung(site: Site, port: int, tmp: Path) -> Any:
     conf.mkdir()
     for f in src.parent.glob("*.conf"):
         shutil.copy(f, conf / f.name)
-    lines = [f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
-             for ln in (conf / "slurm.conf").read_text().splitlines()]  # fmt: skip
+    lines = [
+        f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
+        for ln in (conf / "slurm.conf").read_text().splitlines()
+    ]
     (conf / "slurm.conf").write_text("\n".join(lines) + "\n")
     env = {"SLURM_CONF": str(conf / "slurm.conf")}
     return LocalTransport(site.transport.model_copy(update={"env": env}))
@@ -111,8 +118,10 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)
     port = silent.getsockname()[1]
-    counted = {k: Counting(_hung(s, port, tmp) if k == hang else open_adapter(s).transport)
-               for k, s in sites.items()}  # fmt: skip
+    counted = {
+        k: Counting(_hung(s, port, tmp) if k == hang else open_adapter(s).transport)
+        for k, s in sites.items()
+    }
     adapters = {k: SiteAdapter(s, counted[k]) for k, s in sites.items()}  # type: ignore[arg-type]
     store = await Store.open(tmp / "b.db")
     try:
@@ -138,9 +147,15 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
                 calls = sum(c.test_only for c in counted.values()) - before
                 assert isinstance(d, Placement), d
                 cand_sites = len({c.site for c in d.trace.candidates if c.feasible})
-                rows.append({"ask": ask, "latency_s": dt, "calls": calls,
-                             "candidate_sites": cand_sites,
-                             "source": d.estimates.wait_source.split(";")[0]})  # fmt: skip
+                rows.append(
+                    {
+                        "ask": ask,
+                        "latency_s": dt,
+                        "calls": calls,
+                        "candidate_sites": cand_sites,
+                        "source": d.estimates.wait_source.split(";")[0],
+                    }
+                )
         return {"rows": rows, "decisions": n, "cycle": cycle, "hang": hang}
     finally:
         silent.close()

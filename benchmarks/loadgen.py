@@ -75,22 +75,53 @@ UPSTREAM_S = 3300  # under devdelta interactive's 1 h MaxTime with the 120 s wal
 # The Figure-1 shape. Durations are in seconds before scaling.
 STREAMS: tuple[Stream, ...] = (
     # devdelta: many pending, many free GPUs.
-    Stream("devdelta", "cpu", 4.0, ((64, 0), (48, 0), (32, 0)), (120, 400), 12,
-           initial=((64, 0, 600),) + ((64, 0, 300),) * 6),
-    Stream("devdelta", "gpuA100x4", 1.5, ((8, 4),), (200, 500), 5,
-           initial=((4, 1, 2400), (8, 4, 400), (8, 4, 400)), gpu=True),
-    Stream("devdelta", "gpuA40x4", 1.5, ((8, 4), (8, 2)), (200, 500), 10,
-           initial=((8, 4, 400),) * 6, gpu=True, blocked=True),
+    Stream(
+        "devdelta",
+        "cpu",
+        4.0,
+        ((64, 0), (48, 0), (32, 0)),
+        (120, 400),
+        12,
+        initial=((64, 0, 600),) + ((64, 0, 300),) * 6,
+    ),
+    Stream(
+        "devdelta",
+        "gpuA100x4",
+        1.5,
+        ((8, 4),),
+        (200, 500),
+        5,
+        initial=((4, 1, 2400), (8, 4, 400), (8, 4, 400)),
+        gpu=True,
+    ),
+    Stream(
+        "devdelta",
+        "gpuA40x4",
+        1.5,
+        ((8, 4), (8, 2)),
+        (200, 500),
+        10,
+        initial=((8, 4, 400),) * 6,
+        gpu=True,
+        blocked=True,
+    ),
     # devdeltaai: few pending, one free GPU.
-    Stream("devdeltaai", "ghx4", 0.3, ((8, 2),), (60, 200), 1,
-           initial=((12, 3, 2400),), gpu=True),
+    Stream("devdeltaai", "ghx4", 0.3, ((8, 2),), (60, 200), 1, initial=((12, 3, 2400),), gpu=True),
     # devvista: few pending, many free GPUs; its CPU node busy with an empty queue.
     Stream("devvista", "gg", 0.0, ((144, 0),), (60, 240), 0, initial=((144, 0, 2400),)),
     # devanvil: a queue of pipeline stages next to free CPUs; a light GPU load.
     Stream("devanvil", "ai", 0.3, ((8, 1),), (60, 240), 1, gpu=True),
-    Stream("devanvil", "shared", 1.0, ((64, 0), (32, 0)), (60, 300), 8,
-           initial=((64, 0, 300),) * 5, blocked=True),
-)  # fmt: skip
+    Stream(
+        "devanvil",
+        "shared",
+        1.0,
+        ((64, 0), (32, 0)),
+        (60, 300),
+        8,
+        initial=((64, 0, 300),) * 5,
+        blocked=True,
+    ),
+)
 
 
 # A second shape ("churn"), the other way round: the queues that LOOK long are long lines of
@@ -104,20 +135,41 @@ CHURN: tuple[Stream, ...] = (
     Stream("devanvil", "debug", 0.0, ((128, 0),), (60, 60), 0, initial=((128, 0, 1650),)),
     Stream("devvista", "gg", 0.0, ((144, 0),), (60, 60), 0, initial=((144, 0, 2400),)),
     # GPU: devdelta's two partitions, lines of short 1- and 2-GPU jobs; the rest held.
-    Stream("devdelta", "gpuA100x4", 8.0, ((8, 2), (4, 1)), (10, 25), 6,
-           initial=((8, 2, 20),) * 6, gpu=True),
-    Stream("devdelta", "gpuA40x4", 8.0, ((8, 2), (8, 4)), (10, 25), 6,
-           initial=((8, 2, 20),) * 6, gpu=True),
-    Stream("devdeltaai", "ghx4", 0.0, ((8, 4),), (60, 60), 0, initial=((8, 4, 2400),),
-           gpu=True),
-    Stream("devdeltaai", "ghx4-interactive", 0.0, ((8, 4),), (60, 60), 0,
-           initial=((8, 4, 3300),), gpu=True),
-    Stream("devvista", "gh", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),) * 2,
-           gpu=True),
-    Stream("devvista", "gh-dev", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),),
-           gpu=True),
+    Stream(
+        "devdelta",
+        "gpuA100x4",
+        8.0,
+        ((8, 2), (4, 1)),
+        (10, 25),
+        6,
+        initial=((8, 2, 20),) * 6,
+        gpu=True,
+    ),
+    Stream(
+        "devdelta",
+        "gpuA40x4",
+        8.0,
+        ((8, 2), (8, 4)),
+        (10, 25),
+        6,
+        initial=((8, 2, 20),) * 6,
+        gpu=True,
+    ),
+    Stream("devdeltaai", "ghx4", 0.0, ((8, 4),), (60, 60), 0, initial=((8, 4, 2400),), gpu=True),
+    Stream(
+        "devdeltaai",
+        "ghx4-interactive",
+        0.0,
+        ((8, 4),),
+        (60, 60),
+        0,
+        initial=((8, 4, 3300),),
+        gpu=True,
+    ),
+    Stream("devvista", "gh", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),) * 2, gpu=True),
+    Stream("devvista", "gh-dev", 0.0, ((8, 1),), (60, 60), 0, initial=((8, 1, 2400),), gpu=True),
     Stream("devanvil", "ai", 0.0, ((8, 2),), (60, 60), 0, initial=((8, 2, 2400),), gpu=True),
-)  # fmt: skip
+)
 
 LOADS = {"figure1": STREAMS, "churn": CHURN}
 

@@ -169,9 +169,17 @@ async def load_history(ads, load: LoadGenerator | None) -> list[WaitObservation]
             tres = r.alloc_tres
             gpus = int(tres.get("gres/gpu", "0") or 0)
             cpus = int(tres.get("cpu", "1") or 1)
-            out.append(WaitObservation(site=site, partition=r.partition, gpus=gpus, cpus=cpus,
-                                       nodes=1, wait_s=max(0.0, r.wait_s),
-                                       observed_at=r.start))  # fmt: skip
+            out.append(
+                WaitObservation(
+                    site=site,
+                    partition=r.partition,
+                    gpus=gpus,
+                    cpus=cpus,
+                    nodes=1,
+                    wait_s=max(0.0, r.wait_s),
+                    observed_at=r.start,
+                )
+            )
     return out
 
 
@@ -398,12 +406,16 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         lines += [f"- round {i}: {d}" for i, d in said]
     md = RESULTS / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
-    title = (f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
-             f"{' (--quick)' if args.quick else ''}; {machine}")  # fmt: skip
+    title = (
+        f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
+        f"{' (--quick)' if args.quick else ''}; {machine}"
+    )
     if getattr(args, "from_csv", None):
         if any(r.queues for r in rounds):  # a CSV with the snapshots' queues: redraw too
-            return [md, *matched_rounds_figure(rounds, POLICIES, title=title,
-                                               out_stem=RESULTS / stem)]  # fmt: skip
+            return [
+                md,
+                *matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem),
+            ]
         return [md]  # the table only: an older CSV has no queue snapshots for the figure
     csv_path = RESULTS / f"{stem}.csv"
     with csv_path.open("w", newline="") as fh:
@@ -518,10 +530,20 @@ def rounds_from_csv(path: Path) -> tuple[list[Round], int, datetime]:
             taken = datetime.fromisoformat(row["snapshot_at"])
             r = rounds.setdefault(i, Round(i, row["kind"], taken))
             key = f"{row['site']}/{row['partition']}"
-            r.jobs[key] = Job(i, row["kind"], row["site"], row["partition"], row["job_id"],
-                              int(row["sleep_s"]), t(row["submit"]), t(row["eligible"]),
-                              t(row["start"]), t(row["end"]), row["state"],
-                              row["censored"] == "1")  # fmt: skip
+            r.jobs[key] = Job(
+                i,
+                row["kind"],
+                row["site"],
+                row["partition"],
+                row["job_id"],
+                int(row["sleep_s"]),
+                t(row["submit"]),
+                t(row["eligible"]),
+                t(row["start"]),
+                t(row["end"]),
+                row["state"],
+                row["censored"] == "1",
+            )
             for name in row["picked_by"].split():
                 r.picks[name] = key
             if row.get("site_pending"):  # runs since the matplotlib figures record the queues
@@ -540,9 +562,11 @@ def main() -> None:
     ap.add_argument("--no-daemon", action="store_true", help="leave out the daemon policy")
     ap.add_argument("--until", default=None, help="HH:MM UTC: start no round after it")
     ap.add_argument(
-        "--sleep", default=None, type=lambda v: tuple(int(x) for x in v.split("-", 1)),
+        "--sleep",
+        default=None,
+        type=lambda v: tuple(int(x) for x in v.split("-", 1)),
         help="LO-HI seconds of the matched job (default 20-90; --quick 5-15)",
-    )  # fmt: skip
+    )
     ap.add_argument("--round-timeout", type=float, default=None, help="s; then jobs are censored")
     ap.add_argument("--warmup", type=float, default=None, help="s of load before round 0")
     ap.add_argument(

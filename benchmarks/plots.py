@@ -51,10 +51,18 @@ def matched_rounds_figure(
         if got:
             best.append((ri, min(got)))
     if best:
-        left.scatter(*zip(*best, strict=True), marker="_", s=220, color="black", lw=2,
-                     label="fastest observed", zorder=5)  # fmt: skip
-    left.set(title="completion of each policy's pick per round", xlabel="round",
-             ylabel="completion (s)")  # fmt: skip
+        left.scatter(
+            *zip(*best, strict=True),
+            marker="_",
+            s=220,
+            color="black",
+            lw=2,
+            label="fastest observed",
+            zorder=5,
+        )
+    left.set(
+        title="completion of each policy's pick per round", xlabel="round", ylabel="completion (s)"
+    )
     left.set_ylim(bottom=0)
     left.grid(alpha=0.3)
     left.legend(fontsize=8)
@@ -64,15 +72,29 @@ def matched_rounds_figure(
     for si, site in enumerate(sites):
         pts = [r.queues[site] for r in rounds if site in r.queues]  # (pending, free GPUs)
         col = COLORS[si % len(COLORS)]
-        right.scatter([f + rng.uniform(-0.08, 0.08) for _, f in pts],
-                      [p + rng.uniform(-0.08, 0.08) for p, _ in pts],
-                      s=22, alpha=0.55, color=col, label=site)  # fmt: skip
+        right.scatter(
+            [f + rng.uniform(-0.08, 0.08) for _, f in pts],
+            [p + rng.uniform(-0.08, 0.08) for p, _ in pts],
+            s=22,
+            alpha=0.55,
+            color=col,
+            label=site,
+        )
         if pts:
-            right.scatter([statistics.median(f for _, f in pts)],
-                          [statistics.median(p for p, _ in pts)],
-                          s=140, marker="D", color=col, edgecolor="black", zorder=5)  # fmt: skip
-    right.set(title="pending jobs vs free GPUs per site (large: median; Figure 1)",
-              xlabel="free GPUs", ylabel="pending jobs")  # fmt: skip
+            right.scatter(
+                [statistics.median(f for _, f in pts)],
+                [statistics.median(p for p, _ in pts)],
+                s=140,
+                marker="D",
+                color=col,
+                edgecolor="black",
+                zorder=5,
+            )
+    right.set(
+        title="pending jobs vs free GPUs per site (large: median; Figure 1)",
+        xlabel="free GPUs",
+        ylabel="pending jobs",
+    )
     right.set_xlim(left=-0.5)
     right.set_ylim(bottom=-0.5)
     right.grid(alpha=0.3)

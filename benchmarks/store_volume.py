@@ -53,37 +53,84 @@ async def build(db: Path, n_events: int, n_tasks: int) -> str:
     start = NOW - timedelta(days=60)
     try:
         async with store.transaction() as tx:
-            await tx.put_group(gid, state="completed", round_=1, at=start,
-                               body={"objective": "volume", "spread": True})  # fmt: skip
+            await tx.put_group(
+                gid,
+                state="completed",
+                round_=1,
+                at=start,
+                body={"objective": "volume", "spread": True},
+            )
             for i in range(n_tasks):
                 tid = f"t{'0' * 12}-{i:0{width}d}"
-                req = SubmitTaskRequest(command=("python", "train.py", f"--seed={i}"),
-                                        envelope={"cpus": {"min": 1, "max": 2}})  # fmt: skip
-                task = TaskRecord(id=tid, request=req, idempotency_key=f"{gid}:{i}",
-                                  state=JobState.COMPLETED, created_at=start, group_id=gid,
-                                  decision="devdelta/cpu (best-feasible): est. wait 3s",
-                                  accepted_attempt=1, attempts_made=1)  # fmt: skip
-                await tx.put_task(tid, state="completed", body=task.model_dump(mode="json"),
-                                  at=start, idempotency_key=task.idempotency_key,
-                                  group_id=gid)  # fmt: skip
-                att = AttemptRecord(task_id=tid, n=1, site="devdelta", partition="cpu",
-                                    account="fedhpc-cpu", qos=None, shape=Shape(cpus=2),
-                                    job_name=f"fedhpc-{tid}-1", job_id=str(1000 + i),
-                                    state=JobState.COMPLETED, created_at=start, exit_code=0,
-                                    stdout=f"/scratch/fedhpc/{tid}/1.out",
-                                    stderr=f"/scratch/fedhpc/{tid}/1.err")  # fmt: skip
-                await tx.put_attempt(tid, 1, site=att.site, partition=att.partition,
-                                     job_name=att.job_name, job_id=att.job_id, state="completed",
-                                     body=att.model_dump(mode="json"), at=start)  # fmt: skip
+                req = SubmitTaskRequest(
+                    command=("python", "train.py", f"--seed={i}"),
+                    envelope={"cpus": {"min": 1, "max": 2}},
+                )
+                task = TaskRecord(
+                    id=tid,
+                    request=req,
+                    idempotency_key=f"{gid}:{i}",
+                    state=JobState.COMPLETED,
+                    created_at=start,
+                    group_id=gid,
+                    decision="devdelta/cpu (best-feasible): est. wait 3s",
+                    accepted_attempt=1,
+                    attempts_made=1,
+                )
+                await tx.put_task(
+                    tid,
+                    state="completed",
+                    body=task.model_dump(mode="json"),
+                    at=start,
+                    idempotency_key=task.idempotency_key,
+                    group_id=gid,
+                )
+                att = AttemptRecord(
+                    task_id=tid,
+                    n=1,
+                    site="devdelta",
+                    partition="cpu",
+                    account="fedhpc-cpu",
+                    qos=None,
+                    shape=Shape(cpus=2),
+                    job_name=f"fedhpc-{tid}-1",
+                    job_id=str(1000 + i),
+                    state=JobState.COMPLETED,
+                    created_at=start,
+                    exit_code=0,
+                    stdout=f"/scratch/fedhpc/{tid}/1.out",
+                    stderr=f"/scratch/fedhpc/{tid}/1.err",
+                )
+                await tx.put_attempt(
+                    tid,
+                    1,
+                    site=att.site,
+                    partition=att.partition,
+                    job_name=att.job_name,
+                    job_id=att.job_id,
+                    state="completed",
+                    body=att.model_dump(mode="json"),
+                    at=start,
+                )
         step = timedelta(days=60) / max(1, n_events)
         for lo in range(0, n_events, 10_000):
             async with store.transaction() as tx:
                 for i in range(lo, min(n_events, lo + 10_000)):
                     tid = f"t{i:012d}"
-                    await tx.append_event("task.terminal", tid, {
-                        "task_id": tid, "state": "completed", "site": "devdelta",
-                        "attempt": 1, "job_id": str(i), "result": f"fedhpc://tasks/{tid}"},
-                        at=start + step * i, key=f"vol:{i}")  # fmt: skip
+                    await tx.append_event(
+                        "task.terminal",
+                        tid,
+                        {
+                            "task_id": tid,
+                            "state": "completed",
+                            "site": "devdelta",
+                            "attempt": 1,
+                            "job_id": str(i),
+                            "result": f"fedhpc://tasks/{tid}",
+                        },
+                        at=start + step * i,
+                        key=f"vol:{i}",
+                    )
         async with store.transaction() as tx:
             await tx.set_cursor("bridge", n_events, at=NOW)
     finally:
@@ -113,8 +160,12 @@ async def _time(reps: int, call: Callable[[], Awaitable[Any]]) -> dict[str, floa
 
 def _daemon(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with (home / "daemon.log").open("wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -179,8 +230,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"store: {args.events} events, {args.tasks} tasks in one group "
-          f"(built in {out['build_s']} s)")  # fmt: skip
+    print(
+        f"store: {args.events} events, {args.tasks} tasks in one group "
+        f"(built in {out['build_s']} s)"
+    )
     for name, q in out["calls"].items():
         mark = "pass" if q["p99_ms"] <= TARGET_P99_MS else "FAIL"
         print(f"  {name:<44} p50 {q['p50_ms']:>6} ms  p99 {q['p99_ms']:>6} ms  {mark}")
@@ -188,13 +241,19 @@ def main() -> int:
     print(f"  whole log in pages of 1,000: {w['pages']} pages in {w['s']} s")
     b, a, ar = out["store_before"], out["store_after"], out["archive"]
     print(f"archive-events --older-than-days 30: {ar['archived']} events moved in {ar['s']} s")
-    print(f"  store before: {b['events']} events, {b['file_bytes'] / 1e6:.1f} MB on disk, "
-          f"{b['in_use_bytes'] / 1e6:.1f} MB in use")  # fmt: skip
-    print(f"  store after:  {a['events']} events, {a['file_bytes'] / 1e6:.1f} MB on disk, "
-          f"{a['in_use_bytes'] / 1e6:.1f} MB in use (freed pages are reused)")  # fmt: skip
+    print(
+        f"  store before: {b['events']} events, {b['file_bytes'] / 1e6:.1f} MB on disk, "
+        f"{b['in_use_bytes'] / 1e6:.1f} MB in use"
+    )
+    print(
+        f"  store after:  {a['events']} events, {a['file_bytes'] / 1e6:.1f} MB on disk, "
+        f"{a['in_use_bytes'] / 1e6:.1f} MB in use (freed pages are reused)"
+    )
     q = out["calls_after_archive"]["GET /v1/events?after=0&limit=100"]
-    print(f"  GET /v1/events?after=0&limit=100 after archiving: p50 {q['p50_ms']} ms, "
-          f"p99 {q['p99_ms']} ms")  # fmt: skip
+    print(
+        f"  GET /v1/events?after=0&limit=100 after archiving: p50 {q['p50_ms']} ms, "
+        f"p99 {q['p99_ms']} ms"
+    )
     return 0
 
 

@@ -78,20 +78,30 @@ def _cancel(db: Path, groups: list[str]) -> int:
     for site, jobs in by_site.items():
         env = {**os.environ, "SLURM_CONF": str(devfed_root() / site / "slurm.conf")}
         for i in range(0, len(jobs), 500):
-            subprocess.run(["scancel", *jobs[i : i + 500]], env=env, check=False,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["scancel", *jobs[i : i + 500]], env=env, check=False, capture_output=True
+            )
     return len(rows)
 
 
 def _start(
     home: Path, cycle: float, devfed: str = "1"
 ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    env = {**os.environ, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": devfed,
-           "FEDHPC_CYCLE_S": str(cycle), "FEDHPC_REFRESH_S": str(cycle),
-           "FEDHPC_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_DEVFED": devfed,
+        "FEDHPC_CYCLE_S": str(cycle),
+        "FEDHPC_REFRESH_S": str(cycle),
+        "FEDHPC_LOG_LEVEL": "warning",
+    }
     with (home / "daemon.log").open("wb") as log:
-        daemon = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     return daemon, env
 
 
@@ -105,17 +115,22 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         async with DaemonClient(settings) as client:
             await client.wait_until_up(30)
             await client.refresh()
-            params = StdioServerParameters(command=_fedhpc(), args=["serve", "--no-autostart"],
-                                           env=env)  # fmt: skip
+            params = StdioServerParameters(
+                command=_fedhpc(), args=["serve", "--no-autostart"], env=env
+            )
             async with Client(params, mode="legacy") as mcp:
                 await mcp.list_tools()
                 for n in args.sizes:
                     children = [{"command": ["true"], "name": f"c{i}"} for i in range(n)]
                     started = time.monotonic()
-                    result = await mcp.call_tool("submit_group", {
-                        "objective": f"benchmark: {n} children", "children": children,
-                        "envelope": ENVELOPE,
-                    })  # fmt: skip
+                    result = await mcp.call_tool(
+                        "submit_group",
+                        {
+                            "objective": f"benchmark: {n} children",
+                            "children": children,
+                            "envelope": ENVELOPE,
+                        },
+                    )
                     elapsed = time.monotonic() - started
                     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
                     if result.is_error:
@@ -125,11 +140,17 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     groups.append(gid)
                     at_answer = _dispatched(settings.db_path, gid)
                     await anyio.sleep(args.settle)
-                    rows.append({"children": n, "submit_s": round(elapsed, 3),
-                                 "answer_bytes": len(text.encode()),
-                                 "dispatched_at_answer": at_answer,
-                                 f"dispatched_after_{args.settle:g}s":
-                                     _dispatched(settings.db_path, gid)})  # fmt: skip
+                    rows.append(
+                        {
+                            "children": n,
+                            "submit_s": round(elapsed, 3),
+                            "answer_bytes": len(text.encode()),
+                            "dispatched_at_answer": at_answer,
+                            f"dispatched_after_{args.settle:g}s": _dispatched(
+                                settings.db_path, gid
+                            ),
+                        }
+                    )
             if args.complete:
                 with anyio.fail_after(3600):
                     for gid in groups:
@@ -147,8 +168,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,5000")
-    parser.add_argument("--settle", type=float, default=10.0,
-                        help="seconds to let placement run after each answer")  # fmt: skip
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds to let placement run after each answer"
+    )
     parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
     parser.add_argument("--complete", action="store_true", help="wait for every child")
     parser.add_argument("--json", action="store_true")
@@ -159,8 +181,10 @@ def main() -> int:
         print(json.dumps(out, indent=2))
         return 0
     settle = f"dispatched_after_{args.settle:g}s"
-    print(f"{'children':>8} {'submit (s)':>10} {'answer (B)':>10} {'at answer':>10} "
-          f"{'after ' + format(args.settle, 'g') + ' s':>12}  target")  # fmt: skip
+    print(
+        f"{'children':>8} {'submit (s)':>10} {'answer (B)':>10} {'at answer':>10} "
+        f"{'after ' + format(args.settle, 'g') + ' s':>12}  target"
+    )
     for r in out["rows"]:
         if "error" in r:
             print(f"{r['children']:>8} error: {r['error'][:200]}")
@@ -168,8 +192,10 @@ def main() -> int:
         mark = ""
         if r["children"] == 1000:
             mark = f"<= {TARGET_S:g} s: {'pass' if r['submit_s'] <= TARGET_S else 'FAIL'}"
-        print(f"{r['children']:>8} {r['submit_s']:>10.3f} {r['answer_bytes']:>10} "
-              f"{r['dispatched_at_answer']:>10} {r[settle]:>12}  {mark}")  # fmt: skip
+        print(
+            f"{r['children']:>8} {r['submit_s']:>10.3f} {r['answer_bytes']:>10} "
+            f"{r['dispatched_at_answer']:>10} {r[settle]:>12}  {mark}"
+        )
     print(
         f"daemon peak RSS (VmHWM): {out['daemon_peak_rss_mb']} MB; "
         f"jobs cancelled at the end: {out['jobs_cancelled']}"

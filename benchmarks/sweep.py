@@ -63,8 +63,11 @@ def limited_profiles(folder: Path, limit: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for path in sorted(shipped_profiles_dir().glob("dev*.toml")):
         text = re.sub(r"(?m)^max_jobs_per_user\s*=.*\n", "", path.read_text())
-        text = re.sub(r'(?m)^(\[\[partitions\]\]\nname = "[^"]+"\n)',
-                      rf"\1max_jobs_per_user = {limit}\n", text)  # fmt: skip
+        text = re.sub(
+            r'(?m)^(\[\[partitions\]\]\nname = "[^"]+"\n)',
+            rf"\1max_jobs_per_user = {limit}\n",
+            text,
+        )
         (folder / path.name).write_text(text)
     return folder
 
@@ -97,8 +100,12 @@ class RestProbe:
         if len(ms) < 2:
             return {"calls": len(ms)}
         q = statistics.quantiles(ms, n=100)
-        return {"calls": len(ms), "p50_ms": round(q[49], 1), "p99_ms": round(q[98], 1),
-                "max_ms": round(max(ms), 1)}  # fmt: skip
+        return {
+            "calls": len(ms),
+            "p50_ms": round(q[49], 1),
+            "p99_ms": round(q[98], 1),
+            "max_ms": round(max(ms), 1),
+        }
 
     def summary(self) -> dict[str, Any]:
         every = [x for ms in self.ms.values() for x in ms]
@@ -113,10 +120,12 @@ def _store_figures(db: Path, groups: list[str], limit: int) -> dict[str, Any]:
             f"JOIN tasks t ON a.task_id = t.id WHERE t.group_id IN ({marks})",
             groups,
         ).fetchall()
-        states = dict(conn.execute(
-            f"SELECT state, count(*) FROM tasks WHERE group_id IN ({marks}) GROUP BY state",  # noqa: S608
-            groups,
-        ).fetchall())  # fmt: skip
+        states = dict(
+            conn.execute(
+                f"SELECT state, count(*) FROM tasks WHERE group_id IN ({marks}) GROUP BY state",  # noqa: S608
+                groups,
+            ).fetchall()
+        )
     per_site: dict[str, int] = {}
     rejected = 0
     spans: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -135,9 +144,13 @@ def _store_figures(db: Path, groups: list[str], limit: int) -> dict[str, Any]:
             ends = [e for e in ends if e > sub]  # jobs still alive when this one was submitted
             over += len(ends) >= limit
             ends.append(end)
-    return {"attempts": len(rows), "scheduler_rejections": rejected,
-            "submissions_over_limit": over, "tasks_per_site": dict(sorted(per_site.items())),
-            "task_states": states}  # fmt: skip
+    return {
+        "attempts": len(rows),
+        "scheduler_rejections": rejected,
+        "submissions_over_limit": over,
+        "tasks_per_site": dict(sorted(per_site.items())),
+        "task_states": states,
+    }
 
 
 def _resumes(folder: Path) -> tuple[int, int]:
@@ -159,10 +172,14 @@ async def _scenario(  # noqa: PLR0917 (one call site)
         for g, size in enumerate(sizes):
             children = [{"command": ["true"], "name": f"c{i}"} for i in range(size)]
             t0 = time.monotonic()
-            result = await mcp.call_tool("submit_group", {
-                "objective": f"sweep {name}: group {g} of {size}", "children": children,
-                "envelope": ENVELOPE,
-            })  # fmt: skip
+            result = await mcp.call_tool(
+                "submit_group",
+                {
+                    "objective": f"sweep {name}: group {g} of {size}",
+                    "children": children,
+                    "envelope": ENVELOPE,
+                },
+            )
             submit_s.append(time.monotonic() - t0)
             text = "".join(getattr(c, "text", "") for c in result.content)
             if result.is_error:
@@ -181,11 +198,18 @@ async def _scenario(  # noqa: PLR0917 (one call site)
             await anyio.sleep(0.5)
     await anyio.sleep(3)  # anything more (a resume per child would show here) also lands
     after = _resumes(resumed)
-    return {"scenario": name, "tasks": sum(sizes), "groups": len(groups),
-            "wall_s": round(wall, 1), "submit_s_max": round(max(submit_s), 2),
-            **_store_figures(db, groups, limit), "rest": probe.summary(),
-            "resumes": after[0] - before[0], "resume_payload_bytes": after[1] - before[1],
-            "group_ids": groups}  # fmt: skip
+    return {
+        "scenario": name,
+        "tasks": sum(sizes),
+        "groups": len(groups),
+        "wall_s": round(wall, 1),
+        "submit_s_max": round(max(submit_s), 2),
+        **_store_figures(db, groups, limit),
+        "rest": probe.summary(),
+        "resumes": after[0] - before[0],
+        "resume_payload_bytes": after[1] - before[1],
+        "group_ids": groups,
+    }
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,20 +222,21 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     settings = DaemonSettings.from_env(home=home)
     continuation = {"runtime": "command", "command": ["bash", "-c", RESUME, "agent", str(resumed)]}
     mcp_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
-    out: dict[str, Any] = {"limit_per_partition": args.limit, "sites": args.sites,
-                           "scenarios": []}  # fmt: skip
+    out: dict[str, Any] = {"limit_per_partition": args.limit, "sites": args.sites, "scenarios": []}
     groups: list[str] = []
     try:
         async with DaemonClient(settings) as client:
             await client.wait_until_up(30)
             await client.refresh()
-            params = StdioServerParameters(command=_fedhpc(), args=["serve", "--no-autostart"],
-                                           env=mcp_env)  # fmt: skip
+            params = StdioServerParameters(
+                command=_fedhpc(), args=["serve", "--no-autostart"], env=mcp_env
+            )
             async with Client(params, mode="legacy") as mcp:
                 await mcp.list_tools()
                 for name in args.scenarios:
-                    row = await _scenario(name, args.tasks, mcp, client, settings.db_path,
-                                          resumed, args.limit)  # fmt: skip
+                    row = await _scenario(
+                        name, args.tasks, mcp, client, settings.db_path, resumed, args.limit
+                    )
                     groups += row.pop("group_ids")
                     out["scenarios"].append(row)
             out["remote_calls"] = (await client.health()).get("remote_calls")
@@ -231,16 +256,22 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print(out: dict[str, Any]) -> None:
-    print(f"sites: {out['sites']}; per-user job limit on every partition: "
-          f"{out['limit_per_partition']}")  # fmt: skip
+    print(
+        f"sites: {out['sites']}; per-user job limit on every partition: "
+        f"{out['limit_per_partition']}"
+    )
     for r in out["scenarios"]:
         rest = r["rest"]
         print(f"\n== {r['scenario']}: {r['tasks']} tasks in {r['groups']} group(s)")
-        print(f"  wall time (submit -> last child terminal): {r['wall_s']} s "
-              f"(slowest submit_group answer {r['submit_s_max']} s)")  # fmt: skip
+        print(
+            f"  wall time (submit -> last child terminal): {r['wall_s']} s "
+            f"(slowest submit_group answer {r['submit_s_max']} s)"
+        )
         print(f"  task states: {r['task_states']}")
-        print(f"  scheduler rejections: {r['scheduler_rejections']} (target 0); submissions "
-              f"over the limit: {r['submissions_over_limit']} (target 0)")  # fmt: skip
+        print(
+            f"  scheduler rejections: {r['scheduler_rejections']} (target 0); submissions "
+            f"over the limit: {r['submissions_over_limit']} (target 0)"
+        )
         print(f"  tasks per site: {r['tasks_per_site']}")
         p99 = rest.get("p99_ms", float("nan"))
         print(
@@ -250,15 +281,21 @@ def _print(out: dict[str, Any]) -> None:
         )
         for call, q in rest["by_call"].items():
             print(f"    {call}: p50 {q.get('p50_ms')} ms, p99 {q.get('p99_ms')} ms")
-        print(f"  resumes delivered: {r['resumes']} for {r['groups']} group round(s) "
-              f"({'pass' if r['resumes'] == r['groups'] else 'FAIL'}); continuation payload "
-              f"{r['resume_payload_bytes']} B in total")  # fmt: skip
+        print(
+            f"  resumes delivered: {r['resumes']} for {r['groups']} group round(s) "
+            f"({'pass' if r['resumes'] == r['groups'] else 'FAIL'}); continuation payload "
+            f"{r['resume_payload_bytes']} B in total"
+        )
     rss = out["daemon_peak_rss_mb"]
-    print(f"\ndaemon peak RSS (VmHWM): {rss} MB (target <= {TARGET_RSS_MB:g}: "
-          f"{'pass' if rss <= TARGET_RSS_MB else 'FAIL'})")  # fmt: skip
+    print(
+        f"\ndaemon peak RSS (VmHWM): {rss} MB (target <= {TARGET_RSS_MB:g}: "
+        f"{'pass' if rss <= TARGET_RSS_MB else 'FAIL'})"
+    )
     print(f"remote calls per site: {out.get('remote_calls')}")
-    print(f"store at the end: {out['store_bytes'] / 1e6:.1f} MB, {out['events_stored']} events, "
-          f"{out['tasks_stored']} tasks")  # fmt: skip
+    print(
+        f"store at the end: {out['store_bytes'] / 1e6:.1f} MB, {out['events_stored']} events, "
+        f"{out['tasks_stored']} tasks"
+    )
 
 
 def main() -> int:
@@ -267,9 +304,13 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--limit", type=int, default=40, help="max_jobs_per_user everywhere")
     parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
-    parser.add_argument("--sites", choices=["slurm", "process"], default="slurm",
-                        help="the local Slurm federation, or its process-mode twin (no Slurm, "
-                        "no lock; a preview, not the issue's figure)")  # fmt: skip
+    parser.add_argument(
+        "--sites",
+        choices=["slurm", "process"],
+        default="slurm",
+        help="the local Slurm federation, or its process-mode twin (no Slurm, "
+        "no lock; a preview, not the issue's figure)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.scenarios = [s for s in args.scenarios.split(",") if s in ("one", "fifty")]

@@ -40,8 +40,10 @@ async def main() -> None:
         print(f"  {dim:<10} min {env[dim]['min']!s:>7}  max {env[dim]['max']!s:>7}")
     print(f"rationale: {draft['rationale']}")
     shown = json.dumps({k: env[k] for k in ("gpus", "cpus", "wall_time")})
-    print(f"next: submit_task(command=['torchrun', '--nproc_per_node=4', 'train.py'], "
-          f"envelope={shown})")  # fmt: skip
+    print(
+        f"next: submit_task(command=['torchrun', '--nproc_per_node=4', 'train.py'], "
+        f"envelope={shown})"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ async def main() -> None:
         if not draft["valid"]:
             raise SystemExit(f"envelope rejected: {draft['issues']}")
         envelope = draft["envelope"]
-        print(f"envelope ({draft['source']}, valid): gpus {envelope['gpus']}, "
-              f"wall_time {envelope['wall_time']}")  # fmt: skip
+        print(
+            f"envelope ({draft['source']}, valid): gpus {envelope['gpus']}, "
+            f"wall_time {envelope['wall_time']}"
+        )
 
         after = await latest_seq(client)
         handle = await call(
@@ -54,8 +56,10 @@ async def main() -> None:
         event = await wait_for(client, handle["task_id"], {"task.terminal"}, after=after)
         result = await call(client, "get_result", task_id=handle["task_id"], preview="stdout")
         attempt = result["attempts"][-1]
-        print(f"event {event['kind']}: {result['state']} on {attempt['site']} "
-              f"(exit {attempt.get('exit_code')})")  # fmt: skip
+        print(
+            f"event {event['kind']}: {result['state']} on {attempt['site']} "
+            f"(exit {attempt.get('exit_code')})"
+        )
         print(f"stdout: {result.get('preview', '').strip()}")
 
 

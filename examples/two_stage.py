@@ -58,8 +58,10 @@ async def main() -> None:
             destination=f"{GPU_SITE}:scratch/{run}/features.dat",
             mode="replicate",
         )
-        print(f"stage-out: {xfer['transfer_id']} {xfer['source']} -> {xfer['destination']} "
-              f"({xfer['backend']}, {xfer['state']})")  # fmt: skip
+        print(
+            f"stage-out: {xfer['transfer_id']} {xfer['source']} -> {xfer['destination']} "
+            f"({xfer['backend']}, {xfer['state']})"
+        )
         read = await client.read_resource(f"fedhpc://transfers/{xfer['transfer_id']}")
         landed = json.loads(getattr(read.contents[0], "text", "{}"))["destination_location"]
 
@@ -80,8 +82,10 @@ async def main() -> None:
     attempt = result["attempts"][-1]
     print(f"event {event['kind']}: {result['state']} on {attempt['site']}")
     for d in result.get("data", []):
-        print(f"data: {d['transfer_id']} {d['direction']} {d['source_site']} -> "
-              f"{d['destination_site']} {d['bytes']} bytes sha256 {d['checksums']}")  # fmt: skip
+        print(
+            f"data: {d['transfer_id']} {d['direction']} {d['source_site']} -> "
+            f"{d['destination_site']} {d['bytes']} bytes sha256 {d['checksums']}"
+        )
     digest, lines = result.get("preview", "").split()[0], result.get("preview", "").split()[-1]
     (expected,) = result["data"][0]["checksums"].values()
     print(f"gpu task read {lines} lines; checksum {'matches' if digest == expected else 'DIFFERS'}")

@@ -17,16 +17,33 @@ from fedhpc.cli.serve import skills_source
 from fedhpc.errors import FedError
 from fedhpc.ops.events import INTERNAL_CONSUMERS as INTERNAL
 
-__all__ = ["Skill", "Vocabulary", "check", "error_codes", "event_kinds", "payload_keys",
-           "resume_claims", "skills", "state_values"]  # fmt: skip
+__all__ = [
+    "Skill",
+    "Vocabulary",
+    "check",
+    "error_codes",
+    "event_kinds",
+    "payload_keys",
+    "resume_claims",
+    "skills",
+    "state_values",
+]
 
 SRC = Path(fedhpc.__file__).parent
 _EVENT = re.compile(r"^(task|group|transfer|site)\.[a-z_]+$")
 _EVENT_LITERAL = re.compile(r"""["']((?:task|group|transfer|site)\.[a-z_]+)["']""")
 # Words a skill may put in backticks that are not tools, fields, enum values, codes or events:
 # storage-root names of the shipped profiles, skill names, placeholders.
-ALLOWED = {"scratch", "work", "fedhpc-continue", "fedhpc-submit", "fedhpc-envelopes",
-           "fedhpc-inspect", "root", "fedhpc"}  # fmt: skip
+ALLOWED = {
+    "scratch",
+    "work",
+    "fedhpc-continue",
+    "fedhpc-submit",
+    "fedhpc-envelopes",
+    "fedhpc-inspect",
+    "root",
+    "fedhpc",
+}
 
 
 @dataclass
@@ -90,7 +107,7 @@ def error_codes() -> set[str]:
                 "fedhpc.mcp_server.__main__",
             )
         ):
-            continue  # fmt: skip
+            continue
         importlib.import_module(mod.name)
     codes: set[str] = set()
     todo: list[type[FedError]] = [FedError]
@@ -122,12 +139,26 @@ def payload_keys(kinds: set[str]) -> tuple[set[str], set[str]]:
 
     every: set[str] | None = None
     some: set[str] = set()
-    full = {"task_id": "t1", "group_id": "g1", "transfer_id": "x1", "site": "s", "reason": "r",
-            "hint": "h", "state": "failed", "result": "fedhpc://transfers/x1"}  # fmt: skip
+    full = {
+        "task_id": "t1",
+        "group_id": "g1",
+        "transfer_id": "x1",
+        "site": "s",
+        "reason": "r",
+        "hint": "h",
+        "state": "failed",
+        "result": "fedhpc://transfers/x1",
+    }
     for kind in sorted(kinds):
         for payload in ({"state": "failed", "result": "fedhpc://tasks/t1"}, full):
-            event = {"kind": kind, "id": "e1", "subject": "t1", "seq": 1,
-                     "created_at": "2026-11-30T00:00:00+00:00", "payload": payload}  # fmt: skip
+            event = {
+                "kind": kind,
+                "id": "e1",
+                "subject": "t1",
+                "seq": 1,
+                "created_at": "2026-11-30T00:00:00+00:00",
+                "payload": payload,
+            }
             attempt = {"n": 1, "site": "s", "state": "failed"}
             keys = set(build_payload(event, [attempt], delivery_id="d1"))
             every = keys if every is None else every & keys

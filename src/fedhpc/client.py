@@ -89,9 +89,14 @@ Effect = Literal["read", "change", "submit"]
 # store; a submit is answered once durably accepted (plus a bounded wait for its placement); a
 # group's acceptance writes one row per child; results, cancel and replan talk to a site.
 TIMEOUTS: dict[str, float] = {
-    "read": 15.0, "health": 5.0, "draft": 30.0, "submit": 30.0, "per_child": 0.01,
-    "site": 60.0, "replan": 90.0,
-}  # fmt: skip
+    "read": 15.0,
+    "health": 5.0,
+    "draft": 30.0,
+    "submit": 30.0,
+    "per_child": 0.01,
+    "site": 60.0,
+    "replan": 90.0,
+}
 
 
 class _Remote(FedError):
@@ -159,16 +164,24 @@ class DaemonClient:
         limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
         try:
             resp = await self._http.request(route.method, path, timeout=limit, **kw)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout,
-                FileNotFoundError, ConnectionRefusedError) as exc:  # fmt: skip
+        except (
+            httpx2.ConnectError,
+            httpx2.ConnectTimeout,
+            httpx2.PoolTimeout,
+            FileNotFoundError,
+            ConnectionRefusedError,
+        ) as exc:
             raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
         except httpx2.TransportError as exc:
             timed_out = isinstance(exc, httpx2.TimeoutException)
             lost = f"no answer came within {limit:g} s" if timed_out else "the answer was lost"
             sent = f"{what or path} was sent to the daemon but {lost}"
             if effect == "submit" and key:
-                raise AcceptedUnknown(f"{sent}: it may have been accepted", idempotency_key=key,
-                                      tool=what or "the submit") from exc  # fmt: skip
+                raise AcceptedUnknown(
+                    f"{sent}: it may have been accepted",
+                    idempotency_key=key,
+                    tool=what or "the submit",
+                ) from exc
             if effect == "read":
                 raise DaemonTimeout(sent) from exc
             raise OutcomeUnknown(
@@ -213,9 +226,10 @@ class DaemonClient:
 
     async def refresh(self, req: InspectRequest | None = None) -> FederationView:
         body = await self._call(
-            api.REFRESH, params=self._params(req),
+            api.REFRESH,
+            params=self._params(req),
             limit_s=self.settings.probe_timeout_s + TIMEOUTS["read"],
-        )  # fmt: skip
+        )
         return FederationView.model_validate(body)
 
     async def draft_envelope(self, req: DraftRequest) -> EnvelopeDraft:
@@ -226,17 +240,25 @@ class DaemonClient:
 
     async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
         body = await self._call(
-            api.SUBMIT_TASK, content=req.model_dump_json(), limit_s=TIMEOUTS["submit"],
-            effect="submit", key=req.idempotency_key, what="submit_task",
-        )  # fmt: skip
+            api.SUBMIT_TASK,
+            content=req.model_dump_json(),
+            limit_s=TIMEOUTS["submit"],
+            effect="submit",
+            key=req.idempotency_key,
+            what="submit_task",
+        )
         return TaskHandle.model_validate(body)
 
     async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
         limit = TIMEOUTS["submit"] + TIMEOUTS["per_child"] * len(req.children)
         body = await self._call(
-            api.SUBMIT_GROUP, content=req.model_dump_json(), limit_s=limit,
-            effect="submit", key=req.idempotency_key, what="submit_group",
-        )  # fmt: skip
+            api.SUBMIT_GROUP,
+            content=req.model_dump_json(),
+            limit_s=limit,
+            effect="submit",
+            key=req.idempotency_key,
+            what="submit_group",
+        )
         return GroupView.model_validate(body)
 
     async def group(
@@ -269,26 +291,35 @@ class DaemonClient:
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
         body = await self._call(
-            api.CANCEL, req.task_id, limit_s=TIMEOUTS["site"],
-            effect="change", what="cancel",
-        )  # fmt: skip
+            api.CANCEL,
+            req.task_id,
+            limit_s=TIMEOUTS["site"],
+            effect="change",
+            what="cancel",
+        )
         return TaskHandle.model_validate(body)
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         body = await self._call(
-            api.REPLAN, req.task_id, content=req.model_dump_json(),
-            limit_s=TIMEOUTS["replan"], effect="change", what="replan",
-        )  # fmt: skip
+            api.REPLAN,
+            req.task_id,
+            content=req.model_dump_json(),
+            limit_s=TIMEOUTS["replan"],
+            effect="change",
+            what="replan",
+        )
         return TaskHandle.model_validate(body)
 
-    async def archive_events(self, older_than_days: float, *, dry_run: bool = False
-                             ) -> dict[str, Any]:  # fmt: skip
+    async def archive_events(
+        self, older_than_days: float, *, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Move delivered events older than `older_than_days` to the daemon's archive."""
         body: dict[str, Any] = await self._call(
             api.ARCHIVE_EVENTS,
             content=json.dumps({"older_than_days": older_than_days, "dry_run": dry_run}),
-            effect="change", what="archive_events",
-        )  # fmt: skip
+            effect="change",
+            what="archive_events",
+        )
         return body
 
     async def ack_events(self, consumer: str, through: int) -> int:
@@ -321,10 +352,12 @@ class DaemonClient:
             raise
         return ToolBinding.model_validate(body)
 
-    async def retry_deliveries(self, ids: list[str], *, all_dead: bool = False
-                               ) -> dict[str, list[str]]:  # fmt: skip
-        body = await self._call(api.RETRY_DELIVERIES,
-                                content=json.dumps({"ids": ids, "all_dead": all_dead}))  # fmt: skip
+    async def retry_deliveries(
+        self, ids: list[str], *, all_dead: bool = False
+    ) -> dict[str, list[str]]:
+        body = await self._call(
+            api.RETRY_DELIVERIES, content=json.dumps({"ids": ids, "all_dead": all_dead})
+        )
         return {"retried": list(body["retried"]), "not_dead": list(body["not_dead"])}
 
     async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
@@ -333,10 +366,13 @@ class DaemonClient:
 
     async def move_data(self, req: MoveDataRequest) -> TransferHandle:
         body = await self._call(
-            api.MOVE_DATA, content=req.model_dump_json(), limit_s=TIMEOUTS["site"],
-            effect="submit" if req.idempotency_key else "change", key=req.idempotency_key,
+            api.MOVE_DATA,
+            content=req.model_dump_json(),
+            limit_s=TIMEOUTS["site"],
+            effect="submit" if req.idempotency_key else "change",
+            key=req.idempotency_key,
             what="move_data",
-        )  # fmt: skip
+        )
         return TransferHandle.model_validate(body)
 
     async def transfer(self, req: TransferRequest) -> TransferView:

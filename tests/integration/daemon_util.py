@@ -34,13 +34,21 @@ def start(home: Path, **env: str) -> subprocess.Popen[bytes]:
     """A daemon for `home` (FEDHPC_DEVFED=1 unless `env` says otherwise), its stderr in
     home/../daemon-<pid>.log."""
     home.mkdir(parents=True, exist_ok=True)
-    full = {**os.environ, **FAST, "FEDHPC_DEVFED": "1", **env, "FEDHPC_HOME": str(home),
-            "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
+    full = {
+        **os.environ,
+        **FAST,
+        "FEDHPC_DEVFED": "1",
+        **env,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_LOG_LEVEL": "info",
+    }
     log = (home.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
-        stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     log.close()
     return proc
 

@@ -202,8 +202,12 @@ class FakeModel:
             ex.phase = "resume"
             ex.payloads = payloads_in(turn.prompt)
             if NUDGE_MARK in turn.prompt:  # events already in the session: find them there
-                held = [p for text in turn.history[:-1] for p in payloads_in(text)
-                        if p["delivery"] in turn.prompt]  # fmt: skip
+                held = [
+                    p
+                    for text in turn.history[:-1]
+                    for p in payloads_in(text)
+                    if p["delivery"] in turn.prompt
+                ]
                 ex.payloads = held + ex.payloads
             if not ex.payloads:
                 self.errors.append("the resume prompt holds no parseable payload")
@@ -219,9 +223,16 @@ class FakeModel:
             ex.tool, ex.arguments = "submit_task", self.submit_args
 
     def _record(self, path: str, turn: _Turn, session: str | None) -> Exchange:
-        ex = Exchange(at=time.time(), path=path, phase="", tool_results=turn.results,
-                      prompt=turn.prompt, session=session, history=turn.history,
-                      tools=turn.tools)  # fmt: skip
+        ex = Exchange(
+            at=time.time(),
+            path=path,
+            phase="",
+            tool_results=turn.results,
+            prompt=turn.prompt,
+            session=session,
+            history=turn.history,
+            tools=turn.tools,
+        )
         if self.down and turn.has_tools:
             ex.phase = "down"
             with self._lock:
@@ -243,14 +254,20 @@ class FakeModel:
 
     # -- what tests ask -----------------------------------------------------------------
     def phases(self, session: str | None = None) -> list[str]:
-        return [e.phase for e in self.exchanges if e.phase not in ("aux", "down")
-                and (session is None or e.session == session)]  # fmt: skip
+        return [
+            e.phase
+            for e in self.exchanges
+            if e.phase not in ("aux", "down") and (session is None or e.session == session)
+        ]
 
     def seen_deliveries(self, session: str | None = None) -> list[str]:
         """The delivery ids in the newest conversation the model received (of `session`), in
         order, each as often as it appears: a forked transcript or a re-sent event shows."""
-        agent = [e for e in self.exchanges if e.phase not in ("aux", "down")
-                 and (session is None or e.session == session)]  # fmt: skip
+        agent = [
+            e
+            for e in self.exchanges
+            if e.phase not in ("aux", "down") and (session is None or e.session == session)
+        ]
         if not agent:
             return []
         return [p["delivery"] for text in agent[-1].history for p in payloads_in(text)]
@@ -289,9 +306,7 @@ def _texts(content: Any) -> list[str]:
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(
-        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events
-    )  # fmt: skip
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
 
 
 class FakeAnthropic(FakeModel):
@@ -321,9 +336,15 @@ class FakeAnthropic(FakeModel):
         prompt = "\n".join(_texts(last.get("content"))) if last.get("role") == "user" else ""
         offered = [str(t.get("name", "")) for t in body.get("tools") or []]
         tools = [n for n in offered if n.startswith(self.PREFIX)]
-        history = ["\n".join(t for t in _texts(m.get("content")) if PAYLOAD_MARK in t
-                             or NUDGE_MARK in t or m is last)
-                   for m in messages if m.get("role") == "user"]  # fmt: skip
+        history = [
+            "\n".join(
+                t
+                for t in _texts(m.get("content"))
+                if PAYLOAD_MARK in t or NUDGE_MARK in t or m is last
+            )
+            for m in messages
+            if m.get("role") == "user"
+        ]
         return _Turn(bool(tools), result_of, results, "" if result_of else prompt, history, tools)
 
     def _answer(
@@ -335,8 +356,11 @@ class FakeAnthropic(FakeModel):
         ex = self._record(path, self._turn(body), session)
         last = (body.get("messages") or [{}])[-1]
         blocks = last.get("content")
-        kinds = [b.get("type") for b in blocks if isinstance(b, dict)] if isinstance(
-            blocks, list) else ["str"]  # fmt: skip
+        kinds = (
+            [b.get("type") for b in blocks if isinstance(b, dict)]
+            if isinstance(blocks, list)
+            else ["str"]
+        )
         ex.shape = (
             f"{last.get('role')}:{','.join(map(str, kinds))} n={len(body.get('messages') or [])}"
         )
@@ -345,8 +369,12 @@ class FakeAnthropic(FakeModel):
             return 529, "application/json", err
         mid = f"msg_{uuid.uuid4().hex[:20]}"
         if ex.tool:
-            block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
-                     "name": self.PREFIX + ex.tool, "input": {}}  # fmt: skip
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                "name": self.PREFIX + ex.tool,
+                "input": {},
+            }
             delta = {"type": "input_json_delta", "partial_json": json.dumps(ex.arguments)}
             stop = "tool_use"
         else:
@@ -360,21 +388,41 @@ class FakeAnthropic(FakeModel):
                 final["input"] = ex.arguments
             else:
                 final["text"] = delta["text"]
-            msg = {"id": mid, "type": "message", "role": "assistant", "model": body.get("model"),
-                   "content": [final], "stop_reason": stop, "stop_sequence": None,
-                   "usage": usage}  # fmt: skip
+            msg = {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model"),
+                "content": [final],
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            }
             return 200, "application/json", json.dumps(msg).encode()
         events: list[dict[str, Any]] = [
-            {"type": "message_start", "message": {
-                "id": mid, "type": "message", "role": "assistant", "model": body.get("model"),
-                "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}},
+            {
+                "type": "message_start",
+                "message": {
+                    "id": mid,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
+            },
             {"type": "content_block_start", "index": 0, "content_block": block},
             {"type": "content_block_delta", "index": 0, "delta": delta},
             {"type": "content_block_stop", "index": 0},
-            {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-             "usage": {"output_tokens": 3}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 3},
+            },
             {"type": "message_stop"},
-        ]  # fmt: skip
+        ]
         return 200, "text/event-stream", _sse(events)
 
 
@@ -386,8 +434,11 @@ class FakeOpenAI(FakeModel):
 
     def _turn(self, body: dict[str, Any]) -> _Turn:
         items = [i for i in body.get("input") or [] if isinstance(i, dict)]
-        names = {str(i.get("call_id")): str(i.get("name")) for i in items
-                 if i.get("type") == "function_call"}  # fmt: skip
+        names = {
+            str(i.get("call_id")): str(i.get("name"))
+            for i in items
+            if i.get("type") == "function_call"
+        }
         result_of = None
         results: list[str] = []
         tail: list[dict[str, Any]] = []
@@ -407,10 +458,14 @@ class FakeOpenAI(FakeModel):
         prompt = "\n".join(t for m in reversed(tail) for t in _texts(m.get("content")))
         tools = json.dumps(body.get("tools") or [])
         has_tools = self.NAMESPACE in tools or "submit_task" in tools
-        history = ["\n".join(_texts(i.get("content"))) for i in items
-                   if i.get("type") == "message" and i.get("role") == "user"]  # fmt: skip
-        return _Turn(has_tools, result_of, results, prompt, history,
-                     [self.NAMESPACE] if has_tools else [])  # fmt: skip
+        history = [
+            "\n".join(_texts(i.get("content")))
+            for i in items
+            if i.get("type") == "message" and i.get("role") == "user"
+        ]
+        return _Turn(
+            has_tools, result_of, results, prompt, history, [self.NAMESPACE] if has_tools else []
+        )
 
     def _answer(
         self, path: str, body: dict[str, Any], headers: dict[str, str]
@@ -422,17 +477,30 @@ class FakeOpenAI(FakeModel):
         rid = f"resp_{uuid.uuid4().hex[:20]}"
         if ex.tool:
             item: dict[str, Any] = {
-                "type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}",
-                "call_id": f"call_{uuid.uuid4().hex[:20]}", "namespace": self.NAMESPACE,
-                "name": ex.tool, "arguments": json.dumps(ex.arguments), "status": "completed",
-            }  # fmt: skip
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex[:20]}",
+                "call_id": f"call_{uuid.uuid4().hex[:20]}",
+                "namespace": self.NAMESPACE,
+                "name": ex.tool,
+                "arguments": json.dumps(ex.arguments),
+                "status": "completed",
+            }
         else:
             text = {"type": "output_text", "text": _REPLIES.get(ex.phase, "ok"), "annotations": []}
-            item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:20]}", "role": "assistant",
-                    "status": "completed", "content": [text]}  # fmt: skip
-        usage = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": 15}  # fmt: skip
+            item = {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:20]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [text],
+            }
+        usage = {
+            "input_tokens": 12,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 3,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15,
+        }
         events: list[dict[str, Any]] = [
             {"type": "response.created", "response": {"id": rid}},
             {"type": "response.output_item.added", "output_index": 0, "item": item},
@@ -460,9 +528,16 @@ class ProxyTrap:
 
     def env(self) -> dict[str, str]:
         loop = "127.0.0.1,localhost,::1"
-        return {"HTTP_PROXY": self.url, "HTTPS_PROXY": self.url, "ALL_PROXY": self.url,
-                "http_proxy": self.url, "https_proxy": self.url, "all_proxy": self.url,
-                "NO_PROXY": loop, "no_proxy": loop}  # fmt: skip
+        return {
+            "HTTP_PROXY": self.url,
+            "HTTPS_PROXY": self.url,
+            "ALL_PROXY": self.url,
+            "http_proxy": self.url,
+            "https_proxy": self.url,
+            "all_proxy": self.url,
+            "NO_PROXY": loop,
+            "no_proxy": loop,
+        }
 
     def _serve(self) -> None:
         while not self._stop:
@@ -602,8 +677,7 @@ def canary_env() -> dict[str, str]:
 
 def leaks(texts: dict[str, str]) -> list[str]:
     """The names of the texts that contain a canary."""
-    return [name for name, text in texts.items()
-            if CANARY_SECRET in text or CANARY_API_KEY in text]  # fmt: skip
+    return [name for name, text in texts.items() if CANARY_SECRET in text or CANARY_API_KEY in text]
 
 
 def delivery_files(home: Path) -> dict[str, str]:

@@ -22,8 +22,11 @@ def requests() -> list[tuple[str, str, bytes]]:
     draft = {"description": "9" * MAX_DESCRIPTION_CHARS, "code_context": [_SNIPPET] * 32}
     words = {"description": "xgpu_xcuda " * 700, "code_context": ["xcpu.xddp-xsweep "] * 32}
     huge = {"command": ["true"], "envelope": {"memory": {"min": "9" * 400 + "G"}}}
-    group = {"objective": "x", "envelope": {"gpus": {"min": 10**400}},
-             "children": [{"command": ["true"]}] * 1000}  # fmt: skip
+    group = {
+        "objective": "x",
+        "envelope": {"gpus": {"min": 10**400}},
+        "children": [{"command": ["true"]}] * 1000,
+    }
     return [
         ("draft at limits", "/v1/envelopes/draft", json.dumps(draft).encode()),
         ("draft word starts", "/v1/envelopes/draft", json.dumps(words).encode()),

@@ -44,10 +44,21 @@ def npm_tool(package: str, version: str, binary: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test runs install once
         if not exe.exists():
             out = subprocess.run(
-                ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund",
-                 "--loglevel=error", f"{package}@{version}"],
-                capture_output=True, text=True, timeout=600, check=False,
-            )  # fmt: skip
+                [
+                    "npm",
+                    "install",
+                    "--prefix",
+                    str(folder),
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    f"{package}@{version}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
             if out.returncode != 0 or not exe.exists():
                 unavailable(f"npm install {package}@{version} failed: {out.stderr[-400:]}")
     return exe

@@ -26,8 +26,9 @@ ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
 def _resume_into(log: Path, *, delay: float = 0) -> ContinuationSpec:
     # The "agent": appends what it was woken with; slow on purpose when asked.
     script = f'sleep {delay}; cat >> "$1"; echo >> "$1"'
-    return ContinuationSpec(runtime=Runtime.COMMAND,
-                            command=("bash", "-c", script, "agent", str(log)))  # fmt: skip
+    return ContinuationSpec(
+        runtime=Runtime.COMMAND, command=("bash", "-c", script, "agent", str(log))
+    )
 
 
 async def _delivered(client: DaemonClient, n: int, limit: float = 90) -> None:
@@ -41,8 +42,9 @@ async def test_a_finished_task_resumes_its_agent_once_with_the_payload(
 ) -> None:
     log = tmp_path / "agent.log"
     async with running(tmp_path / "h") as client:
-        h = await client.submit_task(SubmitTaskRequest(
-            command=("sleep", "1"), envelope=ENV, continuation=_resume_into(log)))  # fmt: skip
+        h = await client.submit_task(
+            SubmitTaskRequest(command=("sleep", "1"), envelope=ENV, continuation=_resume_into(log))
+        )
         await _delivered(client, 1)
         await anyio.sleep(2)  # more cycles: no second resume
         (line,) = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
@@ -133,9 +135,11 @@ async def test_one_resume_at_a_time_per_continuation_in_event_order(
     async with running(tmp_path / "h") as client:
         sync = until(time.time() + 8)
         for i in range(3):  # distinct commands: an identical request is the same task
-            await client.submit_task(SubmitTaskRequest(
-                command=("bash", "-c", f"{sync}; echo {i}"), envelope=ENV,
-                continuation=spec))  # fmt: skip
+            await client.submit_task(
+                SubmitTaskRequest(
+                    command=("bash", "-c", f"{sync}; echo {i}"), envelope=ENV, continuation=spec
+                )
+            )
         await _delivered(client, 3, limit=120)
         rows = await client.deliveries()
     lines = log.read_text().splitlines()

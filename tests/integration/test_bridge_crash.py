@@ -18,17 +18,21 @@ async def test_a_resume_whose_pid_was_not_recorded_is_waited_for_never_launched_
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "agent.log"
-    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=(
-        "bash", "-c", 'sleep 2; cat >> "$1"; echo >> "$1"', "agent", str(log)))  # fmt: skip
+    spec = ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", 'sleep 2; cat >> "$1"; echo >> "$1"', "agent", str(log)),
+    )
     home = tmp_path / "h"
     store = await Store.open(home / "fedhpc.db")
     try:
         async with store.transaction() as tx:
             at = datetime.now(UTC)
-            await tx.put_continuation("ct", subject="t1", runtime="command",
-                                      body=spec.model_dump(mode="json"), at=at)  # fmt: skip
-            await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"},
-                                  at=at)  # fmt: skip
+            await tx.put_continuation(
+                "ct", subject="t1", runtime="command", body=spec.model_dump(mode="json"), at=at
+            )
+            await tx.append_event(
+                "task.terminal", "t1", {"task_id": "t1", "state": "completed"}, at=at
+            )
         await Bridge(store, home).cycle()  # routes and launches
         (folder,) = (home / "deliveries").iterdir()
         pid = folder / "pid"
@@ -56,10 +60,12 @@ async def test_a_launch_that_never_recorded_a_pid_is_a_failed_attempt_after_the_
     try:
         async with store.transaction() as tx:
             at = datetime.now(UTC)
-            await tx.put_continuation("ct", subject="t1", runtime="command",
-                                      body=spec.model_dump(mode="json"), at=at)  # fmt: skip
-            await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"},
-                                  at=at)  # fmt: skip
+            await tx.put_continuation(
+                "ct", subject="t1", runtime="command", body=spec.model_dump(mode="json"), at=at
+            )
+            await tx.append_event(
+                "task.terminal", "t1", {"task_id": "t1", "state": "completed"}, at=at
+            )
         bridge = Bridge(store, home)
         await bridge.route()
         (d,) = await store.deliveries()

@@ -18,32 +18,55 @@ async def test_a_group_whose_many_children_fail_resumes_once_with_the_round_even
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "agent.log"
-    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=(
-        "bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)))  # fmt: skip
-    own = ContinuationSpec(runtime=Runtime.COMMAND, command=(
-        "bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(tmp_path / "own.log")))  # fmt: skip
+    spec = ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)),
+    )
+    own = ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(tmp_path / "own.log")),
+    )
     gid, n = "g0123456789ab", 1000
     at = datetime.now(UTC)
     store = await Store.open(tmp_path / "h" / "fedhpc.db")
     try:
         async with store.transaction() as tx:
-            await tx.put_continuation("cg", subject=gid, runtime="command",
-                                      body=spec.model_dump(mode="json"), at=at)  # fmt: skip
+            await tx.put_continuation(
+                "cg", subject=gid, runtime="command", body=spec.model_dump(mode="json"), at=at
+            )
             # a task of its own (not in the group) keeps its own continuation's events
-            await tx.put_continuation("ct", subject="tsolo", runtime="command",
-                                      body=own.model_dump(mode="json"), at=at)  # fmt: skip
+            await tx.put_continuation(
+                "ct", subject="tsolo", runtime="command", body=own.model_dump(mode="json"), at=at
+            )
             for i in range(n):
                 kind = "task.retry_exhausted" if i % 2 else "task.unschedulable"
                 state = "failed" if i % 2 else "unschedulable"
-                await tx.append_event(kind, f"t{i:04d}", {
-                    "task_id": f"t{i:04d}", "group_id": gid, "state": state,
-                    "reason": "exit 1 " + "x" * 300}, at=at)  # fmt: skip
-            await tx.append_event("task.retry_exhausted", "tsolo",
-                                  {"task_id": "tsolo", "state": "failed"}, at=at)  # fmt: skip
-            await tx.append_event("group.round_terminal", gid, {
-                "group_id": gid, "round": 1, "state": "failed",
-                "counts": {"failed": n // 2, "unschedulable": n // 2},
-                "result": f"fedhpc://groups/{gid}"}, at=at)  # fmt: skip
+                await tx.append_event(
+                    kind,
+                    f"t{i:04d}",
+                    {
+                        "task_id": f"t{i:04d}",
+                        "group_id": gid,
+                        "state": state,
+                        "reason": "exit 1 " + "x" * 300,
+                    },
+                    at=at,
+                )
+            await tx.append_event(
+                "task.retry_exhausted", "tsolo", {"task_id": "tsolo", "state": "failed"}, at=at
+            )
+            await tx.append_event(
+                "group.round_terminal",
+                gid,
+                {
+                    "group_id": gid,
+                    "round": 1,
+                    "state": "failed",
+                    "counts": {"failed": n // 2, "unschedulable": n // 2},
+                    "result": f"fedhpc://groups/{gid}",
+                },
+                at=at,
+            )
         bridge = Bridge(store, tmp_path / "h", poll_s=0.1)
         with anyio.fail_after(60):
             while True:

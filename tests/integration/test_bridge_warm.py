@@ -53,8 +53,10 @@ async def test_a_hung_recorded_server_is_ended_never_a_second_beside_it(tmp_path
     # alive, named like the server, but never answering on its port (a hung server)
     hung = spawn_detached(
         [sys.executable, "-c", "import time; time.sleep(600)", "serve", "--port", str(port)],
-        env={}, cwd=str(home), log_path=home / "hung.log",
-    )  # fmt: skip
+        env={},
+        cwd=str(home),
+        log_path=home / "hung.log",
+    )
     # until it is python (bash's fork already names `serve` in its argv, and a process read in
     # the middle of exec shows no argv: the recorded server must be the settled python)
     python = os.path.realpath(sys.executable)
@@ -75,14 +77,18 @@ async def test_a_hung_recorded_server_is_ended_never_a_second_beside_it(tmp_path
 
 async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
-           "FEDHPC_RESUME_WARM_MCP": "1",
-           "FEDHPC_CLAUDE_BIN": str(tmp_path / "no-claude")}  # fmt: skip
+    env = {
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
+        "FEDHPC_RESUME_WARM_MCP": "1",
+        "FEDHPC_CLAUDE_BIN": str(tmp_path / "no-claude"),
+    }
     spec = ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id="s1", cwd=str(tmp_path))
     envelope = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
     async with running(home, **env) as client:
-        await client.submit_task(SubmitTaskRequest(command=("true",), envelope=envelope,
-                                                   continuation=spec))  # fmt: skip
+        await client.submit_task(
+            SubmitTaskRequest(command=("true",), envelope=envelope, continuation=spec)
+        )
         with anyio.fail_after(90):  # the resume starts the warm server before its CLI
             while not (home / "resume-mcp.json").exists():
                 await anyio.sleep(0.3)
@@ -91,7 +97,10 @@ async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"],
             env={"FEDHPC_HOME": str(home), "PATH": "/usr/bin:/bin"},
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         assert not _alive(pid)

@@ -29,11 +29,12 @@ def _request(i: int) -> SubmitTaskRequest:
     fails = i % 10 == 7  # a few tasks really fail: their true terminal state is "failed"
     script = f"sleep {1 + i % 3}; exit {3 if fails else 0}"
     return SubmitTaskRequest(
-        command=("bash", "-c", script), name=f"crash{i}",
+        command=("bash", "-c", script),
+        name=f"crash{i}",
         envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1}, "wall_time": {"min": "5m"}}),
         adaptation=AdaptationPolicy(max_retries=0, replace_pending=False),
         idempotency_key=f"crash-test-{i}",
-    )  # fmt: skip
+    )
 
 
 async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path: Path) -> None:
@@ -82,11 +83,13 @@ async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path:
     # sacct on every cluster: each job name was submitted exactly once.
     names: Counter[str] = Counter()
     for site in devfed.sites:
-        out = devfed.run(site, "sacct", "-n", "-X", "-P", "--starttime=now-1hours",
-                         "-o", "JobName")  # fmt: skip
+        out = devfed.run(site, "sacct", "-n", "-X", "-P", "--starttime=now-1hours", "-o", "JobName")
         names.update(n for n in out.stdout.split() if n.startswith("fedhpc-t"))
-    ours = {n: c for n, c in names.items() if n.rsplit("-", 1)[0].removeprefix("fedhpc-")
-            in {t.task_id for t in tasks}}  # fmt: skip
+    ours = {
+        n: c
+        for n, c in names.items()
+        if n.rsplit("-", 1)[0].removeprefix("fedhpc-") in {t.task_id for t in tasks}
+    }
     assert ours, "no jobs found in accounting"
     assert max(ours.values()) == 1, {n: c for n, c in ours.items() if c > 1}
     assert len(ours) == TASKS  # no retries were allowed: one job per task

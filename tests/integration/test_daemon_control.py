@@ -13,10 +13,21 @@ VENV_BIN = str(Path(sys.executable).parent)
 
 
 def _fedhpc(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "FEDHPC_HOME": str(home / "fed"),
-           "FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(home / "devfed")}  # fmt: skip
-    return subprocess.run([f"{VENV_BIN}/fedhpc", *argv], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "FEDHPC_HOME": str(home / "fed"),
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(home / "devfed"),
+    }
+    return subprocess.run(
+        [f"{VENV_BIN}/fedhpc", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_restart_starts_or_replaces_the_daemon_and_stop_ends_it(tmp_path: Path) -> None:

@@ -24,12 +24,20 @@ def claude() -> Path:
 
 def _check(home: Path, config: str) -> tuple[int, dict[str, Any]]:
     (home / "config.toml").write_text(config)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "FEDHPC_HOME": str(home),
-           "ANTHROPIC_API_KEY": "sk-in-the-callers-env-only"}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "FEDHPC_HOME": str(home),
+        "ANTHROPIC_API_KEY": "sk-in-the-callers-env-only",
+    }
     out = subprocess.run(
         [f"{VENV_BIN}/fedhpc", "deliveries", "check", "--runtime", "claude-code", "--json"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return out.returncode, json.loads(out.stdout)
 
 

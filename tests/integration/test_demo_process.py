@@ -46,10 +46,24 @@ def _check_resume(out: str) -> None:
 
 def test_demo_on_process_sites_resumes_the_agent_with_a_replaced_attempt(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fedhpc.cli.main", "demo", "--sites", "process",
-         "--deadline", "120", "--home", str(tmp_path / "home")],
-        env=_demo_env(tmp_path), capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fedhpc.cli.main",
+            "demo",
+            "--sites",
+            "process",
+            "--deadline",
+            "120",
+            "--home",
+            str(tmp_path / "home"),
+        ],
+        env=_demo_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "sites: 4 sites that run jobs as local processes" in out
@@ -57,10 +71,19 @@ def test_demo_on_process_sites_resumes_the_agent_with_a_replaced_attempt(tmp_pat
     _check_resume(out)
     # The background jobs were cancelled at the end, through the process scheduler.
     acct = subprocess.run(
-        [sys.executable, "-m", "fedhpc_dev.localsched", "--root",
-         str(tmp_path / "devfed" / "devanvil" / "localsched"), "queue"],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fedhpc_dev.localsched",
+            "--root",
+            str(tmp_path / "devfed" / "devanvil" / "localsched"),
+            "queue",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     assert acct.stdout.strip() == "[]"
 
 
@@ -71,8 +94,12 @@ def _as_nobody(setpriv: str) -> tuple[list[str], dict[str, str]]:
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     # The demo re-executes sys.executable (daemon, agent): try that, not just the first exec.
     code = "import subprocess, sys; subprocess.run([sys.executable, '-c', '0'], check=True)"
-    ok = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True,
-                        check=False, timeout=60).returncode == 0  # fmt: skip
+    ok = (
+        subprocess.run(
+            [*prefix, sys.executable, "-c", code], capture_output=True, check=False, timeout=60
+        ).returncode
+        == 0
+    )
     if ok:
         return [*prefix, sys.executable], {}
     system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
@@ -93,11 +120,22 @@ def test_demo_auto_without_root_says_why_and_falls_back(tmp_path: Path) -> None:
         os.chown(work, NOBODY, NOBODY)
     try:
         done = subprocess.run(
-            [*python, "-m", "fedhpc.cli.main", "demo", "--deadline", "120",
-             "--home", str(work / "home")],
-            env={**_demo_env(work), **extra}, capture_output=True, text=True, timeout=240,
+            [
+                *python,
+                "-m",
+                "fedhpc.cli.main",
+                "demo",
+                "--deadline",
+                "120",
+                "--home",
+                str(work / "home"),
+            ],
+            env={**_demo_env(work), **extra},
+            capture_output=True,
+            text=True,
+            timeout=240,
             check=False,
-        )  # fmt: skip
+        )
     finally:
         if work != tmp_path:
             shutil.rmtree(work, ignore_errors=True)

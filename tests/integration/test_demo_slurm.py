@@ -19,10 +19,23 @@ def _demo(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.Comple
     env = _demo_env(tmp_path)
     env.pop("FEDHPC_DEVFED_DIR")  # the live federation's folder
     return subprocess.run(
-        [sys.executable, "-m", "fedhpc.cli.main", "demo", "--sites", "slurm", *args,
-         "--home", str(tmp_path / "home")],
-        env=env, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fedhpc.cli.main",
+            "demo",
+            "--sites",
+            "slurm",
+            *args,
+            "--home",
+            str(tmp_path / "home"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _no_load_left(devfed: Any) -> None:

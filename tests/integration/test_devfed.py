@@ -60,15 +60,39 @@ def test_every_cluster_has_both_accounts_for_root(devfed: Devfed) -> None:
 
 
 def test_an_unknown_account_is_rejected_at_submit(devfed: Devfed) -> None:
-    out = devfed.run("devdelta", "sbatch", "-A", "no-such-account", "-p", "cpu", "-t", "1",
-                     "-o", "/dev/null", "--wrap", "true")  # fmt: skip
+    out = devfed.run(
+        "devdelta",
+        "sbatch",
+        "-A",
+        "no-such-account",
+        "-p",
+        "cpu",
+        "-t",
+        "1",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
     assert out.returncode != 0
     assert "account" in out.stderr.lower()
 
 
 def test_a_job_over_the_wall_cap_is_rejected_at_submit(devfed: Devfed) -> None:
-    out = devfed.run("devvista", "sbatch", "-A", "fedhpc-gpu", "-p", "gh-dev", "-t", "3:00:00",
-                     "-o", "/dev/null", "--wrap", "true")  # fmt: skip
+    out = devfed.run(
+        "devvista",
+        "sbatch",
+        "-A",
+        "fedhpc-gpu",
+        "-p",
+        "gh-dev",
+        "-t",
+        "3:00:00",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
     assert out.returncode != 0
     assert "time limit" in out.stderr.lower()
 

@@ -22,8 +22,11 @@ pytestmark = [pytest.mark.devfed, pytest.mark.sshd]
 def _ssh(front: SshFront, alias: str, *remote: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ssh", "-F", str(front.ssh_config), "-o", "BatchMode=yes", alias, "--", *remote],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 def test_each_login_host_points_slurm_at_its_own_cluster(
@@ -52,8 +55,11 @@ def test_the_dev_sites_load_with_an_ssh_transport_that_sends_no_slurm_conf(
 def test_fedhpc_probe_reaches_a_cluster_over_ssh(over_ssh: SshFront) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", "probe", "devdelta", "--json"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     (state,) = json.loads(out.stdout)
     assert state["site"] == "devdelta"

@@ -27,14 +27,26 @@ def _fedhpc(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.pop("FEDHPC_CONFIG", None)
     return subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("site", SITES)
 def test_discovered_profile_matches_shipped(devfed: Devfed, tmp_path: Path, site: str) -> None:
-    done = _fedhpc(tmp_path, "sites", "discover", site, "--local", "--env",
-                   f"SLURM_CONF={devfed.conf(site)}", "--json")  # fmt: skip
+    done = _fedhpc(
+        tmp_path,
+        "sites",
+        "discover",
+        site,
+        "--local",
+        "--env",
+        f"SLURM_CONF={devfed.conf(site)}",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["shipped"] is True
@@ -44,8 +56,10 @@ def test_discovered_profile_matches_shipped(devfed: Devfed, tmp_path: Path, site
     for got, want in zip(out["partitions"], shipped.partitions, strict=True):
         acc = want.node.accelerator
         assert (got["cpus"], got["memory_mib"], got["nodes"]) == (
-            want.node.cpus, want.node.memory_mib, want.node.count,
-        )  # fmt: skip
+            want.node.cpus,
+            want.node.memory_mib,
+            want.node.count,
+        )
         assert (got["gpu_type"], got["gpus"]) == ((acc.type, acc.count) if acc else (None, 0))
         assert got["max_wall_s"] == want.max_wall_s
     # A shipped center is never shadowed: the discovered profile is kept for reference.
@@ -102,8 +116,17 @@ def test_unreachable_scheduler_is_a_typed_error(devfed: Devfed, tmp_path: Path) 
         (stopped, "slurmctld does not answer"),
         (tmp_path / "no.conf", "not a file"),
     ):
-        done = _fedhpc(tmp_path, "sites", "discover", "nowhere", "--local", "--dialect", "slurm",
-                       "--env", f"SLURM_CONF={path}")  # fmt: skip
+        done = _fedhpc(
+            tmp_path,
+            "sites",
+            "discover",
+            "nowhere",
+            "--local",
+            "--dialect",
+            "slurm",
+            "--env",
+            f"SLURM_CONF={path}",
+        )
         assert done.returncode == 2, done.stdout
         assert "error[discover_failed]" in done.stderr and says in done.stderr
         assert "hint:" in done.stderr

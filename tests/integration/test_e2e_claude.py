@@ -89,9 +89,13 @@ class Rig:
         secret.write_text(f"ANTHROPIC_API_KEY={CANARY_API_KEY}\n")
         secret.chmod(0o600)
         env = {k: v for k, v in self.resume_env.items() if k != "ANTHROPIC_API_KEY"}
-        lines = ["[resume.claude-code]", f"binary = {json.dumps(binary or str(self.claude))}",
-                 f'path = "{VENV_BIN}:/usr/bin:/bin"', f"env_file = {json.dumps(str(secret))}",
-                 "[resume.claude-code.env]"]  # fmt: skip
+        lines = [
+            "[resume.claude-code]",
+            f"binary = {json.dumps(binary or str(self.claude))}",
+            f'path = "{VENV_BIN}:/usr/bin:/bin"',
+            f"env_file = {json.dumps(str(secret))}",
+            "[resume.claude-code.env]",
+        ]
         lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
         (self.fedhome / "config.toml").write_text("\n".join(lines) + "\n")
 
@@ -99,27 +103,62 @@ class Rig:
         """What a Codex-launched daemon would have: no Anthropic anything, a short PATH."""
         local = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(self.home.parent / "devfed")}
         sites = {"FEDHPC_DEVFED": "1"} if self.slurm else local
-        return {"PATH": "/usr/bin:/bin", "HOME": str(self.home), **FAST, **sites,
-                "FEDHPC_HOME": str(self.fedhome),
-                "FEDHPC_LOG_LEVEL": "info", "FEDHPC_BRIDGE_POLL_S": "0.3",
-                "FEDHPC_RESUME_TIMEOUT_S": "120"}  # fmt: skip
+        return {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.home),
+            **FAST,
+            **sites,
+            "FEDHPC_HOME": str(self.fedhome),
+            "FEDHPC_LOG_LEVEL": "info",
+            "FEDHPC_BRIDGE_POLL_S": "0.3",
+            "FEDHPC_RESUME_TIMEOUT_S": "120",
+        }
 
     def first_turn(self, session: str, *, hook: bool = True) -> dict[str, Any]:
         argv = serve_argv()
-        mcp = {"mcpServers": {"fedhpc": {"type": "stdio", "command": argv[0], "args": argv[1:],
-                                         "env": {"FEDHPC_HOME": str(self.fedhome)},
-                                         "alwaysLoad": True}}}  # fmt: skip
+        mcp = {
+            "mcpServers": {
+                "fedhpc": {
+                    "type": "stdio",
+                    "command": argv[0],
+                    "args": argv[1:],
+                    "env": {"FEDHPC_HOME": str(self.fedhome)},
+                    "alwaysLoad": True,
+                }
+            }
+        }
         command = f"{VENV_BIN}/fedhpc hook pre-tool-use"
-        hooks = {"PreToolUse": [{"matcher": HOOK_MATCHER,
-                                 "hooks": [{"type": "command", "command": command}]}]}  # fmt: skip
+        hooks = {
+            "PreToolUse": [
+                {"matcher": HOOK_MATCHER, "hooks": [{"type": "command", "command": command}]}
+            ]
+        }
         settings = {"hooks": hooks if hook else {}}
         out = subprocess.run(
-            [str(self.claude), "-p", PROMPT, "--output-format", "json", "--session-id", session,
-             "--mcp-config", json.dumps(mcp), "--strict-mcp-config", "--allowedTools",
-             "mcp__fedhpc", "--settings", json.dumps(settings)],
-            cwd=self.project, env={**os.environ, **self.client_env}, capture_output=True,
-            text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                str(self.claude),
+                "-p",
+                PROMPT,
+                "--output-format",
+                "json",
+                "--session-id",
+                session,
+                "--mcp-config",
+                json.dumps(mcp),
+                "--strict-mcp-config",
+                "--allowedTools",
+                "mcp__fedhpc",
+                "--settings",
+                json.dumps(settings),
+            ],
+            cwd=self.project,
+            env={**os.environ, **self.client_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         assert out.returncode == 0, f"claude exited {out.returncode}: {out.stdout}\n{out.stderr}"
         answer: dict[str, Any] = json.loads(out.stdout)
         assert not answer.get("is_error"), answer
@@ -128,14 +167,16 @@ class Rig:
 
     def submitted(self, session: str) -> dict[str, Any]:
         """The submit_task result the model of `session` received."""
-        found = [e for e in self.fake.exchanges
-                 if e.phase == "after_submit" and e.session == session]  # fmt: skip
+        found = [
+            e for e in self.fake.exchanges if e.phase == "after_submit" and e.session == session
+        ]
         assert found, [(e.phase, e.session, e.prompt[:80]) for e in self.fake.exchanges]
         return result_json(found[0].tool_results[0])
 
     def spec(self, session: str) -> ContinuationSpec:
-        return ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id=session,
-                                cwd=str(self.project))  # fmt: skip
+        return ContinuationSpec(
+            runtime=Runtime.CLAUDE_CODE, session_id=session, cwd=str(self.project)
+        )
 
 
 @asynccontextmanager
@@ -149,23 +190,33 @@ async def rig(
         folder.mkdir()
     with FakeAnthropic() as fake, no_egress() as (trap, watch):
         common = {
-            "HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": CANARY_API_KEY,
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+            "HOME": str(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "ANTHROPIC_BASE_URL": fake.url,
+            "ANTHROPIC_API_KEY": CANARY_API_KEY,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
             "MCP_CONNECT_TIMEOUT_MS": "60000",
-            **canary_env(), **trap.env(), **watch.env(),
-        }  # fmt: skip
-        client_env = {**common, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                      "FEDHPC_HOME": str(fedhome)}  # fmt: skip
+            **canary_env(),
+            **trap.env(),
+            **watch.env(),
+        }
+        client_env = {
+            **common,
+            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "FEDHPC_HOME": str(fedhome),
+        }
         r = Rig(claude, home, project, fedhome, fake, client_env, common, slurm)
         r.config()
         log = (tmp_path / "daemon.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
             env={**r.daemon_env(), **(bridge or {})},
-            stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         log.close()
         try:
             async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
@@ -225,8 +276,9 @@ async def test_claude_is_resumed_once_with_the_payload_and_reads_the_result(
             os.kill(pid, 9)
             log = (tmp_path / "daemon2.log").open("wb")
             argv = [sys.executable, "-m", "fedhpc.cli.main", "daemon"]
-            again = subprocess.Popen(argv, env=r.daemon_env(), stdout=subprocess.DEVNULL,
-                                     stderr=log)  # fmt: skip
+            again = subprocess.Popen(
+                argv, env=r.daemon_env(), stdout=subprocess.DEVNULL, stderr=log
+            )
             r.extra.append(again)
             log.close()
             await client.wait_until_up(30)
@@ -309,8 +361,9 @@ async def test_jobs_ending_together_reach_the_model_once_each_in_order_without_a
         for i in range(jobs):  # these end within `spread_s` of each other
             at = end + spread_s * i / max(1, jobs - 1)
             body = f"while [ $(date +%s%N) -lt {int(at * 1e9)} ]; do sleep 0.02; done"
-            await client.submit_task(SubmitTaskRequest(
-                command=("bash", "-c", body), envelope=ENV, continuation=spec))  # fmt: skip
+            await client.submit_task(
+                SubmitTaskRequest(command=("bash", "-c", body), envelope=ENV, continuation=spec)
+            )
         await _until(client, "delivered", jobs + 1, limit=240)
         await anyio.sleep(2)
         rows = await client.deliveries()
@@ -329,8 +382,11 @@ async def test_the_model_endpoint_down_then_back_sees_the_event_once(
     claude: Path, tmp_path: Path
 ) -> None:
     session = str(uuid.uuid4())
-    bridge = {"FEDHPC_RESUME_START_TIMEOUT_S": "6", "FEDHPC_BRIDGE_BACKOFF_S": "1",
-              "FEDHPC_BRIDGE_ATTEMPTS": "6"}  # fmt: skip
+    bridge = {
+        "FEDHPC_RESUME_START_TIMEOUT_S": "6",
+        "FEDHPC_BRIDGE_BACKOFF_S": "1",
+        "FEDHPC_BRIDGE_ATTEMPTS": "6",
+    }
     async with rig(claude, tmp_path, bridge=bridge) as (r, client):
         await anyio.to_thread.run_sync(r.first_turn, session)
         r.fake.down = True
@@ -363,9 +419,12 @@ async def test_a_dead_letter_redriven_after_the_fix_is_delivered_once(
         r.config()  # fixed; the config is read at each resume, no daemon restart
         out = subprocess.run(
             [f"{VENV_BIN}/fedhpc", "deliveries", "retry", "--all-dead", "--json"],
-            env={**os.environ, "FEDHPC_HOME": str(r.fedhome)}, capture_output=True, text=True,
-            timeout=60, check=False,
-        )  # fmt: skip
+            env={**os.environ, "FEDHPC_HOME": str(r.fedhome)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["retried"] == [dead.id]
         await _until(client, "delivered")
@@ -392,8 +451,13 @@ async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(
         spec = r.spec(session)
         verified = []
         for i in range(20):
-            event = {"kind": "task.terminal", "id": f"ev{i}", "seq": 1000 + i, "subject": "t-none",
-                     "payload": {"task_id": "t-none", "state": "completed"}}  # fmt: skip
+            event = {
+                "kind": "task.terminal",
+                "id": f"ev{i}",
+                "seq": 1000 + i,
+                "subject": "t-none",
+                "payload": {"task_id": "t-none", "state": "completed"},
+            }
             text = prompt_text([build_payload(event, [], delivery_id=f"d{1000 + i}-c20")])
             folder = r.fedhome / "deliveries" / f"r20-{i}"
             launch(spec, text, folder, home=r.fedhome, cfg=cfg, timeout_s=120)
@@ -402,8 +466,11 @@ async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(
                     await anyio.sleep(0.2)
             verified.append(check_result(spec, folder, done))
     resumes = [e for e in r.fake.resumes() if e.payload and e.payload["delivery"].endswith("c20")]
-    odd = [(e.phase, len(e.tools), e.shape, e.prompt[:200]) for e in r.fake.exchanges
-           if e.phase not in ("resume", "after_result")]  # fmt: skip
+    odd = [
+        (e.phase, len(e.tools), e.shape, e.prompt[:200])
+        for e in r.fake.exchanges
+        if e.phase not in ("resume", "after_result")
+    ]
     assert len(resumes) == 20, (odd, r.fake.errors)
     assert all("mcp__fedhpc__get_result" in e.tools for e in resumes)
     assert verified == [True] * 20

@@ -60,8 +60,9 @@ def codex() -> Path:
     return npm_tool(*CODEX)
 
 
-def _config(codex_home: Path, fedhome: Path, model_url: str,
-            server_env: dict[str, str] | None = None) -> None:  # fmt: skip
+def _config(
+    codex_home: Path, fedhome: Path, model_url: str, server_env: dict[str, str] | None = None
+) -> None:
     argv = serve_argv()
     lines = [
         'model = "fake-model"',
@@ -113,9 +114,13 @@ def _resume_config(fedhome: Path, codex: Path, env: dict[str, str]) -> None:
     secret = fedhome / "codex.env"
     secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n")
     secret.chmod(0o600)
-    lines = ["[resume.codex]", f"binary = {json.dumps(str(codex))}",
-             f'path = "{VENV_BIN}:/usr/bin:/bin"', f"env_file = {json.dumps(str(secret))}",
-             "[resume.codex.env]"]  # fmt: skip
+    lines = [
+        "[resume.codex]",
+        f"binary = {json.dumps(str(codex))}",
+        f'path = "{VENV_BIN}:/usr/bin:/bin"',
+        f"env_file = {json.dumps(str(secret))}",
+        "[resume.codex.env]",
+    ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
     (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
 
@@ -136,16 +141,30 @@ def _env(home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
 def _daemon_env(home: Path, fedhome: Path, bridge: dict[str, str]) -> dict[str, str]:
     """A daemon started from a filtered client environment (as Claude Code's hook or another
     client would): no model key, a short PATH. Resumes must work from the config alone."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "FEDHPC_BRIDGE_POLL_S": "0.3",
-            "FEDHPC_RESUME_TIMEOUT_S": "90", **bridge}  # fmt: skip
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "FEDHPC_BRIDGE_POLL_S": "0.3",
+        "FEDHPC_RESUME_TIMEOUT_S": "90",
+        **bridge,
+    }
 
 
 def _start(fedhome: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    full = {**FAST, **env, "FEDHPC_HOME": str(fedhome), "FEDHPC_DEVFED": "1",
-            "FEDHPC_LOG_LEVEL": "info"}  # fmt: skip
+    full = {
+        **FAST,
+        **env,
+        "FEDHPC_HOME": str(fedhome),
+        "FEDHPC_DEVFED": "1",
+        "FEDHPC_LOG_LEVEL": "info",
+    }
     log = (fedhome.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
-                            stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     log.close()
     return proc
 
@@ -153,9 +172,14 @@ def _start(fedhome: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
 def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     out = subprocess.run(
         [str(codex), "exec", "--json", "--skip-git-repo-check", PROMPT],
-        cwd=project, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
-        stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
+        cwd=project,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert out.returncode == 0, f"codex exited {out.returncode}: {out.stdout}\n{out.stderr}"
     return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
 
@@ -179,8 +203,9 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
         _config(home / ".codex", fedhome, fake.url)
         guards = {**trap.env(), **watch.env()}
         env = _env(home, fedhome, guards)
-        _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex"), **canary_env(),
-                                        **guards})  # fmt: skip
+        _resume_config(
+            fedhome, codex, {"CODEX_HOME": str(home / ".codex"), **canary_env(), **guards}
+        )
         daemon = _daemon_env(home, fedhome, {})
         proc = _start(fedhome, daemon)
         try:
@@ -190,8 +215,11 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
                 # (1) submit, end the turn; the CLI exits
                 lines = await anyio.to_thread.run_sync(_first_turn, codex, project, env)
                 thread = next(x["thread_id"] for x in lines if x["type"] == "thread.started")
-                calls = [x["item"] for x in lines if x["type"] == "item.completed"
-                         and x["item"].get("type") == "mcp_tool_call"]  # fmt: skip
+                calls = [
+                    x["item"]
+                    for x in lines
+                    if x["type"] == "item.completed" and x["item"].get("type") == "mcp_tool_call"
+                ]
                 done = [(c["tool"], c["status"]) for c in calls]
                 assert done == [("submit_task", "completed")], json.dumps(calls)
                 assert fake.phases() == ["start", "after_submit"], fake.exchanges
@@ -229,11 +257,17 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     assert result["task_id"] == task_id
     assert result["state"] == "completed"
     # the resumed process ran `codex exec resume` on the same thread and called get_result
-    out = [json.loads(x) for x in (fedhome / "deliveries").glob("*/out").__next__()
-           .read_text().splitlines() if x.startswith("{")]  # fmt: skip
+    out = [
+        json.loads(x)
+        for x in (fedhome / "deliveries").glob("*/out").__next__().read_text().splitlines()
+        if x.startswith("{")
+    ]
     assert next(x["thread_id"] for x in out if x["type"] == "thread.started") == thread
-    assert [x["item"]["tool"] for x in out if x["type"] == "item.completed"
-            and x["item"].get("type") == "mcp_tool_call"] == ["get_result"]  # fmt: skip
+    assert [
+        x["item"]["tool"]
+        for x in out
+        if x["type"] == "item.completed" and x["item"].get("type") == "mcp_tool_call"
+    ] == ["get_result"]
     # one delivery, one launch, the payload once and under the cap
     (d,) = deliveries
     assert (d.state, d.attempts) == ("delivered", 0)
@@ -265,12 +299,19 @@ async def _rig(
         _config(home / ".codex", fedhome, fake.url)
         env = _env(home, fedhome, {})
         _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex")})
-        daemon = {**_daemon_env(home, fedhome, bridge), "FEDHPC_DEVFED": "process",
-                  "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}  # fmt: skip
+        daemon = {
+            **_daemon_env(home, fedhome, bridge),
+            "FEDHPC_DEVFED": "process",
+            "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
+        }
         full = {**FAST, **daemon, "FEDHPC_HOME": str(fedhome), "FEDHPC_LOG_LEVEL": "info"}
         log = (tmp_path / "daemon.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=full,
-                                stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=full,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         log.close()
         try:
             async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
@@ -298,8 +339,9 @@ async def test_codex_jobs_ending_together_reach_the_model_once_each_in_order(
         for i in range(2):
             at = int((end + 0.2 * i) * 1e9)
             body = f"while [ $(date +%s%N) -lt {at} ]; do sleep 0.02; done"
-            await client.submit_task(SubmitTaskRequest(
-                command=("bash", "-c", body), envelope=ENV, continuation=spec))  # fmt: skip
+            await client.submit_task(
+                SubmitTaskRequest(command=("bash", "-c", body), envelope=ENV, continuation=spec)
+            )
         await _until(client, "delivered", 3, limit=180)
         await anyio.sleep(2)
         rows = await client.deliveries()
@@ -314,8 +356,11 @@ async def test_codex_jobs_ending_together_reach_the_model_once_each_in_order(
 async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
     codex: Path, tmp_path: Path
 ) -> None:
-    bridge = {"FEDHPC_RESUME_START_TIMEOUT_S": "8", "FEDHPC_BRIDGE_BACKOFF_S": "1",
-              "FEDHPC_BRIDGE_ATTEMPTS": "6"}  # fmt: skip
+    bridge = {
+        "FEDHPC_RESUME_START_TIMEOUT_S": "8",
+        "FEDHPC_BRIDGE_BACKOFF_S": "1",
+        "FEDHPC_BRIDGE_ATTEMPTS": "6",
+    }
     async with _rig(codex, tmp_path, **bridge) as (fake, project, _fedhome, env, client):
         fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
         thread = _thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
@@ -347,24 +392,40 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
     home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
     for folder in (home, project, fedhome):
         folder.mkdir()
-    daemon_env = {**FAST, "FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "df"),
-                  "FEDHPC_BRIDGE_POLL_S": "0.3"}  # fmt: skip
-    claude_env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-                  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-                  "DISABLE_AUTOUPDATER": "1", "MCP_CONNECT_TIMEOUT_MS": "60000"}  # fmt: skip
+    daemon_env = {
+        **FAST,
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(tmp_path / "df"),
+        "FEDHPC_BRIDGE_POLL_S": "0.3",
+    }
+    claude_env = {
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+    }
     settings = DaemonSettings.from_env(home=fedhome)
     with FakeOpenAI() as oai, FakeAnthropic() as ant:
         _config(home / ".codex", fedhome, oai.url, daemon_env)
         secret = fedhome / "keys.env"
-        secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n"
-                          f"ANTHROPIC_API_KEY={CANARY_API_KEY}\n")  # fmt: skip
-        lines = ["[resume.codex]", f"binary = {json.dumps(str(codex))}",
-                 f"env_file = {json.dumps(str(secret))}",
-                 f"env = {{ CODEX_HOME = {json.dumps(str(home / '.codex'))} }}",
-                 "[resume.claude-code]", f"binary = {json.dumps(str(claude))}",
-                 f'path = "{VENV_BIN}:/usr/bin:/bin"', f"env_file = {json.dumps(str(secret))}",
-                 "[resume.claude-code.env]", f"ANTHROPIC_BASE_URL = {json.dumps(ant.url)}",
-                 *(f"{k} = {json.dumps(v)}" for k, v in claude_env.items())]  # fmt: skip
+        secret.write_text(
+            f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\nANTHROPIC_API_KEY={CANARY_API_KEY}\n"
+        )
+        lines = [
+            "[resume.codex]",
+            f"binary = {json.dumps(str(codex))}",
+            f"env_file = {json.dumps(str(secret))}",
+            f"env = {{ CODEX_HOME = {json.dumps(str(home / '.codex'))} }}",
+            "[resume.claude-code]",
+            f"binary = {json.dumps(str(claude))}",
+            f'path = "{VENV_BIN}:/usr/bin:/bin"',
+            f"env_file = {json.dumps(str(secret))}",
+            "[resume.claude-code.env]",
+            f"ANTHROPIC_BASE_URL = {json.dumps(ant.url)}",
+            *(f"{k} = {json.dumps(v)}" for k, v in claude_env.items()),
+        ]
         (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
         try:
             # (1) Codex's MCP server starts the daemon (nothing else has)
@@ -375,21 +436,55 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
             assert settings.lock_path.exists()
             # (2) a Claude Code session, with the hook, submits to that daemon
             argv = serve_argv()
-            mcp = {"mcpServers": {"fedhpc": {"type": "stdio", "command": argv[0],
-                                             "args": argv[1:], "alwaysLoad": True,
-                                             "env": {"FEDHPC_HOME": str(fedhome)}}}}  # fmt: skip
+            mcp = {
+                "mcpServers": {
+                    "fedhpc": {
+                        "type": "stdio",
+                        "command": argv[0],
+                        "args": argv[1:],
+                        "alwaysLoad": True,
+                        "env": {"FEDHPC_HOME": str(fedhome)},
+                    }
+                }
+            }
             hook = {"type": "command", "command": f"{VENV_BIN}/fedhpc hook pre-tool-use"}
             hooks = {"hooks": {"PreToolUse": [{"matcher": "mcp__fedhpc__.*", "hooks": [hook]}]}}
             session = "5f0c4a58-3b1e-4b59-9d0e-6a3c2f1b7e11"
-            env = {**os.environ, **claude_env, "ANTHROPIC_BASE_URL": ant.url,
-                   "ANTHROPIC_API_KEY": CANARY_API_KEY, "FEDHPC_HOME": str(fedhome),
-                   "PATH": f"{VENV_BIN}:/usr/bin:/bin"}  # fmt: skip
-            out = await anyio.to_thread.run_sync(lambda: subprocess.run(
-                [str(claude), "-p", PROMPT, "--output-format", "json", "--session-id", session,
-                 "--mcp-config", json.dumps(mcp), "--strict-mcp-config", "--allowedTools",
-                 "mcp__fedhpc", "--settings", json.dumps(hooks)],
-                cwd=project, env=env, capture_output=True, text=True, timeout=180,
-                stdin=subprocess.DEVNULL, check=False))  # fmt: skip
+            env = {
+                **os.environ,
+                **claude_env,
+                "ANTHROPIC_BASE_URL": ant.url,
+                "ANTHROPIC_API_KEY": CANARY_API_KEY,
+                "FEDHPC_HOME": str(fedhome),
+                "PATH": f"{VENV_BIN}:/usr/bin:/bin",
+            }
+            out = await anyio.to_thread.run_sync(
+                lambda: subprocess.run(
+                    [
+                        str(claude),
+                        "-p",
+                        PROMPT,
+                        "--output-format",
+                        "json",
+                        "--session-id",
+                        session,
+                        "--mcp-config",
+                        json.dumps(mcp),
+                        "--strict-mcp-config",
+                        "--allowedTools",
+                        "mcp__fedhpc",
+                        "--settings",
+                        json.dumps(hooks),
+                    ],
+                    cwd=project,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=180,
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                )
+            )
             assert out.returncode == 0, out.stdout + out.stderr
             async with DaemonClient(settings) as client:
                 await _until(client, "delivered", 2, limit=180)

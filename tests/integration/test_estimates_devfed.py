@@ -31,8 +31,11 @@ from tests.integration.daemon_util import drain, running, sbatch, wait_terminal
 
 pytestmark = pytest.mark.devfed
 
-GPU1 = {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 4, "max": 4},
-        "wall_time": {"min": "10m", "max": "10m"}}  # fmt: skip
+GPU1 = {
+    "gpus": {"min": 1, "max": 1},
+    "cpus": {"min": 4, "max": 4},
+    "wall_time": {"min": "10m", "max": "10m"},
+}
 
 
 class Counting:
@@ -64,8 +67,13 @@ def fed(devfed: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def _task(envelope: dict[str, Any]) -> TaskRecord:
     req = SubmitTaskRequest(command=("true",), envelope=ResourceEnvelope.model_validate(envelope))
-    return TaskRecord(id=new_id("t"), request=req, idempotency_key=new_id("k"),
-                      state=JobState.QUEUED, created_at=datetime.now(UTC))  # fmt: skip
+    return TaskRecord(
+        id=new_id("t"),
+        request=req,
+        idempotency_key=new_id("k"),
+        state=JobState.QUEUED,
+        created_at=datetime.now(UTC),
+    )
 
 
 @contextmanager
@@ -85,8 +93,10 @@ def _pointed_at(site: Site, port: int, tmp: Path) -> SiteAdapter:
     for f in src.parent.glob("*.conf"):
         shutil.copy(f, conf_dir / f.name)
     text = (conf_dir / "slurm.conf").read_text()
-    lines = [f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
-             for ln in text.splitlines()]  # fmt: skip
+    lines = [
+        f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
+        for ln in text.splitlines()
+    ]
     (conf_dir / "slurm.conf").write_text("\n".join(lines) + "\n")
     spec = site.transport.model_copy(update={"env": {"SLURM_CONF": str(conf_dir / "slurm.conf")}})
     return SiteAdapter(site, LocalTransport(spec))
@@ -98,16 +108,19 @@ async def _orchestrator(
 ) -> AsyncIterator[tuple[Orchestrator, dict[str, Counting]]]:
     sites = load_federation()
     probe = {n: open_adapter(s) for n, s in sites.items()}
-    counted = {n: Counting((swap or {}).get(n, open_adapter(s)).transport)
-               for n, s in sites.items()}  # fmt: skip
+    counted = {
+        n: Counting((swap or {}).get(n, open_adapter(s)).transport) for n, s in sites.items()
+    }
     adapters = {n: SiteAdapter(s, counted[n]) for n, s in sites.items()}  # type: ignore[arg-type]
     store = await Store.open(tmp / "o.db")
     try:
         collector = Collector(sites, probe, store, refresh_s=60, probe_timeout_s=20)
         with anyio.fail_after(60):
             await collector.refresh(force=True)
-        yield Orchestrator(store, collector, adapters, cycle_s=30,
-                           estimate_timeout_s=timeout_s), counted  # fmt: skip
+        yield (
+            Orchestrator(store, collector, adapters, cycle_s=30, estimate_timeout_s=timeout_s),
+            counted,
+        )
     finally:
         await store.close()
         for a in [*probe.values(), *adapters.values()]:
@@ -127,8 +140,11 @@ async def test_a_decision_asks_each_candidate_site_once_and_reuses_the_answer_in
         assert calls == dict.fromkeys(asked, 1)
         assert d.estimates.wait_source.startswith("scheduler")
         assert d.trace.estimates_note.startswith("scheduler estimates for ")
-        n_sched = sum(1 for c in d.trace.candidates if c.estimates
-                      and c.estimates.wait_source.startswith("scheduler"))  # fmt: skip
+        n_sched = sum(
+            1
+            for c in d.trace.candidates
+            if c.estimates and c.estimates.wait_source.startswith("scheduler")
+        )
         assert n_sched >= len(asked)
         # The same shape again within the cycle: answered from the cache, no remote call.
         again = await o.planner.decide(_task(GPU1))
@@ -189,8 +205,9 @@ async def test_a_slow_or_stopped_controller_falls_back_in_time_and_the_trace_say
             assert "devdelta: " in d.trace.estimates_note
             # The other sites still answered.
             others = [c for c in d.trace.candidates if c.feasible and c.site != "devdelta"]
-            assert any(c.estimates and c.estimates.wait_source.startswith("scheduler")
-                       for c in others)  # fmt: skip
+            assert any(
+                c.estimates and c.estimates.wait_source.startswith("scheduler") for c in others
+            )
             # The failure is remembered for the cycle: the next decision does not wait again.
             before = counted["devdelta"].test_only_calls()
             await o.planner.decide(_task(GPU1))
@@ -200,8 +217,9 @@ async def test_a_slow_or_stopped_controller_falls_back_in_time_and_the_trace_say
 
 async def test_get_result_names_the_estimate_that_decided(fed: Any, tmp_path: Path) -> None:
     async with running(tmp_path / "h") as client:
-        handle = await client.submit_task(SubmitTaskRequest(
-            command=("true",), envelope=ResourceEnvelope.model_validate(GPU1)))  # fmt: skip
+        handle = await client.submit_task(
+            SubmitTaskRequest(command=("true",), envelope=ResourceEnvelope.model_validate(GPU1))
+        )
         assert "est. wait" in handle.decision
         done = await wait_terminal(client, handle.task_id)
         assert done.provenance is not None
@@ -213,8 +231,11 @@ async def test_get_result_names_the_estimate_that_decided(fed: Any, tmp_path: Pa
         with anyio.fail_after(60):
             while True:
                 body = await client.estimators()
-                rows = [e for e in body["estimators"]
-                        if (e["site"], e["partition"]) == (att.site, att.partition)]  # fmt: skip
+                rows = [
+                    e
+                    for e in body["estimators"]
+                    if (e["site"], e["partition"]) == (att.site, att.partition)
+                ]
                 if rows:
                     break
                 await anyio.sleep(1)
@@ -227,16 +248,36 @@ async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_account
     fed: Any, tmp_path: Path
 ) -> None:
     # Three jobs fedhpc never submitted, on devvista/gh: the learned estimator counts them.
-    ids = [sbatch(fed, "devvista", "-p", "gh", "-A", "fedhpc-gpu", "--gres=gpu:gh200:1",
-                  "-c", "4", "-t", "5", "-o", "/dev/null", "--wrap", "true")
-           for _ in range(3)]  # fmt: skip
+    ids = [
+        sbatch(
+            fed,
+            "devvista",
+            "-p",
+            "gh",
+            "-A",
+            "fedhpc-gpu",
+            "--gres=gpu:gh200:1",
+            "-c",
+            "4",
+            "-t",
+            "5",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        )
+        for _ in range(3)
+    ]
     async with _orchestrator(tmp_path) as (o, counted):
         with anyio.fail_after(60):
             while True:
                 await o.waits.learn_from_accounting(force=True)
                 recent = datetime.now(UTC) - timedelta(minutes=5)
-                seen = [w for w in o.waits.user_waits.get("devvista", []) if w.partition == "gh"
-                        and w.gpus == 1 and w.observed_at >= recent]  # fmt: skip
+                seen = [
+                    w
+                    for w in o.waits.user_waits.get("devvista", [])
+                    if w.partition == "gh" and w.gpus == 1 and w.observed_at >= recent
+                ]
                 if len(seen) >= 3:
                     break
                 await anyio.sleep(1)

@@ -53,8 +53,12 @@ def _run(devfed: Any, home: Path, script: str, timeout: float = 300) -> str:
     env = {**os.environ, **FAST, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1"}
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / script)],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
     assert out.returncode == 0, f"{script}:\n{out.stdout}\n{out.stderr[-3000:]}"
     print(out.stdout)
     return out.stdout
@@ -95,11 +99,19 @@ def test_two_stage_cross_site_workflow(devfed: Any, home: Path) -> None:
     out = _run(devfed, home, "two_stage.py", timeout=420)
     assert re.search(r"^stage 1: t\w+ -> devanvil/", out, re.M)
     assert "stage 1: completed; output devanvil:" in out
-    xfer = re.search(r"^stage-out: (x\w+) devanvil:scratch/fedhpc/t\w+/pre/features\.dat -> "
-                     r"devdeltaai:scratch/run-\w+/features\.dat \(local, ", out, re.M)  # fmt: skip
+    xfer = re.search(
+        r"^stage-out: (x\w+) devanvil:scratch/fedhpc/t\w+/pre/features\.dat -> "
+        r"devdeltaai:scratch/run-\w+/features\.dat \(local, ",
+        out,
+        re.M,
+    )
     assert xfer is not None
     assert re.search(r"^stage 2: t\w+: ", out, re.M)  # usually "waiting for stage-in ..."
     assert "event task.terminal: completed on devdeltaai" in out
-    assert re.search(rf"^data: {xfer.group(1)} stage_in devanvil -> devdeltaai 168894 bytes "
-                     r"sha256 \{'features\.dat': '[0-9a-f]{64}'\}", out, re.M)  # fmt: skip
+    assert re.search(
+        rf"^data: {xfer.group(1)} stage_in devanvil -> devdeltaai 168894 bytes "
+        r"sha256 \{'features\.dat': '[0-9a-f]{64}'\}",
+        out,
+        re.M,
+    )
     assert "gpu task read 30000 lines; checksum matches" in out

@@ -46,8 +46,9 @@ def limited_home(tmp_path: Path, limit: int) -> Path:
     (profiles / "devanvil.toml").write_text(text)
     home = tmp_path / "h"
     home.mkdir()
-    others = "".join(f"[sites.{s}]\nenabled = false\n" for s in ("devdelta", "devdeltaai",
-                                                                  "devvista"))  # fmt: skip
+    others = "".join(
+        f"[sites.{s}]\nenabled = false\n" for s in ("devdelta", "devdeltaai", "devvista")
+    )
     (home / "config.toml").write_text(f'profile_dirs = ["{profiles}"]\n[sites.devanvil]\n{others}')
     return home
 
@@ -68,18 +69,25 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
     fed: Any, tmp_path: Path
 ) -> None:
     home = limited_home(tmp_path, LIMIT)
-    env = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}, "cpus": {"min": 1, "max": 1},
-                                           "sites_include": ["devanvil"]})  # fmt: skip
+    env = ResourceEnvelope.model_validate(
+        {"wall_time": {"min": "5m"}, "cpus": {"min": 1, "max": 1}, "sites_include": ["devanvil"]}
+    )
     agent = tmp_path / "agent"  # the resumed "agent": one JSON line per resume
-    wake = ContinuationSpec(runtime=Runtime.COMMAND, command=(
-        "bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(agent)))  # fmt: skip
+    wake = ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(agent)),
+    )
     async with running(home) as client:
-        group = await client.submit_group(SubmitGroupRequest(
-            objective="a sweep larger than the partition's per-user job limit",
-            children=tuple(GroupChild(command=("sleep", "3"), name=f"p{i}")
-                           for i in range(CHILDREN)),
-            envelope=env, continuation=wake,
-        ))  # fmt: skip
+        group = await client.submit_group(
+            SubmitGroupRequest(
+                objective="a sweep larger than the partition's per-user job limit",
+                children=tuple(
+                    GroupChild(command=("sleep", "3"), name=f"p{i}") for i in range(CHILDREN)
+                ),
+                envelope=env,
+                continuation=wake,
+            )
+        )
         ids = [c.task_id for c in group.children]
         assert len(ids) == CHILDREN
         # The youngest child waits in fedhpc with a reason a person and an agent can read.
@@ -118,8 +126,17 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
     order = sorted(range(CHILDREN), key=lambda i: job_ids[i])
     assert all(abs(pos - i) <= 1 for pos, i in enumerate(order)), order
     # The scheduler's own record: never more than LIMIT of these jobs at once.
-    out = fed.run("devanvil", "sacct", "-X", "-n", "-P", "-o", "JobID,JobName,State,Submit,End",
-                  "-j", ",".join(map(str, job_ids)))  # fmt: skip
+    out = fed.run(
+        "devanvil",
+        "sacct",
+        "-X",
+        "-n",
+        "-P",
+        "-o",
+        "JobID,JobName,State,Submit,End",
+        "-j",
+        ",".join(map(str, job_ids)),
+    )
     assert out.returncode == 0, out.stderr
     rows = [line.split("|") for line in out.stdout.splitlines() if line]
     assert len(rows) == CHILDREN

@@ -67,31 +67,79 @@ DEEP = b'{"command":["true"],"envelope":' + b"[" * 100_000 + b"]" * 100_000 + b"
 CASES: list[tuple[str, str, str, Any, int, str]] = [
     ("unknown task", "GET", "/v1/tasks/nosuchtask", None, 404, "not_found"),
     ("unknown transfer", "GET", "/v1/transfers/nosuchtransfer", None, 404, "not_found"),
-    ("bad data ref", "POST", "/v1/transfers",
-     {"source": "no-colon", "destination": "devdelta:scratch/x"}, 422, ""),
-    ("unknown site", "POST", "/v1/transfers",
-     {"source": "nosite:scratch/a", "destination": "devdelta:scratch/b"}, 404, "unknown_site"),
-    ("path traversal", "POST", "/v1/transfers",
-     {"source": "devdelta:scratch/../../etc/passwd", "destination": "devdelta:scratch/b"},
-     422, ""),
+    (
+        "bad data ref",
+        "POST",
+        "/v1/transfers",
+        {"source": "no-colon", "destination": "devdelta:scratch/x"},
+        422,
+        "",
+    ),
+    (
+        "unknown site",
+        "POST",
+        "/v1/transfers",
+        {"source": "nosite:scratch/a", "destination": "devdelta:scratch/b"},
+        404,
+        "unknown_site",
+    ),
+    (
+        "path traversal",
+        "POST",
+        "/v1/transfers",
+        {"source": "devdelta:scratch/../../etc/passwd", "destination": "devdelta:scratch/b"},
+        422,
+        "",
+    ),
     ("body over 1 MB", "POST", "/v1/tasks", b"{" + b" " * 1_000_001 + b"}", 413, "too_large"),
-    ("inf memory", "POST", "/v1/tasks",
-     b'{"command":["true"],"envelope":{"memory":{"min":1e400}}}', 422, "validation"),
-    ("NaN budget", "POST", "/v1/tasks",
-     b'{"command":["true"],"envelope":{},"task_budget":NaN}', 422, "validation"),
-    ("400-digit wall time", "POST", "/v1/tasks",
-     {"command": ["true"], "envelope": {"wall_time": {"min": "9" * 400 + "h"}}}, 422,
-     "validation"),
+    (
+        "inf memory",
+        "POST",
+        "/v1/tasks",
+        b'{"command":["true"],"envelope":{"memory":{"min":1e400}}}',
+        422,
+        "validation",
+    ),
+    (
+        "NaN budget",
+        "POST",
+        "/v1/tasks",
+        b'{"command":["true"],"envelope":{},"task_budget":NaN}',
+        422,
+        "validation",
+    ),
+    (
+        "400-digit wall time",
+        "POST",
+        "/v1/tasks",
+        {"command": ["true"], "envelope": {"wall_time": {"min": "9" * 400 + "h"}}},
+        422,
+        "validation",
+    ),
     ("100,000-deep JSON", "POST", "/v1/tasks", DEEP, 422, "validation"),
     ("not JSON", "POST", "/v1/tasks", b"{", 422, "validation"),
-    ("draft over the description cap", "POST", "/v1/envelopes/draft",
-     {"description": "x" * 8001}, 422, "validation"),
+    (
+        "draft over the description cap",
+        "POST",
+        "/v1/envelopes/draft",
+        {"description": "x" * 8001},
+        422,
+        "validation",
+    ),
     ("events page over the cap", "GET", "/v1/events?limit=100000", None, 422, "validation"),
-    ("group over the children cap", "POST", "/v1/groups",
-     {"objective": "x", "envelope": {},
-      "children": [{"command": ["true"]}] * (MAX_GROUP_CHILDREN + 1)}, 422,
-     "validation"),
-]  # fmt: skip
+    (
+        "group over the children cap",
+        "POST",
+        "/v1/groups",
+        {
+            "objective": "x",
+            "envelope": {},
+            "children": [{"command": ["true"]}] * (MAX_GROUP_CHILDREN + 1),
+        },
+        422,
+        "validation",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -99,8 +147,13 @@ CASES: list[tuple[str, str, str, Any, int, str]] = [
 )
 def test_a_typed_error_answers_with_its_class_status_never_500(
     daemon: tuple[httpx2.Client, Path, Any],
-    label: str, method: str, path: str, body: Any, status: int, code: str,
-) -> None:  # fmt: skip
+    label: str,
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    code: str,
+) -> None:
     http = daemon[0]
     content = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     resp = http.request(method, path, content=content)
@@ -124,35 +177,53 @@ def test_huge_numbers_in_a_draft_come_back_valid_false(
 
 
 _NUMBER = st.one_of(
-    st.floats(), st.integers(min_value=-(10**50), max_value=10**50),
+    st.floats(),
+    st.integers(min_value=-(10**50), max_value=10**50),
     st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 1e308, "9" * 400, "1e400", "inf"]),
-)  # fmt: skip
+)
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=200) | st.sampled_from(
     ["\u202egpu 4", "x\x00y", "t\u043erchrun", "\uff14 hours", "9" * 5000, "a" * 9000]
 )
 _RANGE = st.fixed_dictionaries({"min": _NUMBER}, optional={"max": _NUMBER})
 _ENVELOPE = st.fixed_dictionaries(
     {},
-    optional={"gpus": _RANGE, "cpus": _RANGE, "memory": _RANGE | _TEXT, "nodes": _RANGE,
-              "wall_time": _RANGE | _TEXT, "min_accelerator_memory_gib": _NUMBER,
-              "accelerator_types": st.lists(_TEXT, max_size=3)},
-)  # fmt: skip
+    optional={
+        "gpus": _RANGE,
+        "cpus": _RANGE,
+        "memory": _RANGE | _TEXT,
+        "nodes": _RANGE,
+        "wall_time": _RANGE | _TEXT,
+        "min_accelerator_memory_gib": _NUMBER,
+        "accelerator_types": st.lists(_TEXT, max_size=3),
+    },
+)
 
 
 @given(
-    description=_TEXT, code=st.lists(_TEXT, max_size=3), proposed=st.none() | _ENVELOPE,
+    description=_TEXT,
+    code=st.lists(_TEXT, max_size=3),
+    proposed=st.none() | _ENVELOPE,
     confidence=st.none() | _NUMBER,
-)  # fmt: skip
+)
 @settings(
-    max_examples=150, deadline=None, database=None,
+    max_examples=150,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)  # fmt: skip
+)
 def test_any_draft_request_gets_a_draft_or_a_typed_error(
     daemon: tuple[httpx2.Client, Path, Any],
-    description: str, code: list[str], proposed: Any, confidence: Any,
-) -> None:  # fmt: skip
-    body = {"description": description, "code_context": code, "proposed": proposed,
-            "confidence": confidence}  # fmt: skip
+    description: str,
+    code: list[str],
+    proposed: Any,
+    confidence: Any,
+) -> None:
+    body = {
+        "description": description,
+        "code_context": code,
+        "proposed": proposed,
+        "confidence": confidence,
+    }
     resp = daemon[0].post("/v1/envelopes/draft", content=json.dumps(body).encode())
     answer = _typed(resp)
     if resp.status_code == 200:
@@ -161,9 +232,11 @@ def test_any_draft_request_gets_a_draft_or_a_typed_error(
 
 @given(envelope=_ENVELOPE, budget=st.none() | _NUMBER, name=st.none() | _TEXT)
 @settings(
-    max_examples=150, deadline=None, database=None,
+    max_examples=150,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)  # fmt: skip
+)
 def test_any_hostile_submit_gets_a_typed_answer_and_places_nothing(
     daemon: tuple[httpx2.Client, Path, Any], envelope: dict[str, Any], budget: Any, name: Any
 ) -> None:
@@ -196,8 +269,10 @@ def test_pathological_requests_in_flight_do_not_stall_inspect_federation(
     idle = _latencies(http, 100)
     with subprocess.Popen(
         [sys.executable, "-m", "tests.integration.hostile_flood", str(sock), "3"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    ) as flood:  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as flood:
         assert flood.stdin is not None
         assert flood.stdout is not None
         assert flood.stdout.readline().strip() == "ready"
@@ -211,8 +286,10 @@ def test_pathological_requests_in_flight_do_not_stall_inspect_federation(
     p99 = loaded[int(0.99 * len(loaded)) - 1]
     added = statistics.median(loaded) - statistics.median(idle)
     idle_ms, loaded_ms = statistics.median(idle) * 1000, statistics.median(loaded) * 1000
-    print(f"inspect_federation median idle {idle_ms:.1f} ms, under attack {loaded_ms:.1f} ms "
-          f"(p99 {p99 * 1000:.1f} ms)")  # fmt: skip
+    print(
+        f"inspect_federation median idle {idle_ms:.1f} ms, under attack {loaded_ms:.1f} ms "
+        f"(p99 {p99 * 1000:.1f} ms)"
+    )
     assert added < 0.100, f"median delayed by {added * 1000:.0f} ms"
     assert p99 < 0.500, f"p99 {p99 * 1000:.0f} ms"
     assert set(counts) >= {"draft at limits", "deep JSON", "invalid 1000-child group"}
@@ -225,10 +302,14 @@ def test_pathological_requests_in_flight_do_not_stall_inspect_federation(
 def test_serve_answers_a_100000_deep_request_and_keeps_serving(tmp_path: Path) -> None:
     raw = RawSession(tmp_path / "h", "--no-autostart")
     raw.initialize()
-    deep = ('{"jsonrpc":"2.0","method":"tools/call","params":{"name":"cancel","arguments":'
-            '{"task_id":' + "[" * 100_000 + "]" * 100_000 + '}},"id":41}')  # fmt: skip
-    huge = ('{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"cancel",'
-            '"arguments":{"task_id":"' + "x" * 4_100_000 + '"}}}')  # fmt: skip
+    deep = (
+        '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"cancel","arguments":'
+        '{"task_id":' + "[" * 100_000 + "]" * 100_000 + '}},"id":41}'
+    )
+    huge = (
+        '{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"cancel",'
+        '"arguments":{"task_id":"' + "x" * 4_100_000 + '"}}}'
+    )
     for rid, line in ((41, deep), (42, huge)):
         raw.send(line)
         answer = raw.receive(timeout=20)
@@ -249,19 +330,30 @@ def test_mcp_over_http_answers_deep_surrogate_and_oversized_bodies(tmp_path: Pat
     proc, port = _start_http(tmp_path / "h")
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        deep = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cancel",'
-                '"arguments":{"task_id":' + "[" * 100_000 + "]" * 100_000 + "}}}")  # fmt: skip
-        surrogate = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":'
-                     '"cancel","arguments":{"task_id":"\\ud800"}}}')  # fmt: skip
+        deep = (
+            '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cancel",'
+            '"arguments":{"task_id":' + "[" * 100_000 + "]" * 100_000 + "}}}"
+        )
+        surrogate = (
+            '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":'
+            '"cancel","arguments":{"task_id":"\\ud800"}}}'
+        )
         huge = b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"s":"' + b"x" * 4_100_000
         with httpx2.Client(timeout=30) as http:
             for body in (deep.encode(), surrogate.encode(), huge + b'"}}'):
                 resp = http.post(url, content=body, headers=_HTTP_HEADERS)
                 assert resp.status_code in {400, 413}, resp.text[:300]
                 assert resp.json()["error"]["code"] in {-32700, -32600, -32602}
-            init = {"jsonrpc": "2.0", "id": 9, "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+            init = {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                },
+            }
             ok = http.post(url, json=init, headers=_HTTP_HEADERS)
             assert ok.status_code == 200, ok.text[:300]
     finally:

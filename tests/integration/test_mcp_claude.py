@@ -27,9 +27,14 @@ def _claude(exe: Path, home: Path, project: Path, *args: str) -> subprocess.Comp
         "DISABLE_TELEMETRY": "1",
     }
     return subprocess.run(
-        [str(exe), *args], cwd=project, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [str(exe), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -44,8 +49,18 @@ def test_claude_mcp_add_then_list_shows_fedhpc_connected(
     claude: Path, dirs: tuple[Path, Path, Path]
 ) -> None:
     home, project, fedhome = dirs
-    add = _claude(claude, home, project, "mcp", "add", "fedhpc", "-e", f"FEDHPC_HOME={fedhome}",
-                  "--", *serve_argv())  # fmt: skip
+    add = _claude(
+        claude,
+        home,
+        project,
+        "mcp",
+        "add",
+        "fedhpc",
+        "-e",
+        f"FEDHPC_HOME={fedhome}",
+        "--",
+        *serve_argv(),
+    )
     assert add.returncode == 0, add.stderr
     listed = _claude(claude, home, project, "mcp", "list")
     assert listed.returncode == 0, listed.stderr
@@ -59,8 +74,12 @@ def test_a_project_mcp_json_entry_connects_once_approved(
 ) -> None:
     home, project, fedhome = dirs
     argv = serve_argv()
-    entry = {"type": "stdio", "command": argv[0], "args": argv[1:],
-             "env": {"FEDHPC_HOME": str(fedhome)}}  # fmt: skip
+    entry = {
+        "type": "stdio",
+        "command": argv[0],
+        "args": argv[1:],
+        "env": {"FEDHPC_HOME": str(fedhome)},
+    }
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"fedhpc": entry}}))
     (home / ".claude").mkdir()
     (home / ".claude" / "settings.json").write_text(

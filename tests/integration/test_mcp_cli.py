@@ -55,10 +55,13 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def _submit(settings: DaemonSettings, script: str, wait: bool) -> TaskHandle:
     async def go() -> TaskHandle:
         async with DaemonClient(settings) as client:
-            handle = await client.submit_task(SubmitTaskRequest(
-                command=("bash", "-c", script), name="cli",
-                envelope=ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}}),
-            ))  # fmt: skip
+            handle = await client.submit_task(
+                SubmitTaskRequest(
+                    command=("bash", "-c", script),
+                    name="cli",
+                    envelope=ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}}),
+                )
+            )
             if wait:
                 await wait_terminal(client, handle.task_id)
             return handle

@@ -122,9 +122,14 @@ async def test_fixed_site_is_an_error_or_runs_there_and_falls_back_only_when_ask
         assert stuck["reasons"][1].startswith("devanvil/")
         assert "End your turn" not in stuck["next"] and "replan" in stuck["next"]
         moved = await _ok(
-            client, "submit_task", command=["true"], envelope=GH200, fixed_site="devanvil",
-            fallback=True, name="fallback",
-        )  # fmt: skip
+            client,
+            "submit_task",
+            command=["true"],
+            envelope=GH200,
+            fixed_site="devanvil",
+            fallback=True,
+            name="fallback",
+        )
         assert moved["site"] in {"devdeltaai", "devvista"}
         assert moved["decision"].startswith("FALLBACK from fixed site devanvil (")
         conflict = _error(
@@ -150,9 +155,12 @@ async def test_a_failing_job_is_read_in_one_call_its_stderr_tail_ends_with_its_l
             "echo 'FINAL: the real error' >&2; exit 3"
         )
         handle = await _ok(
-            client, "submit_task", command=["bash", "-c", script], envelope=SMALL,
+            client,
+            "submit_task",
+            command=["bash", "-c", script],
+            envelope=SMALL,
             adaptation={"max_retries": 0},
-        )  # fmt: skip
+        )
         assert handle["state"] in {"submitted", "pending", "running"}
         assert "nothing will resume" in handle["next"]  # this client has no continuation
         got = await _terminal(client, handle["task_id"], max_bytes=256)
@@ -176,8 +184,12 @@ async def test_workdirs_are_confined_and_a_folder_that_cannot_be_made_is_one_cle
     tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
-        for bad, words in (("//server/share/x", "//"), ("~", "'~' is not expanded"),
-                           ("/", "not a folder"), ("a/../../b", "..")):  # fmt: skip
+        for bad, words in (
+            ("//server/share/x", "//"),
+            ("~", "'~' is not expanded"),
+            ("/", "not a folder"),
+            ("a/../../b", ".."),
+        ):
             err = _error(
                 await client.call_tool(
                     "submit_task", {"command": ["pwd"], "envelope": SMALL, "workdir": bad}
@@ -220,8 +232,12 @@ async def test_a_chosen_shape_requests_enough_wall_time_for_its_predicted_runtim
     async with connect(tmp_path) as client:
         # gpus.min = 0 counts CPUs in the minimum shape; the GPU shape must not be predicted to
         # outrun the 600 s it requests.
-        env = {"gpus": {"min": 0, "max": 1}, "cpus": {"min": 2, "max": 2},
-               "wall_time": {"min": "10m"}, "sites_include": ["devdeltaai"]}  # fmt: skip
+        env = {
+            "gpus": {"min": 0, "max": 1},
+            "cpus": {"min": 2, "max": 2},
+            "wall_time": {"min": "10m"},
+            "sites_include": ["devdeltaai"],
+        }
         handle = await _ok(client, "submit_task", command=["true"], envelope=env)
         run = re.search(r"\+ run (\d+)s", handle["decision"])
         assert run is not None, handle["decision"]

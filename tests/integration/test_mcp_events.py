@@ -78,8 +78,14 @@ async def test_list_events_skips_what_a_consumer_acknowledged_and_the_bridge_cur
         running(home) as rest_client,
         Client(stdio_params(home, "--no-autostart"), mode="legacy") as c,
     ):
-        ids = [(await _ok(c, "submit_task", command=["true"], envelope=TOO_BIG,
-                          idempotency_key=f"e{i}"))["task_id"] for i in range(3)]  # fmt: skip
+        ids = [
+            (
+                await _ok(
+                    c, "submit_task", command=["true"], envelope=TOO_BIG, idempotency_key=f"e{i}"
+                )
+            )["task_id"]
+            for i in range(3)
+        ]
         with anyio.fail_after(60):
             while len((page := await _ok(c, "list_events", consumer="me"))["events"]) < 3:
                 await anyio.sleep(0.3)
@@ -94,8 +100,9 @@ async def test_list_events_skips_what_a_consumer_acknowledged_and_the_bridge_cur
         assert len((await _ok(c, "list_events", consumer="other"))["events"]) == 3
         assert len((await _ok(c, "list_events"))["events"]) == 3
         # an explicit `after` beyond the stored position still applies
-        assert [e["seq"] for e in (await _ok(c, "list_events", consumer="me",
-                                             after=seqs[1]))["events"]] == seqs[2:]  # fmt: skip
+        assert [
+            e["seq"] for e in (await _ok(c, "list_events", consumer="me", after=seqs[1]))["events"]
+        ] == seqs[2:]
         # acknowledging the future is clamped to the newest event
         far = await _ok(c, "ack_events", consumer="me", through=10**12)
         assert far["cursor"] == seqs[-1]

@@ -31,12 +31,25 @@ from fedhpc.settings.daemon import DaemonSettings
 
 CASES = int(FUZZ_CASES.get() or 1000)
 # `internal` would mean a crash in fedhpc (or an answer it could not read): a bug.
-TYPED = {"validation", "usage", "permanent", "transient", "not_found", "unknown_tool", "too_large",
-         # move_data's reference errors (docs/data.md)
-         "bad_data_ref", "path_traversal", "unknown_site", "unknown_root", "unknown_collection",
-         "unsupported_route",
-         # site names and workdirs checked before placement (docs/mcp.md)
-         "site_not_usable", "workdir_outside"}  # fmt: skip
+TYPED = {
+    "validation",
+    "usage",
+    "permanent",
+    "transient",
+    "not_found",
+    "unknown_tool",
+    "too_large",
+    # move_data's reference errors (docs/data.md)
+    "bad_data_ref",
+    "path_traversal",
+    "unknown_site",
+    "unknown_root",
+    "unknown_collection",
+    "unsupported_route",
+    # site names and workdirs checked before placement (docs/mcp.md)
+    "site_not_usable",
+    "workdir_outside",
+}
 
 Scalar = st.one_of(
     st.none(),
@@ -52,9 +65,24 @@ Json = st.recursive(
 )
 Text = st.one_of(
     st.text(max_size=24),
-    st.sampled_from(["", " ", "../../etc/passwd", "$(touch x)", "a" * 300, "t_", "best-feasible",
-                     "devdelta", "x86_64", "a100", "2h", "64G", "stdout"]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "../../etc/passwd",
+            "$(touch x)",
+            "a" * 300,
+            "t_",
+            "best-feasible",
+            "devdelta",
+            "x86_64",
+            "a100",
+            "2h",
+            "64G",
+            "stdout",
+        ]
+    ),
+)
 
 
 def _from_schema(node: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> Any:
@@ -114,8 +142,10 @@ def _start_daemon(home: Path) -> subprocess.Popen[bytes]:
     with (home.parent / "daemon.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            env=env, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,10 @@ def _start(home: Path, *args: str, **env: str) -> tuple[subprocess.Popen[bytes],
     port = _free_port()
     proc = subprocess.Popen(
         serve_argv("--http", "--port", str(port), "--no-autostart", *args),
-        env=serve_env(home, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        env=serve_env(home, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -102,8 +104,9 @@ async def test_another_address_needs_the_bearer_token(
     url = f"http://127.0.0.1:{port}/mcp"
     async with httpx2.AsyncClient() as http:
         for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-            denied = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                                     headers=header)  # fmt: skip
+            denied = await http.post(
+                url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=header
+            )
             assert denied.status_code == 401
     authed = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     async with authed, Client(streamable_http_client(url, http_client=authed), mode="legacy") as c:

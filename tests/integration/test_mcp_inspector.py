@@ -37,9 +37,12 @@ def _inspect(exe: Path, home: Path, *args: str) -> subprocess.CompletedProcess[s
     target = serve_argv("--no-autostart")
     return subprocess.run(
         [str(exe), "--cli", "-e", f"FEDHPC_HOME={home}", "-e", "FEDHPC_DEVFED=1", *target, *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "HOME": str(home.parent / "inspector-home")},
-    )  # fmt: skip
+    )
 
 
 def _json(out: subprocess.CompletedProcess[str], exit_code: int = 0) -> Any:
@@ -67,9 +70,15 @@ def test_tools_call_inspects_the_federation(
 ) -> None:
     home, _ = daemon
     out = _inspect(
-        inspector, home, "--method", "tools/call", "--tool-name", "inspect_federation",
-        "--tool-arg", "accelerator=h100",
-    )  # fmt: skip
+        inspector,
+        home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "inspect_federation",
+        "--tool-arg",
+        "accelerator=h100",
+    )
     result = _json(out)
     assert result["isError"] is False
     sites = [s["site"] for s in result["structuredContent"]["sites"]]
@@ -81,9 +90,16 @@ def test_tools_call_with_a_bad_argument_returns_a_typed_error(
 ) -> None:
     home, _ = daemon
     out = _inspect(
-        inspector, home, "--method", "tools/call", "--tool-name", "get_result",
-        "--tool-arg", "task_id=t_x", "max_bytes=0",
-    )  # fmt: skip
+        inspector,
+        home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "get_result",
+        "--tool-arg",
+        "task_id=t_x",
+        "max_bytes=0",
+    )
     result = _json(out, exit_code=5)  # the Inspector exits 5 on an isError result
     assert result["isError"] is True
     body = json.loads(result["content"][0]["text"])

@@ -42,8 +42,10 @@ async def test_move_data_copies_a_file_between_two_sites_and_the_view_shows_it(
     src.write_text("".join(f"row {i}\n" for i in range(2000)))
     dst = devfed.root / "devvista/storage" / run / "copy/data.txt"
     home = tmp_path / "h"
-    args = {"source": f"devanvil:scratch/{run}/data.txt",
-            "destination": f"devvista:scratch/{run}/copy/data.txt"}  # fmt: skip
+    args = {
+        "source": f"devanvil:scratch/{run}/data.txt",
+        "destination": f"devvista:scratch/{run}/copy/data.txt",
+    }
     async with running(home), Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         handle = TransferHandle.model_validate(await _call(client, "move_data", **args))
         again = TransferHandle.model_validate(await _call(client, "move_data", **args))

@@ -66,15 +66,24 @@ def test_stdout_carries_only_json_rpc(raw: RawSession) -> None:
 
 DEEP = "[" * 300 + "]" * 300
 MALFORMED = [
-    ("deep", '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"cancel",'
-     f'"arguments":{{"task_id":{DEEP}}}}}}}'),
-    ("surrogate", '{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"cancel",'
-     '"arguments":{"task_id":"\\ud800"}}}'),
+    (
+        "deep",
+        '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"cancel",'
+        f'"arguments":{{"task_id":{DEEP}}}}}}}',
+    ),
+    (
+        "surrogate",
+        '{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"cancel",'
+        '"arguments":{"task_id":"\\ud800"}}}',
+    ),
     ("bad envelope", '{"jsonrpc":"2.0","id":13,"method":42}'),
     ("params not an object", '{"jsonrpc":"2.0","id":14,"method":"tools/call","params":[1]}'),
-    ("arguments not an object", '{"jsonrpc":"2.0","id":15,"method":"tools/call",'
-     '"params":{"name":"cancel","arguments":"x"}}'),
-]  # fmt: skip
+    (
+        "arguments not an object",
+        '{"jsonrpc":"2.0","id":15,"method":"tools/call",'
+        '"params":{"name":"cancel","arguments":"x"}}',
+    ),
+]
 
 
 @pytest.mark.parametrize(("label", "line"), MALFORMED, ids=[m[0] for m in MALFORMED])

@@ -38,8 +38,10 @@ async def test_move_data_wakes_its_agent_once_for_each_outcome(tmp_path: Path) -
     (fed / "devanvil" / "storage" / "run" / "in.dat").write_text("twelve bytes")
     (fed / "devvista" / "storage").mkdir(parents=True)  # the destination's storage root
     env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(fed)}
-    agent = {"runtime": "command",
-             "command": ["bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)]}  # fmt: skip
+    agent = {
+        "runtime": "command",
+        "command": ["bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)],
+    }
     serve = stdio_params(home, "--no-autostart", **env, FEDHPC_CONTINUATION=json.dumps(agent))
     async with running(home, **env) as daemon, Client(serve, mode="legacy") as client:
         handles = []

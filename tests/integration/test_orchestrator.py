@@ -45,8 +45,9 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
     async with running(tmp_path / "h") as client:
         req = SubmitTaskRequest(
             command=("bash", "-c", "printf 'line %s\\n' $(seq 1 2000)"),
-            envelope=_env(cpus={"min": 1, "max": 2}), name="lines",
-        )  # fmt: skip
+            envelope=_env(cpus={"min": 1, "max": 2}),
+            name="lines",
+        )
         handle = await client.submit_task(req)
         again = await client.submit_task(req)  # a retried call: same task, no second job
         assert again.task_id == handle.task_id
@@ -82,14 +83,33 @@ async def test_task_completes_with_one_event_and_a_bounded_preview(
             ].eligible_at is None:
                 await anyio.sleep(0.5)
         filled = (await client.get_result(ResultRequest(task_id=handle.task_id))).attempts[0]
-        eligible = fed.run(attempt.site, "env", "SLURM_TIME_FORMAT=%s", "sacct", "-n", "-X",
-                           "-P", f"--jobs={attempt.job_id}", "-o", "Eligible")  # fmt: skip
+        eligible = fed.run(
+            attempt.site,
+            "env",
+            "SLURM_TIME_FORMAT=%s",
+            "sacct",
+            "-n",
+            "-X",
+            "-P",
+            f"--jobs={attempt.job_id}",
+            "-o",
+            "Eligible",
+        )
         assert filled.eligible_at is not None
         assert int(filled.eligible_at.timestamp()) == int(eligible.stdout.strip())
         assert await _events(client) == [("task.terminal", handle.task_id)]
         # Settled now: the job's name is in accounting too (the first final row lacked it).
-        acct = fed.run(attempt.site, "sacct", "-n", "-X", "-P", f"--name={attempt.job_name}",
-                       "--starttime=now-1hours", "-o", "JobID")  # fmt: skip
+        acct = fed.run(
+            attempt.site,
+            "sacct",
+            "-n",
+            "-X",
+            "-P",
+            f"--name={attempt.job_name}",
+            "--starttime=now-1hours",
+            "-o",
+            "JobID",
+        )
         assert acct.stdout.split() == [attempt.job_id]
 
 
@@ -97,10 +117,13 @@ async def test_timeout_is_resubmitted_with_a_longer_wall_time(fed: Any, tmp_path
     async with running(tmp_path / "h") as client:
         # Only the first attempt overruns: the job name carries the attempt number.
         script = 'case "$SLURM_JOB_NAME" in *-1) sleep 600;; esac; echo done'
-        handle = await client.submit_task(SubmitTaskRequest(
-            command=("bash", "-c", script), envelope=_env(wall_time={"min": "1m"}),
-            adaptation=AdaptationPolicy(max_wall_extensions=1, wall_factor=2.0, max_retries=0),
-        ))  # fmt: skip
+        handle = await client.submit_task(
+            SubmitTaskRequest(
+                command=("bash", "-c", script),
+                envelope=_env(wall_time={"min": "1m"}),
+                adaptation=AdaptationPolicy(max_wall_extensions=1, wall_factor=2.0, max_retries=0),
+            )
+        )
         done = await wait_terminal(client, handle.task_id, limit=240)
         assert done.state is JobState.COMPLETED
         first, second = done.attempts
@@ -113,10 +136,13 @@ async def test_beyond_its_retry_budget_a_task_raises_one_exception_event(
     fed: Any, tmp_path: Path
 ) -> None:
     async with running(tmp_path / "h") as client:
-        handle = await client.submit_task(SubmitTaskRequest(
-            command=("bash", "-c", "echo broken >&2; exit 3"), envelope=_env(),
-            adaptation=AdaptationPolicy(max_retries=1),
-        ))  # fmt: skip
+        handle = await client.submit_task(
+            SubmitTaskRequest(
+                command=("bash", "-c", "echo broken >&2; exit 3"),
+                envelope=_env(),
+                adaptation=AdaptationPolicy(max_retries=1),
+            )
+        )
         done = await wait_terminal(client, handle.task_id)
         assert done.state is JobState.FAILED
         assert [a.state for a in done.attempts] == [JobState.FAILED, JobState.FAILED]
@@ -132,14 +158,30 @@ async def test_beyond_its_retry_budget_a_task_raises_one_exception_event(
 async def test_rq4_group_spreads_then_replaces_the_stalled_child(fed: Any, tmp_path: Path) -> None:
     # devanvil's two H100s are busy for a long time and more work is queued behind them.
     for _ in range(2):
-        sbatch(fed, "devanvil", "-p", "ai", "-A", "fedhpc-gpu", "--gres=gpu:h100:2", "-t", "30",
-               "--wrap", "sleep 1800")  # fmt: skip
+        sbatch(
+            fed,
+            "devanvil",
+            "-p",
+            "ai",
+            "-A",
+            "fedhpc-gpu",
+            "--gres=gpu:h100:2",
+            "-t",
+            "30",
+            "--wrap",
+            "sleep 1800",
+        )
     async with running(tmp_path / "h") as client:
-        group = await client.submit_group(SubmitGroupRequest(
-            objective="four single-GPU evaluations on distinct systems",
-            children=tuple(GroupChild(command=("sleep", "4"), name=f"eval{i}") for i in range(4)),
-            envelope=_env(gpus={"min": 1, "max": 1}), spread=True,
-        ))  # fmt: skip
+        group = await client.submit_group(
+            SubmitGroupRequest(
+                objective="four single-GPU evaluations on distinct systems",
+                children=tuple(
+                    GroupChild(command=("sleep", "4"), name=f"eval{i}") for i in range(4)
+                ),
+                envelope=_env(gpus={"min": 1, "max": 1}),
+                spread=True,
+            )
+        )
         sites = [c.site for c in group.children]
         assert len(set(sites)) == 4, sites  # distinct systems, one of them the saturated one
         stalled = group.children[sites.index("devanvil")]
@@ -160,15 +202,31 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
     fed: Any, tmp_path: Path
 ) -> None:
     # devdeltaai is full, so a task fixed there waits in its queue.
-    sbatch(fed, "devdeltaai", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4", "-t", "30",
-           "--wrap", "sleep 1800")  # fmt: skip
+    sbatch(
+        fed,
+        "devdeltaai",
+        "-p",
+        "ghx4",
+        "-A",
+        "fedhpc-gpu",
+        "--gres=gpu:gh200:4",
+        "-t",
+        "30",
+        "--wrap",
+        "sleep 1800",
+    )
     pid_file = fed.root / "devdeltaai" / "run" / "slurmctld.pid"
     async with running(tmp_path / "h") as client:
-        handle = await client.submit_task(SubmitTaskRequest(
-            command=("sleep", "3"), envelope=_env(gpus={"min": 1, "max": 1}),
-            policy=PolicyKind.FIXED_SITE, fixed_site="devdeltaai", fallback=True,
-            adaptation=AdaptationPolicy(replace_pending=False),
-        ))  # fmt: skip
+        handle = await client.submit_task(
+            SubmitTaskRequest(
+                command=("sleep", "3"),
+                envelope=_env(gpus={"min": 1, "max": 1}),
+                policy=PolicyKind.FIXED_SITE,
+                fixed_site="devdeltaai",
+                fallback=True,
+                adaptation=AdaptationPolicy(replace_pending=False),
+            )
+        )
         assert handle.site == "devdeltaai"  # fallback only when the fixed site cannot run it
         import os
         import signal
@@ -176,8 +234,14 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
         os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
         try:
             with anyio.fail_after(60):
-                while len((r := await client.get_result(
-                        ResultRequest(task_id=handle.task_id))).attempts) < 2:  # fmt: skip
+                while (
+                    len(
+                        (
+                            r := await client.get_result(ResultRequest(task_id=handle.task_id))
+                        ).attempts
+                    )
+                    < 2
+                ):
                     await anyio.sleep(0.5)
             assert r.attempts[0].superseded
             assert r.attempts[1].site != "devdeltaai"

@@ -30,9 +30,10 @@ GH200 = {"accelerator_types": ["gh200"], "wall_time": {"min": "10m"}}
 
 
 def _agent(log: Path) -> ContinuationSpec:
-    return ContinuationSpec(runtime=Runtime.COMMAND,
-                            command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent",
-                                     str(log)))  # fmt: skip
+    return ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)),
+    )
 
 
 async def _attempt_in(client: DaemonClient, task_id: str, state: JobState) -> ResultManifest:
@@ -64,15 +65,21 @@ async def test_work_stuck_on_a_lost_site_wakes_its_agent_once_per_attempt(tmp_pa
     log = tmp_path / "agent.log"
     root = fed / "devdeltaai" / "localsched"
     async with running(tmp_path / "h", **env) as client:
-        running_task = await client.submit_task(SubmitTaskRequest(
-            command=("sleep", "90"), continuation=_agent(log),  # outlives the test, not long
-            envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 4}}),
-        ))  # fmt: skip
+        running_task = await client.submit_task(
+            SubmitTaskRequest(
+                command=("sleep", "90"),
+                continuation=_agent(log),  # outlives the test, not long
+                envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 4}}),
+            )
+        )
         await _attempt_in(client, running_task.task_id, JobState.RUNNING)
-        queued = await client.submit_task(SubmitTaskRequest(
-            command=("true",), continuation=_agent(log),
-            envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 2}}),
-        ))  # fmt: skip
+        queued = await client.submit_task(
+            SubmitTaskRequest(
+                command=("true",),
+                continuation=_agent(log),
+                envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 2}}),
+            )
+        )
         await _attempt_in(client, queued.task_id, JobState.PENDING)
         assert queued.site == running_task.site == "devdeltaai"
         away = root.with_name("localsched.away")
@@ -120,11 +127,14 @@ async def test_a_groups_children_on_a_lost_site_wake_its_agent_once_as_a_group_e
     log = tmp_path / "agent.log"
     root = fed / "devdeltaai" / "localsched"
     async with running(tmp_path / "h", **env) as client:
-        group = await client.submit_group(SubmitGroupRequest(
-            objective="two GH200 runs", continuation=_agent(log),
-            children=tuple(GroupChild(command=("sleep", "90"), name=f"g{i}") for i in range(2)),
-            envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 2, "max": 2}}),
-        ))  # fmt: skip
+        group = await client.submit_group(
+            SubmitGroupRequest(
+                objective="two GH200 runs",
+                continuation=_agent(log),
+                children=tuple(GroupChild(command=("sleep", "90"), name=f"g{i}") for i in range(2)),
+                envelope=ResourceEnvelope.model_validate({**GH200, "gpus": {"min": 2, "max": 2}}),
+            )
+        )
         ids = [c.task_id for c in group.children]
         for t in ids:
             await _attempt_in(client, t, JobState.RUNNING)

@@ -46,8 +46,10 @@ class RecordingOpenAI(_Recording, FakeOpenAI):
 
 
 def _base_env(home: Path) -> dict[str, str]:
-    return {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(home)}  # fmt: skip
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+    }
 
 
 def _claude(exe: Path, root: Path, with_skills: bool) -> str:
@@ -57,13 +59,25 @@ def _claude(exe: Path, root: Path, with_skills: bool) -> str:
     if with_skills:
         install_skills([project / ".claude" / "skills"])
     with RecordingAnthropic() as fake:
-        env = {**_base_env(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-               "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "sk-fake",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-               "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}  # fmt: skip
-        out = subprocess.run([str(exe), "-p", "hello", "--output-format", "json"], cwd=project,
-                             env=env, capture_output=True, text=True, timeout=120,
-                             check=False)  # fmt: skip
+        env = {
+            **_base_env(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "ANTHROPIC_BASE_URL": fake.url,
+            "ANTHROPIC_API_KEY": "sk-fake",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+        out = subprocess.run(
+            [str(exe), "-p", "hello", "--output-format", "json"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
     return max(fake.bodies, key=len)  # the agent's turn, not a side query
 
@@ -75,18 +89,44 @@ def _codex(exe: Path, root: Path, with_skills: bool) -> str:
     if with_skills:
         install_skills([project / ".agents" / "skills"])
     with RecordingOpenAI() as fake:
-        (home / ".codex" / "config.toml").write_text("\n".join([
-            'model = "fake-model"', 'model_provider = "fakeoai"', 'approval_policy = "never"',
-            "check_for_update_on_startup = false", "[analytics]", "enabled = false",
-            "[features]", "plugins = false", "apps = false", "[model_providers.fakeoai]",
-            'name = "fake"', f'base_url = "{fake.url}/v1"', 'wire_api = "responses"',
-            'env_key = "FAKE_OPENAI_API_KEY"', "request_max_retries = 0",
-            "stream_max_retries = 0", ""]))  # fmt: skip
-        env = {**_base_env(home), "CODEX_HOME": str(home / ".codex"),
-               "FAKE_OPENAI_API_KEY": "sk-fake"}  # fmt: skip
-        out = subprocess.run([str(exe), "exec", "--json", "--skip-git-repo-check", "hello"],
-                             cwd=project, env=env, capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        (home / ".codex" / "config.toml").write_text(
+            "\n".join(
+                [
+                    'model = "fake-model"',
+                    'model_provider = "fakeoai"',
+                    'approval_policy = "never"',
+                    "check_for_update_on_startup = false",
+                    "[analytics]",
+                    "enabled = false",
+                    "[features]",
+                    "plugins = false",
+                    "apps = false",
+                    "[model_providers.fakeoai]",
+                    'name = "fake"',
+                    f'base_url = "{fake.url}/v1"',
+                    'wire_api = "responses"',
+                    'env_key = "FAKE_OPENAI_API_KEY"',
+                    "request_max_retries = 0",
+                    "stream_max_retries = 0",
+                    "",
+                ]
+            )
+        )
+        env = {
+            **_base_env(home),
+            "CODEX_HOME": str(home / ".codex"),
+            "FAKE_OPENAI_API_KEY": "sk-fake",
+        }
+        out = subprocess.run(
+            [str(exe), "exec", "--json", "--skip-git-repo-check", "hello"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
     return max(fake.bodies, key=len)
 

@@ -91,20 +91,30 @@ async def test_the_whole_loop_runs_over_ssh(
             assert "over ssh" in view.title
             assert {p.name for p in view.partitions} >= {"cpu", "gpuA100x4"}
             # stage-in to the ssh site, then a task that fails once and is retried
-            xfer = await client.move_data(MoveDataRequest(
-                source=f"devanvil:scratch/{run}/in.txt", destination=f"{SITE}:scratch/{run}/in.txt",
-            ))  # fmt: skip
+            xfer = await client.move_data(
+                MoveDataRequest(
+                    source=f"devanvil:scratch/{run}/in.txt",
+                    destination=f"{SITE}:scratch/{run}/in.txt",
+                )
+            )
             script = (
                 'case "$SLURM_JOB_NAME" in *-1) echo "first attempt fails" >&2; exit 3;; esac; '
                 f'sha256sum {landed}; wc -l < {landed} > out.txt; echo "on $SLURM_CLUSTER_NAME"'
             )
-            handle = await client.submit_task(SubmitTaskRequest(
-                name="ssh-loop", command=("bash", "-c", script), envelope=_env(cpus={"min": 1}),
-                policy=PolicyKind.FIXED_SITE, fixed_site=SITE, stage_in=(xfer.transfer_id,),
-                stage_out=(StageOut(source="out.txt",
-                                    destination=f"devvista:scratch/{run}/out.txt"),),
-                adaptation=AdaptationPolicy(max_retries=1),
-            ))  # fmt: skip
+            handle = await client.submit_task(
+                SubmitTaskRequest(
+                    name="ssh-loop",
+                    command=("bash", "-c", script),
+                    envelope=_env(cpus={"min": 1}),
+                    policy=PolicyKind.FIXED_SITE,
+                    fixed_site=SITE,
+                    stage_in=(xfer.transfer_id,),
+                    stage_out=(
+                        StageOut(source="out.txt", destination=f"devvista:scratch/{run}/out.txt"),
+                    ),
+                    adaptation=AdaptationPolicy(max_retries=1),
+                )
+            )
             tasks.append(handle.task_id)
             done = await wait_terminal(client, handle.task_id, limit=120)
             assert done.state is JobState.COMPLETED, done.reasons
@@ -131,10 +141,14 @@ async def test_the_whole_loop_runs_over_ssh(
             assert back.state is TransferState.SUCCEEDED, back.error
             assert returned.read_text().strip() == "3000"
             # cancel a running job over ssh
-            sleeper = await client.submit_task(SubmitTaskRequest(
-                command=("sleep", "600"), envelope=_env(), policy=PolicyKind.FIXED_SITE,
-                fixed_site=SITE,
-            ))  # fmt: skip
+            sleeper = await client.submit_task(
+                SubmitTaskRequest(
+                    command=("sleep", "600"),
+                    envelope=_env(),
+                    policy=PolicyKind.FIXED_SITE,
+                    fixed_site=SITE,
+                )
+            )
             tasks.append(sleeper.task_id)
             await _attempt_in(client, sleeper.task_id, JobState.RUNNING)
             await client.cancel(CancelRequest(task_id=sleeper.task_id))

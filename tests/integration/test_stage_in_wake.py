@@ -29,9 +29,11 @@ TRANSFER_EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
 
 
 def _agent(log: Path, events: tuple[str, ...] = DEFAULT_WAKE_EVENTS) -> ContinuationSpec:
-    return ContinuationSpec(runtime=Runtime.COMMAND, events=events,
-                            command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent",
-                                     str(log)))  # fmt: skip
+    return ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        events=events,
+        command=("bash", "-c", 'cat >> "$1"; echo >> "$1"', "agent", str(log)),
+    )
 
 
 def _woken(log: Path) -> list[dict[str, Any]]:
@@ -56,16 +58,26 @@ async def test_a_stage_out_that_fails_wakes_the_waiting_tasks_agent_once(
     run = "wake-" + uuid.uuid4().hex[:8]
     async with running(tmp_path / "h") as client:
         # The producer completes but never writes the file its stage-out names.
-        pre = await client.submit_task(SubmitTaskRequest(
-            command=("true",), envelope=ENV, policy=PolicyKind.FIXED_SITE, fixed_site="devanvil",
-            stage_out=(StageOut(source="missing.dat",
-                                destination=f"devvista:scratch/{run}/in.dat"),),
-            continuation=_agent(log),
-        ))  # fmt: skip
-        nxt = await client.submit_task(SubmitTaskRequest(
-            command=("cat", "in.dat"), envelope=ENV, stage_in=pre.transfers,
-            continuation=_agent(log),
-        ))  # fmt: skip
+        pre = await client.submit_task(
+            SubmitTaskRequest(
+                command=("true",),
+                envelope=ENV,
+                policy=PolicyKind.FIXED_SITE,
+                fixed_site="devanvil",
+                stage_out=(
+                    StageOut(source="missing.dat", destination=f"devvista:scratch/{run}/in.dat"),
+                ),
+                continuation=_agent(log),
+            )
+        )
+        nxt = await client.submit_task(
+            SubmitTaskRequest(
+                command=("cat", "in.dat"),
+                envelope=ENV,
+                stage_in=pre.transfers,
+                continuation=_agent(log),
+            )
+        )
         done = await wait_terminal(client, nxt.task_id)
         assert done.state is JobState.FAILED
         assert done.attempts == ()  # never dispatched
@@ -90,17 +102,25 @@ async def test_a_move_data_that_fails_wakes_its_agent_once_whoever_wins_the_race
     log = tmp_path / "agent.log"
     run = "wake-" + uuid.uuid4().hex[:8]
     async with running(tmp_path / "h") as client:
-        handle = await client.move_data(MoveDataRequest.model_validate({
-            "source": f"devanvil:scratch/{run}/nothing-here.dat",
-            "destination": f"devvista:scratch/{run}/in.dat",
-        }))  # fmt: skip
+        handle = await client.move_data(
+            MoveDataRequest.model_validate(
+                {
+                    "source": f"devanvil:scratch/{run}/nothing-here.dat",
+                    "destination": f"devvista:scratch/{run}/in.dat",
+                }
+            )
+        )
         await client.register_continuation(handle.transfer_id, _agent(log, TRANSFER_EVENTS))
         refusal: FedError | None = None
         try:
-            task = await client.submit_task(SubmitTaskRequest(
-                command=("cat", "in.dat"), envelope=ENV, stage_in=(handle.transfer_id,),
-                continuation=_agent(log),
-            ))  # fmt: skip
+            task = await client.submit_task(
+                SubmitTaskRequest(
+                    command=("cat", "in.dat"),
+                    envelope=ENV,
+                    stage_in=(handle.transfer_id,),
+                    continuation=_agent(log),
+                )
+            )
         except FedError as exc:
             refusal = exc
         if refusal is not None:
@@ -114,9 +134,11 @@ async def test_a_move_data_that_fails_wakes_its_agent_once_whoever_wins_the_race
         await _settled(client, 1)
         # Submitting on a transfer known to have failed is refused, always.
         with pytest.raises(FedError) as refused:
-            await client.submit_task(SubmitTaskRequest(
-                command=("true",), envelope=ENV, stage_in=(handle.transfer_id,), name="late"
-            ))  # fmt: skip
+            await client.submit_task(
+                SubmitTaskRequest(
+                    command=("true",), envelope=ENV, stage_in=(handle.transfer_id,), name="late"
+                )
+            )
         assert refused.value.code == "stage_in_failed"
     (woke,) = _woken(log)
     about = woke.get("task_id") or woke.get("transfer_id") or woke.get("subject")

@@ -64,15 +64,20 @@ async def test_a_1000_child_group_is_answered_at_once_and_every_child_completes(
     home, log = tmp_path / "h", tmp_path / "agent.log"
     children = [{"command": ["true"], "name": f"c{i}"} for i in range(1000)]
     async with running(home) as daemon:
-        params = stdio_params(home, "--no-autostart",
-                              FEDHPC_CONTINUATION=_resume_into(log).model_dump_json())  # fmt: skip
+        params = stdio_params(
+            home, "--no-autostart", FEDHPC_CONTINUATION=_resume_into(log).model_dump_json()
+        )
         async with Client(params, mode="legacy") as client:
             await client.list_tools()  # the server is up: measure the call alone
             started = time.monotonic()
-            result = await client.call_tool("submit_group", {
-                "objective": "a thousand short children", "children": children,
-                "envelope": SMALL,
-            })  # fmt: skip
+            result = await client.call_tool(
+                "submit_group",
+                {
+                    "objective": "a thousand short children",
+                    "children": children,
+                    "envelope": SMALL,
+                },
+            )
             elapsed = time.monotonic() - started
         print(f"\nsubmit_group with 1000 children answered in {elapsed:.3f} s")
         view = GroupView.model_validate(_ok(result))

@@ -34,9 +34,14 @@ pytestmark = pytest.mark.devfed
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
 
@@ -83,8 +88,13 @@ def _shot(page: Any, out: Path, name: str) -> None:
 
 def _stop(home: Path, ui_pid: int | None) -> None:
     env = {**os.environ, "FEDHPC_HOME": str(home)}
-    subprocess.run([sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"], env=env,
-                   capture_output=True, timeout=60, check=False)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     if ui_pid is None:
         return
     deadline = time.monotonic() + 20  # it stops by itself once the daemon is gone
@@ -114,10 +124,25 @@ def kept(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kept
     env.pop("FEDHPC_DEVFED_DIR")  # the live Slurm federation
     home = tmp / "home"
     done = subprocess.run(
-        [sys.executable, "-m", "fedhpc.cli.main", "demo", "--sites", "slurm", "--keep",
-         "--deadline", "180", "--home", str(home)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fedhpc.cli.main",
+            "demo",
+            "--sites",
+            "slurm",
+            "--keep",
+            "--deadline",
+            "180",
+            "--home",
+            str(home),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     saved = home / "ui.url"
     ui_pid = int(saved.read_text().splitlines()[1].split()[1]) if saved.exists() else None
     try:
@@ -144,9 +169,12 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
         # The API wants the token in its header (not the URL); another host name gets nothing.
         base = url.split("/?")[0]
         token = url.split("token=")[1]
-        refused_paths = [("/api/federation", {}), (f"/api/federation?token={token}", {}),
-                         ("/api/federation", {"X-Fedhpc-Token": "wrong"}),
-                         (f"/?token={token}", {"Host": "evil.example"})]  # fmt: skip
+        refused_paths = [
+            ("/api/federation", {}),
+            (f"/api/federation?token={token}", {}),
+            ("/api/federation", {"X-Fedhpc-Token": "wrong"}),
+            (f"/?token={token}", {"Host": "evil.example"}),
+        ]
         for path, headers in refused_paths:
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(urllib.request.Request(base + path, headers=headers))
@@ -158,8 +186,19 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             assert answer.status == 200 and answer.headers.get("Set-Cookie") is None
 
         # A job started now on devdelta must appear on the page by itself (live refresh).
-        job = sbatch(devfed, "devdelta", "-p", "gpuA100x4", "-A", "fedhpc-gpu",
-                     "--gres=gpu:a100:1", "-t", "10", "--wrap", "sleep 300")  # fmt: skip
+        job = sbatch(
+            devfed,
+            "devdelta",
+            "-p",
+            "gpuA100x4",
+            "-A",
+            "fedhpc-gpu",
+            "--gres=gpu:a100:1",
+            "-t",
+            "10",
+            "--wrap",
+            "sleep 300",
+        )
         total = {s: _gpus(devfed, s) for s in SITES}
         expected = {s: (n, n - (1 if s == "devdelta" else 0)) for s, n in total.items()}
         shots = tmp_path / "screenshots"
@@ -168,8 +207,14 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)  # fmt: skip
+            page.on(
+                "console",
+                lambda m: (
+                    errors.append(f"console.{m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
+            )
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
 
@@ -181,8 +226,10 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             deadline = time.monotonic() + 30
             while shown != want and time.monotonic() < deadline:
                 page.wait_for_timeout(500)
-                shown = {s: page.locator(f"tr.site-row[data-site={s}] td.gpus").inner_text()
-                         for s in SITES}  # fmt: skip
+                shown = {
+                    s: page.locator(f"tr.site-row[data-site={s}] td.gpus").inner_text()
+                    for s in SITES
+                }
             assert shown == want, (shown, devfed.run("devdelta", "squeue").stdout)
             assert page.locator("tr.site-row").count() == 4
             assert page.locator("#scatter").is_visible()
@@ -237,7 +284,10 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             browser.close()
         assert errors == [], errors
         assert sorted(p.name for p in shots.iterdir()) == [
-            "ui-deliveries.png", "ui-federation.png", "ui-timeline.png"]  # fmt: skip
+            "ui-deliveries.png",
+            "ui-federation.png",
+            "ui-timeline.png",
+        ]
     finally:
         if job is not None:
             devfed.run("devdelta", "scancel", job)
@@ -266,15 +316,24 @@ def _colours(text: str) -> set[str]:
     return found
 
 
-def _in_pty(argv: list[str], env: dict[str, str], *,
-            interrupt_when: Callable[[str], bool] | None = None, limit: float = 60,
-            ) -> tuple[int, str]:  # fmt: skip
+def _in_pty(
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    interrupt_when: Callable[[str], bool] | None = None,
+    limit: float = 60,
+) -> tuple[int, str]:
     """Run `argv` with its stdout on a pseudo-terminal (as in a person's shell): status, text.
     With `interrupt_when`: Ctrl-C once it holds for the (plain) output so far, or after `limit`
     seconds (the caller's assertions then say what was missing)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env={**env, "TERM": "xterm-256color", "COLUMNS": "200"})  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**env, "TERM": "xterm-256color", "COLUMNS": "200"},
+    )
     os.close(slave)
     deadline = time.monotonic() + limit
     chunks: list[bytes] = []
@@ -329,8 +388,9 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     assert re.search(r"ckpt\d #1: first placement; superseded \(re-placed to dev", text), text
 
     # NO_COLOR and --no-color: the same picture with no colour at all.
-    _, no_env = _in_pty([*fedhpc, "group", kept.group_id, "--timeline"],
-                        {**kept.env, "NO_COLOR": "1"})  # fmt: skip
+    _, no_env = _in_pty(
+        [*fedhpc, "group", kept.group_id, "--timeline"], {**kept.env, "NO_COLOR": "1"}
+    )
     _, no_flag = _in_pty([*fedhpc, "group", kept.group_id, "--timeline", "--no-color"], kept.env)
     for out in (no_env, no_flag):
         assert _colours(out) == set(), repr(out[:400])
@@ -339,8 +399,14 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     # One task: the re-placed child, on a pipe (no terminal: no escape codes at all).
     moved_task = re.search(r"^  (t\w+-\d) +1 devanvil .*superseded", kept.out, re.M)
     assert moved_task, kept.out
-    piped = subprocess.run([*fedhpc, "task", moved_task.group(1), "--timeline"], env=kept.env,
-                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    piped = subprocess.run(
+        [*fedhpc, "task", moved_task.group(1), "--timeline"],
+        env=kept.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert piped.returncode == 0, piped.stderr
     assert "\x1b[" not in piped.stdout
     lines = _rows(piped.stdout)
@@ -349,9 +415,11 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
 
 
 def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
-    code, shown = _in_pty([sys.executable, "-m", "fedhpc.cli.main", "status", "--watch",
-                           "--interval", "0.5"], kept.env,
-                          interrupt_when=lambda text: text.count("federation at") >= 2)  # fmt: skip
+    code, shown = _in_pty(
+        [sys.executable, "-m", "fedhpc.cli.main", "status", "--watch", "--interval", "0.5"],
+        kept.env,
+        interrupt_when=lambda text: text.count("federation at") >= 2,
+    )
     assert code == 0, shown
     text = _plain(shown)
     assert text.count("federation at") >= 2, text  # redrawn in place, more than once
@@ -368,7 +436,8 @@ def test_devfed_up_shows_its_steps_on_a_terminal_and_plain_lines_on_a_pipe(kept:
     text = _plain(shown)
     assert "devfed up: done" in text and "7/7" in text, text
     assert "devfed up: 4 clusters" in text, text
-    piped = subprocess.run(argv, env=kept.env, capture_output=True, text=True, timeout=200,
-                           check=False)  # fmt: skip
+    piped = subprocess.run(
+        argv, env=kept.env, capture_output=True, text=True, timeout=200, check=False
+    )
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout.startswith("devfed up: 4 clusters") and "\x1b[" not in piped.stdout

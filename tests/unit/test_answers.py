@@ -81,23 +81,29 @@ def test_a_failed_result_points_at_the_stderr_tail() -> None:
 
 
 def test_compact_answers_leave_out_empty_optional_fields_but_still_validate() -> None:
-    handle = TaskHandle(task_id="t1", state=JobState.PENDING, site="a", shape=Shape(cpus=2),
-                        next="go")  # fmt: skip
+    handle = TaskHandle(
+        task_id="t1", state=JobState.PENDING, site="a", shape=Shape(cpus=2), next="go"
+    )
     data = compact(handle)
     assert data == {
-        "task_id": "t1", "state": "pending", "site": "a",
-        "shape": {"nodes": 1, "cpus": 2, "wall_time_s": 600}, "next": "go",
-    }  # fmt: skip
+        "task_id": "t1",
+        "state": "pending",
+        "site": "a",
+        "shape": {"nodes": 1, "cpus": 2, "wall_time_s": 600},
+        "next": "go",
+    }
     assert TaskHandle.model_validate(data).shape == Shape(cpus=2)
     result = answer_result(handle)
     text = result.content[0].text  # type: ignore[union-attr]
     assert json.loads(text) == result.structured_content == data
     assert ": " not in text and "\n" not in text  # compact, not pretty-printed
     manifest = ResultManifest(
-        task_id="t1", state=JobState.COMPLETED,
-        attempts=(AttemptView(n=1, site="a", partition="p", state=JobState.COMPLETED,
-                              exit_code=0),),
-    )  # fmt: skip
+        task_id="t1",
+        state=JobState.COMPLETED,
+        attempts=(
+            AttemptView(n=1, site="a", partition="p", state=JobState.COMPLETED, exit_code=0),
+        ),
+    )
     got = compact(manifest)
     assert got["attempts"] == [
         {"n": 1, "site": "a", "partition": "p", "state": "completed", "exit_code": 0}
@@ -140,8 +146,9 @@ def test_fixed_site_alone_implies_the_policy_and_conflicts_are_errors() -> None:
     req = SubmitTaskRequest(command=("x",), envelope=env, fixed_site="a")
     assert req.policy is PolicyKind.FIXED_SITE and not req.fallback
     with pytest.raises(ValidationError, match="fixed_site"):
-        SubmitTaskRequest(command=("x",), envelope=env, fixed_site="a",
-                          policy=PolicyKind.SHORTEST_QUEUE)  # fmt: skip
+        SubmitTaskRequest(
+            command=("x",), envelope=env, fixed_site="a", policy=PolicyKind.SHORTEST_QUEUE
+        )
     with pytest.raises(ValidationError, match="fallback"):
         SubmitTaskRequest(command=("x",), envelope=env, fallback=True)
     with pytest.raises(ValidationError, match="needs fixed_site"):
@@ -171,8 +178,12 @@ def test_workdirs_resolve_under_the_task_folder_or_inside_a_storage_root() -> No
 
 
 def test_a_shipped_site_without_an_account_points_to_the_config_not_unknown_site() -> None:
-    kw = {"usable": {"a"}, "enabled": {"a", "b"}, "profiles": {"a", "b", "delta"},
-          "config_path": "/home/u/config.toml"}  # fmt: skip
+    kw = {
+        "usable": {"a"},
+        "enabled": {"a", "b"},
+        "profiles": {"a", "b", "delta"},
+        "config_path": "/home/u/config.toml",
+    }
     check_site_names({"fixed_site": "a"}, **kw)  # type: ignore[arg-type]
     with pytest.raises(ValidationFailed) as caught:
         check_site_names(

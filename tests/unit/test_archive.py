@@ -24,15 +24,24 @@ async def _log(store: Store) -> list[str]:
     async with store.transaction() as tx:
         for i in range(8):
             at = OLD + timedelta(minutes=i) if i < 6 else NOW - timedelta(hours=1)
-            ev = await tx.append_event("task.terminal", f"t{i}", {"task_id": f"t{i}"}, at=at,
-                                       key=f"k{i}")  # fmt: skip
+            ev = await tx.append_event(
+                "task.terminal", f"t{i}", {"task_id": f"t{i}"}, at=at, key=f"k{i}"
+            )
             assert ev is not None
             ids.append(ev.id)
         await tx.set_cursor("bridge", 7, at=NOW)
         await tx.mark_consumed("bridge", ids[:7], at=NOW)
         for i, state in ((3, "pending"), (4, "delivered")):
-            await tx.put_delivery(f"d{i}", event_id=ids[i], continuation_id="c", state=state,
-                                  attempts=1, next_at=NOW, body={}, at=NOW)  # fmt: skip
+            await tx.put_delivery(
+                f"d{i}",
+                event_id=ids[i],
+                continuation_id="c",
+                state=state,
+                attempts=1,
+                next_at=NOW,
+                body={},
+                at=NOW,
+            )
     return ids
 
 
@@ -41,8 +50,9 @@ async def test_old_delivered_events_move_to_the_archive_and_nothing_else(
 ) -> None:
     ids = await _log(store)
     folder = tmp_path / "archive"
-    dry = await archive_events(store, folder, before=NOW - timedelta(days=30), now=NOW,
-                               dry_run=True)  # fmt: skip
+    dry = await archive_events(
+        store, folder, before=NOW - timedelta(days=30), now=NOW, dry_run=True
+    )
     assert (dry.archived, dry.remaining, dry.archive) == (5, 8, None)
     assert not folder.exists()
     report = await archive_events(store, folder, before=NOW - timedelta(days=30), now=NOW)
@@ -85,9 +95,14 @@ async def test_each_sites_newest_offline_and_online_events_stay(
     ids = []
     async with store.transaction() as tx:
         for i, (kind, site) in enumerate(
-            [("site.offline", "a"), ("site.online", "a"), ("site.offline", "a"),
-             ("site.offline", "b"), ("task.terminal", "t")]
-        ):  # fmt: skip
+            [
+                ("site.offline", "a"),
+                ("site.online", "a"),
+                ("site.offline", "a"),
+                ("site.offline", "b"),
+                ("task.terminal", "t"),
+            ]
+        ):
             ev = await tx.append_event(kind, site, {}, at=OLD + timedelta(minutes=i), key=f"k{i}")
             assert ev is not None
             ids.append(ev.id)

@@ -17,16 +17,34 @@ PAYLOAD_MARK = '"fedhpc":"continuation"'
 
 
 def _event(**payload: object) -> dict[str, object]:
-    return {"kind": "task.terminal", "id": "ev_1", "subject": "t1", "seq": 1,
-            "created_at": datetime(2026, 11, 29, tzinfo=UTC).isoformat(),
-            "payload": {"task_id": "t1", "state": "completed", "result": "fedhpc://tasks/t1",
-                        **payload}}  # fmt: skip
+    return {
+        "kind": "task.terminal",
+        "id": "ev_1",
+        "subject": "t1",
+        "seq": 1,
+        "created_at": datetime(2026, 11, 29, tzinfo=UTC).isoformat(),
+        "payload": {
+            "task_id": "t1",
+            "state": "completed",
+            "result": "fedhpc://tasks/t1",
+            **payload,
+        },
+    }
 
 
 def _attempt(n: int) -> dict[str, object]:
-    return {"n": n, "site": "devdelta", "partition": "gpuA100x4", "state": "failed",
-            "job_id": str(1000 + n), "wait_s": 1.5, "runtime_s": 30.0, "exit_code": 1,
-            "stdout": "/scratch/x.out", "account": "secret-account-name"}  # fmt: skip
+    return {
+        "n": n,
+        "site": "devdelta",
+        "partition": "gpuA100x4",
+        "state": "failed",
+        "job_id": str(1000 + n),
+        "wait_s": 1.5,
+        "runtime_s": 30.0,
+        "exit_code": 1,
+        "stdout": "/scratch/x.out",
+        "account": "secret-account-name",
+    }
 
 
 def test_payload_names_the_event_the_task_and_the_next_action() -> None:
@@ -42,14 +60,31 @@ def test_payload_names_the_event_the_task_and_the_next_action() -> None:
 
 
 def test_a_single_task_terminal_event_is_at_most_600_bytes_as_the_model_sees_it() -> None:
-    event = {"kind": "task.terminal", "id": "ev_01HZX8V0Q2W3E4R5T6Y7U8I9O0", "seq": 123456,
-             "subject": "t-01hzx8v0q2w3e4r5t6y7u8i9o0", "created_at": "2026-11-30T12:00:00+00:00",
-             "payload": {"task_id": "t-01hzx8v0q2w3e4r5t6y7u8i9o0", "state": "completed",
-                         "site": "devperlmutter", "attempt": 3, "job_id": "1234567",
-                         "result": "fedhpc://tasks/t-01hzx8v0q2w3e4r5t6y7u8i9o0"}}  # fmt: skip
-    attempt = {"n": 3, "site": "devperlmutter", "partition": "gpu_ss11", "state": "completed",
-               "job_id": "1234567", "wait_s": 12.5, "runtime_s": 3601.25,
-               "exit_code": 0}  # fmt: skip
+    event = {
+        "kind": "task.terminal",
+        "id": "ev_01HZX8V0Q2W3E4R5T6Y7U8I9O0",
+        "seq": 123456,
+        "subject": "t-01hzx8v0q2w3e4r5t6y7u8i9o0",
+        "created_at": "2026-11-30T12:00:00+00:00",
+        "payload": {
+            "task_id": "t-01hzx8v0q2w3e4r5t6y7u8i9o0",
+            "state": "completed",
+            "site": "devperlmutter",
+            "attempt": 3,
+            "job_id": "1234567",
+            "result": "fedhpc://tasks/t-01hzx8v0q2w3e4r5t6y7u8i9o0",
+        },
+    }
+    attempt = {
+        "n": 3,
+        "site": "devperlmutter",
+        "partition": "gpu_ss11",
+        "state": "completed",
+        "job_id": "1234567",
+        "wait_s": 12.5,
+        "runtime_s": 3601.25,
+        "exit_code": 0,
+    }
     did = "d123456-ct-01hzx8v0q2w3e4r5t6y7u8i9o0-0123456789"
     text = prompt_text([build_payload(event, [attempt], delivery_id=did)])
     assert len(text.encode()) <= SINGLE_CAP, len(text.encode())
@@ -141,8 +176,10 @@ def test_one_resume_carries_at_most_20_events_and_8_kb_of_prompt_the_rest_wait_i
     n = batch_size(small)
     assert n == BATCH_EVENTS
     assert len(prompt_text(small[:n]).encode()) <= BATCH_BYTES
-    big = [build_payload(_event(reason="x" * 300, hint="y" * 500), [_attempt(1)],
-                         delivery_id=f"d{i}") for i in range(1000)]  # fmt: skip
+    big = [
+        build_payload(_event(reason="x" * 300, hint="y" * 500), [_attempt(1)], delivery_id=f"d{i}")
+        for i in range(1000)
+    ]
     m = batch_size(big)
     assert 1 <= m < BATCH_EVENTS
     assert len(prompt_text(big[:m]).encode()) <= BATCH_BYTES
@@ -158,12 +195,23 @@ def test_one_resume_carries_at_most_20_events_and_8_kb_of_prompt_the_rest_wait_i
 
 
 def test_a_failed_transfer_says_why_as_well_as_how_to_fix_it() -> None:
-    event = {"kind": "transfer.failed", "id": "ev_2", "subject": "x1", "seq": 2,
-             "created_at": datetime(2026, 11, 30, tzinfo=UTC).isoformat(),
-             "payload": {"transfer_id": "x1", "state": "failed",
-                         "result": "fedhpc://transfers/x1",
-                         "error": {"code": "not_found", "message": "no such file: in.dat",
-                                   "hint": "Check the source path."}}}  # fmt: skip
+    event = {
+        "kind": "transfer.failed",
+        "id": "ev_2",
+        "subject": "x1",
+        "seq": 2,
+        "created_at": datetime(2026, 11, 30, tzinfo=UTC).isoformat(),
+        "payload": {
+            "transfer_id": "x1",
+            "state": "failed",
+            "result": "fedhpc://transfers/x1",
+            "error": {
+                "code": "not_found",
+                "message": "no such file: in.dat",
+                "hint": "Check the source path.",
+            },
+        },
+    }
     p = build_payload(event, [], delivery_id="d2")
     assert p["reason"] == "no such file: in.dat"
     assert p["hint"] == "Check the source path."

@@ -112,8 +112,12 @@ def _out(folder: Path, *lines: dict[str, object]) -> None:
 def test_a_claude_resume_counts_only_with_fedhpcs_tools_connected(tmp_path: Path) -> None:
     spec = _claude()
     ok = {"type": "result", "is_error": False, "result": "done"}
-    good = {"type": "system", "subtype": "init", "tools": ["Bash", "mcp__fedhpc__get_result"],
-            "mcp_servers": [{"name": "fedhpc", "status": "connected"}]}  # fmt: skip
+    good = {
+        "type": "system",
+        "subtype": "init",
+        "tools": ["Bash", "mcp__fedhpc__get_result"],
+        "mcp_servers": [{"name": "fedhpc", "status": "connected"}],
+    }
     _out(tmp_path / "a", good, ok)
     assert check_result(spec, tmp_path / "a", Outcome(0, "", "")) is True
     pending = {**good, "tools": ["Bash"], "mcp_servers": [{"name": "fedhpc", "status": "pending"}]}

@@ -89,13 +89,35 @@ def test_status_shows_each_estimators_recent_error_under_the_federation() -> Non
     from fedhpc.cli.daemon import _estimator_table
 
     assert _estimator_table([]) == []
-    rows = [{"site": "devdelta", "partition": "gpuA100x4", "method": "scheduler", "n": 4,
-             "median_abs_error_s": 12.4, "median_bias_s": -3.0},
-            {"site": "devdelta", "partition": "gpuA100x4", "method": "paper", "n": 4,
-             "median_abs_error_s": 250.0, "median_bias_s": 240.0}]  # fmt: skip
+    rows = [
+        {
+            "site": "devdelta",
+            "partition": "gpuA100x4",
+            "method": "scheduler",
+            "n": 4,
+            "median_abs_error_s": 12.4,
+            "median_bias_s": -3.0,
+        },
+        {
+            "site": "devdelta",
+            "partition": "gpuA100x4",
+            "method": "paper",
+            "n": 4,
+            "median_abs_error_s": 250.0,
+            "median_bias_s": 240.0,
+        },
+    ]
     lines = _estimator_table(rows)
     assert lines[1].startswith("Wait estimators")
-    assert lines[2].split() == ["SITE", "PARTITION", "ESTIMATOR", "JOBS", "MEDIAN", "|ERROR|",
-                                "MEDIAN", "BIAS"]  # fmt: skip
+    assert lines[2].split() == [
+        "SITE",
+        "PARTITION",
+        "ESTIMATOR",
+        "JOBS",
+        "MEDIAN",
+        "|ERROR|",
+        "MEDIAN",
+        "BIAS",
+    ]
     assert lines[3].split() == ["devdelta", "gpuA100x4", "scheduler", "4", "12s", "-3s"]
     assert lines[4].split() == ["devdelta", "gpuA100x4", "paper", "4", "250s", "+240s"]

@@ -144,14 +144,29 @@ def test_status_and_cancel_commands_pass_ids_as_argv() -> None:
 def test_parse_status_lists_every_job_and_every_array_element() -> None:
     obs = {o.key: o for o in LsfDialect().parse_status(ok("bjobs_status.json"))}
     assert set(obs) == {
-        "5110", "5111", "5100", "5101", "5102", "5103", "5124_1", "5124_2", "5124_3", "5124_4",
-    }  # fmt: skip
+        "5110",
+        "5111",
+        "5100",
+        "5101",
+        "5102",
+        "5103",
+        "5124_1",
+        "5124_2",
+        "5124_3",
+        "5124_4",
+    }
     assert {k: o.state for k, o in obs.items()} == {
-        "5110": JobState.RUNNING, "5111": JobState.PENDING, "5100": JobState.COMPLETED,
-        "5101": JobState.CANCELLED, "5102": JobState.TIMEOUT, "5103": JobState.FAILED,
-        "5124_1": JobState.COMPLETED, "5124_2": JobState.FAILED, "5124_3": JobState.RUNNING,
+        "5110": JobState.RUNNING,
+        "5111": JobState.PENDING,
+        "5100": JobState.COMPLETED,
+        "5101": JobState.CANCELLED,
+        "5102": JobState.TIMEOUT,
+        "5103": JobState.FAILED,
+        "5124_1": JobState.COMPLETED,
+        "5124_2": JobState.FAILED,
+        "5124_3": JobState.RUNNING,
         "5124_4": JobState.PENDING,
-    }  # fmt: skip
+    }
     assert (
         obs["5111"].reason
         == "Job requirements for reserving resources (gpu) not satisfied: 3 hosts"
@@ -174,12 +189,19 @@ def test_jobs_lsf_forgot_are_absent() -> None:
 @pytest.mark.parametrize(
     ("stat", "expected"),
     [
-        ("PEND", JobState.PENDING), ("PSUSP", JobState.PENDING), ("WAIT", JobState.PENDING),
-        ("PROV", JobState.PENDING), ("RUN", JobState.RUNNING), ("USUSP", JobState.RUNNING),
-        ("SSUSP", JobState.RUNNING), ("UNKWN", JobState.RUNNING), ("ZOMBI", JobState.RUNNING),
-        ("DONE", JobState.COMPLETED), ("EXIT", None),
+        ("PEND", JobState.PENDING),
+        ("PSUSP", JobState.PENDING),
+        ("WAIT", JobState.PENDING),
+        ("PROV", JobState.PENDING),
+        ("RUN", JobState.RUNNING),
+        ("USUSP", JobState.RUNNING),
+        ("SSUSP", JobState.RUNNING),
+        ("UNKWN", JobState.RUNNING),
+        ("ZOMBI", JobState.RUNNING),
+        ("DONE", JobState.COMPLETED),
+        ("EXIT", None),
     ],
-)  # fmt: skip
+)
 def test_state_table_follows_bjobs_man_page(stat: str, expected: JobState | None) -> None:
     assert STATE_TABLE[stat] is expected
 
@@ -243,10 +265,14 @@ def test_time_stamps_with_a_year_need_no_reference() -> None:
 
 def sections(**replace: BatchSection) -> dict[str, BatchSection]:
     files = {
-        "hosts": "bhosts.json", "gpus": "bhosts_gpu.json", "queues": "bqueues.json",
-        "queuehosts": "bqueues_l.txt", "groups": "bmgroup.txt", "load": "lsload.txt",
+        "hosts": "bhosts.json",
+        "gpus": "bhosts_gpu.json",
+        "queues": "bqueues.json",
+        "queuehosts": "bqueues_l.txt",
+        "groups": "bmgroup.txt",
+        "load": "lsload.txt",
         "jobs": "bjobs_all.json",
-    }  # fmt: skip
+    }
     out = {name: BatchSection(name, 0, fixture(f)) for name, f in files.items()}
     out.update(replace)
     return out
@@ -266,8 +292,13 @@ def test_probe_counts_hosts_gpus_slots_and_jobs_per_queue(profile: SiteProfile) 
     gpu = state.partition("gpu")
     assert gpu is not None
     assert gpu.nodes.model_dump() == {
-        "idle": 1, "mixed": 2, "allocated": 1, "down": 1, "drain": 1, "other": 0,
-    }  # fmt: skip
+        "idle": 1,
+        "mixed": 2,
+        "allocated": 1,
+        "down": 1,
+        "drain": 1,
+        "other": 0,
+    }
     assert (gpu.total_gpus, gpu.free_gpus, gpu.free_gpus_by_type) == (24, 9, {"v100": 9})
     assert (gpu.total_cpus, gpu.free_cpus) == (384, 152)
     assert gpu.free_memory_mib == (448 + 500 + 512) * 1024

@@ -149,8 +149,15 @@ def test_parse_submit_rejection_carries_the_scheduler_message() -> None:
 def test_status_and_cancel_commands_pass_ids_as_argv() -> None:
     d = PbsDialect()
     assert d.status_command(["4810.pbs01", "4822[].pbs01"]).argv == (
-        "qstat", "-f", "-F", "json", "-x", "-t", "4810.pbs01", "4822[].pbs01",
-    )  # fmt: skip
+        "qstat",
+        "-f",
+        "-F",
+        "json",
+        "-x",
+        "-t",
+        "4810.pbs01",
+        "4822[].pbs01",
+    )
     assert d.cancel_command(["4810.pbs01"]).argv == ("qdel", "4810.pbs01")
     with pytest.raises(ValueError, match="not a PBS job id"):
         d.status_command(["4810; rm -rf ~"])
@@ -162,9 +169,18 @@ def test_status_and_cancel_commands_pass_ids_as_argv() -> None:
 def test_parse_status_lists_every_job_and_every_subjob() -> None:
     obs = {o.key: o for o in PbsDialect().parse_status(ok("qstat_jobs.json"))}
     assert set(obs) == {
-        "4810.pbs01", "4811.pbs01", "4812.pbs01", "4800.pbs01", "4801.pbs01", "4802.pbs01",
-        "4803.pbs01", "4822[].pbs01_0", "4822[].pbs01_1", "4822[].pbs01_2", "4822[].pbs01_3",
-    }  # fmt: skip
+        "4810.pbs01",
+        "4811.pbs01",
+        "4812.pbs01",
+        "4800.pbs01",
+        "4801.pbs01",
+        "4802.pbs01",
+        "4803.pbs01",
+        "4822[].pbs01_0",
+        "4822[].pbs01_1",
+        "4822[].pbs01_2",
+        "4822[].pbs01_3",
+    }
     states = {k: o.state for k, o in obs.items()}
     assert states["4810.pbs01"] is JobState.RUNNING
     assert states["4811.pbs01"] is JobState.PENDING
@@ -174,8 +190,11 @@ def test_parse_status_lists_every_job_and_every_subjob() -> None:
     assert states["4802.pbs01"] is JobState.CANCELLED
     assert states["4803.pbs01"] is JobState.FAILED
     assert [states[f"4822[].pbs01_{i}"] for i in range(4)] == [
-        JobState.COMPLETED, JobState.FAILED, JobState.RUNNING, JobState.PENDING,
-    ]  # fmt: skip
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.RUNNING,
+        JobState.PENDING,
+    ]
     assert obs["4811.pbs01"].reason == "Not Running: Insufficient amount of resource: ngpus"
     assert obs["4822[].pbs01_1"].exit_code == 2
     assert obs["4810.pbs01"].partition == "gpu"
@@ -195,12 +214,20 @@ def test_jobs_the_server_forgot_are_absent() -> None:
 @pytest.mark.parametrize(
     ("letter", "expected"),
     [
-        ("Q", JobState.PENDING), ("H", JobState.PENDING), ("W", JobState.PENDING),
-        ("T", JobState.PENDING), ("M", JobState.PENDING), ("U", JobState.PENDING),
-        ("S", JobState.RUNNING), ("R", JobState.RUNNING), ("B", JobState.RUNNING),
-        ("E", JobState.RUNNING), ("F", None), ("X", None),
+        ("Q", JobState.PENDING),
+        ("H", JobState.PENDING),
+        ("W", JobState.PENDING),
+        ("T", JobState.PENDING),
+        ("M", JobState.PENDING),
+        ("U", JobState.PENDING),
+        ("S", JobState.RUNNING),
+        ("R", JobState.RUNNING),
+        ("B", JobState.RUNNING),
+        ("E", JobState.RUNNING),
+        ("F", None),
+        ("X", None),
     ],
-)  # fmt: skip
+)
 def test_state_table_follows_qstat_man_page(letter: str, expected: JobState | None) -> None:
     assert STATE_TABLE[letter] is expected
 
@@ -217,7 +244,7 @@ def test_state_table_follows_qstat_man_page(letter: str, expected: JobState | No
         ({"Exit_status": -27}, JobState.FAILED),
         ({}, JobState.CANCELLED),
     ],
-)  # fmt: skip
+)
 def test_finished_jobs_are_classified_by_exit_status(
     attrs: dict[str, object], expected: JobState
 ) -> None:
@@ -285,8 +312,13 @@ def test_probe_counts_nodes_gpus_cpus_and_jobs_per_queue(profile: SiteProfile) -
     gpu = state.partition("gpu")
     assert gpu is not None
     assert gpu.nodes.model_dump() == {
-        "idle": 1, "mixed": 2, "allocated": 1, "down": 1, "drain": 1, "other": 0,
-    }  # fmt: skip
+        "idle": 1,
+        "mixed": 2,
+        "allocated": 1,
+        "down": 1,
+        "drain": 1,
+        "other": 0,
+    }
     assert (gpu.total_gpus, gpu.free_gpus, gpu.free_gpus_by_type) == (24, 9, {"a100": 9})
     assert (gpu.total_cpus, gpu.free_cpus) == (384, 152)
     assert gpu.free_memory_mib == (512 - 64) * 1024 + 512 * 1024 + 512 * 1024

@@ -97,8 +97,14 @@ def test_render_puts_every_request_in_a_directive(profile: SiteProfile) -> None:
 
 
 def test_render_leaves_out_what_was_not_asked(profile: SiteProfile) -> None:
-    bare = spec(shape=Shape(cpus=1, wall_time_s=60), account=None, stdout=None, stderr=None,
-                workdir=None, partition="cpu")  # fmt: skip
+    bare = spec(
+        shape=Shape(cpus=1, wall_time_s=60),
+        account=None,
+        stdout=None,
+        stderr=None,
+        workdir=None,
+        partition="cpu",
+    )
     assert directives(ProcessDialect(PY).render_script(bare, profile)) == [
         "#LOCALSCHED --job-name=fedhpc-t1-1",
         "#LOCALSCHED --partition=cpu",
@@ -213,25 +219,54 @@ def test_probe_carries_the_profile_capacity(profile: SiteProfile) -> None:
     config = json.loads(argv[5].removeprefix("--config="))
     assert config == config_of(profile)
     assert config["partitions"][0] == {
-        "name": "ai", "nodes": 1, "cpus": 48, "memory_mib": 131072, "max_wall_s": 14400,
-        "gpus": 2, "gpu_type": "h100",
-    }  # fmt: skip
+        "name": "ai",
+        "nodes": 1,
+        "cpus": 48,
+        "memory_mib": 131072,
+        "max_wall_s": 14400,
+        "gpus": 2,
+        "gpu_type": "h100",
+    }
 
 
 PROBE = {
     "accounts": ["fedhpc-cpu", "fedhpc-gpu"],
     "usage_cpu_s": {"fedhpc-gpu": 7200},
     "partitions": [
-        {"name": "ai", "nodes": {"mixed": 1}, "gpu_type": "h100", "total_cpus": 48,
-         "free_cpus": 46, "max_free_cpus_on_node": 46, "total_gpus": 2, "free_gpus": 0,
-         "max_free_gpus_on_node": 0, "free_memory_mib": 129024, "running": 2, "pending": 3,
-         "user_running": 1, "user_pending": 2},
-        {"name": "cpu", "nodes": {"idle": 1}, "gpu_type": None, "total_cpus": 64,
-         "free_cpus": 64, "max_free_cpus_on_node": 64, "total_gpus": 0, "free_gpus": 0,
-         "max_free_gpus_on_node": 0, "free_memory_mib": 65536, "running": 0, "pending": 0,
-         "user_running": 0, "user_pending": 0},
+        {
+            "name": "ai",
+            "nodes": {"mixed": 1},
+            "gpu_type": "h100",
+            "total_cpus": 48,
+            "free_cpus": 46,
+            "max_free_cpus_on_node": 46,
+            "total_gpus": 2,
+            "free_gpus": 0,
+            "max_free_gpus_on_node": 0,
+            "free_memory_mib": 129024,
+            "running": 2,
+            "pending": 3,
+            "user_running": 1,
+            "user_pending": 2,
+        },
+        {
+            "name": "cpu",
+            "nodes": {"idle": 1},
+            "gpu_type": None,
+            "total_cpus": 64,
+            "free_cpus": 64,
+            "max_free_cpus_on_node": 64,
+            "total_gpus": 0,
+            "free_gpus": 0,
+            "max_free_gpus_on_node": 0,
+            "free_memory_mib": 65536,
+            "running": 0,
+            "pending": 0,
+            "user_running": 0,
+            "user_pending": 0,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_probe_becomes_the_same_site_state_shape_as_slurm(profile: SiteProfile) -> None:
@@ -265,8 +300,12 @@ def test_probe_failure_is_offline_and_a_missing_partition_degrades(profile: Site
 def localsched(root: Path, *args: str, stdin: str | None = None) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "fedhpc_dev.localsched", "--root", str(root), *args],
-        input=stdin, capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return done.stdout
 
 
@@ -279,13 +318,19 @@ def test_hostile_argv_env_and_image_run_inert_under_the_scheduler(
     localsched(root, "configure", json.dumps(config_of(profile)))
     expected: dict[str, str] = {}
     for i, hostile in enumerate(corpus(canary_dir)):
-        common = {"partition": "cpu", "shape": Shape(cpus=1, wall_time_s=60),
-                  "workdir": str(canary_dir), "env": {"H": hostile}}  # fmt: skip
+        common = {
+            "partition": "cpu",
+            "shape": Shape(cpus=1, wall_time_s=60),
+            "workdir": str(canary_dir),
+            "env": {"H": hostile},
+        }
         cases = [
             (spec(command=("printf", "%s\n", hostile), **common), hostile + "\n"),
-            (spec(command=("printenv", "H"), container_image=hostile, **common),
-             f"{hostile}\nprintenv\nH\n"),
-        ]  # fmt: skip
+            (
+                spec(command=("printenv", "H"), container_image=hostile, **common),
+                f"{hostile}\nprintenv\nH\n",
+            ),
+        ]
         for k, (case, want) in enumerate(cases):
             job = case.model_copy(update={"stdout": f"{out}/{i}-{k}.out", "stderr": None})
             script = d.render_script(job, profile)

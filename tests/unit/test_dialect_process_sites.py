@@ -81,9 +81,12 @@ async def test_adapter_probes_submits_queues_finds_and_accounts_on_a_process_sit
             return JobSpec(
                 name=name,
                 command=("bash", "-c", f"echo gpus=$CUDA_VISIBLE_DEVICES; {wait}"),
-                partition="ai", account="fedhpc-gpu", shape=Shape(gpus=2, wall_time_s=60),
-                stdout=f"{storage}/w/%j.out", workdir=f"{storage}/w",
-            )  # fmt: skip
+                partition="ai",
+                account="fedhpc-gpu",
+                shape=Shape(gpus=2, wall_time_s=60),
+                stdout=f"{storage}/w/%j.out",
+                workdir=f"{storage}/w",
+            )
 
         first = await adapter.submit(job("fedhpc-a-1", True), ensure_dirs=[f"{storage}/w"])
         second = await adapter.submit(job("fedhpc-b-1", False), ensure_dirs=[f"{storage}/w"])
@@ -119,9 +122,14 @@ async def test_cancel_through_the_adapter_ends_a_running_job(process_mode: Path)
     adapter = open_adapter(site)
     try:
         await adapter.probe()
-        spec = JobSpec(name="fedhpc-c-1", command=("sleep", "60"), partition="gh",
-                       account="fedhpc-gpu", shape=Shape(gpus=1, wall_time_s=120),
-                       stdout=f"{process_mode}/c.out")  # fmt: skip
+        spec = JobSpec(
+            name="fedhpc-c-1",
+            command=("sleep", "60"),
+            partition="gh",
+            account="fedhpc-gpu",
+            shape=Shape(gpus=1, wall_time_s=120),
+            stdout=f"{process_mode}/c.out",
+        )
         job = await adapter.submit(spec)
         await adapter.cancel([job.job_id])
         (rec,) = await adapter.accounting([job.job_id])

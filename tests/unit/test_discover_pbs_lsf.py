@@ -22,10 +22,12 @@ def _sec(name: str, path: str, rc: int = 0) -> BatchSection:
 
 
 def test_pbs_queues_shapes_and_limits(tmp_path: Path) -> None:
-    facts = pbs_discover.parse_discovery({
-        "queues": _sec("queues", "pbs/qstat_queues.json"),
-        "nodes": _sec("nodes", "pbs/pbsnodes.json"),
-    })  # fmt: skip
+    facts = pbs_discover.parse_discovery(
+        {
+            "queues": _sec("queues", "pbs/qstat_queues.json"),
+            "nodes": _sec("nodes", "pbs/pbsnodes.json"),
+        }
+    )
     assert facts.dialect == "pbs" and facts.cluster == "pbs01"
     by = {p.name: p for p in facts.partitions}
     gpu = by["gpu"]
@@ -44,12 +46,14 @@ def test_pbs_queues_shapes_and_limits(tmp_path: Path) -> None:
 
 
 def test_lsf_queues_hosts_and_limits(tmp_path: Path) -> None:
-    facts = lsf_discover.parse_discovery({
-        "queues": _sec("queues", "lsf/bqueues_l.txt"),
-        "groups": _sec("groups", "lsf/bmgroup.txt"),
-        "hosts": _sec("hosts", "lsf/lshosts_w.txt"),
-        "gpus": _sec("gpus", "lsf/bhosts_gpu.json"),
-    })  # fmt: skip
+    facts = lsf_discover.parse_discovery(
+        {
+            "queues": _sec("queues", "lsf/bqueues_l.txt"),
+            "groups": _sec("groups", "lsf/bmgroup.txt"),
+            "hosts": _sec("hosts", "lsf/lshosts_w.txt"),
+            "gpus": _sec("gpus", "lsf/bhosts_gpu.json"),
+        }
+    )
     by = {p.name: p for p in facts.partitions}
     gpu = by["gpu"]
     assert (gpu.nodes, gpu.cpus, gpu.gpus, gpu.max_wall_s) == (6, 64, 4, 1440 * 60)

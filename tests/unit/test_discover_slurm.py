@@ -121,8 +121,10 @@ def test_center_layout_limits_qos_and_mixed_shapes() -> None:
     assert gpu.max_jobs_per_user == 8
     acc = gpu.node.accelerator
     assert acc is not None and (acc.type, acc.memory_gib, acc.gres) == (
-        "a100", 80.0, "nvidia_a100_80gb",
-    )  # fmt: skip
+        "a100",
+        80.0,
+        "nvidia_a100_80gb",
+    )
     cpu = found.profile.partition("cpu-preempt")
     assert cpu.max_wall_s == 86400  # UNLIMITED: a placeholder the person must confirm
     assert "partitions.cpu-preempt.max_wall_s" in {c.field for c in found.confirm}

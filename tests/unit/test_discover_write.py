@@ -22,8 +22,9 @@ def _found(name: str, spec: TransportSpec = SSH) -> Discovery:
 
 def test_shipped_center_is_kept_and_reached_my_way(tmp_path: Path) -> None:
     before = (shipped_profiles_dir() / "devvista.toml").read_text()
-    out = write_discovery(_found("devvista"), config_path=tmp_path / "c.toml",
-                          profiles_dir=tmp_path / "p")  # fmt: skip
+    out = write_discovery(
+        _found("devvista"), config_path=tmp_path / "c.toml", profiles_dir=tmp_path / "p"
+    )
     assert (shipped_profiles_dir() / "devvista.toml").read_text() == before
     assert out.profile_path == tmp_path / "p" / "discovered" / "devvista.toml"
     assert out.profile_loaded is False and out.diff == ()
@@ -35,8 +36,12 @@ def test_shipped_center_is_kept_and_reached_my_way(tmp_path: Path) -> None:
 
 
 def test_override_puts_it_where_it_is_loaded(tmp_path: Path) -> None:
-    out = write_discovery(_found("devvista"), override=True, config_path=tmp_path / "c.toml",
-                          profiles_dir=tmp_path / "p")  # fmt: skip
+    out = write_discovery(
+        _found("devvista"),
+        override=True,
+        config_path=tmp_path / "c.toml",
+        profiles_dir=tmp_path / "p",
+    )
     assert out.profile_path == tmp_path / "p" / "devvista.toml" and out.profile_loaded
 
 

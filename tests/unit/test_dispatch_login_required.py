@@ -48,8 +48,7 @@ async def test_a_login_required_submission_fails_the_attempt_with_the_login_comm
     )
     assert isinstance(decision, Placement)
     adapter = _NeedsConsent(sites[decision.site])
-    o = Orchestrator(store, cast(Any, None), {decision.site: cast(Any, adapter)},
-                     clock=lambda: NOW)  # fmt: skip
+    o = Orchestrator(store, cast(Any, None), {decision.site: cast(Any, adapter)}, clock=lambda: NOW)
     task = TaskRecord(
         id="t1",
         request=SubmitTaskRequest(command=("true",), envelope=env(gpus=4, cpus=8, wall_time="1h")),

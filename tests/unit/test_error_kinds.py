@@ -39,8 +39,13 @@ def test_every_kind_has_a_status_and_an_exit_code() -> None:
     assert set(HTTP_STATUS) == set(ErrorKind) == set(EXIT_CODES)
     assert HTTP_STATUS[ErrorKind.INTERNAL] == 500
     assert sorted(s for k, s in HTTP_STATUS.items() if k is not ErrorKind.INTERNAL) == [
-        400, 404, 409, 413, 422, 503,
-    ]  # fmt: skip
+        400,
+        404,
+        409,
+        413,
+        422,
+        503,
+    ]
 
 
 @pytest.mark.parametrize("cls", _all_errors(), ids=lambda c: f"{c.__module__}.{c.__name__}")
@@ -60,10 +65,15 @@ def test_named_errors_map_to_their_documented_status() -> None:
     from fedhpc.transfer.errors import BadDataRef, TransferUnavailable, UnknownSite
 
     cases = {
-        BadDataRef("x"): 422, UnknownSite("x"): 404, TaskNotFound("x"): 404,
-        TooLarge("x"): 413, OverBudget("x"): 503, TransferUnavailable("x"): 503,
-        DaemonUnavailable("x"): 503, ValidationFailed([]): 422,
-    }  # fmt: skip
+        BadDataRef("x"): 422,
+        UnknownSite("x"): 404,
+        TaskNotFound("x"): 404,
+        TooLarge("x"): 413,
+        OverBudget("x"): 503,
+        TransferUnavailable("x"): 503,
+        DaemonUnavailable("x"): 503,
+        ValidationFailed([]): 422,
+    }
     assert {type(e).__name__: status_of(e) for e in cases} == {
         type(e).__name__: s for e, s in cases.items()
     }
@@ -72,9 +82,13 @@ def test_named_errors_map_to_their_documented_status() -> None:
 def test_cli_json_errors_are_json_on_stdout_with_the_class_exit_code(tmp_path: Path) -> None:
     env = {**os.environ, "FEDHPC_HOME": str(tmp_path / "nohome"), "FEDHPC_DEVFED": ""}
     out = subprocess.run(
-        [FEDHPC, "tasks", "--json"], capture_output=True, text=True, env=env, timeout=60,
+        [FEDHPC, "tasks", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert out.returncode == EXIT_CODES[ErrorKind.UNAVAILABLE] == 6, out
     error = json.loads(out.stdout)["error"]
     assert error["code"] == "daemon_unavailable" and error["kind"] == "unavailable"
@@ -88,8 +102,11 @@ def test_cli_json_errors_are_json_on_stdout_with_the_class_exit_code(tmp_path: P
 
 def test_an_unknown_site_exits_not_found() -> None:
     out = subprocess.run(
-        [FEDHPC, "sites", "show", "nosuchsite"], capture_output=True, text=True, timeout=60,
+        [FEDHPC, "sites", "show", "nosuchsite"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert out.returncode == EXIT_CODES[ErrorKind.NOT_FOUND] == 4
     assert out.stderr.startswith("error[not_found]: no site profile named 'nosuchsite'")

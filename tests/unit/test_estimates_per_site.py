@@ -57,10 +57,11 @@ class WillRun:
             section = script.split(f"begin {name}'", 1)[1].split(f"end {name}", 1)[0]
             late = any(f"--qos={q}" in section for q in self.slow)
             at = int((self.start + timedelta(hours=3 if late else 0)).timestamp())
-            out += [f"{BATCH_MARK} begin {name}",
-                    f"sbatch: Job 7 to start at {at} using 4 processors on nodes n1 in "
-                    "partition cpu",
-                    f"{BATCH_MARK} end {name} 0"]  # fmt: skip
+            out += [
+                f"{BATCH_MARK} begin {name}",
+                f"sbatch: Job 7 to start at {at} using 4 processors on nodes n1 in partition cpu",
+                f"{BATCH_MARK} end {name} 0",
+            ]
         return CommandResult(0, "\n".join(out) + "\n", "")
 
     async def aclose(self) -> None:
@@ -103,8 +104,9 @@ async def test_decide_and_a_batch_prefetch_still_place_when_one_sites_login_need
         alpha=_adapter(ALPHA, NeedsPerson()),
         beta=_adapter(BETA, WillRun(NOW + timedelta(hours=1))),
     )
-    task = TaskRecord(id="t1", request=_req(envelope=env(cpus=4)), idempotency_key="k",
-                      created_at=NOW)  # fmt: skip
+    task = TaskRecord(
+        id="t1", request=_req(envelope=env(cpus=4)), idempotency_key="k", created_at=NOW
+    )
     decision = await o.planner.decide(task)
     assert isinstance(decision, Placement), decision
     assert f"alpha: unreachable ({NEEDS_PERSON})" in decision.trace.estimates_note
@@ -127,8 +129,10 @@ def test_two_qos_on_one_partition_and_shape_keep_their_own_scheduler_answers() -
     by_qos = {c.qos: c for c in first.trace.candidates if c.feasible and c.shape == first.shape}
     assert set(by_qos) == {"normal", "low"}
     key = shape_key(first.shape)
-    starts = {("q", "cpu", "proj", "normal", key): NOW + timedelta(hours=3),
-              ("q", "cpu", "proj2", "low", key): NOW + timedelta(minutes=1)}  # fmt: skip
+    starts = {
+        ("q", "cpu", "proj", "normal", key): NOW + timedelta(hours=3),
+        ("q", "cpu", "proj2", "low", key): NOW + timedelta(minutes=1),
+    }
     second = place(job, PlacementInputs(snap, {"q": qos}, Policy(), now=NOW, estimates=starts))
     assert isinstance(second, Placement)
     waits = {

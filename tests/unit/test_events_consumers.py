@@ -41,10 +41,14 @@ async def test_last_seq_and_last_event_read_the_log(store: Store) -> None:
 
 
 def _event(kind: str) -> dict[str, object]:
-    return {"kind": kind, "id": "ev1", "subject": "t1", "seq": 1,
-            "created_at": datetime(2026, 11, 30, tzinfo=UTC).isoformat(),
-            "payload": {"task_id": "t1", "state": "failed",
-                        "result": "fedhpc://tasks/t1"}}  # fmt: skip
+    return {
+        "kind": kind,
+        "id": "ev1",
+        "subject": "t1",
+        "seq": 1,
+        "created_at": datetime(2026, 11, 30, tzinfo=UTC).isoformat(),
+        "payload": {"task_id": "t1", "state": "failed", "result": "fedhpc://tasks/t1"},
+    }
 
 
 @pytest.mark.parametrize("kind", DEFAULT_WAKE_EVENTS)
@@ -70,8 +74,13 @@ async def test_a_task_reopened_by_replan_reports_its_new_outcome_as_a_new_event(
     at = datetime(2026, 11, 30, tzinfo=UTC)
     o = Orchestrator(store, cast(Any, None), {}, clock=lambda: at)
     env = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
-    task = TaskRecord(id="t1", idempotency_key="k", created_at=at, state=JobState.UNSCHEDULABLE,
-                      request=SubmitTaskRequest(command=("true",), envelope=env))  # fmt: skip
+    task = TaskRecord(
+        id="t1",
+        idempotency_key="k",
+        created_at=at,
+        state=JobState.UNSCHEDULABLE,
+        request=SubmitTaskRequest(command=("true",), envelope=env),
+    )
     for _ in range(2):  # the same fact twice: one event
         async with store.transaction() as tx:
             await o.book.emit(tx, "task.unschedulable", task, reason="r")

@@ -14,9 +14,13 @@ async def test_a_group_whose_children_are_still_being_submitted_stays_open(store
     daemon's lock is per operation): an empty child list must not read as 'all done'."""
     now = datetime(2026, 11, 29, tzinfo=UTC)
     async with store.transaction() as tx:
-        await tx.put_group("g1", state="running", round_=1, at=now,
-                           body={"objective": "x", "key": "k", "required": [True] * 4,
-                                 "spread": True})  # fmt: skip
+        await tx.put_group(
+            "g1",
+            state="running",
+            round_=1,
+            at=now,
+            body={"objective": "x", "key": "k", "required": [True] * 4, "spread": True},
+        )
     # advance_groups reads only the store and the clock: no site is involved.
     o = Orchestrator(store, cast(Any, None), {}, clock=lambda: now)
     await o.groups.advance()

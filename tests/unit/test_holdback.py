@@ -37,8 +37,9 @@ async def test_a_task_at_the_user_limit_waits_queued_with_the_reason_however_lon
     assert held_by_limits(o.collector, u, o.claims.ledger()) == ["alpha/cpu: 2 of 2 jobs"]
     handle = await o.intake.submit_task(_req(), wait_s=0)
     clock.now = NOW + timedelta(seconds=DATA_WAIT_S * 3)  # far past the missing-data bound
-    o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2},
-                                        age_s=-DATA_WAIT_S * 3)  # fmt: skip
+    o.collector.latest["alpha"] = state(
+        LIMITED.profile, cpu={"user_running_jobs": 2}, age_s=-DATA_WAIT_S * 3
+    )
     assert await o.place_queued() == 0
     held = await o.book.load_task(handle.task_id)
     assert held.state is JobState.QUEUED
@@ -49,8 +50,9 @@ async def test_a_task_at_the_user_limit_waits_queued_with_the_reason_however_lon
 async def test_another_obstacle_is_not_a_hold(store: Store) -> None:
     o = _orchestrator(store, Clock(), alpha=LIMITED)
     o.collector.latest["alpha"] = state(LIMITED.profile, cpu={"user_running_jobs": 2})
-    big = TaskRecord(id="t1", request=_req(envelope=env(gpus=1)), idempotency_key="k",
-                     created_at=NOW)  # fmt: skip
+    big = TaskRecord(
+        id="t1", request=_req(envelope=env(gpus=1)), idempotency_key="k", created_at=NOW
+    )
     u = await o.planner.decide(big)  # no GPUs at alpha: waiting for jobs to end cannot help
     assert isinstance(u, Unschedulable)
     assert held_by_limits(o.collector, u, o.claims.ledger()) == []
@@ -67,8 +69,9 @@ async def test_our_jobs_ending_after_the_probe_release_held_work_before_the_next
     o.claims.ended.append(Ended("alpha", "cpu", probe.collected_at + timedelta(seconds=1)))
     assert isinstance(await o.planner.decide(task, ledger=o.claims.ledger()), Unschedulable)
     assert o.claims.ended == []
-    o.claims.ended.append(Ended("alpha", "cpu", probe.collected_at
-                                + timedelta(seconds=ENDED_MARGIN_S + 1)))  # fmt: skip
+    o.claims.ended.append(
+        Ended("alpha", "cpu", probe.collected_at + timedelta(seconds=ENDED_MARGIN_S + 1))
+    )
     decision = await o.planner.decide(task, ledger=o.claims.ledger())
     assert not isinstance(decision, Unschedulable)
     assert decision.site == "alpha"
@@ -219,11 +222,13 @@ async def test_a_group_no_site_can_run_is_unschedulable_even_while_a_site_is_at_
 ) -> None:
     o = _bounded(store)
     children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
-    impossible = SubmitGroupRequest(objective="sweep", children=children, envelope=env(gpus=1),
-                                    spread=False)  # fmt: skip
+    impossible = SubmitGroupRequest(
+        objective="sweep", children=children, envelope=env(gpus=1), spread=False
+    )
     gid = (await o.groups.submit(impossible, wait_s=0)).group_id
-    only_alpha = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=64),
-                                    spread=False)  # fmt: skip
+    only_alpha = SubmitGroupRequest(
+        objective="sweep", children=children, envelope=env(cpus=64), spread=False
+    )
     waiting = (await o.groups.submit(only_alpha, wait_s=0)).group_id
     await o.place_queued()
     assert (await o.groups.view(gid, limit=10)).counts == {"unschedulable": 3}
@@ -235,8 +240,9 @@ async def test_a_group_no_site_can_run_is_unschedulable_even_while_a_site_is_at_
 async def test_a_replanned_child_of_a_held_group_is_placed_on_its_own(store: Store) -> None:
     beta = site(profile("beta", cpu_partition("cpu", cpus=32)))
     o = _orchestrator(store, Clock(), alpha=LIMITED, beta=beta)
-    o.collector.latest.update(alpha=state(LIMITED.profile, cpu={"user_running_jobs": 2}),
-                              beta=state(beta.profile))  # fmt: skip
+    o.collector.latest.update(
+        alpha=state(LIMITED.profile, cpu={"user_running_jobs": 2}), beta=state(beta.profile)
+    )
     # 40 children: the youngest is in the pass's second batch, where held groups are skipped.
     children = tuple(GroupChild(command=("echo", str(i))) for i in range(40))
     req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=64))
@@ -250,8 +256,10 @@ async def test_a_replanned_child_of_a_held_group_is_placed_on_its_own(store: Sto
         await o.book.save(tx, youngest, at=NOW)
     wake = o.placer.wake_event = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(o.tools.replan, ReplanRequest(task_id=youngest.id, exclude_sites=("alpha",),
-                                                    envelope=env(cpus=16)))  # fmt: skip
+        tg.start_soon(
+            o.tools.replan,
+            ReplanRequest(task_id=youngest.id, exclude_sites=("alpha",), envelope=env(cpus=16)),
+        )
         await wake.wait()  # back in the queue, for the placer
         await o.place_queued()
     assert o.planner.placed_this_cycle == {"beta": 1}  # read and placed, not held with its siblings

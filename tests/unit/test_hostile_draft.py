@@ -27,11 +27,15 @@ PROFILES = [profile("alpha", gpu_partition("g"))]
 # Right-to-left override, NUL, a lone surrogate, Cyrillic and fullwidth look-alikes of ASCII,
 # zero-width joiners, combining marks.
 ODD_TEXT = [
-    "train on 4 gpus \u202eruoh 2\u202c", "torchrun --nproc_per_node=4\x00 x.py",
-    "inference \ud800 model", "t\u043erchrun --nnodes=2 (Cyrillic o)",
+    "train on 4 gpus \u202eruoh 2\u202c",
+    "torchrun --nproc_per_node=4\x00 x.py",
+    "inference \ud800 model",
+    "t\u043erchrun --nnodes=2 (Cyrillic o)",
     "\uff24\uff24\uff30 \uff54\uff52\uff41\uff49\uff4e 8 hours",
-    "sweep\u200d of 10\u200b configs", "7B\u0301 model inference", "",
-]  # fmt: skip
+    "sweep\u200d of 10\u200b configs",
+    "7B\u0301 model inference",
+    "",
+]
 
 
 def _check(d: EnvelopeDraft) -> None:
@@ -43,11 +47,18 @@ def _check(d: EnvelopeDraft) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["9" * MAX_DESCRIPTION_CHARS, "1." * (MAX_DESCRIPTION_CHARS // 2),
-     "9" * 400 + " hours of training", "9" * 400 + "B model inference",
-     "torchrun --nproc_per_node=" + "9" * 5000, "num_workers=" + "9" * 5000 + " pandas",
-     "1" + "0" * 4400 + " hours", "0" * 7000 + "4 hours", "9" * 17 + ".5 minutes"],
-)  # fmt: skip
+    [
+        "9" * MAX_DESCRIPTION_CHARS,
+        "1." * (MAX_DESCRIPTION_CHARS // 2),
+        "9" * 400 + " hours of training",
+        "9" * 400 + "B model inference",
+        "torchrun --nproc_per_node=" + "9" * 5000,
+        "num_workers=" + "9" * 5000 + " pandas",
+        "1" + "0" * 4400 + " hours",
+        "0" * 7000 + "4 hours",
+        "9" * 17 + ".5 minutes",
+    ],
+)
 def test_long_digit_runs_and_huge_numbers_answer_never_raise(text: str) -> None:
     d = draft_envelope(text[:MAX_DESCRIPTION_CHARS], profiles=PROFILES)
     _check(d)
@@ -55,10 +66,12 @@ def test_long_digit_runs_and_huge_numbers_answer_never_raise(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "field"),
-    [("9" * 400 + " hours of training", "wall_time"),
-     ("torchrun --nproc_per_node=" + "9" * 400, "gpus"),
-     ("9" * 400 + "B model inference", "min_accelerator_memory_gib")],
-)  # fmt: skip
+    [
+        ("9" * 400 + " hours of training", "wall_time"),
+        ("torchrun --nproc_per_node=" + "9" * 400, "gpus"),
+        ("9" * 400 + "B model inference", "min_accelerator_memory_gib"),
+    ],
+)
 def test_huge_numbers_in_the_text_make_the_draft_invalid_naming_the_field(
     text: str, field: str
 ) -> None:
@@ -75,10 +88,12 @@ def test_a_sweep_asking_for_more_runs_than_a_group_holds_says_so() -> None:
 
 @pytest.mark.parametrize(
     ("description", "code", "field"),
-    [("x" * (MAX_DESCRIPTION_CHARS + 1), (), "description"),
-     ("x", ("y",) * (MAX_CODE_CONTEXT_ITEMS + 1), "code_context"),
-     ("x", ("y" * (MAX_CODE_CONTEXT_CHARS // 2 + 1),) * 2, "code_context")],
-)  # fmt: skip
+    [
+        ("x" * (MAX_DESCRIPTION_CHARS + 1), (), "description"),
+        ("x", ("y",) * (MAX_CODE_CONTEXT_ITEMS + 1), "code_context"),
+        ("x", ("y" * (MAX_CODE_CONTEXT_CHARS // 2 + 1),) * 2, "code_context"),
+    ],
+)
 def test_text_over_the_limits_is_refused_before_parsing_naming_the_field(
     description: str, code: tuple[str, ...], field: str
 ) -> None:
@@ -126,13 +141,29 @@ def test_any_digit_run_length_gives_a_draft(digits: int, unit: str, prefix: str)
 
 
 _VALUE = st.one_of(
-    st.none(), st.booleans(), st.floats(), st.integers(min_value=-(10**40), max_value=10**40),
-    st.text(max_size=40), st.sampled_from(["inf", "NaN", "9" * 400 + "G", "-0.0", "1e400"]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.floats(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.text(max_size=40),
+    st.sampled_from(["inf", "NaN", "9" * 400 + "G", "-0.0", "1e400"]),
+)
 _KEYS = st.sampled_from(
-    ["gpus", "cpus", "memory", "nodes", "wall_time", "min_accelerator_memory_gib",
-     "accelerator_types", "sites_include", "container", "preferences", "\u202egpus", "gpus\x00"]
-)  # fmt: skip
+    [
+        "gpus",
+        "cpus",
+        "memory",
+        "nodes",
+        "wall_time",
+        "min_accelerator_memory_gib",
+        "accelerator_types",
+        "sites_include",
+        "container",
+        "preferences",
+        "\u202egpus",
+        "gpus\x00",
+    ]
+)
 
 
 @given(

@@ -80,12 +80,18 @@ def test_any_memory_or_duration_is_in_range_or_a_value_error(value: object) -> N
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("memory", {"min": "9" * 400 + "G"}), ("memory", {"min": math.inf}),
-     ("wall_time", {"min": math.inf}), ("wall_time", {"min": "9" * 400 + "h"}),
-     ("gpus", {"min": 10**400}), ("cpus", {"min": 1, "max": 10**12}),
-     ("min_accelerator_memory_gib", math.nan), ("min_accelerator_memory_gib", math.inf),
-     ("nodes", {"min": -1})],
-)  # fmt: skip
+    [
+        ("memory", {"min": "9" * 400 + "G"}),
+        ("memory", {"min": math.inf}),
+        ("wall_time", {"min": math.inf}),
+        ("wall_time", {"min": "9" * 400 + "h"}),
+        ("gpus", {"min": 10**400}),
+        ("cpus", {"min": 1, "max": 10**12}),
+        ("min_accelerator_memory_gib", math.nan),
+        ("min_accelerator_memory_gib", math.inf),
+        ("nodes", {"min": -1}),
+    ],
+)
 def test_envelope_numbers_out_of_range_are_a_validation_error_naming_the_field(
     field: str, value: Any
 ) -> None:
@@ -141,13 +147,24 @@ def test_an_infinite_runtime_estimate_sorts_last_instead_of_raising() -> None:
 
     ranked = Ranked(id="a/g", site="a", partition="g", account_rank=0, queue_depth=0)
     base: dict[str, Any] = {
-        "wait_s": 1.0, "wait_p90_s": 2.0, "wait_source": "x", "runtime_s": 1.0,
-        "runtime_source": "x", "env_s": 0.0, "env_source": "x", "charge": 0.0,
-        "charge_unit": "SU", "credit_fraction": 0.0, "waste": 0,
-    }  # fmt: skip
+        "wait_s": 1.0,
+        "wait_p90_s": 2.0,
+        "wait_source": "x",
+        "runtime_s": 1.0,
+        "runtime_source": "x",
+        "env_s": 0.0,
+        "env_source": "x",
+        "charge": 0.0,
+        "charge_unit": "SU",
+        "credit_fraction": 0.0,
+        "waste": 0,
+    }
     finite = Estimates(**base, completion_s=10.0, completion_p90_s=20.0)  # type: ignore[arg-type]
-    endless = Estimates(**{**base, "credit_fraction": math.nan}, completion_s=math.inf,  # type: ignore[arg-type]
-                        completion_p90_s=math.nan)  # fmt: skip
+    endless = Estimates(
+        **{**base, "credit_fraction": math.nan},
+        completion_s=math.inf,  # type: ignore[arg-type]
+        completion_p90_s=math.nan,
+    )
     prefs = ResourceEnvelope().preferences
     assert sort_key(Policy(), ranked, finite, prefs) < sort_key(Policy(), ranked, endless, prefs)
 
@@ -244,9 +261,11 @@ def test_any_probe_time_far_past_or_future_naive_or_aware_is_a_decision_not_an_e
 
 
 _ODD_NUMBER = st.one_of(
-    st.sampled_from(ODD_FLOATS), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(), st.sampled_from(HUGE_TEXT),
-)  # fmt: skip
+    st.sampled_from(ODD_FLOATS),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(),
+    st.sampled_from(HUGE_TEXT),
+)
 _FIELD = st.sampled_from(
     ["gpus", "cpus", "nodes", "memory", "wall_time", "min_accelerator_memory_gib"]
 )
@@ -299,11 +318,15 @@ _SANE = {"rate": "1.0", "wall": '"48h"', "cpus": "8", "memory": '"64G"'}
 
 @pytest.mark.parametrize(
     ("key", "value", "field"),
-    [("rate", "inf", "charge.rate"), ("rate", "nan", "charge.rate"),
-     ("wall", "1e400", "partitions.0.max_wall_s"), ("cpus", "9" * 30, "partitions.0.node.cpus"),
-     ("memory", '"nan"', "partitions.0.node.memory_mib"),
-     ("memory", "-inf", "partitions.0.node.memory_mib")],
-)  # fmt: skip
+    [
+        ("rate", "inf", "charge.rate"),
+        ("rate", "nan", "charge.rate"),
+        ("wall", "1e400", "partitions.0.max_wall_s"),
+        ("cpus", "9" * 30, "partitions.0.node.cpus"),
+        ("memory", '"nan"', "partitions.0.node.memory_mib"),
+        ("memory", "-inf", "partitions.0.node.memory_mib"),
+    ],
+)
 def test_a_profile_with_a_non_finite_or_absurd_number_names_the_file_and_key(
     tmp_path: Path, key: str, value: str, field: str
 ) -> None:

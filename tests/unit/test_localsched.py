@@ -16,14 +16,28 @@ import pytest
 
 CONFIG = {
     "partitions": [
-        {"name": "ai", "nodes": 1, "cpus": 8, "memory_mib": 16384, "max_wall_s": 600,
-         "gpus": 2, "gpu_type": "h100"},
-        {"name": "gh", "nodes": 2, "cpus": 4, "memory_mib": 8192, "max_wall_s": 600,
-         "gpus": 1, "gpu_type": "gh200"},
+        {
+            "name": "ai",
+            "nodes": 1,
+            "cpus": 8,
+            "memory_mib": 16384,
+            "max_wall_s": 600,
+            "gpus": 2,
+            "gpu_type": "h100",
+        },
+        {
+            "name": "gh",
+            "nodes": 2,
+            "cpus": 4,
+            "memory_mib": 8192,
+            "max_wall_s": 600,
+            "gpus": 1,
+            "gpu_type": "gh200",
+        },
         {"name": "cpu", "nodes": 1, "cpus": 4, "memory_mib": 8192, "max_wall_s": 600},
     ],
     "accounts": ["fedhpc-cpu", "fedhpc-gpu"],
-}  # fmt: skip
+}
 
 
 class Sched:
@@ -36,9 +50,14 @@ class Sched:
         argv = [sys.executable, "-m", "fedhpc_dev.localsched", "--root", str(self.root), *args]
         # Jobs without an output path write to the submit directory: the test's own folder.
         return subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, timeout=30, check=False,
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
             cwd=self.root.parent,
-        )  # fmt: skip
+        )
 
     def json(self, *args: str) -> Any:
         done = self.run(*args)
@@ -87,9 +106,14 @@ def test_job_runs_with_output_paths_exit_code_and_accounting_times(
     out.mkdir()
     job = sched.submit(
         "echo hello from $LOCALSCHED_JOB_ID in $PWD; echo oops >&2; exit 3",
-        job_name="hello", partition="cpu", account="fedhpc-cpu", time=60,
-        output=f"{out}/%x-%j.out", error=f"{out}/%j.err", chdir=str(tmp_path),
-    )  # fmt: skip
+        job_name="hello",
+        partition="cpu",
+        account="fedhpc-cpu",
+        time=60,
+        output=f"{out}/%x-%j.out",
+        error=f"{out}/%j.err",
+        chdir=str(tmp_path),
+    )
     rec = sched.wait(job, {"FAILED"})
     assert (out / f"hello-{job}.out").read_text() == f"hello from {job} in {tmp_path}\n"
     assert (out / f"{job}.err").read_text() == "oops\n"
@@ -163,9 +187,16 @@ def test_multi_node_job_takes_one_slot_per_node(sched: Sched) -> None:
     job = sched.submit("sleep 30", partition="gh", nodes=2, gpus=1, time=60)
     rows = sched.json("queue")
     assert rows == [
-        {"id": job, "name": "script", "nodes": "gh-1,gh-2", "partition": "gh", "reason": None,
-         "state": "RUNNING", "user": rows[0]["user"]}
-    ]  # fmt: skip
+        {
+            "id": job,
+            "name": "script",
+            "nodes": "gh-1,gh-2",
+            "partition": "gh",
+            "reason": None,
+            "state": "RUNNING",
+            "user": rows[0]["user"],
+        }
+    ]
     probe = {p["name"]: p for p in sched.json("probe")["partitions"]}
     assert probe["gh"]["free_gpus"] == 0
     assert probe["gh"]["nodes"] == {"mixed": 2}

@@ -23,10 +23,21 @@ CONFIG = Config({"ai": Partition("ai", nodes=2, cpus=4, memory_mib=8192, max_wal
 
 def job(job_id: int, *, gpus: int = 0, cpus: int = 1, limit: int = 600, **kw: object) -> Job:
     base: dict[str, object] = {
-        "id": job_id, "name": f"j{job_id}", "partition": "ai", "user": "u", "account": None,
-        "nodes": 1, "cpus": cpus, "memory_mib": 1024, "gpus": gpus, "time_limit_s": limit,
-        "workdir": "/w", "stdout": "/w/o", "stderr": "/w/o", "submit": NOW,
-    }  # fmt: skip
+        "id": job_id,
+        "name": f"j{job_id}",
+        "partition": "ai",
+        "user": "u",
+        "account": None,
+        "nodes": 1,
+        "cpus": cpus,
+        "memory_mib": 1024,
+        "gpus": gpus,
+        "time_limit_s": limit,
+        "workdir": "/w",
+        "stdout": "/w/o",
+        "stderr": "/w/o",
+        "submit": NOW,
+    }
     base.update(kw)
     return Job(**base)  # type: ignore[arg-type]
 

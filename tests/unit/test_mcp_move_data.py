@@ -46,9 +46,14 @@ class FakeDaemon:
         async def move_data(_: DaemonClient, req: MoveDataRequest) -> TransferHandle:
             fake.moves.append(req)
             return TransferHandle(
-                transfer_id="x0123456789a", state=fake.state, mode=req.mode, source=req.source,
-                destination=req.destination, backend="local", trace=("route: local",),
-            )  # fmt: skip
+                transfer_id="x0123456789a",
+                state=fake.state,
+                mode=req.mode,
+                source=req.source,
+                destination=req.destination,
+                backend="local",
+                trace=("route: local",),
+            )
 
         async def register(_: DaemonClient, subject: str, spec: ContinuationSpec) -> str:
             fake.registered.append((subject, spec))
@@ -61,12 +66,18 @@ class FakeDaemon:
         async def transfer(_: DaemonClient, req: TransferRequest) -> TransferView:
             loc = DataLocation(site="devvista", root="scratch", root_path="/s", path="/s/a.dat")
             return TransferView(
-                transfer_id=req.transfer_id, state=TransferState.SUCCEEDED,
-                mode=TransferMode.REPLICATE, source="devanvil:scratch/a.dat",
-                destination="devvista:scratch/a.dat", backend="local",
-                destination_location=loc, created_at="2025-01-01T00:00:00Z",  # type: ignore[arg-type]
-                bytes=12, files=1, checksums={"a.dat": "0" * 64},
-            )  # fmt: skip
+                transfer_id=req.transfer_id,
+                state=TransferState.SUCCEEDED,
+                mode=TransferMode.REPLICATE,
+                source="devanvil:scratch/a.dat",
+                destination="devvista:scratch/a.dat",
+                backend="local",
+                destination_location=loc,
+                created_at="2025-01-01T00:00:00Z",  # type: ignore[arg-type]
+                bytes=12,
+                files=1,
+                checksums={"a.dat": "0" * 64},
+            )
 
         monkeypatch.setattr(DaemonClient, "move_data", move_data)
         monkeypatch.setattr(DaemonClient, "register_continuation", register)
@@ -90,8 +101,14 @@ async def test_move_data_sends_the_contract_request_and_answers_with_the_handle(
     monkeypatch.delenv("FEDHPC_CONTINUATION", raising=False)
     fake = FakeDaemon()
     fake.install(monkeypatch)
-    args = {**REQUEST, "recursive": False, "sync_level": "checksum", "mode": "stage",
-            "verify_checksum": False, "idempotency_key": "run1-a"}  # fmt: skip
+    args = {
+        **REQUEST,
+        "recursive": False,
+        "sync_level": "checksum",
+        "mode": "stage",
+        "verify_checksum": False,
+        "idempotency_key": "run1-a",
+    }
     async with connect(tmp_path) as client:
         result = await client.call_tool("move_data", args)
         plain = await client.call_tool("move_data", REQUEST)
@@ -104,13 +121,17 @@ async def test_move_data_sends_the_contract_request_and_answers_with_the_handle(
     sent = fake.moves[0]
     assert (sent.source, sent.destination) == (REQUEST["source"], REQUEST["destination"])
     assert (sent.mode, sent.sync_level, sent.verify_checksum) == (
-        TransferMode.STAGE, SyncLevel.CHECKSUM, False,
-    )  # fmt: skip
+        TransferMode.STAGE,
+        SyncLevel.CHECKSUM,
+        False,
+    )
     assert sent.idempotency_key == "run1-a"
     defaults = fake.moves[1]  # the contract's defaults: replicate, verify, copy everything
     assert (defaults.mode, defaults.verify_checksum, defaults.sync_level) == (
-        TransferMode.REPLICATE, True, None,
-    )  # fmt: skip
+        TransferMode.REPLICATE,
+        True,
+        None,
+    )
     assert defaults.idempotency_key is None
     assert fake.registered == []  # nobody to wake: a pull client
     assert sent.continuation is None and defaults.continuation is None
@@ -155,8 +176,11 @@ async def test_submit_task_passes_stage_in_transfer_ids(
     monkeypatch.delenv("FEDHPC_CONTINUATION", raising=False)
     fake = FakeDaemon()
     fake.install(monkeypatch)
-    args = {"command": ["wc", "-l", "a.dat"], "envelope": {"gpus": {"min": 1}},
-            "stage_in": ["x0123456789a"]}  # fmt: skip
+    args = {
+        "command": ["wc", "-l", "a.dat"],
+        "envelope": {"gpus": {"min": 1}},
+        "stage_in": ["x0123456789a"],
+    }
     async with connect(tmp_path) as client:
         assert not (await client.call_tool("submit_task", args)).is_error
     assert fake.tasks[0].stage_in == ("x0123456789a",)
@@ -182,13 +206,20 @@ async def test_the_move_data_schema_is_flat_and_terse(tmp_path: Path) -> None:
     schema = tool.input_schema
     assert schema["required"] == ["source", "destination"]
     assert set(schema["properties"]) == {
-        "source", "destination", "mode", "recursive", "sync_level", "verify_checksum",
+        "source",
+        "destination",
+        "mode",
+        "recursive",
+        "sync_level",
+        "verify_checksum",
         "idempotency_key",
-    }  # fmt: skip
+    }
     assert "$defs" not in schema
     assert all(p.get("type") in {"string", "boolean"} for p in schema["properties"].values())
-    size = len(json.dumps(
-        {"name": tool.name, "description": tool.description, "inputSchema": schema},
-        separators=(",", ":"),
-    ))  # fmt: skip
+    size = len(
+        json.dumps(
+            {"name": tool.name, "description": tool.description, "inputSchema": schema},
+            separators=(",", ":"),
+        )
+    )
     assert size < 800

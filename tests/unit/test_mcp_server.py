@@ -21,9 +21,17 @@ from fedhpc.mcp_server.results import MAX_RESPONSE_BYTES, guarded
 from fedhpc.settings.daemon import DaemonSettings
 
 TOOLS = {
-    "inspect_federation", "draft_envelope", "submit_task", "submit_group", "get_result",
-    "replan", "cancel", "move_data", "list_events", "ack_events",
-}  # fmt: skip
+    "inspect_federation",
+    "draft_envelope",
+    "submit_task",
+    "submit_group",
+    "get_result",
+    "replan",
+    "cancel",
+    "move_data",
+    "list_events",
+    "ack_events",
+}
 
 
 @asynccontextmanager
@@ -80,15 +88,20 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
         ("submit_task", {"command": [], "envelope": {}}, "command"),
         ("submit_task", {"command": ["x"], "envelope": {"nodes": {"min": 0}}}, "envelope"),
         ("submit_task", {"command": ["x"], "envelope": {}, "policy": "cheapest"}, "policy"),
-        ("submit_task", {"command": ["x"], "envelope": {}, "adaptation": {"max_retries": 99}},
-         "adaptation.max_retries"),
-        ("submit_group", {"objective": "o", "children": [{}], "envelope": {}},
-         "children.0.command"),
+        (
+            "submit_task",
+            {"command": ["x"], "envelope": {}, "adaptation": {"max_retries": 99}},
+            "adaptation.max_retries",
+        ),
+        (
+            "submit_group",
+            {"objective": "o", "children": [{}], "envelope": {}},
+            "children.0.command",
+        ),
         ("get_result", {"task_id": "t_1", "max_bytes": 0}, "max_bytes"),
         ("get_result", {"task_id": "../groups/g"}, "task_id"),
         ("cancel", {}, "task_id"),
-        ("replan", {"task_id": "t_1", "envelope": {"gpus": {"min": 2, "max": 1}}},
-         "envelope.gpus"),
+        ("replan", {"task_id": "t_1", "envelope": {"gpus": {"min": 2, "max": 1}}}, "envelope.gpus"),
         ("inspect_federation", {"arch": "sparc"}, "arch"),
         ("list_events", {"limit": 0}, "limit"),
         ("ack_events", {"consumer": "", "through": 1}, "consumer"),
@@ -96,15 +109,24 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
         ("submit_task", {"command": ["x"], "envelope": {}, "stage_in": "t1"}, "stage_in"),
         ("move_data", {"source": "devanvil:scratch/a"}, "destination"),
         ("move_data", {"source": "a", "destination": "devvista:scratch/a"}, "source"),
-        ("move_data", {"source": "devanvil:scratch/a", "destination": "devvista:scratch/\x01"},
-         "destination"),
-        ("move_data", {"source": "a:b/c", "destination": "d:e/f", "sync_level": "fast"},
-         "sync_level"),
+        (
+            "move_data",
+            {"source": "devanvil:scratch/a", "destination": "devvista:scratch/\x01"},
+            "destination",
+        ),
+        (
+            "move_data",
+            {"source": "a:b/c", "destination": "d:e/f", "sync_level": "fast"},
+            "sync_level",
+        ),
         ("move_data", {"source": "a:b/c", "destination": "d:e/f", "mode": "move"}, "mode"),
-        ("move_data", {"source": "a:b/c", "destination": "d:e/f", "idempotency_key": ""},
-         "idempotency_key"),
+        (
+            "move_data",
+            {"source": "a:b/c", "destination": "d:e/f", "idempotency_key": ""},
+            "idempotency_key",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_validation_error_is_typed_and_names_the_field(
     tmp_path: Path, tool: str, args: dict[str, Any], field: str
 ) -> None:

@@ -12,8 +12,12 @@ THREAD = "019a7b1c-0000-7000-8000-00000000cafe"
 
 
 def test_codex_thread_id_comes_from_thread_id_in_meta() -> None:
-    meta = {"threadId": THREAD, "sessionId": THREAD, "progressToken": 3,
-            "x-codex-turn-metadata": {"thread_id": THREAD, "turn_id": "7"}}  # fmt: skip
+    meta = {
+        "threadId": THREAD,
+        "sessionId": THREAD,
+        "progressToken": 3,
+        "x-codex-turn-metadata": {"thread_id": THREAD, "turn_id": "7"},
+    }
     assert agent_session(meta) == AgentSession(client="codex", thread_id=THREAD, turn_id="7")
 
 

@@ -37,8 +37,14 @@ def test_the_skills_cover_the_agent_loop() -> None:
 @pytest.mark.parametrize("folder", SKILLS, ids=[p.name for p in SKILLS])
 def test_frontmatter_names_the_folder_and_describes_within_1024_chars(folder: Path) -> None:
     meta = _frontmatter(folder / "SKILL.md")
-    assert set(meta) <= {"name", "description", "license", "compatibility", "metadata",
-                         "allowed-tools"}  # fmt: skip
+    assert set(meta) <= {
+        "name",
+        "description",
+        "license",
+        "compatibility",
+        "metadata",
+        "allowed-tools",
+    }
     assert meta["name"] == folder.name
     assert NAME.match(meta["name"])
     assert len(meta["name"]) <= 64

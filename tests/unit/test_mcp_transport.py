@@ -41,9 +41,13 @@ async def test_decodable_lines_pass_through_unchanged() -> None:
 
 @pytest.mark.parametrize(
     ("line", "rid"),
-    [(DEEP, 2), (SURROGATE, "s"), ('{"jsonrpc":"2.0","id":3,"method":7}', 3),
-     ('{"jsonrpc":"1.0","id":4,"method":"ping"}', 4)],
-)  # fmt: skip
+    [
+        (DEEP, 2),
+        (SURROGATE, "s"),
+        ('{"jsonrpc":"2.0","id":3,"method":7}', 3),
+        ('{"jsonrpc":"1.0","id":4,"method":"ping"}', 4),
+    ],
+)
 async def test_an_undecodable_request_is_answered_with_its_id(line: str, rid: Any) -> None:
     passed, answers = await _run(line, PING)
     assert passed == [PING + "\n"]
@@ -55,9 +59,17 @@ async def test_an_undecodable_request_is_answered_with_its_id(line: str, rid: An
 
 @pytest.mark.parametrize(
     "line",
-    ["garbage", "{", "[]", '{"id":5}', '{"jsonrpc":"2.0","id":true,"method":7}',
-     '{"jsonrpc":"2.0","id":{"a":1},"method":7}', '{"jsonrpc":"2.0","method":7}', ""],
-)  # fmt: skip
+    [
+        "garbage",
+        "{",
+        "[]",
+        '{"id":5}',
+        '{"jsonrpc":"2.0","id":true,"method":7}',
+        '{"jsonrpc":"2.0","id":{"a":1},"method":7}',
+        '{"jsonrpc":"2.0","method":7}',
+        "",
+    ],
+)
 async def test_without_a_usable_id_nothing_is_answered(line: str) -> None:
     passed, answers = await _run(line, PING)
     assert passed == [PING + "\n"]
@@ -112,25 +124,37 @@ async def test_lifespan_events_pass_the_bearer_guard() -> None:
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
-     ("localhost", True), ("0.0.0.0", False), ("10.0.0.5", False), ("example.org", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.0.0.5", False),
+        ("example.org", False),
+    ],
+)
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
 VERY_DEEP = (
     '{"jsonrpc":"2.0","method":"tools/call","params":{"x":'
-    + "[" * 100_000 + "]" * 100_000 + '},"id":"deep"}'
-)  # fmt: skip
+    + "[" * 100_000
+    + "]" * 100_000
+    + '},"id":"deep"}'
+)
 
 
 @pytest.mark.parametrize(
     ("line", "rid"),
-    [(VERY_DEEP, "deep"),
-     ('{"id":7,"params":' + "{\"a\":" * 50_000 + "1" + "}" * 50_000 + ',"method":"ping"}', 7),
-     ('{"jsonrpc":"2.0","id":8,"method":"ping","params":{"s":"' + "x" * 4_000_001 + '"}}', 8)],
-)  # fmt: skip
+    [
+        (VERY_DEEP, "deep"),
+        ('{"id":7,"params":' + '{"a":' * 50_000 + "1" + "}" * 50_000 + ',"method":"ping"}', 7),
+        ('{"jsonrpc":"2.0","id":8,"method":"ping","params":{"s":"' + "x" * 4_000_001 + '"}}', 8),
+    ],
+)
 async def test_a_request_too_deep_for_any_parser_or_too_large_is_answered(
     line: str, rid: Any
 ) -> None:
@@ -142,10 +166,12 @@ async def test_a_request_too_deep_for_any_parser_or_too_large_is_answered(
 
 @pytest.mark.parametrize(
     "line",
-    ['{"jsonrpc":"2.0","result":' + "[" * 5000 + "]" * 5000 + ',"id":1}',  # a response
-     '{"jsonrpc":"2.0","method":"x","params":' + "[" * 5000 + "]" * 5000 + "}",  # notification
-     '{"jsonrpc":"2.0","method":"x","params":{"id":3,"d":' + "[" * 5000 + "]" * 5000 + "}}"],
-)  # fmt: skip
+    [
+        '{"jsonrpc":"2.0","result":' + "[" * 5000 + "]" * 5000 + ',"id":1}',  # a response
+        '{"jsonrpc":"2.0","method":"x","params":' + "[" * 5000 + "]" * 5000 + "}",  # notification
+        '{"jsonrpc":"2.0","method":"x","params":{"id":3,"d":' + "[" * 5000 + "]" * 5000 + "}}",
+    ],
+)
 async def test_a_deep_message_nobody_waits_for_gets_no_answer(line: str) -> None:
     passed, answers = await _run(line, PING)
     assert passed == [PING + "\n"] and answers == []

@@ -16,8 +16,14 @@ FEDHPC = shutil.which("fedhpc", path=str(Path(sys.executable).parent)) or "fedhp
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEDHPC_")}
-    return subprocess.run([FEDHPC, *args], capture_output=True, text=True, check=False,
-                          env={**env, "FEDHPC_HOME": str(home)}, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [FEDHPC, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "FEDHPC_HOME": str(home)},
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize(

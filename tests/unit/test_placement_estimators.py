@@ -123,9 +123,18 @@ def test_a_free_slot_with_only_blocked_jobs_queued_starts_now_whatever_slurm_pre
     sched = {("s", "g", None, None, key): NOW + timedelta(seconds=3000)}
 
     def wait(**kw: int) -> tuple[float, str]:
-        w = estimate_wait(WaitMethod.SCHEDULER, site="s", partition="g", key=key, shape=shape,
-                          live=live(**kw), now=NOW, settings=S, history=None,
-                          scheduler=sched)  # fmt: skip
+        w = estimate_wait(
+            WaitMethod.SCHEDULER,
+            site="s",
+            partition="g",
+            key=key,
+            shape=shape,
+            live=live(**kw),
+            now=NOW,
+            settings=S,
+            history=None,
+            scheduler=sched,
+        )
         return w.wait_s, w.source
 
     assert wait(pending_jobs=6, blocked_pending_jobs=6) == (S.dispatch_s, "scheduler:free-now")
@@ -187,20 +196,40 @@ def test_estimators_are_judged_by_recent_error_and_auto_prefers_the_better_one()
     now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     s = Settings()
     shape = Shape(cpus=8, wall_time_s=600)
-    live = Live(free_gpus=0, max_free_gpus_on_node=0, free_cpus=0, max_free_cpus_on_node=0,
-                free_memory_mib=0, free_nodes=0, usable_nodes=1, pending=2, running=1,
-                user_jobs=0)  # fmt: skip
+    live = Live(
+        free_gpus=0,
+        max_free_gpus_on_node=0,
+        free_cpus=0,
+        max_free_cpus_on_node=0,
+        free_memory_mib=0,
+        free_nodes=0,
+        usable_nodes=1,
+        pending=2,
+        running=1,
+        user_jobs=0,
+    )
     # learned (from history) says ~1000 s; paper (queue depth 2) says 10 + 3 x 120 = 370 s.
     hist = WaitHistory(
-        [WaitObservation(site="a", partition="p", cpus=8, wait_s=1000.0,
-                         observed_at=now - timedelta(minutes=i)) for i in range(5)],
-        now=now, settings=s,
-    )  # fmt: skip
+        [
+            WaitObservation(
+                site="a",
+                partition="p",
+                cpus=8,
+                wait_s=1000.0,
+                observed_at=now - timedelta(minutes=i),
+            )
+            for i in range(5)
+        ],
+        now=now,
+        settings=s,
+    )
     obs = []
     for i in range(6):  # observed waits near 400 s: paper was close, learned far off
         at = now - timedelta(minutes=10 + i)
-        obs += [ErrorObservation("a", "p", "learned", 1000.0, 400.0 + i, at),
-                ErrorObservation("a", "p", "paper", 370.0, 400.0 + i, at)]  # fmt: skip
+        obs += [
+            ErrorObservation("a", "p", "learned", 1000.0, 400.0 + i, at),
+            ErrorObservation("a", "p", "paper", 370.0, 400.0 + i, at),
+        ]
     obs.append(ErrorObservation("a", "p", "paper", 0.0, 5000.0, now + timedelta(hours=1)))  # future
     errors = EstimatorErrors(obs, now=now, window_s=86400.0)
     paper = errors.get("a", "p", "paper")
@@ -209,9 +238,17 @@ def test_estimators_are_judged_by_recent_error_and_auto_prefers_the_better_one()
     assert (paper.n, paper.median_abs_s, paper.median_bias_s) == (6, 32.5, -32.5)
     assert learned.median_abs_s == 597.5 and learned.median_bias_s == 597.5
     assert errors.get("a", "q", "paper") is None
-    kw: dict[str, Any] = {"site": "a", "partition": "p", "key": "k", "shape": shape,
-                          "live": live, "now": now, "settings": s, "history": hist,
-                          "scheduler": None}  # fmt: skip
+    kw: dict[str, Any] = {
+        "site": "a",
+        "partition": "p",
+        "key": "k",
+        "shape": shape,
+        "live": live,
+        "now": now,
+        "settings": s,
+        "history": hist,
+        "scheduler": None,
+    }
     plain = estimate_wait(WaitMethod.AUTO, **kw)
     assert plain.source.startswith("learned") and plain.wait_s == 1000.0
     assert dict(plain.by_method) == {"learned": 1000.0, "paper": 370.0}

@@ -404,6 +404,8 @@ def test_a_missing_scheduler_estimate_falls_back_and_the_trace_says_why() -> Non
     assert "scarce: no answer within 2 s" in d.trace.estimates_note
     # Nobody asked (a history-only caller): the sources carry no note, the trace neither.
     plain = placed(place(four, PlacementInputs(snap, sites, now=NOW)))
-    assert all("no scheduler estimate" not in (c.estimates.wait_source if c.estimates else "")
-               for c in plain.trace.candidates)  # fmt: skip
+    assert all(
+        "no scheduler estimate" not in (c.estimates.wait_source if c.estimates else "")
+        for c in plain.trace.candidates
+    )
     assert plain.trace.estimates_note == ""

@@ -77,9 +77,14 @@ def _world(rng: random.Random) -> tuple[dict[str, Site], ResourceSnapshot]:
             if rng.random() < 0.6:
                 acc, mem = rng.choice(_ACCS)
                 part = gpu_partition(
-                    f"p{j}", acc, per_node=rng.choice([1, 2, 4, 8]), memory_gib=mem,
-                    count=rng.randint(1, 4), cpus=rng.choice([16, 64]), **kw,
-                )  # fmt: skip
+                    f"p{j}",
+                    acc,
+                    per_node=rng.choice([1, 2, 4, 8]),
+                    memory_gib=mem,
+                    count=rng.randint(1, 4),
+                    cpus=rng.choice([16, 64]),
+                    **kw,
+                )
             else:
                 part = cpu_partition(
                     f"p{j}", cpus=rng.choice([32, 128]), count=rng.randint(1, 4), **kw
@@ -88,10 +93,13 @@ def _world(rng: random.Random) -> tuple[dict[str, Site], ResourceSnapshot]:
         name = f"s{k}"
         blocked = (parts[0].name,) if rng.random() < 0.1 else ()
         prof = profile(
-            name, *parts, arch=rng.choice([Arch.X86_64, Arch.X86_64, Arch.AARCH64]),
-            charge=rng.choice(_CHARGES), blocked_partitions=blocked,
+            name,
+            *parts,
+            arch=rng.choice([Arch.X86_64, Arch.X86_64, Arch.AARCH64]),
+            charge=rng.choice(_CHARGES),
+            blocked_partitions=blocked,
             containers=ContainerSupport(runtimes=rng.choice([("apptainer",), ()])),
-        )  # fmt: skip
+        )
         budget = rng.choice([None, None, 20.0, 400.0, 1e5])
         sites[name] = site(prof, budget=budget)
         per: dict[str, Any] = {}
@@ -361,8 +369,12 @@ def test_partitions_that_cannot_rank_are_reported_as_dominated() -> None:
     assert "earliest possible completion" in dom.reason
     assert decision.trace.ranked == 1
     # A caller comparing against where a job already waits gets that partition scored.
-    kept = place(one, PlacementInputs(snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1,
-                 score=[("p", "g5")]))  # fmt: skip
+    kept = place(
+        one,
+        PlacementInputs(
+            snap, sites, Policy(wait=WaitMethod.PAPER), now=NOW, top=1, score=[("p", "g5")]
+        ),
+    )
     assert isinstance(kept, Placement)
     assert {c.partition for c in kept.trace.candidates} == {"g0", "g5"}
     assert "p/g5" not in kept.trace.pruned[0].partitions

@@ -29,23 +29,30 @@ def _loc(name: str) -> DataLocation:
 
 async def _world(store: Store) -> tuple[Orchestrator, str]:
     sites = {n: site(profile(n, cpu_partition("cpu"))) for n in ("alpha", "beta")}
-    o = Orchestrator(store, Collector(sites, {}, store, clock=lambda: NOW), {},
-                     clock=lambda: NOW)  # fmt: skip
+    o = Orchestrator(store, Collector(sites, {}, store, clock=lambda: NOW), {}, clock=lambda: NOW)
     for s in sites.values():
         o.collector.latest[s.profile.name] = state(s.profile)
     copy = TransferRecord(
-        id="x000000000a1", idempotency_key="k1", mode="stage", source_ref="beta:scratch/run/in.dat",
-        destination_ref="alpha:scratch/run/in.dat", source=_loc("beta"),
-        destination=_loc("alpha"), backend="local", state=TransferState.ACTIVE, created_at=NOW,
-    )  # fmt: skip
+        id="x000000000a1",
+        idempotency_key="k1",
+        mode="stage",
+        source_ref="beta:scratch/run/in.dat",
+        destination_ref="alpha:scratch/run/in.dat",
+        source=_loc("beta"),
+        destination=_loc("alpha"),
+        backend="local",
+        state=TransferState.ACTIVE,
+        created_at=NOW,
+    )
     async with store.transaction() as tx:
         await records.put(tx, copy, at=NOW)
     return o, copy.id
 
 
 async def _waiting_task(o: Orchestrator, tid: str, **kw: Any) -> str:
-    req = SubmitTaskRequest(command=("wc", "-c", "in.dat"), envelope=env(cpus=1),
-                            stage_in=(tid,), **kw)  # fmt: skip
+    req = SubmitTaskRequest(
+        command=("wc", "-c", "in.dat"), envelope=env(cpus=1), stage_in=(tid,), **kw
+    )
     handle, _ = await o.intake.accept_task(req)
     assert handle.state is JobState.SUBMITTED
     return handle.task_id
@@ -90,8 +97,9 @@ async def test_excluding_the_site_its_input_goes_to_is_a_typed_refusal_and_chang
     task_id = await _waiting_task(o, tid)
     before = await o.book.load_task(task_id)
     with pytest.raises(FedError) as exc:
-        await o.tools.replan(ReplanRequest(task_id=task_id, exclude_sites=("alpha",),
-                                      envelope=env(cpus=2)))  # fmt: skip
+        await o.tools.replan(
+            ReplanRequest(task_id=task_id, exclude_sites=("alpha",), envelope=env(cpus=2))
+        )
     err = exc.value.as_dict()
     assert err["code"] == "stage_in_pending"
     assert "waits for its input" in err["message"] and "alpha" in err["message"]

@@ -65,14 +65,25 @@ async def test_every_name_a_skill_uses_exists_in_the_live_server(
 
 def test_the_checker_catches_what_drifts(vocab: Vocabulary) -> None:
     """The check is not vacuous: each kind of wrong claim is reported."""
-    bad = Skill("x", "d", "`submit_tsk(command=...)` `get_result(task_id, preview=\"head\")` "
-                "`replan(task_id, sites=[...])` `policy=\"fixed\"` `task.pending_too_long` "
-                "`fedhpc://jobs/{id}` `include_blockd`\n"
-                "```json\n{\"gpus\": {\"mn\": 1}}\n```\n")  # fmt: skip
+    bad = Skill(
+        "x",
+        "d",
+        '`submit_tsk(command=...)` `get_result(task_id, preview="head")` '
+        '`replan(task_id, sites=[...])` `policy="fixed"` `task.pending_too_long` '
+        "`fedhpc://jobs/{id}` `include_blockd`\n"
+        '```json\n{"gpus": {"mn": 1}}\n```\n',
+    )
     wrong = check(bad, vocab, event_kinds(), error_codes())
-    for needle in ("no tool submit_tsk", "not one of", "replan has no parameter sites",
-                   "\"fixed\" is not one of", "no such event kind", "no such resource",
-                   "`include_blockd`", "'mn'"):  # fmt: skip
+    for needle in (
+        "no tool submit_tsk",
+        "not one of",
+        "replan has no parameter sites",
+        '"fixed" is not one of',
+        "no such event kind",
+        "no such resource",
+        "`include_blockd`",
+        "'mn'",
+    ):
         assert any(needle in w for w in wrong), (needle, wrong)
 
 
@@ -126,9 +137,14 @@ def test_the_next_steps_in_every_resume_name_real_tools_and_parameters(vocab: Vo
 
     steps: set[str] = set()
     for kind in sorted(event_kinds()):
-        event = {"kind": kind, "id": "e1", "subject": "t1", "seq": 1,
-                 "created_at": "2026-11-30T00:00:00+00:00",
-                 "payload": {"task_id": "t1", "state": "failed"}}  # fmt: skip
+        event = {
+            "kind": kind,
+            "id": "e1",
+            "subject": "t1",
+            "seq": 1,
+            "created_at": "2026-11-30T00:00:00+00:00",
+            "payload": {"task_id": "t1", "state": "failed"},
+        }
         steps |= set(build_payload(event, [], delivery_id="d1")["next"])
     calls = " ".join(f"`{m}`" for s in steps for m in re.findall(r"\w+\([^)]*\)", s))
     assert calls

@@ -33,25 +33,34 @@ ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
 
 
 def _agent(log: Path, events: tuple[str, ...] = DEFAULT_WAKE_EVENTS) -> ContinuationSpec:
-    return ContinuationSpec(runtime=Runtime.COMMAND, command=("tee", "-a", str(log)),
-                            events=events)  # fmt: skip
+    return ContinuationSpec(runtime=Runtime.COMMAND, command=("tee", "-a", str(log)), events=events)
 
 
 def _globus(*statuses: str) -> None:
     """An accepted submit, then one task status per poll (the last one repeats)."""
     sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(RegisteredResponse(
-        service="transfer", method="POST", path="/v0.10/transfer",
-        json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-    ))  # fmt: skip
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="POST",
+            path="/v0.10/transfer",
+            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+        )
+    )
     for status in statuses:
-        extra = ({"nice_status": "AUTH",
-                  "nice_status_short_description": "endpoint credentials expired"}
-                 if status == "INACTIVE" else {})  # fmt: skip
-        load_response(RegisteredResponse(
-            service="transfer", method="GET", path=f"/v0.10/task/{TASK}",
-            json={"task_id": TASK, "status": status, **extra},
-        ))  # fmt: skip
+        extra = (
+            {"nice_status": "AUTH", "nice_status_short_description": "endpoint credentials expired"}
+            if status == "INACTIVE"
+            else {}
+        )
+        load_response(
+            RegisteredResponse(
+                service="transfer",
+                method="GET",
+                path=f"/v0.10/task/{TASK}",
+                json={"task_id": TASK, "status": status, **extra},
+            )
+        )
 
 
 class World:
@@ -70,15 +79,17 @@ class World:
         await staging.advance(self.o.book, self.o.placer.wake)
 
     async def move(self, agent: ContinuationSpec) -> str:
-        req = MoveDataRequest(source="delta:work/p/in.dat",
-                              destination="polaris:eagle/p/in.dat", continuation=agent)  # fmt: skip
+        req = MoveDataRequest(
+            source="delta:work/p/in.dat", destination="polaris:eagle/p/in.dat", continuation=agent
+        )
         handle = await self.transfers.move_data(req)
         assert handle.state is TransferState.ACTIVE
         return handle.transfer_id
 
     async def submit(self, tid: str, agent: ContinuationSpec) -> str:
-        req = SubmitTaskRequest(command=("wc", "-c", "in.dat"), envelope=ENV, stage_in=(tid,),
-                                continuation=agent)  # fmt: skip
+        req = SubmitTaskRequest(
+            command=("wc", "-c", "in.dat"), envelope=ENV, stage_in=(tid,), continuation=agent
+        )
         handle, _ = await self.o.intake.accept_task(req)
         assert handle.state is JobState.SUBMITTED
         return handle.task_id
@@ -105,8 +116,10 @@ async def test_a_blocked_stage_in_wakes_the_waiting_tasks_agent_once_per_block(
     await w.cycle()  # still the same block: nothing new
     (woke,) = await w.woken()
     assert (woke["event"], woke["task_id"], woke["transfer_id"]) == (
-        "task.stage_in_blocked", task, tid,
-    )  # fmt: skip
+        "task.stage_in_blocked",
+        task,
+        tid,
+    )
     assert woke["state"] == "submitted"
     assert "fedhpc login" in woke["hint"]
     assert "blocked" in woke["reason"] and "AUTH" in woke["reason"]
@@ -138,5 +151,6 @@ async def test_a_block_before_any_task_waits_goes_to_the_mover_and_then_to_a_new
     await w.cycle()
     woken = await w.woken()
     assert [(p["event"], p.get("task_id")) for p in woken] == [
-        ("transfer.blocked", None), ("task.stage_in_blocked", task),
-    ]  # fmt: skip
+        ("transfer.blocked", None),
+        ("task.stage_in_blocked", task),
+    ]

@@ -104,9 +104,17 @@ def test_accounting_rows_become_wait_observations_by_size_and_fedhpcs_own_are_le
     t = datetime(2026, 1, 1, tzinfo=UTC)
 
     def row(name: str, tres: dict[str, str], start: datetime | None) -> AccountingRecord:
-        return AccountingRecord(job_id="1", name=name, partition="gpu", state=JobState.RUNNING,
-                                native_state="RUNNING", submit=t - timedelta(seconds=5),
-                                eligible=t, start=start, alloc_tres=tres)  # fmt: skip
+        return AccountingRecord(
+            job_id="1",
+            name=name,
+            partition="gpu",
+            state=JobState.RUNNING,
+            native_state="RUNNING",
+            submit=t - timedelta(seconds=5),
+            eligible=t,
+            start=start,
+            alloc_tres=tres,
+        )
 
     two_nodes = {"node": "2", "gres/gpu": "8", "cpu": "32"}
     got = _observation("s", row("train", two_nodes, t + timedelta(seconds=90)))

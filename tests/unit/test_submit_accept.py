@@ -131,8 +131,9 @@ async def test_a_group_is_accepted_with_every_child_queued_under_derived_ids(
 ) -> None:
     o = _orchestrator(store, Clock())
     children = tuple(GroupChild(command=("echo", str(i))) for i in range(150))
-    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=1),
-                             idempotency_key="g-150")  # fmt: skip
+    req = SubmitGroupRequest(
+        objective="sweep", children=children, envelope=env(cpus=1), idempotency_key="g-150"
+    )
     view = await o.groups.submit(req, wait_s=0)
     gid = group_id_for("g-150")
     prefix = "t" + gid[1:]

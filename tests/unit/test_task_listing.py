@@ -14,23 +14,53 @@ from tests.unit.test_placement_world import NOW
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
 
 
-async def _task(store: Store, tid: str, minute: int, state: JobState,
-                atts: list[dict[str, object]], accepted: int | None = None) -> None:  # fmt: skip
+async def _task(
+    store: Store,
+    tid: str,
+    minute: int,
+    state: JobState,
+    atts: list[dict[str, object]],
+    accepted: int | None = None,
+) -> None:
     at = NOW + timedelta(minutes=minute)
-    task = TaskRecord(id=tid, request=_req(name=tid), idempotency_key=tid, state=state,
-                      created_at=at, accepted_attempt=accepted,
-                      attempts_made=len(atts))  # fmt: skip
+    task = TaskRecord(
+        id=tid,
+        request=_req(name=tid),
+        idempotency_key=tid,
+        state=state,
+        created_at=at,
+        accepted_attempt=accepted,
+        attempts_made=len(atts),
+    )
     async with store.transaction() as tx:
-        await tx.put_task(tid, state=state.value, body=task.model_dump(mode="json"), at=at,
-                          idempotency_key=tid)  # fmt: skip
+        await tx.put_task(
+            tid, state=state.value, body=task.model_dump(mode="json"), at=at, idempotency_key=tid
+        )
         for n, kw in enumerate(atts, start=1):
-            a = AttemptRecord(task_id=tid, n=n, site=str(kw["site"]), partition="cpu",
-                              account=None, qos=None, shape=Shape(), job_name=f"{tid}-{n}",
-                              job_id=str(n), created_at=at,
-                              superseded=bool(kw.get("superseded")))  # fmt: skip
-            await tx.put_attempt(tid, n, site=a.site, partition="cpu", job_name=a.job_name,
-                                 job_id=a.job_id, state="completed",
-                                 body=a.model_dump(mode="json"), at=at)  # fmt: skip
+            a = AttemptRecord(
+                task_id=tid,
+                n=n,
+                site=str(kw["site"]),
+                partition="cpu",
+                account=None,
+                qos=None,
+                shape=Shape(),
+                job_name=f"{tid}-{n}",
+                job_id=str(n),
+                created_at=at,
+                superseded=bool(kw.get("superseded")),
+            )
+            await tx.put_attempt(
+                tid,
+                n,
+                site=a.site,
+                partition="cpu",
+                job_name=a.job_name,
+                job_id=a.job_id,
+                state="completed",
+                body=a.model_dump(mode="json"),
+                at=at,
+            )
 
 
 async def test_newest_first_with_the_current_attempt_as_get_result_picks_it(
@@ -38,17 +68,36 @@ async def test_newest_first_with_the_current_attempt_as_get_result_picks_it(
 ) -> None:
     o = _orchestrator(store, Clock())
     await _task(store, "t-none", 0, JobState.QUEUED, [])
-    await _task(store, "t-replaced", 1, JobState.PENDING,
-                [{"site": "old", "superseded": True}, {"site": "new"}])  # fmt: skip
-    await _task(store, "t-accepted", 2, JobState.COMPLETED,
-                [{"site": "first"}, {"site": "second"}], accepted=1)  # fmt: skip
-    await _task(store, "t-all-superseded", 3, JobState.CANCELLED,
-                [{"site": "a", "superseded": True}, {"site": "b", "superseded": True}])  # fmt: skip
+    await _task(
+        store,
+        "t-replaced",
+        1,
+        JobState.PENDING,
+        [{"site": "old", "superseded": True}, {"site": "new"}],
+    )
+    await _task(
+        store,
+        "t-accepted",
+        2,
+        JobState.COMPLETED,
+        [{"site": "first"}, {"site": "second"}],
+        accepted=1,
+    )
+    await _task(
+        store,
+        "t-all-superseded",
+        3,
+        JobState.CANCELLED,
+        [{"site": "a", "superseded": True}, {"site": "b", "superseded": True}],
+    )
     rows = await o.tools.list_tasks(limit=10)
     assert [r.task_id for r in rows] == ["t-all-superseded", "t-accepted", "t-replaced", "t-none"]
     by = {r.task_id: r for r in rows}
     assert (by["t-accepted"].site, by["t-accepted"].job_id, by["t-accepted"].attempts) == (
-        "first", "1", 2)  # fmt: skip
+        "first",
+        "1",
+        2,
+    )
     assert by["t-replaced"].site == "new"
     assert by["t-all-superseded"].site == "b"
     assert (by["t-none"].site, by["t-none"].attempts, by["t-none"].name) == (None, 0, "t-none")

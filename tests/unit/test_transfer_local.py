@@ -274,12 +274,20 @@ async def test_a_stage_out_waits_while_its_task_lives_whatever_the_live_state(
     now = datetime.now(UTC)
     svc = _svc(store, sites, tmp_path)
     rec = TransferRecord(
-        id="xstageout0", idempotency_key="t1:stage_out:0", mode="replicate",
-        source_ref="task:t1/out.txt", destination_ref="devdeltaai:scratch/out.txt", source=None,
-        destination=resolve("devdeltaai:scratch/out.txt", sites), options=TransferOptions(),
-        backend=None, state=TransferState.WAITING, after_task="t1", source_rel="out.txt",
+        id="xstageout0",
+        idempotency_key="t1:stage_out:0",
+        mode="replicate",
+        source_ref="task:t1/out.txt",
+        destination_ref="devdeltaai:scratch/out.txt",
+        source=None,
+        destination=resolve("devdeltaai:scratch/out.txt", sites),
+        options=TransferOptions(),
+        backend=None,
+        state=TransferState.WAITING,
+        after_task="t1",
+        source_rel="out.txt",
         created_at=now,
-    )  # fmt: skip
+    )
     async with store.transaction() as tx:
         await records.put(tx, rec, at=now)
         await tx.put_task("t1", state=live, body={}, at=now)

@@ -133,6 +133,7 @@ def test_resolving_references_loads_no_io_library_and_the_daemon_no_globus_sdk()
         "print(sorted(m for m in ('anyio', 'aiosqlite', 'structlog', 'globus_sdk') if m in a));"
         "print('globus_sdk' in b)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout.split("\n")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     assert out[:2] == ["[]", "False"]

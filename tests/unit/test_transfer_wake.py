@@ -35,13 +35,13 @@ def sites() -> dict[str, Site]:
 
 
 def _agent(log: Path) -> ContinuationSpec:
-    return ContinuationSpec(runtime=Runtime.COMMAND, command=("tee", "-a", str(log)),
-                            events=EVENTS)  # fmt: skip
+    return ContinuationSpec(runtime=Runtime.COMMAND, command=("tee", "-a", str(log)), events=EVENTS)
 
 
 def _request(agent: ContinuationSpec | None) -> MoveDataRequest:
-    return MoveDataRequest(source="delta:work/p/in.dat", destination="polaris:eagle/p/in.dat",
-                           continuation=agent)  # fmt: skip
+    return MoveDataRequest(
+        source="delta:work/p/in.dat", destination="polaris:eagle/p/in.dat", continuation=agent
+    )
 
 
 async def _delivered(store: Store) -> list[tuple[str, str]]:
@@ -52,12 +52,22 @@ async def test_a_move_data_refused_at_once_answers_the_outcome_and_wakes_nobody(
     tmp_path: Path, sites: dict[str, Site]
 ) -> None:
     load_response(globus_sdk.TransferClient.get_submission_id)
-    load_response(RegisteredResponse(
-        service="transfer", method="POST", path="/v0.10/transfer", status=403,
-        json={"code": "ConsentRequired", "message": "Missing required data_access consent",
-              "required_scopes": [f"urn:globus:auth:scope:transfer.api.globus.org:all"
-                                  f"[*https://auth.globus.org/scopes/{DST}/data_access]"]},
-    ))  # fmt: skip
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="POST",
+            path="/v0.10/transfer",
+            status=403,
+            json={
+                "code": "ConsentRequired",
+                "message": "Missing required data_access consent",
+                "required_scopes": [
+                    f"urn:globus:auth:scope:transfer.api.globus.org:all"
+                    f"[*https://auth.globus.org/scopes/{DST}/data_access]"
+                ],
+            },
+        )
+    )
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
@@ -87,15 +97,27 @@ async def test_a_move_data_blocked_on_credentials_wakes_its_continuation_exactly
     tmp_path: Path, sites: dict[str, Site]
 ) -> None:
     sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(RegisteredResponse(
-        service="transfer", method="POST", path="/v0.10/transfer",
-        json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-    ))  # fmt: skip
-    load_response(RegisteredResponse(
-        service="transfer", method="GET", path=f"/v0.10/task/{TASK}",
-        json={"task_id": TASK, "status": "INACTIVE", "nice_status": "AUTH",
-              "nice_status_short_description": "endpoint credentials expired"},
-    ))  # fmt: skip
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="POST",
+            path="/v0.10/transfer",
+            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+        )
+    )
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="GET",
+            path=f"/v0.10/task/{TASK}",
+            json={
+                "task_id": TASK,
+                "status": "INACTIVE",
+                "nice_status": "AUTH",
+                "nice_status_short_description": "endpoint credentials expired",
+            },
+        )
+    )
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
@@ -120,10 +142,14 @@ async def test_a_request_without_a_continuation_keeps_its_identity(
     """Who waits is not part of what moves: the same copy asked by a pull client and then by
     an agent is one transfer, and the agent is woken for it."""
     sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(RegisteredResponse(
-        service="transfer", method="POST", path="/v0.10/transfer",
-        json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-    ))  # fmt: skip
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="POST",
+            path="/v0.10/transfer",
+            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+        )
+    )
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})

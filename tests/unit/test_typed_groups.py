@@ -105,8 +105,11 @@ def test_fedhpc_probe_with_a_refused_ssh_option_prints_the_typed_error_and_exits
     )
     out = subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", "probe", "delta", "anvil"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 3, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.splitlines()
@@ -127,8 +130,11 @@ def test_fedhpc_probe_json_prints_the_typed_error_on_stdout(isolated_home: Path)
     )
     out = subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", "probe", "delta", "--json"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 3
     error = json.loads(out.stdout)["error"]
     assert (error["code"], error["kind"]) == ("transport_config", "validation")
@@ -141,9 +147,15 @@ class _GoneChildren:
     async def group(self, group_id: str, limit: int = 0) -> GroupView:
         kids = tuple(ChildView(task_id=f"{group_id}-{i}", state=JobState.QUEUED) for i in (1, 2))
         return GroupView(
-            group_id=group_id, objective="o", state="running", round=1, size=2,
-            child_ids=f"{group_id}-1 … {group_id}-2", counts={}, children=kids,
-        )  # fmt: skip
+            group_id=group_id,
+            objective="o",
+            state="running",
+            round=1,
+            size=2,
+            child_ids=f"{group_id}-1 … {group_id}-2",
+            counts={},
+            children=kids,
+        )
 
     async def get_result(self, req: ResultRequest) -> None:
         raise NotFound(f"no task {req.task_id}", hint="List tasks with `fedhpc tasks`.")

@@ -21,14 +21,29 @@ from fedhpc.ui.timeline import bar_json, bars, span, why
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def _att(n: int, site: str, state: JobState, *, sup: bool = False, reason: str | None = None,
-         wall: int = 600, at: int = 0, end: int | None = 10) -> AttemptView:  # fmt: skip
+def _att(
+    n: int,
+    site: str,
+    state: JobState,
+    *,
+    sup: bool = False,
+    reason: str | None = None,
+    wall: int = 600,
+    at: int = 0,
+    end: int | None = 10,
+) -> AttemptView:
     return AttemptView(
-        n=n, site=site, partition="p", state=state, superseded=sup, reason=reason,
-        shape=Shape(gpus=1, wall_time_s=wall), submitted_at=T0 + timedelta(seconds=at),
+        n=n,
+        site=site,
+        partition="p",
+        state=state,
+        superseded=sup,
+        reason=reason,
+        shape=Shape(gpus=1, wall_time_s=wall),
+        submitted_at=T0 + timedelta(seconds=at),
         started_at=T0 + timedelta(seconds=at + 1),
         ended_at=None if end is None else T0 + timedelta(seconds=end),
-    )  # fmt: skip
+    )
 
 
 def _m(task_id: str, *atts: AttemptView) -> ResultManifest:
@@ -36,19 +51,33 @@ def _m(task_id: str, *atts: AttemptView) -> ResultManifest:
 
 
 def test_each_attempt_says_how_it_came_to_be() -> None:
-    moved = _m("a", _att(1, "devanvil", JobState.CANCELLED, sup=True,
-                         reason="re-placed to devdelta/gpuA100x4"),
-               _att(2, "devdelta", JobState.COMPLETED, at=10, end=20))  # fmt: skip
+    moved = _m(
+        "a",
+        _att(1, "devanvil", JobState.CANCELLED, sup=True, reason="re-placed to devdelta/gpuA100x4"),
+        _att(2, "devdelta", JobState.COMPLETED, at=10, end=20),
+    )
     retried = _m("b", _att(1, "x", JobState.FAILED), _att(2, "x", JobState.COMPLETED, at=10))
-    longer = _m("c", _att(1, "x", JobState.TIMEOUT, wall=600),
-                _att(2, "x", JobState.COMPLETED, wall=1200, at=10, end=None))  # fmt: skip
-    asked = _m("d", _att(1, "x", JobState.CANCELLED, sup=True, reason="replanned on request"),
-               _att(2, "y", JobState.RUNNING, at=10, end=None))  # fmt: skip
+    longer = _m(
+        "c",
+        _att(1, "x", JobState.TIMEOUT, wall=600),
+        _att(2, "x", JobState.COMPLETED, wall=1200, at=10, end=None),
+    )
+    asked = _m(
+        "d",
+        _att(1, "x", JobState.CANCELLED, sup=True, reason="replanned on request"),
+        _att(2, "y", JobState.RUNNING, at=10, end=None),
+    )
     out = bars([moved, retried, longer, asked])
     assert [(b.task_id, b.n, b.cause) for b in out] == [
-        ("a", 1, "placed"), ("a", 2, "re-placed"), ("b", 1, "placed"), ("b", 2, "retry"),
-        ("c", 1, "placed"), ("c", 2, "extension"), ("d", 1, "placed"), ("d", 2, "replanned"),
-    ]  # fmt: skip
+        ("a", 1, "placed"),
+        ("a", 2, "re-placed"),
+        ("b", 1, "placed"),
+        ("b", 2, "retry"),
+        ("c", 1, "placed"),
+        ("c", 2, "extension"),
+        ("d", 1, "placed"),
+        ("d", 2, "replanned"),
+    ]
     first = out[0]
     assert first.superseded and "superseded (re-placed to devdelta/gpuA100x4)" in why(first)
     assert why(out[1]).startswith("re-placed: the previous attempt was still pending")
@@ -97,8 +126,12 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
             assert page.headers["referrer-policy"] == "no-referrer"
             assert "script-src 'self'" in page.headers["content-security-policy"]
             assert (await h.get("/")).status_code == 200  # a reload, the token in sessionStorage
-            for name in ("app.js", "app.css", "vendor/chart.umd.min.js",
-                         "vendor/vis-timeline-graph2d.min.js"):  # fmt: skip
+            for name in (
+                "app.js",
+                "app.css",
+                "vendor/chart.umd.min.js",
+                "vendor/vis-timeline-graph2d.min.js",
+            ):
                 got = await h.get(f"/static/{name}")
                 assert got.status_code == 200 and "set-cookie" not in got.headers, name
             js = (await h.get("/static/app.js")).text
@@ -110,8 +143,9 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
             assert down.status_code == 503
             body = down.json()
             assert body["code"] == "daemon_unavailable" and "fedhpc daemon" in body["hint"]
-            bad = await h.get("/api/events", headers={"X-Fedhpc-Token": "s3cret"},
-                              params={"after": "-1"})  # fmt: skip
+            bad = await h.get(
+                "/api/events", headers={"X-Fedhpc-Token": "s3cret"}, params={"after": "-1"}
+            )
             assert bad.status_code == 400 and "after" in bad.json()["message"]
 
 
@@ -133,9 +167,19 @@ def test_terminal_timeline_draws_waits_runs_and_the_move(monkeypatch: pytest.Mon
     from fedhpc.ui.term import console, timeline_table
 
     monkeypatch.delenv("NO_COLOR", raising=False)
-    moved = _m("a", _att(1, "devanvil", JobState.CANCELLED, sup=True, at=0, end=50,
-                         reason="re-placed to devdelta/gpuA100x4"),
-               _att(2, "devdelta", JobState.COMPLETED, at=50, end=100))  # fmt: skip
+    moved = _m(
+        "a",
+        _att(
+            1,
+            "devanvil",
+            JobState.CANCELLED,
+            sup=True,
+            at=0,
+            end=50,
+            reason="re-placed to devdelta/gpuA100x4",
+        ),
+        _att(2, "devdelta", JobState.COMPLETED, at=50, end=100),
+    )
     buf = io.StringIO()
     out = console(file=buf)
     out.width = 160

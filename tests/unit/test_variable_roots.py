@@ -128,8 +128,9 @@ def _placed_on_a_scratch_site() -> tuple[Placement, SiteAdapter]:
     site = sites[p.site]
     scratch = (StorageRoot(name="scratch", path="$SCRATCH"),)
     profile = site.profile.model_copy(update={"storage": scratch})
-    adapter = SiteAdapter(Site(profile=profile, user=site.user),
-                          LocalTransport(TransportSpec(kind="local")))  # fmt: skip
+    adapter = SiteAdapter(
+        Site(profile=profile, user=site.user), LocalTransport(TransportSpec(kind="local"))
+    )
     adapter.transport.run = _refuse  # type: ignore[method-assign]
     return p, adapter
 

@@ -133,8 +133,11 @@ async def test_a_site_that_does_not_answer_the_read_holds_the_transfer_queued(
     assert (rec.state, rec.error, rec.backend_id) == (TransferState.QUEUED, None, None)
     assert adapter.roots is None
     assert rec.destination.path == "$SCRATCH/a.dat"  # as written until the site answers
-    adapter.transport = LocalTransport(TransportSpec(kind="local", env={
-        "WORK": str(roots["WORK"]), "SCRATCH": str(roots["SCRATCH"])}))  # fmt: skip
+    adapter.transport = LocalTransport(
+        TransportSpec(
+            kind="local", env={"WORK": str(roots["WORK"]), "SCRATCH": str(roots["SCRATCH"])}
+        )
+    )
     adapter._roots_tried = 0.0  # the next cycle, past the retry window
     rec = await _settle(svc, handle.transfer_id)
     assert rec.state is TransferState.SUCCEEDED, rec.error

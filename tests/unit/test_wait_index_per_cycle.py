@@ -17,16 +17,33 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 async def _finish(store: Store, n: int, wait_s: float) -> None:
     att = AttemptRecord(
-        task_id=f"t{n}", n=1, site="s", partition="gpu", account=None, qos=None,
-        shape=Shape(gpus=1), job_name=f"fedhpc-t{n}-1", job_id=str(n), created_at=NOW,
-        state=JobState.COMPLETED, ended_at=NOW - timedelta(minutes=n), wait_s=wait_s,
-    )  # fmt: skip
+        task_id=f"t{n}",
+        n=1,
+        site="s",
+        partition="gpu",
+        account=None,
+        qos=None,
+        shape=Shape(gpus=1),
+        job_name=f"fedhpc-t{n}-1",
+        job_id=str(n),
+        created_at=NOW,
+        state=JobState.COMPLETED,
+        ended_at=NOW - timedelta(minutes=n),
+        wait_s=wait_s,
+    )
     async with store.transaction() as tx:
         await tx.put_task(att.task_id, state="completed", body={}, at=NOW)  # only its attempt
         await tx.put_attempt(
-            att.task_id, att.n, site=att.site, partition=att.partition, job_name=att.job_name,
-            job_id=att.job_id, state=att.state.value, body=att.model_dump(mode="json"), at=NOW,
-        )  # fmt: skip
+            att.task_id,
+            att.n,
+            site=att.site,
+            partition=att.partition,
+            job_name=att.job_name,
+            job_id=att.job_id,
+            state=att.state.value,
+            body=att.model_dump(mode="json"),
+            at=NOW,
+        )
 
 
 async def test_one_index_per_cycle_shared_by_its_decisions(store: Store) -> None:

@@ -140,9 +140,11 @@ class SiteAdapter:
             line = f'mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec {shell_line(command.argv)}'
             command = Command(
                 ("bash", "-c", line, "fedhpc", *ensure_dirs),
-                stdin=command.stdin, env=command.env, timeout_s=command.timeout_s,
+                stdin=command.stdin,
+                env=command.env,
+                timeout_s=command.timeout_s,
                 idempotent=False,
-            )  # fmt: skip
+            )
         result = await self._run(command, "submit")
         if ensure_dirs and result.returncode == _MKDIR_FAILED and "mkdir" in result.stderr:
             why = result.stderr.strip().splitlines()[-1][:300]

@@ -20,8 +20,15 @@ __all__ = ["check_runtimes"]
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    return subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def _claude(exe: str, env: dict[str, str], home: Path) -> tuple[bool, str, list[str]]:
@@ -54,13 +61,16 @@ def _codex(exe: str, env: dict[str, str]) -> tuple[bool, str, list[str]]:
     except (OSError, tomllib.TOMLDecodeError):
         config = {}
     if "fedhpc" not in (config.get("mcp_servers") or {}):
-        fixes.append(f"register the server for Codex: `codex mcp add fedhpc -- fedhpc serve` "
-                     f"(config {base / 'config.toml'})")  # fmt: skip
+        fixes.append(
+            f"register the server for Codex: `codex mcp add fedhpc -- fedhpc serve` "
+            f"(config {base / 'config.toml'})"
+        )
     provider = config.get("model_provider")
     login = _run([exe, "login", "status"], env)
     if login.returncode != 0 and provider in (None, "openai"):
-        fixes.append("log in as this user (`codex login`) or set OPENAI_API_KEY in "
-                     "[resume.codex] env_file")  # fmt: skip
+        fixes.append(
+            "log in as this user (`codex login`) or set OPENAI_API_KEY in [resume.codex] env_file"
+        )
     logged = "logged in" if login.returncode == 0 else "not logged in"
     detail = f"{exe} (provider {provider or 'openai'}, {logged})"
     return not fixes, detail, fixes
@@ -72,8 +82,14 @@ def check_runtimes(home: Path, only: tuple[str, ...] = ()) -> list[dict[str, Any
     try:
         config = load_user_config().resume
     except FedError as exc:
-        return [{"runtime": "config", "ok": False, "detail": exc.message,
-                 "fix": [f"fix [resume] in {user_config_path()}"]}]  # fmt: skip
+        return [
+            {
+                "runtime": "config",
+                "ok": False,
+                "detail": exc.message,
+                "fix": [f"fix [resume] in {user_config_path()}"],
+            }
+        ]
     for runtime in (Runtime.CLAUDE_CODE, Runtime.CODEX):
         if only and runtime.value not in only:
             continue

@@ -117,8 +117,18 @@ def build_payload(
     if _size(out) > TARGET and "counts" in out:
         out["counts"] = {k: out["counts"][k] for k in list(out["counts"])[:20]}
     if _size(out) > HARD_CAP or _size(out) > TARGET:
-        keep = ("fedhpc", "delivery", "event", "task_id", "group_id", "transfer_id", "subject",
-                "state", "hint", "next")  # fmt: skip
+        keep = (
+            "fedhpc",
+            "delivery",
+            "event",
+            "task_id",
+            "group_id",
+            "transfer_id",
+            "subject",
+            "state",
+            "hint",
+            "next",
+        )
         out = {k: out[k] for k in keep if k in out}
     return out
 

@@ -52,5 +52,6 @@ def seen(spec: ContinuationSpec, env: dict[str, str], deliveries: Sequence[str])
         text = path.read_text(errors="replace")
     except OSError:
         return []
-    return [d for d in deliveries if f'\\"delivery\\":\\"{d}\\"' in text or f'"delivery":"{d}"'
-            in text]  # fmt: skip
+    return [
+        d for d in deliveries if f'\\"delivery\\":\\"{d}\\"' in text or f'"delivery":"{d}"' in text
+    ]

@@ -40,8 +40,7 @@ __all__ = [
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _BASE_VARS = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
-_NAMES = {Runtime.CLAUDE_CODE: ("claude", CLAUDE_BIN),
-          Runtime.CODEX: ("codex", CODEX_BIN)}  # fmt: skip
+_NAMES = {Runtime.CLAUDE_CODE: ("claude", CLAUDE_BIN), Runtime.CODEX: ("codex", CODEX_BIN)}
 TAIL = 600  # bytes of stdout and of stderr kept as a failure's reason
 
 
@@ -85,8 +84,10 @@ def _env_file(path: str) -> dict[str, str]:
             continue
         key, sep, value = line.removeprefix("export ").partition("=")
         if not sep:  # never quote the line: it may be a secret (it reaches last_error, logs)
-            raise UsageError(f"resume env_file {file}: line {n} is not KEY=VALUE",
-                             hint="Fix that line of the file (its text is not shown).")  # fmt: skip
+            raise UsageError(
+                f"resume env_file {file}: line {n} is not KEY=VALUE",
+                hint="Fix that line of the file (its text is not shown).",
+            )
         found[key.strip()] = value.strip().strip('"').strip("'")
     return found
 
@@ -96,8 +97,7 @@ def resume_env(cfg: ResumeRuntime, home: Path, *, inherit: bool = False) -> dict
     the config's env_file and env. Credentials come only from the config. `inherit` (the
     `command` runtime: a program the daemon's own starter named, such as `fedhpc demo`'s
     scripted agent) starts from the daemon's environment instead."""
-    env = dict(os.environ) if inherit else {k: os.environ[k] for k in _BASE_VARS
-                                            if k in os.environ}  # fmt: skip
+    env = dict(os.environ) if inherit else {k: os.environ[k] for k in _BASE_VARS if k in os.environ}
     env["PATH"] = cfg.path or (os.environ.get("PATH", DEFAULT_PATH) if inherit else DEFAULT_PATH)
     env[HOME.name] = str(home)
     if cfg.env_file:
@@ -120,8 +120,9 @@ def binary(runtime: Runtime, cfg: ResumeRuntime, env: dict[str, str]) -> str:
     return found
 
 
-def mcp_config(home: Path, entry: dict[str, Any] | None = None, *,
-               path: Path | None = None) -> Path:  # fmt: skip
+def mcp_config(
+    home: Path, entry: dict[str, Any] | None = None, *, path: Path | None = None
+) -> Path:
     """The MCP config a resumed Claude session needs to see its fedhpc tools again.
     `alwaysLoad` makes Claude Code wait for the server before the turn's first model request,
     up to MCP_CONNECT_TIMEOUT_MS (without it, `-p` loads servers asynchronously and a turn can
@@ -130,8 +131,13 @@ def mcp_config(home: Path, entry: dict[str, Any] | None = None, *,
     path = path or home / "mcp.json"
     local = Path(sys.executable).parent / "fedhpc"
     fedhpc = str(local) if local.exists() else (shutil.which("fedhpc") or "fedhpc")
-    server = entry or {"type": "stdio", "command": fedhpc, "args": ["serve"],
-                       "env": {HOME.name: str(home)}, "alwaysLoad": True}  # fmt: skip
+    server = entry or {
+        "type": "stdio",
+        "command": fedhpc,
+        "args": ["serve"],
+        "env": {HOME.name: str(home)},
+        "alwaysLoad": True,
+    }
     body = {"mcpServers": {"fedhpc": server}}
     text = json.dumps(body, indent=2)
     if not path.exists() or path.read_text() != text:
@@ -142,16 +148,33 @@ def mcp_config(home: Path, entry: dict[str, Any] | None = None, *,
     return path
 
 
-def _argv(spec: ContinuationSpec, session: str | None, text: str, home: Path, exe: str, *,
-          entry: dict[str, Any] | None) -> list[str]:  # fmt: skip
+def _argv(
+    spec: ContinuationSpec,
+    session: str | None,
+    text: str,
+    home: Path,
+    exe: str,
+    *,
+    entry: dict[str, Any] | None,
+) -> list[str]:
     if spec.runtime is Runtime.COMMAND:
         return list(spec.command)
     assert session is not None
     if spec.runtime is Runtime.CLAUDE_CODE:
         return [
-            exe, "-p", "--resume", session, text, "--output-format", "stream-json", "--verbose",
-            "--mcp-config", str(mcp_config(home, entry)), "--allowedTools", "mcp__fedhpc",
-        ]  # fmt: skip
+            exe,
+            "-p",
+            "--resume",
+            session,
+            text,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--mcp-config",
+            str(mcp_config(home, entry)),
+            "--allowedTools",
+            "mcp__fedhpc",
+        ]
     if spec.runtime is Runtime.CODEX:
         return [exe, "exec", "resume", session, text, "--json", "--skip-git-repo-check"]
     raise ValueError(f"{spec.runtime} is not a process runtime")
@@ -193,13 +216,20 @@ def launch(
     # `kill` ends its whole group) and is nobody's child here (no zombie to reap).
     # The launching shell records the pid itself, first thing: a daemon that dies meanwhile
     # still finds it (a folder without a pid is never taken for "not launched").
-    outer = ('setsid bash -c "$1" fedhpc-resume "${@:2}" < /dev/null > /dev/null 2>&1 & '
-             'echo $! > "$3/pid.tmp" && mv "$3/pid.tmp" "$3/pid"; echo $!')  # fmt: skip
+    outer = (
+        'setsid bash -c "$1" fedhpc-resume "${@:2}" < /dev/null > /dev/null 2>&1 & '
+        'echo $! > "$3/pid.tmp" && mv "$3/pid.tmp" "$3/pid"; echo $!'
+    )
     done = subprocess.run(
         ["bash", "-c", outer, "fedhpc-launch", wrapper, str(int(timeout_s)), str(folder), *argv],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=30, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     pid = int(done.stdout.strip() or "0")
     if done.returncode != 0 or pid <= 0:
         raise TransientError(f"could not start the resume: {done.stderr.strip()[-300:]}")
@@ -266,8 +296,11 @@ def model_answered(spec: ContinuationSpec, folder: Path) -> bool:
     path = folder / "out"
     if spec.runtime not in _NAMES or not path.exists():
         return True
-    wanted = ('"type":"assistant"',) if spec.runtime is Runtime.CLAUDE_CODE else (
-        '"type":"item.completed"', '"type":"turn.completed"')  # fmt: skip
+    wanted = (
+        ('"type":"assistant"',)
+        if spec.runtime is Runtime.CLAUDE_CODE
+        else ('"type":"item.completed"', '"type":"turn.completed"')
+    )
     text = path.read_text(errors="replace")
     return any(w in text for w in wanted)
 
@@ -289,8 +322,14 @@ def check_result(spec: ContinuationSpec, folder: Path, done: Outcome) -> bool | 
         init = next((x for x in lines if x.get("subtype") == "init"), {})
         servers = init.get("mcp_servers")
         tools = init.get("tools")
-        status = next((s.get("status") for s in (servers if isinstance(servers, list) else [])
-                       if isinstance(s, dict) and s.get("name") == "fedhpc"), None)  # fmt: skip
+        status = next(
+            (
+                s.get("status")
+                for s in (servers if isinstance(servers, list) else [])
+                if isinstance(s, dict) and s.get("name") == "fedhpc"
+            ),
+            None,
+        )
         has = status == "connected" and any(
             str(t).startswith("mcp__fedhpc__") for t in (tools if isinstance(tools, list) else [])
         )

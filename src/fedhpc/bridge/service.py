@@ -156,32 +156,50 @@ class Bridge:
                     continue  # a group hears its own events; a child's go to its own only
                 did = f"d{e.seq}-{c['id']}"
                 body = {
-                    "payload": build_payload(e.model_dump(mode="json"), await self._attempts(e),
-                                             delivery_id=did),
-                    "runtime": c["runtime"], "spec": c["body"], "seq": e.seq, "kind": e.kind,
-                    "subject": e.subject, "key": session_key(spec),
-                }  # fmt: skip
+                    "payload": build_payload(
+                        e.model_dump(mode="json"), await self._attempts(e), delivery_id=did
+                    ),
+                    "runtime": c["runtime"],
+                    "spec": c["body"],
+                    "seq": e.seq,
+                    "kind": e.kind,
+                    "subject": e.subject,
+                    "key": session_key(spec),
+                }
                 plans.append((did, e, c, body))
         async with self.store.transaction() as tx:
             for did, e, c, body in plans:
-                await tx.put_delivery(did, event_id=e.id, continuation_id=c["id"],
-                                      state="pending", attempts=0, next_at=now, at=now,
-                                      body=body)  # fmt: skip
+                await tx.put_delivery(
+                    did,
+                    event_id=e.id,
+                    continuation_id=c["id"],
+                    state="pending",
+                    attempts=0,
+                    next_at=now,
+                    at=now,
+                    body=body,
+                )
             await tx.mark_consumed(self.CONSUMER, [e.id for e in events], at=now)
             await tx.set_cursor(self.CONSUMER, events[-1].seq, at=now)
         return len(plans)
 
     # -- records ----------------------------------------------------------------------------
-    async def _save_all(self, ds: list[dict[str, Any]], state: str, *,
-                        next_at: datetime | None = None) -> None:  # fmt: skip
+    async def _save_all(
+        self, ds: list[dict[str, Any]], state: str, *, next_at: datetime | None = None
+    ) -> None:
         """One transaction for a resume's deliveries: they change state together."""
         async with self.store.transaction() as tx:
             for d in ds:
                 await tx.put_delivery(
-                    d["id"], event_id=d["event_id"], continuation_id=d["continuation_id"],
-                    state=state, attempts=d["attempts"], next_at=next_at or self.clock(),
-                    body=d["body"], at=self.clock(),
-                )  # fmt: skip
+                    d["id"],
+                    event_id=d["event_id"],
+                    continuation_id=d["continuation_id"],
+                    state=state,
+                    attempts=d["attempts"],
+                    next_at=next_at or self.clock(),
+                    body=d["body"],
+                    at=self.clock(),
+                )
 
     async def _failed(self, ds: list[dict[str, Any]], error: str) -> None:
         now = self.clock()
@@ -238,12 +256,25 @@ class Bridge:
             entry = None
             if self.warm is not None and spec.runtime is Runtime.CLAUDE_CODE:
                 entry = await self.warm.entry()
-            start = partial(launch, spec, text, self._folder(rid), home=self.home, cfg=cfg,
-                            timeout_s=self.process_timeout_s, stdin_text=stdin,
-                            mcp_entry=entry)  # fmt: skip
+            start = partial(
+                launch,
+                spec,
+                text,
+                self._folder(rid),
+                home=self.home,
+                cfg=cfg,
+                timeout_s=self.process_timeout_s,
+                stdin_text=stdin,
+                mcp_entry=entry,
+            )
             await anyio.to_thread.run_sync(start)  # spawning blocks; the daemon keeps serving
-            log.info("resuming", resume=rid, runtime=spec.runtime.value, events=len(ds),
-                     already_in_session=len(held))  # fmt: skip
+            log.info(
+                "resuming",
+                resume=rid,
+                runtime=spec.runtime.value,
+                events=len(ds),
+                already_in_session=len(held),
+            )
         except FedError as exc:
             await self._failed(ds, exc.message)
         except OSError as exc:
@@ -279,9 +310,15 @@ class Bridge:
                 return True
             why = folder / "stopped"
             tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
-            reason = why.read_text() if why.exists() else (
-                "the resume ended without a status" if pid_file.exists()
-                else "the resume's launch was interrupted (no pid recorded)")  # fmt: skip
+            reason = (
+                why.read_text()
+                if why.exists()
+                else (
+                    "the resume ended without a status"
+                    if pid_file.exists()
+                    else "the resume's launch was interrupted (no pid recorded)"
+                )
+            )
             await self._failed(ds, f"{reason}; {tails}")
             return False
         try:
@@ -340,8 +377,9 @@ class Bridge:
         assert spec.url is not None
         try:
             async with httpx2.AsyncClient(timeout=10) as http:
-                resp = await http.post(spec.url, json=payload,
-                                       headers={"Idempotency-Key": delivery})  # fmt: skip
+                resp = await http.post(
+                    spec.url, json=payload, headers={"Idempotency-Key": delivery}
+                )
         except httpx2.HTTPError as exc:
             raise TransientError(f"webhook: {type(exc).__name__}") from exc
         if resp.status_code >= 300:

@@ -32,10 +32,15 @@ def spawn_detached(argv: list[str], *, env: dict[str, str], cwd: str, log_path: 
     """Start `argv` in its own session, reparented away from us (no zombie to reap); its pid."""
     outer = 'setsid "$@" < /dev/null >> "$LOGFILE" 2>&1 & echo $!'
     done = subprocess.run(
-        ["bash", "-c", outer, "fedhpc-spawn", *argv], cwd=cwd,
-        env={**env, "LOGFILE": str(log_path)}, stdin=subprocess.DEVNULL, capture_output=True,
-        text=True, timeout=30, check=False,
-    )  # fmt: skip
+        ["bash", "-c", outer, "fedhpc-spawn", *argv],
+        cwd=cwd,
+        env={**env, "LOGFILE": str(log_path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     pid = int(done.stdout.strip() or "0")
     if done.returncode != 0 or pid <= 0:
         raise OSError(f"could not start {argv[0]}: {done.stderr.strip()[-200:]}")
@@ -139,10 +144,21 @@ class WarmServer:
         port = _free_port()
         env = {k: os.environ[k] for k in ("HOME", "USER", "LANG", "PATH") if k in os.environ}
         env |= {HOME.name: str(self.home), MCP_TOKEN.name: token}
-        argv = [sys.executable, "-m", "fedhpc.cli.main", "serve", "--http", "--host",
-                "127.0.0.1", "--port", str(port), "--no-autostart"]  # fmt: skip
-        pid = spawn_detached(argv, env=env, cwd=str(self.home),
-                             log_path=self.home / "resume-mcp.log")  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "fedhpc.cli.main",
+            "serve",
+            "--http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-autostart",
+        ]
+        pid = spawn_detached(
+            argv, env=env, cwd=str(self.home), log_path=self.home / "resume-mcp.log"
+        )
         found = {"pid": pid, "port": port, "token": token}
         self._write(found)  # recorded at once: a bridge cancelled while it starts still ends it
         try:

@@ -186,8 +186,10 @@ def _status(args: argparse.Namespace) -> int:
     )
     if args.watch:
         if args.json:
-            raise UsageError("--watch draws a live table; it has no --json form",
-                             hint="Poll `fedhpc status --json` instead.")  # fmt: skip
+            raise UsageError(
+                "--watch draws a live table; it has no --json form",
+                hint="Poll `fedhpc status --json` instead.",
+            )
 
         return watch_status(settings, req, args)
     if args.refresh and not args.json and sys.stdout.isatty():  # a probe takes seconds
@@ -208,9 +210,12 @@ def _status(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("daemon", help="run the control daemon (collector, REST on a Unix socket)")
     d.add_argument(
-        "action", nargs="?", choices=["run", "stop", "restart"], default="run",
+        "action",
+        nargs="?",
+        choices=["run", "stop", "restart"],
+        default="run",
         help="run (default, in the foreground), stop, or restart (detached) the daemon",
-    )  # fmt: skip
+    )
     d.add_argument("--once", action="store_true", help="run one control cycle and exit")
     d.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
     d.set_defaults(func=_daemon)

@@ -49,11 +49,18 @@ def run_doctor(names: list[str], *, as_json: bool = False, resume: bool = True) 
     every = [c for checks in results.values() for c in checks] + extra
     failed = [c for c in every if c.status == "fail"]
     if as_json:
-        print(json.dumps({
-            "ok": not failed,
-            "sites": {name: [c.as_dict() for c in checks] for name, checks in results.items()},
-            "resume": [c.as_dict() for c in extra],
-        }, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "ok": not failed,
+                    "sites": {
+                        name: [c.as_dict() for c in checks] for name, checks in results.items()
+                    },
+                    "resume": [c.as_dict() for c in extra],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"{len(failed)} check(s) failed" if failed else "all checks passed")
     return 1 if failed else 0

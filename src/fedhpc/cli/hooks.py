@@ -42,8 +42,10 @@ def pre_tool_use(stdin: str) -> int:
     try:
         binding = ToolBinding.model_validate_json(stdin)
     except ValidationError as exc:
-        print(f"fedhpc hook pre-tool-use: unusable hook input: {exc.errors()[0]['msg']}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"fedhpc hook pre-tool-use: unusable hook input: {exc.errors()[0]['msg']}",
+            file=sys.stderr,
+        )
         return 0
     name = binding.tool_name or ""
     if not name.startswith("mcp__fedhpc__"):
@@ -71,8 +73,9 @@ def user_prompt_submit(stdin: str, home: Path) -> str | None:
     shown = lines[-INBOX_SHOWN:]
     context = "fedhpc events since your last turn:\n" + "\n".join(shown)
     if len(lines) > len(shown):  # never dropped without a word: say where the rest are
-        context += (f"\n({len(lines) - len(shown)} earlier event(s) not shown: "
-                    "list_events has them all)")  # fmt: skip
+        context += (
+            f"\n({len(lines) - len(shown)} earlier event(s) not shown: list_events has them all)"
+        )
     return json.dumps(
         {
             "hookSpecificOutput": {
@@ -115,8 +118,10 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     for d in rows:
         tools = {True: " tools=ok", False: " tools=MISSING"}.get(d["tools_verified"], "")
-        print(f"{d['id']:<28} {d['runtime']:<11} {d['state']:<9} tries={d['attempts']} "
-              f"{d['payload_bytes']:>4}B {d['event'] or ''}{tools}".rstrip())  # fmt: skip
+        print(
+            f"{d['id']:<28} {d['runtime']:<11} {d['state']:<9} tries={d['attempts']} "
+            f"{d['payload_bytes']:>4}B {d['event'] or ''}{tools}".rstrip()
+        )
         if d["last_error"] and d["state"] != "delivered":
             print(f"    reason: {d['last_error']}")
     return 0
@@ -163,14 +168,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("event", choices=["pre-tool-use", "user-prompt-submit", "session-start"])
     h.set_defaults(func=_hook)
     d = sub.add_parser("deliveries", help="the resume bridge's deliveries (dead letters too)")
-    d.add_argument("--state", action="append", default=[],
-                   choices=["pending", "started", "delivered", "dead"])  # fmt: skip
+    d.add_argument(
+        "--state", action="append", default=[], choices=["pending", "started", "delivered", "dead"]
+    )
     d.add_argument("--json", action="store_true", help="as JSON")
     d.set_defaults(func=_list)
     ds = d.add_subparsers(dest="action")
     ls = ds.add_parser("list", help="list deliveries (the default)")
-    ls.add_argument("--state", action="append", default=[],
-                    choices=["pending", "started", "delivered", "dead"])  # fmt: skip
+    ls.add_argument(
+        "--state", action="append", default=[], choices=["pending", "started", "delivered", "dead"]
+    )
     ls.add_argument("--json", action="store_true", help="as JSON")
     ls.set_defaults(func=_list)
     r = ds.add_parser("retry", help="redrive dead deliveries after fixing their cause")

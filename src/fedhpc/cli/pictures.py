@@ -47,8 +47,10 @@ def _group(args: argparse.Namespace) -> int:
                     print(view.model_dump_json(indent=2))
                     return 0
                 counts = ", ".join(f"{k} {v}" for k, v in view.counts.items())
-                print(f"group {view.group_id}: {view.state}, round {view.round}, "
-                      f"{view.size} children ({counts})\n{view.objective}")  # fmt: skip
+                print(
+                    f"group {view.group_id}: {view.state}, round {view.round}, "
+                    f"{view.size} children ({counts})\n{view.objective}"
+                )
                 for c in view.children:
                     where = f"{c.site}/{c.partition} job {c.job_id}" if c.site else "-"
                     print(f"  {c.task_id}  {c.state.value:<13} {where}")
@@ -60,8 +62,16 @@ def _group(args: argparse.Namespace) -> int:
         title = f"group {group.group_id}: {group.state}, round {group.round} ({counts})"
         items = bars(found)
         if args.json:
-            print(json.dumps({"group": group.model_dump(mode="json"), "omitted": omitted,
-                              "bars": [bar_json(b) for b in items]}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "group": group.model_dump(mode="json"),
+                        "omitted": omitted,
+                        "bars": [bar_json(b) for b in items],
+                    },
+                    indent=2,
+                )
+            )
             return 0
         out = console(args.no_color)
         out.print(timeline_table(items, title=title, width=axis_width(out)))

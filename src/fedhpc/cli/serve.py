@@ -65,8 +65,12 @@ def _levels(client: str) -> list[Path]:
     if client == "Claude Code":
         return [Path(".claude/skills"), home / ".claude/skills"]
     codex_home = Path(CODEX_HOME.read() or home / ".codex")
-    return [Path(".agents/skills"), Path(".codex/skills"), home / ".agents/skills",
-            codex_home / "skills"]  # fmt: skip
+    return [
+        Path(".agents/skills"),
+        Path(".codex/skills"),
+        home / ".agents/skills",
+        codex_home / "skills",
+    ]
 
 
 def _holders(folders: Sequence[Path], names: set[str]) -> list[Path]:
@@ -81,11 +85,15 @@ def _holders(folders: Sequence[Path], names: set[str]) -> list[Path]:
 def _install(args: argparse.Namespace) -> int:
     chosen = [("Claude Code", args.claude), ("Codex", args.codex)]
     targets = [(c, Path(d)) for c, d in chosen if d] or [
-        ("Claude Code", Path(".claude/skills")), ("Codex", Path(".agents/skills"))]  # fmt: skip
+        ("Claude Code", Path(".claude/skills")),
+        ("Codex", Path(".agents/skills")),
+    ]
     names = sorted(p.name for p in skills_source().iterdir() if (p / "SKILL.md").is_file())
     written = install_skills([t for _, t in targets])
-    lines = [f"installed {len(names)} skills for {client} in {target.resolve()}: "
-             f"{', '.join(names)}" for client, target in targets]  # fmt: skip
+    lines = [
+        f"installed {len(names)} skills for {client} in {target.resolve()}: {', '.join(names)}"
+        for client, target in targets
+    ]
     warnings = []
     for client, target in targets:
         holders = _holders([target, *_levels(client)], set(names))
@@ -95,13 +103,25 @@ def _install(args: argparse.Namespace) -> int:
                 f"{client} now finds the fedhpc skills in {where}: it lists every skill twice "
                 f"in each request. Keep one: rm -r {holders[-1].resolve()}/fedhpc-*"
             )
-    hooks = ("Claude Code resumes your session when work ends only with the fedhpc hooks "
-             "from docs/continuation.md in .claude/settings.json; Codex needs none.")  # fmt: skip
+    hooks = (
+        "Claude Code resumes your session when work ends only with the fedhpc hooks "
+        "from docs/continuation.md in .claude/settings.json; Codex needs none."
+    )
     if args.json:
-        print(json.dumps({"installed": [str(p) for p in written],
-                          "targets": [{"client": c, "folder": str(t.resolve()), "skills": names}
-                                      for c, t in targets],
-                          "warnings": warnings, "hooks": hooks}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "installed": [str(p) for p in written],
+                    "targets": [
+                        {"client": c, "folder": str(t.resolve()), "skills": names}
+                        for c, t in targets
+                    ],
+                    "warnings": warnings,
+                    "hooks": hooks,
+                },
+                indent=2,
+            )
+        )
     else:
         for line in lines:
             print(line)

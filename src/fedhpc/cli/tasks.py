@@ -150,8 +150,10 @@ def _archive(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     elif args.dry_run:
-        print(f"{out['archived']} events older than {out['before'][:19]} would move to the "
-              f"archive; {out['remaining']} in the store")  # fmt: skip
+        print(
+            f"{out['archived']} events older than {out['before'][:19]} would move to the "
+            f"archive; {out['remaining']} in the store"
+        )
     else:
         where = f" to {out['archive']}" if out["archive"] else ""
         print(f"archived {out['archived']} events{where}; {out['remaining']} in the store")

@@ -67,8 +67,10 @@ async def _serve(args: argparse.Namespace, sock: socket.socket, token: str) -> N
         except OSError:
             saved = None  # type: ignore[assignment]
         print(f"fedhpc ui: {url}", flush=True)
-        print("  read-only dashboard of the daemon at "
-              f"{settings.socket_path}; Ctrl-C stops it", flush=True)  # fmt: skip
+        print(
+            f"  read-only dashboard of the daemon at {settings.socket_path}; Ctrl-C stops it",
+            flush=True,
+        )
         if args.open:
             opened = webbrowser.open(url)
             if not opened:
@@ -117,13 +119,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "ui", help="a read-only web dashboard on 127.0.0.1 (federation, timelines, deliveries)"
     )
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT,
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
         help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any free port)",
-    )  # fmt: skip
+    )
     p.add_argument("--open", action="store_true", help="open the dashboard in a browser")
     p.add_argument(
-        "--exit-with-daemon", action="store_true",
+        "--exit-with-daemon",
+        action="store_true",
         help="stop when the daemon has stopped (how the demo leaves it running)",
-    )  # fmt: skip
+    )
     p.add_argument("--daemon-check-s", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_run)

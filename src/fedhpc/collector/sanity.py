@@ -13,10 +13,18 @@ __all__ = ["MAX_PROBE_COUNT", "sanitize_state"]
 # Jobs in a queue, nodes or CPUs in a partition: beyond this a probe misread something.
 MAX_PROBE_COUNT = 10**9
 _COUNT_FIELDS = (
-    "total_gpus", "free_gpus", "total_cpus", "free_cpus", "max_free_gpus_on_node",
-    "max_free_cpus_on_node", "pending_jobs", "blocked_pending_jobs", "running_jobs",
-    "user_pending_jobs", "user_running_jobs",
-)  # fmt: skip
+    "total_gpus",
+    "free_gpus",
+    "total_cpus",
+    "free_cpus",
+    "max_free_gpus_on_node",
+    "max_free_cpus_on_node",
+    "pending_jobs",
+    "blocked_pending_jobs",
+    "running_jobs",
+    "user_pending_jobs",
+    "user_running_jobs",
+)
 
 
 def _credit(c: Credit, reasons: list[str]) -> Credit:

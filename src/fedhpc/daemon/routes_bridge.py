@@ -34,14 +34,21 @@ def delivery_view(d: dict[str, Any]) -> DeliveryView:
     b = d["body"]
     spec = b.get("spec") or {}
     return DeliveryView(
-        id=d["id"], event_id=d["event_id"], continuation_id=d["continuation_id"],
-        runtime=b["runtime"], state=d["state"], attempts=d["attempts"],
-        last_error=b.get("last_error"), updated_at=datetime.fromisoformat(d["updated_at"]),
+        id=d["id"],
+        event_id=d["event_id"],
+        continuation_id=d["continuation_id"],
+        runtime=b["runtime"],
+        state=d["state"],
+        attempts=d["attempts"],
+        last_error=b.get("last_error"),
+        updated_at=datetime.fromisoformat(d["updated_at"]),
         payload_bytes=len(json.dumps(b["payload"], separators=(",", ":")).encode()),
-        event=b.get("kind"), subject=b.get("subject"),
+        event=b.get("kind"),
+        subject=b.get("subject"),
         session=f"{b['runtime']}:{spec['session_id']}" if spec.get("session_id") else None,
-        resume=b.get("resume"), tools_verified=b.get("tools_verified"),
-    )  # fmt: skip
+        resume=b.get("resume"),
+        tools_verified=b.get("tools_verified"),
+    )
 
 
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
@@ -71,9 +78,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         rep = ToolBinding.model_validate_json(await read_body(request))
         now = datetime.now(UTC)
         async with state.store.transaction() as tx:
-            await tx.put_binding(tool_use_id=rep.tool_use_id, session_id=rep.session_id,
-                                 body=rep.model_dump(mode="json"), at=now,
-                                 keep_after=now - BINDING_KEEP)  # fmt: skip
+            await tx.put_binding(
+                tool_use_id=rep.tool_use_id,
+                session_id=rep.session_id,
+                body=rep.model_dump(mode="json"),
+                at=now,
+                keep_after=now - BINDING_KEEP,
+            )
         return JSONResponse({"ok": True})
 
     async def binding(request: Request) -> Response:
@@ -89,8 +100,9 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     async def deliveries(request: Request) -> Response:
         wanted = [s for s in request.query_params.getlist("state") if s]
         rows = await state.store.deliveries(states=wanted, limit=500)
-        return JSONResponse({"deliveries": [delivery_view(d).model_dump(mode="json")
-                                            for d in rows]})  # fmt: skip
+        return JSONResponse(
+            {"deliveries": [delivery_view(d).model_dump(mode="json") for d in rows]}
+        )
 
     async def redrive(request: Request) -> Response:
         req = Redrive.model_validate_json(await read_body(request))

@@ -25,8 +25,9 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     def service() -> TransferService:
         if state.transfers is None:
-            raise UsageError("this daemon runs no transfer service",
-                             hint="Upgrade and restart the daemon.")  # fmt: skip
+            raise UsageError(
+                "this daemon runs no transfer service", hint="Upgrade and restart the daemon."
+            )
         return state.transfers
 
     async def move_data(request: Request) -> Response:

@@ -44,9 +44,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         if state.archive_path is None:
             raise UsageError("this daemon has no archive folder")
         now = datetime.now(UTC)
-        report = await archive_events(state.store, state.archive_path, now=now,
-                                      before=now - timedelta(days=req.older_than_days),
-                                      dry_run=req.dry_run)  # fmt: skip
+        report = await archive_events(
+            state.store,
+            state.archive_path,
+            now=now,
+            before=now - timedelta(days=req.older_than_days),
+            dry_run=req.dry_run,
+        )
         return JSONResponse(report.as_dict())
 
     return {api.EVENTS: events, api.ACK_EVENTS: ack, api.ARCHIVE_EVENTS: archive}

@@ -54,15 +54,22 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def estimators(request: Request) -> Response:
         rows = (await o.waits.errors()).rows()
-        return JSONResponse({
-            "estimators": [
-                {"site": e.site, "partition": e.partition, "method": e.method, "n": e.n,
-                 "median_abs_error_s": round(e.median_abs_s, 1),
-                 "median_bias_s": round(e.median_bias_s, 1)}
-                for e in rows
-            ],
-            "scheduler_calls": o.waits.cache.calls,
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "estimators": [
+                    {
+                        "site": e.site,
+                        "partition": e.partition,
+                        "method": e.method,
+                        "n": e.n,
+                        "median_abs_error_s": round(e.median_abs_s, 1),
+                        "median_bias_s": round(e.median_bias_s, 1),
+                    }
+                    for e in rows
+                ],
+                "scheduler_calls": o.waits.cache.calls,
+            }
+        )
 
     return {
         api.HEALTH: health,

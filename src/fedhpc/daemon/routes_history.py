@@ -18,8 +18,13 @@ __all__ = ["handlers", "history_point"]
 
 
 def _partition(p: PartitionState) -> dict[str, Any]:
-    return {"name": p.name, "pending_jobs": p.pending_jobs, "running_jobs": p.running_jobs,
-            "free_gpus": p.free_gpus, "total_gpus": p.total_gpus}  # fmt: skip
+    return {
+        "name": p.name,
+        "pending_jobs": p.pending_jobs,
+        "running_jobs": p.running_jobs,
+        "free_gpus": p.free_gpus,
+        "total_gpus": p.total_gpus,
+    }
 
 
 def history_point(st: SiteState) -> dict[str, Any]:

@@ -88,11 +88,16 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await read_body(request))
         work = partial(
-            draft_envelope, req.description, req.code_context, req.proposed, source=req.source,
-            rationale=req.rationale, confidence=req.confidence,
+            draft_envelope,
+            req.description,
+            req.code_context,
+            req.proposed,
+            source=req.source,
+            rationale=req.rationale,
+            confidence=req.confidence,
             profiles=[s.profile for s in state.collector.sites.values()],
             sites=frozenset(state.collector.sites),
-        )  # fmt: skip
+        )
         answer = await run_bounded(work, budget_s=DRAFT_BUDGET_S, what="draft_envelope")
         return model_response(answer)
 

@@ -104,11 +104,16 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
             history_keep=settings.history_keep,
         )
         orchestrator = Orchestrator(
-            store, collector, adapters, cycle_s=settings.cycle_s,
-            intent_grace_s=settings.intent_grace_s, site_lost_after_s=settings.site_lost_s,
-            retry_window_s=settings.retry_window_s, estimate_timeout_s=settings.estimate_timeout_s,
+            store,
+            collector,
+            adapters,
+            cycle_s=settings.cycle_s,
+            intent_grace_s=settings.intent_grace_s,
+            site_lost_after_s=settings.site_lost_s,
+            retry_window_s=settings.retry_window_s,
+            estimate_timeout_s=settings.estimate_timeout_s,
             submits_per_cycle=settings.submits_per_cycle,
-        )  # fmt: skip
+        )
         try:
             await collector.load()
             if once:
@@ -130,12 +135,16 @@ async def _serve(
 ) -> None:
     state = DaemonState(store, collector, datetime.now(UTC), orchestrator)
     bridge = Bridge(
-        store, settings.home, poll_s=settings.bridge_poll_s,
-        max_attempts=settings.bridge_attempts, backoff_s=settings.bridge_backoff_s,
+        store,
+        settings.home,
+        poll_s=settings.bridge_poll_s,
+        max_attempts=settings.bridge_attempts,
+        backoff_s=settings.bridge_backoff_s,
         process_timeout_s=settings.resume_timeout_s,
-        start_timeout_s=settings.resume_start_timeout_s, resume=lambda: load_user_config().resume,
+        start_timeout_s=settings.resume_start_timeout_s,
+        resume=lambda: load_user_config().resume,
         warm_mcp=settings.resume_warm_mcp,
-    )  # fmt: skip
+    )
     state.bridge = bridge
 
     def wake_bridge() -> None:  # not `bridge.wake.set`: Bridge.run replaces its Event each cycle
@@ -150,9 +159,13 @@ async def _serve(
 
     state.archive_path = settings.archive_path
     state.transfers = transfers = TransferService(
-        store, collector.sites, orchestrator.adapters, home=settings.home,
-        cycle_s=settings.cycle_s, on_change=changed,
-    )  # fmt: skip
+        store,
+        collector.sites,
+        orchestrator.adapters,
+        home=settings.home,
+        cycle_s=settings.cycle_s,
+        on_change=changed,
+    )
     config = uvicorn.Config(
         build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
     )

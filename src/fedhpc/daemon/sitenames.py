@@ -77,11 +77,11 @@ def check_request_sites(
     usable = _usable(collector)
     # Excluding a site that has no account changes nothing: only other names must be usable.
     enabled = set(collector.sites)
-    names = {
-        f: n for f, n in names.items()
-        if not ("exclude" in f and n in enabled)
-    }  # fmt: skip
+    names = {f: n for f, n in names.items() if not ("exclude" in f and n in enabled)}
     check_site_names(
-        names, usable=usable, enabled=enabled, profiles=_profile_names(),
+        names,
+        usable=usable,
+        enabled=enabled,
+        profiles=_profile_names(),
         config_path=str(user_config_path()),
-    )  # fmt: skip
+    )

@@ -78,9 +78,10 @@ class ResumeRuntime(_Strict):
     environment. Nothing comes from the client that started the daemon."""
 
     binary: str | None = Field(
-        default=None, pattern=r"^/[^\x00-\x1f]*$",
+        default=None,
+        pattern=r"^/[^\x00-\x1f]*$",
         description="absolute path of the CLI; default: found on `path`",
-    )  # fmt: skip
+    )
     path: str | None = Field(
         default=None, description="PATH for the resume; default /usr/local/bin:/usr/bin:/bin"
     )

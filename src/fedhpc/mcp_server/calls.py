@@ -50,9 +50,10 @@ def _submission(ctx: Ctx, key: str | None, wake: ContinuationSpec | None) -> dic
     connection = getattr(ctx.request_context, "session_id", None)  # HTTP; None on stdio
     session = wake.session_id if wake is not None else None
     caller = (
-        f"{wake.runtime.value}:{session}" if wake is not None and session
+        f"{wake.runtime.value}:{session}"
+        if wake is not None and session
         else f"serve:{_INSTANCE}:{connection or 'stdio'}"
-    )  # fmt: skip
+    )
     return {
         "idempotency_key": key or f"mcp-{uuid.uuid4().hex}",
         "key_generated": key is None,
@@ -102,8 +103,12 @@ async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, s
     binding = await _link(ctx).call(lambda c: c.binding(use_id))
     if binding is None:
         return None, "no PreToolUse hook reported this call's session"
-    spec = ContinuationSpec(runtime=Runtime.CLAUDE_CODE, session_id=binding.session_id,
-                            cwd=binding.cwd, transcript=binding.transcript_path)  # fmt: skip
+    spec = ContinuationSpec(
+        runtime=Runtime.CLAUDE_CODE,
+        session_id=binding.session_id,
+        cwd=binding.cwd,
+        transcript=binding.transcript_path,
+    )
     return spec, None
 
 

@@ -238,9 +238,12 @@ class BodyLimit:
 
     async def _too_large(self, send: Send) -> None:
         body = json.dumps(
-            {"jsonrpc": "2.0", "id": None,
-             "error": {"code": INVALID_REQUEST, "message": f"body over {self.limit} bytes"}}
-        ).encode()  # fmt: skip
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": INVALID_REQUEST, "message": f"body over {self.limit} bytes"},
+            }
+        ).encode()
         await send(
             {
                 "type": "http.response.start",

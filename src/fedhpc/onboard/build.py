@@ -17,11 +17,31 @@ __all__ = ["GPU_MEMORY_GIB", "Confirm", "Discovery", "build_discovery", "gpu_mod
 # Memory per GPU of the models HPC centers run, from the vendors' data sheets. Models sold in
 # two sizes (A100 40/80 GB, V100 16/32 GB) get the smaller one and are marked for confirmation.
 GPU_MEMORY_GIB: dict[str, float] = {
-    "a100": 40, "a40": 48, "a30": 24, "a10": 24, "h100": 80, "h200": 141, "gh200": 96,
-    "b200": 180, "l40": 48, "l40s": 48, "l4": 24, "v100": 16, "p100": 16, "t4": 16,
-    "rtx6000": 24, "rtx8000": 48, "mi100": 32, "mi210": 64, "mi250": 64, "mi250x": 64,
-    "mi300a": 128, "mi300x": 192, "pvc": 64, "max1550": 64,
-}  # fmt: skip
+    "a100": 40,
+    "a40": 48,
+    "a30": 24,
+    "a10": 24,
+    "h100": 80,
+    "h200": 141,
+    "gh200": 96,
+    "b200": 180,
+    "l40": 48,
+    "l40s": 48,
+    "l4": 24,
+    "v100": 16,
+    "p100": 16,
+    "t4": 16,
+    "rtx6000": 24,
+    "rtx8000": 48,
+    "mi100": 32,
+    "mi210": 64,
+    "mi250": 64,
+    "mi250x": 64,
+    "mi300a": 128,
+    "mi300x": 192,
+    "pvc": 64,
+    "max1550": 64,
+}
 _TWO_SIZES = {"a100", "v100", "h100"}
 _MEM_IN_NAME = re.compile(r"(\d{1,3})\s*gb(?![a-z])")
 _BLOCK_HINTS = ("interactive", "debug", "preempt")
@@ -92,27 +112,37 @@ def _partition(
         node["accelerator"] = acc
         if not sure:
             shown = f"{memory:g}" if memory else "unknown (1 until set)"
-            confirm.append(Confirm(
-                f"{key}.node.accelerator.memory_gib", shown,
-                f"Slurm names the GPU ({p.gpu_type}) but not its memory",
-                "the center's hardware / system architecture page",
-            ))  # fmt: skip
+            confirm.append(
+                Confirm(
+                    f"{key}.node.accelerator.memory_gib",
+                    shown,
+                    f"Slurm names the GPU ({p.gpu_type}) but not its memory",
+                    "the center's hardware / system architecture page",
+                )
+            )
     elif p.gpus:
         node["accelerator"] = {"type": "gpu", "memory_gib": 1.0, "count": p.gpus}
-        confirm.append(Confirm(
-            f"{key}.node.accelerator", f"{p.gpus} untyped GPU(s)",
-            "the GRES has no type, so the model and its memory are unknown",
-            "the center's hardware / system architecture page",
-        ))  # fmt: skip
+        confirm.append(
+            Confirm(
+                f"{key}.node.accelerator",
+                f"{p.gpus} untyped GPU(s)",
+                "the GRES has no type, so the model and its memory are unknown",
+                "the center's hardware / system architecture page",
+            )
+        )
     spec: dict[str, Any] = {"name": p.name, "node": node}
     if p.max_wall_s:
         spec["max_wall_s"] = p.max_wall_s
     else:
         spec["max_wall_s"] = 86400
-        confirm.append(Confirm(
-            f"{key}.max_wall_s", "24h", "the partition sets no time limit (UNLIMITED)",
-            "the center's 'running jobs' page (partition / queue table)",
-        ))  # fmt: skip
+        confirm.append(
+            Confirm(
+                f"{key}.max_wall_s",
+                "24h",
+                "the partition sets no time limit (UNLIMITED)",
+                "the center's 'running jobs' page (partition / queue table)",
+            )
+        )
     if p.default_wall_s:
         spec["default_wall_s"] = p.default_wall_s
     max_nodes = min(p.max_nodes or p.nodes, p.nodes)
@@ -189,8 +219,14 @@ def build_discovery(
         arch = weights.most_common(1)[0][0]
     if arch is None:
         arch = "x86_64"
-        confirm.append(Confirm("arch", arch, "neither nodes nor the login side named it",
-                               "the center's system architecture page"))  # fmt: skip
+        confirm.append(
+            Confirm(
+                "arch",
+                arch,
+                "neither nodes nor the login side named it",
+                "the center's system architecture page",
+            )
+        )
     partitions = [_partition(p, arch, confirm, notes) for p in facts.partitions]
     if not partitions:
         raise ValueError("the scheduler lists no partition with nodes")
@@ -202,32 +238,45 @@ def build_discovery(
         if gpu and kind == "core-hours" and "accelerator" in spec["node"]:
             spec["charge"] = {"kind": "gpu-hours", "rate": 1.0}
     mixed = " (GPU partitions: gpu-hours)" if gpu and kind == "core-hours" else ""
-    confirm.append(Confirm(
-        "charge", f"{kind}, rate 1.0 per unit-hour{mixed}",
-        "schedulers do not know what a center charges",
-        "the center's 'job accounting' / 'charging' page (charge factors per partition)",
-    ))  # fmt: skip
+    confirm.append(
+        Confirm(
+            "charge",
+            f"{kind}, rate 1.0 per unit-hour{mixed}",
+            "schedulers do not know what a center charges",
+            "the center's 'job accounting' / 'charging' page (charge factors per partition)",
+        )
+    )
     blocked = _blocked(facts.partitions)
-    confirm.append(Confirm(
-        "blocked_partitions", ", ".join(blocked) or "(none)",
-        "which partitions are interactive, debug or preemptible is policy, not a scheduler fact",
-        "the center's 'running jobs' page: interactive, debug and preempt partitions",
-    ))  # fmt: skip
+    confirm.append(
+        Confirm(
+            "blocked_partitions",
+            ", ".join(blocked) or "(none)",
+            "which partitions are interactive, debug or preemptible is policy, "
+            "not a scheduler fact",
+            "the center's 'running jobs' page: interactive, debug and preempt partitions",
+        )
+    )
     runtimes = list(facts.login.runtimes)
     containers: dict[str, Any] = {"runtimes": runtimes}
     if runtimes and runtimes[0] not in ("apptainer", "singularity"):
         containers["exec_template"] = f"{runtimes[0]} run {{gpu_flag}} {{image}}"
-    confirm.append(Confirm(
-        "containers.runtimes", ", ".join(runtimes) or "(none)",
-        "found on the login node's PATH only; compute nodes may differ",
-        "the center's 'containers' page",
-    ))  # fmt: skip
+    confirm.append(
+        Confirm(
+            "containers.runtimes",
+            ", ".join(runtimes) or "(none)",
+            "found on the login node's PATH only; compute nodes may differ",
+            "the center's 'containers' page",
+        )
+    )
     storage = [{"name": k, "path": v} for k, v in sorted(facts.login.storage.items())]
-    confirm.append(Confirm(
-        "storage", ", ".join(f"{s['name']}={s['path']}" for s in storage) or "(none)",
-        "from the login environment's variables; purge policies and Globus collections are not",
-        "the center's 'data management' / 'file systems' page",
-    ))  # fmt: skip
+    confirm.append(
+        Confirm(
+            "storage",
+            ", ".join(f"{s['name']}={s['path']}" for s in storage) or "(none)",
+            "from the login environment's variables; purge policies and Globus collections are not",
+            "the center's 'data management' / 'file systems' page",
+        )
+    )
     data: dict[str, Any] = {
         "name": name,
         "title": title or f"{name} (discovered)",
@@ -251,11 +300,14 @@ def build_discovery(
     names = {p.name for p in profile.partitions}
     user = _user_entry(facts, names, login or facts.login.user)
     if facts.dialect != "slurm":
-        confirm.append(Confirm(
-            "sites.accounts", "(none)",
-            f"{facts.dialect} keeps no account associations fedhpc can read",
-            "the center's allocations page (the project names you submit with, e.g. `sbank`)",
-        ))  # fmt: skip
+        confirm.append(
+            Confirm(
+                "sites.accounts",
+                "(none)",
+                f"{facts.dialect} keeps no account associations fedhpc can read",
+                "the center's allocations page (the project names you submit with, e.g. `sbank`)",
+            )
+        )
     if not facts.associations and facts.dialect == "slurm" and "assoc" not in facts.problems:
         notes.append("sacctmgr lists no association for this user: ask the center for an account")
     return Discovery(profile, user, tuple(confirm), tuple(notes), facts.qos_names)

@@ -110,8 +110,9 @@ def _master_info(site: str, said: str, persist: str) -> str:
         opened = json.loads(connect_record(site).read_text())
     except (OSError, ValueError):
         opened = None
-    return master_expiry(int(found.group(1)), opened if isinstance(opened, dict) else None,
-                         persist, time.time())  # fmt: skip
+    return master_expiry(
+        int(found.group(1)), opened if isinstance(opened, dict) else None, persist, time.time()
+    )
 
 
 async def _control_master(run: _Run, transport: SshTransport) -> bool:

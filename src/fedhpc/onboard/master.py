@@ -41,8 +41,9 @@ def open_master(spec: TransportSpec, name: str, say: Callable[[str], None] = pri
 
 def _record(transport: SshTransport, name: str) -> None:
     """Note the master's pid and opening time, so `fedhpc doctor` can say when it closes."""
-    check = subprocess.run(transport.control_argv("check"), capture_output=True, text=True,
-                           check=False)  # fmt: skip
+    check = subprocess.run(
+        transport.control_argv("check"), capture_output=True, text=True, check=False
+    )
     found = re.search(r"pid=(\d+)", check.stderr + check.stdout)
     if not found:
         return

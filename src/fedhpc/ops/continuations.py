@@ -57,16 +57,20 @@ class ContinuationSpec(BaseModel):
 
     runtime: Runtime
     session_id: str | None = Field(
-        default=None, max_length=128, pattern=_SESSION,
+        default=None,
+        max_length=128,
+        pattern=_SESSION,
         description="Claude session id / Codex thread id, fixed when the work was submitted",
-    )  # fmt: skip
+    )
     cwd: str | None = Field(
         default=None, max_length=1024, pattern=_PATH, description="the session's folder"
     )
     transcript: str | None = Field(
-        default=None, max_length=1024, pattern=_PATH,
+        default=None,
+        max_length=1024,
+        pattern=_PATH,
         description="the session's own record (Claude transcript), checked before a retry",
-    )  # fmt: skip
+    )
     command: tuple[str, ...] = Field(default=(), max_length=64, description="runtime command")
     url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://\S+$")
     inbox: str | None = Field(

@@ -76,9 +76,12 @@ def next_hint(
     nothing will wake the agent and it must not wait."""
     group = tool in {"submit_group", "group"}
     read = (
-        f"get_result(task_id={ref!r})" if ref and not group else
-        "get_result(task_id) for each child" if group else "get_result(task_id)"
-    )  # fmt: skip
+        f"get_result(task_id={ref!r})"
+        if ref and not group
+        else "get_result(task_id) for each child"
+        if group
+        else "get_result(task_id)"
+    )
     if tool == "cancel":
         if cancelled_now:
             return (

@@ -17,8 +17,13 @@ class SiteNotUsable(ValidationFailed):
     code = "site_not_usable"
 
 
-def _why(name: str, usable: Collection[str], enabled: Collection[str],
-         profiles: Collection[str], config_path: str) -> str | None:  # fmt: skip
+def _why(
+    name: str,
+    usable: Collection[str],
+    enabled: Collection[str],
+    profiles: Collection[str],
+    config_path: str,
+) -> str | None:
     if name in usable:
         return None
     if name in enabled:

@@ -89,7 +89,13 @@ def unknown_field_reason(root: type[BaseModel] | None, loc: Sequence[int | str])
 def request_model(title: str) -> type[BaseModel] | None:
     """A contract model by the title pydantic gives its validation errors."""
     models: tuple[type[BaseModel], ...] = (
-        SubmitTaskRequest, SubmitGroupRequest, ReplanRequest, ResultRequest, MoveDataRequest,
-        DraftRequest, ResourceEnvelope, AdaptationPolicy,
-    )  # fmt: skip
+        SubmitTaskRequest,
+        SubmitGroupRequest,
+        ReplanRequest,
+        ResultRequest,
+        MoveDataRequest,
+        DraftRequest,
+        ResourceEnvelope,
+        AdaptationPolicy,
+    )
     return next((m for m in models if m.__name__ == title), None)

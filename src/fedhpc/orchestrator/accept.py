@@ -28,11 +28,17 @@ class Intake:
     """Accepts submit_task calls: one task row (with its continuation) per new request."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, *, accepting: anyio.Lock,
-        clock: Callable[[], datetime], retry_window_s: float, notify: Callable[[], None],
+        self,
+        book: TaskBook,
+        collector: Collector,
+        *,
+        accepting: anyio.Lock,
+        clock: Callable[[], datetime],
+        retry_window_s: float,
+        notify: Callable[[], None],
         wake_placer: Callable[[], None],
         wait_placed: Callable[[list[str], float], Awaitable[None]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.book = book
         self.collector = collector
         self.accepting = accepting  # a retry's lookup and the insert it races with
@@ -70,19 +76,26 @@ class Intake:
             if row is not None:
                 return await self._existing(row, req, by_key=by_key, now=now), False
             task = TaskRecord(
-                id=new_id("t"), request=req, state=JobState.QUEUED, created_at=now,
+                id=new_id("t"),
+                request=req,
+                state=JobState.QUEUED,
+                created_at=now,
                 idempotency_key=req.idempotency_key or f"auto:{new_id('k')}",
                 decision="queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES,
-            )  # fmt: skip
+            )
             if staging.declared(task):
                 task.state = JobState.SUBMITTED  # staging.advance queues it when inputs arrive
                 if await staging.prepare(self.book, self.collector.sites, task):
                     task.state = JobState.QUEUED
             async with store.transaction() as tx:
                 await tx.put_task(
-                    task.id, state=task.state.value, body=task.model_dump(mode="json"), at=now,
-                    idempotency_key=task.idempotency_key, dedupe=dedupe,
-                )  # fmt: skip
+                    task.id,
+                    state=task.state.value,
+                    body=task.model_dump(mode="json"),
+                    at=now,
+                    idempotency_key=task.idempotency_key,
+                    dedupe=dedupe,
+                )
                 if req.continuation is not None:
                     await self.book.put_continuation(tx, task.id, req.continuation)
         self.notify()
@@ -99,9 +112,14 @@ class Intake:
             )
         answer = handle(task, await self.book.latest_attempt(task.id))
         note = idem.existing_note(
-            "task", task.id, task.created_at, task.state.value, by_key=by_key,
-            window_s=self.retry_window_s, now=now,
-        )  # fmt: skip
+            "task",
+            task.id,
+            task.created_at,
+            task.state.value,
+            by_key=by_key,
+            window_s=self.retry_window_s,
+            now=now,
+        )
         update: dict[str, object] = {"existing": note}
         if task.state.terminal:
             update["next"] = (

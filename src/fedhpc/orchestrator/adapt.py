@@ -32,10 +32,16 @@ class Adaptation:
     """What fedhpc does on its own about an attempt, within the task's adaptation budget."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, adapters: Mapping[str, SiteAdapter],
-        planner: Planner, dispatcher: Dispatcher, *, clock: Callable[[], datetime],
+        self,
+        book: TaskBook,
+        collector: Collector,
+        adapters: Mapping[str, SiteAdapter],
+        planner: Planner,
+        dispatcher: Dispatcher,
+        *,
+        clock: Callable[[], datetime],
         site_lost_after_s: float,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.book = book
         self.collector = collector
         self.adapters = adapters
@@ -91,14 +97,24 @@ class Adaptation:
                 await self.dispatcher.dispatch(task, decision)
                 return
         task.state = JobState.CANCELLED if a.state is JobState.CANCELLED else a.state
-        task.reasons = (f"attempt {a.n} on {a.site}: {a.native_state or a.state.value}"
-                        + (f" (exit {a.exit_code})" if a.exit_code else ""),)  # fmt: skip
+        task.reasons = (
+            f"attempt {a.n} on {a.site}: {a.native_state or a.state.value}"
+            + (f" (exit {a.exit_code})" if a.exit_code else ""),
+        )
         kind = "task.terminal" if a.state is JobState.CANCELLED else "task.retry_exhausted"
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, at=self.clock())
-            await self.book.emit(tx, kind, task, site=a.site, attempt=a.n, job_id=a.job_id,
-                                 reason=task.reasons[0], retries=task.retries_used,
-                                 extensions=task.extensions_used)  # fmt: skip
+            await self.book.emit(
+                tx,
+                kind,
+                task,
+                site=a.site,
+                attempt=a.n,
+                job_id=a.job_id,
+                reason=task.reasons[0],
+                retries=task.retries_used,
+                extensions=task.extensions_used,
+            )
 
     async def _accept(self, task: TaskRecord, a: AttemptRecord) -> None:
         """The first completed attempt is the result; every other live attempt is cancelled."""
@@ -115,9 +131,16 @@ class Adaptation:
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, *others, at=self.clock())
             if task.group_id is None and not quiet:  # a group's children report once, as the round
-                await self.book.emit(tx, "task.terminal", task, site=a.site, attempt=a.n,
-                                     job_id=a.job_id, wait_s=a.wait_s,
-                                     runtime_s=a.runtime_s)  # fmt: skip
+                await self.book.emit(
+                    tx,
+                    "task.terminal",
+                    task,
+                    site=a.site,
+                    attempt=a.n,
+                    job_id=a.job_id,
+                    wait_s=a.wait_s,
+                    runtime_s=a.runtime_s,
+                )
 
     async def cancel_attempt(self, a: AttemptRecord) -> None:
         """Cancel now if the site answers, else when it does."""
@@ -156,37 +179,56 @@ class Adaptation:
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
                         await self.dispatcher.dispatch(task, decision)
-                        log.info("re-placed from lost site", task=task.id, old=a.site,
-                                 new=decision.site)  # fmt: skip
+                        log.info(
+                            "re-placed from lost site", task=task.id, old=a.site, new=decision.site
+                        )
                         continue
                     why = f"no other site fits: {decision.hint}"
             if lost_s < self.site_lost_after_s:
                 continue
             reason = f"{a.site} offline for {lost_s:.0f}s; attempt {a.n}: {why}"
             async with self.book.store.transaction() as tx:
-                await self.book.emit(tx, "task.site_lost", task, key=f"{a.n}", site=a.site,
-                                     attempt=a.n, job_id=a.job_id, attempt_state=a.state.value,
-                                     reason=reason)  # fmt: skip
+                await self.book.emit(
+                    tx,
+                    "task.site_lost",
+                    task,
+                    key=f"{a.n}",
+                    site=a.site,
+                    attempt=a.n,
+                    job_id=a.job_id,
+                    attempt_state=a.state.value,
+                    reason=reason,
+                )
             if task.group_id:
                 stuck.setdefault(task.group_id, []).append(task.id)
         outage = went.seq if went is not None else 0
         for gid, children in stuck.items():
             await self._group_site_lost(gid, site, children, lost_s=lost_s, outage=outage)
 
-    async def _group_site_lost(self, gid: str, site: str, children: list[str], *,
-                               lost_s: float, outage: int) -> None:  # fmt: skip
+    async def _group_site_lost(
+        self, gid: str, site: str, children: list[str], *, lost_s: float, outage: int
+    ) -> None:
         """A group's continuation hears its children's lost site once per outage, as one event
         (it hears no per-child events): how many stay there, which, and what it can do."""
-        reason = (f"{site} offline for {lost_s:.0f}s: {len(children)} children of the group stay "
-                  "there (running, or nowhere else to go)")  # fmt: skip
+        reason = (
+            f"{site} offline for {lost_s:.0f}s: {len(children)} children of the group stay "
+            "there (running, or nowhere else to go)"
+        )
         async with self.book.store.transaction() as tx:
             await tx.append_event(
-                "group.site_lost", gid,
-                {"group_id": gid, "site": site, "children": len(children),
-                 "task_ids": children[:_LOST_IDS], "reason": reason,
-                 "result": f"fedhpc://groups/{gid}"},
-                at=self.clock(), key=f"group.site_lost:{gid}:{site}:{outage}",
-            )  # fmt: skip
+                "group.site_lost",
+                gid,
+                {
+                    "group_id": gid,
+                    "site": site,
+                    "children": len(children),
+                    "task_ids": children[:_LOST_IDS],
+                    "reason": reason,
+                    "result": f"fedhpc://groups/{gid}",
+                },
+                at=self.clock(),
+                key=f"group.site_lost:{gid}:{site}:{outage}",
+            )
 
     async def adapt_pending(self) -> None:
         """Supersede cancels owed to returning sites; move long-pending attempts when another

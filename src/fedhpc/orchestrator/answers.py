@@ -37,8 +37,14 @@ class Answers:
             return handle
         task = await self.book.load_task(handle.task_id)
         wake, blocked = await self.resumes(task.id, task.group_id)
-        hint = next_hint(tool, handle.state.value, resumes=wake, ref=handle.task_id,
-                         child=task.group_id is not None, blocked=blocked)  # fmt: skip
+        hint = next_hint(
+            tool,
+            handle.state.value,
+            resumes=wake,
+            ref=handle.task_id,
+            child=task.group_id is not None,
+            blocked=blocked,
+        )
         return handle.model_copy(update={"next": hint})
 
     async def hinted_group(self, view: GroupView, tool: HintTool) -> GroupView:
@@ -48,7 +54,13 @@ class Answers:
 
     async def hinted_result(self, manifest: ResultManifest) -> ResultManifest:
         wake, blocked = await self.resumes(manifest.task_id, manifest.group_id)
-        hint = next_hint("get_result", manifest.state.value, resumes=wake, ref=manifest.task_id,
-                         whole=not manifest.outputs, child=manifest.group_id is not None,
-                         blocked=blocked)  # fmt: skip
+        hint = next_hint(
+            "get_result",
+            manifest.state.value,
+            resumes=wake,
+            ref=manifest.task_id,
+            whole=not manifest.outputs,
+            child=manifest.group_id is not None,
+            blocked=blocked,
+        )
         return manifest.model_copy(update={"next": hint})

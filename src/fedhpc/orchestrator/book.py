@@ -41,28 +41,44 @@ class TaskBook:
     @staticmethod
     async def save(tx: Tx, task: TaskRecord, *attempts: AttemptRecord, at: datetime) -> None:
         await tx.put_task(
-            task.id, state=task.state.value, body=task.model_dump(mode="json"), at=at,
-            idempotency_key=task.idempotency_key, group_id=task.group_id,
-        )  # fmt: skip
+            task.id,
+            state=task.state.value,
+            body=task.model_dump(mode="json"),
+            at=at,
+            idempotency_key=task.idempotency_key,
+            group_id=task.group_id,
+        )
         for a in attempts:
             await tx.put_attempt(
-                a.task_id, a.n, site=a.site, partition=a.partition, job_name=a.job_name,
-                job_id=a.job_id, state=a.state.value, body=a.model_dump(mode="json"), at=at,
-            )  # fmt: skip
+                a.task_id,
+                a.n,
+                site=a.site,
+                partition=a.partition,
+                job_name=a.job_name,
+                job_id=a.job_id,
+                state=a.state.value,
+                body=a.model_dump(mode="json"),
+                at=at,
+            )
 
-    async def emit(self, tx: Tx, kind: str, task: TaskRecord, *, key: str | None = None,
-                   **payload: object) -> None:  # fmt: skip
+    async def emit(
+        self, tx: Tx, kind: str, task: TaskRecord, *, key: str | None = None, **payload: object
+    ) -> None:
         """One event per registered fact, keyed so it can never be written twice (per task,
         or per `key` for a fact that can recur, such as one attempt's lost site)."""
-        body: dict[str, object] = {"task_id": task.id, "state": task.state.value,
-                                   "result": f"fedhpc://tasks/{task.id}"}  # fmt: skip
+        body: dict[str, object] = {
+            "task_id": task.id,
+            "state": task.state.value,
+            "result": f"fedhpc://tasks/{task.id}",
+        }
         if task.group_id:
             body["group_id"] = task.group_id
         body.update({k: v for k, v in payload.items() if v is not None})
         # A task replan reopened reports its new outcome as a new fact, not a duplicate.
         base = f"{kind}:{task.id}" + (f":reopened{task.reopened}" if task.reopened else "")
-        await tx.append_event(kind, task.id, body, at=self.clock(),
-                              key=base + (f":{key}" if key else ""))  # fmt: skip
+        await tx.append_event(
+            kind, task.id, body, at=self.clock(), key=base + (f":{key}" if key else "")
+        )
 
     async def register(self, subject: str, spec: ContinuationSpec) -> str:
         """Attach a continuation to a task or group (idempotent per subject and spec)."""
@@ -82,9 +98,15 @@ class TaskBook:
 def handle(task: TaskRecord, att: AttemptRecord | None) -> TaskHandle:
     """The answer of submit_task, replan and cancel: the task and its current attempt."""
     return TaskHandle(
-        task_id=task.id, state=task.state, site=att.site if att else None,
-        partition=att.partition if att else None, account=att.account if att else None,
-        shape=att.shape if att else None, job_id=att.job_id if att else None,
-        attempt=att.n if att else 0, decision=task.decision, reasons=task.reasons,
+        task_id=task.id,
+        state=task.state,
+        site=att.site if att else None,
+        partition=att.partition if att else None,
+        account=att.account if att else None,
+        shape=att.shape if att else None,
+        job_id=att.job_id if att else None,
+        attempt=att.n if att else 0,
+        decision=task.decision,
+        reasons=task.reasons,
         transfers=stage_out_ids(task),
-    )  # fmt: skip
+    )

@@ -59,9 +59,10 @@ class Claims:
         """Claims of jobs dispatched after their site's last probe; older ones are dropped."""
         latest = self.collector.latest
         self.dispatched = [
-            c for c in self.dispatched
+            c
+            for c in self.dispatched
             if c.site not in latest or c.done is None or c.done >= latest[c.site].collected_at
-        ]  # fmt: skip
+        ]
         ledger = Ledger()
         for c in self.dispatched:
             ledger.claim(c.site, c.partition, c.account, c.shape, c.charge)

@@ -35,10 +35,17 @@ class Control:
     """Observes attempts at their sites and records what the schedulers say."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, adapters: Mapping[str, SiteAdapter],
-        adaptation: Adaptation, claims: Claims, *, wake_placer: Callable[[], None],
-        clock: Callable[[], datetime], intent_grace_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        book: TaskBook,
+        collector: Collector,
+        adapters: Mapping[str, SiteAdapter],
+        adaptation: Adaptation,
+        claims: Claims,
+        *,
+        wake_placer: Callable[[], None],
+        clock: Callable[[], datetime],
+        intent_grace_s: float,
+    ) -> None:
         self.book = book
         self.collector = collector
         self.adapters = adapters

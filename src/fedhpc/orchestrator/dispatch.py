@@ -32,9 +32,14 @@ class Dispatcher:
     """Submits placed tasks through `adapters`, recording each attempt in `book`."""
 
     def __init__(
-        self, book: TaskBook, adapters: Mapping[str, SiteAdapter], claims: Claims,
-        waits: WaitInputs, *, clock: Callable[[], datetime],
-    ) -> None:  # fmt: skip
+        self,
+        book: TaskBook,
+        adapters: Mapping[str, SiteAdapter],
+        claims: Claims,
+        waits: WaitInputs,
+        *,
+        clock: Callable[[], datetime],
+    ) -> None:
         self.book = book
         self.adapters = adapters
         self.claims = claims
@@ -70,12 +75,22 @@ class Dispatcher:
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
         att = AttemptRecord(
-            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
-            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
-            estimate_s=p.estimates.completion_s, predicted_waits=dict(p.estimates.wait_by),
-            wait_source=p.estimates.wait_source, stdout=f"{base}/{n}.out",
-            stderr=f"{base}/{n}.err", workdir=workdir,
-        )  # fmt: skip
+            task_id=task.id,
+            n=n,
+            site=p.site,
+            partition=p.partition,
+            account=p.account,
+            qos=p.qos,
+            shape=p.shape,
+            job_name=job_name(task.id, n),
+            created_at=now,
+            estimate_s=p.estimates.completion_s,
+            predicted_waits=dict(p.estimates.wait_by),
+            wait_source=p.estimates.wait_source,
+            stdout=f"{base}/{n}.out",
+            stderr=f"{base}/{n}.err",
+            workdir=workdir,
+        )
         task.attempts_made = n
         task.decision = summary(p)
         task.provenance = provenance(req.envelope, p)  # re-placements too: never stale
@@ -87,10 +102,18 @@ class Dispatcher:
         self.claims.dispatched.append(claim)
         self.waits.mark_placed(p.site, p.partition)
         spec = JobSpec(
-            name=att.job_name, command=req.command, partition=p.partition, shape=p.shape,
-            account=p.account, qos=p.qos, workdir=att.workdir, stdout=att.stdout,
-            stderr=att.stderr, env=req.env, container_image=req.container_image,
-        )  # fmt: skip
+            name=att.job_name,
+            command=req.command,
+            partition=p.partition,
+            shape=p.shape,
+            account=p.account,
+            qos=p.qos,
+            workdir=att.workdir,
+            stdout=att.stdout,
+            stderr=att.stderr,
+            env=req.env,
+            container_image=req.container_image,
+        )
         try:
             job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
         except (SchedulerRejected, WorkdirFailed) as exc:
@@ -126,10 +149,19 @@ class Dispatcher:
         the next site, as for a refusal). Recorded as failed with the reason."""
         now = self.clock()
         att = AttemptRecord(
-            task_id=task.id, n=n, site=p.site, partition=p.partition, account=p.account,
-            qos=p.qos, shape=p.shape, job_name=job_name(task.id, n), created_at=now,
-            state=JobState.FAILED, reason=exc.message, ended_at=now,
-        )  # fmt: skip
+            task_id=task.id,
+            n=n,
+            site=p.site,
+            partition=p.partition,
+            account=p.account,
+            qos=p.qos,
+            shape=p.shape,
+            job_name=job_name(task.id, n),
+            created_at=now,
+            state=JobState.FAILED,
+            reason=exc.message,
+            ended_at=now,
+        )
         task.attempts_made = n
         task.decision = summary(p)
         async with self.book.store.transaction() as tx:

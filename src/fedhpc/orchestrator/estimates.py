@@ -44,7 +44,9 @@ ACCOUNTING_EVERY_S = 300.0  # the user's jobs are read from each site's accounti
 def asks_scheduler(policy: Policy) -> bool:
     """Whether a decision under `policy` uses the schedulers' estimates (auto, scheduler)."""
     return policy.kind is not PolicyKind.SHORTEST_QUEUE and policy.wait in (
-        WaitMethod.AUTO, WaitMethod.SCHEDULER)  # fmt: skip
+        WaitMethod.AUTO,
+        WaitMethod.SCHEDULER,
+    )
 
 
 @runtime_checkable
@@ -72,9 +74,15 @@ def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
     gpus = int(tres.get("gres/gpu", "0") or 0)
     cpus = max(int(tres.get("cpu", "1") or 1), 1)
     wait = max(0.0, (r.start - base).total_seconds())
-    return WaitObservation(site=site, partition=r.partition, gpus=gpus // nodes,
-                           cpus=max(cpus // nodes, 1), nodes=nodes, wait_s=min(wait, 1e8),
-                           observed_at=r.start)  # fmt: skip
+    return WaitObservation(
+        site=site,
+        partition=r.partition,
+        gpus=gpus // nodes,
+        cpus=max(cpus // nodes, 1),
+        nodes=nodes,
+        wait_s=min(wait, 1e8),
+        observed_at=r.start,
+    )
 
 
 class WaitInputs:
@@ -83,9 +91,15 @@ class WaitInputs:
     (rebuilt once per control cycle, `new_cycle`), and the user's jobs from accounting."""
 
     def __init__(
-        self, store: Store, collector: Collector, adapters: Mapping[str, SiteAdapter], *,
-        clock: Callable[[], datetime], cycle_s: float, timeout_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        store: Store,
+        collector: Collector,
+        adapters: Mapping[str, SiteAdapter],
+        *,
+        clock: Callable[[], datetime],
+        cycle_s: float,
+        timeout_s: float,
+    ) -> None:
         self.store = store
         self.collector = collector
         self.adapters = adapters
@@ -124,10 +138,15 @@ class WaitInputs:
             if a.wait_s is not None and a.ended_at is not None:
                 out.append(
                     WaitObservation(
-                        site=a.site, partition=a.partition, gpus=a.shape.gpus, cpus=a.shape.cpus,
-                        nodes=a.shape.nodes, wait_s=a.wait_s, observed_at=a.ended_at,
+                        site=a.site,
+                        partition=a.partition,
+                        gpus=a.shape.gpus,
+                        cpus=a.shape.cpus,
+                        nodes=a.shape.nodes,
+                        wait_s=a.wait_s,
+                        observed_at=a.ended_at,
                     )
-                )  # fmt: skip
+                )
         out.extend(self.user_observations())  # the user's other jobs, every partition
         return out
 
@@ -159,10 +178,14 @@ class WaitInputs:
         batched remote call per site, all sites at once, answers reused within the cycle.
         Sites known to be offline are not asked."""
         reqs = [r for f in firsts if isinstance(f, Placement) for r in requests_from_trace(f.trace)]
-        skip = {s: "offline (its last probe failed)" for s in self.collector.sites
-                if offline(self.collector, s)}  # fmt: skip
-        return await ask_scheduler(reqs, self.adapters, timeout_s=self.timeout_s,
-                                   cache=self.cache, skip=skip)  # fmt: skip
+        skip = {
+            s: "offline (its last probe failed)"
+            for s in self.collector.sites
+            if offline(self.collector, s)
+        }
+        return await ask_scheduler(
+            reqs, self.adapters, timeout_s=self.timeout_s, cache=self.cache, skip=skip
+        )
 
     async def errors(self) -> EstimatorErrors:
         """Each estimator's recent error per site and partition: the waits predicted when jobs
@@ -174,11 +197,18 @@ class WaitInputs:
                 if a.wait_s is None or a.started_at is None:
                     continue
                 for method, predicted in a.predicted_waits.items():
-                    obs.append(ErrorObservation(a.site, a.partition, method, predicted, a.wait_s,
-                                                a.started_at))  # fmt: skip
+                    obs.append(
+                        ErrorObservation(
+                            a.site, a.partition, method, predicted, a.wait_s, a.started_at
+                        )
+                    )
             s = Policy().settings
-            self._errors = EstimatorErrors(obs, now=self.clock(), window_s=s.learned_window_s,
-                                           min_samples=s.learned_min_samples)  # fmt: skip
+            self._errors = EstimatorErrors(
+                obs,
+                now=self.clock(),
+                window_s=s.learned_window_s,
+                min_samples=s.learned_min_samples,
+            )
         return self._errors
 
     async def learn_from_accounting(self, *, force: bool = False) -> int:
@@ -189,10 +219,12 @@ class WaitInputs:
         window = int(Policy().settings.learned_window_s)
         now = anyio.current_time()
         due = [
-            s for s, a in sorted(self.adapters.items())
-            if isinstance(a.dialect, _UserJobs) and online(self.collector, s)
+            s
+            for s, a in sorted(self.adapters.items())
+            if isinstance(a.dialect, _UserJobs)
+            and online(self.collector, s)
             and (force or now - self.accounting_read.get(s, -1e18) >= ACCOUNTING_EVERY_S)
-        ]  # fmt: skip
+        ]
 
         async def one(site: str) -> None:
             adapter = self.adapters[site]

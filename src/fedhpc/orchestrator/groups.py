@@ -54,10 +54,15 @@ def _state(states: list[str]) -> GroupState:
 def _child(c: dict[str, Any]) -> ChildView:
     att = c["attempt"] or {}
     return ChildView(
-        task_id=c["id"], name=c["name"], state=JobState(c["state"]), site=att.get("site"),
-        partition=att.get("partition"), job_id=att.get("job_id"), decision=c["decision"],
+        task_id=c["id"],
+        name=c["name"],
+        state=JobState(c["state"]),
+        site=att.get("site"),
+        partition=att.get("partition"),
+        job_id=att.get("job_id"),
+        decision=c["decision"],
         reasons=tuple(c["reasons"]),
-    )  # fmt: skip
+    )
 
 
 class Groups:
@@ -65,12 +70,19 @@ class Groups:
     siblings is re-placed without the spread constraint (`replace`, if that helps)."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, *, accepting: anyio.Lock,
-        clock: Callable[[], datetime], retry_window_s: float, cycle_s: float,
-        notify: Callable[[], None], wake_placer: Callable[[], None],
+        self,
+        book: TaskBook,
+        collector: Collector,
+        *,
+        accepting: anyio.Lock,
+        clock: Callable[[], datetime],
+        retry_window_s: float,
+        cycle_s: float,
+        notify: Callable[[], None],
+        wake_placer: Callable[[], None],
         wait_placed: Callable[[list[str], float], Awaitable[None]],
         replace: Callable[[TaskRecord, AttemptRecord], Awaitable[bool]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.book = book
         self.collector = collector
         self.accepting = accepting  # a retry's lookup and the insert it races with
@@ -109,9 +121,14 @@ class Groups:
                 if earlier is not None:
                     return str(earlier["id"]), False
             n = len(req.children)
-            body = {"objective": req.objective, "key": key, "digest": idem.request_digest(req),
-                    "required": [c.required for c in req.children], "spread": req.spread,
-                    "size": n}  # fmt: skip
+            body = {
+                "objective": req.objective,
+                "key": key,
+                "digest": idem.request_digest(req),
+                "required": [c.required for c in req.children],
+                "spread": req.spread,
+                "size": n,
+            }
             async with self.book.store.transaction() as tx:
                 await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
                 await tx.insert_tasks(self._children(req, gid, key, now), at=now)
@@ -131,18 +148,31 @@ class Groups:
         decision = "queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES
         first = req.children[0]
         template = TaskRecord(
-            id=f"{prefix}-{0:0{width}d}", idempotency_key=f"{key}:child:0", state=JobState.QUEUED,
-            created_at=now, group_id=gid, decision=decision,
+            id=f"{prefix}-{0:0{width}d}",
+            idempotency_key=f"{key}:child:0",
+            state=JobState.QUEUED,
+            created_at=now,
+            group_id=gid,
+            decision=decision,
             request=SubmitTaskRequest(
-                command=first.command, envelope=req.envelope, name=first.name, policy=req.policy,
-                workdir=req.workdir, env=req.env, adaptation=req.adaptation,
+                command=first.command,
+                envelope=req.envelope,
+                name=first.name,
+                policy=req.policy,
+                workdir=req.workdir,
+                env=req.env,
+                adaptation=req.adaptation,
                 idempotency_key=f"{key}:child:0",
             ),
-        ).model_dump(mode="json")  # fmt: skip
+        ).model_dump(mode="json")
         for i, child in enumerate(req.children):
             tid, ckey = f"{prefix}-{i:0{width}d}", f"{key}:child:{i}"
-            request = {**template["request"], "command": list(child.command), "name": child.name,
-                       "idempotency_key": ckey}  # fmt: skip
+            request = {
+                **template["request"],
+                "command": list(child.command),
+                "name": child.name,
+                "idempotency_key": ckey,
+            }
             body = {**template, "id": tid, "idempotency_key": ckey, "request": request}
             yield tid, ckey, gid, JobState.QUEUED.value, body
 
@@ -158,8 +188,15 @@ class Groups:
             )
         view = await self.view(gid, limit=LISTED)
         created = datetime.fromisoformat(str(group["created_at"]))
-        note = idem.existing_note("group", gid, created, view.state, by_key=by_key,
-                                  window_s=self.retry_window_s, now=self.clock())  # fmt: skip
+        note = idem.existing_note(
+            "group",
+            gid,
+            created,
+            view.state,
+            by_key=by_key,
+            window_s=self.retry_window_s,
+            now=self.clock(),
+        )
         update: dict[str, object] = {"existing": note}
         if view.state not in ("placing", "running"):
             update["next"] = (
@@ -188,12 +225,18 @@ class Groups:
         span = first if size == 1 else (f"{first} … {last}" if size else "")
         states = [s for s, n in counts.items() for _ in range(min(n, 1))]
         return GroupView(
-            group_id=gid, objective=str(group["body"]["objective"]),
-            state=_state(states), round=int(group["round"]), size=size, child_ids=span,
-            counts=counts, sites=dict(sorted(summary["sites"].items())),
-            children=tuple(_child(c) for c in listed), omitted=size - len(listed),
+            group_id=gid,
+            objective=str(group["body"]["objective"]),
+            state=_state(states),
+            round=int(group["round"]),
+            size=size,
+            child_ids=span,
+            counts=counts,
+            sites=dict(sorted(summary["sites"].items())),
+            children=tuple(_child(c) for c in listed),
+            omitted=size - len(listed),
             next_after=listed[-1]["id"] if more and listed else None,
-        )  # fmt: skip
+        )
 
     async def advance(self) -> None:
         """Relax spread for a child stalled behind finished siblings; close finished rounds."""
@@ -225,21 +268,30 @@ class Groups:
                     continue  # just queued (the last of a large group): not stalled yet
                 if len(children) > 1 and live - (c["state"] not in TERMINAL) == 0:
                     await self._relax(gid, c["id"], att["n"])
-            done = all(c["state"] in TERMINAL
-                       for c, req in zip(children, required, strict=False) if req)  # fmt: skip
+            done = all(
+                c["state"] in TERMINAL for c, req in zip(children, required, strict=False) if req
+            )
             if not done:
                 continue
             view = await self.view(gid, limit=0)
             state = view.state if view.state not in ("placing", "running") else "completed"
             async with self.book.store.transaction() as tx:
-                await tx.put_group(gid, state=state, round_=int(group["round"]), body=body,
-                                   at=self.clock())  # fmt: skip
+                await tx.put_group(
+                    gid, state=state, round_=int(group["round"]), body=body, at=self.clock()
+                )
                 await tx.append_event(
-                    "group.round_terminal", gid,
-                    {"group_id": gid, "round": int(group["round"]), "state": state,
-                     "counts": view.counts, "result": f"fedhpc://groups/{gid}"},
-                    at=self.clock(), key=f"group.round_terminal:{gid}:{group['round']}",
-                )  # fmt: skip
+                    "group.round_terminal",
+                    gid,
+                    {
+                        "group_id": gid,
+                        "round": int(group["round"]),
+                        "state": state,
+                        "counts": view.counts,
+                        "result": f"fedhpc://groups/{gid}",
+                    },
+                    at=self.clock(),
+                    key=f"group.round_terminal:{gid}:{group['round']}",
+                )
 
     async def _relax(self, gid: str, task_id: str, n: int) -> None:
         """The last child still pending: drop the spread constraint and move it if that helps."""
@@ -255,9 +307,16 @@ class Groups:
             async with self.book.store.transaction() as tx:
                 await self.book.save(tx, task, at=self.clock())
                 await tx.append_event(
-                    "group.stalled_child", gid,
-                    {"group_id": gid, "task_id": task.id, "site": att.site,
-                     "reason": att.reason or "pending", "result": f"fedhpc://groups/{gid}"},
-                    at=self.clock(), key=f"group.stalled_child:{gid}:{task.id}",
-                )  # fmt: skip
+                    "group.stalled_child",
+                    gid,
+                    {
+                        "group_id": gid,
+                        "task_id": task.id,
+                        "site": att.site,
+                        "reason": att.reason or "pending",
+                        "result": f"fedhpc://groups/{gid}",
+                    },
+                    at=self.clock(),
+                    key=f"group.stalled_child:{gid}:{task.id}",
+                )
         log.info("relaxed spread", group=gid, task=task.id, moved=moved)

@@ -30,8 +30,9 @@ def held_by_limits(collector: Collector, u: Unschedulable, ledger: Ledger | None
         fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
         if not fails or any(f is not Category.USER_LIMITS for f in fails):
             continue
-        spec = next((p for p in collector.sites[c.site].profile.partitions
-                     if p.name == c.partition), None)  # fmt: skip
+        spec = next(
+            (p for p in collector.sites[c.site].profile.partitions if p.name == c.partition), None
+        )
         state = collector.latest.get(c.site)
         pstate = state.partition(c.partition) if state is not None else None
         if spec is None or spec.max_jobs_per_user is None or pstate is None:
@@ -45,8 +46,10 @@ def held_by_limits(collector: Collector, u: Unschedulable, ledger: Ledger | None
 
 def hold_reason(limits: list[str]) -> str:
     """The task's decision line while it is held: readable by a person and an agent."""
-    return (f"{HOLD_PREFIX} ({'; '.join(limits)}); fedhpc submits it as your jobs there "
-            "finish, oldest first (nothing to do)")  # fmt: skip
+    return (
+        f"{HOLD_PREFIX} ({'; '.join(limits)}); fedhpc submits it as your jobs there "
+        "finish, oldest first (nothing to do)"
+    )
 
 
 def hold_key(task: TaskRecord) -> str:
@@ -58,8 +61,16 @@ def hold_key(task: TaskRecord) -> str:
     if task.group_id is not None and as_submitted(task):
         return task.group_id
     r = task.request
-    inputs = [r.envelope.model_dump(mode="json"), str(r.policy), r.fixed_site, r.fallback,
-              r.workdir, r.task_budget, sorted(task.excluded_sites), task.group_id]  # fmt: skip
+    inputs = [
+        r.envelope.model_dump(mode="json"),
+        str(r.policy),
+        r.fixed_site,
+        r.fallback,
+        r.workdir,
+        r.task_budget,
+        sorted(task.excluded_sites),
+        task.group_id,
+    ]
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
     return "~" + digest.hexdigest()[:24]
 

@@ -61,9 +61,15 @@ def since(now: datetime, window_s: float) -> str:
 
 
 def existing_note(
-    kind: str, ident: str, created_at: datetime, state: str, *, by_key: bool, window_s: float,
+    kind: str,
+    ident: str,
+    created_at: datetime,
+    state: str,
+    *,
+    by_key: bool,
+    window_s: float,
     now: datetime,
-) -> str:  # fmt: skip
+) -> str:
     """The plain sentence an answer carries when a submission matched an earlier one."""
     age = max(0.0, (now - created_at).total_seconds())
     how = (

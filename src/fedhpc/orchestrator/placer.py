@@ -36,8 +36,9 @@ PER_SITE = 2  # scheduler submissions in flight per site
 DATA_WAIT_S = 600.0  # a task waits this long for missing site data, then is unschedulable
 
 # What a probe can change: a candidate rejected only for these may fit once data arrives.
-_LIVE = frozenset({Category.HEALTH, Category.FRESHNESS, Category.CAPACITY,
-                   Category.USER_LIMITS, Category.CREDIT})  # fmt: skip
+_LIVE = frozenset(
+    {Category.HEALTH, Category.FRESHNESS, Category.CAPACITY, Category.USER_LIMITS, Category.CREDIT}
+)
 
 
 def missing_data(collector: Collector, u: Unschedulable) -> list[str]:
@@ -64,9 +65,15 @@ def child_key(task: TaskRecord) -> tuple[object, ...] | None:
         return None
     req = task.request
     return (
-        task.group_id, req.envelope.model_dump_json(), req.policy, req.fixed_site,
-        req.fallback, req.task_budget, task.excluded_sites, req.workdir,
-    )  # fmt: skip
+        task.group_id,
+        req.envelope.model_dump_json(),
+        req.policy,
+        req.fixed_site,
+        req.fallback,
+        req.task_budget,
+        task.excluded_sites,
+        req.workdir,
+    )
 
 
 def _unheld(
@@ -94,10 +101,19 @@ class Placer:
     cycle for tasks that wait for data; `progress` is replaced after each batch."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, planner: Planner, dispatcher: Dispatcher,
-        *, claims: Claims, waits: WaitInputs, lock: anyio.Lock, clock: Callable[[], datetime],
-        cycle_s: float, notify: Callable[[], None],
-    ) -> None:  # fmt: skip
+        self,
+        book: TaskBook,
+        collector: Collector,
+        planner: Planner,
+        dispatcher: Dispatcher,
+        *,
+        claims: Claims,
+        waits: WaitInputs,
+        lock: anyio.Lock,
+        clock: Callable[[], datetime],
+        cycle_s: float,
+        notify: Callable[[], None],
+    ) -> None:
         self.book = book
         self.collector = collector
         self.planner = planner
@@ -212,26 +228,48 @@ class Placer:
                 while i < len(tasks) and child_key(tasks[i]) == child_key(task):
                     run.append(tasks[i])
                     i += 1
-                decisions = await self.planner.decide_children(run, history=history, ledger=ledger,
-                                                               answer=answer)  # fmt: skip
+                decisions = await self.planner.decide_children(
+                    run, history=history, ledger=ledger, answer=answer
+                )
                 for child, decision in zip(run, decisions, strict=True):
-                    await self._settle(child, decision, ledger=ledger, held=held,
-                                       holds=holds, jobs=jobs, now=now, history=history,
-                                       answer=answer)  # fmt: skip
+                    await self._settle(
+                        child,
+                        decision,
+                        ledger=ledger,
+                        held=held,
+                        holds=holds,
+                        jobs=jobs,
+                        now=now,
+                        history=history,
+                        answer=answer,
+                    )
                 continue
             if gid is not None and spread[gid]:
                 if gid not in used:
                     used[gid] = set(await self.book.store.group_sites(gid))
                 task.avoid_sites = tuple(sorted(used[gid]))
-            decision = await self.planner.decide(task, exclude=self.planner.full(),
-                                                 history=history, ledger=ledger,
-                                                 answer=answer)  # fmt: skip
+            decision = await self.planner.decide(
+                task, exclude=self.planner.full(), history=history, ledger=ledger, answer=answer
+            )
             if isinstance(decision, Unschedulable):
-                await self._unplaced(task, decision, ledger=ledger, held=held, holds=holds, now=now,
-                                     history=history, answer=answer)  # fmt: skip
+                await self._unplaced(
+                    task,
+                    decision,
+                    ledger=ledger,
+                    held=held,
+                    holds=holds,
+                    now=now,
+                    history=history,
+                    answer=answer,
+                )
                 continue
-            ledger.claim(decision.site, decision.partition, decision.account, decision.shape,
-                         decision.estimates.charge)  # fmt: skip
+            ledger.claim(
+                decision.site,
+                decision.partition,
+                decision.account,
+                decision.shape,
+                decision.estimates.charge,
+            )
             self.planner.placed(decision.site, decision.partition)
             if gid is not None and gid in used:
                 used[gid].add(decision.site)
@@ -246,27 +284,50 @@ class Placer:
         return len(jobs)
 
     async def _settle(
-        self, child: TaskRecord, decision: Placement | Unschedulable, *, ledger: Ledger,
-        held: dict[str, str], holds: list[TaskRecord], jobs: list[tuple[TaskRecord, Placement]],
-        now: datetime, history: WaitHistory | None, answer: SchedulerAnswer | None,
-    ) -> None:  # fmt: skip
+        self,
+        child: TaskRecord,
+        decision: Placement | Unschedulable,
+        *,
+        ledger: Ledger,
+        held: dict[str, str],
+        holds: list[TaskRecord],
+        jobs: list[tuple[TaskRecord, Placement]],
+        now: datetime,
+        history: WaitHistory | None,
+        answer: SchedulerAnswer | None,
+    ) -> None:
         """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
         claimed it in the ledger)."""
         key = hold_key(child)
         if key in held:  # an earlier sibling is held: so is this one (the same inputs)
             _hold(child, held[key], holds)
         elif isinstance(decision, Unschedulable):
-            await self._unplaced(child, decision, ledger=ledger, held=held, holds=holds, now=now,
-                                 history=history, answer=answer)  # fmt: skip
+            await self._unplaced(
+                child,
+                decision,
+                ledger=ledger,
+                held=held,
+                holds=holds,
+                now=now,
+                history=history,
+                answer=answer,
+            )
         else:
             self.planner.placed(decision.site, decision.partition)
             jobs.append((child, decision))
 
     async def _unplaced(
-        self, task: TaskRecord, u: Unschedulable, *, ledger: Ledger,
-        held: dict[str, str], holds: list[TaskRecord], now: datetime,
-        history: WaitHistory | None, answer: SchedulerAnswer | None,
-    ) -> None:  # fmt: skip
+        self,
+        task: TaskRecord,
+        u: Unschedulable,
+        *,
+        ledger: Ledger,
+        held: dict[str, str],
+        holds: list[TaskRecord],
+        now: datetime,
+        history: WaitHistory | None,
+        answer: SchedulerAnswer | None,
+    ) -> None:
         """No placement now (`u`, decided without the sites at this cycle's submission bound):
         held when only the user's job limits stand in the way, or only the bound (it fits once
         the full sites count again: next cycle), its kind with it; else waiting for site data,
@@ -289,9 +350,11 @@ class Placer:
         await self._unplaceable(task, u, now)
 
     def _bound_reason(self, sites: tuple[str, ...]) -> str:
-        return (f"queued: {self.planner.submits_per_cycle} jobs already sent to "
-                f"{', '.join(sites)} in this control cycle (the per-site bound, "
-                "FEDHPC_SUBMITS_PER_CYCLE); placed next cycle")  # fmt: skip
+        return (
+            f"queued: {self.planner.submits_per_cycle} jobs already sent to "
+            f"{', '.join(sites)} in this control cycle (the per-site bound, "
+            "FEDHPC_SUBMITS_PER_CYCLE); placed next cycle"
+        )
 
     async def _spread(self, gid: str) -> bool:
         group = await self.book.store.get_group(gid)
@@ -302,16 +365,21 @@ class Placer:
         waiting = missing_data(self.collector, u)
         held_s = (now - task.created_at).total_seconds()
         if waiting and held_s < DATA_WAIT_S:
-            reason = (f"queued: waiting for fresh data from {', '.join(waiting)} (not probed yet, "
-                      "or too old); placed when it arrives")  # fmt: skip
+            reason = (
+                f"queued: waiting for fresh data from {', '.join(waiting)} (not probed yet, "
+                "or too old); placed when it arrives"
+            )
             if task.decision != reason:
                 task.decision = reason
                 async with self.book.store.transaction() as tx:
                     await self.book.save(tx, task, at=now)
             return
         if waiting:
-            u = u.model_copy(update={"hint": f"{u.hint} (no fresh data from {', '.join(waiting)} "
-                                             f"for {held_s:.0f} s)"})  # fmt: skip
+            u = u.model_copy(
+                update={
+                    "hint": f"{u.hint} (no fresh data from {', '.join(waiting)} for {held_s:.0f} s)"
+                }
+            )
         await self.unschedulable(task, u)
 
     def _limiter(self, site: str) -> anyio.CapacityLimiter:

@@ -72,9 +72,13 @@ class Planner:
     current control cycle: at most `submits_per_cycle` new jobs go to one site in a cycle."""
 
     def __init__(
-        self, collector: Collector, waits: WaitInputs, *, clock: Callable[[], datetime],
+        self,
+        collector: Collector,
+        waits: WaitInputs,
+        *,
+        clock: Callable[[], datetime],
         submits_per_cycle: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.collector = collector
         self.waits = waits
         self.clock = clock
@@ -89,8 +93,9 @@ class Planner:
 
     def full(self) -> tuple[str, ...]:
         """Sites that took this cycle's bound of submissions."""
-        return tuple(sorted(s for s, n in self.placed_this_cycle.items()
-                            if n >= self.submits_per_cycle))  # fmt: skip
+        return tuple(
+            sorted(s for s, n in self.placed_this_cycle.items() if n >= self.submits_per_cycle)
+        )
 
     def placed(self, site: str, partition: str) -> None:
         """A new job goes to (site, partition) in this cycle."""
@@ -107,18 +112,31 @@ class Planner:
         env = req.envelope
         if wall_s is not None:
             hi = max(wall_s, env.wall_time.upper)
-            env = env.model_copy(update={"wall_time": env.wall_time.model_copy(
-                update={"min": wall_s, "max": hi})})  # fmt: skip
+            env = env.model_copy(
+                update={"wall_time": env.wall_time.model_copy(update={"min": wall_s, "max": hi})}
+            )
         known = set(self.sites)
         cannot_hold = workdirs.sites_without(req.workdir, self.sites)  # absolute workdir
-        drop = tuple(sorted(((set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
-                             & known - set(env.sites_include)) | cannot_hold))  # fmt: skip
+        drop = tuple(
+            sorted(
+                (
+                    (set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
+                    & known - set(env.sites_include)
+                )
+                | cannot_hold
+            )
+        )
         return env, drop
 
     def inputs(
-        self, task: TaskRecord, *, history: WaitHistory | None, ledger: Ledger | None,
-        errors: EstimatorErrors | None, score: tuple[tuple[str, str], ...] = (),
-    ) -> PlacementInputs:  # fmt: skip
+        self,
+        task: TaskRecord,
+        *,
+        history: WaitHistory | None,
+        ledger: Ledger | None,
+        errors: EstimatorErrors | None,
+        score: tuple[tuple[str, str], ...] = (),
+    ) -> PlacementInputs:
         """`place()`'s inputs for `task` now: the live snapshot, the task's policy and credit
         bound, the wait estimators' inputs and the caller's ledger (scheduler answers are
         added per attempt: `WaitInputs.fresh`)."""
@@ -126,15 +144,28 @@ class Planner:
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
         policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
         return PlacementInputs(
-            snapshot, self.sites, policy, now=self.clock(), history=history or (),
-            errors=errors, task_budget=req.task_budget, ledger=ledger, score=score,
-        )  # fmt: skip
+            snapshot,
+            self.sites,
+            policy,
+            now=self.clock(),
+            history=history or (),
+            errors=errors,
+            task_budget=req.task_budget,
+            ledger=ledger,
+            score=score,
+        )
 
     def plan(
-        self, task: TaskRecord, *, exclude: tuple[str, ...], wall_s: int | None,
-        waits: WaitHistory | None, ledger: Ledger | None, errors: EstimatorErrors | None = None,
+        self,
+        task: TaskRecord,
+        *,
+        exclude: tuple[str, ...],
+        wall_s: int | None,
+        waits: WaitHistory | None,
+        ledger: Ledger | None,
+        errors: EstimatorErrors | None = None,
         score: tuple[tuple[str, str], ...] = (),
-    ) -> tuple[Attempt, tuple[str, ...], Policy]:  # fmt: skip
+    ) -> tuple[Attempt, tuple[str, ...], Policy]:
         """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
         the soft avoid list (siblings' sites), and the policy."""
         env, drop = self.envelope(task, exclude, wall_s)
@@ -170,9 +201,15 @@ class Planner:
         asked here (`WaitInputs.ask`). `score` names partitions to score even when they cannot
         rank (where a job already waits)."""
         waits = history if history is not None else await self.waits.history()
-        attempt, avoid, policy = self.plan(task, exclude=exclude, wall_s=wall_s, waits=waits,
-                                           ledger=ledger, errors=await self.waits.errors(),
-                                           score=score)  # fmt: skip
+        attempt, avoid, policy = self.plan(
+            task,
+            exclude=exclude,
+            wall_s=wall_s,
+            waits=waits,
+            ledger=ledger,
+            errors=await self.waits.errors(),
+            score=score,
+        )
         # Placement is pure CPU work (a batch places dozens of tasks without an await between
         # them): a worker thread keeps the event loop serving inspect_federation meanwhile.
         if answer is None and asks_scheduler(policy):
@@ -188,9 +225,13 @@ class Planner:
         return decision
 
     async def decide_children(
-        self, tasks: list[TaskRecord], *, history: WaitHistory | None, ledger: Ledger,
+        self,
+        tasks: list[TaskRecord],
+        *,
+        history: WaitHistory | None,
+        ledger: Ledger,
         answer: SchedulerAnswer | None,
-    ) -> list[Placement | Unschedulable]:  # fmt: skip
+    ) -> list[Placement | Unschedulable]:
         """Children of one group with the same request (`placer.child_key`), placed in one
         pass (`place_group`): each sees the earlier ones' claims, which `ledger` receives, no
         scheduler answer on a partition an earlier one took, and no site that reached its
@@ -202,8 +243,9 @@ class Planner:
         # The per-site bound on submissions per control cycle, as `decide` one by one has it.
         caps = {s: self.submits_per_cycle - self.placed_this_cycle[s] for s in self.sites}
         starts, notes = self.waits.fresh(answer) if answer else (None, None)
-        inputs = self.inputs(first, history=history, ledger=ledger,
-                             errors=await self.waits.errors())  # fmt: skip
+        inputs = self.inputs(
+            first, history=history, ledger=ledger, errors=await self.waits.errors()
+        )
         inputs = replace(inputs, estimates=starts, estimate_notes=notes)
 
         def run() -> list[Placement | Unschedulable]:
@@ -225,8 +267,9 @@ class Planner:
             if sig in seen:
                 continue  # children of one template: one first pass for all
             seen.add(sig)
-            attempt, avoid, policy = self.plan(task, exclude=(), wall_s=None, waits=waits,
-                                               ledger=ledger)  # fmt: skip
+            attempt, avoid, policy = self.plan(
+                task, exclude=(), wall_s=None, waits=waits, ledger=ledger
+            )
             if asks_scheduler(policy):
                 plans.append((attempt, avoid))
         if not plans:

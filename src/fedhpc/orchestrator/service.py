@@ -189,10 +189,12 @@ class Orchestrator:
     def remote_calls(self) -> dict[str, dict[str, object]]:
         """Per site: remote calls by kind since the daemon started, and the most in a cycle."""
         return {
-            name: {"total": dict(sorted(a.calls.items())),
-                   "max_per_cycle": self.calls_per_cycle_max.get(name, 0)}
+            name: {
+                "total": dict(sorted(a.calls.items())),
+                "max_per_cycle": self.calls_per_cycle_max.get(name, 0),
+            }
             for name, a in sorted(self.adapters.items())
-        }  # fmt: skip
+        }
 
     async def tick(self) -> None:
         """One control cycle: observe, then adapt. Holds the lock: one writer at a time.

@@ -20,8 +20,16 @@ from fedhpc.transfer.errors import TransferNotFound
 from fedhpc.transfer.records import TransferRecord, stage_out_id
 from fedhpc.transfer.refs import parse_ref, resolve
 
-__all__ = ["StageInFailed", "StageInPending", "advance", "consumed_downstream", "data_provenance",
-           "declared", "prepare", "waiting"]  # fmt: skip
+__all__ = [
+    "StageInFailed",
+    "StageInPending",
+    "advance",
+    "consumed_downstream",
+    "data_provenance",
+    "declared",
+    "prepare",
+    "waiting",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -36,10 +44,15 @@ class StageInFailed(UsageError):
         why = f"{rec.error.code}: {rec.error.message}" if rec.error else "failed"
         super().__init__(
             f"stage_in transfer {transfer_id} already failed ({why})",
-            hint=" ".join(x for x in (rec.error.hint if rec.error else "",
-                                      "Move the data again with move_data, then submit with "
-                                      "the new transfer id.") if x),
-        )  # fmt: skip
+            hint=" ".join(
+                x
+                for x in (
+                    rec.error.hint if rec.error else "",
+                    "Move the data again with move_data, then submit with the new transfer id.",
+                )
+                if x
+            ),
+        )
 
 
 class StageInPending(UsageError):
@@ -70,22 +83,36 @@ def declared(task: TaskRecord) -> bool:
     return bool(task.request.stage_in or task.request.stage_out)
 
 
-def _stage_out(task: TaskRecord, i: int, so: StageOut, sites: Mapping[str, Site],
-               now: datetime) -> TransferRecord:  # fmt: skip
+def _stage_out(
+    task: TaskRecord, i: int, so: StageOut, sites: Mapping[str, Site], now: datetime
+) -> TransferRecord:
     """The output transfer, waiting for the task; its destination resolves now (a typo is the
     caller's error at submission), its source once the task completed somewhere."""
     site = sites.get(parse_ref(so.destination)[0])
-    dst = resolve(so.destination, sites,
-                  need_collection=site is not None and not site.profile.local_test)  # fmt: skip
+    dst = resolve(
+        so.destination, sites, need_collection=site is not None and not site.profile.local_test
+    )
     return TransferRecord(
-        id=stage_out_id(task.id, i), idempotency_key=f"{task.id}:stage_out:{i}", mode=so.mode,
-        source_ref=f"task:{task.id}/{so.source}", destination_ref=so.destination, source=None,
-        destination=dst, options=TransferOptions.model_validate(so.model_dump(
-            include={"recursive", "sync_level", "verify_checksum"})),
-        backend=None, state=TransferState.WAITING, after_task=task.id, source_rel=so.source,
-        created_at=now, trace=(f"waits for task {task.id}: {so.source} in its workdir",
-                               f"destination {so.destination} -> {dst.site}:{dst.path}"),
-    )  # fmt: skip
+        id=stage_out_id(task.id, i),
+        idempotency_key=f"{task.id}:stage_out:{i}",
+        mode=so.mode,
+        source_ref=f"task:{task.id}/{so.source}",
+        destination_ref=so.destination,
+        source=None,
+        destination=dst,
+        options=TransferOptions.model_validate(
+            so.model_dump(include={"recursive", "sync_level", "verify_checksum"})
+        ),
+        backend=None,
+        state=TransferState.WAITING,
+        after_task=task.id,
+        source_rel=so.source,
+        created_at=now,
+        trace=(
+            f"waits for task {task.id}: {so.source} in its workdir",
+            f"destination {so.destination} -> {dst.site}:{dst.path}",
+        ),
+    )
 
 
 async def prepare(book: TaskBook, sites: Mapping[str, Site], task: TaskRecord) -> bool:
@@ -163,12 +190,20 @@ async def _blocked(book: TaskBook, task: TaskRecord, ins: list[TransferRecord | 
     for rec in ins:
         if rec is None or rec.blocked is None or rec.state.terminal:
             continue
-        reason = (f"stage-in {rec.id} is blocked: {rec.blocked.code}: {rec.blocked.message}; "
-                  "the task waits for it")  # fmt: skip
+        reason = (
+            f"stage-in {rec.id} is blocked: {rec.blocked.code}: {rec.blocked.message}; "
+            "the task waits for it"
+        )
         async with book.store.transaction() as tx:
-            await book.emit(tx, "task.stage_in_blocked", task, key=f"{rec.id}:{rec.blocks}",
-                            transfer_id=rec.id, reason=reason,
-                            hint=rec.blocked.hint or None)  # fmt: skip
+            await book.emit(
+                tx,
+                "task.stage_in_blocked",
+                task,
+                key=f"{rec.id}:{rec.blocks}",
+                transfer_id=rec.id,
+                reason=reason,
+                hint=rec.blocked.hint or None,
+            )
 
 
 async def _fail(book: TaskBook, task: TaskRecord, rec: TransferRecord | None, tid: str) -> None:
@@ -179,8 +214,14 @@ async def _fail(book: TaskBook, task: TaskRecord, rec: TransferRecord | None, ti
     async with book.store.transaction() as tx:
         await book.save(tx, task, at=book.clock())
         if rec is None or rec.cause != "upstream":
-            await book.emit(tx, "task.stage_in_failed", task, transfer_id=tid,
-                            reason=task.reasons[0], hint=err.hint if err else None)  # fmt: skip
+            await book.emit(
+                tx,
+                "task.stage_in_failed",
+                task,
+                transfer_id=tid,
+                reason=task.reasons[0],
+                hint=err.hint if err else None,
+            )
 
 
 async def consumed_downstream(store: Store, task: TaskRecord) -> bool:
@@ -199,8 +240,10 @@ async def data_provenance(store: Store, task: TaskRecord) -> tuple[TransferProve
         return ()
     out: list[TransferProvenance] = []
     async with store.transaction() as tx:
-        for direction, ids in (("stage_in", task.request.stage_in),
-                               ("stage_out", stage_out_ids(task))):  # fmt: skip
+        for direction, ids in (
+            ("stage_in", task.request.stage_in),
+            ("stage_out", stage_out_ids(task)),
+        ):
             for tid in ids:
                 rec = await records.get(tx, tid)
                 if rec is not None:

@@ -106,7 +106,9 @@ class EstimateCache:
         self.ttl_s = ttl_s
         self.clock = clock
         # cache key -> (start or None when the scheduler refused that shape, asked at)
-        self._answers: dict[tuple[str, str, str | None, str | None, str], tuple[datetime | None, float]] = {}  # fmt: skip  # noqa: E501
+        self._answers: dict[
+            tuple[str, str, str | None, str | None, str], tuple[datetime | None, float]
+        ] = {}
         self._failed: dict[str, tuple[str, float]] = {}  # site -> (why, until)
         self._streak: dict[str, int] = {}  # site -> failures in a row
         self.calls = 0  # remote calls made in all (for benchmarks and status)

@@ -61,12 +61,19 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
     )
     attempts = tuple(
         AttemptView(
-            n=a.n, site=a.site, partition=a.partition, state=a.state, job_id=a.job_id,
-            reason=a.reason, superseded=a.superseded, wait_s=_round(a.wait_s),
-            runtime_s=_round(a.runtime_s), exit_code=a.exit_code,
+            n=a.n,
+            site=a.site,
+            partition=a.partition,
+            state=a.state,
+            job_id=a.job_id,
+            reason=a.reason,
+            superseded=a.superseded,
+            wait_s=_round(a.wait_s),
+            runtime_s=_round(a.runtime_s),
+            exit_code=a.exit_code,
         )
         for a in m.attempts
-    )  # fmt: skip
+    )
     return m.model_copy(
         update={"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
     )
@@ -77,11 +84,19 @@ class TaskTools:
     `lock` (no control cycle or placement meanwhile)."""
 
     def __init__(
-        self, book: TaskBook, collector: Collector, adapters: Mapping[str, SiteAdapter],
-        planner: Planner, *, dispatcher: Dispatcher, adaptation: Adaptation, lock: anyio.Lock,
-        clock: Callable[[], datetime], wake_placer: Callable[[], None],
+        self,
+        book: TaskBook,
+        collector: Collector,
+        adapters: Mapping[str, SiteAdapter],
+        planner: Planner,
+        *,
+        dispatcher: Dispatcher,
+        adaptation: Adaptation,
+        lock: anyio.Lock,
+        clock: Callable[[], datetime],
+        wake_placer: Callable[[], None],
         wait_placed: Callable[[list[str], float], Awaitable[None]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.book = book
         self.collector = collector
         self.adapters = adapters
@@ -107,12 +122,15 @@ class TaskTools:
                 ("stdout", cur.stdout or ""),
                 ("stderr", cur.stderr or ""),
             ]
-            files += [("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
-                      for p in task.request.outputs]  # fmt: skip
+            files += [
+                ("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
+                for p in task.request.outputs
+            ]
             files = [(k, p) for k, p in files if p]
             sizes = await adapter.file_sizes([p for _, p in files])
-            outputs = [OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p))
-                       for k, p in files]  # fmt: skip
+            outputs = [
+                OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p)) for k, p in files
+            ]
             for stream in _tail_streams(req, task.state):
                 path = cur.stdout if stream == "stdout" else cur.stderr
                 if path and sizes.get(path):
@@ -121,13 +139,21 @@ class TaskTools:
         preview, truncated = tails.get(first, (None, False))
         extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
         manifest = ResultManifest(
-            task_id=task.id, name=task.request.name, state=task.state, group_id=task.group_id,
-            created_at=task.created_at, attempts=tuple(a.view() for a in atts),
-            provenance=task.provenance, outputs=tuple(outputs), preview=preview,
-            truncated=truncated, stderr=extra, reasons=task.reasons,
+            task_id=task.id,
+            name=task.request.name,
+            state=task.state,
+            group_id=task.group_id,
+            created_at=task.created_at,
+            attempts=tuple(a.view() for a in atts),
+            provenance=task.provenance,
+            outputs=tuple(outputs),
+            preview=preview,
+            truncated=truncated,
+            stderr=extra,
+            reasons=task.reasons,
             waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
             data=await staging.data_provenance(self.book.store, task),
-        )  # fmt: skip
+        )
         return _brief(manifest, tails) if req.brief else manifest
 
     async def list_tasks(self, *, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
@@ -137,12 +163,17 @@ class TaskTools:
             cur = row["attempt"] or {}
             out.append(
                 TaskSummary(
-                    task_id=row["id"], name=row["name"], state=JobState(row["state"]),
-                    site=cur.get("site"), partition=cur.get("partition"), job_id=cur.get("job_id"),
-                    attempts=row["attempts"], group_id=row["group_id"],
+                    task_id=row["id"],
+                    name=row["name"],
+                    state=JobState(row["state"]),
+                    site=cur.get("site"),
+                    partition=cur.get("partition"),
+                    job_id=cur.get("job_id"),
+                    attempts=row["attempts"],
+                    group_id=row["group_id"],
                     updated_at=datetime.fromisoformat(row["updated_at"]),
                 )
-            )  # fmt: skip
+            )
         return out
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
@@ -175,8 +206,10 @@ class TaskTools:
             if reopen:
                 await self._reopenable(task)
             elif task.state.terminal:
-                raise UsageError(f"task {task.id} is already {task.state.value}",
-                                 hint="Submit a new task instead.")  # fmt: skip
+                raise UsageError(
+                    f"task {task.id} is already {task.state.value}",
+                    hint="Submit a new task instead.",
+                )
             if any(a.state is JobState.RUNNING for a in live):
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
             pending = staging.waiting(task)
@@ -190,14 +223,18 @@ class TaskTools:
                 task.request = task.request.model_copy(update={"envelope": req.envelope})
             decision = await self.planner.decide(task)
             if not isinstance(decision, Placement):
-                raise UsageError(f"no feasible placement: {decision.hint}",
-                                 hint="Relax the envelope (draft_envelope helps) or exclude fewer "
-                                 "sites; the task is unchanged.")  # fmt: skip
+                raise UsageError(
+                    f"no feasible placement: {decision.hint}",
+                    hint="Relax the envelope (draft_envelope helps) or exclude fewer "
+                    "sites; the task is unchanged.",
+                )
             if pending:
                 # Its input has not arrived: only the envelope and exclusions change now; staging
                 # queues it for placement (with them) when the copy succeeded.
-                task.decision = (f"waiting for stage-in {', '.join(task.request.stage_in)}; "
-                                 "replanned: placed when its input arrives")  # fmt: skip
+                task.decision = (
+                    f"waiting for stage-in {', '.join(task.request.stage_in)}; "
+                    "replanned: placed when its input arrives"
+                )
                 async with self.book.store.transaction() as tx:
                     await self.book.save(tx, task, at=self.clock())
                 return handle(task, None)

@@ -103,9 +103,13 @@ class Bounds:
             spec = e.spec
             wall = max(env.wall_time.min, min(env.wall_time.upper, spec.max_wall_s))
             cheapest = Shape.model_construct(
-                nodes=nodes, cpus=env.cpus.min, gpus=env.gpus.min, memory_mib=0,
-                wall_time_s=wall, accelerator_type=None,
-            )  # fmt: skip
+                nodes=nodes,
+                cpus=env.cpus.min,
+                gpus=env.gpus.min,
+                memory_mib=0,
+                wall_time_s=wall,
+                accelerator_type=None,
+            )
             hit = self.charges[key] = predict_charge(e.site.profile, spec, cheapest).amount
         return hit
 

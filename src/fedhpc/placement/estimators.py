@@ -87,9 +87,13 @@ def _unit_shape(kind: str, units: int) -> Shape:
     """A one-node shape of `units` GPUs or CPUs: what the learned index keys on."""
     gpus = units if kind == "gpu" else 0
     return Shape.model_construct(
-        nodes=1, cpus=1 if gpus else units, gpus=gpus, memory_mib=0, wall_time_s=1,
+        nodes=1,
+        cpus=1 if gpus else units,
+        gpus=gpus,
+        memory_mib=0,
+        wall_time_s=1,
         accelerator_type=None,
-    )  # fmt: skip
+    )
 
 
 def _units(gpus: int, cpus: int, nodes: int) -> tuple[str, int]:

@@ -45,11 +45,21 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
     p, policy = x.part, inputs.policy
     s = policy.settings
     w = estimate_wait(
-        policy.wait, site=p.site.name, partition=p.spec.name, key=key, shape=x.shape,
-        account=x.account, qos=x.qos, live=p.live, now=p.now, settings=s,
-        history=inputs.history, scheduler=inputs.scheduler,
-        scheduler_notes=inputs.scheduler_notes, errors=inputs.errors,
-    )  # fmt: skip
+        policy.wait,
+        site=p.site.name,
+        partition=p.spec.name,
+        key=key,
+        shape=x.shape,
+        account=x.account,
+        qos=x.qos,
+        live=p.live,
+        now=p.now,
+        settings=s,
+        history=inputs.history,
+        scheduler=inputs.scheduler,
+        scheduler_notes=inputs.scheduler_notes,
+        errors=inputs.errors,
+    )
     r, r_src = inputs.runtime.runtime(x.shape)
     e, e_src = env_prep_s(p.site.name, inputs.environment, inputs.env_cache, s)
     budget = x.budget
@@ -200,9 +210,13 @@ def evaluate(
                 base[i] = v = fn(first)
                 acct_ok = acct_ok and not v.failed
         for shape in shapes if (shapes and acct_ok) else (paper,):
-            x = first if shape is paper else CandidateContext(
-                p, acct, qos, shape, predict_charge(p.profile, spec, shape), budget
-            )  # fmt: skip
+            x = (
+                first
+                if shape is paper
+                else CandidateContext(
+                    p, acct, qos, shape, predict_charge(p.profile, spec, shape), budget
+                )
+            )
             rank = choice.rank if choice else 0
             trace = _candidate(x, base, part_ok and acct_ok, rank, inputs)
             (feasible if trace.feasible else rejected).append(trace)

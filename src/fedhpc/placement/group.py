@@ -57,8 +57,15 @@ def place_group(
     # By the identity of the caller's envelope object and the sites full so far.
     requests: dict[tuple[int, frozenset[str]], Request] = {}
     # Every child's inputs: the copies above (and the index, built once).
-    shared = replace(inputs, policy=policy, now=now, history=waits or (), estimates=starts,
-                     estimate_notes=notes, ledger=ledger)  # fmt: skip
+    shared = replace(
+        inputs,
+        policy=policy,
+        now=now,
+        history=waits or (),
+        estimates=starts,
+        estimate_notes=notes,
+        ledger=ledger,
+    )
     out: list[Placement | Unschedulable] = []
     for env in envelopes:
         req = requests.get((id(env), full))
@@ -68,9 +75,12 @@ def place_group(
         if isinstance(decision, Placement):
             site = decision.site
             ledger.claim(
-                site, decision.partition, decision.account, decision.shape,
+                site,
+                decision.partition,
+                decision.account,
+                decision.shape,
                 decision.estimates.charge,
-            )  # fmt: skip
+            )
             _drop_stale(starts, notes, site, decision.partition)
             for r in requests.values():
                 r.claimed(site, decision.partition)

@@ -96,14 +96,24 @@ class Request:
             policy.site if policy.kind is PolicyKind.FIXED_SITE and not policy.fallback else None
         )
         self.snapshot, self.sites, self.ledger, self.task_budget = (
-            inputs.snapshot, sites, ledger, task_budget,
-        )  # fmt: skip
+            inputs.snapshot,
+            sites,
+            ledger,
+            task_budget,
+        )
         self.minimum = minimum_shape(env)
         self.estimates, self.notes = estimates, estimate_notes
         self._inputs = (
-            policy, model, waits, estimates, estimate_notes, inputs.errors, inputs.env_cache,
-            environment, self.minimum,
-        )  # fmt: skip
+            policy,
+            model,
+            waits,
+            estimates,
+            estimate_notes,
+            inputs.errors,
+            inputs.env_cache,
+            environment,
+            self.minimum,
+        )
         self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
         # Budgets per (site, account), kept across a group's children: a claim changes only
         # its own site's (`claimed`).
@@ -115,18 +125,29 @@ class Request:
         )
         self.top = top if prune else 0
         self.bounds = Bounds.of(
-            policy=policy, env=env, runtime=model, history=waits, scheduler=estimates,
-            errors=inputs.errors, env_cache=inputs.env_cache, environment=environment,
-        )  # fmt: skip
+            policy=policy,
+            env=env,
+            runtime=model,
+            history=waits,
+            scheduler=estimates,
+            errors=inputs.errors,
+            env_cache=inputs.env_cache,
+            environment=environment,
+        )
         self.score = {self.index.by_name[k] for k in inputs.score if k in self.index.by_name}
         self._memo: dict[int, tuple[object, Evaluated]] = {}
         self._order: list[tuple[Bound, int]] | None = None
 
     def _context(self, e: Entry) -> PartitionContext:
         return context(
-            e, env=self.env, now=self.now, settings=self.policy.settings, ledger=self.ledger,
-            task_budget=self.task_budget, fixed=self.fixed,
-        )  # fmt: skip
+            e,
+            env=self.env,
+            now=self.now,
+            settings=self.policy.settings,
+            ledger=self.ledger,
+            task_budget=self.task_budget,
+            fixed=self.fixed,
+        )
 
     def _evaluate(self, i: int, inputs: Inputs) -> Evaluated:
         e = self.index.entries[i]
@@ -150,9 +171,10 @@ class Request:
         if self._order is None:
             budgets = self._budgets
             self._order = sorted(
-                ((self._bound(i, budgets), i) for i in self.survivors) if self.top
+                ((self._bound(i, budgets), i) for i in self.survivors)
+                if self.top
                 else (((), i) for i in self.survivors)
-            )  # fmt: skip
+            )
         return self._order
 
     def claimed(self, site: str, partition: str) -> None:
@@ -243,15 +265,23 @@ class Request:
             first = sorted(rejected, key=lambda c: c.site != fixed) if fixed else rejected
             reasons = tuple(CandidateReasons(c.id, tuple(c.failures())) for c in first)
             return Unschedulable.model_construct(
-                state="unschedulable", hint=relax_hint(env, rejected, self.sites),
-                reasons=reasons, trace=trace,
-            )  # fmt: skip
+                state="unschedulable",
+                hint=relax_hint(env, rejected, self.sites),
+                reasons=reasons,
+                trace=trace,
+            )
         assert chosen.estimates is not None
         return Placement.model_construct(
-            state="placed", candidate_id=chosen.id, site=chosen.site, partition=chosen.partition,
-            account=chosen.account, qos=chosen.qos, shape=chosen.shape,
-            estimates=chosen.estimates, trace=trace,
-        )  # fmt: skip
+            state="placed",
+            candidate_id=chosen.id,
+            site=chosen.site,
+            partition=chosen.partition,
+            account=chosen.account,
+            qos=chosen.qos,
+            shape=chosen.shape,
+            estimates=chosen.estimates,
+            trace=trace,
+        )
 
 
 def place(envelope: ResourceEnvelope, inputs: PlacementInputs) -> Placement | Unschedulable:

@@ -99,9 +99,17 @@ class FederationIndex:
                     members.append([])
                 members[k].append(len(entries))
                 probe = PartitionContext(
-                    cast(Any, None), site, spec, state, pstate, live, cast(Any, None),
-                    cast(Any, None), None, None,
-                )  # fmt: skip
+                    cast(Any, None),
+                    site,
+                    spec,
+                    state,
+                    pstate,
+                    live,
+                    cast(Any, None),
+                    cast(Any, None),
+                    None,
+                    None,
+                )
                 pid = f"{name}/{spec.name}"
                 accounts = tuple(c.name for c in account_choices(site, spec, state)) or (None,)
                 entries.append(
@@ -243,12 +251,22 @@ def _static_key(p: PartitionContext, minimum: Shape) -> tuple[object, ...]:
     """Everything of the request the rules `_prune_request` applies read."""
     env = p.envelope
     return (
-        env.sites_include, env.sites_exclude, env.architectures, env.gpus.min, env.gpus.upper,
-        env.accelerator_types, env.min_accelerator_memory_gib, env.wall_time.min,
-        env.container.runtimes if env.container is not None else None, minimum.nodes,
-        minimum.cpus, minimum.gpus, minimum.memory_mib, p.fixed_site,
+        env.sites_include,
+        env.sites_exclude,
+        env.architectures,
+        env.gpus.min,
+        env.gpus.upper,
+        env.accelerator_types,
+        env.min_accelerator_memory_gib,
+        env.wall_time.min,
+        env.container.runtimes if env.container is not None else None,
+        minimum.nodes,
+        minimum.cpus,
+        minimum.gpus,
+        minimum.memory_mib,
+        p.fixed_site,
         p.settings.allow_cpu_on_gpu_partitions,
-    )  # fmt: skip
+    )
 
 
 def _prune_request(

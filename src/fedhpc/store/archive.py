@@ -38,8 +38,12 @@ class ArchiveReport:
     before: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"archived": self.archived, "remaining": self.remaining,
-                "archive": self.archive, "before": self.before}  # fmt: skip
+        return {
+            "archived": self.archived,
+            "remaining": self.remaining,
+            "archive": self.archive,
+            "before": self.before,
+        }
 
 
 # Kept whatever their age: each site's newest site.offline / site.online event (the daemon
@@ -79,11 +83,20 @@ async def archive_events(
                 moved += len(rows)
                 continue
             lines = "".join(
-                json.dumps({"seq": r["seq"], "id": r["id"], "kind": r["kind"],
-                            "subject": r["subject"], "created_at": r["created_at"],
-                            "payload": json.loads(r["payload"])}, separators=(",", ":")) + "\n"
+                json.dumps(
+                    {
+                        "seq": r["seq"],
+                        "id": r["id"],
+                        "kind": r["kind"],
+                        "subject": r["subject"],
+                        "created_at": r["created_at"],
+                        "payload": json.loads(r["payload"]),
+                    },
+                    separators=(",", ":"),
+                )
+                + "\n"
                 for r in rows
-            )  # fmt: skip
+            )
             await anyio.to_thread.run_sync(_append, path, lines)
             ids = [str(r["id"]) for r in rows]
             marks = ",".join("?" * len(ids))
@@ -95,9 +108,12 @@ async def archive_events(
             moved += len(rows)
     async with store.transaction() as tx:
         left = await tx.fetch("SELECT count(*) AS n FROM events", ())
-    return ArchiveReport(archived=moved, remaining=int(left[0]["n"]),
-                         archive=str(path) if moved and not dry_run else None,
-                         before=cutoff)  # fmt: skip
+    return ArchiveReport(
+        archived=moved,
+        remaining=int(left[0]["n"]),
+        archive=str(path) if moved and not dry_run else None,
+        before=cutoff,
+    )
 
 
 def _append(path: Path, lines: str) -> None:

@@ -14,6 +14,7 @@ __all__ = ["put_continuation"]
 async def put_continuation(tx: Tx, subject: str, spec: ContinuationSpec, *, at: datetime) -> str:
     """Idempotent per subject and spec (the same spec again is the same row); its id."""
     cid = continuation_id(subject, spec)
-    await tx.put_continuation(cid, subject=subject, runtime=spec.runtime.value,
-                              body=spec.model_dump(mode="json"), at=at)  # fmt: skip
+    await tx.put_continuation(
+        cid, subject=subject, runtime=spec.runtime.value, body=spec.model_dump(mode="json"), at=at
+    )
     return cid

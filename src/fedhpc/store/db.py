@@ -194,8 +194,9 @@ class Store(GroupReads, DeliveryReads):
         rows = await self._all(sql + " ORDER BY created_at DESC, id LIMIT ?", [*params, limit])
         return [_task(r) for r in rows]
 
-    async def task_listing(self, *, state: str | None = None, limit: int = 100
-                           ) -> list[dict[str, Any]]:  # fmt: skip
+    async def task_listing(
+        self, *, state: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Newest tasks first, each with its label and current attempt, in one query and
         without loading bodies into Python (a listing page at any store size)."""
         where, params = ("WHERE state = ? ", [state]) if state else ("", [])
@@ -210,10 +211,19 @@ class Store(GroupReads, DeliveryReads):
         )
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
-            row = out.setdefault(str(r["id"]), {
-                "id": r["id"], "state": r["state"], "group_id": r["group_id"], "name": r["name"],
-                "updated_at": r["updated_at"], "attempts": 0, "attempt": None, "last": None,
-            })  # fmt: skip
+            row = out.setdefault(
+                str(r["id"]),
+                {
+                    "id": r["id"],
+                    "state": r["state"],
+                    "group_id": r["group_id"],
+                    "name": r["name"],
+                    "updated_at": r["updated_at"],
+                    "attempts": 0,
+                    "attempt": None,
+                    "last": None,
+                },
+            )
             if r["n"] is None:
                 continue
             row["attempts"] += 1

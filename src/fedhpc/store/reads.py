@@ -66,12 +66,20 @@ class GroupReads(Reads):
         )
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
-            child = out.setdefault(str(r["id"]), {
-                "id": r["id"], "state": r["state"], "name": r["name"],
-                "decision": r["decision"] or "", "reasons": json.loads(r["reasons"] or "[]"),
-                "relaxed": bool(r["relaxed"]), "attempt": None, "attempts": 0,
-                "index": _child_index(str(r["id"]), str(r["key"])),
-            })  # fmt: skip
+            child = out.setdefault(
+                str(r["id"]),
+                {
+                    "id": r["id"],
+                    "state": r["state"],
+                    "name": r["name"],
+                    "decision": r["decision"] or "",
+                    "reasons": json.loads(r["reasons"] or "[]"),
+                    "relaxed": bool(r["relaxed"]),
+                    "attempt": None,
+                    "attempts": 0,
+                    "index": _child_index(str(r["id"]), str(r["key"])),
+                },
+            )
             if r["n"] is None:
                 continue
             child["attempts"] += 1
@@ -79,11 +87,15 @@ class GroupReads(Reads):
             current = r["n"] == accepted if accepted is not None else not r["superseded"]
             if current:
                 child["attempt"] = {
-                    "n": r["n"], "site": r["site"], "partition": r["partition"],
-                    "job_id": r["job_id"], "state": r["attempt_state"], "account": r["account"],
+                    "n": r["n"],
+                    "site": r["site"],
+                    "partition": r["partition"],
+                    "job_id": r["job_id"],
+                    "state": r["attempt_state"],
+                    "account": r["account"],
                     "pending_since": r["pending_since"],
                     "shape": json.loads(r["shape"]) if r["shape"] else None,
-                }  # fmt: skip
+                }
         return sorted(out.values(), key=lambda c: int(c["index"]))
 
     async def group_summary(self, group_id: str) -> dict[str, Any]:

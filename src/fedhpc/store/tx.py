@@ -99,9 +99,8 @@ class Tx:
             " dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at, "
             "dedupe = coalesce(excluded.dedupe, tasks.dedupe) ON CONFLICT DO NOTHING",
-            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body),
-             dedupe),
-        )  # fmt: skip
+            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body), dedupe),
+        )
         return cur.rowcount > 0
 
     async def set_queued_decision(self, group_id: str, decision: str, *, at: datetime) -> int:
@@ -125,9 +124,11 @@ class Tx:
         await self.conn.executemany(
             "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ((tid, key, gid, stamp, stamp, state, json.dumps(body))
-             for tid, key, gid, state, body in rows),
-        )  # fmt: skip
+            (
+                (tid, key, gid, stamp, stamp, state, json.dumps(body))
+                for tid, key, gid, state, body in rows
+            ),
+        )
 
     async def put_attempt(
         self,

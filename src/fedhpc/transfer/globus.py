@@ -117,23 +117,32 @@ class GlobusBackend:
         files = doc.get("files_transferred")
         verified = doc.get("verify_checksum")
         if status == "SUCCEEDED":
-            return BackendStatus(TransferState.SUCCEEDED, bytes=moved, files=files,
-                                 checksum_verified=verified)  # fmt: skip
+            return BackendStatus(
+                TransferState.SUCCEEDED, bytes=moved, files=files, checksum_verified=verified
+            )
         if status == "FAILED":
             fatal = doc.get("fatal_error") or {}
             return BackendStatus(
-                TransferState.FAILED, bytes=moved, files=files,
-                error=TransferIssue(code=str(fatal.get("code") or nice or "FAILED"),
-                                    message=str(fatal.get("description") or
-                                                doc.get("nice_status_short_description") or
-                                                "the Globus task failed")),
-            )  # fmt: skip
+                TransferState.FAILED,
+                bytes=moved,
+                files=files,
+                error=TransferIssue(
+                    code=str(fatal.get("code") or nice or "FAILED"),
+                    message=str(
+                        fatal.get("description")
+                        or doc.get("nice_status_short_description")
+                        or "the Globus task failed"
+                    ),
+                ),
+            )
         blocked = None
         if status == "INACTIVE" or nice in _BLOCKED:
             blocked = TransferIssue(
                 code=nice or status,
-                message=str(doc.get("nice_status_short_description") or
-                            f"the Globus task is {status.lower()} ({nice})"),
+                message=str(
+                    doc.get("nice_status_short_description")
+                    or f"the Globus task is {status.lower()} ({nice})"
+                ),
                 hint=TransferAuthError.default_hint,
-            )  # fmt: skip
+            )
         return BackendStatus(TransferState.ACTIVE, bytes=moved, files=files, blocked=blocked)

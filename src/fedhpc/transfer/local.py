@@ -52,7 +52,7 @@ class LocalBackend:
                 "recursive": spec.recursive,
                 "sync_level": spec.sync_level.value if spec.sync_level else None,
                 "verify_checksum": spec.verify_checksum,
-            }  # fmt: skip
+            }
             tmp = folder / "spec.tmp"
             tmp.write_text(json.dumps(body, sort_keys=True))
             os.replace(tmp, folder / "spec.json")
@@ -73,9 +73,12 @@ class LocalBackend:
         data = json.loads(result.read_text())
         if data["state"] == "succeeded":
             return BackendStatus(
-                TransferState.SUCCEEDED, bytes=data["bytes"], files=data["files"],
-                checksums=dict(data["checksums"]), checksum_verified=data["checksum_verified"],
-            )  # fmt: skip
+                TransferState.SUCCEEDED,
+                bytes=data["bytes"],
+                files=data["files"],
+                checksums=dict(data["checksums"]),
+                checksum_verified=data["checksum_verified"],
+            )
         return BackendStatus(
             TransferState.FAILED,
             error=TransferIssue(code=data["code"], message=data["message"]),
@@ -97,7 +100,8 @@ class LocalBackend:
             # no zombie; setsid itself returns at once. -I: the worker needs the stdlib only.
             argv = ["setsid", "-f", sys.executable, "-I", str(_WORKER), str(folder), str(fd)]
             with (folder / "worker.log").open("ab") as log:
-                await anyio.run_process(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        pass_fds=(fd,))  # fmt: skip
+                await anyio.run_process(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(fd,)
+                )
         finally:
             os.close(fd)  # the worker's inherited descriptor keeps the lock until it exits

@@ -154,8 +154,13 @@ def copy_spec(spec: dict[str, Any]) -> dict[str, Any]:
         checksums[rel] = digest
         moved += size
         files += 1
-    return {"state": "succeeded", "bytes": moved, "files": files, "checksums": checksums,
-            "checksum_verified": verify}  # fmt: skip
+    return {
+        "state": "succeeded",
+        "bytes": moved,
+        "files": files,
+        "checksums": checksums,
+        "checksum_verified": verify,
+    }
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -24,8 +24,15 @@ from fedhpc.ops.data import (
 )
 from fedhpc.store import Tx
 
-__all__ = ["TransferRecord", "get", "get_by_key", "in_states", "new_transfer_id", "put",
-           "stage_out_id"]  # fmt: skip
+__all__ = [
+    "TransferRecord",
+    "get",
+    "get_by_key",
+    "in_states",
+    "new_transfer_id",
+    "put",
+    "stage_out_id",
+]
 
 
 def new_transfer_id() -> str:
@@ -73,33 +80,54 @@ class TransferRecord(BaseModel):
 
     def handle(self) -> TransferHandle:
         return TransferHandle(
-            transfer_id=self.id, state=self.state, mode=self.mode, source=self.source_ref,
-            destination=self.destination_ref, backend=self.backend or "pending",
-            after_task=self.after_task, trace=self.trace, error=self.error,
+            transfer_id=self.id,
+            state=self.state,
+            mode=self.mode,
+            source=self.source_ref,
+            destination=self.destination_ref,
+            backend=self.backend or "pending",
+            after_task=self.after_task,
+            trace=self.trace,
+            error=self.error,
             next=transfer_next(self.state.value),
-        )  # fmt: skip
+        )
 
     def view(self, preview: str | None = None, truncated: bool = False) -> TransferView:
         return TransferView(
             **self.handle().model_dump(exclude={"next", "error"}),
-            source_location=self.source, destination_location=self.destination,
-            backend_id=self.backend_id, submission_id=self.submission_id,
-            created_at=self.created_at, submitted_at=self.submitted_at,
-            completed_at=self.completed_at, bytes=self.bytes, files=self.files,
-            checksums=self.checksums, checksum_verified=self.checksum_verified,
-            error=self.error, blocked=self.blocked, awaited_by=self.awaited_by,
-            preview=preview, truncated=truncated,
-        )  # fmt: skip
+            source_location=self.source,
+            destination_location=self.destination,
+            backend_id=self.backend_id,
+            submission_id=self.submission_id,
+            created_at=self.created_at,
+            submitted_at=self.submitted_at,
+            completed_at=self.completed_at,
+            bytes=self.bytes,
+            files=self.files,
+            checksums=self.checksums,
+            checksum_verified=self.checksum_verified,
+            error=self.error,
+            blocked=self.blocked,
+            awaited_by=self.awaited_by,
+            preview=preview,
+            truncated=truncated,
+        )
 
     def provenance(self, direction: str) -> TransferProvenance:
         return TransferProvenance(
-            transfer_id=self.id, direction=direction, state=self.state, mode=self.mode,
+            transfer_id=self.id,
+            direction=direction,
+            state=self.state,
+            mode=self.mode,
             source_site=self.source.site if self.source else None,
             source_path=self.source.path if self.source else None,
-            destination_site=self.destination.site, destination_path=self.destination.path,
-            backend=self.backend or "pending", bytes=self.bytes, checksums=self.checksums,
+            destination_site=self.destination.site,
+            destination_path=self.destination.path,
+            backend=self.backend or "pending",
+            bytes=self.bytes,
+            checksums=self.checksums,
             after_task=self.after_task,
-        )  # fmt: skip
+        )
 
 
 def _iso(at: datetime) -> str:
@@ -112,15 +140,23 @@ async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
         "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
         "body = excluded.body, updated_at = excluded.updated_at ON CONFLICT DO NOTHING",
-        (rec.id, rec.idempotency_key, _iso(rec.created_at), _iso(at), rec.state.value,
-         rec.model_dump_json()),
-    )  # fmt: skip
+        (
+            rec.id,
+            rec.idempotency_key,
+            _iso(rec.created_at),
+            _iso(at),
+            rec.state.value,
+            rec.model_dump_json(),
+        ),
+    )
     return n > 0
 
 
 async def _select(tx: Tx, where: str, params: Sequence[object]) -> list[TransferRecord]:
-    async with tx.conn.execute(f"SELECT body FROM transfers WHERE {where} ORDER BY created_at, id",  # noqa: S608 (fixed clauses)
-                               tuple(params)) as cur:  # fmt: skip
+    async with tx.conn.execute(
+        f"SELECT body FROM transfers WHERE {where} ORDER BY created_at, id",  # noqa: S608 (fixed clauses)
+        tuple(params),
+    ) as cur:
         rows = await cur.fetchall()
     return [TransferRecord.model_validate(json.loads(r[0])) for r in rows]
 

@@ -33,8 +33,11 @@ __all__ = [
     "within",
 ]
 
-_REF = re.compile(r"^(?P<site>[A-Za-z0-9][A-Za-z0-9_.+-]*):(?P<root>[A-Za-z0-9][A-Za-z0-9_.+-]*)"
-                  r"(?:/(?P<rel>.*))?$", re.DOTALL)  # fmt: skip
+_REF = re.compile(
+    r"^(?P<site>[A-Za-z0-9][A-Za-z0-9_.+-]*):(?P<root>[A-Za-z0-9][A-Za-z0-9_.+-]*)"
+    r"(?:/(?P<rel>.*))?$",
+    re.DOTALL,
+)
 
 
 def parse_ref(ref: str) -> tuple[str, str, str]:
@@ -88,8 +91,9 @@ def resolve(ref: str, sites: Mapping[str, Site], *, need_collection: bool = Fals
         raise NoCollection(
             f"{ref!r}: storage root {root_name!r} of {site_name} has no Globus collection id"
         )
-    return DataLocation(site=site_name, root=root_name, root_path=base, collection_id=collection,
-                        path=path)  # fmt: skip
+    return DataLocation(
+        site=site_name, root=root_name, root_path=base, collection_id=collection, path=path
+    )
 
 
 def locate(site: Site, path: str, roots: Mapping[str, str] | None = None) -> DataLocation:
@@ -107,8 +111,13 @@ def locate(site: Site, path: str, roots: Mapping[str, str] | None = None) -> Dat
             best = (r, base)
     if best is None:
         raise OutsideRoot(f"{path} is outside every storage root of {site.name}")
-    return DataLocation(site=site.name, root=best[0].name, root_path=best[1],
-                        collection_id=collection_of(site, best[0]), path=norm)  # fmt: skip
+    return DataLocation(
+        site=site.name,
+        root=best[0].name,
+        root_path=best[1],
+        collection_id=collection_of(site, best[0]),
+        path=norm,
+    )
 
 
 def at_site(loc: DataLocation, expand: Callable[[str], str]) -> DataLocation:

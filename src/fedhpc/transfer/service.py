@@ -71,14 +71,26 @@ def plan_transfer(
         f"destination {req.destination} -> {dst.site}:{dst.path}"
         + (f" (collection {dst.collection_id})" if dst.collection_id else ""),
         f"backend {backend}: "
-        + ("both sites are local-test sites on this machine" if backend == "local"
-           else "Globus Transfer between the two collections"),
-    )  # fmt: skip
+        + (
+            "both sites are local-test sites on this machine"
+            if backend == "local"
+            else "Globus Transfer between the two collections"
+        ),
+    )
     return TransferRecord(
-        id=transfer_id, idempotency_key=request_key(req), mode=req.mode,
-        source_ref=req.source, destination_ref=req.destination, source=src, destination=dst,
-        options=req, label=req.label or "", backend=backend, created_at=now, trace=trace,
-    )  # fmt: skip
+        id=transfer_id,
+        idempotency_key=request_key(req),
+        mode=req.mode,
+        source_ref=req.source,
+        destination_ref=req.destination,
+        source=src,
+        destination=dst,
+        options=req,
+        label=req.label or "",
+        backend=backend,
+        created_at=now,
+        trace=trace,
+    )
 
 
 class TransferService:
@@ -141,8 +153,9 @@ class TransferService:
                     await put_continuation(tx, existing.id, wake, at=self.clock())
             if existing is not None:
                 return existing.handle()
-            rec = plan_transfer(req, self.sites, transfer_id=records.new_transfer_id(),
-                                now=self.clock())  # fmt: skip
+            rec = plan_transfer(
+                req, self.sites, transfer_id=records.new_transfer_id(), now=self.clock()
+            )
             async with self.store.transaction() as tx:
                 await records.put(tx, rec, at=self.clock())
                 # With the record, before any step of it: an outcome observed at once (a
@@ -169,8 +182,12 @@ class TransferService:
         rec = await self.load(req.transfer_id)
         preview, truncated = None, False
         adapter = self.adapters.get(rec.destination.site)
-        if (req.preview and adapter is not None and rec.state is TransferState.SUCCEEDED
-                and not rec.options.recursive):  # fmt: skip
+        if (
+            req.preview
+            and adapter is not None
+            and rec.state is TransferState.SUCCEEDED
+            and not rec.options.recursive
+        ):
             preview, truncated = await adapter.head(rec.destination.path, req.max_bytes)
         return rec.view(preview, truncated)
 
@@ -187,11 +204,16 @@ class TransferService:
         if not loc.root_path.startswith("$"):
             return loc
         adapter = await self._expander(loc.site)
-        hint = (f"Check with `fedhpc doctor {loc.site}` that the login shell sets the variable, "
-                f"or fix the root's path in the {loc.site} profile.")  # fmt: skip
+        hint = (
+            f"Check with `fedhpc doctor {loc.site}` that the login shell sets the variable, "
+            f"or fix the root's path in the {loc.site} profile."
+        )
         if adapter is None:
-            raise RootUnexpanded(f"storage root {loc.root!r} of {loc.site} is {loc.root_path}, "
-                                 "and no connection to the site expands it", hint=hint)  # fmt: skip
+            raise RootUnexpanded(
+                f"storage root {loc.root!r} of {loc.site} is {loc.root_path}, "
+                "and no connection to the site expands it",
+                hint=hint,
+            )
         try:
             return at_site(loc, adapter.root_path)
         except StorageUnread as exc:  # the site did not answer the read: the next cycle asks
@@ -256,8 +278,9 @@ class TransferService:
             err = TransferIssue(code="upstream_failed", message=why)
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
         accepted = row["body"].get("accepted_attempt")
-        att = next((a for a in await self.store.attempts(rec.after_task) if a["n"] == accepted),
-                   None)  # fmt: skip
+        att = next(
+            (a for a in await self.store.attempts(rec.after_task) if a["n"] == accepted), None
+        )
         if att is None:
             err = TransferIssue(code="upstream_failed", message="no accepted attempt")
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
@@ -273,8 +296,11 @@ class TransferService:
         except FedError as exc:
             return await self._end(rec, TransferState.FAILED, error=_err(exc))
         rec.source, rec.backend, rec.state = src, backend, TransferState.QUEUED
-        rec.trace = (*rec.trace, f"task {rec.after_task} completed on {src.site}: source "
-                     f"{src.path} (root {src.root}); backend {backend}")  # fmt: skip
+        rec.trace = (
+            *rec.trace,
+            f"task {rec.after_task} completed on {src.site}: source "
+            f"{src.path} (root {src.root}); backend {backend}",
+        )
         return await self._save(rec)
 
     async def _submit(self, rec: TransferRecord) -> TransferRecord:
@@ -287,19 +313,26 @@ class TransferService:
             destination = await self._at_site(rec.destination)
             if (source, destination) != (rec.source, rec.destination):
                 rec.source, rec.destination = source, destination
-                rec.trace = (*rec.trace, f"roots expanded at the sites: source {source.path}, "
-                             f"destination {destination.path}")  # fmt: skip
+                rec.trace = (
+                    *rec.trace,
+                    f"roots expanded at the sites: source {source.path}, "
+                    f"destination {destination.path}",
+                )
                 rec = await self._save(rec)
             sid = rec.submission_id
             if sid is None:
                 sid = rec.submission_id = await backend.submission_id()
                 rec = await self._save(rec)  # persisted BEFORE submitting: a retry reuses it
             spec = TransferSpec(
-                transfer_id=rec.id, submission_id=sid, source=source,
-                destination=destination, recursive=rec.options.recursive,
-                sync_level=rec.options.sync_level, verify_checksum=rec.options.verify_checksum,
+                transfer_id=rec.id,
+                submission_id=sid,
+                source=source,
+                destination=destination,
+                recursive=rec.options.recursive,
+                sync_level=rec.options.sync_level,
+                verify_checksum=rec.options.verify_checksum,
                 label=rec.label,
-            )  # fmt: skip
+            )
             backend_id = await backend.submit(spec)
         except TransferUnavailable as exc:
             log.warning("transfer submit deferred", transfer=rec.id, error=exc.message)
@@ -349,8 +382,12 @@ class TransferService:
         cause: str | None = None,
     ) -> TransferRecord:
         rec.state, rec.error, rec.cause, rec.completed_at = state, error, cause, self.clock()
-        log.info("transfer ended", transfer=rec.id, state=state.value,
-                 error=error.code if error else None)  # fmt: skip
+        log.info(
+            "transfer ended",
+            transfer=rec.id,
+            state=state.value,
+            error=error.code if error else None,
+        )
         rec = await self._save(rec)
         if self.on_change is not None:
             self.on_change()
@@ -372,8 +409,13 @@ class TransferService:
             # Like its outcome, a block of a transfer that tasks wait for is told through them:
             # the orchestrator's next cycle raises task.stage_in_blocked for each (staging).
             if blocked and rec.blocked is not None and not rec.awaited_by:
-                await self._emit(tx, "transfer.blocked", rec, key=f"{rec.id}:{rec.blocks}",
-                                 error=rec.blocked.model_dump())  # fmt: skip
+                await self._emit(
+                    tx,
+                    "transfer.blocked",
+                    rec,
+                    key=f"{rec.id}:{rec.blocks}",
+                    error=rec.blocked.model_dump(),
+                )
         if blocked and self.on_change is not None:  # the bridge, or staging for the waiters
             self.on_change()
         return rec
@@ -387,23 +429,27 @@ class TransferService:
         if rec.state is TransferState.SUCCEEDED:
             await self._emit(tx, "transfer.succeeded", rec, bytes=rec.bytes, files=rec.files)
         else:
-            await self._emit(tx, "transfer.failed", rec,
-                             error=rec.error.model_dump() if rec.error else None)  # fmt: skip
+            await self._emit(
+                tx, "transfer.failed", rec, error=rec.error.model_dump() if rec.error else None
+            )
 
-    async def _emit(self, tx: Tx, kind: str, rec: TransferRecord, *, key: str | None = None,
-                    **payload: Any) -> None:  # fmt: skip
+    async def _emit(
+        self, tx: Tx, kind: str, rec: TransferRecord, *, key: str | None = None, **payload: Any
+    ) -> None:
         body: dict[str, Any] = {
-            "transfer_id": rec.id, "state": rec.state.value, "mode": rec.mode.value,
-            "source": rec.source_ref, "destination": rec.destination_ref,
+            "transfer_id": rec.id,
+            "state": rec.state.value,
+            "mode": rec.mode.value,
+            "source": rec.source_ref,
+            "destination": rec.destination_ref,
             "result": f"fedhpc://transfers/{rec.id}",
-        }  # fmt: skip
+        }
         if rec.after_task:
             body["after_task"] = rec.after_task
         if rec.id == self._answering:  # logged, but its caller already has it: wakes nobody
             body["answered"] = True
         body.update({k: v for k, v in payload.items() if v is not None})
-        await tx.append_event(kind, rec.id, body, at=self.clock(),
-                              key=f"{kind}:{key or rec.id}")  # fmt: skip
+        await tx.append_event(kind, rec.id, body, at=self.clock(), key=f"{kind}:{key or rec.id}")
 
 
 def _err(exc: FedError) -> TransferIssue:

@@ -36,11 +36,12 @@ EVENTS_TAIL = 200
 
 # The page's own files and the vendored libraries: nothing else is served.
 _FILES = {
-    "app.js": "text/javascript", "app.css": "text/css",
+    "app.js": "text/javascript",
+    "app.css": "text/css",
     "vendor/vis-timeline-graph2d.min.js": "text/javascript",
     "vendor/vis-timeline-graph2d.min.css": "text/css",
     "vendor/chart.umd.min.js": "text/javascript",
-}  # fmt: skip
+}
 
 _HEADERS = {
     "Content-Security-Policy": (
@@ -79,8 +80,9 @@ class Gate:
         if not self.allowed(Request(scope)):
             refuse = PlainTextResponse(
                 "fedhpc ui: this dashboard needs its token: open the URL `fedhpc ui` printed\n",
-                status_code=403, headers=_HEADERS,
-            )  # fmt: skip
+                status_code=403,
+                headers=_HEADERS,
+            )
             await refuse(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -22,18 +22,28 @@ from fedhpc.ui.timeline import Bar, span, why
 __all__ = ["axis_width", "console", "federation_table", "steps", "timeline_table", "waiting"]
 
 SITE_STYLES = ("blue", "dark_orange", "green", "magenta", "red", "cyan", "yellow")
-STATE_STYLES = {"completed": "green", "failed": "red", "timeout": "red", "running": "yellow",
-                "cancelled": "dim", "unschedulable": "red"}  # fmt: skip
+STATE_STYLES = {
+    "completed": "green",
+    "failed": "red",
+    "timeout": "red",
+    "running": "yellow",
+    "cancelled": "dim",
+    "unschedulable": "red",
+}
 HEALTH_STYLES = {"ok": "green", "degraded": "yellow", "offline": "red", "unknown": "red"}
-CAUSE_MARKS = {"placed": "", "re-placed": "re-placed", "replanned": "replanned",
-               "retry": "retry", "extension": "longer wall"}  # fmt: skip
+CAUSE_MARKS = {
+    "placed": "",
+    "re-placed": "re-placed",
+    "replanned": "replanned",
+    "retry": "retry",
+    "extension": "longer wall",
+}
 
 
 def console(no_color: bool = False, file: IO[str] | None = None) -> Console:
     """A console for stdout: colour when the terminal has it, never with --no-color/NO_COLOR."""
     off = no_color or bool(NO_COLOR.read())
-    return Console(file=file or sys.stdout, no_color=off or None, highlight=False,
-                   soft_wrap=False)  # fmt: skip
+    return Console(file=file or sys.stdout, no_color=off or None, highlight=False, soft_wrap=False)
 
 
 def _axis(b: Bar, t0: datetime, t1: datetime, width: int, now: datetime) -> Text:
@@ -57,8 +67,9 @@ def _axis(b: Bar, t0: datetime, t1: datetime, width: int, now: datetime) -> Text
     return text
 
 
-def timeline_table(items: Sequence[Bar], *, title: str, width: int = 40,
-                   now: datetime | None = None) -> Group | Text:  # fmt: skip
+def timeline_table(
+    items: Sequence[Bar], *, title: str, width: int = 40, now: datetime | None = None
+) -> Group | Text:
     """Every attempt on one time axis, grouped by site, with how it came to be; then one
     line per attempt saying why (the placement's reason)."""
     now = now or datetime.now(UTC)
@@ -81,8 +92,13 @@ def timeline_table(items: Sequence[Bar], *, title: str, width: int = 40,
             how = CAUSE_MARKS[b.cause]
             if b.superseded:
                 how = ", ".join(x for x in (how, "moved ✕") if x)
-            table.add_row(Text(site, style=colours[site]), b.label, state,
-                          _axis(b, t0, t1, width, now), Text(how, style="bold"))  # fmt: skip
+            table.add_row(
+                Text(site, style=colours[site]),
+                b.label,
+                state,
+                _axis(b, t0, t1, width, now),
+                Text(how, style="bold"),
+            )
             notes.append(f"  {b.label}: ", style="bold")
             notes.append(why(b) + "\n")
     legend = Text("  · waiting in a queue   █ running   ✕ moved elsewhere\n", style="dim")
@@ -97,23 +113,40 @@ def axis_width(out: Console) -> int:
 def federation_table(view: FederationView) -> Table:
     """`fedhpc status` as a table: one row per partition, the site's health and freshness."""
     title = f"federation at {view.taken_at:%H:%M:%S} UTC"
-    table = Table(box=None, pad_edge=False, header_style="bold", title=title,
-                  title_justify="left")  # fmt: skip
-    for head in ("SITE", "PARTITION", "ACCEL", "GPUS FREE/TOTAL", "CPUS FREE/TOTAL", "PENDING",
-                 "RUNNING", "FRESH", "HEALTH"):  # fmt: skip
+    table = Table(box=None, pad_edge=False, header_style="bold", title=title, title_justify="left")
+    for head in (
+        "SITE",
+        "PARTITION",
+        "ACCEL",
+        "GPUS FREE/TOTAL",
+        "CPUS FREE/TOTAL",
+        "PENDING",
+        "RUNNING",
+        "FRESH",
+        "HEALTH",
+    ):
         right = head.startswith(("GPUS", "CPUS", "PENDING", "RUNNING"))
         table.add_column(head, justify="right" if right else "left")
     for s in view.sites:
         fresh = "never" if s.age_s is None else f"{s.age_s:.0f}s"
-        health = Text(s.health.value + (" (stale)" if s.stale else ""),
-                      style=HEALTH_STYLES.get(s.health.value, ""))  # fmt: skip
+        health = Text(
+            s.health.value + (" (stale)" if s.stale else ""),
+            style=HEALTH_STYLES.get(s.health.value, ""),
+        )
         for i, p in enumerate(s.partitions or ()):
             tone = "green" if p.free_gpus else ("red" if p.total_gpus else "dim")
             free = Text(f"{p.free_gpus}/{p.total_gpus}", style=tone)
-            table.add_row(s.site if i == 0 else "", p.name, p.accelerator or "-", free,
-                          f"{p.free_cpus}/{p.total_cpus}", str(p.pending_jobs),
-                          str(p.running_jobs), fresh if i == 0 else "",
-                          health if i == 0 else "")  # fmt: skip
+            table.add_row(
+                s.site if i == 0 else "",
+                p.name,
+                p.accelerator or "-",
+                free,
+                f"{p.free_cpus}/{p.total_cpus}",
+                str(p.pending_jobs),
+                str(p.running_jobs),
+                fresh if i == 0 else "",
+                health if i == 0 else "",
+            )
         if not s.partitions:
             table.add_row(s.site, "-", "-", "-", "-", "-", "-", fresh, health)
     return table
@@ -131,8 +164,14 @@ def _progress(*, counted: bool = True) -> Progress:
     )
 
     counts = (BarColumn(), MofNCompleteColumn()) if counted else ()
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *counts,
-                    TimeElapsedColumn(), console=console(), transient=False)  # fmt: skip
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        *counts,
+        TimeElapsedColumn(),
+        console=console(),
+        transient=False,
+    )
 
 
 @contextmanager

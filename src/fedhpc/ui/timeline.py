@@ -76,14 +76,26 @@ def bars(manifests: Sequence[ResultManifest]) -> list[Bar]:
         for a in m.attempts:
             cause = _cause(prev, a)
             live = not a.superseded and a is m.attempts[-1]
-            out.append(Bar(
-                task_id=m.task_id, name=m.name, group_id=m.group_id, n=a.n, site=a.site,
-                partition=a.partition, state=a.state, job_id=a.job_id,
-                submitted=a.submitted_at, started=a.started_at, ended=a.ended_at, cause=cause,
-                superseded=a.superseded, reason=a.reason or "",
-                decision=decision if live else "",
-                wall_s=a.shape.wall_time_s if a.shape else None,
-            ))  # fmt: skip
+            out.append(
+                Bar(
+                    task_id=m.task_id,
+                    name=m.name,
+                    group_id=m.group_id,
+                    n=a.n,
+                    site=a.site,
+                    partition=a.partition,
+                    state=a.state,
+                    job_id=a.job_id,
+                    submitted=a.submitted_at,
+                    started=a.started_at,
+                    ended=a.ended_at,
+                    cause=cause,
+                    superseded=a.superseded,
+                    reason=a.reason or "",
+                    decision=decision if live else "",
+                    wall_s=a.shape.wall_time_s if a.shape else None,
+                )
+            )
             prev = a
     return out
 
@@ -116,9 +128,22 @@ def bar_json(b: Bar) -> dict[str, Any]:
         return t.isoformat() if t else None
 
     return {
-        "task_id": b.task_id, "name": b.name, "group_id": b.group_id, "n": b.n,
-        "label": b.label, "site": b.site, "partition": b.partition, "state": b.state.value,
-        "job_id": b.job_id, "submitted": iso(b.submitted), "started": iso(b.started),
-        "ended": iso(b.ended), "cause": b.cause, "superseded": b.superseded,
-        "reason": b.reason, "decision": b.decision, "wall_s": b.wall_s, "why": why(b),
-    }  # fmt: skip
+        "task_id": b.task_id,
+        "name": b.name,
+        "group_id": b.group_id,
+        "n": b.n,
+        "label": b.label,
+        "site": b.site,
+        "partition": b.partition,
+        "state": b.state.value,
+        "job_id": b.job_id,
+        "submitted": iso(b.submitted),
+        "started": iso(b.started),
+        "ended": iso(b.ended),
+        "cause": b.cause,
+        "superseded": b.superseded,
+        "reason": b.reason,
+        "decision": b.decision,
+        "wall_s": b.wall_s,
+        "why": why(b),
+    }

@@ -25,9 +25,10 @@ __all__ = ["main"]
 
 def _server(env: dict[str, str] | None = None) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "fedhpc.cli.main", "serve"],
+        command=sys.executable,
+        args=["-m", "fedhpc.cli.main", "serve"],
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -49,25 +50,44 @@ async def plan(out: Path) -> None:
         for s in view["sites"]:
             free = sum(p["free_gpus"] for p in s["partitions"])
             pend = sum(p["pending_jobs"] for p in s["partitions"])
-            print(f"agent: observe {s['site']:<11} {s['health']:<8} free GPUs {free:>2}, "
-                  f"pending {pend}")  # fmt: skip
-        draft = await _call(client, "draft_envelope", {
-            "description": "evaluate four checkpoints of a small model, one GPU each",
-            "code_context": ["model.eval()", "with torch.no_grad(): model(batch.cuda())"],
-        })  # fmt: skip
+            print(
+                f"agent: observe {s['site']:<11} {s['health']:<8} free GPUs {free:>2}, "
+                f"pending {pend}"
+            )
+        draft = await _call(
+            client,
+            "draft_envelope",
+            {
+                "description": "evaluate four checkpoints of a small model, one GPU each",
+                "code_context": ["model.eval()", "with torch.no_grad(): model(batch.cuda())"],
+            },
+        )
         env = draft["envelope"]
         print(
             f"agent: plan   {draft.get('workload')} envelope: gpus {env['gpus']}, "
             f"wall {env['wall_time']} (confidence {draft['confidence']:.1f})"
         )
         env["wall_time"] = {"min": 300, "max": 600}
-        group = await _call(client, "submit_group", {
-            "objective": "evaluate four checkpoints on distinct systems",
-            "children": [{"command": ["bash", "-c", f"echo ckpt{i} on $(hostname) "
-                                      "GPUs=$CUDA_VISIBLE_DEVICES; sleep 5"], "name": f"ckpt{i}"}
-                         for i in range(4)],
-            "envelope": env, "spread": True,
-        })  # fmt: skip
+        group = await _call(
+            client,
+            "submit_group",
+            {
+                "objective": "evaluate four checkpoints on distinct systems",
+                "children": [
+                    {
+                        "command": [
+                            "bash",
+                            "-c",
+                            f"echo ckpt{i} on $(hostname) GPUs=$CUDA_VISIBLE_DEVICES; sleep 5",
+                        ],
+                        "name": f"ckpt{i}",
+                    }
+                    for i in range(4)
+                ],
+                "envelope": env,
+                "spread": True,
+            },
+        )
         for c in group["children"]:  # a child being placed has no site yet, nor a job id
             where = f"{c['site']}/{c['partition']}" if "site" in c else "placing"  # until submitted
             where += f" job {c['job_id']}" if "job_id" in c else ""
@@ -83,8 +103,10 @@ def _t(value: str | None, t0: datetime) -> str:
 
 async def resume(out: Path, payload: dict[str, Any]) -> None:
     subject = payload.get("group_id") or payload.get("subject")  # the payload names the group
-    lines = [f"agent: resumed by {payload['event']} for {subject} "
-             f"({len(json.dumps(payload))} bytes, state {payload.get('state')})"]  # fmt: skip
+    lines = [
+        f"agent: resumed by {payload['event']} for {subject} "
+        f"({len(json.dumps(payload))} bytes, state {payload.get('state')})"
+    ]
     async with Client(_server(), mode="legacy") as client:
         contents = (await client.read_resource(f"fedhpc://groups/{subject}")).contents
         group = json.loads(getattr(contents[0], "text", "{}"))
@@ -98,8 +120,10 @@ async def resume(out: Path, payload: dict[str, Any]) -> None:
     t0 = min(datetime.fromisoformat(s) for s in stamps)
     lines.append(f"agent: group {group['state']}: {group['counts']}")
     lines.append("agent: timeline (seconds after submission)")
-    lines.append(f"  {'task':<15} {'n':>1} {'site':<11} {'partition':<10} {'state':<10} "
-                 f"{'sub':>4} {'start':>5} {'end':>4}  note")  # fmt: skip
+    lines.append(
+        f"  {'task':<15} {'n':>1} {'site':<11} {'partition':<10} {'state':<10} "
+        f"{'sub':>4} {'start':>5} {'end':>4}  note"
+    )
     for r in results:
         for a in r["attempts"]:
             note = "superseded, re-placed" if a.get("superseded") else ""

@@ -110,11 +110,16 @@ async def _saturate(site_name: str, partition: str, gpus: int) -> list[str]:
     root = site.profile.storage[0].path
     ids = []
     for i in range(2):
-        job = await adapter.submit(JobSpec(
-            name=f"fedhpc-demo-load-{i}", command=("sleep", "900"), partition=partition,
-            account="fedhpc-gpu", shape=Shape(gpus=gpus, cpus=1, wall_time_s=1200),
-            stdout=f"{root}/demo-load-%j.out",
-        ))  # fmt: skip
+        job = await adapter.submit(
+            JobSpec(
+                name=f"fedhpc-demo-load-{i}",
+                command=("sleep", "900"),
+                partition=partition,
+                account="fedhpc-gpu",
+                shape=Shape(gpus=gpus, cpus=1, wall_time_s=1200),
+                stdout=f"{root}/demo-load-%j.out",
+            )
+        )
         ids.append(job.job_id)
     await adapter.transport.aclose()
     return ids
@@ -177,8 +182,10 @@ def _run(args: argparse.Namespace) -> int:
         code = _loop(args)
     finally:
         if front is not None and args.keep and code == 0:
-            _say(f"the sshd (pid {front.process.pid}) stays up for the kept daemon's ssh "
-                 f"sites; `kill {front.process.pid}` stops it")  # fmt: skip
+            _say(
+                f"the sshd (pid {front.process.pid}) stays up for the kept daemon's ssh "
+                f"sites; `kill {front.process.pid}` stops it"
+            )
         elif front is not None:
             front.close()
     return code
@@ -192,10 +199,13 @@ def _loop(args: argparse.Namespace) -> int:
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "daemon.log").open("ab")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"], env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
         start_new_session=args.keep,  # a kept daemon outlives this terminal
-    )  # fmt: skip
+    )
     load: list[str] = []
     kept = False
     try:
@@ -213,8 +223,9 @@ def _loop(args: argparse.Namespace) -> int:
         started = time.monotonic()
         agent = subprocess.run(
             [sys.executable, "-m", "fedhpc_dev.demo.agent", "plan", "--out", str(out)],
-            env=os.environ.copy(), check=False,
-        )  # fmt: skip
+            env=os.environ.copy(),
+            check=False,
+        )
         if agent.returncode != 0:
             _say("the agent failed")
             return 1
@@ -229,8 +240,10 @@ def _loop(args: argparse.Namespace) -> int:
         if args.keep:
             kept = _keep(home, env)
         else:
-            _say("to look at it in the dashboard, run `fedhpc demo --keep` "
-                 "(keeps the daemon and serves the dashboard)")  # fmt: skip
+            _say(
+                "to look at it in the dashboard, run `fedhpc demo --keep` "
+                "(keeps the daemon and serves the dashboard)"
+            )
         return 0
     finally:
         if load:
@@ -275,11 +288,23 @@ def _keep(home: Path, env: dict[str, str]) -> bool:
     port = _free_port(DEFAULT_PORT)
     with (home / "ui.log").open("ab") as ui_log:
         ui = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "ui", "--port", str(port),
-             "--exit-with-daemon", "--daemon-check-s", "2"],
-            env=env, stdin=subprocess.DEVNULL, stdout=ui_log, stderr=ui_log,
+            [
+                sys.executable,
+                "-m",
+                "fedhpc.cli.main",
+                "ui",
+                "--port",
+                str(port),
+                "--exit-with-daemon",
+                "--daemon-check-s",
+                "2",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=ui_log,
+            stderr=ui_log,
             start_new_session=True,
-        )  # fmt: skip
+        )
     deadline = time.monotonic() + 20
     while not saved.exists() and ui.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -291,8 +316,10 @@ def _keep(home: Path, env: dict[str, str]) -> bool:
     url = saved.read_text().splitlines()[0]
     _say(f"dashboard: {url}")
     _say(f"open it:   xdg-open '{url}'   (or: FEDHPC_HOME={home} fedhpc ui --open)")
-    _say(f"the daemon (and the dashboard with it) keeps running; stop it with "
-         f"`FEDHPC_HOME={home} fedhpc daemon stop`")  # fmt: skip
+    _say(
+        f"the daemon (and the dashboard with it) keeps running; stop it with "
+        f"`FEDHPC_HOME={home} fedhpc daemon stop`"
+    )
     return True
 
 
@@ -313,13 +340,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--home", default=None, help="state folder (default: a new temporary one)")
     p.add_argument(
-        "--sites", choices=("auto", "slurm", "process"), default="auto",
+        "--sites",
+        choices=("auto", "slurm", "process"),
+        default="auto",
         help="auto: the Slurm federation when it is up or can be brought up (root), else "
         "four sites that run jobs as local processes",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--ssh", nargs="?", const="all", default=None, metavar="SITES",
+        "--ssh",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="SITES",
         help="reach the sites over ssh, as real centers are: one sshd on loopback with a login "
         "host per site (all four, or a comma-separated list, e.g. --ssh devdelta,devvista)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=_run)

@@ -130,8 +130,15 @@ def _nodes_ready(plan: FederationPlan, resumed: set[str]) -> bool:
     return ready
 
 
-UP_STEPS = ("Debian packages", "configuration", "munge and mariadb", "slurmdbd",
-            "accounts", "controllers and nodes", "every node idle")  # fmt: skip
+UP_STEPS = (
+    "Debian packages",
+    "configuration",
+    "munge and mariadb",
+    "slurmdbd",
+    "accounts",
+    "controllers and nodes",
+    "every node idle",
+)
 
 
 def up(

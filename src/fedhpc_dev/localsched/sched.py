@@ -137,14 +137,16 @@ def probe(store: SchedStore, user: str | None, config: Config | None = None) -> 
 def job_env(store: SchedStore, job: Job) -> dict[str, str]:
     """The environment a job runs with: the submitter's, plus where and what it got."""
     env = store.load_env(job.id)
-    env.update({
-        "LOCALSCHED_JOB_ID": str(job.id),
-        "LOCALSCHED_JOB_NAME": job.name,
-        "LOCALSCHED_PARTITION": job.partition,
-        "LOCALSCHED_NODELIST": job.nodelist,
-        "LOCALSCHED_CPUS_PER_NODE": str(job.cpus),
-        "LOCALSCHED_SUBMIT_DIR": job.workdir,
-    })  # fmt: skip
+    env.update(
+        {
+            "LOCALSCHED_JOB_ID": str(job.id),
+            "LOCALSCHED_JOB_NAME": job.name,
+            "LOCALSCHED_PARTITION": job.partition,
+            "LOCALSCHED_NODELIST": job.nodelist,
+            "LOCALSCHED_CPUS_PER_NODE": str(job.cpus),
+            "LOCALSCHED_SUBMIT_DIR": job.workdir,
+        }
+    )
     if job.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpu_indices)
     else:

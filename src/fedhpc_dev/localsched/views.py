@@ -65,10 +65,21 @@ def new_job(script: str, config: Config, *, job_id: int, user: str, cwd: str, no
     out = expand_path(d.get("output") or "localsched-%j.out", job_id, name, user, workdir)
     err = expand_path(d["error"], job_id, name, user, workdir) if d.get("error") else out
     return Job(
-        id=job_id, name=name, partition=part.name, user=user, account=account, nodes=nodes,
-        cpus=cpus, memory_mib=mem, gpus=gpus, time_limit_s=limit, workdir=workdir,
-        stdout=out, stderr=err, submit=now,
-    )  # fmt: skip
+        id=job_id,
+        name=name,
+        partition=part.name,
+        user=user,
+        account=account,
+        nodes=nodes,
+        cpus=cpus,
+        memory_mib=mem,
+        gpus=gpus,
+        time_limit_s=limit,
+        workdir=workdir,
+        stdout=out,
+        stderr=err,
+        submit=now,
+    )
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -91,8 +102,11 @@ def queue_row(job: Job) -> dict[str, Any]:
 def acct_row(job: Job, config: Config | None) -> dict[str, Any]:
     """What `acct` shows of any job: times (eligible = submit: no dependencies here)."""
     part = config.partitions.get(job.partition) if config else None
-    tres = {"cpu": str(job.cpus * job.nodes), "mem": f"{job.memory_mib * job.nodes}M",
-            "node": str(job.nodes)}  # fmt: skip
+    tres = {
+        "cpu": str(job.cpus * job.nodes),
+        "mem": f"{job.memory_mib * job.nodes}M",
+        "node": str(job.nodes),
+    }
     if job.gpus:
         tres["gres/gpu"] = str(job.gpus * job.nodes)
         if part is not None and part.gpu_type:
@@ -138,24 +152,26 @@ def probe_report(
         free_cpus = [p.cpus - u[0] for u in used.values()]
         free_gpus = [p.gpus - u[2] for u in used.values()]
         state = Counter((j.state, j.user == user) for j in mine)
-        parts.append({
-            "name": p.name,
-            "nodes": dict(counts),
-            "node_names": p.node_names(),
-            "gpu_type": p.gpu_type,
-            "total_cpus": p.cpus * p.nodes,
-            "free_cpus": sum(free_cpus),
-            "max_free_cpus_on_node": max(free_cpus, default=0),
-            "total_gpus": p.gpus * p.nodes,
-            "free_gpus": sum(free_gpus),
-            "max_free_gpus_on_node": max(free_gpus, default=0),
-            "free_memory_mib": sum(p.memory_mib - u[1] for u in used.values()),
-            "max_wall_s": p.max_wall_s,
-            "running": state[("RUNNING", True)] + state[("RUNNING", False)],
-            "pending": state[("PENDING", True)] + state[("PENDING", False)],
-            "user_running": state[("RUNNING", True)],
-            "user_pending": state[("PENDING", True)],
-        })  # fmt: skip
+        parts.append(
+            {
+                "name": p.name,
+                "nodes": dict(counts),
+                "node_names": p.node_names(),
+                "gpu_type": p.gpu_type,
+                "total_cpus": p.cpus * p.nodes,
+                "free_cpus": sum(free_cpus),
+                "max_free_cpus_on_node": max(free_cpus, default=0),
+                "total_gpus": p.gpus * p.nodes,
+                "free_gpus": sum(free_gpus),
+                "max_free_gpus_on_node": max(free_gpus, default=0),
+                "free_memory_mib": sum(p.memory_mib - u[1] for u in used.values()),
+                "max_wall_s": p.max_wall_s,
+                "running": state[("RUNNING", True)] + state[("RUNNING", False)],
+                "pending": state[("PENDING", True)] + state[("PENDING", False)],
+                "user_running": state[("RUNNING", True)],
+                "user_pending": state[("PENDING", True)],
+            }
+        )
     usage: Counter[str] = Counter()
     for j in jobs:
         if j.user == user and j.account and j.start:

@@ -50,10 +50,14 @@ def run_job(store: SchedStore, job_id: int) -> int:
             try:
                 out, err = _open_outputs(stack, job.stdout, job.stderr)
                 child = subprocess.Popen(
-                    ["bash", str(store.script_path(job_id))], cwd=job.workdir,
-                    env=job_env(store, job), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    ["bash", str(store.script_path(job_id))],
+                    cwd=job.workdir,
+                    env=job_env(store, job),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
                     process_group=0,
-                )  # fmt: skip
+                )
             except OSError as exc:
                 _log(f"job {job_id} could not start: {exc}")
                 job.state, job.reason, job.exit_code = "FAILED", "LaunchFailed", 1

@@ -118,13 +118,22 @@ def parse_discovery(sections: Mapping[str, BatchSection]) -> ClusterFacts:
         wall, per_user, active = _queue_limits(body)
         parts.append(
             PartitionFacts(
-                name=name, cpus=cpus, memory_mib=mem, nodes=count, gpus=ngpus,
-                gpu_type=None, max_wall_s=wall, max_jobs_per_user=per_user, arch=arch,
+                name=name,
+                cpus=cpus,
+                memory_mib=mem,
+                nodes=count,
+                gpus=ngpus,
+                gpu_type=None,
+                max_wall_s=wall,
+                max_jobs_per_user=per_user,
+                arch=arch,
                 available=active,
-                other_shapes=tuple(f"{c} host(s) of {s[0]} CPUs, {s[1]} MiB, {s[2]} GPU(s)"
-                                   for s, c in shapes.most_common()[1:]),
+                other_shapes=tuple(
+                    f"{c} host(s) of {s[0]} CPUs, {s[1]} MiB, {s[2]} GPU(s)"
+                    for s, c in shapes.most_common()[1:]
+                ),
             )
-        )  # fmt: skip
+        )
     cluster_sec = sections.get("cluster")
     cluster = None
     if cluster_sec is not None and cluster_sec.returncode == 0:

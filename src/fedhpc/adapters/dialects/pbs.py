@@ -112,10 +112,17 @@ class PbsDialect:
     def find_command(self, names: Sequence[str]) -> Command:
         """qselect -x -N per name (PBS Pro: -x includes finished jobs), one call in all."""
         sections = {
-            f"n{i}": Command(("sh", "-c", 'for j in $(qselect -x -N "$1"); do echo "$j $1"; done',
-                              "fedhpc", name))
+            f"n{i}": Command(
+                (
+                    "sh",
+                    "-c",
+                    'for j in $(qselect -x -N "$1"); do echo "$j $1"; done',
+                    "fedhpc",
+                    name,
+                )
+            )
             for i, name in enumerate(check_names(names))
-        }  # fmt: skip
+        }
         return batch(sections)
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:

@@ -74,8 +74,10 @@ def _queue(name: str, q: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> Pa
     (cpus, mem, gtype, gpus), count = shapes.most_common(1)[0]
     rmax = q.get("resources_max", {}) or {}
     rdef = q.get("resources_default", {}) or {}
-    others = tuple(f"{c} node(s) of {s[0]} CPUs, {s[1]} MiB, {s[3]} GPU(s)"
-                   for s, c in shapes.most_common()[1:])  # fmt: skip
+    others = tuple(
+        f"{c} node(s) of {s[0]} CPUs, {s[1]} MiB, {s[3]} GPU(s)"
+        for s, c in shapes.most_common()[1:]
+    )
     arches = Counter(str((n.get("resources_available", {}) or {}).get("arch", "")) for n in members)
     arch = next((a for a, _ in arches.most_common() if a in ("x86_64", "aarch64")), None)
     return PartitionFacts(

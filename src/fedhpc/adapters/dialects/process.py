@@ -60,11 +60,17 @@ def config_of(profile: SiteProfile) -> dict[str, Any]:
     parts = []
     for p in profile.partitions:
         acc = p.node.accelerator
-        parts.append({
-            "name": p.name, "nodes": p.node.count, "cpus": p.node.cpus,
-            "memory_mib": p.node.memory_mib, "max_wall_s": p.max_wall_s,
-            "gpus": acc.count if acc else 0, "gpu_type": acc.type if acc else None,
-        })  # fmt: skip
+        parts.append(
+            {
+                "name": p.name,
+                "nodes": p.node.count,
+                "cpus": p.node.cpus,
+                "memory_mib": p.node.memory_mib,
+                "max_wall_s": p.max_wall_s,
+                "gpus": acc.count if acc else 0,
+                "gpu_type": acc.type if acc else None,
+            }
+        )
     return {"partitions": parts, "accounts": accounts_of(profile)}
 
 

@@ -137,17 +137,21 @@ def parse_probe(
     sec = sections.get("probe")
     if sec is None or sec.returncode != 0:
         return SiteState(
-            site=profile.name, health=Health.OFFLINE, collected_at=collected_at,
+            site=profile.name,
+            health=Health.OFFLINE,
+            collected_at=collected_at,
             error="probe sections failed: probe",
-        )  # fmt: skip
+        )
     try:
         data = json.loads(sec.stdout)
         rows = {str(r["name"]): _partition(r) for r in data["partitions"]}
     except (ValueError, KeyError, TypeError) as exc:
         return SiteState(
-            site=profile.name, health=Health.OFFLINE, collected_at=collected_at,
+            site=profile.name,
+            health=Health.OFFLINE,
+            collected_at=collected_at,
             error=f"unreadable localsched probe: {exc}",
-        )  # fmt: skip
+        )
     unit = profile.charge.unit
     usage = data.get("usage_cpu_s") or {}
     accounts = tuple(str(a) for a in data.get("accounts") or ())

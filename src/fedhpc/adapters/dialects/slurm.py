@@ -140,8 +140,14 @@ class SlurmDialect:
     def user_jobs_command(self, user: str, since_s: int) -> Command:
         """`sacct` for every job of `user` active in the last `since_s` seconds, fedhpc's or not:
         what the learned wait estimator learns from (parsed by `parse_accounting`)."""
-        argv = ("sacct", "--noheader", "--parsable2", "--allocations", f"--user={user}",
-                f"--starttime=now-{max(int(since_s), 1)}seconds")  # fmt: skip
+        argv = (
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            f"--user={user}",
+            f"--starttime=now-{max(int(since_s), 1)}seconds",
+        )
         return Command((*argv, f"--format={SACCT_FIELDS}"), env=_ENV)
 
     def parse_accounting(

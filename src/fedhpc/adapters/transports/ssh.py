@@ -194,13 +194,18 @@ class SshTransport:
         self.destination = f"{spec.user}@{spec.host}" if spec.user else spec.host
         self._base = [
             str(self._ssh),
-            "-o", "BatchMode=yes",
-            "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_path}",
-            "-o", f"ControlPersist={int_option(opts, 'control_persist_s', 600)}",
-            "-o", f"ConnectTimeout={int_option(opts, 'connect_timeout_s', 10)}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self.control_path}",
+            "-o",
+            f"ControlPersist={int_option(opts, 'control_persist_s', 600)}",
+            "-o",
+            f"ConnectTimeout={int_option(opts, 'connect_timeout_s', 10)}",
             *extra,
-        ]  # fmt: skip
+        ]
 
     @staticmethod
     def _options(spec: TransportSpec, site: str) -> list[str]:
@@ -231,9 +236,17 @@ class SshTransport:
         """The command a person runs once to open this site's master (it may prompt for a
         password and MFA, then stays in the background for fedhpc's calls to ride on)."""
         return [
-            "ssh", "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
-            "-o", "ControlPersist=yes", *self._extra, "-fN", self.destination,
-        ]  # fmt: skip
+            "ssh",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self.control_path}",
+            "-o",
+            "ControlPersist=yes",
+            *self._extra,
+            "-fN",
+            self.destination,
+        ]
 
     def control_argv(self, operation: str) -> list[str]:
         """`ssh -O <operation>` against this site's master (check, exit, stop)."""
