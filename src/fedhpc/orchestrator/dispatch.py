@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -74,16 +75,11 @@ class Dispatcher:
             workdir = _workdir(adapter, req.workdir, base)
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
-        att = AttemptRecord(
-            task_id=task.id,
-            n=n,
-            site=p.site,
-            partition=p.partition,
-            account=p.account,
-            qos=p.qos,
-            shape=p.shape,
-            job_name=job_name(task.id, n),
-            created_at=now,
+        att = _attempt(
+            task,
+            p,
+            n,
+            now,
             estimate_s=p.estimates.completion_s,
             predicted_waits=dict(p.estimates.wait_by),
             wait_source=p.estimates.wait_source,
@@ -148,25 +144,28 @@ class Dispatcher:
         unset there (final, like a refused `mkdir`) or could not be read yet (the placer tries
         the next site, as for a refusal). Recorded as failed with the reason."""
         now = self.clock()
-        att = AttemptRecord(
-            task_id=task.id,
-            n=n,
-            site=p.site,
-            partition=p.partition,
-            account=p.account,
-            qos=p.qos,
-            shape=p.shape,
-            job_name=job_name(task.id, n),
-            created_at=now,
-            state=JobState.FAILED,
-            reason=exc.message,
-            ended_at=now,
-        )
+        att = _attempt(task, p, n, now, state=JobState.FAILED, reason=exc.message, ended_at=now)
         task.attempts_made = n
         task.decision = summary(p)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att
+
+
+def _attempt(task: TaskRecord, p: Placement, n: int, now: datetime, **rest: Any) -> AttemptRecord:
+    """Attempt `n` of `task` where `p` placed it, created `now`; `rest` sets the other fields."""
+    return AttemptRecord(
+        task_id=task.id,
+        n=n,
+        site=p.site,
+        partition=p.partition,
+        account=p.account,
+        qos=p.qos,
+        shape=p.shape,
+        job_name=job_name(task.id, n),
+        created_at=now,
+        **rest,
+    )
 
 
 def _workdir(adapter: SiteAdapter, workdir: str | None, base: str) -> str:
