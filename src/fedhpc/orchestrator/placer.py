@@ -11,10 +11,8 @@ from datetime import datetime
 import anyio
 import structlog
 
-from fedhpc.adapters.site import StorageUnread, WorkdirFailed
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
-from fedhpc.errors import typed_error
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.claims import Claims
@@ -24,6 +22,7 @@ from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
+from fedhpc.orchestrator.submitter import Submitter
 from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
 
@@ -32,7 +31,6 @@ __all__ = ["BATCH", "DATA_WAIT_S", "Placer", "child_key", "missing_data"]
 log = structlog.get_logger(__name__)
 
 BATCH = 32  # tasks placed per hold of the orchestrator's lock: control cycles interleave
-PER_SITE = 2  # scheduler submissions in flight per site
 DATA_WAIT_S = 600.0  # a task waits this long for missing site data, then is unschedulable
 
 # What a probe can change: a candidate rejected only for these may fit once data arrives.
@@ -117,7 +115,6 @@ class Placer:
         self.book = book
         self.collector = collector
         self.planner = planner
-        self.dispatcher = dispatcher
         self.claims = claims
         self.waits = waits
         self.lock = lock  # placement, dispatch and observation: one at a time
@@ -126,7 +123,9 @@ class Placer:
         self.notify = notify  # told after events may have landed
         self.wake_event = anyio.Event()  # queued work arrived
         self.progress = anyio.Event()  # set (and replaced) after each placement batch
-        self.site_limits: dict[str, anyio.CapacityLimiter] = {}
+        self.submitter = Submitter(
+            book, planner, dispatcher, clock=clock, unschedulable=self.unschedulable
+        )
 
     def wake(self) -> None:
         """Queued work arrived (or may go now): place it without waiting for the cycle."""
@@ -280,7 +279,9 @@ class Placer:
                     await self.book.save(tx, task, at=now)
         async with anyio.create_task_group() as tg:
             for task, decision in jobs:
-                tg.start_soon(self._dispatch, task, decision, history, name=f"dispatch:{task.id}")
+                tg.start_soon(
+                    self.submitter.dispatch, task, decision, history, name=f"dispatch:{task.id}"
+                )
         return len(jobs)
 
     async def _settle(
@@ -381,58 +382,3 @@ class Placer:
                 }
             )
         await self.unschedulable(task, u)
-
-    def _limiter(self, site: str) -> anyio.CapacityLimiter:
-        limiter = self.site_limits.get(site)
-        if limiter is None:
-            limiter = self.site_limits[site] = anyio.CapacityLimiter(PER_SITE)
-        return limiter
-
-    async def _dispatch(self, task: TaskRecord, p: Placement, history: WaitHistory | None) -> None:
-        """One task's submission; a failure of its own never cancels its batch-mates (they run in
-        one task group) nor blocks the queue behind it: the task fails with the reason."""
-        try:
-            await self._submit(task, p, history)
-        except Exception as exc:  # typed or not: this task's failure, never the batch's
-            typed = typed_error(exc)  # itself, or the typed error inside a task group
-            if typed is None:
-                log.exception("dispatch failed", task=task.id, site=p.site)
-            message = typed.message if typed else f"internal: {type(exc).__name__}"
-            task.state = JobState.FAILED
-            task.reasons = (f"could not submit to {p.site}: {message}",)
-            async with self.book.store.transaction() as tx:
-                await self.book.save(tx, task, at=self.clock())
-                await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
-
-    async def _submit(self, task: TaskRecord, p: Placement, history: WaitHistory | None) -> None:
-        """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
-        next feasible site (three tries in all)."""
-        rejected: list[str] = []
-        reason = ""
-        for _ in range(3):
-            async with self._limiter(p.site):
-                att = await self.dispatcher.dispatch(task, p)
-            if att.state is not JobState.FAILED:
-                return
-            reason = att.reason or ""
-            if reason.startswith(WorkdirFailed.PREFIX):
-                rejected = [att.site]  # the job's folder: one clear failure, not a retry
-                break
-            rejected.append(att.site)  # refused, or its storage unread: the next feasible site
-            log.warning("not submitted", task=task.id, site=att.site, reason=att.reason)
-            decision = await self.planner.decide(task, exclude=tuple(rejected), history=history)
-            if isinstance(decision, Unschedulable):
-                await self.unschedulable(task, decision)
-                return
-            p = decision
-        task.state = JobState.FAILED
-        if reason.startswith(WorkdirFailed.PREFIX):
-            task.reasons = (reason,)  # the job's folder, not the scheduler
-        elif reason.startswith(StorageUnread.PREFIX):  # no scheduler saw it either
-            task.reasons = (f"not submitted to {', '.join(rejected)}: {reason}",)
-        else:
-            last = f": {reason}" if reason else ""
-            task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
-        async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, at=self.clock())
-            await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
