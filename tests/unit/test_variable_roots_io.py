@@ -169,7 +169,7 @@ async def test_a_stage_out_source_in_the_expanded_scratch_finds_its_root(
     output = f"{roots['SCRATCH']}/fedhpc/t-1/out.dat"
     with pytest.raises(OutsideRoot):
         locate(adapter.site, output)  # the profile's literal `$SCRATCH` holds nothing
-    expanded = await svc._roots(adapter.site)
+    expanded = await svc.roots.named(adapter.site)
     assert expanded == {n.lower(): str(p) for n, p in roots.items()}
     loc = locate(adapter.site, output, expanded)
     assert (loc.root, loc.root_path, loc.path) == ("scratch", str(roots["SCRATCH"]), output)

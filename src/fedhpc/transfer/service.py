@@ -3,7 +3,6 @@ ids, polled every cycle, with events only where someone has a decision to make."
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -13,12 +12,11 @@ from typing import Any
 import anyio
 import structlog
 
-from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
+from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
 from fedhpc.ops.data import (
-    DataLocation,
     MoveDataRequest,
     TransferHandle,
     TransferIssue,
@@ -30,11 +28,13 @@ from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
-from fedhpc.transfer.errors import RootUnexpanded, TransferNotFound, TransferUnavailable
+from fedhpc.transfer.errors import TransferNotFound, TransferUnavailable
+from fedhpc.transfer.plan import plan_transfer, request_key
 from fedhpc.transfer.records import TransferRecord
-from fedhpc.transfer.refs import at_site, choose_backend, locate, resolve
+from fedhpc.transfer.refs import choose_backend, locate
+from fedhpc.transfer.site_roots import RootExpander
 
-__all__ = ["TransferService", "plan_transfer", "request_key"]
+__all__ = ["TransferService"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,53 +44,6 @@ _ENDED = frozenset(state.value for state in TERMINAL)  # a task that will run no
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def request_key(req: MoveDataRequest) -> str:
-    if req.idempotency_key:
-        return req.idempotency_key
-    body = req.model_dump_json(exclude={"continuation"})  # who waits is not what moves
-    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
-
-
-def plan_transfer(
-    req: MoveDataRequest, sites: Mapping[str, Site], *, transfer_id: str, now: datetime
-) -> TransferRecord:
-    """Resolve both references and pick the backend; every mistake is a typed error here,
-    before anything is stored or moved."""
-    src = resolve(req.source, sites)
-    dst_site = sites.get(req.destination.split(":", 1)[0])
-    backend = choose_backend(sites[src.site], dst_site) if dst_site else None
-    dst = resolve(req.destination, sites, need_collection=backend == "globus")
-    if backend == "globus":
-        src = resolve(req.source, sites, need_collection=True)
-    assert backend is not None  # resolve() refused an unknown destination site
-    trace = (
-        f"source {req.source} -> {src.site}:{src.path}"
-        + (f" (collection {src.collection_id})" if src.collection_id else ""),
-        f"destination {req.destination} -> {dst.site}:{dst.path}"
-        + (f" (collection {dst.collection_id})" if dst.collection_id else ""),
-        f"backend {backend}: "
-        + (
-            "both sites are local-test sites on this machine"
-            if backend == "local"
-            else "Globus Transfer between the two collections"
-        ),
-    )
-    return TransferRecord(
-        id=transfer_id,
-        idempotency_key=request_key(req),
-        mode=req.mode,
-        source_ref=req.source,
-        destination_ref=req.destination,
-        source=src,
-        destination=dst,
-        options=req,
-        label=req.label or "",
-        backend=backend,
-        created_at=now,
-        trace=trace,
-    )
 
 
 class TransferService:
@@ -120,6 +73,7 @@ class TransferService:
         self.lock = anyio.Lock()
         self._answering: str | None = None  # the transfer move_data is answering, under lock
         self.wake = anyio.Event()
+        self.roots = RootExpander(self.adapters, cycle_s=cycle_s)
 
     def backend(self, name: str) -> TransferBackend:
         """Backends are built on first use: the Globus SDK is imported only if it is needed."""
@@ -191,53 +145,6 @@ class TransferService:
             preview, truncated = await adapter.head(rec.destination.path, req.max_bytes)
         return rec.view(preview, truncated)
 
-    # -- storage roots given as login-shell variables ---------------------------------------
-    async def _expander(self, site_name: str) -> SiteAdapter | None:
-        adapter = self.adapters.get(site_name)
-        if adapter is not None and adapter.roots is None:  # not read by a probe yet: now
-            await adapter.read_roots(unless_within_s=self.cycle_s / 2)
-        return adapter
-
-    async def _at_site(self, loc: DataLocation) -> DataLocation:
-        """`loc` with a `$NAME` root expanded by its site's login shell (a plain root as is).
-        Raises RootUnexpanded when the variable is unset or no adapter reaches the site."""
-        if not loc.root_path.startswith("$"):
-            return loc
-        adapter = await self._expander(loc.site)
-        hint = (
-            f"Check with `fedhpc doctor {loc.site}` that the login shell sets the variable, "
-            f"or fix the root's path in the {loc.site} profile."
-        )
-        if adapter is None:
-            raise RootUnexpanded(
-                f"storage root {loc.root!r} of {loc.site} is {loc.root_path}, "
-                "and no connection to the site expands it",
-                hint=hint,
-            )
-        try:
-            return at_site(loc, adapter.root_path)
-        except StorageUnread as exc:  # the site did not answer the read: the next cycle asks
-            raise TransferUnavailable(exc.message, hint=exc.hint) from None
-        except WorkdirFailed as exc:  # `... on SITE: storage root $X: $X is not set ...`
-            why = exc.message.partition(": ")[2] or exc.message
-            raise RootUnexpanded(f"{loc.site}: {why}", hint=hint) from None
-
-    async def _roots(self, site: Site) -> dict[str, str]:
-        """The site's `$NAME` roots by name, as expanded by its shell (those it could)."""
-        named = [r for r in site.profile.storage if r.path.startswith("$")]
-        adapter = await self._expander(site.name) if named else None
-        out: dict[str, str] = {}
-        if adapter is None:
-            return out
-        for r in named:
-            try:
-                out[r.name] = adapter.root_path(r.path)
-            except StorageUnread as exc:  # unread: the next cycle asks again
-                raise TransferUnavailable(exc.message, hint=exc.hint) from None
-            except WorkdirFailed:
-                continue
-        return out
-
     # -- the cycle --------------------------------------------------------------------------
     async def tick(self) -> None:
         async with self.lock:
@@ -288,7 +195,7 @@ class TransferService:
         path = posixpath.normpath(posixpath.join(workdir, rec.source_rel))
         try:
             site = self.sites[att["site"]]
-            src = locate(site, path, await self._roots(site))
+            src = locate(site, path, await self.roots.named(site))
             backend = choose_backend(site, self.sites[rec.destination.site])
         except TransferUnavailable as exc:  # the site's `$NAME` roots are unread: next cycle
             log.warning("stage-out source deferred", transfer=rec.id, error=exc.message)
@@ -309,8 +216,8 @@ class TransferService:
         backend = self.backend(rec.backend)
         try:
             # A `$NAME` root becomes the path the site's shell gives it, before any copy.
-            source = await self._at_site(rec.source)
-            destination = await self._at_site(rec.destination)
+            source = await self.roots.location(rec.source)
+            destination = await self.roots.location(rec.destination)
             if (source, destination) != (rec.source, rec.destination):
                 rec.source, rec.destination = source, destination
                 rec.trace = (
