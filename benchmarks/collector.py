@@ -29,7 +29,7 @@ from anyio.abc import Process
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports import Transport, make_transport
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site, UserConfig
 from fedhpc.domain.site import Health

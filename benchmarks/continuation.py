@@ -47,7 +47,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.tasks import ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
 

@@ -40,7 +40,7 @@ from tests.integration.conftest import LOCK  # noqa: E402
 from tests.integration.fake_models import FakeAnthropic, FakeModel, FakeOpenAI  # noqa: E402
 from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool  # noqa: E402
 
-from fedhpc.client import DaemonClient  # noqa: E402
+from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
 from fedhpc.ops.continuations import ContinuationSpec, Runtime  # noqa: E402
 from fedhpc.ops.tasks import SubmitTaskRequest  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings

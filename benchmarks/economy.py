@@ -32,7 +32,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from fedhpc.bridge.payload import prompt_text
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.settings.daemon import DaemonSettings
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import httpx2
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.draft import draft_envelope
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,

@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState
 from fedhpc.domain.job import Shape
 from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings.daemon import DaemonSettings
 

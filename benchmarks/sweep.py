@@ -49,7 +49,7 @@ from benchmarks.economy import RESUME  # noqa: E402
 from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # noqa: E402
 from tests.integration.conftest import LOCK  # noqa: E402
 
-from fedhpc.client import DaemonClient  # noqa: E402
+from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
 from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.continuations import DeliveryView
 from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import ResultRequest

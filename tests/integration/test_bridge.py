@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest

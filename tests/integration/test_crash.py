@@ -12,7 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from fedhpc.client import DaemonClient, DaemonUnavailable
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest

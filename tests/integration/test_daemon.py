@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import Health
 from fedhpc.ops.inspect import FederationView
 from fedhpc.profiles import load_profiles

@@ -37,7 +37,7 @@ from fedhpc.bridge.payload import SINGLE_CAP, build_payload, prompt_text
 from fedhpc.bridge.runtimes import check_result, collect, launch
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.cli.daemon import stop_daemon
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.domain.config import ResumeRuntime
 from fedhpc.ops.continuations import ContinuationSpec, Runtime

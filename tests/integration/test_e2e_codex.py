@@ -31,7 +31,7 @@ import anyio
 import pytest
 
 from fedhpc.bridge.payload import SINGLE_CAP
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest

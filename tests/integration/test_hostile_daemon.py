@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import start, stop

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from fedhpc.cli import tasks as tasks_cli
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.ops.tasks import SubmitTaskRequest

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp_types import CallToolResult
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.mcp_server import build_server
 from fedhpc.settings import FUZZ_CASES
 from fedhpc.settings.daemon import DaemonSettings

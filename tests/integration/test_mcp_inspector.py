@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import INSPECTOR, npm_tool

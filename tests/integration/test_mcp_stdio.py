@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.inspect import FederationView
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from tests.integration.daemon_util import running

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import stdio_params
 

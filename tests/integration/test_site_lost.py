@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.task_views import ResultManifest

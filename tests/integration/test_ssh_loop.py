@@ -17,7 +17,7 @@ import pytest
 
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.ssh import SshTransport
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.domain.site import Health
 from fedhpc.ops.data import MoveDataRequest, StageOut, TransferRequest, TransferState

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime

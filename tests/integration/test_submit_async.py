@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.task_views import GroupView, TaskHandle
 from fedhpc.ops.tasks import ResultRequest

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 
 from fedhpc.adapters.site import open_adapter
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.server import _bind, _Server

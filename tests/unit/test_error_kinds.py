@@ -58,7 +58,7 @@ def test_no_typed_error_but_a_bug_answers_500(cls: type[FedError]) -> None:
 
 
 def test_named_errors_map_to_their_documented_status() -> None:
-    from fedhpc.client import DaemonUnavailable
+    from fedhpc.client.errors import DaemonUnavailable
     from fedhpc.daemon.guard import status_of
     from fedhpc.errors import OverBudget, TooLarge
     from fedhpc.orchestrator.book import TaskNotFound

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.mcp_server import build_server
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import ContinuationSpec

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.errors import UsageError
 from fedhpc.ops.task_views import AttemptView, ResultManifest

@@ -16,7 +16,9 @@ import anyio
 
 from fedhpc.cli.pictures import watch_status
 from fedhpc.cli.table import table_lines
-from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.client.start import start_daemon
 from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.settings.daemon import DaemonSettings

@@ -12,7 +12,9 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.client.start import start_daemon
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
 from fedhpc.settings.daemon import DaemonSettings

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import anyio
 
-from fedhpc.client import DaemonClient, DaemonUnavailable
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.ops.inspect import InspectRequest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.ui.data import MAX_CHILDREN, group_manifests, manifest

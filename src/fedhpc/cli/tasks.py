@@ -12,7 +12,7 @@ import anyio
 
 from fedhpc.cli.pictures import task_timeline
 from fedhpc.cli.table import table_lines
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.task_views import ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
 from fedhpc.settings.daemon import DaemonSettings

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import anyio
 
-from fedhpc.client import DaemonClient, DaemonUnavailable
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.errors import UsageError
 from fedhpc.settings.daemon import DaemonSettings
 

@@ -1,6 +1,6 @@
 """The daemon's REST API as one table: every route's method, path and name, and the models of
 its query or body and of its answer. The app (daemon/app.py) mounts exactly these routes and the
-client (fedhpc/client.py) builds its requests from them, so a path is written once.
+client (fedhpc/client/daemon_client.py) builds its requests from them, so a path is written once.
 
 Pure data (pydantic, no starlette): the CLI and the MCP server import it through the client."""
 

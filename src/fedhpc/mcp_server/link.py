@@ -9,7 +9,9 @@ from typing import TypeVar
 import anyio
 import structlog
 
-from fedhpc.client import DaemonClient, DaemonUnavailable, start_daemon
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.client.start import start_daemon
 from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["DaemonLink", "open_link"]

@@ -16,7 +16,7 @@ from mcp.server.mcpserver.tools import Tool
 from pydantic import BaseModel, ValidationError
 
 from fedhpc import __version__
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
 from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN

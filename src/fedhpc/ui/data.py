@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.task_views import GroupView, ResultManifest
 from fedhpc.ops.tasks import ResultRequest
 

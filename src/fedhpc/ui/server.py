@@ -22,7 +22,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import typed_error
 from fedhpc.ui.data import group_manifests, manifest
 from fedhpc.ui.timeline import bar_json, bars

@@ -27,7 +27,7 @@ import anyio
 
 from fedhpc.adapters.site import open_adapter
 from fedhpc.cli.ui import DEFAULT_PORT, url_file
-from fedhpc.client import DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation, load_profiles

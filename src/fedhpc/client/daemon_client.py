@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any, Literal
 
 import anyio
 import httpx2
 
+from fedhpc.client.errors import AcceptedUnknown, DaemonTimeout, DaemonUnavailable, OutcomeUnknown
 from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint
-from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError, TransientError, UsageError
+from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
@@ -26,61 +24,12 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
-from fedhpc.settings import CLIENT_TIMEOUT_SCALE, HOME
+from fedhpc.settings import CLIENT_TIMEOUT_SCALE
 from fedhpc.settings.daemon import DaemonSettings
 
-__all__ = [
-    "AcceptedUnknown",
-    "DaemonClient",
-    "DaemonTimeout",
-    "DaemonUnavailable",
-    "OutcomeUnknown",
-    "start_daemon",
-]
-
-
-class DaemonUnavailable(TransientError):
-    """Nothing answers on the daemon's socket."""
-
-    code = "daemon_unavailable"
-    default_hint = "Start it with `fedhpc daemon`, or let `fedhpc serve` start it."
-
+__all__ = ["DaemonClient"]
 
 _KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
-
-
-class DaemonTimeout(TransientError):
-    """A read got no answer in time: nothing was changed."""
-
-    code = "daemon_timeout"
-    default_hint = "The daemon is busy; nothing was changed. Ask again in a moment."
-
-
-class OutcomeUnknown(TransientError):
-    """A change was sent but its answer was lost: it may or may not have taken effect."""
-
-    code = "outcome_unknown"
-
-
-class AcceptedUnknown(TransientError):
-    """A submission was sent but its answer was lost: it may have been accepted. Retrying with
-    the same idempotency key returns what was accepted, or submits it once if nothing was."""
-
-    code = "accepted_unknown"
-
-    def __init__(self, message: str, *, idempotency_key: str, tool: str) -> None:
-        super().__init__(
-            message,
-            hint=(
-                f"Call {tool} again with the same arguments and "
-                f'idempotency_key="{idempotency_key}": it returns what the first call started, '
-                "or submits it once if nothing was. Without that key a retry may run it twice."
-            ),
-        )
-        self.idempotency_key = idempotency_key
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**super().as_dict(), "idempotency_key": self.idempotency_key}
 
 
 Effect = Literal["read", "change", "submit"]
@@ -411,20 +360,3 @@ class DaemonClient:
                 else:
                     return
         raise DaemonUnavailable(f"the daemon did not come up within {timeout_s:g} s")
-
-
-def start_daemon(settings: DaemonSettings) -> int:
-    """Start `fedhpc daemon` detached (own session, output to the daemon log); its pid."""
-    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not os.access(settings.home, os.W_OK):
-        raise UsageError(f"{settings.home} is not writable")
-    with settings.log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, HOME.name: str(settings.home)},
-        )
-    return proc.pid
