@@ -38,6 +38,17 @@ def _request(i: int) -> SubmitTaskRequest:
     )
 
 
+def _accounted(devfed: Any, task_ids: set[str]) -> Counter[str]:
+    """How often each of these tasks' job names appears in the clusters' accounting."""
+    names: Counter[str] = Counter()
+    for site in devfed.sites:
+        out = devfed.run(site, "sacct", "-n", "-X", "-P", "--starttime=now-1hours", "-o", "JobName")
+        names.update(n for n in out.stdout.split() if n.startswith("fedhpc-t"))
+    return Counter(
+        {n: c for n, c in names.items() if n.rsplit("-", 1)[0].removeprefix("fedhpc-") in task_ids}
+    )
+
+
 async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path: Path) -> None:
     drain(devfed)
     home = tmp_path / "h"
@@ -81,16 +92,13 @@ async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path:
         expected = JobState.FAILED if i % 10 == 7 else JobState.COMPLETED
         assert states[f"crash{i}"] is expected, (i, states[f"crash{i}"])
     assert {h.task_id for h in handles.values()} == {t.task_id for t in tasks}
-    # sacct on every cluster: each job name was submitted exactly once.
-    names: Counter[str] = Counter()
-    for site in devfed.sites:
-        out = devfed.run(site, "sacct", "-n", "-X", "-P", "--starttime=now-1hours", "-o", "JobName")
-        names.update(n for n in out.stdout.split() if n.startswith("fedhpc-t"))
-    ours = {
-        n: c
-        for n, c in names.items()
-        if n.rsplit("-", 1)[0].removeprefix("fedhpc-") in {t.task_id for t in tasks}
-    }
+    # sacct on every cluster: each job name was submitted exactly once. slurmctld hands a job's
+    # record to slurmdbd on its own schedule: read until every task's job is there (at most 60 s).
+    ids = {t.task_id for t in tasks}
+    for _ in range(60):
+        if len(ours := _accounted(devfed, ids)) >= TASKS:
+            break
+        await anyio.sleep(1)
     assert ours, "no jobs found in accounting"
     assert max(ours.values()) == 1, {n: c for n, c in ours.items() if c > 1}
     assert len(ours) == TASKS  # no retries were allowed: one job per task
