@@ -297,6 +297,9 @@ class Bridge:
                     )
                     kill(pid)
                 return True
+            # It may have written its status and ended between the two looks: read it again.
+            done = await anyio.to_thread.run_sync(collect, folder)
+        if done is None:
             if not folder.exists():
                 for d in ds:  # crashed before launch: launch again (nothing reached the session)
                     d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
