@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from fedhpc.bridge.records import record_path, seen
+from fedhpc.bridge.routing import session_key
 from fedhpc.bridge.runtimes import Outcome, binary, check_result, resume_env
-from fedhpc.bridge.service import session_key
 from fedhpc.cli.hooks import pre_tool_use
 from fedhpc.domain.config import ResumeRuntime, UserConfig
 from fedhpc.errors import TransientError, UsageError

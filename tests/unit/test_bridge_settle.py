@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.bridge import service
+from fedhpc.bridge import settle
 from fedhpc.bridge.runtimes import process_alive
+from fedhpc.bridge.service import Bridge
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Store
 
@@ -45,7 +46,7 @@ async def test_a_resume_that_writes_its_status_and_ends_between_the_two_looks_is
             "ct", subject="t1", runtime="command", body=spec.model_dump(mode="json"), at=at
         )
         await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"}, at=at)
-    bridge = service.Bridge(store, home)
+    bridge = Bridge(store, home)
     await bridge.cycle()  # routes and launches: the resume now waits at its gate
     (d,) = await store.deliveries()
     assert d["state"] == "started"
@@ -61,7 +62,7 @@ async def test_a_resume_that_writes_its_status_and_ends_between_the_two_looks_is
         _wait_ended(pid)
         return process_alive(pid)
 
-    monkeypatch.setattr(service, "process_alive", status_lands_then_look)
+    monkeypatch.setattr(settle, "process_alive", status_lands_then_look)
     await bridge.deliver()
 
     pid = int((folder / "pid").read_text())

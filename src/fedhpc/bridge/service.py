@@ -2,11 +2,11 @@
 delivery records in one transaction) and delivers them: at most one resume in flight per
 session, events that arrive meanwhile coalesced into the next resume in event order, a retry
 never re-sending what the session already holds, bounded retries, a dead-letter state, and no
-second resume after a daemon restart."""
+second resume after a daemon restart. Routing is `routing`, where a started resume stands is
+`settle`, inbox and webhook deliveries are `direct`."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Callable
@@ -16,58 +16,28 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import structlog
 from pydantic import ValidationError
 
-from fedhpc.bridge.payload import batch_size, build_payload, prompt_text
+from fedhpc.bridge.direct import post, to_inbox
+from fedhpc.bridge.payload import batch_size, prompt_text
 from fedhpc.bridge.records import seen
-from fedhpc.bridge.runtimes import (
-    Outcome,
-    binary,
-    check_result,
-    collect,
-    kill,
-    launch,
-    model_answered,
-    process_alive,
-    resume_env,
-    tail_of,
-)
+from fedhpc.bridge.routing import SESSIONS, route_events
+from fedhpc.bridge.runtimes import binary, check_result, launch, resume_env
+from fedhpc.bridge.settle import Stand, standing
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.domain.config import ResumeConfig
-from fedhpc.errors import FedError, TransientError
-from fedhpc.inbox import append_line
+from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
-from fedhpc.store import Event, Store
+from fedhpc.store import Store
 
-__all__ = ["Bridge", "session_key"]
+__all__ = ["Bridge"]
 
 log = structlog.get_logger(__name__)
-
-_SESSIONS = (Runtime.CLAUDE_CODE, Runtime.CODEX)
-_LAUNCH_S = 60.0  # a launch's shell has recorded the pid by then (it times out at 30 s)
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def session_key(spec: ContinuationSpec) -> str:
-    """What runs one resume at a time: the agent session, else the same target (command,
-    url or inbox), whichever task or group it was registered for."""
-    if spec.runtime in _SESSIONS and spec.session_id:
-        return f"{spec.runtime.value}:{spec.session_id}"
-    target = spec.model_dump(mode="json", exclude={"events"})
-    digest = hashlib.sha256(json.dumps(target, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{spec.runtime.value}:{digest}"
-
-
-def _group_event(e: Event) -> bool:
-    """An event a group's continuation receives: the group's own (`group.*`). Its children's
-    per-task events do not wake it (1,000 failing children would be 1,000 events in one
-    resume); `group.round_terminal` reports them, counted by state."""
-    return e.kind.startswith("group.") and bool(e.payload.get("group_id"))
 
 
 class Bridge:
@@ -107,7 +77,7 @@ class Bridge:
         fixed config counts at once."""
         try:
             kind = Runtime(runtime)
-            if kind not in _SESSIONS:
+            if kind not in SESSIONS:
                 return ""  # a `command` continuation names its own program
             cfg = self.resume().get(runtime)
             binary(kind, cfg, resume_env(cfg, self.home))
@@ -117,71 +87,9 @@ class Bridge:
             return ""
         return ""
 
-    # -- routing ----------------------------------------------------------------------------
-    async def _attempts(self, event: Event) -> list[dict[str, Any]]:
-        task_id = event.payload.get("task_id")
-        if not task_id:
-            return []
-        return [r["body"] for r in await self.store.attempts(str(task_id))]
-
     async def route(self) -> int:
         """New events after the cursor -> pending deliveries, committed with the cursor."""
-        cursor = await self.store.cursor(self.CONSUMER)
-        events = await self.store.events_after(cursor, limit=200)
-        if not events:
-            return 0
-        done = await self.store.consumed(self.CONSUMER, [e.id for e in events])
-        subjects = {e.subject for e in events} | {
-            str(e.payload["group_id"]) for e in events if _group_event(e)
-        }
-        conts = await self.store.continuations_for(sorted(subjects))
-        now = self.clock()
-        plans: list[tuple[str, Event, dict[str, Any], dict[str, Any]]] = []
-        for e in events:
-            if e.id in done:
-                continue  # consumed before a crash: never routed twice
-            if e.payload.get("answered"):
-                continue  # its caller read it in the answer (a move_data that failed at once)
-            for c in conts:
-                try:
-                    spec = ContinuationSpec.model_validate(c["body"])
-                except ValidationError:
-                    log.warning("unusable continuation (no bound session)", continuation=c["id"])
-                    continue
-                if e.kind not in spec.events:
-                    continue
-                if c["subject"] != e.subject and not (
-                    _group_event(e) and c["subject"] == e.payload.get("group_id")
-                ):
-                    continue  # a group hears its own events; a child's go to its own only
-                did = f"d{e.seq}-{c['id']}"
-                body = {
-                    "payload": build_payload(
-                        e.model_dump(mode="json"), await self._attempts(e), delivery_id=did
-                    ),
-                    "runtime": c["runtime"],
-                    "spec": c["body"],
-                    "seq": e.seq,
-                    "kind": e.kind,
-                    "subject": e.subject,
-                    "key": session_key(spec),
-                }
-                plans.append((did, e, c, body))
-        async with self.store.transaction() as tx:
-            for did, e, c, body in plans:
-                await tx.put_delivery(
-                    did,
-                    event_id=e.id,
-                    continuation_id=c["id"],
-                    state="pending",
-                    attempts=0,
-                    next_at=now,
-                    at=now,
-                    body=body,
-                )
-            await tx.mark_consumed(self.CONSUMER, [e.id for e in events], at=now)
-            await tx.set_cursor(self.CONSUMER, events[-1].seq, at=now)
-        return len(plans)
+        return await route_events(self.store, self.CONSUMER, self.clock)
 
     # -- records ----------------------------------------------------------------------------
     async def _save_all(
@@ -222,9 +130,9 @@ class Bridge:
         payload: dict[str, Any] = d["body"]["payload"]
         try:
             if spec.runtime is Runtime.INBOX:
-                self._to_inbox(spec, payload)
+                to_inbox(self.home, spec, payload)
             else:
-                await self._post(spec, payload, d["id"])
+                await post(spec, payload, d["id"])
         except FedError as exc:
             await self._failed([d], exc.message)
             return
@@ -236,7 +144,7 @@ class Bridge:
         (committed before the process exists: after a crash, a started resume with an rc file
         is finished, one with a live pid is waited for)."""
         spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
-        if spec.runtime not in _SESSIONS:
+        if spec.runtime not in SESSIONS:
             ds = ds[:1]  # a command gets one payload on stdin
         else:  # capped: the rest wait (the session is busy) and ride the next resume, in order
             ds = ds[: batch_size([d["body"]["payload"] for d in ds])]
@@ -284,48 +192,21 @@ class Bridge:
         """Settle a started resume if it ended; True while it still runs."""
         folder = self._folder(rid)
         spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
-        done = await anyio.to_thread.run_sync(collect, folder)  # file reads, off the loop
-        if done is None:
-            pid_file = folder / "pid"
-            if pid_file.exists() and process_alive(pid := int(pid_file.read_text() or "0")):
-                age = self.clock().timestamp() - pid_file.stat().st_mtime
-                answered = partial(model_answered, spec, folder)
-                if age > self.start_timeout_s and not await anyio.to_thread.run_sync(answered):
-                    log.warning("resume got no model answer; stopping it", resume=rid)
-                    (folder / "stopped").write_text(
-                        f"no answer from the model within {self.start_timeout_s:g} s"
-                    )
-                    kill(pid)
-                return True
-            # It may have written its status and ended between the two looks: read it again.
-            done = await anyio.to_thread.run_sync(collect, folder)
-        if done is None:
-            if not folder.exists():
-                for d in ds:  # crashed before launch: launch again (nothing reached the session)
-                    d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
-                await self._save_all(ds, "pending")
-                return False
-            # Crashed while launching: it may run (its shell writes the pid), so wait; past the
-            # launch timeout it is a failed attempt, and the retry checks the session record
-            # before re-sending anything (never a second resume with the same events).
-            launching = self.clock().timestamp() - folder.stat().st_mtime < _LAUNCH_S
-            if not pid_file.exists() and launching:
-                return True
-            why = folder / "stopped"
-            tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
-            reason = (
-                why.read_text()
-                if why.exists()
-                else (
-                    "the resume ended without a status"
-                    if pid_file.exists()
-                    else "the resume's launch was interrupted (no pid recorded)"
-                )
-            )
-            await self._failed(ds, f"{reason}; {tails}")
+        at = self.clock().timestamp()
+        look = partial(standing, spec, folder, now=at, start_timeout_s=self.start_timeout_s)
+        st = await anyio.to_thread.run_sync(look)  # file reads and a process look, off the loop
+        if st.stand is Stand.RUNNING:
+            return True
+        if st.stand is Stand.UNLAUNCHED:
+            for d in ds:  # crashed before launch: launch again (nothing reached the session)
+                d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
+            await self._save_all(ds, "pending")
+            return False
+        if st.outcome is None:
+            await self._failed(ds, st.reason)
             return False
         try:
-            tools = await anyio.to_thread.run_sync(check_result, spec, folder, done)
+            tools = await anyio.to_thread.run_sync(check_result, spec, folder, st.outcome)
         except FedError as exc:
             await self._failed(ds, exc.message)
             return False
@@ -367,26 +248,6 @@ class Bridge:
                     await self._deliver_direct(d, spec)
             else:
                 await self._launch(ds)
-
-    def _to_inbox(self, spec: ContinuationSpec, payload: dict[str, Any]) -> None:
-        folder = self.home / "inbox"
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        name = spec.inbox or spec.session_id or "default"
-        append_line(folder / f"{name}.jsonl", json.dumps(payload, separators=(",", ":")))
-
-    @staticmethod
-    async def _post(spec: ContinuationSpec, payload: dict[str, Any], delivery: str) -> None:
-
-        assert spec.url is not None
-        try:
-            async with httpx2.AsyncClient(timeout=10) as http:
-                resp = await http.post(
-                    spec.url, json=payload, headers={"Idempotency-Key": delivery}
-                )
-        except httpx2.HTTPError as exc:
-            raise TransientError(f"webhook: {type(exc).__name__}") from exc
-        if resp.status_code >= 300:
-            raise TransientError(f"webhook answered {resp.status_code}")
 
     async def redrive(self, ids: list[str] | None) -> list[str]:
         """Dead deliveries (these ids, or all) back to pending with a fresh retry budget."""

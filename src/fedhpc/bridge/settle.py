@@ -1,0 +1,76 @@
+"""How a started resume stands, read from its folder and its process: still running (or
+still launching), never launched, ended with a status, or failed without one. A resume that
+got no model answer within the start timeout is stopped here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import structlog
+
+from fedhpc.bridge.runtimes import Outcome, collect, kill, model_answered, process_alive, tail_of
+from fedhpc.ops.continuations import ContinuationSpec
+
+__all__ = ["LAUNCH_S", "Stand", "Standing", "standing"]
+
+log = structlog.get_logger(__name__)
+
+LAUNCH_S = 60.0  # a launch's shell has recorded the pid by then (it times out at 30 s)
+
+
+class Stand(Enum):
+    RUNNING = "running"  # its process lives, or its launch may still record the pid
+    UNLAUNCHED = "unlaunched"  # crashed before launch: nothing reached the session
+    ENDED = "ended"  # it wrote its status: `outcome`
+    FAILED = "failed"  # it ended without a status, or its launch was interrupted: `reason`
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    stand: Stand
+    outcome: Outcome | None = None
+    reason: str = ""
+
+
+def standing(
+    spec: ContinuationSpec, folder: Path, *, now: float, start_timeout_s: float
+) -> Standing:
+    """Where the resume in `folder` stands at `now` (epoch seconds). Blocking file reads: run it
+    off the event loop."""
+    done = collect(folder)
+    pid_file = folder / "pid"
+    if done is None:
+        if pid_file.exists() and process_alive(pid := int(pid_file.read_text() or "0")):
+            age = now - pid_file.stat().st_mtime
+            if age > start_timeout_s and not model_answered(spec, folder):
+                log.warning("resume got no model answer; stopping it", resume=folder.name)
+                (folder / "stopped").write_text(
+                    f"no answer from the model within {start_timeout_s:g} s"
+                )
+                kill(pid)
+            return Standing(Stand.RUNNING)
+        # It may have written its status and ended between the two looks: read it again.
+        done = collect(folder)
+    if done is not None:
+        return Standing(Stand.ENDED, outcome=done)
+    if not folder.exists():
+        return Standing(Stand.UNLAUNCHED)
+    # Crashed while launching: it may run (its shell writes the pid), so wait; past the
+    # launch timeout it is a failed attempt, and the retry checks the session record
+    # before re-sending anything (never a second resume with the same events).
+    if not pid_file.exists() and now - folder.stat().st_mtime < LAUNCH_S:
+        return Standing(Stand.RUNNING)
+    why = folder / "stopped"
+    tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
+    reason = (
+        why.read_text()
+        if why.exists()
+        else (
+            "the resume ended without a status"
+            if pid_file.exists()
+            else "the resume's launch was interrupted (no pid recorded)"
+        )
+    )
+    return Standing(Stand.FAILED, reason=f"{reason}; {tails}")
