@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
 
 import structlog
 
@@ -152,8 +151,25 @@ class Dispatcher:
         return att
 
 
-def _attempt(task: TaskRecord, p: Placement, n: int, now: datetime, **rest: Any) -> AttemptRecord:
-    """Attempt `n` of `task` where `p` placed it, created `now`; `rest` sets the other fields."""
+def _attempt(
+    task: TaskRecord,
+    p: Placement,
+    n: int,
+    now: datetime,
+    *,
+    state: JobState = JobState.SUBMITTED,
+    reason: str | None = None,
+    ended_at: datetime | None = None,
+    estimate_s: float | None = None,
+    predicted_waits: dict[str, float] | None = None,
+    wait_source: str | None = None,
+    stdout: str | None = None,
+    stderr: str | None = None,
+    workdir: str | None = None,
+) -> AttemptRecord:
+    """Attempt `n` of `task` where `p` placed it, created `now`: an intent (`submitted`, with
+    the placement's estimates and the job's files) or one that failed before any job existed
+    (`state`, `reason`, `ended_at`)."""
     return AttemptRecord(
         task_id=task.id,
         n=n,
@@ -164,7 +180,15 @@ def _attempt(task: TaskRecord, p: Placement, n: int, now: datetime, **rest: Any)
         shape=p.shape,
         job_name=job_name(task.id, n),
         created_at=now,
-        **rest,
+        state=state,
+        reason=reason,
+        ended_at=ended_at,
+        estimate_s=estimate_s,
+        predicted_waits=predicted_waits or {},
+        wait_source=wait_source,
+        stdout=stdout,
+        stderr=stderr,
+        workdir=workdir,
     )
 
 
