@@ -4,6 +4,7 @@ answered at once; the placer places it, and the answer waits briefly for that pl
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 import anyio
@@ -16,7 +17,7 @@ from fedhpc.orchestrator import idem, staging
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.records import TaskRecord, new_id
 
-__all__ = ["PLACE_WAIT_S", "WAITING_FOR_PROBES", "Intake"]
+__all__ = ["PLACE_WAIT_S", "WAITING_FOR_PROBES", "Acceptance", "Intake"]
 
 # A submit answers once its task is durably queued; it waits this long at most for the first
 # placement, so that a single task's answer usually names its site and job.
@@ -24,29 +25,27 @@ PLACE_WAIT_S = 2.0
 WAITING_FOR_PROBES = "queued: waiting for the first probe of the sites (the daemon just started)"
 
 
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """What accepting a submission needs, a task's (`Intake`) or a group's (`Groups`): built
+    once by the orchestrator service and shared by both."""
+
+    book: TaskBook
+    collector: Collector
+    accepting: anyio.Lock  # a retry's lookup and the insert it races with
+    clock: Callable[[], datetime]
+    retry_window_s: float  # an unkeyed repeat within it is a retry (`idem`)
+    notify: Callable[[], None]  # told after events may have landed
+    wake_placer: Callable[[], None]
+    wait_placed: Callable[[list[str], float], Awaitable[None]]
+
+
 class Intake:
     """Accepts submit_task calls: one task row (with its continuation) per new request."""
 
-    def __init__(
-        self,
-        book: TaskBook,
-        collector: Collector,
-        *,
-        accepting: anyio.Lock,
-        clock: Callable[[], datetime],
-        retry_window_s: float,
-        notify: Callable[[], None],
-        wake_placer: Callable[[], None],
-        wait_placed: Callable[[list[str], float], Awaitable[None]],
-    ) -> None:
-        self.book = book
-        self.collector = collector
-        self.accepting = accepting  # a retry's lookup and the insert it races with
-        self.clock = clock
-        self.retry_window_s = retry_window_s
-        self.notify = notify
-        self.wake_placer = wake_placer
-        self.wait_placed = wait_placed
+    def __init__(self, deps: Acceptance) -> None:
+        self.deps = deps
+        self.book = deps.book
 
     async def submit_task(
         self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S
@@ -56,9 +55,9 @@ class Intake:
         answer, fresh = await self.accept_task(req)
         if not fresh:
             return answer
-        self.wake_placer()
+        self.deps.wake_placer()
         if wait_s > 0:
-            await self.wait_placed([answer.task_id], wait_s)
+            await self.deps.wait_placed([answer.task_id], wait_s)
         task = await self.book.load_task(answer.task_id)
         return handle(task, await self.book.latest_attempt(task.id))
 
@@ -67,25 +66,26 @@ class Intake:
         this call is a retry of an earlier one (see `idem`)."""
         dedupe = idem.dedupe_key(req)
         store = self.book.store
-        async with self.accepting:
-            now = self.clock()
+        async with self.deps.accepting:
+            now = self.deps.clock()
             row = await store.task_by_key(req.idempotency_key) if req.idempotency_key else None
             by_key = row is not None
             if row is None and dedupe is not None:
-                row = await store.task_by_dedupe(dedupe, idem.since(now, self.retry_window_s))
+                row = await store.task_by_dedupe(dedupe, idem.since(now, self.deps.retry_window_s))
             if row is not None:
                 return await self._existing(row, req, by_key=by_key, now=now), False
+            ready = self.deps.collector.ready.is_set()
             task = TaskRecord(
                 id=new_id("t"),
                 request=req,
                 state=JobState.QUEUED,
                 created_at=now,
                 idempotency_key=req.idempotency_key or f"auto:{new_id('k')}",
-                decision="queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES,
+                decision="queued: placing" if ready else WAITING_FOR_PROBES,
             )
             if staging.declared(task):
                 task.state = JobState.SUBMITTED  # staging.advance queues it when inputs arrive
-                if await staging.prepare(self.book, self.collector.sites, task):
+                if await staging.prepare(self.book, self.deps.collector.sites, task):
                     task.state = JobState.QUEUED
             async with store.transaction() as tx:
                 await tx.put_task(
@@ -98,7 +98,7 @@ class Intake:
                 )
                 if req.continuation is not None:
                     await self.book.put_continuation(tx, task.id, req.continuation)
-        self.notify()
+        self.deps.notify()
         return handle(task, None), True
 
     async def _existing(
@@ -117,7 +117,7 @@ class Intake:
             task.created_at,
             task.state.value,
             by_key=by_key,
-            window_s=self.retry_window_s,
+            window_s=self.deps.retry_window_s,
             now=now,
         )
         update: dict[str, object] = {"existing": note}

@@ -12,16 +12,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, Literal
 
-import anyio
 import structlog
 
-from fedhpc.collector import Collector
 from fedhpc.domain.job import TERMINAL, JobState
 from fedhpc.ops.task_views import ChildView, GroupView
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
-from fedhpc.orchestrator.accept import WAITING_FOR_PROBES
-from fedhpc.orchestrator.book import TaskBook, TaskNotFound
+from fedhpc.orchestrator.accept import WAITING_FOR_PROBES, Acceptance
+from fedhpc.orchestrator.book import TaskNotFound
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
 
 __all__ = ["LISTED", "Groups", "group_id_for"]
@@ -71,27 +69,14 @@ class Groups:
 
     def __init__(
         self,
-        book: TaskBook,
-        collector: Collector,
+        deps: Acceptance,
         *,
-        accepting: anyio.Lock,
-        clock: Callable[[], datetime],
-        retry_window_s: float,
         cycle_s: float,
-        notify: Callable[[], None],
-        wake_placer: Callable[[], None],
-        wait_placed: Callable[[list[str], float], Awaitable[None]],
         replace: Callable[[TaskRecord, AttemptRecord], Awaitable[bool]],
     ) -> None:
-        self.book = book
-        self.collector = collector
-        self.accepting = accepting  # a retry's lookup and the insert it races with
-        self.clock = clock
-        self.retry_window_s = retry_window_s
+        self.deps = deps
+        self.book = deps.book
         self.cycle_s = cycle_s
-        self.notify = notify
-        self.wake_placer = wake_placer
-        self.wait_placed = wait_placed
         self.replace = replace
 
     async def submit(self, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S) -> GroupView:
@@ -100,23 +85,23 @@ class Groups:
         gid, fresh = await self._accept(req)
         if not fresh:
             return await self._existing(gid, req)
-        self.wake_placer()
+        self.deps.wake_placer()
         if wait_s > 0 and len(req.children) <= LISTED:
             ids = [c["id"] for c in await self.book.store.group_children(gid)]
-            await self.wait_placed(ids, wait_s)
+            await self.deps.wait_placed(ids, wait_s)
         return await self.view(gid, limit=LISTED)
 
     async def _accept(self, req: SubmitGroupRequest) -> tuple[str, bool]:
         dedupe = idem.dedupe_key(req)
         key = req.idempotency_key or f"auto:{new_id('k')}"
         gid = group_id_for(key)
-        async with self.accepting:
-            now = self.clock()
+        async with self.deps.accepting:
+            now = self.deps.clock()
             if await self.book.store.get_group(gid) is not None:
                 return gid, False
             if dedupe is not None:
                 earlier = await self.book.store.group_by_dedupe(
-                    dedupe, idem.since(now, self.retry_window_s)
+                    dedupe, idem.since(now, self.deps.retry_window_s)
                 )
                 if earlier is not None:
                     return str(earlier["id"]), False
@@ -135,7 +120,7 @@ class Groups:
                 if req.continuation is not None:
                     await self.book.put_continuation(tx, gid, req.continuation)
         log.info("group accepted", group=gid, children=n)
-        self.notify()
+        self.deps.notify()
         return gid, True
 
     def _children(
@@ -145,7 +130,7 @@ class Groups:
         differ only in id, key, command and label: one validated record is the template."""
         width = len(str(len(req.children) - 1))
         prefix = "t" + gid[1:]
-        decision = "queued: placing" if self.collector.ready.is_set() else WAITING_FOR_PROBES
+        decision = "queued: placing" if self.deps.collector.ready.is_set() else WAITING_FOR_PROBES
         first = req.children[0]
         template = TaskRecord(
             id=f"{prefix}-{0:0{width}d}",
@@ -194,8 +179,8 @@ class Groups:
             created,
             view.state,
             by_key=by_key,
-            window_s=self.retry_window_s,
-            now=self.clock(),
+            window_s=self.deps.retry_window_s,
+            now=self.deps.clock(),
         )
         update: dict[str, object] = {"existing": note}
         if view.state not in ("placing", "running"):
@@ -257,7 +242,7 @@ class Groups:
             if len(children) < len(required):
                 continue  # an older submit_group still adding children: no round can be over yet
             live = sum(1 for c in children if c["state"] not in TERMINAL)
-            now = self.clock()
+            now = self.deps.clock()
             stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
             for c in children:
                 att = c["attempt"]
@@ -277,7 +262,7 @@ class Groups:
             state = view.state if view.state not in ("placing", "running") else "completed"
             async with self.book.store.transaction() as tx:
                 await tx.put_group(
-                    gid, state=state, round_=int(group["round"]), body=body, at=self.clock()
+                    gid, state=state, round_=int(group["round"]), body=body, at=self.deps.clock()
                 )
                 await tx.append_event(
                     "group.round_terminal",
@@ -289,7 +274,7 @@ class Groups:
                         "counts": view.counts,
                         "result": f"fedhpc://groups/{gid}",
                     },
-                    at=self.clock(),
+                    at=self.deps.clock(),
                     key=f"group.round_terminal:{gid}:{group['round']}",
                 )
 
@@ -305,7 +290,7 @@ class Groups:
         moved = await self.replace(task, att)
         if not moved:
             async with self.book.store.transaction() as tx:
-                await self.book.save(tx, task, at=self.clock())
+                await self.book.save(tx, task, at=self.deps.clock())
                 await tx.append_event(
                     "group.stalled_child",
                     gid,
@@ -316,7 +301,7 @@ class Groups:
                         "reason": att.reason or "pending",
                         "result": f"fedhpc://groups/{gid}",
                     },
-                    at=self.clock(),
+                    at=self.deps.clock(),
                     key=f"group.stalled_child:{gid}:{task.id}",
                 )
         log.info("relaxed spread", group=gid, task=task.id, moved=moved)

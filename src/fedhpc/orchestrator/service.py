@@ -17,7 +17,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site
 from fedhpc.orchestrator import idem, staging
-from fedhpc.orchestrator.accept import Intake
+from fedhpc.orchestrator.accept import Acceptance, Intake
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.answers import Answers
 from fedhpc.orchestrator.book import TaskBook
@@ -78,7 +78,6 @@ class Orchestrator:
         # Why the daemon cannot start a runtime's resumes now ("" = it can): set by the daemon
         # to its bridge's check, so that no answer says "end your turn" when nothing will wake.
         self.resume_blocker: Callable[[str], str] = lambda _runtime: ""
-        accepting = anyio.Lock()  # a retry's lookup and the insert it races with
         self.book = book = TaskBook(store, clock)
         self.claims = claims = Claims(collector)
         self.waits = waits = WaitInputs(
@@ -124,28 +123,18 @@ class Orchestrator:
             clock=clock,
             intent_grace_s=self.INTENT_GRACE_S if intent_grace_s is None else intent_grace_s,
         )
-        self.intake = Intake(
+        accept = Acceptance(
             book,
             collector,
-            accepting=accepting,
+            accepting=anyio.Lock(),  # a retry's lookup and the insert it races with
             clock=clock,
             retry_window_s=retry_window_s,
             notify=self._notify,
             wake_placer=placer.wake,
             wait_placed=placer.wait_placed,
         )
-        self.groups = Groups(
-            book,
-            collector,
-            accepting=accepting,
-            clock=clock,
-            retry_window_s=retry_window_s,
-            cycle_s=cycle_s,
-            notify=self._notify,
-            wake_placer=placer.wake,
-            wait_placed=placer.wait_placed,
-            replace=self._relax,
-        )
+        self.intake = Intake(accept)
+        self.groups = Groups(accept, cycle_s=cycle_s, replace=self._relax)
         self.tools = TaskTools(
             book,
             collector,
