@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, ValidationFailed, typed_error
 from fedhpc.ops.suggest import request_model, unknown_field_reason
+from fedhpc.store import quick_reads
 
 __all__ = ["Handler", "guard", "model_response", "status_of"]
 
@@ -41,11 +42,13 @@ class _Internal(FedError):
 
 def guard(fn: Handler) -> Handler:
     """Every failure leaves as {code, message, hint} with the status of its class; validation
-    errors name the field; anything untyped is logged and answered as `internal` (500)."""
+    errors name the field; anything untyped is logged and answered as `internal` (500). The
+    store's reads while answering are quick reads (store/reads.py): never behind a write."""
 
     async def wrapped(request: Request) -> Response:
         try:
-            return await fn(request)
+            with quick_reads():
+                return await fn(request)
         except ValidationError as exc:
             root = request_model(exc.title)
             issues = [

@@ -20,6 +20,7 @@ from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
+from fedhpc.daemon.loopwatch import LoopWatch
 from fedhpc.daemon.memory import trim_each_cycle
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
@@ -199,6 +200,9 @@ async def _serve(
                 services.start_soon(_archiver, store, settings, stopping, name="archiver")
                 services.start_soon(trim_each_cycle, settings.cycle_s, stopping, name="trim")
                 services.start_soon(server.serve, [sock], name="rest")
+                if settings.loop_watch_s > 0:
+                    watch = LoopWatch(settings.loop_watch_s)
+                    services.start_soon(watch.run, stopping, name="loopwatch")
             outer.cancel_scope.cancel()  # the services ended: stop watching signals
     finally:
         sock.close()

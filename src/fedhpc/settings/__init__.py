@@ -171,6 +171,13 @@ SUBMITS_PER_CYCLE = _daemon(
     ge=1,
     le=10_000,
 )
+LOOP_WATCH_S = _daemon(
+    "LOOP_WATCH_S",
+    "seconds",
+    0.0,
+    "diagnostic: log each event-loop stall longer than this, with where it was (0: off)",
+    ge=0,
+)
 EVENTS_KEEP_DAYS = _daemon(
     "EVENTS_KEEP_DAYS",
     "days",

@@ -21,6 +21,7 @@ from fedhpc.settings import (
     GRACE_S,
     HISTORY_KEEP,
     INTENT_GRACE_S,
+    LOOP_WATCH_S,
     PROBE_TIMEOUT_S,
     REFRESH_S,
     RESUME_START_TIMEOUT_S,
@@ -75,6 +76,7 @@ class DaemonSettings(BaseModel):
     submits_per_cycle: int = _tunable(SUBMITS_PER_CYCLE)
     events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
     retry_window_s: float = _tunable(RETRY_WINDOW_S)
+    loop_watch_s: float = _tunable(LOOP_WATCH_S)
 
     @property
     def socket_path(self) -> Path:

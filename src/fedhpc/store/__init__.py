@@ -2,5 +2,6 @@
 
 from fedhpc.store.db import Store, Tx
 from fedhpc.store.events import Event, event_id
+from fedhpc.store.reads import quick_reads
 
-__all__ = ["Event", "Store", "Tx", "event_id"]
+__all__ = ["Event", "Store", "Tx", "event_id", "quick_reads"]

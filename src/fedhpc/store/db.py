@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -14,7 +15,7 @@ import anyio
 
 from fedhpc.domain.site import SiteState
 from fedhpc.store.events import Event
-from fedhpc.store.reads import DeliveryReads, GroupReads
+from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
@@ -22,10 +23,12 @@ __all__ = ["Store", "Tx"]
 
 
 class Store(GroupReads, DeliveryReads):
-    """One connection, one writer. Reads may run any time; writes go through `transaction()`."""
+    """One connection, one writer, and a quick reader for REST requests (`quick_reads`).
+    Reads may run any time; writes go through `transaction()`."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
+        self._quick: sqlite3.Connection | None = None
         self.path = path
         self._write = anyio.Lock()
 
@@ -52,6 +55,7 @@ class Store(GroupReads, DeliveryReads):
         store = cls(conn, path)
         try:
             await store._migrate()
+            store._quick = _quick_reader(path)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await conn.close()
@@ -76,12 +80,15 @@ class Store(GroupReads, DeliveryReads):
         return int(rows[0][0]) if rows else 0
 
     async def close(self) -> None:
+        if self._quick is not None:
+            self._quick.close()
         await self._conn.close()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         async with self._write:
             await self._conn.execute("BEGIN IMMEDIATE")
+            writing = WRITING.set(self._conn)  # this task's reads see its own writes
             try:
                 yield Tx(self._conn)
             except BaseException:
@@ -91,6 +98,8 @@ class Store(GroupReads, DeliveryReads):
             else:
                 with anyio.CancelScope(shield=True):
                     await self._conn.execute("COMMIT")
+            finally:
+                WRITING.reset(writing)
 
     # -- events ---------------------------------------------------------------------------
     async def events_after(
@@ -284,6 +293,16 @@ class Store(GroupReads, DeliveryReads):
             raise ValueError(f"no table {table!r}")
         rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
         return int(rows[0]["n"])
+
+
+def _quick_reader(path: Path) -> sqlite3.Connection:
+    """The connection of `quick_reads`: read-only, used on the event loop's thread (only ever
+    from one thread at a time: the loop's; not checked, as the tests' loop may change thread)."""
+    quick = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    quick.row_factory = sqlite3.Row
+    quick.execute("PRAGMA query_only=ON")
+    quick.execute("PRAGMA busy_timeout=1000")  # WAL: a reader waits only in rare recoveries
+    return quick
 
 
 def _attempt(row: aiosqlite.Row) -> dict[str, Any]:

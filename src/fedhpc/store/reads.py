@@ -1,26 +1,51 @@
 """The store's reads of groups and of the bridge's continuations, deliveries and bindings:
-mixins of `Store` (store/db.py) over its one connection."""
+mixins of `Store` (store/db.py). A read runs on the writer's connection (in order with the
+writes), except while a REST request is answered (`quick_reads`): then on the quick reader."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import aiosqlite
 
-__all__ = ["DeliveryReads", "GroupReads", "Reads"]
+__all__ = ["WRITING", "DeliveryReads", "GroupReads", "Reads", "quick_reads"]
+
+_QUICK: ContextVar[bool] = ContextVar("fedhpc_store_quick_reads", default=False)
+WRITING: ContextVar[aiosqlite.Connection | None] = ContextVar("fedhpc_store_writing", default=None)
+
+
+@contextmanager
+def quick_reads() -> Iterator[None]:
+    """The store's reads in this context (one REST request being answered: the daemon's guard)
+    run on the quick reader: a second, read-only connection used on the event loop's own
+    thread. Each of them is one page at most (the API bounds every listing), so it costs
+    about a millisecond; on the writer's connection it would wait behind a transaction's
+    statements (a 1,000-child insert, a placement batch's saves) and take two thread hops,
+    each of which, on a loaded machine, waits for a scheduler slot (p99 ~30 ms at load 11).
+    WAL: the reader sees the last commit, and never blocks or waits for the writer."""
+    token = _QUICK.set(True)
+    try:
+        yield
+    finally:
+        _QUICK.reset(token)
 
 
 class Reads:
-    """The connection and the one read primitive the mixins share."""
+    """The connections and the one read primitive the mixins share."""
 
-    _conn: aiosqlite.Connection
+    _conn: aiosqlite.Connection  # the writer: transactions and, outside `quick_reads`, reads
+    _quick: sqlite3.Connection | None  # reads in `quick_reads` (None: a read-only store)
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+        if self._quick is not None and _QUICK.get() and WRITING.get() is not self._conn:
+            return self._quick.execute(sql, params).fetchall()
         # One round trip to the connection's thread (execute + fetchall + close would be three):
-        # under CPU contention each hop waits for a scheduler slot, and every REST read makes
-        # a few of these.
+        # under CPU contention each hop waits for a scheduler slot.
         return list(await self._conn.execute_fetchall(sql, params))
 
 
