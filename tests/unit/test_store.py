@@ -144,3 +144,18 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
     conn.close()
     assert any("COVERING INDEX tasks_group_state" in step for step in counts), counts
     assert any("INDEX tasks_group_state" in step for step in sites), sites
+
+
+async def test_the_wait_history_read_walks_an_index_instead_of_sorting_every_attempt(
+    store: Store,
+) -> None:
+    """Store.finished_attempts runs every control cycle (the learned estimator's history):
+    schema 8's index gives the newest completed attempts in order, without a temporary b-tree
+    of every completed attempt and its body."""
+    from fedhpc.store.db import FINISHED_ATTEMPTS
+
+    conn = sqlite3.connect(store.path)
+    plan = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {FINISHED_ATTEMPTS}", (2000,))]
+    conn.close()
+    assert any("INDEX attempts_state_updated" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan

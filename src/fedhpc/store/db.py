@@ -19,7 +19,12 @@ from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
-__all__ = ["Store", "Tx"]
+__all__ = ["FINISHED_ATTEMPTS", "Store", "Tx"]
+
+# The newest completed attempts: walks the index attempts_state_updated (schema 8), no sort.
+FINISHED_ATTEMPTS = (
+    "SELECT * FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?"
+)
 
 
 class Store(GroupReads, DeliveryReads):
@@ -181,10 +186,7 @@ class Store(GroupReads, DeliveryReads):
 
     async def finished_attempts(self, limit: int = 2000) -> list[dict[str, Any]]:
         """Recent attempts that ran: the learned wait estimator's history."""
-        rows = await self._all(
-            "SELECT * FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?",
-            (limit,),
-        )
+        rows = await self._all(FINISHED_ATTEMPTS, (limit,))
         return [_attempt(r) for r in rows]
 
     async def list_tasks(
