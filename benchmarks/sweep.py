@@ -11,7 +11,8 @@ Prints per scenario: wall time (first submit to last child terminal), scheduler 
 (attempts a scheduler refused; target 0), submissions over the limit (a submit that found
 `limit` or more of the sweep's jobs alive at its partition: what MaxSubmit would have
 refused; target 0), tasks per site, remote calls per site, REST p50/p99 during the sweep
-(GET /v1/tasks, /v1/groups/{id}, /v1/events, /v1/health; target p99 <= 100 ms), resumes
+(GET /v1/tasks, /v1/groups/{id}, /v1/events, /v1/health; target p99 <= 100 ms) with the
+machine's load average meanwhile (the tail follows it on a shared machine), resumes
 delivered (target: one per group round) and their payload bytes. At the end: the daemon's peak
 RSS (VmHWM; target <= 80 MB), events and tasks stored, and the store's size on disk.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -77,6 +79,7 @@ class RestProbe:
 
     def __init__(self) -> None:
         self.ms: dict[str, list[float]] = {}
+        self.load: list[float] = []  # the machine's 1-minute load average, once per round
 
     async def run(self, client: DaemonClient, groups: list[str], stop: anyio.Event) -> None:
         i = 0
@@ -92,6 +95,7 @@ class RestProbe:
                 started = time.perf_counter()
                 await call()
                 self.ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+            self.load.append(os.getloadavg()[0])
             i += 1
             await anyio.sleep(0.2)
 
@@ -109,7 +113,20 @@ class RestProbe:
 
     def summary(self) -> dict[str, Any]:
         every = [x for ms in self.ms.values() for x in ms]
-        return {**self._q(every), "by_call": {k: self._q(v) for k, v in self.ms.items()}}
+        load = (
+            {
+                "min": round(min(self.load), 1),
+                "median": round(statistics.median(self.load), 1),
+                "max": round(max(self.load), 1),
+            }
+            if self.load
+            else {}
+        )
+        return {
+            **self._q(every),
+            "by_call": {k: self._q(v) for k, v in self.ms.items()},
+            "load_average": load,
+        }
 
 
 def _store_figures(db: Path, groups: list[str], limit: int) -> dict[str, Any]:
@@ -281,6 +298,11 @@ def _print(out: dict[str, Any]) -> None:
         )
         for call, q in rest["by_call"].items():
             print(f"    {call}: p50 {q.get('p50_ms')} ms, p99 {q.get('p99_ms')} ms")
+        if load := rest.get("load_average"):
+            print(
+                f"    machine load average (1 min) meanwhile: {load['min']} - {load['max']}"
+                f" (median {load['median']}): the tail depends on it"
+            )
         print(
             f"  resumes delivered: {r['resumes']} for {r['groups']} group round(s) "
             f"({'pass' if r['resumes'] == r['groups'] else 'FAIL'}); continuation payload "
