@@ -155,12 +155,12 @@ class ProfileError(FedError):
     code = "profile"
     kind = ErrorKind.VALIDATION
 
-    def __init__(self, path: str, key: str, reason: str) -> None:
+    def __init__(self, path: str, key: str, reason: str, hint: str = "") -> None:
         self.path = path
         self.key = key
         self.reason = reason
-        # The message already says where and what; a hint line would only repeat it.
-        super().__init__(f"{path}: {key}: {reason}", hint="")
+        # The message already says where and what; a hint only where it adds the way out.
+        super().__init__(f"{path}: {key}: {reason}", hint=hint)
 
 
 class TransientError(FedError):

@@ -132,3 +132,81 @@ def test_unreachable_scheduler_is_a_typed_error(devfed: Devfed, tmp_path: Path) 
         assert "hint:" in done.stderr
     assert not (tmp_path / "config.toml").exists()
     assert not (tmp_path / "profiles").exists()
+
+
+def _no_database_conf(devfed: Devfed, folder: Path) -> Path:
+    """A private copy of devdelta's slurm.conf whose accounting database port nobody listens
+    on: the controller answers, sacctmgr cannot (the shared slurmdbd is never touched)."""
+    folder.mkdir()
+    conf = devfed.conf("devdelta").read_text()
+    text = re.sub(r"(?m)^AccountingStoragePort=\d+$", "AccountingStoragePort=16998", conf)
+    assert "AccountingStoragePort=16998" in text
+    (folder / "slurm.conf").write_text(text)
+    (folder / "gres.conf").write_text((devfed.conf("devdelta").parent / "gres.conf").read_text())
+    return folder / "slurm.conf"
+
+
+def _path_without(folder: Path, *names: str) -> str:
+    """A PATH of /usr/bin's commands but `names`: a login node where they are not installed."""
+    folder.mkdir()
+    for cmd in Path("/usr/bin").iterdir():
+        if cmd.name not in names:
+            (folder / cmd.name).symlink_to(cmd)
+    return str(folder)
+
+
+def test_sacctmgr_missing_or_refused_still_discovers_and_says_what_to_confirm(
+    devfed: Devfed, tmp_path: Path
+) -> None:
+    """The partitions come from scontrol; the accounts, which come from sacctmgr, are marked
+    for the person to confirm with why (not installed / the database did not answer), and the
+    doctor's association check says the same with its fix."""
+    nodb = _no_database_conf(devfed, tmp_path / "nodb")
+    cases = {
+        "nosacct": (
+            ["--env", f"SLURM_CONF={devfed.conf('devdelta')}"],
+            ["--env", f"PATH={_path_without(tmp_path / 'bin', 'sacctmgr')}"],
+            "sacctmgr is not on the site's PATH",
+        ),
+        "nodb": (["--env", f"SLURM_CONF={nodb}"], [], "the accounting database refused"),
+    }
+    for name, (conf, path, says) in cases.items():
+        home = tmp_path / name
+        done = _fedhpc(home, "sites", "discover", name, "--local", *conf, *path, "--json")
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        assert [p["name"] for p in out["partitions"]] == [
+            "cpu",
+            "gpuA100x4",
+            "gpuA40x4",
+            "interactive",
+        ]
+        assert out["accounts"] == []
+        assert any(
+            n.startswith("discovery could not read: assoc") and says in n for n in out["notes"]
+        )
+        accounts = next(c for c in out["confirm"] if c["field"] == "sites.accounts")
+        assert says in accounts["why"] and "sacctmgr show assoc" in accounts["look_up"]
+        assert "# no association was read" in out["config_entry"]
+        env = {**os.environ, "FEDHPC_HOME": str(home)}
+        env.pop("FEDHPC_DEVFED", None)
+        doctor = subprocess.run(
+            [sys.executable, "-m", "fedhpc.cli.main", "doctor", "--json", name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert doctor.returncode == 1, doctor.stderr
+        checks = {c["check"]: c for c in json.loads(doctor.stdout)["sites"][name]}
+        assert checks["scheduler"]["status"] == "pass"
+        assoc = checks["associations"]
+        assert assoc["status"] == "fail"
+        if name == "nosacct":
+            assert assoc["detail"] == "sacctmgr is not on the site's PATH"
+            assert "load the Slurm module" in assoc["fix"]
+            assert "missing: sacctmgr" in checks["commands"]["detail"]
+        else:
+            assert "Connection refused" in assoc["detail"]
+            assert "accounting database refused or did not answer" in assoc["fix"]

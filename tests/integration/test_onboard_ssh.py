@@ -136,3 +136,42 @@ def test_connect_opens_the_master_discovers_and_doctors(
         assert "already has [sites.mylab]; left as is" in again.stdout
     finally:
         subprocess.run(master.control_argv("exit"), capture_output=True, check=False)
+
+
+def test_two_doctors_at_once_both_pass_over_one_new_master(
+    devfed_ssh: SshFront, tmp_path: Path
+) -> None:
+    """No master open yet, two doctors start together: both open (or ride on) the sites'
+    ControlMasters without tripping over each other, and both see every check pass."""
+    env = {"FEDHPC_DEVFED": "1", **devfed_ssh.env()}
+    (tmp_path / "config.toml").write_text("[sites.devdelta]\n[sites.devvista]\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FEDHPC_")}
+    base.update({"FEDHPC_HOME": str(tmp_path), **env})
+    argv = [sys.executable, "-m", "fedhpc.cli.main", "doctor", "--json", "devdelta", "devvista"]
+    masters = [_master(tmp_path, devfed_ssh, a) for a in ("devdelta", "devvista")]
+    try:
+        runs = [
+            subprocess.Popen(
+                argv,
+                env=base,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for run in runs:
+            out, err = run.communicate(timeout=300)
+            report = json.loads(out)
+            assert run.returncode == 0, (report, err[-2000:])
+            for site in ("devdelta", "devvista"):
+                checks = _checks(report, site)
+                assert "fail" not in {c["status"] for c in checks.values()}, checks
+                assert (
+                    checks["test_submit:gpuA100x4" if site == "devdelta" else "scheduler"]["status"]
+                    == "pass"
+                )
+    finally:
+        for m in masters:
+            subprocess.run(m.control_argv("exit"), capture_output=True, check=False)

@@ -179,3 +179,22 @@ def test_diff_names_each_disagreement() -> None:
     shipped = load_profile(shipped_profiles_dir() / "devdelta.toml")
     fields = {d.field for d in profile_diff(shipped, found.profile)}
     assert "partitions.gpuA100x4" in fields and "partitions.gh" in fields and "arch" in fields
+
+
+@pytest.mark.parametrize(
+    ("rc", "says"),
+    [(127, "sacctmgr is not on the site's PATH"), (1, "sacctmgr exited 1: the accounting")],
+)
+def test_unreadable_associations_are_for_the_person_to_confirm(rc: int, says: str) -> None:
+    sections = _devvista()
+    sections["assoc"] = _sec("assoc", "", rc=rc)
+    facts = parse_discovery(sections)
+    [problem] = facts.problems
+    assert problem.startswith("assoc (") and says in problem
+    found = build_discovery(facts, name="devvista", transport=LOCAL)
+    assert found.user.accounts == ()
+    confirm = {c.field: c for c in found.confirm}["sites.accounts"]
+    assert says in confirm.why and "sacctmgr show assoc" in confirm.look_up
+    assert not any("lists no association" in n for n in found.notes)  # not "you have none"
+    entry = config_entry_toml("devvista", found.user, found.qos_names)
+    assert "# no association was read" in entry

@@ -153,3 +153,71 @@ async def test_answers_for_two_qos_on_one_partition_and_shape_are_not_merged() -
         _req_for("beta", "normal").key: NOW + timedelta(hours=3),
         _req_for("beta", "low").key: NOW,
     }
+
+
+class Garbage:
+    """A channel that answers every batched section with `line` (exit 0), and `sacct` with
+    rows no Slurm writes: a start past year 9999 and node counts that are not numbers."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+    async def run(self, command: Command) -> CommandResult:
+        script = command.stdin or ""
+        names = re.findall(rf"echo '{BATCH_MARK} begin (\w+)'", script)
+        if not names:  # sacct --parsable2: JobID|State|...|AllocTRES|JobName
+            t = int(NOW.timestamp())
+            rows = [
+                f"1|COMPLETED|proj|cpu|{t}|{t}|99999999999999999999|{t}|5|0:0|cpu=4,node=1|a",
+                f"2|COMPLETED|proj|cpu|{t}|{t}|{t + 60}|{t + 90}|30|0:0|cpu=4,node=x|b",
+            ]
+            return CommandResult(0, "\n".join(rows) + "\n", "")
+        out = []
+        for name in names:
+            out += [f"{BATCH_MARK} begin {name}", self.line, f"{BATCH_MARK} end {name} 0"]
+        return CommandResult(0, "\n".join(out) + "\n", "")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_garbage_estimate_or_accounting_answer_is_that_sites_alone(store: Store) -> None:
+    """A start time no clock holds, or no estimate at all: that site has none and says why; the
+    other site's answer stands, the decision still places, and reading the user's accounting
+    keeps the other site's jobs."""
+    huge = "sbatch: Job 7 to start at 99999999999999999999 using 4 processors on nodes n1 in"
+    for line in (f"{huge} partition cpu", "\x00\xff not slurm at all"):
+        beta = WillRun(NOW + timedelta(minutes=5))
+        adapters = {"alpha": _adapter(ALPHA, Garbage(line)), "beta": _adapter(BETA, beta)}
+        answer = await ask_scheduler([_req_for("alpha"), _req_for("beta")], adapters)
+        assert answer.starts == {_req_for("beta").key: NOW + timedelta(minutes=5)}
+        assert set(answer.notes) == {"alpha"}
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    o.collector.latest["alpha"] = state(ALPHA.profile)
+    o.collector.latest["beta"] = state(BETA.profile)
+    o.adapters.update(
+        alpha=_adapter(ALPHA, Garbage(f"{huge} partition cpu")),
+        beta=_adapter(BETA, WillRun(NOW + timedelta(hours=1))),
+    )
+    task = TaskRecord(
+        id="t1", request=_req(envelope=env(cpus=4)), idempotency_key="k", created_at=NOW
+    )
+    decision = await o.planner.decide(task)
+    assert isinstance(decision, Placement), decision
+    assert "alpha: no start for 1 of 1" in decision.trace.estimates_note
+    beta_c = next(c for c in decision.trace.candidates if c.site == "beta" and c.feasible)
+    assert beta_c.estimates is not None and beta_c.estimates.wait_source.startswith("scheduler")
+
+    class Sacct(WillRun):
+        async def run(self, command: Command) -> CommandResult:
+            if command.argv[0] != "sacct":
+                return await super().run(command)
+            t = int(NOW.timestamp())
+            row = f"3|COMPLETED|proj|cpu|{t}|{t}|{t + 120}|{t + 180}|60|0:0|cpu=4,node=1|c"
+            return CommandResult(0, row + "\n", "")
+
+    o.adapters["beta"] = _adapter(BETA, Sacct(NOW))
+    kept = await o.waits.learn_from_accounting(force=True)
+    assert kept == 1 and [w.wait_s for w in o.waits.user_waits["beta"]] == [120.0]
+    assert "alpha" not in o.waits.user_waits

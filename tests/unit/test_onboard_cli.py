@@ -51,3 +51,44 @@ def test_doctor_json_error_is_one_object(tmp_path: Path) -> None:
     done = _run(tmp_path, "doctor", "--json", "nosuch")
     assert done.returncode == 2
     assert '"code": "usage"' in done.stdout or '"code":' in done.stdout
+
+
+def test_doctor_on_a_config_with_a_typod_site_name_names_the_close_profiles(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "config.toml").write_text("[sites.devdleta]\n")
+    done = _run(tmp_path, "doctor")
+    assert done.returncode == 3, done.stderr
+    assert "sites.devdleta: no site profile has this name" in done.stderr
+    assert "hint: Did you mean devdelta" in done.stderr
+    assert "fedhpc sites list" in done.stderr and "fedhpc connect devdleta" in done.stderr
+
+
+def test_connect_to_a_host_ssh_cannot_resolve_says_so_with_a_hint(tmp_path: Path) -> None:
+    done = _run(tmp_path, "connect", "mylab", "--ssh", "nosuchhost.invalid")
+    assert done.returncode == 2, done.stderr
+    assert "Could not resolve hostname nosuchhost.invalid" in done.stderr  # ssh's own words
+    assert "error[usage]: ssh to nosuchhost.invalid failed (exit 255)" in done.stderr
+    assert "hint: Check the host and user" in done.stderr
+    assert not (tmp_path / "config.toml").exists()
+
+
+def test_connect_without_an_ssh_client_names_the_package(tmp_path: Path) -> None:
+    """A machine with every command of /usr/bin but OpenSSH's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for cmd in Path("/usr/bin").iterdir():
+        if not (cmd.name in ("ssh", "scp", "sftp") or cmd.name.startswith("ssh-")):
+            (bin_dir / cmd.name).symlink_to(cmd)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEDHPC_")}
+    done = subprocess.run(
+        [FEDHPC, "connect", "mylab", "--ssh", "login.example.edu"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "FEDHPC_HOME": str(tmp_path / "home"), "PATH": str(bin_dir)},
+        timeout=60,
+    )
+    assert done.returncode == 6, done.stderr
+    assert "error[transport_unavailable]: the ssh client is not installed" in done.stderr
+    assert "hint: Install OpenSSH (package openssh-client)" in done.stderr

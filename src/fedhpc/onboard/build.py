@@ -308,6 +308,17 @@ def build_discovery(
                 "the center's allocations page (the project names you submit with, e.g. `sbank`)",
             )
         )
-    if not facts.associations and facts.dialect == "slurm" and "assoc" not in facts.problems:
+    unread = next((p for p in facts.problems if p.split(" ", 1)[0] == "assoc"), None)
+    if facts.dialect == "slurm" and unread is not None:
+        confirm.append(
+            Confirm(
+                "sites.accounts",
+                "(none read)",
+                f"your associations could not be read: {unread.removeprefix('assoc ')}",
+                "the center's allocations page, or `sacctmgr show assoc user=$USER` / "
+                "`sshare -U` on the login node (the account names you submit with)",
+            )
+        )
+    elif not facts.associations and facts.dialect == "slurm":
         notes.append("sacctmgr lists no association for this user: ask the center for an account")
     return Discovery(profile, user, tuple(confirm), tuple(notes), facts.qos_names)

@@ -212,11 +212,17 @@ async def _associations(run: _Run, adapter: Any) -> None:
         Command(("sacctmgr", "-nP", "show", "qos", "format=Name,MaxWall,MaxJobsPU,MaxSubmitPU"))
     )
     if not res.ok:
+        missing = res.returncode == 127
         run.add(
             "associations",
             False,
-            f"sacctmgr failed: {res.stderr.strip()[-200:]}",
-            "the center may hide associations; ask support which accounts you have",
+            "sacctmgr is not on the site's PATH"
+            if missing
+            else f"sacctmgr failed (exit {res.returncode}): {res.stderr.strip()[-200:]}",
+            "load the Slurm module in the login environment, or fix [transport] env PATH"
+            if missing
+            else "the accounting database refused or did not answer; the center may hide "
+            "associations: ask support which accounts you have",
         )
         return
     assoc = list(parse_associations(res.stdout, None))

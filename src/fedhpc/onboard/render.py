@@ -125,7 +125,10 @@ def config_entry_toml(name: str, user: UserSiteConfig, qos_names: tuple[str, ...
     if qos_names:
         out.append(f"# QoS the scheduler knows: {', '.join(qos_names)}")
     if not user.accounts:
-        out.append(f"# no association found: add [[sites.{name}.accounts]] once you have one")
+        out.append(
+            f"# no association was read: add [[sites.{name}.accounts]] "
+            "(the account you submit with)"
+        )
     for acct in user.accounts:
         out.append(f"[[sites.{_key(name)}.accounts]]")
         out.append(f"name = {_value(acct.name)}")

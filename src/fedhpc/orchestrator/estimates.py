@@ -236,12 +236,13 @@ class WaitInputs:
                 with anyio.fail_after(self.timeout_s * 5):
                     result = await adapter.transport.run(command)
                 records = dialect.parse_accounting(result)
-            except (FedError, TimeoutError, ValueError) as exc:
+                obs = [x for r in records if (x := _observation(site, r)) is not None]
+            except (FedError, TimeoutError, ValueError, ArithmeticError, OSError) as exc:
                 # Any typed error is this site's alone (a login that needs a person, a refused
-                # transport setting): raised in the task group it would cancel every other site.
+                # transport setting), and so is an answer no scheduler gives (garbage): raised
+                # in the task group it would cancel every other site.
                 log.info("user accounting unavailable", site=site, error=str(exc)[:200])
                 return
-            obs = [x for r in records if (x := _observation(site, r)) is not None]
             self.user_waits[site] = obs
 
         async with anyio.create_task_group() as tg:

@@ -206,6 +206,13 @@ async def _site_estimates(
         answer = CommandResult(section.returncode, section.stdout, "")
         try:
             prediction = dialect.parse_test_only(answer)
+        except (ValueError, ArithmeticError, OSError) as exc:
+            # An answer no scheduler gives (garbage on the channel): that shape has none, and
+            # a raise here would cancel every other site's call in the task group.
+            log.warning("test-only unreadable", site=req.site, error=str(exc)[:200])
+            out[i] = None
+            errors.append(f"unreadable answer ({str(exc)[:120]})")
+            continue
         except FedError as exc:
             log.info(
                 "test-only rejected", site=req.site, partition=req.partition, error=exc.message
@@ -254,7 +261,9 @@ async def ask_scheduler(
             if start is not None and req.key not in answer.starts:
                 answer.starts[req.key], answer.asked_at[req.key] = start, at
             elif start is None:
-                answer.notes.setdefault(req.site, "the scheduler refused a test submission")
+                answer.notes.setdefault(
+                    req.site, "no start for a test submission (refused, or unreadable)"
+                )
             continue
         todo.setdefault(req.site, []).append(req)
 
@@ -276,7 +285,10 @@ async def ask_scheduler(
                 answer.starts[req.key], answer.asked_at[req.key] = start, at
         refused = sum(1 for i in range(len(reqs)) if got.get(i) is None)
         if refused:
-            answer.notes[site] = f"scheduler refused {refused} of {len(reqs)} test submissions"
+            answer.notes[site] = (
+                f"no start for {refused} of {len(reqs)} test submissions (refused, or no "
+                "readable start time)"
+            )
 
     async with anyio.create_task_group() as tg:
         for site in sorted(todo):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -225,6 +226,16 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     return _validate(UserConfig, _read_toml(path), path)
 
 
+def _unknown_site_hint(name: str, profiles: Mapping[str, SiteProfile]) -> str:
+    """A typo'd [sites.NAME]: the closest profile names, and how to add a new center."""
+    close = difflib.get_close_matches(name, sorted(profiles), n=3, cutoff=0.6)
+    fix = f"Did you mean {' or '.join(close)}? Rename the table in the config. " if close else ""
+    return (
+        f"{fix}`fedhpc sites list` names every profile; a center fedhpc does not ship: "
+        f"`fedhpc connect {name} --ssh HOST`."
+    )
+
+
 def load_federation(
     config: UserConfig | None = None, *, config_path: Path | None = None
 ) -> dict[str, Site]:
@@ -236,7 +247,12 @@ def load_federation(
     path = str(config_path or user_config_path())
     for name in config.sites:
         if name not in profiles:
-            raise ProfileError(path, f"sites.{name}", "no site profile has this name")
+            raise ProfileError(
+                path,
+                f"sites.{name}",
+                "no site profile has this name",
+                _unknown_site_hint(name, profiles),
+            )
     out: dict[str, Site] = {}
     devfed = devfed_mode() is not None
     for name, profile in profiles.items():

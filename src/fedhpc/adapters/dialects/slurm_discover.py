@@ -229,13 +229,30 @@ def _ok(section: BatchSection | None) -> bool:
     return section is not None and section.returncode == 0
 
 
+def _problem(name: str, section: BatchSection | None) -> str:
+    """A failed optional section, said to the person; sacctmgr's (assoc, qos) with why, since
+    the accounts fedhpc proposes come from it: not installed, or refused / no database."""
+    if name not in ("assoc", "qos") or section is None:
+        return name
+    if section.returncode == 127:
+        return f"{name} (sacctmgr is not on the site's PATH)"
+    return (
+        f"{name} (sacctmgr exited {section.returncode}: the accounting database refused "
+        "the query or did not answer)"
+    )
+
+
 def parse_discovery(sections: Mapping[str, BatchSection]) -> ClusterFacts:
     """ClusterFacts from the batch's sections; a failed optional section is named in
     `problems`, never guessed around. Raises ValueError when the partitions or nodes failed."""
     core = [n for n in ("partitions", "nodes") if not _ok(sections.get(n))]
     if core:
         raise ValueError(f"slurm did not answer: {', '.join(core)} failed")
-    problems = [n for n in ("config", "assoc", "qos", "login") if not _ok(sections.get(n))]
+    problems = [
+        _problem(n, sections.get(n))
+        for n in ("config", "assoc", "qos", "login")
+        if not _ok(sections.get(n))
+    ]
     cluster = _cluster_name(sections["config"].stdout) if _ok(sections.get("config")) else None
     qos = parse_qos(sections["qos"].stdout) if _ok(sections.get("qos")) else {}
     assoc = sections.get("assoc")

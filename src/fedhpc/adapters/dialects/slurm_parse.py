@@ -140,7 +140,10 @@ def _epoch(value: str) -> datetime | None:
     v = none_if_blank(value)
     if v is None or not v.isdigit() or v == "0":
         return None
-    return datetime.fromtimestamp(int(v), tz=UTC)
+    try:
+        return datetime.fromtimestamp(int(v), tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None  # garbage (past year 9999 or time_t): no time, as for an unreadable one
 
 
 def _exit_code(value: str) -> int | None:
