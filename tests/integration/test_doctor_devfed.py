@@ -129,3 +129,23 @@ def test_each_broken_thing_is_reported_with_its_fix(devfed: Devfed, tmp_path: Pa
     # Asking for the healthy site alone: exit status 0.
     rc, report = _doctor(tmp_path, "devdelta")
     assert rc == 0 and report["ok"] is True
+
+
+def test_a_resume_runtime_that_cannot_start_is_its_own_failed_check(
+    devfed: Devfed, tmp_path: Path
+) -> None:
+    """With the resume bridge's config, each configured runtime is checked (as `fedhpc
+    deliveries check`): a binary that is not there fails with its fix; the site still passes."""
+    (tmp_path / "config.toml").write_text(
+        '[resume.codex]\nbinary = "/nonexistent/codex"\n'
+        "[sites.devdelta]\n"
+        '[[sites.devdelta.accounts]]\nname = "fedhpc-gpu"\n'
+    )
+    rc, report = _doctor(tmp_path, "devdelta")
+    assert rc == 1 and report["ok"] is False
+    assert {c["status"] for c in _by_name(report, "devdelta").values()} == {"pass"}
+    resume = report["resume"]
+    assert isinstance(resume, list) and len(resume) == 1
+    codex: dict[str, str] = resume[0]
+    assert codex["check"] == "runtime:codex" and codex["status"] == "fail"
+    assert "not found" in codex["detail"] and "[resume.codex]" in codex["fix"]

@@ -33,7 +33,9 @@ def open_master(spec: TransportSpec, name: str, say: Callable[[str], None] = pri
     if done.returncode != 0:
         raise UsageError(
             f"ssh to {transport.destination} failed (exit {done.returncode})",
-            hint="Check the host and user, and that `ssh HOST` works in this terminal.",
+            hint="Check the host and user, and that `ssh HOST` works in this terminal; "
+            "ssh's own message above says why (a name that does not resolve, a host key "
+            "that changed or was not accepted, a refused login).",
         )
     _record(transport, name)
     say(f"{name}: session open; fedhpc's calls ride on it until the center ends it")
