@@ -192,6 +192,7 @@ async def test_a_garbage_estimate_or_accounting_answer_is_that_sites_alone(store
         answer = await ask_scheduler([_req_for("alpha"), _req_for("beta")], adapters)
         assert answer.starts == {_req_for("beta").key: NOW + timedelta(minutes=5)}
         assert set(answer.notes) == {"alpha"}
+        assert answer.notes["alpha"].isprintable()  # it reaches the agent in the trace
     clock = Clock()
     o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
     o.collector.latest["alpha"] = state(ALPHA.profile)

@@ -92,3 +92,11 @@ def test_connect_without_an_ssh_client_names_the_package(tmp_path: Path) -> None
     assert done.returncode == 6, done.stderr
     assert "error[transport_unavailable]: the ssh client is not installed" in done.stderr
     assert "hint: Install OpenSSH (package openssh-client)" in done.stderr
+
+
+def test_doctor_for_a_typod_site_names_the_configured_one(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text("[sites.devdelta]\n")
+    done = _run(tmp_path, "doctor", "devdleta")
+    assert done.returncode == 2, done.stderr
+    assert "not configured: devdleta" in done.stderr
+    assert "hint: Did you mean devdelta? Add a site with `fedhpc connect SITE`" in done.stderr

@@ -4,6 +4,7 @@ everything passed."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 
 import anyio
@@ -33,9 +34,12 @@ def run_doctor(names: list[str], *, as_json: bool = False, resume: bool = True) 
     sites = load_federation(config)
     unknown = [n for n in names if n not in sites]
     if unknown:
+        close = sorted({m for n in unknown for m in difflib.get_close_matches(n, sites, n=2)})
+        mean = f"Did you mean {' or '.join(close)}? " if close else ""
         raise UsageError(
             f"not configured: {', '.join(unknown)}",
-            hint="Add it with `fedhpc connect SITE` or `fedhpc sites discover SITE ...`.",
+            hint=f"{mean}Add a site with `fedhpc connect SITE` or "
+            "`fedhpc sites discover SITE ...`.",
         )
     chosen = [sites[n] for n in names] if names else list(sites.values())
     if not chosen:

@@ -226,7 +226,9 @@ async def _site_estimates(
         return out, f"unreadable answer (exit {result.returncode})"
     if errors and len(errors) == len(reqs):
         # Every shape failed alike (a controller that is down answers each one so): the site.
-        return {}, f"every test submission failed ({errors[0][:160]})"
+        # The scheduler's words reach the agent in the trace: printable characters only.
+        said = "".join(c if c.isprintable() else "?" for c in errors[0][:160])
+        return {}, f"every test submission failed ({said})"
     return out, None
 
 
