@@ -21,6 +21,7 @@ from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
+from fedhpc.store.schema import SCHEMA_VERSION
 from tests.unit.test_submit_accept import Clock, _orchestrator
 
 
@@ -69,7 +70,9 @@ async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
 
 
 async def test_the_client_reaches_each_read_route_of_the_app(client: DaemonClient) -> None:
-    assert (await client.health())["sites"] == []
+    health = await client.health()
+    assert health["sites"] == []
+    assert health["schema"] == SCHEMA_VERSION  # the version the store was migrated to
     assert (await client.federation()).sites == ()
     assert await client.tasks() == []
     assert await client.events() == []

@@ -1,6 +1,7 @@
-"""The store's quick reads (a REST request's, `quick_reads`): they never queue behind a write
-transaction's statements and see only committed data, while a transaction's own task still
-reads its own writes; the daemon's guard answers every request with them."""
+"""The store's quick reads (a REST request's, `quick_reads`, on the reader connection): they
+never queue behind a write transaction's statements and see only committed data, while a
+transaction's own task still reads its own writes; the daemon's guard answers every request
+with them."""
 
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ async def test_the_daemon_guard_answers_requests_with_quick_reads(store: Store) 
         busy.gate.set()
 
 
-async def test_the_quick_reader_cannot_write(store: Store) -> None:
-    quick = store._quick  # the connection under test
-    assert quick is not None
-    assert quick.execute("PRAGMA query_only").fetchone()[0] == 1
+async def test_the_reader_cannot_write(store: Store) -> None:
+    reader = store._quick  # the connection under test
+    assert reader is not None
+    rows = list(await reader.execute_fetchall("PRAGMA query_only"))
+    assert rows[0][0] == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -28,12 +27,12 @@ FINISHED_ATTEMPTS = (
 
 
 class Store(GroupReads, DeliveryReads):
-    """One connection, one writer, and a quick reader for REST requests (`quick_reads`).
+    """One connection, one writer, and a reader for REST requests (`quick_reads`).
     Reads may run any time; writes go through `transaction()`."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
-        self._quick: sqlite3.Connection | None = None
+        self._quick: aiosqlite.Connection | None = None
         self.path = path
         self._write = anyio.Lock()
 
@@ -60,7 +59,7 @@ class Store(GroupReads, DeliveryReads):
         store = cls(conn, path)
         try:
             await store._migrate()
-            store._quick = _quick_reader(path)
+            store._quick = await _reader(path)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await conn.close()
@@ -86,7 +85,7 @@ class Store(GroupReads, DeliveryReads):
 
     async def close(self) -> None:
         if self._quick is not None:
-            self._quick.close()
+            await self._quick.close()
         await self._conn.close()
 
     @asynccontextmanager
@@ -297,14 +296,13 @@ class Store(GroupReads, DeliveryReads):
         return int(rows[0]["n"])
 
 
-def _quick_reader(path: Path) -> sqlite3.Connection:
-    """The connection of `quick_reads`: read-only, used on the event loop's thread (only ever
-    from one thread at a time: the loop's; not checked, as the tests' loop may change thread)."""
-    quick = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    quick.row_factory = sqlite3.Row
-    quick.execute("PRAGMA query_only=ON")
-    quick.execute("PRAGMA busy_timeout=1000")  # WAL: a reader waits only in rare recoveries
-    return quick
+async def _reader(path: Path) -> aiosqlite.Connection:
+    """The connection of `quick_reads`: read-only (query_only), on its own thread."""
+    reader = await aiosqlite.connect(path, isolation_level=None)
+    reader.row_factory = aiosqlite.Row
+    await reader.execute("PRAGMA query_only=ON")
+    await reader.execute("PRAGMA busy_timeout=5000")
+    return reader
 
 
 def _attempt(row: aiosqlite.Row) -> dict[str, Any]:

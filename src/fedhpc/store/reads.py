@@ -1,11 +1,10 @@
 """The store's reads of groups and of the bridge's continuations, deliveries and bindings:
 mixins of `Store` (store/db.py). A read runs on the writer's connection (in order with the
-writes), except while a REST request is answered (`quick_reads`): then on the quick reader."""
+writes), except while a REST request is answered (`quick_reads`): then on the reader's."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,12 +21,12 @@ WRITING: ContextVar[aiosqlite.Connection | None] = ContextVar("fedhpc_store_writ
 @contextmanager
 def quick_reads() -> Iterator[None]:
     """The store's reads in this context (one REST request being answered: the daemon's guard)
-    run on the quick reader: a second, read-only connection used on the event loop's own
-    thread. Each of them is one page at most (the API bounds every listing), so it costs
-    about a millisecond; on the writer's connection it would wait behind a transaction's
-    statements (a 1,000-child insert, a placement batch's saves) and take two thread hops,
-    each of which, on a loaded machine, waits for a scheduler slot (p99 ~30 ms at load 11).
-    WAL: the reader sees the last commit, and never blocks or waits for the writer."""
+    run on the reader: a second, read-only connection with its own thread. On the writer's
+    they would queue behind the daemon's statements (a 1,000-child insert, a placement
+    batch's saves, the 2,000-attempt history read every cycle); WAL lets the reader see the
+    last commit meanwhile, never blocking or waiting for the writer. (On the event loop's own
+    thread instead, a page of a group would hand the GIL back and forth once per row, and
+    wait for it whenever another thread is busy: measured slower under load.)"""
     token = _QUICK.set(True)
     try:
         yield
@@ -39,14 +38,14 @@ class Reads:
     """The connections and the one read primitive the mixins share."""
 
     _conn: aiosqlite.Connection  # the writer: transactions and, outside `quick_reads`, reads
-    _quick: sqlite3.Connection | None  # reads in `quick_reads` (None: a read-only store)
+    _quick: aiosqlite.Connection | None  # reads in `quick_reads` (None: a read-only store)
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        if self._quick is not None and _QUICK.get() and WRITING.get() is not self._conn:
-            return self._quick.execute(sql, params).fetchall()
+        quick = _QUICK.get() and WRITING.get() is not self._conn
+        conn = self._quick if quick and self._quick is not None else self._conn
         # One round trip to the connection's thread (execute + fetchall + close would be three):
         # under CPU contention each hop waits for a scheduler slot.
-        return list(await self._conn.execute_fetchall(sql, params))
+        return list(await conn.execute_fetchall(sql, params))
 
 
 class GroupReads(Reads):
