@@ -19,7 +19,6 @@ from the same environment gives the CLI's own start-up, so the difference is wha
 from __future__ import annotations
 
 import fcntl
-import json
 import math
 import os
 import statistics
@@ -36,6 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.integration.agent_cli import (  # noqa: E402
+    claude_env,
+    claude_turn_argv,
+    codex_config,
+    codex_lines,
+    codex_thread,
+    resume_section,
+    write_config,
+)
 from tests.integration.conftest import LOCK  # noqa: E402
 from tests.integration.fake_models import FakeAnthropic, FakeModel, FakeOpenAI  # noqa: E402
 from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool  # noqa: E402
@@ -58,72 +66,20 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _claude_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str, str], str]:
-    env = {
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": KEY,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "MCP_CONNECT_TIMEOUT_MS": "60000",
-    }
+    env = {**claude_env(home), "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": KEY}
     exe = str(npm_tool(*CLAUDE_CODE))
-    lines = [
-        "[resume.claude-code]",
-        f"binary = {json.dumps(exe)}",
-        f'path = "{BIN}:/usr/bin:/bin"',
-        "[resume.claude-code.env]",
-    ]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
-    (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+    write_config(fedhome, resume_section("claude-code", exe, env, path=f"{BIN}:/usr/bin:/bin"))
     return env, exe
 
 
 def _codex_setup(home: Path, fedhome: Path, fake: FakeModel) -> tuple[dict[str, str], str]:
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        "\n".join(
-            [
-                'model = "fake-model"',
-                'model_provider = "fakeoai"',
-                'approval_policy = "never"',
-                "check_for_update_on_startup = false",
-                "[analytics]",
-                "enabled = false",
-                "[features]",
-                "plugins = false",
-                "apps = false",
-                "[model_providers.fakeoai]",
-                'name = "fake"',
-                f'base_url = "{fake.url}/v1"',
-                'wire_api = "responses"',
-                'env_key = "FAKE_OPENAI_API_KEY"',
-                "request_max_retries = 0",
-                "stream_max_retries = 0",
-                "[mcp_servers.fedhpc]",
-                f"command = {json.dumps(BIN + '/fedhpc')}",
-                'args = ["serve"]',
-                "required = true",
-                "startup_timeout_sec = 30",
-                'default_tools_approval_mode = "approve"',
-                "[mcp_servers.fedhpc.env]",
-                f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
-            ]
-        )
-        + "\n"
-    )
+    server_env = {"FEDHPC_HOME": str(fedhome)}
+    codex_config(codex_home, fake.url, serve=[f"{BIN}/fedhpc", "serve"], server_env=server_env)
     env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "FAKE_OPENAI_API_KEY": KEY}
     exe = str(npm_tool(*CODEX))
-    lines = [
-        "[resume.codex]",
-        f"binary = {json.dumps(exe)}",
-        f'path = "{BIN}:/usr/bin:/bin"',
-        "[resume.codex.env]",
-    ]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
-    (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+    write_config(fedhome, resume_section("codex", exe, env, path=f"{BIN}:/usr/bin:/bin"))
     return env, exe
 
 
@@ -133,36 +89,8 @@ def _first_turn(cli: str, exe: str, project: Path, fedhome: Path, env: dict[str,
     prompt = "Run `echo done` on the federation with fedhpc, then stop."
     if cli == "claude":
         session = str(uuid.uuid4())
-        mcp = {
-            "mcpServers": {
-                "fedhpc": {
-                    "type": "stdio",
-                    "command": f"{BIN}/fedhpc",
-                    "args": ["serve"],
-                    "alwaysLoad": True,
-                    "env": {"FEDHPC_HOME": str(fedhome)},
-                }
-            }
-        }
-        hook = {"type": "command", "command": f"{BIN}/fedhpc hook pre-tool-use"}
-        matcher = "mcp__fedhpc__(submit_task|submit_group|move_data)"
-        settings = {"hooks": {"PreToolUse": [{"matcher": matcher, "hooks": [hook]}]}}
-        argv = [
-            exe,
-            "-p",
-            prompt,
-            "--output-format",
-            "json",
-            "--session-id",
-            session,
-            "--mcp-config",
-            json.dumps(mcp),
-            "--strict-mcp-config",
-            "--allowedTools",
-            "mcp__fedhpc",
-            "--settings",
-            json.dumps(settings),
-        ]
+        serve = [f"{BIN}/fedhpc", "serve"]
+        argv = claude_turn_argv(exe, prompt, session, serve=serve, fedhome=fedhome)
     else:
         argv = [exe, "exec", "--json", "--skip-git-repo-check", prompt]
     out = subprocess.run(
@@ -179,9 +107,7 @@ def _first_turn(cli: str, exe: str, project: Path, fedhome: Path, env: dict[str,
         raise SystemExit(f"{cli} first turn failed: {out.stdout[-500:]} {out.stderr[-500:]}")
     if cli == "claude":
         return session
-    return next(
-        json.loads(x)["thread_id"] for x in out.stdout.splitlines() if '"thread.started"' in x
-    )
+    return codex_thread(codex_lines(out.stdout))
 
 
 def _bare_startup(cli: str, exe: str, project: Path, env: dict[str, str], fake: FakeModel) -> float:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,17 @@ FAST = {
 def start(home: Path, **env: str) -> subprocess.Popen[bytes]:
     """A daemon for `home` (FEDHPC_DEVFED=1 unless `env` says otherwise), its stderr in
     home/../daemon-<pid>.log."""
+    return _spawn(home, {**os.environ, **FAST, "FEDHPC_DEVFED": "1", **env})
+
+
+def start_from(home: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """`start`, from `env` alone (a filtered client environment), not this process's."""
+    return _spawn(home, {**FAST, "FEDHPC_DEVFED": "1", **env})
+
+
+def _spawn(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     home.mkdir(parents=True, exist_ok=True)
-    full = {
-        **os.environ,
-        **FAST,
-        "FEDHPC_DEVFED": "1",
-        **env,
-        "FEDHPC_HOME": str(home),
-        "FEDHPC_LOG_LEVEL": "info",
-    }
+    full = {**env, "FEDHPC_HOME": str(home), "FEDHPC_LOG_LEVEL": "info"}
     log = (home.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fedhpc.cli.main", "daemon"],

@@ -43,7 +43,15 @@ from fedhpc.domain.config import ResumeRuntime
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import FAST, stop
+from tests.integration.agent_cli import (
+    HOOK_MATCHER,
+    VENV_BIN,
+    claude_env,
+    claude_turn_argv,
+    resume_section,
+    write_config,
+)
+from tests.integration.daemon_util import FAST, start_from, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,
     SUBMIT_ARGS,
@@ -57,10 +65,8 @@ from tests.integration.fake_models import (
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import CLAUDE_CODE, npm_tool
 
-VENV_BIN = str(Path(sys.executable).parent)
 PROMPT = "Run `echo done` on the federation with fedhpc, then stop."
 ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
-HOOK_MATCHER = "mcp__fedhpc__(submit_task|submit_group|move_data)"
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +95,8 @@ class Rig:
         secret.write_text(f"ANTHROPIC_API_KEY={CANARY_API_KEY}\n")
         secret.chmod(0o600)
         env = {k: v for k, v in self.resume_env.items() if k != "ANTHROPIC_API_KEY"}
-        lines = [
-            "[resume.claude-code]",
-            f"binary = {json.dumps(binary or str(self.claude))}",
-            f'path = "{VENV_BIN}:/usr/bin:/bin"',
-            f"env_file = {json.dumps(str(secret))}",
-            "[resume.claude-code.env]",
-        ]
-        lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
-        (self.fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+        claude = binary or self.claude
+        write_config(self.fedhome, resume_section("claude-code", claude, env, env_file=secret))
 
     def daemon_env(self) -> dict[str, str]:
         """What a Codex-launched daemon would have: no Anthropic anything, a short PATH."""
@@ -115,42 +114,16 @@ class Rig:
         }
 
     def first_turn(self, session: str, *, hook: bool = True) -> dict[str, Any]:
-        argv = serve_argv()
-        mcp = {
-            "mcpServers": {
-                "fedhpc": {
-                    "type": "stdio",
-                    "command": argv[0],
-                    "args": argv[1:],
-                    "env": {"FEDHPC_HOME": str(self.fedhome)},
-                    "alwaysLoad": True,
-                }
-            }
-        }
-        command = f"{VENV_BIN}/fedhpc hook pre-tool-use"
-        hooks = {
-            "PreToolUse": [
-                {"matcher": HOOK_MATCHER, "hooks": [{"type": "command", "command": command}]}
-            ]
-        }
-        settings = {"hooks": hooks if hook else {}}
+        argv = claude_turn_argv(
+            self.claude,
+            PROMPT,
+            session,
+            serve=serve_argv(),
+            fedhome=self.fedhome,
+            hook=HOOK_MATCHER if hook else None,
+        )
         out = subprocess.run(
-            [
-                str(self.claude),
-                "-p",
-                PROMPT,
-                "--output-format",
-                "json",
-                "--session-id",
-                session,
-                "--mcp-config",
-                json.dumps(mcp),
-                "--strict-mcp-config",
-                "--allowedTools",
-                "mcp__fedhpc",
-                "--settings",
-                json.dumps(settings),
-            ],
+            argv,
             cwd=self.project,
             env={**os.environ, **self.client_env},
             capture_output=True,
@@ -190,15 +163,9 @@ async def rig(
         folder.mkdir()
     with FakeAnthropic() as fake, no_egress() as (trap, watch):
         common = {
-            "HOME": str(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            **claude_env(home),
             "ANTHROPIC_BASE_URL": fake.url,
             "ANTHROPIC_API_KEY": CANARY_API_KEY,
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-            "MCP_CONNECT_TIMEOUT_MS": "60000",
             **canary_env(),
             **trap.env(),
             **watch.env(),
@@ -210,14 +177,7 @@ async def rig(
         }
         r = Rig(claude, home, project, fedhome, fake, client_env, common, slurm)
         r.config()
-        log = (tmp_path / "daemon.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            env={**r.daemon_env(), **(bridge or {})},
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        log.close()
+        proc = start_from(fedhome, {**r.daemon_env(), **(bridge or {})})
         try:
             async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
                 await client.wait_until_up(30)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,7 +35,18 @@ from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import FAST, stop
+from tests.integration.agent_cli import (
+    VENV_BIN,
+    claude_env,
+    claude_turn_argv,
+    codex_calls,
+    codex_config,
+    codex_lines,
+    codex_thread,
+    resume_section,
+    write_config,
+)
+from tests.integration.daemon_util import FAST, start_from, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,
     SUBMIT_ARGS,
@@ -50,7 +60,7 @@ from tests.integration.fake_models import (
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import CODEX, npm_tool
 
-VENV_BIN = str(Path(sys.executable).parent)
+APPROVED = ("submit_task", "cancel")  # the tools this agent calls that change anything
 ENV = ResourceEnvelope.model_validate({"wall_time": {"min": "5m"}})
 PROMPT = "Run `echo done` on the federation with fedhpc, then stop."
 
@@ -63,49 +73,11 @@ def codex() -> Path:
 def _config(
     codex_home: Path, fedhome: Path, model_url: str, server_env: dict[str, str] | None = None
 ) -> None:
-    argv = serve_argv()
-    lines = [
-        'model = "fake-model"',
-        'model_provider = "fakeoai"',
-        'approval_policy = "never"',
-        "check_for_update_on_startup = false",
-        "",
-        # Off, or Codex calls chatgpt.com, ab.chatgpt.com and github.com (seen by ProxyTrap).
-        "[analytics]",
-        "enabled = false",
-        "",
-        "[features]",
-        "plugins = false",
-        "apps = false",
-        "",
-        "[model_providers.fakeoai]",
-        'name = "fake"',
-        f'base_url = "{model_url}/v1"',
-        'wire_api = "responses"',
-        'env_key = "FAKE_OPENAI_API_KEY"',
-        "request_max_retries = 0",
-        "stream_max_retries = 0",
-        "",
-        "[mcp_servers.fedhpc]",
-        f"command = {json.dumps(argv[0])}",
-        f"args = {json.dumps(argv[1:])}",
-        "required = true",  # else the first turn may start before the tools are listed
-        "startup_timeout_sec = 30",
-        "",
-        "[mcp_servers.fedhpc.env]",
-        f"FEDHPC_HOME = {json.dumps(str(fedhome))}",
-        *(f"{k} = {json.dumps(v)}" for k, v in (server_env or {}).items()),
-        "",
-        # `codex exec` (approval policy never) refuses every tool not marked read-only
-        # unless its approval mode is approve: submit_task is the one this agent needs.
-        "[mcp_servers.fedhpc.tools.submit_task]",
-        'approval_mode = "approve"',
-        "",
-        "[mcp_servers.fedhpc.tools.cancel]",
-        'approval_mode = "approve"',
-    ]
-    codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text("\n".join(lines) + "\n")
+    """Codex on the fake model with fedhpc's server; `codex exec` may call submit_task and
+    cancel (approval policy never refuses every tool not read-only otherwise)."""
+    env = {"FEDHPC_HOME": str(fedhome), **(server_env or {})}
+    serve = serve_argv()
+    codex_config(codex_home, model_url, serve=serve, server_env=env, approve=APPROVED)
 
 
 def _resume_config(fedhome: Path, codex: Path, env: dict[str, str]) -> None:
@@ -114,15 +86,7 @@ def _resume_config(fedhome: Path, codex: Path, env: dict[str, str]) -> None:
     secret = fedhome / "codex.env"
     secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n")
     secret.chmod(0o600)
-    lines = [
-        "[resume.codex]",
-        f"binary = {json.dumps(str(codex))}",
-        f'path = "{VENV_BIN}:/usr/bin:/bin"',
-        f"env_file = {json.dumps(str(secret))}",
-        "[resume.codex.env]",
-    ]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
-    (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+    write_config(fedhome, resume_section("codex", codex, env, env_file=secret))
 
 
 def _env(home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -151,22 +115,7 @@ def _daemon_env(home: Path, fedhome: Path, bridge: dict[str, str]) -> dict[str, 
 
 
 def _start(fedhome: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    full = {
-        **FAST,
-        **env,
-        "FEDHPC_HOME": str(fedhome),
-        "FEDHPC_DEVFED": "1",
-        "FEDHPC_LOG_LEVEL": "info",
-    }
-    log = (fedhome.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-        env=full,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    log.close()
-    return proc
+    return start_from(fedhome, env)
 
 
 def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -181,7 +130,7 @@ def _first_turn(codex: Path, project: Path, env: dict[str, str]) -> list[dict[st
         check=False,
     )
     assert out.returncode == 0, f"codex exited {out.returncode}: {out.stdout}\n{out.stderr}"
-    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    return codex_lines(out.stdout)
 
 
 async def _until(client: DaemonClient, state: str, n: int = 1, limit: float = 120) -> None:
@@ -214,12 +163,8 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
                 await client.refresh()
                 # (1) submit, end the turn; the CLI exits
                 lines = await anyio.to_thread.run_sync(_first_turn, codex, project, env)
-                thread = next(x["thread_id"] for x in lines if x["type"] == "thread.started")
-                calls = [
-                    x["item"]
-                    for x in lines
-                    if x["type"] == "item.completed" and x["item"].get("type") == "mcp_tool_call"
-                ]
+                thread = codex_thread(lines)
+                calls = codex_calls(lines)
                 done = [(c["tool"], c["status"]) for c in calls]
                 assert done == [("submit_task", "completed")], json.dumps(calls)
                 assert fake.phases() == ["start", "after_submit"], fake.exchanges
@@ -257,17 +202,9 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
     assert result["task_id"] == task_id
     assert result["state"] == "completed"
     # the resumed process ran `codex exec resume` on the same thread and called get_result
-    out = [
-        json.loads(x)
-        for x in (fedhome / "deliveries").glob("*/out").__next__().read_text().splitlines()
-        if x.startswith("{")
-    ]
-    assert next(x["thread_id"] for x in out if x["type"] == "thread.started") == thread
-    assert [
-        x["item"]["tool"]
-        for x in out
-        if x["type"] == "item.completed" and x["item"].get("type") == "mcp_tool_call"
-    ] == ["get_result"]
+    out = codex_lines(next((fedhome / "deliveries").glob("*/out")).read_text())
+    assert codex_thread(out) == thread
+    assert [c["tool"] for c in codex_calls(out)] == ["get_result"]
     # one delivery, one launch, the payload once and under the cap
     (d,) = deliveries
     assert (d.state, d.attempts) == ("delivered", 0)
@@ -304,15 +241,7 @@ async def _rig(
             "FEDHPC_DEVFED": "process",
             "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
         }
-        full = {**FAST, **daemon, "FEDHPC_HOME": str(fedhome), "FEDHPC_LOG_LEVEL": "info"}
-        log = (tmp_path / "daemon.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            env=full,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        log.close()
+        proc = _start(fedhome, daemon)
         try:
             async with DaemonClient(DaemonSettings.from_env(home=fedhome)) as client:
                 await client.wait_until_up(30)
@@ -322,17 +251,13 @@ async def _rig(
             stop(proc)
 
 
-def _thread(lines: list[dict[str, Any]]) -> str:
-    return str(next(x["thread_id"] for x in lines if x["type"] == "thread.started"))
-
-
 async def test_codex_jobs_ending_together_reach_the_model_once_each_in_order(
     codex: Path, tmp_path: Path
 ) -> None:
     """Two jobs of one thread ending within 0.2 s: never two `codex exec resume` at once (no
     "already has an active writer"), each event once, in event order."""
     async with _rig(codex, tmp_path) as (fake, project, fedhome, env, client):
-        thread = _thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
         await _until(client, "delivered")
         spec = ContinuationSpec(runtime=Runtime.CODEX, session_id=thread, cwd=str(project))
         end = time.time() + 8
@@ -363,7 +288,7 @@ async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
     }
     async with _rig(codex, tmp_path, **bridge) as (fake, project, _fedhome, env, client):
         fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
-        thread = _thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
         fake.down = True
         with anyio.fail_after(150):  # two failed tries while the endpoint is down
             while not [d for d in await client.deliveries() if d.attempts >= 2]:
@@ -398,14 +323,7 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
         "FEDHPC_DEVFED_DIR": str(tmp_path / "df"),
         "FEDHPC_BRIDGE_POLL_S": "0.3",
     }
-    claude_env = {
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "MCP_CONNECT_TIMEOUT_MS": "60000",
-    }
+    cenv = claude_env(home)
     settings = DaemonSettings.from_env(home=fedhome)
     with FakeOpenAI() as oai, FakeAnthropic() as ant:
         _config(home / ".codex", fedhome, oai.url, daemon_env)
@@ -413,46 +331,27 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
         secret.write_text(
             f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\nANTHROPIC_API_KEY={CANARY_API_KEY}\n"
         )
-        lines = [
-            "[resume.codex]",
-            f"binary = {json.dumps(str(codex))}",
-            f"env_file = {json.dumps(str(secret))}",
-            f"env = {{ CODEX_HOME = {json.dumps(str(home / '.codex'))} }}",
-            "[resume.claude-code]",
-            f"binary = {json.dumps(str(claude))}",
-            f'path = "{VENV_BIN}:/usr/bin:/bin"',
-            f"env_file = {json.dumps(str(secret))}",
-            "[resume.claude-code.env]",
-            f"ANTHROPIC_BASE_URL = {json.dumps(ant.url)}",
-            *(f"{k} = {json.dumps(v)}" for k, v in claude_env.items()),
-        ]
-        (fedhome / "config.toml").write_text("\n".join(lines) + "\n")
+        write_config(
+            fedhome,
+            resume_section(
+                "codex", codex, {"CODEX_HOME": str(home / ".codex")}, env_file=secret, path=None
+            ),
+            resume_section(
+                "claude-code", claude, {"ANTHROPIC_BASE_URL": ant.url, **cenv}, env_file=secret
+            ),
+        )
         try:
             # (1) Codex's MCP server starts the daemon (nothing else has)
             lines_out = await anyio.to_thread.run_sync(
                 _first_turn, codex, project, _env(home, fedhome, {})
             )
-            thread = _thread(lines_out)
+            thread = codex_thread(lines_out)
             assert settings.lock_path.exists()
             # (2) a Claude Code session, with the hook, submits to that daemon
-            argv = serve_argv()
-            mcp = {
-                "mcpServers": {
-                    "fedhpc": {
-                        "type": "stdio",
-                        "command": argv[0],
-                        "args": argv[1:],
-                        "alwaysLoad": True,
-                        "env": {"FEDHPC_HOME": str(fedhome)},
-                    }
-                }
-            }
-            hook = {"type": "command", "command": f"{VENV_BIN}/fedhpc hook pre-tool-use"}
-            hooks = {"hooks": {"PreToolUse": [{"matcher": "mcp__fedhpc__.*", "hooks": [hook]}]}}
             session = "5f0c4a58-3b1e-4b59-9d0e-6a3c2f1b7e11"
             env = {
                 **os.environ,
-                **claude_env,
+                **cenv,
                 "ANTHROPIC_BASE_URL": ant.url,
                 "ANTHROPIC_API_KEY": CANARY_API_KEY,
                 "FEDHPC_HOME": str(fedhome),
@@ -460,22 +359,14 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
             }
             out = await anyio.to_thread.run_sync(
                 lambda: subprocess.run(
-                    [
-                        str(claude),
-                        "-p",
+                    claude_turn_argv(
+                        claude,
                         PROMPT,
-                        "--output-format",
-                        "json",
-                        "--session-id",
                         session,
-                        "--mcp-config",
-                        json.dumps(mcp),
-                        "--strict-mcp-config",
-                        "--allowedTools",
-                        "mcp__fedhpc",
-                        "--settings",
-                        json.dumps(hooks),
-                    ],
+                        serve=serve_argv(),
+                        fedhome=fedhome,
+                        hook="mcp__fedhpc__.*",
+                    ),
                     cwd=project,
                     env=env,
                     capture_output=True,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fedhpc.cli.serve import install_skills
+from tests.integration.agent_cli import claude_env, codex_config
 from tests.integration.fake_models import FakeAnthropic, FakeOpenAI
 from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool
 from tests.skill_claims import skills
@@ -60,14 +61,10 @@ def _claude(exe: Path, root: Path, with_skills: bool) -> str:
         install_skills([project / ".claude" / "skills"])
     with RecordingAnthropic() as fake:
         env = {
+            **claude_env(home),
             **_base_env(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
             "ANTHROPIC_BASE_URL": fake.url,
             "ANTHROPIC_API_KEY": "sk-fake",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "DISABLE_ERROR_REPORTING": "1",
         }
         out = subprocess.run(
             [str(exe), "-p", "hello", "--output-format", "json"],
@@ -89,29 +86,7 @@ def _codex(exe: Path, root: Path, with_skills: bool) -> str:
     if with_skills:
         install_skills([project / ".agents" / "skills"])
     with RecordingOpenAI() as fake:
-        (home / ".codex" / "config.toml").write_text(
-            "\n".join(
-                [
-                    'model = "fake-model"',
-                    'model_provider = "fakeoai"',
-                    'approval_policy = "never"',
-                    "check_for_update_on_startup = false",
-                    "[analytics]",
-                    "enabled = false",
-                    "[features]",
-                    "plugins = false",
-                    "apps = false",
-                    "[model_providers.fakeoai]",
-                    'name = "fake"',
-                    f'base_url = "{fake.url}/v1"',
-                    'wire_api = "responses"',
-                    'env_key = "FAKE_OPENAI_API_KEY"',
-                    "request_max_retries = 0",
-                    "stream_max_retries = 0",
-                    "",
-                ]
-            )
-        )
+        codex_config(home / ".codex", fake.url)
         env = {
             **_base_env(home),
             "CODEX_HOME": str(home / ".codex"),
