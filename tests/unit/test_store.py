@@ -159,3 +159,34 @@ async def test_the_wait_history_read_walks_an_index_instead_of_sorting_every_att
     conn.close()
     assert any("INDEX attempts_state_updated" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
+async def test_the_wait_history_is_decoded_off_the_event_loops_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store.finished_attempts (2,000 attempt bodies every control cycle) decodes them on a
+    worker thread: the event loop keeps answering REST requests meanwhile."""
+    import threading
+
+    from fedhpc.store import db
+
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="completed", body={}, at=T0)
+        await tx.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
+            "?, ?, ?)",
+            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5}'),
+        )
+    decoded_on: list[int] = []
+    real = db._attempt
+
+    def spy(row: object) -> dict[str, object]:
+        decoded_on.append(threading.get_ident())
+        return real(row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db, "_attempt", spy)
+    rows = await store.finished_attempts()
+    assert [r["body"] for r in rows] == [{"wait_s": 5}]
+    assert decoded_on
+    assert threading.get_ident() not in decoded_on
