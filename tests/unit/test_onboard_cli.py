@@ -3,6 +3,7 @@ and a hint, before touching any site or file."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -100,3 +101,33 @@ def test_doctor_for_a_typod_site_names_the_configured_one(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert "not configured: devdleta" in done.stderr
     assert "hint: Did you mean devdelta? Add a site with `fedhpc connect SITE`" in done.stderr
+
+
+def test_discover_over_ssh_to_a_host_that_does_not_resolve_names_what_to_check(
+    tmp_path: Path,
+) -> None:
+    """Onboarding asks once: not the daemon's "fedhpc retries this itself"."""
+    done = _run(tmp_path, "sites", "discover", "mylab", "--ssh", "nosuchhost.invalid")
+    assert done.returncode == 2, done.stderr
+    assert "error[discover_failed]: mylab: ssh to nosuchhost.invalid failed" in done.stderr
+    assert "hint: Check that `ssh nosuchhost.invalid` works in this terminal" in done.stderr
+    assert "fedhpc connect mylab --ssh nosuchhost.invalid" in done.stderr
+    assert "retries this itself" not in done.stderr
+    assert not (tmp_path / "config.toml").exists()
+    assert not (tmp_path / "profiles").exists()
+
+
+def test_doctor_for_an_ssh_host_that_does_not_resolve_names_what_to_check(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "config.toml").write_text(
+        '[sites.delta]\ntransport = { host = "nosuchhost.invalid" }\n'
+    )
+    done = _run(tmp_path, "doctor", "--json", "delta")
+    assert done.returncode == 1, done.stderr
+    checks = {c["check"]: c for c in json.loads(done.stdout)["sites"]["delta"]}
+    reach = checks["transport"]
+    assert reach["status"] == "fail" and "Could not resolve hostname" in reach["detail"]
+    assert "check that `ssh nosuchhost.invalid` works in a terminal" in reach["fix"]
+    assert "[sites.delta] transport" in reach["fix"] and "fedhpc connect delta" in reach["fix"]
+    assert checks["scheduler"]["status"] == "skip"

@@ -12,7 +12,7 @@ from pathlib import Path
 from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects.facts import ClusterFacts
 from fedhpc.adapters.transports import make_transport
-from fedhpc.adapters.transports.base import Transport
+from fedhpc.adapters.transports.base import Transport, TransportError
 from fedhpc.adapters.transports.local import TransportTimeout
 from fedhpc.domain.config import TransportOverride
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
@@ -114,21 +114,49 @@ async def discover(
     _check_local(name, spec)
     transport = make_transport(spec, state_dir=fedhpc_home())
     try:
-        dialect = dialect or await _which_dialect(transport)
-        d = discover_dialect(dialect)
-        try:
-            problem = d.ping_problem(await transport.run(d.ping))
-        except TransportTimeout:
-            problem = f"the scheduler did not answer within {d.ping.timeout_s:g} s"
-        if problem:
-            raise DiscoverFailed(
-                f"{name}: {problem}",
-                hint="Check the scheduler's environment (e.g. SLURM_CONF) and that it is up; "
-                "`fedhpc doctor` checks the same once a site is configured.",
-            )
-        result = await transport.run(batch(d.sections, timeout_s=timeout_s))
+        return await _discover(
+            name, spec, transport, dialect=dialect, title=title, login=login, timeout_s=timeout_s
+        )
+    except TransportError as exc:
+        # Onboarding asks once, now: "fedhpc retries this itself" (the daemon's hint) is not so.
+        raise DiscoverFailed(f"{name}: {exc.message}", hint=_reach_hint(name, spec)) from None
     finally:
         await transport.aclose()
+
+
+def _reach_hint(name: str, spec: TransportSpec) -> str:
+    if spec.kind == "ssh":
+        return (
+            f"Check that `ssh {spec.host}` works in this terminal (host name, user, host key); "
+            f"`fedhpc connect {name} --ssh {spec.host}` opens the session with its prompts."
+        )
+    return "Check how the site is reached (docs/transports.md), then run this again."
+
+
+async def _discover(
+    name: str,
+    spec: TransportSpec,
+    transport: Transport,
+    *,
+    dialect: str | None,
+    title: str,
+    login: str | None,
+    timeout_s: float,
+) -> Discovery:
+    """The questions and the build, on an open transport (the caller closes it)."""
+    dialect = dialect or await _which_dialect(transport)
+    d = discover_dialect(dialect)
+    try:
+        problem = d.ping_problem(await transport.run(d.ping))
+    except TransportTimeout:
+        problem = f"the scheduler did not answer within {d.ping.timeout_s:g} s"
+    if problem:
+        raise DiscoverFailed(
+            f"{name}: {problem}",
+            hint="Check the scheduler's environment (e.g. SLURM_CONF) and that it is up; "
+            "`fedhpc doctor` checks the same once a site is configured.",
+        )
+    result = await transport.run(batch(d.sections, timeout_s=timeout_s))
     parts = split_batch(result.stdout)
     try:
         facts = d.parse(parts)

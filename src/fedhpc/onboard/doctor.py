@@ -140,12 +140,25 @@ async def _control_master(run: _Run, transport: SshTransport) -> bool:
     return False
 
 
+def _reach_fix(site: Site, exc: FedError) -> str:
+    """The fix for a site the doctor could not reach. A transient failure's own hint ("fedhpc
+    retries this itself") is the daemon's, not a person's: over ssh, name what to check."""
+    spec = site.transport
+    if isinstance(exc, TransportError) and spec.kind == "ssh":
+        return (
+            f"check that `ssh {spec.host}` works in a terminal (host name, user, host key; the "
+            f"host and user come from the profile and [sites.{site.name}] transport), then "
+            f"`fedhpc connect {site.name}`"
+        )
+    return exc.hint or "see docs/transports.md"
+
+
 async def _reachable(run: _Run, adapter: Any) -> bool:
     started = time.time()
     try:
         result = await adapter.transport.run(Command(("date", "+%s"), timeout_s=30.0))
     except FedError as exc:
-        run.add("transport", False, exc.message, exc.hint or "see docs/transports.md")
+        run.add("transport", False, exc.message, _reach_fix(run.site, exc))
         return False
     ended = time.time()
     if not result.ok or not result.stdout.strip().isdigit():
