@@ -149,13 +149,13 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
 async def test_the_wait_history_read_walks_an_index_instead_of_sorting_every_attempt(
     store: Store,
 ) -> None:
-    """Store.finished_attempts runs every control cycle (the learned estimator's history):
+    """Store.wait_samples runs every control cycle (the learned estimator's history):
     schema 8's index gives the newest completed attempts in order, without a temporary b-tree
     of every completed attempt and its body."""
-    from fedhpc.store.db import FINISHED_ATTEMPTS
+    from fedhpc.store.db import WAIT_SAMPLES
 
     conn = sqlite3.connect(store.path)
-    plan = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {FINISHED_ATTEMPTS}", (2000,))]
+    plan = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {WAIT_SAMPLES}", (2000,))]
     conn.close()
     assert any("INDEX attempts_state_updated" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
@@ -164,8 +164,8 @@ async def test_the_wait_history_read_walks_an_index_instead_of_sorting_every_att
 async def test_the_wait_history_is_decoded_off_the_event_loops_thread(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Store.finished_attempts (2,000 attempt bodies every control cycle) decodes them on a
-    worker thread: the event loop keeps answering REST requests meanwhile."""
+    """Store.wait_samples (2,000 attempts every control cycle) makes its samples on a worker
+    thread: the event loop keeps answering REST requests meanwhile."""
     import threading
 
     from fedhpc.store import db
@@ -176,17 +176,17 @@ async def test_the_wait_history_is_decoded_off_the_event_loops_thread(
             "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
             "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
             "?, ?, ?)",
-            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5}'),
+            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5, "shape": {"gpus": 0}}'),
         )
     decoded_on: list[int] = []
-    real = db._attempt
+    real = db._sample
 
-    def spy(row: object) -> dict[str, object]:
+    def spy(row: object) -> db.WaitSample:
         decoded_on.append(threading.get_ident())
         return real(row)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(db, "_attempt", spy)
-    rows = await store.finished_attempts()
-    assert [r["body"] for r in rows] == [{"wait_s": 5}]
+    monkeypatch.setattr(db, "_sample", spy)
+    rows = await store.wait_samples()
+    assert [(r.site, r.wait_s, r.gpus) for r in rows] == [("s", 5, 0)]
     assert decoded_on
     assert threading.get_ident() not in decoded_on

@@ -51,6 +51,13 @@ class Claims:
         self.dispatched: list[Claim] = []
         self.ended: list[Ended] = []
 
+    def end(self, ended: Ended) -> None:
+        """A job of ours ended. Those a probe has shown ended since are dropped here too, not
+        only when a placement builds a ledger: with nothing queued, none is built for as long
+        as jobs keep ending."""
+        self.ended = [e for e in self.ended if self._counted(e)]
+        self.ended.append(ended)
+
     def drop(self, claim: Claim) -> None:
         """The job never reached a queue."""
         self.dispatched = [c for c in self.dispatched if c is not claim]

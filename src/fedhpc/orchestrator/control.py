@@ -183,7 +183,7 @@ class Control:
             await self.book.save(tx, task, a, at=self.clock())
         if a.state.terminal and not before.terminal:
             if a.ended_at is not None and a.job_id is not None:
-                self.claims.ended.append(Ended(a.site, a.partition, a.ended_at))
+                self.claims.end(Ended(a.site, a.partition, a.ended_at))
                 self.wake_placer()  # work held by a per-user limit may go now
             await self.adaptation.after_end(task, a)
 

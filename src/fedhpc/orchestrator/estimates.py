@@ -7,8 +7,8 @@ arguments."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -21,7 +21,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.job import AccountingRecord
 from fedhpc.errors import FedError
 from fedhpc.orchestrator.liveness import offline, online
-from fedhpc.orchestrator.records import AttemptRecord
+from fedhpc.orchestrator.records import is_own_job
 from fedhpc.orchestrator.start_estimates import (
     EstimateCache,
     SchedulerAnswer,
@@ -30,11 +30,11 @@ from fedhpc.orchestrator.start_estimates import (
 )
 from fedhpc.placement import Placement, Policy, SchedulerKey, Unschedulable, WaitObservation
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
-from fedhpc.placement.estimators import WaitHistory
+from fedhpc.placement.estimators import WaitHistory, size_bucket
 from fedhpc.placement.policy import PolicyKind, WaitMethod
-from fedhpc.store import Store
+from fedhpc.store import Store, WaitSample
 
-__all__ = ["ACCOUNTING_EVERY_S", "WaitInputs", "asks_scheduler"]
+__all__ = ["ACCOUNTING_EVERY_S", "WaitInputs", "asks_scheduler", "usable"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,21 +53,16 @@ def asks_scheduler(policy: Policy) -> bool:
 class _UserJobs(Protocol):
     def user_jobs_command(self, user: str, since_s: int) -> Command: ...
 
-    def parse_accounting(
-        self, result: CommandResult, *, now: datetime | None = None
-    ) -> list[AccountingRecord]: ...
-
-
-# fedhpc's own jobs (`records.job_name`): their waits come from its attempts already.
-_OURS = re.compile(r"fedhpc-t[0-9a-f]+-[0-9]+")
+    def iter_user_jobs(self, result: CommandResult) -> Iterator[AccountingRecord]: ...
 
 
 def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
-    """A started job's wait (start - eligible, else - submit) at its size, or None."""
+    """A started job's wait (start - eligible, else - submit) at its size, or None. fedhpc's
+    own jobs (single tasks and group children) are left out: their attempts count already."""
     base = r.eligible or r.submit
     if r.start is None or base is None or not r.partition or r.array_index is not None:
         return None
-    if r.name and _OURS.fullmatch(r.name):
+    if is_own_job(r.name):
         return None
     tres = r.alloc_tres
     nodes = max(int(tres.get("node", "1") or 1), 1)
@@ -83,6 +78,24 @@ def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
         wait_s=min(wait, 1e8),
         observed_at=r.start,
     )
+
+
+def usable(observations: Iterable[WaitObservation], cap: int) -> list[WaitObservation]:
+    """The observations a `WaitHistory` can ever read, newest first: the newest `cap` of each
+    (site, partition, size bucket) and of each (site, partition), its two samples (an older one
+    always loses to these, whatever else joins them). Holds at most that many at once."""
+    Entry = tuple[tuple[datetime, float], int, WaitObservation]  # (newness, arrival, obs)
+    heaps: dict[tuple[str, ...], list[Entry]] = {}
+    for i, o in enumerate(observations):
+        b = (o.site, o.partition, size_bucket(o.gpus, o.cpus, o.nodes))
+        entry: Entry = ((o.observed_at, o.wait_s), i, o)
+        for heap in (heaps.setdefault(b, []), heaps.setdefault(b[:2], [])):
+            if len(heap) < cap:
+                heapq.heappush(heap, entry)
+            else:
+                heapq.heappushpop(heap, entry)  # the oldest of cap + 1 goes
+    kept = {i: o for heap in heaps.values() for _, i, o in heap}
+    return sorted(kept.values(), key=lambda o: (o.observed_at, o.wait_s), reverse=True)
 
 
 class WaitInputs:
@@ -120,33 +133,40 @@ class WaitInputs:
         self._index: tuple[WaitHistory | None] | None = None
         self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
         self._errors: EstimatorErrors | None = None  # per cycle too
+        self._wait_samples: list[WaitSample] | None = None  # what both are built from
 
     def new_cycle(self) -> None:
         """A control cycle recorded what it observed: the next decision rebuilds the index."""
         self._index = None
         self._errors = None
+        self._wait_samples = None
 
     def mark_placed(self, site: str, partition: str) -> None:
         """A job goes to (site, partition): earlier scheduler answers there are stale."""
         self.placed_at[(site, partition)] = self.cache.clock()
         self.cache.drop_partition(site, partition)
 
+    async def _samples(self) -> list[WaitSample]:
+        """The newest finished attempts' waits, read once per control cycle for the index and
+        the estimators' errors alike (a few fields each, never the bodies)."""
+        if self._wait_samples is None:
+            self._wait_samples = await self.store.wait_samples()
+        return self._wait_samples
+
     async def _observed(self) -> list[WaitObservation]:
-        out = []
-        for row in await self.store.finished_attempts():
-            a = AttemptRecord.from_row(row)
-            if a.wait_s is not None and a.ended_at is not None:
-                out.append(
-                    WaitObservation(
-                        site=a.site,
-                        partition=a.partition,
-                        gpus=a.shape.gpus,
-                        cpus=a.shape.cpus,
-                        nodes=a.shape.nodes,
-                        wait_s=a.wait_s,
-                        observed_at=a.ended_at,
-                    )
-                )
+        out = [
+            WaitObservation(
+                site=a.site,
+                partition=a.partition,
+                gpus=a.gpus,
+                cpus=a.cpus,
+                nodes=a.nodes,
+                wait_s=a.wait_s,
+                observed_at=a.ended_at,
+            )
+            for a in await self._samples()
+            if a.wait_s is not None and a.ended_at is not None
+        ]
         out.extend(self.user_observations())  # the user's other jobs, every partition
         return out
 
@@ -191,17 +211,19 @@ class WaitInputs:
         """Each estimator's recent error per site and partition: the waits predicted when jobs
         were placed against the waits accounting reported. Built once per control cycle."""
         if self._errors is None:
-            obs = []
-            for row in await self.store.finished_attempts():
-                a = AttemptRecord.from_row(row)
-                if a.wait_s is None or a.started_at is None:
-                    continue
-                for method, predicted in a.predicted_waits.items():
-                    obs.append(
-                        ErrorObservation(
-                            a.site, a.partition, method, predicted, a.wait_s, a.started_at
-                        )
-                    )
+            obs = [
+                ErrorObservation(
+                    a.site,
+                    a.partition,
+                    method,
+                    predicted,
+                    a.wait_s,
+                    datetime.fromisoformat(a.started_at),
+                )
+                for a in await self._samples()
+                if a.wait_s is not None and a.started_at is not None
+                for method, predicted in a.predicted_waits.items()
+            ]
             s = Policy().settings
             self._errors = EstimatorErrors(
                 obs,
@@ -216,7 +238,8 @@ class WaitInputs:
         site's accounting (one `sacct` per site, at most every ACCOUNTING_EVERY_S; sites in
         parallel, bounded in time). fedhpc's own jobs are among them. Returns the observations
         kept."""
-        window = int(Policy().settings.learned_window_s)
+        settings = Policy().settings
+        window, cap = int(settings.learned_window_s), settings.learned_max_samples
         now = anyio.current_time()
         due = [
             s
@@ -235,8 +258,10 @@ class WaitInputs:
             try:
                 with anyio.fail_after(self.timeout_s * 5):
                     result = await adapter.transport.run(command)
-                records = dialect.parse_accounting(result)
-                obs = [x for r in records if (x := _observation(site, r)) is not None]
+                # One record at a time, and only what a WaitHistory can use is kept: the window
+                # holds every job of a sweep (thousands), which no decision needs all of.
+                records = dialect.iter_user_jobs(result)
+                obs = usable((x for r in records if (x := _observation(site, r)) is not None), cap)
             except (FedError, TimeoutError, ValueError, ArithmeticError, OSError) as exc:
                 # Any typed error is this site's alone (a login that needs a person, a refused
                 # transport setting), and so is an answer no scheduler gives (garbage): raised

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,14 @@ from fedhpc.ops.task_views import AttemptView, Provenance
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.transfer.records import stage_out_id
 
-__all__ = ["AttemptRecord", "TaskRecord", "job_name", "new_id", "stage_out_ids"]
+__all__ = [
+    "AttemptRecord",
+    "TaskRecord",
+    "is_own_job",
+    "job_name",
+    "new_id",
+    "stage_out_ids",
+]
 
 
 def new_id(prefix: str) -> str:
@@ -24,6 +32,15 @@ def new_id(prefix: str) -> str:
 def job_name(task_id: str, n: int) -> str:
     """The scheduler job name: a restarted daemon finds its jobs again by it."""
     return f"fedhpc-{task_id}-{n}"
+
+
+# `job_name` of a single task (t<hex>) or of a group's child (t<hex>-<index>), then the attempt.
+_OWN_JOB = re.compile(r"fedhpc-t[0-9a-f]+(?:-[0-9]+)?-[0-9]+")
+
+
+def is_own_job(name: str | None) -> bool:
+    """Whether a scheduler job name is one `job_name` gives (a job fedhpc submitted)."""
+    return name is not None and _OWN_JOB.fullmatch(name) is not None
 
 
 class AttemptRecord(AttemptView):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,34 @@ from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
-__all__ = ["FINISHED_ATTEMPTS", "Store", "Tx"]
+__all__ = ["WAIT_SAMPLES", "Store", "Tx", "WaitSample"]
 
-# The newest completed attempts: walks the index attempts_state_updated (schema 8), no sort.
-FINISHED_ATTEMPTS = (
-    "SELECT * FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?"
-)
+# The newest completed attempts as the wait estimators read them (WaitSample's fields, in
+# order): walks the index attempts_state_updated (schema 8), no sort, and reads only these few
+# fields of each body.
+WAIT_SAMPLES = """
+SELECT site, partition, json_extract(body, '$.shape.gpus'), json_extract(body, '$.shape.cpus'),
+    json_extract(body, '$.shape.nodes'), json_extract(body, '$.wait_s'),
+    json_extract(body, '$.started_at'), json_extract(body, '$.ended_at'),
+    json_extract(body, '$.predicted_waits')
+FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSample:
+    """A completed attempt's queue wait: where, at which size, when, and what each estimator
+    predicted for it (times as stored: ISO 8601 text, or None)."""
+
+    site: str
+    partition: str
+    gpus: int
+    cpus: int
+    nodes: int
+    wait_s: float | None
+    started_at: str | None
+    ended_at: str | None
+    predicted_waits: dict[str, float]
 
 
 class Store(GroupReads, DeliveryReads):
@@ -183,13 +206,14 @@ class Store(GroupReads, DeliveryReads):
         )
         return [_attempt(r) for r in rows]
 
-    async def finished_attempts(self, limit: int = 2000) -> list[dict[str, Any]]:
-        """Recent attempts that ran: the learned wait estimator's history."""
-        rows = await self._all(FINISHED_ATTEMPTS, (limit,))
-        # Read every control cycle: 2,000 bodies, ~2 MB of JSON (~80 ms at load 8). Decoded on a
-        # worker thread, the event loop takes the GIL back every switch interval (5 ms) and
-        # answers REST requests meanwhile, instead of waiting for the whole decode.
-        return await anyio.to_thread.run_sync(_attempts, rows)
+    async def wait_samples(self, limit: int = 2000) -> list[WaitSample]:
+        """The newest `limit` completed attempts as the learned wait estimator and the
+        estimators' error record read them: a few fields, never the bodies (each body read in
+        costs some kilobytes, and every control cycle reads up to `limit` of them)."""
+        rows = await self._all(WAIT_SAMPLES, (limit,))
+        # Every control cycle: made on a worker thread, so the event loop takes the GIL back
+        # every switch interval and answers REST requests meanwhile.
+        return await anyio.to_thread.run_sync(_samples, rows)
 
     async def list_tasks(
         self, *, state: str | None = None, group_id: str | None = None, limit: int = 100
@@ -308,8 +332,22 @@ async def _reader(path: Path) -> aiosqlite.Connection:
     return reader
 
 
-def _attempts(rows: list[aiosqlite.Row]) -> list[dict[str, Any]]:
-    return [_attempt(r) for r in rows]
+def _samples(rows: list[aiosqlite.Row]) -> list[WaitSample]:
+    return [_sample(r) for r in rows]
+
+
+def _sample(r: aiosqlite.Row) -> WaitSample:
+    return WaitSample(
+        site=r[0],
+        partition=r[1],
+        gpus=r[2],
+        cpus=r[3],
+        nodes=r[4],
+        wait_s=r[5],
+        started_at=r[6],
+        ended_at=r[7],
+        predicted_waits=json.loads(r[8]) if r[8] else {},
+    )
 
 
 def _attempt(row: aiosqlite.Row) -> dict[str, Any]:

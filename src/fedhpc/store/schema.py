@@ -165,7 +165,7 @@ MIGRATIONS: tuple[str, ...] = (
         group_id, state, id, json_extract(body, '$.accepted_attempt'));
     DROP INDEX tasks_group;
     """,
-    # 8: the learned wait estimator's history (Store.finished_attempts: the newest 2,000
+    # 8: the learned wait estimator's history (Store.wait_samples: the newest 2,000
     # completed attempts, read every control cycle) walks an index instead of sorting every
     # completed attempt with its body (10,000 attempts: ~8 MB through a temporary b-tree, on the
     # connection every other read and write waits behind). Still serves `state IN (...)`.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
@@ -139,7 +139,7 @@ class SlurmDialect:
 
     def user_jobs_command(self, user: str, since_s: int) -> Command:
         """`sacct` for every job of `user` active in the last `since_s` seconds, fedhpc's or not:
-        what the learned wait estimator learns from (parsed by `parse_accounting`)."""
+        what the learned wait estimator learns from (read by `iter_user_jobs`)."""
         argv = (
             "sacct",
             "--noheader",
@@ -155,6 +155,10 @@ class SlurmDialect:
     ) -> list[AccountingRecord]:
         # Times are epoch seconds (SLURM_TIME_FORMAT=%s): `now` is not needed.
         return parse.parse_sacct(result)
+
+    def iter_user_jobs(self, result: CommandResult) -> Iterator[AccountingRecord]:
+        """`user_jobs_command`'s rows one at a time (a sweep leaves thousands in the window)."""
+        return parse.iter_sacct(result)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("scancel", *(_ids([j]) for j in job_ids)), env=_ENV)

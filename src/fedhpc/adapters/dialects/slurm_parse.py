@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -13,6 +15,7 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
 
 __all__ = [
     "StartPrediction",
+    "iter_sacct",
     "map_state",
     "none_if_blank",
     "parse_sacct",
@@ -153,10 +156,17 @@ def _exit_code(value: str) -> int | None:
 
 def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
     """`sacct --parsable2 --allocations` rows; times are epoch seconds (SLURM_TIME_FORMAT=%s)."""
+    return list(iter_sacct(result))
+
+
+def iter_sacct(result: CommandResult) -> Iterator[AccountingRecord]:
+    """`parse_sacct` one record at a time: the user's jobs over the learned window can be
+    thousands (a sweep's), and none of them need to be held at once. Raises ValueError on
+    the first `next` when sacct failed."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
-    out: list[AccountingRecord] = []
-    for line in result.stdout.splitlines():
+    for raw in io.StringIO(result.stdout):  # no list of every line either
+        line = raw.rstrip("\r\n")
         if not line.strip():
             continue
         fields = line.split("|", 11)
@@ -165,8 +175,8 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
         jid, native, account, partition, submit, eligible, start, end, elapsed = fields[:9]
         exit_code, tres, name = fields[9:]
         job, folded = _split_id(jid)
-        out.extend(
-            AccountingRecord(
+        for index in _expand(folded):
+            yield AccountingRecord(
                 job_id=job,
                 array_index=index,
                 name=name,
@@ -182,9 +192,6 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
                 exit_code=_exit_code(exit_code),
                 alloc_tres=dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv),
             )
-            for index in _expand(folded)
-        )
-    return out
 
 
 @dataclass(frozen=True, slots=True)
