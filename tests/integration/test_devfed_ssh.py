@@ -69,6 +69,40 @@ def test_fedhpc_probe_reaches_a_cluster_over_ssh(over_ssh: SshFront) -> None:
     assert "fedhpc-gpu" in state["accounts"]
 
 
+def test_fedhpc_probe_reports_every_site_when_one_has_a_refused_ssh_option(
+    over_ssh: SshFront, isolated_home: Path
+) -> None:
+    """The four clusters over sshd, devdelta's profile with an ssh option fedhpc refuses: the
+    other three are still probed and printed; devdelta's typed error and its fix on stderr;
+    the exit status is that error's (3), with no traceback."""
+    (isolated_home / "config.toml").write_text(
+        f'[sites.devdelta.transport.options]\nIdentityFile = "{over_ssh.client_key}"\n'
+    )
+    argv = [sys.executable, "-m", "fedhpc.cli.main", "probe"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    heads = [ln for ln in out.stdout.splitlines() if not ln.startswith(" ")]
+    assert heads[1] == "devdelta: failed  error[transport_config] (on stderr)", out.stdout
+    others = [h for i, h in enumerate(heads) if i != 1]
+    assert [h.split(":")[0] for h in others] == ["devanvil", "devdeltaai", "devvista"]
+    assert all(h.split()[1] == "ok" for h in others), out.stdout
+    assert "gpus free" in out.stdout  # their partitions, read through sshd
+    err = out.stderr.splitlines()
+    assert err[0].startswith(
+        "error[transport_config]: devdelta: ssh option 'IdentityFile' is not allowed"
+    ), out.stderr
+    assert err[1].startswith('hint: Write identity_file = "..." instead of IdentityFile')
+
+    as_json = subprocess.run(
+        [*argv, "--json"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert as_json.returncode == 3, as_json.stderr
+    entries = {e["site"]: e for e in json.loads(as_json.stdout)}
+    assert entries["devdelta"]["error"]["code"] == "transport_config"
+    assert {entries[s]["health"] for s in ("devanvil", "devdeltaai", "devvista")} == {"ok"}
+
+
 async def test_a_refused_ssh_option_takes_only_its_site_offline_with_the_fix(
     over_ssh: SshFront, tmp_path: Path
 ) -> None:

@@ -112,6 +112,11 @@ def test_fedhpc_probe_with_a_refused_ssh_option_prints_the_typed_error_and_exits
     )
     assert out.returncode == 3, out.stderr
     assert "Traceback" not in out.stderr
+    # Each site is reported, in the order asked, both failed: the typed error of each.
+    assert out.stdout.splitlines() == [
+        "delta: failed  error[transport_config] (on stderr)",
+        "anvil: failed  error[transport_config] (on stderr)",
+    ]
     lines = out.stderr.splitlines()
     assert lines[0] == (
         "error[transport_config]: delta: ssh option 'IdentityFile' is not allowed in "
@@ -124,7 +129,7 @@ def test_fedhpc_probe_with_a_refused_ssh_option_prints_the_typed_error_and_exits
     assert "error[transport_config]: anvil: ssh option 'ProxyCommand' is not allowed" in lines[2]
 
 
-def test_fedhpc_probe_json_prints_the_typed_error_on_stdout(isolated_home: Path) -> None:
+def test_fedhpc_probe_json_lists_the_typed_error_under_its_site(isolated_home: Path) -> None:
     (isolated_home / "config.toml").write_text(
         '[sites.delta.transport.options]\nIdentityFile = "~/.ssh/id_delta"\n'
     )
@@ -135,10 +140,26 @@ def test_fedhpc_probe_json_prints_the_typed_error_on_stdout(isolated_home: Path)
         timeout=60,
         check=False,
     )
-    assert out.returncode == 3
-    error = json.loads(out.stdout)["error"]
+    assert out.returncode == 3, out.stderr
+    (entry,) = json.loads(out.stdout)
+    assert entry["site"] == "delta"
+    error = entry["error"]
     assert (error["code"], error["kind"]) == ("transport_config", "validation")
     assert "identity_file" in error["hint"]
+
+
+def test_fedhpc_probe_help_documents_its_exit_status() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "probe", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "the code of the first such site's error (3 for a refused ssh option" in text
+    assert "The other sites are probed and printed either way." in text
 
 
 class _GoneChildren:
@@ -166,6 +187,6 @@ async def test_the_dashboard_answers_a_typed_error_raised_in_its_task_group() ->
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
         got = await h.get("/api/groups/g1/timeline", headers={"X-Fedhpc-Token": "t"})
-    assert got.status_code == 502
+    assert got.status_code == 404
     assert got.json()["code"] == "not_found"
     assert got.json()["message"].startswith("no task g1-")

@@ -1,21 +1,39 @@
 """`fedhpc probe`: one batched probe per enabled site, concurrently, printed for people. A
-diagnostic: it talks to each site directly, not through the daemon (its help says so)."""
+diagnostic: it talks to each site directly, not through the daemon (its help says so). Every
+site is probed and reported, also when another one fails with a typed error."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import anyio
 
-from fedhpc.domain.site import SiteState
+from fedhpc.domain.site import Health, SiteState
+from fedhpc.errors import EXIT_CODES, FedError
 from fedhpc.onboard.probe import probe_sites
 
 __all__ = ["add_parser"]
 
 
-def _print(states: list[SiteState]) -> None:
-    for st in states:
+EPILOG = (
+    "exit status: 0 when every site answered; when a site's probe failed with a typed error "
+    "(printed on stderr as error[code]: message, then hint: ...), the code of the first such "
+    "site's error (3 for a refused ssh option, 6 for a site that cannot be reached now; "
+    "docs/errors.md); else 1 when a site is offline. The other sites are probed and printed "
+    "either way."
+)
+
+
+def _print(results: list[tuple[str, SiteState | FedError]]) -> None:
+    for name, st in results:
+        if isinstance(st, FedError):
+            print(f"{name}: failed  error[{st.code}] (on stderr)", flush=True)
+            print(f"error[{st.code}]: {st.message}", file=sys.stderr)
+            if st.hint:
+                print(f"hint: {st.hint}", file=sys.stderr)
+            continue
         print(f"{st.site}: {st.health.value}  arch={st.arch}  accounts={','.join(st.accounts)}")
         if st.error:
             print(f"  error: {st.error}")
@@ -29,13 +47,28 @@ def _print(states: list[SiteState]) -> None:
             )
 
 
+def _json(name: str, st: SiteState | FedError) -> object:
+    if isinstance(st, FedError):
+        return {"site": name, "error": {**st.as_dict(), "kind": st.kind.value}}
+    return st.model_dump(mode="json")
+
+
+def exit_status(results: list[tuple[str, SiteState | FedError]]) -> int:
+    """0: every site answered; the first failed site's error code; else 1: a site is offline."""
+    for _name, st in results:
+        if isinstance(st, FedError):
+            return EXIT_CODES[st.kind]
+    offline = any(isinstance(st, SiteState) and st.health is Health.OFFLINE for _, st in results)
+    return 1 if offline else 0
+
+
 def _run(args: argparse.Namespace) -> int:
-    states = anyio.run(probe_sites, list(args.sites), float(args.timeout))
+    results = anyio.run(probe_sites, list(args.sites), float(args.timeout))
     if args.json:
-        print(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
+        print(json.dumps([_json(name, st) for name, st in results], indent=2))
     else:
-        _print(states)
-    return 0 if all(s.health.value != "offline" for s in states) else 1
+        _print(results)
+    return exit_status(results)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "through the daemon, so it works while the daemon is stopped; `fedhpc status "
             "--refresh` asks the running daemon instead."
         ),
+        epilog=EPILOG,
     )
     p.add_argument("sites", nargs="*", help="site names (default: every enabled site)")
     p.add_argument("--json", action="store_true", help="print SiteState records as JSON")

@@ -4,8 +4,11 @@ Every request must name a loopback host (no DNS rebinding); a read of the API un
 also carry the dashboard's random token in the `X-Fedhpc-Token` header (the page takes it from
 the printed URL's `?token=` into sessionStorage: no cookie, since cookies ignore ports and would
 reach any other server on 127.0.0.1). The page and its files hold no data and are served without
-the token. The API only reads the daemon's REST API, with bounded answers. The pages and their
-JavaScript libraries ship inside the package (static/): nothing is fetched from elsewhere."""
+the token. The API only reads the daemon's REST API, with bounded answers; a typed error (the
+daemon's own, or one raised inside a task group here) is answered as `{code, message, hint}`
+with its kind's HTTP status (docs/errors.md): an unknown task id is a 404, a stopped daemon a
+503. The pages and their JavaScript libraries ship inside the package (static/): nothing is
+fetched from elsewhere."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.errors import typed_error
+from fedhpc.errors import HTTP_STATUS, typed_error
 from fedhpc.ui.data import group_manifests, manifest
 from fedhpc.ui.timeline import bar_json, bars
 
@@ -122,8 +125,8 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
                 typed = typed_error(exc)
                 if typed is None:
                     raise
-                body = typed.as_dict()
-                status = 503 if typed.code.startswith("daemon_") else 502
+                # The daemon's answer keeps its status: an unknown task is 404 here too.
+                body, status = typed.as_dict(), HTTP_STATUS[typed.kind]
             else:
                 status = 200
             return JSONResponse(body, status_code=status, headers=_HEADERS)

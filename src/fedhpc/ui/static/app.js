@@ -40,28 +40,51 @@ const TOKEN_KEY = "fedhpc_token";
 
 async function api(path) {
   const token = sessionStorage.getItem(TOKEN_KEY) || "";
-  const resp = await fetch(path, { cache: "no-store", headers: { "X-Fedhpc-Token": token } });
+  let resp;
+  try {
+    resp = await fetch(path, { cache: "no-store", headers: { "X-Fedhpc-Token": token } });
+  } catch (e) {  // no answer at all: this page's own server (`fedhpc ui`) has stopped
+    const err = new Error("the dashboard's server (`fedhpc ui`) does not answer");
+    err.hint = "start `fedhpc ui` again and open the URL it prints (each run has a new token)";
+    err.code = "ui_stopped";
+    throw err;
+  }
   if (resp.status === 403) {
     const err = new Error("this dashboard needs its token");
     err.hint = "open the URL `fedhpc ui` printed (also in <home>/ui.url)";
-    err.noToken = true;
+    err.code = "no_token";
     throw err;
   }
   let body = null;
   try { body = await resp.json(); } catch (e) { body = { message: `HTTP ${resp.status}` }; }
-  if (!resp.ok) {
+  if (!resp.ok) {  // the typed error {code, message, hint}, as the daemon answered it
     const err = new Error(body.message || `HTTP ${resp.status}`);
     err.hint = body.hint || "";
+    err.code = body.code || "error";
+    err.status = resp.status;
     throw err;
   }
   return body;
 }
 
+// What a failed read says, on the banner and in the status corner: the daemon down, the
+// token missing, this page's server gone, or the daemon's own typed answer.
+function daemonDown(err) { return (err.code || "").startsWith("daemon_"); }
+
 function banner(err) {
   const b = $("#banner");
   if (!err) { b.hidden = true; b.textContent = ""; return; }
   b.hidden = false;
-  b.textContent = `The daemon could not be read: ${err.message}` + (err.hint ? ` (${err.hint})` : "");
+  b.dataset.code = err.code || "error";
+  const what = daemonDown(err) ? `The daemon could not be read: ${err.message}` : err.message;
+  b.textContent = what + (err.hint ? ` (${err.hint})` : "");
+}
+
+function statusOf(err) {
+  if (err.code === "no_token") return "token missing";
+  if (err.code === "ui_stopped") return "dashboard stopped";
+  if (daemonDown(err)) return "daemon unreachable";
+  return `error: ${err.code}`;
 }
 
 function setStatus(text) { $("#status").textContent = text; }
@@ -210,10 +233,26 @@ function escapeHtml(s) {
 async function refreshTimeline() {
   const sel = state.selected;
   if (!sel) return;
-  const body = sel.kind === "group"
-    ? await api(`/api/groups/${encodeURIComponent(sel.id)}/timeline`)
-    : await api(`/api/tasks/${encodeURIComponent(sel.id)}/timeline`);
+  let body;
+  try {
+    body = sel.kind === "group"
+      ? await api(`/api/groups/${encodeURIComponent(sel.id)}/timeline`)
+      : await api(`/api/tasks/${encodeURIComponent(sel.id)}/timeline`);
+  } catch (err) {
+    if (err.status !== 404 || state.selected !== sel) throw err;
+    // A link to a task or group the daemon does not know (a typo, or another daemon's id):
+    // said where its timeline would be; the lists on the left still show what exists.
+    $("#tl-title").textContent = `No ${sel.kind} ${sel.id}`;
+    $("#tl-summary").textContent = `${err.message}` + (err.hint ? ` (${err.hint})` : "");
+    $("#attempt-detail").textContent = "";
+    if (state.timeline) state.timeline.setData({ groups: new vis.DataSet([]), items: new vis.DataSet([]) });
+    state.itemCount = 0;
+    $("#timeline").dataset.attempts = "0";
+    $("#timeline").dataset.missing = sel.id;
+    return;
+  }
   if (state.selected !== sel) return;
+  delete $("#timeline").dataset.missing;
   const now = new Date();
   const items = body.bars.filter((b) => b.submitted || b.started).map((b) => barItem(b, now));
   const sites = [...new Set(body.bars.map((b) => b.site))].sort();
@@ -315,7 +354,7 @@ async function tick(fn) {
     setStatus(`live · updated ${new Date().toLocaleTimeString()}`);
   } catch (err) {
     banner(err);
-    setStatus(err.noToken ? "token missing" : "daemon unreachable");
+    setStatus(statusOf(err));
   }
 }
 

@@ -1,0 +1,176 @@
+"""What a person meets when something around `fedhpc ui` goes wrong, in Debian's Chromium: a
+second dashboard on the same port, a link to a task the daemon does not know, the daemon
+stopping (and coming back) while the page is open, a wrong token, and the dashboard's own
+server stopping. A real daemon on the four local-process sites (no Slurm, so no devfed lock),
+a real `fedhpc ui` process, a real browser. Also the terminal timeline of an unknown id."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemon_util import start, stop
+from tests.integration.test_ui_dashboard import CHROMIUM, FLAGS, _need_browser
+
+FEDHPC = [sys.executable, "-m", "fedhpc.cli.main"]
+
+
+@dataclass
+class Dashboard:
+    home: Path
+    env: dict[str, str]
+    url: str
+    daemon: subprocess.Popen[bytes]
+    ui: subprocess.Popen[str]
+
+    def restart_daemon(self) -> None:
+        self.daemon = start(self.home, **self.env)
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEDHPC_")}
+    # The local-process sites in a private folder: the Slurm federation is never looked at.
+    return {
+        **env,
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(tmp / "devfed"),
+        "FEDHPC_HOME": str(tmp / "home"),
+    }
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
+    env = _env(tmp_path)
+    home = Path(env["FEDHPC_HOME"])
+    daemon = start(home, **env)
+    ui = subprocess.Popen(
+        [*FEDHPC, "ui", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    running: Dashboard | None = None
+    try:
+        assert ui.stdout is not None and ui.stderr is not None
+        first = ui.stdout.readline()
+        found = re.match(r"fedhpc ui: (http://127\.0\.0\.1:\d+/\?token=\S+)$", first.strip())
+        assert found, first + (ui.stderr.read() if ui.poll() is not None else "")
+        running = Dashboard(home, env, found.group(1), daemon, ui)
+        yield running
+    finally:
+        if ui.poll() is None:
+            ui.send_signal(signal.SIGINT)
+            ui.wait(timeout=30)
+        for stream in (ui.stdout, ui.stderr):
+            if stream is not None:
+                stream.close()
+        stop(daemon)
+        if running is not None:  # the test may have restarted it
+            stop(running.daemon)
+
+
+def test_a_second_dashboard_on_the_same_port_is_refused_and_the_first_keeps_serving(
+    dashboard: Dashboard,
+) -> None:
+    port = dashboard.url.split(":")[2].split("/")[0]
+    saved = (dashboard.home / "ui.url").read_text()
+    second = subprocess.run(
+        [*FEDHPC, "ui", "--port", port],
+        env=dashboard.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"error[usage]: cannot listen on 127.0.0.1:{port}: the port is in use" in second.stderr
+    assert "hint: Choose another with --port N, or --port 0 for any free port." in second.stderr
+    assert "Traceback" not in second.stderr and second.stdout == ""
+    assert (dashboard.home / "ui.url").read_text() == saved  # the first one's URL stays
+    assert dashboard.ui.poll() is None
+
+
+def test_the_terminal_timeline_of_an_unknown_id_is_a_typed_not_found(
+    dashboard: Dashboard,
+) -> None:
+    for argv, what in (
+        (["task", "tnope", "--timeline"], "no task 'tnope'"),
+        (["group", "gnope", "--timeline"], "no group 'gnope'"),
+    ):
+        out = subprocess.run(
+            [*FEDHPC, *argv],
+            env=dashboard.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 4, out.stderr
+        assert out.stderr.startswith(f"error[not_found]: {what}\nhint: "), out.stderr
+        assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_the_page_says_what_went_wrong_and_recovers(dashboard: Dashboard) -> None:
+    sync_playwright, expect = _need_browser()
+    base = dashboard.url.split("/?")[0]
+    page_errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda e: page_errors.append(str(e)))
+        page.goto(dashboard.url)
+        page.wait_for_selector("body[data-ready=federation]")
+        expect(page.locator("tr.site-row")).to_have_count(4, timeout=20_000)
+        expect(page.locator("#status")).to_contain_text("live")
+
+        # A link to a task the daemon does not know: said where its timeline would be; the
+        # daemon is fine, so no banner.
+        page.evaluate("location.hash = '#/tasks/task/tnope'")
+        page.wait_for_selector("body[data-ready=tasks]")
+        expect(page.locator("#tl-title")).to_have_text("No task tnope")
+        expect(page.locator("#tl-summary")).to_contain_text("no task 'tnope'")
+        expect(page.locator("#tl-summary")).to_contain_text("fedhpc tasks")
+        expect(page.locator("#banner")).to_be_hidden()
+        expect(page.locator("#status")).to_contain_text("live")
+
+        # The daemon stops while the page is open: the page says so, with the command to
+        # start it, and keeps polling; once the daemon is back the page is live again.
+        page.evaluate("location.hash = '#/federation'")
+        page.wait_for_selector("body[data-ready=federation]")
+        stop(dashboard.daemon)
+        banner = page.locator("#banner")
+        expect(banner).to_contain_text("The daemon could not be read: no daemon at", timeout=20_000)
+        expect(banner).to_contain_text("Start it with `fedhpc daemon`")
+        expect(page.locator("#status")).to_have_text("daemon unreachable")
+        dashboard.restart_daemon()
+        expect(banner).to_be_hidden(timeout=30_000)
+        expect(page.locator("#status")).to_contain_text("live")
+        expect(page.locator("tr.site-row")).to_have_count(4)
+
+        # A wrong token (another run's URL): the page loads, reads nothing, and says why.
+        stranger = browser.new_context().new_page()
+        stranger.on("pageerror", lambda e: page_errors.append(str(e)))
+        stranger.goto(base + "/?token=not-this-one")
+        stranger.wait_for_selector("body[data-ready=federation]")
+        expect(stranger.locator("#banner")).to_contain_text("this dashboard needs its token")
+        expect(stranger.locator("#status")).to_have_text("token missing")
+        expect(stranger.locator("tr.site-row")).to_have_count(0)
+
+        # The dashboard's own server stops (Ctrl-C): not blamed on the daemon.
+        dashboard.ui.send_signal(signal.SIGINT)
+        assert dashboard.ui.wait(timeout=30) == 0
+        expect(banner).to_contain_text("the dashboard's server (`fedhpc ui`) does not answer")
+        expect(banner).to_contain_text("start `fedhpc ui` again")
+        expect(page.locator("#status")).to_have_text("dashboard stopped")
+        browser.close()
+    assert page_errors == [], page_errors
+    assert not (dashboard.home / "ui.url").exists()  # removed by the dashboard that wrote it
