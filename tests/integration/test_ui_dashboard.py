@@ -7,6 +7,7 @@ Screenshots go to the test's folder (and to docs/img/ with FEDHPC_UPDATE_SCREENS
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -233,6 +234,12 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             assert shown == want, (shown, devfed.run("devdelta", "squeue").stdout)
             assert page.locator("tr.site-row").count() == 4
             assert page.locator("#scatter").is_visible()
+            # The scatter's newest point per site counts the partitions the table shows (not
+            # devdeltaai's blocked interactive one): never more free GPUs than the site's total.
+            page.wait_for_selector("#scatter[data-newest]")
+            newest = json.loads(page.locator("#scatter").get_attribute("data-newest") or "{}")
+            assert set(newest) == set(SITES), newest
+            assert all(newest[s]["x"] <= total[s] for s in SITES), (newest, total)
             page.wait_for_timeout(500)
             _shot(page, shots, "federation")
 

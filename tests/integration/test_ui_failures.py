@@ -6,6 +6,7 @@ a real `fedhpc ui` process, a real browser. Also the terminal timeline of an unk
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -131,6 +132,14 @@ def test_the_page_says_what_went_wrong_and_recovers(dashboard: Dashboard) -> Non
         page.wait_for_selector("body[data-ready=federation]")
         expect(page.locator("tr.site-row")).to_have_count(4, timeout=20_000)
         expect(page.locator("#status")).to_contain_text("live")
+        # The scatter counts the partitions the table shows: devdeltaai's blocked interactive
+        # partition (4 more GPUs) is in neither.
+        page.wait_for_selector("#scatter[data-newest]")
+        newest = json.loads(page.locator("#scatter").get_attribute("data-newest") or "{}")
+        for site, point in newest.items():
+            shown = page.locator(f"tr.site-row[data-site={site}] td.gpus").inner_text()
+            assert point["x"] <= int(shown.split("/")[1]), (site, point, shown)
+        assert newest["devdeltaai"]["x"] == 4, newest
 
         # A link to a task the daemon does not know: said where its timeline would be; the
         # daemon is fine, so no banner.

@@ -110,6 +110,9 @@ function colorOf(site) {
 // ---------------------------------------------------------------------------------- federation
 async function refreshFederation() {
   const view = await api("/api/federation");
+  // The partitions a job may use (a profile's blocked ones, e.g. interactive, are not in the
+  // view): the scatter counts the same ones as this table.
+  state.offered = Object.fromEntries(view.sites.map((s) => [s.site, new Set(s.partitions.map((p) => p.name))]));
   const body = $("#fed-table tbody");
   body.replaceChildren();
   for (const s of view.sites) {
@@ -151,11 +154,14 @@ function median(values) {
 async function refreshScatter() {
   const hist = await api("/api/history?limit=120");
   const datasets = [];
+  const newest = {};
   for (const [site, points] of Object.entries(hist.sites)) {
+    const offered = (state.offered || {})[site];
     const xy = points.map((pt) => {
-      const gpu = pt.partitions.filter((p) => p.total_gpus > 0);
+      const gpu = pt.partitions.filter((p) => p.total_gpus > 0 && (!offered || offered.has(p.name)));
       return { x: gpu.reduce((n, p) => n + p.free_gpus, 0), y: gpu.reduce((n, p) => n + p.pending_jobs, 0) };
     });
+    if (xy.length) newest[site] = xy[xy.length - 1];
     const color = colorOf(site);
     datasets.push({ label: site, data: xy, backgroundColor: color + "55", borderColor: color, pointRadius: 3 });
     if (xy.length) {
@@ -175,6 +181,8 @@ async function refreshScatter() {
     state.chart.data.datasets = datasets;
     state.chart.update("none");
   }
+  // Drawn: each site's newest point {x: free GPUs, y: pending}, for a reader (or a test).
+  $("#scatter").dataset.newest = JSON.stringify(newest);
 }
 
 // ---------------------------------------------------------------------------- tasks and groups
