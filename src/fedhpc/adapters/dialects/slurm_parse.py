@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,14 +158,23 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
     return list(iter_sacct(result))
 
 
+def _lines(text: str) -> Iterator[str]:
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
 def iter_sacct(result: CommandResult) -> Iterator[AccountingRecord]:
     """`parse_sacct` one record at a time: the user's jobs over the learned window can be
     thousands (a sweep's), and none of them need to be held at once. Raises ValueError on
     the first `next` when sacct failed."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
-    for raw in io.StringIO(result.stdout):  # no list of every line either
-        line = raw.rstrip("\r\n")
+    for raw in _lines(result.stdout):  # no list (or copy) of every line either
+        line = raw.rstrip("\r")
         if not line.strip():
             continue
         fields = line.split("|", 11)
