@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.profiles import load_profiles
 from fedhpc.settings import REQUIRE_REAL, UPDATE_SCREENSHOTS
+from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import drain, sbatch
 from tests.integration.test_demo_process import _demo_env
 
@@ -77,6 +80,13 @@ def _gpus(devfed: Any, site: str) -> int:
         if found and partition.rstrip("*") not in blocked:
             total += int(found.group(1))
     return total
+
+
+async def _estimators(home: Path) -> list[dict[str, Any]]:
+    """The daemon's wait estimators' recent errors, read from its REST API directly."""
+    async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+        rows: list[dict[str, Any]] = (await client.estimators())["estimators"]
+        return rows
 
 
 def _shot(page: Any, out: Path, name: str) -> None:
@@ -240,6 +250,19 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             newest = json.loads(page.locator("#scatter").get_attribute("data-newest") or "{}")
             assert set(newest) == set(SITES), newest
             assert all(newest[s]["x"] <= total[s] for s in SITES), (newest, total)
+            # The wait estimators judged on the demo's finished jobs: the daemon's own rows
+            # (as `fedhpc status` prints them), each with its jobs and errors, on the page.
+            judged = anyio.run(_estimators, kept.home)
+            assert judged, "the demo's finished jobs were not judged"
+            assert {r["site"] for r in judged} <= set(SITES), judged
+            rows = page.locator("#est-table tr.est-row")
+            expect(rows).to_have_count(len(judged))
+            for r in judged:
+                key = f"[data-site={r['site']}][data-partition='{r['partition']}']"
+                row = page.locator(f"#est-table tr.est-row{key}[data-method={r['method']}]")
+                expect(row.locator("td.n")).to_have_text(str(r["n"]))
+                expect(row.locator("td.err")).to_have_text(f"{round(r['median_abs_error_s'])} s")
+            expect(page.locator("#est-table .est-empty")).to_have_count(0)
             page.wait_for_timeout(500)
             _shot(page, shots, "federation")
 

@@ -27,7 +27,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import HTTP_STATUS, typed_error
+from fedhpc.placement.policy import Policy
 from fedhpc.ui.data import group_manifests, manifest
+from fedhpc.ui.estimators import with_auto
 from fedhpc.ui.timeline import bar_json, bars
 
 __all__ = ["STATIC", "Gate", "build_ui_app", "delivery_status"]
@@ -180,6 +182,13 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
         rows = [d.model_dump(mode="json") for d in await c.deliveries()]
         return {"deliveries": [{**d, "status": delivery_status(d)} for d in rows]}
 
+    async def estimators(request: Request, c: DaemonClient) -> Any:
+        body = await c.estimators()
+        # The daemon judges with the default policy's sample floor (orchestrator.estimates).
+        floor = Policy().settings.learned_min_samples
+        rows = with_auto(body.get("estimators", []), min_samples=floor)
+        return {"estimators": rows, "min_samples": floor}
+
     routes = [
         Route("/", index),
         Route("/static/{path:path}", static),
@@ -191,5 +200,6 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
         Route("/api/groups/{group_id}/timeline", api(group_timeline)),
         Route("/api/events", api(events)),
         Route("/api/deliveries", api(deliveries)),
+        Route("/api/estimators", api(estimators)),
     ]
     return Gate(Starlette(routes=routes), token=token, port=port)

@@ -185,6 +185,27 @@ async function refreshScatter() {
   $("#scatter").dataset.newest = JSON.stringify(newest);
 }
 
+// Each wait estimator's recent error per site and partition (bias > 0: it predicts longer waits
+// than happen), and where `auto` uses it; the rule is the daemon's (ui/estimators.py).
+async function refreshEstimators() {
+  const { estimators, min_samples: floor } = await api("/api/estimators");
+  const body = $("#est-table tbody");
+  if (!estimators.length) {
+    body.replaceChildren(el("tr", { class: "est-empty" }, el("td", { colspan: 7, class: "wrap" },
+      "No finished jobs judged yet: an estimator's error shows once a job fedhpc placed has " +
+      "started and its site's accounting reported how long it waited.")));
+    return;
+  }
+  const secs = (s) => `${Math.round(s)} s`;
+  body.replaceChildren(...estimators.map((e) => el("tr", { class: "est-row",
+      dataset: { site: e.site, partition: e.partition, method: e.method } },
+    el("td", {}, e.site), el("td", {}, e.partition), el("td", {}, e.method),
+    el("td", { class: "num n", title: e.n < floor ? `fewer than ${floor}: not used to choose` : null }, e.n),
+    el("td", { class: "num err" }, secs(e.median_abs_error_s)),
+    el("td", { class: "num bias" }, (e.median_bias_s > 0 ? "+" : "") + secs(e.median_bias_s)),
+    el("td", { class: "auto wrap" }, e.auto))));
+}
+
 // ---------------------------------------------------------------------------- tasks and groups
 async function refreshTaskLists() {
   const { tasks } = await api("/api/tasks?limit=200");
@@ -350,7 +371,7 @@ async function refreshEvents() {
 
 // ------------------------------------------------------------------------------------- routing
 const PAGES = {
-  federation: [[refreshFederation, POLL_MS], [refreshScatter, HISTORY_MS]],
+  federation: [[refreshFederation, POLL_MS], [refreshScatter, HISTORY_MS], [refreshEstimators, HISTORY_MS]],
   tasks: [[refreshTaskLists, POLL_MS], [refreshTimeline, POLL_MS]],
   events: [[refreshEvents, POLL_MS]],
 };

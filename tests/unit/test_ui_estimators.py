@@ -1,0 +1,103 @@
+"""The dashboard's wait-estimator table: where `auto` uses each estimator (the same rule as the
+placement's EstimatorErrors.prefer), and /api/estimators read through the real daemon app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.daemon.app import build_app
+from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
+from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.store import Store
+from fedhpc.ui.estimators import SCHEDULER_FIRST, with_auto
+from fedhpc.ui.server import build_ui_app
+from tests.unit.test_daemon_api import _state
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _judged(waits: dict[tuple[str, str, str], list[tuple[float, float]]]) -> EstimatorErrors:
+    """The placement's errors for these (predicted, observed) waits, as the daemon keeps them."""
+    obs = [
+        ErrorObservation(site, part, method, p, o, NOW - timedelta(minutes=i))
+        for (site, part, method), pairs in waits.items()
+        for i, (p, o) in enumerate(pairs)
+    ]
+    return EstimatorErrors(obs, now=NOW, window_s=86400, min_samples=3)
+
+
+def _rows(errors: EstimatorErrors) -> list[dict[str, Any]]:
+    """The daemon's /v1/estimators rows (daemon/routes_federation.py)."""
+    return [
+        {
+            "site": e.site,
+            "partition": e.partition,
+            "method": e.method,
+            "n": e.n,
+            "median_abs_error_s": round(e.median_abs_s, 1),
+            "median_bias_s": round(e.median_bias_s, 1),
+        }
+        for e in errors.rows()
+    ]
+
+
+def test_auto_is_marked_where_the_errors_decide_and_nowhere_else() -> None:
+    three = [(100.0, 10.0), (90.0, 10.0), (80.0, 10.0)]  # learned: ~80 s too long
+    close = [(12.0, 10.0), (15.0, 10.0), (9.0, 10.0)]  # paper: within 5 s
+    waits = {
+        ("a", "gpu", "learned"): three,
+        ("a", "gpu", "paper"): close,
+        ("a", "gpu", "scheduler"): [(10.0, 10.0)],
+        ("b", "cpu", "learned"): close,
+        ("b", "cpu", "paper"): three,
+        ("c", "cpu", "learned"): three,  # paper judged on too few jobs: nothing to say
+        ("c", "cpu", "paper"): close[:2],
+    }
+    errors = _judged(waits)
+    auto = {(r["site"], r["method"]): r["auto"] for r in with_auto(_rows(errors), min_samples=3)}
+    # Paper is marked exactly where the placement's own rule prefers it over learned.
+    for site, part in (("a", "gpu"), ("b", "cpu"), ("c", "cpu")):
+        prefers_paper = errors.prefer(site, part, "learned", "paper") is not None
+        assert auto[(site, "paper")].startswith("preferred") is prefers_paper, (site, auto)
+    assert auto[("a", "paper")] == (
+        "preferred without a scheduler estimate: recent error 2 s vs learned 80 s"
+    )
+    assert auto[("a", "learned")] == "" and auto[("a", "scheduler")] == SCHEDULER_FIRST
+    assert auto[("b", "learned")].startswith("preferred") and auto[("b", "paper")] == ""
+    assert auto[("c", "learned")] == auto[("c", "paper")] == ""
+    assert with_auto([], min_samples=3) == []
+
+
+@pytest.fixture
+async def ui(store: Store, tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
+    """The dashboard's app over a client of the real daemon app (on a fresh store)."""
+    client = DaemonClient(DaemonSettings(home=tmp_path / "home"))
+    await client._http.aclose()
+    client._http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=build_app(_state(store))), base_url="http://fedhpc"
+    )
+    async with client:
+        app = build_ui_app(client, token="s3cret", port=8790)
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
+            yield h
+
+
+async def test_the_estimators_route_reads_the_daemon_with_the_token_only(
+    ui: httpx2.AsyncClient,
+) -> None:
+    assert (await ui.get("/api/estimators")).status_code == 403
+    assert (await ui.get("/api/estimators?token=s3cret")).status_code == 403
+    wrong = await ui.get("/api/estimators", headers={"Host": "evil.example:8790"})
+    assert wrong.status_code == 403
+    got = await ui.get("/api/estimators", headers={"X-Fedhpc-Token": "s3cret"})
+    assert got.status_code == 200 and got.headers["cache-control"] == "no-store"
+    # No job judged yet on a fresh daemon: the page shows its empty state for this.
+    assert got.json() == {"estimators": [], "min_samples": 3}
