@@ -215,6 +215,9 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
         shots = tmp_path / "screenshots"
         shots.mkdir()
         errors: list[str] = []
+        # The daemon's own rows (its loop, before Playwright's holds this thread).
+        judged = anyio.run(_estimators, kept.home)
+        assert judged, "the demo's finished jobs were not judged"
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -252,8 +255,6 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             assert all(newest[s]["x"] <= total[s] for s in SITES), (newest, total)
             # The wait estimators judged on the demo's finished jobs: the daemon's own rows
             # (as `fedhpc status` prints them), each with its jobs and errors, on the page.
-            judged = anyio.run(_estimators, kept.home)
-            assert judged, "the demo's finished jobs were not judged"
             assert {r["site"] for r in judged} <= set(SITES), judged
             rows = page.locator("#est-table tr.est-row")
             expect(rows).to_have_count(len(judged))
@@ -261,7 +262,10 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
                 key = f"[data-site={r['site']}][data-partition='{r['partition']}']"
                 row = page.locator(f"#est-table tr.est-row{key}[data-method={r['method']}]")
                 expect(row.locator("td.n")).to_have_text(str(r["n"]))
-                expect(row.locator("td.err")).to_have_text(f"{round(r['median_abs_error_s'])} s")
+                expect(row.locator("td.err")).to_have_text(f"{r['median_abs_error_s']:.1f} s")
+                bias = r["median_bias_s"]
+                sign = "-" if bias < 0 else "+"
+                expect(row.locator("td.bias")).to_have_text(f"{sign}{abs(bias):.1f} s")
             expect(page.locator("#est-table .est-empty")).to_have_count(0)
             page.wait_for_timeout(500)
             _shot(page, shots, "federation")

@@ -196,13 +196,13 @@ async function refreshEstimators() {
       "started and its site's accounting reported how long it waited.")));
     return;
   }
-  const secs = (s) => `${Math.round(s)} s`;
+  const secs = (s) => `${s.toFixed(1)} s`;  // as the daemon rounds it (0.1 s)
   body.replaceChildren(...estimators.map((e) => el("tr", { class: "est-row",
       dataset: { site: e.site, partition: e.partition, method: e.method } },
     el("td", {}, e.site), el("td", {}, e.partition), el("td", {}, e.method),
     el("td", { class: "num n", title: e.n < floor ? `fewer than ${floor}: not used to choose` : null }, e.n),
     el("td", { class: "num err" }, secs(e.median_abs_error_s)),
-    el("td", { class: "num bias" }, (e.median_bias_s > 0 ? "+" : "") + secs(e.median_bias_s)),
+    el("td", { class: "num bias" }, (e.median_bias_s < 0 ? "-" : "+") + secs(Math.abs(e.median_bias_s))),
     el("td", { class: "auto wrap" }, e.auto))));
 }
 
