@@ -410,13 +410,8 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
         f"{' (--quick)' if args.quick else ''}; {machine}"
     )
-    if getattr(args, "from_csv", None):
-        if any(r.queues for r in rounds):  # a CSV with the snapshots' queues: redraw too
-            return [
-                md,
-                *matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem),
-            ]
-        return [md]  # the table only: an older CSV has no queue snapshots for the figure
+    if getattr(args, "from_csv", None):  # an older CSV has no queue snapshots: no scatter
+        return [md, *matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)]
     csv_path = RESULTS / f"{stem}.csv"
     with csv_path.open("w", newline="") as fh:
         w = csv.writer(fh)

@@ -33,9 +33,14 @@ def matched_rounds_figure(
     rounds: Sequence[Any], policies: Iterable[str], *, title: str, out_stem: Path
 ) -> list[Path]:
     """Left: completion of each policy's pick per round (black tick: the fastest observed).
-    Right: the queue shape per site at each round's snapshot (pending jobs vs free GPUs)."""
+    Right: the queue shape per site at each round's snapshot (pending jobs vs free GPUs), when
+    the rounds carry their snapshots' queues (a CSV from before they were recorded does not)."""
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    sites = sorted({s for r in rounds for s in r.queues})
+    if sites:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    else:  # a CSV from before the queue snapshots were recorded: the completions only
+        fig, left = plt.subplots(1, 1, figsize=(7, 4.8), constrained_layout=True)
     fig.suptitle(title, fontsize=10)
     for i, name in enumerate(policies):
         xs, ys = [], []
@@ -67,7 +72,17 @@ def matched_rounds_figure(
     left.grid(alpha=0.3)
     left.legend(fontsize=8)
 
-    sites = sorted({s for r in rounds for s in r.queues})
+    if sites:
+        _queue_scatter(right, rounds, sites)
+    paths = [out_stem.with_suffix(".svg"), out_stem.with_suffix(".png")]
+    for p in paths:
+        fig.savefig(p, dpi=110, metadata={"Date": None} if p.suffix == ".svg" else None)
+    plt.close(fig)
+    return paths
+
+
+def _queue_scatter(right: Any, rounds: Sequence[Any], sites: list[str]) -> None:
+    """Pending jobs vs free GPUs per site at each round's snapshot (large marker: the median)."""
     rng = random.Random(0)  # jitter for overlapping points only  # noqa: S311
     for si, site in enumerate(sites):
         pts = [r.queues[site] for r in rounds if site in r.queues]  # (pending, free GPUs)
@@ -99,8 +114,3 @@ def matched_rounds_figure(
     right.set_ylim(bottom=-0.5)
     right.grid(alpha=0.3)
     right.legend(fontsize=8)
-    paths = [out_stem.with_suffix(".svg"), out_stem.with_suffix(".png")]
-    for p in paths:
-        fig.savefig(p, dpi=110, metadata={"Date": None} if p.suffix == ".svg" else None)
-    plt.close(fig)
-    return paths
