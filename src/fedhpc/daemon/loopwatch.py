@@ -13,7 +13,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from types import FrameType
 
 import anyio
@@ -24,6 +24,7 @@ __all__ = ["LoopWatch", "where"]
 log = structlog.get_logger(__name__)
 
 SAMPLE_S = 0.005
+KEPT = 256  # stalls kept in `stalls` (the log has them all)
 
 
 def where(frame: FrameType | None, *, depth: int = 4) -> str:
@@ -50,13 +51,17 @@ class LoopWatch:
 
     def __init__(self, threshold_s: float) -> None:
         self.threshold_s = threshold_s
-        self.stalls: list[tuple[float, str]] = []  # (seconds, where the loop spent most)
+        # (seconds, where the loop spent most), the newest KEPT
+        self.stalls: deque[tuple[float, str]] = deque(maxlen=KEPT)
+        self.watching = threading.Event()  # set when the thread has started watching
+        self.sampled = threading.Event()  # set when it first asked the loop to answer
         self._stop = threading.Event()
+        self.thread: threading.Thread | None = None
 
     async def run(self, stopping: anyio.Event) -> None:
         """Watch the running loop until `stopping` is set."""
         loop = asyncio.get_running_loop()
-        thread = threading.Thread(
+        self.thread = thread = threading.Thread(
             target=self._watch, args=(loop, threading.get_ident()), name="loopwatch", daemon=True
         )
         thread.start()
@@ -64,9 +69,13 @@ class LoopWatch:
             await stopping.wait()
         finally:
             self._stop.set()
-            await anyio.to_thread.run_sync(thread.join)
+            # Shielded: cancelled, the thread is still stopped and joined (it ends within one
+            # sample once the loop answers, or at once if the loop is gone).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(thread.join)
 
     def _watch(self, loop: asyncio.AbstractEventLoop, ident: int) -> None:
+        self.watching.set()
         while not self._stop.is_set():
             answered = threading.Event()
             started = time.monotonic()
@@ -74,12 +83,15 @@ class LoopWatch:
                 loop.call_soon_threadsafe(answered.set)
             except RuntimeError:  # the loop closed
                 return
+            self.sampled.set()
             if answered.wait(self.threshold_s):
                 self._stop.wait(self.threshold_s / 2)
                 continue
             seen: Counter[str] = Counter()
-            while not answered.wait(SAMPLE_S):
+            while not answered.wait(SAMPLE_S) and not self._stop.is_set():
                 seen[where(sys._current_frames().get(ident))] += 1
+            if not answered.is_set():  # stopped while the loop was going away
+                return
             took = time.monotonic() - started
             top = seen.most_common(3)
             self.stalls.append((took, top[0][0] if top else "?"))
