@@ -190,3 +190,102 @@ async def test_the_wait_history_is_decoded_off_the_event_loops_thread(
     assert [(r.site, r.wait_s, r.gpus) for r in rows] == [("s", 5, 0)]
     assert decoded_on
     assert threading.get_ident() not in decoded_on
+
+
+async def test_a_schema_7_store_migrates_to_8_and_keeps_its_completed_attempts(
+    tmp_path: Path,
+) -> None:
+    """A store written by the previous fedhpc (schema 7: index attempts_state) opens with the
+    current one: migration 8 swaps the index for attempts_state_updated, the rows stay, and the
+    wait history reads them."""
+    from fedhpc.store.schema import MIGRATIONS
+
+    path = tmp_path / "fedhpc.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for n, step in enumerate(MIGRATIONS[:7]):
+        conn.executescript(f"BEGIN;\n{step}\nPRAGMA user_version = {n + 1};\nCOMMIT;")
+    at = T0.isoformat()
+    conn.execute(
+        "INSERT INTO tasks (id, created_at, updated_at, state, body) "
+        "VALUES ('t1', ?, ?, 'completed', '{}')",
+        (at, at),
+    )
+    conn.execute(
+        "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+        "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'fedhpc-t1-1', '7', "
+        "'completed', ?, ?, ?)",
+        (at, at, '{"wait_s": 12, "shape": {"gpus": 2, "cpus": 8, "nodes": 1}}'),
+    )
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    conn.close()
+
+    s = await Store.open(path)
+    try:
+        assert await s.schema_version() == 8
+        conn = sqlite3.connect(path)
+        indexes = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'attempts'"
+            )
+        }
+        conn.close()
+        assert "attempts_state_updated" in indexes
+        assert "attempts_state" not in indexes
+        samples = await s.wait_samples()
+        assert [(r.site, r.partition, r.gpus, r.cpus, r.wait_s) for r in samples] == [
+            ("s", "p", 2, 8, 12)
+        ]
+    finally:
+        await s.close()
+
+
+async def test_a_wait_sample_whose_body_lacks_the_shape_has_the_shapes_defaults(
+    store: Store,
+) -> None:
+    """An attempt body without shape.gpus/cpus/nodes reads as Shape's defaults (0 GPUs, 1 CPU,
+    1 node), never None in an int field."""
+    from fedhpc.domain.job import Shape
+
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="completed", body={}, at=T0)
+        await tx.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
+            "?, ?, ?)",
+            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5}'),
+        )
+    [sample] = await store.wait_samples()
+    d = Shape()
+    assert (sample.gpus, sample.cpus, sample.nodes) == (d.gpus, d.cpus, d.nodes) == (0, 1, 1)
+    assert sample.wait_s == 5
+
+
+async def test_the_read_connection_has_a_small_page_cache(store: Store) -> None:
+    """The dashboard's polling reads through the read-only connection: its page cache is
+    capped (1 MiB) rather than SQLite's default 2 MiB held for the daemon's lifetime."""
+    from fedhpc.store.db import READER_CACHE_SIZE
+
+    assert store._quick is not None
+    async with store._quick.execute("PRAGMA cache_size") as cur:
+        row = await cur.fetchone()
+    assert row is not None
+    assert row[0] == READER_CACHE_SIZE == -1024
+
+
+async def test_closing_closes_the_writer_even_if_the_reader_fails_to_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = await Store.open(tmp_path / "fedhpc.db")
+    assert s._quick is not None
+
+    async def broken() -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(s._quick, "close", broken)
+    quick = s._quick
+    with pytest.raises(sqlite3.OperationalError):
+        await s.close()
+    assert not s._conn._running  # the writer's thread ended
+    monkeypatch.undo()
+    await quick.close()

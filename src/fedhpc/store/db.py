@@ -19,14 +19,19 @@ from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
-__all__ = ["WAIT_SAMPLES", "Store", "Tx", "WaitSample"]
+__all__ = ["READER_CACHE_SIZE", "WAIT_SAMPLES", "Store", "Tx", "WaitSample"]
+
+# The read-only connection's page cache (SQLite's cache_size: negative = KiB).
+READER_CACHE_SIZE = -1024
 
 # The newest completed attempts as the wait estimators read them (WaitSample's fields, in
 # order): walks the index attempts_state_updated (schema 8), no sort, and reads only these few
-# fields of each body.
+# fields of each body. A body without a shape field reads as Shape's default for it (0 GPUs,
+# 1 CPU, 1 node), as the attempt's Shape would have been.
 WAIT_SAMPLES = """
-SELECT site, partition, json_extract(body, '$.shape.gpus'), json_extract(body, '$.shape.cpus'),
-    json_extract(body, '$.shape.nodes'), json_extract(body, '$.wait_s'),
+SELECT site, partition, coalesce(json_extract(body, '$.shape.gpus'), 0),
+    coalesce(json_extract(body, '$.shape.cpus'), 1),
+    coalesce(json_extract(body, '$.shape.nodes'), 1), json_extract(body, '$.wait_s'),
     json_extract(body, '$.started_at'), json_extract(body, '$.ended_at'),
     json_extract(body, '$.predicted_waits')
 FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?
@@ -107,9 +112,11 @@ class Store(GroupReads, DeliveryReads):
         return int(rows[0][0]) if rows else 0
 
     async def close(self) -> None:
-        if self._quick is not None:
-            await self._quick.close()
-        await self._conn.close()
+        try:
+            if self._quick is not None:
+                await self._quick.close()
+        finally:
+            await self._conn.close()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
@@ -324,11 +331,19 @@ class Store(GroupReads, DeliveryReads):
 
 
 async def _reader(path: Path) -> aiosqlite.Connection:
-    """The connection of `quick_reads`: read-only (query_only), on its own thread."""
+    """The connection of `quick_reads`: read-only (query_only), on its own thread, with a small
+    page cache (1 MiB: the dashboard's polling reads through it, and SQLite's default of 2 MiB
+    per connection is kept for as long as the daemon runs)."""
     reader = await aiosqlite.connect(path, isolation_level=None)
-    reader.row_factory = aiosqlite.Row
-    await reader.execute("PRAGMA query_only=ON")
-    await reader.execute("PRAGMA busy_timeout=5000")
+    try:
+        reader.row_factory = aiosqlite.Row
+        await reader.execute("PRAGMA query_only=ON")
+        await reader.execute("PRAGMA busy_timeout=5000")
+        await reader.execute(f"PRAGMA cache_size={READER_CACHE_SIZE}")
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await reader.close()  # else its thread outlives the failed open
+        raise
     return reader
 
 
