@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -33,21 +32,6 @@ def _judged(waits: dict[tuple[str, str, str], list[tuple[float, float]]]) -> Est
     return EstimatorErrors(obs, now=NOW, window_s=86400, min_samples=3)
 
 
-def _rows(errors: EstimatorErrors) -> list[dict[str, Any]]:
-    """The daemon's /v1/estimators rows (daemon/routes_federation.py)."""
-    return [
-        {
-            "site": e.site,
-            "partition": e.partition,
-            "method": e.method,
-            "n": e.n,
-            "median_abs_error_s": round(e.median_abs_s, 1),
-            "median_bias_s": round(e.median_bias_s, 1),
-        }
-        for e in errors.rows()
-    ]
-
-
 def test_auto_is_marked_where_the_errors_decide_and_nowhere_else() -> None:
     three = [(100.0, 10.0), (90.0, 10.0), (80.0, 10.0)]  # learned: ~80 s too long
     close = [(12.0, 10.0), (15.0, 10.0), (9.0, 10.0)]  # paper: within 5 s
@@ -59,11 +43,15 @@ def test_auto_is_marked_where_the_errors_decide_and_nowhere_else() -> None:
         ("b", "cpu", "paper"): three,
         ("c", "cpu", "learned"): three,  # paper judged on too few jobs: nothing to say
         ("c", "cpu", "paper"): close[:2],
+        # Errors 10.04 s vs 10.01 s: equal once rounded to 0.1 s, paper better unrounded.
+        ("d", "cpu", "learned"): [(20.04, 10.0)] * 3,
+        ("d", "cpu", "paper"): [(20.01, 10.0)] * 3,
     }
     errors = _judged(waits)
-    auto = {(r["site"], r["method"]): r["auto"] for r in with_auto(_rows(errors), min_samples=3)}
+    rows = errors.as_rows()  # what the daemon's /v1/estimators answers
+    auto = {(r["site"], r["method"]): r["auto"] for r in with_auto(rows)}
     # Paper is marked exactly where the placement's own rule prefers it over learned.
-    for site, part in (("a", "gpu"), ("b", "cpu"), ("c", "cpu")):
+    for site, part in (("a", "gpu"), ("b", "cpu"), ("c", "cpu"), ("d", "cpu")):
         prefers_paper = errors.prefer(site, part, "learned", "paper") is not None
         assert auto[(site, "paper")].startswith("preferred") is prefers_paper, (site, auto)
     assert auto[("a", "paper")] == (
@@ -72,7 +60,8 @@ def test_auto_is_marked_where_the_errors_decide_and_nowhere_else() -> None:
     assert auto[("a", "learned")] == "" and auto[("a", "scheduler")] == SCHEDULER_FIRST
     assert auto[("b", "learned")].startswith("preferred") and auto[("b", "paper")] == ""
     assert auto[("c", "learned")] == auto[("c", "paper")] == ""
-    assert with_auto([], min_samples=3) == []
+    assert auto[("d", "paper")].startswith("preferred") and auto[("d", "learned")] == ""
+    assert with_auto([]) == []
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.ops.inspect import InspectRequest
-from fedhpc.store.schema import SCHEMA_VERSION
 
 __all__ = ["handlers"]
 
@@ -38,7 +37,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "version": __version__,
                 "started_at": state.started_at.isoformat(),
                 "sites": sorted(state.collector.sites),
-                "schema": SCHEMA_VERSION,  # the daemon's store migrated to it at start
+                "schema": await state.store.schema_version(),  # as its store file says
                 "cycle_s": o.cycle_s,
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
@@ -54,20 +53,11 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         return model_response(state.view(_inspect_request(request)))
 
     async def estimators(request: Request) -> Response:
-        rows = (await o.waits.errors()).rows()
+        errors = await o.waits.errors()
         return JSONResponse(
             {
-                "estimators": [
-                    {
-                        "site": e.site,
-                        "partition": e.partition,
-                        "method": e.method,
-                        "n": e.n,
-                        "median_abs_error_s": round(e.median_abs_s, 1),
-                        "median_bias_s": round(e.median_bias_s, 1),
-                    }
-                    for e in rows
-                ],
+                "estimators": errors.as_rows(),
+                "min_samples": errors.min_samples,
                 "scheduler_calls": o.waits.cache.calls,
             }
         )

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 __all__ = ["ErrorObservation", "EstimatorError", "EstimatorErrors"]
 
@@ -84,3 +85,32 @@ class EstimatorErrors:
 
     def rows(self) -> list[EstimatorError]:
         return [self._errors[k] for k in sorted(self._errors)]
+
+    def auto_prefers(self, e: EstimatorError) -> bool:
+        """Whether `auto` uses this estimator on its partition (placement.estimators.choose):
+        the scheduler first whenever it answers; without it paper where `prefer` says so, and
+        learned where both were judged on `min_samples` jobs and paper is not better. Below
+        `min_samples` the errors say nothing: False."""
+        if e.method == "scheduler":
+            return True
+        s, p = e.site, e.partition
+        if self.get(s, p, "learned") is None or self.get(s, p, "paper") is None:
+            return False
+        paper_better = self.prefer(s, p, "learned", "paper") is not None
+        return paper_better if e.method == "paper" else e.method == "learned" and not paper_better
+
+    def as_rows(self) -> list[dict[str, Any]]:
+        """The rows of `GET /v1/estimators`: errors rounded to 0.1 s, `auto_prefers` decided
+        on the unrounded ones."""
+        return [
+            {
+                "site": e.site,
+                "partition": e.partition,
+                "method": e.method,
+                "n": e.n,
+                "median_abs_error_s": round(e.median_abs_s, 1),
+                "median_bias_s": round(e.median_bias_s, 1),
+                "auto_prefers": self.auto_prefers(e),
+            }
+            for e in self.rows()
+        ]

@@ -27,7 +27,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import HTTP_STATUS, typed_error
-from fedhpc.placement.policy import Policy
 from fedhpc.ui.data import group_manifests, manifest
 from fedhpc.ui.estimators import with_auto
 from fedhpc.ui.timeline import bar_json, bars
@@ -184,10 +183,9 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
 
     async def estimators(request: Request, c: DaemonClient) -> Any:
         body = await c.estimators()
-        # The daemon judges with the default policy's sample floor (orchestrator.estimates).
-        floor = Policy().settings.learned_min_samples
-        rows = with_auto(body.get("estimators", []), min_samples=floor)
-        return {"estimators": rows, "min_samples": floor}
+        # The daemon's own judgement: which estimator `auto` uses and its min_samples.
+        rows = with_auto(body.get("estimators", []))
+        return {"estimators": rows, "min_samples": body.get("min_samples")}
 
     routes = [
         Route("/", index),
