@@ -11,13 +11,14 @@ import pytest
 from fedhpc.adapters.command import CommandResult
 from fedhpc.adapters.dialects import slurm_parse
 from fedhpc.adapters.dialects.slurm import SlurmDialect
-from fedhpc.domain.job import AccountingRecord, JobState, Shape
+from fedhpc.domain.job import AccountingRecord, Shape
 from fedhpc.orchestrator import records
 from fedhpc.orchestrator.claims import ENDED_MARGIN_S, Ended
 from fedhpc.orchestrator.estimates import _observation, usable
 from fedhpc.orchestrator.records import AttemptRecord, is_own_job, job_name
 from fedhpc.placement import Settings, WaitHistory, WaitObservation
 from fedhpc.store import Store, WaitSample
+from tests.unit.attempts import put_completed
 from tests.unit.test_holdback import LIMITED
 from tests.unit.test_placement_world import NOW, state
 from tests.unit.test_submit_accept import Clock, _orchestrator
@@ -88,44 +89,11 @@ def test_only_the_observations_an_index_can_read_are_kept() -> None:
         assert small.estimate("s", partition, shape) == full.estimate("s", partition, shape)
 
 
-async def _completed(store: Store, n: int) -> None:
-    att = AttemptRecord(
-        task_id=f"t{n:04x}",
-        n=1,
-        site="s",
-        partition="gpu",
-        account=None,
-        qos=None,
-        shape=Shape(gpus=1, cpus=2),
-        job_name=job_name(f"t{n:04x}", 1),
-        job_id=str(n),
-        created_at=NOW,
-        state=JobState.COMPLETED,
-        started_at=NOW - timedelta(minutes=n, seconds=-30),
-        ended_at=NOW - timedelta(minutes=n),
-        wait_s=30.0 + n,
-        predicted_waits={"paper": 10.0},
-    )
-    async with store.transaction() as tx:
-        await tx.put_task(att.task_id, state="completed", body={}, at=NOW)
-        await tx.put_attempt(
-            att.task_id,
-            att.n,
-            site=att.site,
-            partition=att.partition,
-            job_name=att.job_name,
-            job_id=att.job_id,
-            state=att.state.value,
-            body=att.model_dump(mode="json"),
-            at=NOW + timedelta(seconds=n),  # the last written is the newest
-        )
-
-
 async def test_a_cycle_reads_its_wait_samples_once_without_the_attempts_bodies(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for n in range(1, 13):
-        await _completed(store, n)
+        await put_completed(store, n, now=NOW)
     newest = await store.wait_samples(limit=5)
     assert sorted(s.wait_s or 0 for s in newest) == [38.0, 39.0, 40.0, 41.0, 42.0]
     assert newest[0] == WaitSample(

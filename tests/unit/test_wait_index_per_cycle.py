@@ -3,54 +3,23 @@ and a cycle's finished attempts reach the next decisions."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, cast
 
-from fedhpc.domain.job import JobState, Shape
-from fedhpc.orchestrator.records import AttemptRecord
+from fedhpc.domain.job import Shape
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Settings, WaitHistory, WaitObservation
 from fedhpc.store import Store
+from tests.unit.attempts import put_completed
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-async def _finish(store: Store, n: int, wait_s: float) -> None:
-    att = AttemptRecord(
-        task_id=f"t{n}",
-        n=1,
-        site="s",
-        partition="gpu",
-        account=None,
-        qos=None,
-        shape=Shape(gpus=1),
-        job_name=f"fedhpc-t{n}-1",
-        job_id=str(n),
-        created_at=NOW,
-        state=JobState.COMPLETED,
-        ended_at=NOW - timedelta(minutes=n),
-        wait_s=wait_s,
-    )
-    async with store.transaction() as tx:
-        await tx.put_task(att.task_id, state="completed", body={}, at=NOW)  # only its attempt
-        await tx.put_attempt(
-            att.task_id,
-            att.n,
-            site=att.site,
-            partition=att.partition,
-            job_name=att.job_name,
-            job_id=att.job_id,
-            state=att.state.value,
-            body=att.model_dump(mode="json"),
-            at=NOW,
-        )
 
 
 async def test_one_index_per_cycle_shared_by_its_decisions(store: Store) -> None:
     o = Orchestrator(store, cast(Any, None), {}, clock=lambda: NOW)
     assert await o.waits.history() is None  # nothing finished yet: no learned estimates
     for n in range(3):
-        await _finish(store, n + 1, 60.0 * (n + 1))
+        await put_completed(store, n + 1, now=NOW, wait_s=60.0 * (n + 1))
     # Same cycle: the decisions share the index built at its first use (empty then).
     assert await o.waits.history() is None
     assert o.waits.index_builds == 1
