@@ -134,6 +134,35 @@ def test_unreachable_scheduler_is_a_typed_error(devfed: Devfed, tmp_path: Path) 
     assert not (tmp_path / "profiles").exists()
 
 
+def test_a_scheduler_slower_than_the_timeout_is_told_to_retry_not_to_check_ssh(
+    devfed: Devfed, tmp_path: Path
+) -> None:
+    """The controller answers its ping, but the questions take longer than --timeout (here a
+    bound too short for any real Slurm): the error says the scheduler was slow and how to give
+    it longer, not that the site could not be reached."""
+    done = _fedhpc(
+        tmp_path,
+        "sites",
+        "discover",
+        "slowlab",
+        "--local",
+        "--dialect",
+        "slurm",
+        "--env",
+        f"SLURM_CONF={devfed.conf('devanvil')}",
+        "--timeout",
+        "0.001",
+    )
+    assert done.returncode == 2, done.stdout
+    assert (
+        "error[discover_failed]: slowlab: the scheduler did not answer its questions "
+        "within 0.001 s" in done.stderr
+    ), done.stderr
+    assert "Run this again" in done.stderr and "--timeout 240" in done.stderr
+    assert "ssh" not in done.stderr
+    assert not (tmp_path / "config.toml").exists()
+
+
 def _no_database_conf(devfed: Devfed, folder: Path) -> Path:
     """A private copy of devdelta's slurm.conf whose accounting database port nobody listens
     on: the controller answers, sacctmgr cannot (the shared slurmdbd is never touched)."""

@@ -45,6 +45,16 @@ def _options(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 86400]")
+    return value
+
+
 def spec_from_args(args: argparse.Namespace) -> TransportSpec:
     """The transport the command line names: --ssh HOST [--user U], --endpoint UUID, or
     --local [--env NAME=VALUE...]."""
@@ -140,7 +150,9 @@ def print_discovery(found: Discovery, out: WriteOutcome) -> None:
 def _run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     found = anyio.run(
-        lambda: discover(args.site, spec, dialect=args.dialect, title=args.title or "")
+        lambda: discover(
+            args.site, spec, dialect=args.dialect, title=args.title or "", timeout_s=args.timeout
+        )
     )
     outcome = write_discovery(found, override=args.override)
     if args.json:
@@ -185,6 +197,13 @@ def add_discover(s: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--override",
         action="store_true",
         help="use the discovered profile even where fedhpc ships one",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the scheduler may take to answer its questions (default: 120)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)

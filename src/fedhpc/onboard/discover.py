@@ -117,6 +117,13 @@ async def discover(
         return await _discover(
             name, spec, transport, dialect=dialect, title=title, login=login, timeout_s=timeout_s
         )
+    except TransportTimeout as exc:
+        # The site answered too slowly (e.g. the login shell): reached, so no "check ssh" hint.
+        raise DiscoverFailed(
+            f"{name}: {exc.message}",
+            hint="Run this again (a busy login node may answer sooner); check the site's "
+            "status page if it keeps timing out.",
+        ) from None
     except TransportError as exc:
         # Onboarding asks once, now: "fedhpc retries this itself" (the daemon's hint) is not so.
         raise DiscoverFailed(f"{name}: {exc.message}", hint=_reach_hint(name, spec)) from None
@@ -156,7 +163,15 @@ async def _discover(
             hint="Check the scheduler's environment (e.g. SLURM_CONF) and that it is up; "
             "`fedhpc doctor` checks the same once a site is configured.",
         )
-    result = await transport.run(batch(d.sections, timeout_s=timeout_s))
+    try:
+        result = await transport.run(batch(d.sections, timeout_s=timeout_s))
+    except TransportTimeout:
+        # Reached and answering its ping, only slow: not a reachability problem.
+        raise DiscoverFailed(
+            f"{name}: the scheduler did not answer its questions within {timeout_s:g} s",
+            hint=f"Run this again (a busy scheduler may answer sooner), or, if the center is "
+            f"slow, give it longer: --timeout {max(2 * timeout_s, 240):g}",
+        ) from None
     parts = split_batch(result.stdout)
     try:
         facts = d.parse(parts)
