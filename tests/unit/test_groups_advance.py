@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.orchestrator.records import AttemptRecord, job_name
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
 
@@ -28,3 +30,93 @@ async def test_a_group_whose_children_are_still_being_submitted_stays_open(store
     group = await store.get_group("g1")
     assert group is not None
     assert group["state"] == "running"
+
+
+async def test_advance_reads_only_the_live_child_of_a_mostly_finished_group(store: Store) -> None:
+    """50 children completed, one just queued: a control cycle reads that one child (the counts
+    come from SQL), never the finished ones; when it ends, the round closes reading none."""
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    n = 51
+    async with store.transaction() as tx:
+        await tx.put_group(
+            "g1",
+            state="running",
+            round_=1,
+            at=now,
+            body={"objective": "x", "key": "k", "required": [True] * n, "spread": True},
+        )
+        for i in range(n):
+            tid, last = f"t1-{i:02d}", i == n - 1
+            state = JobState.PENDING if last else JobState.COMPLETED
+            await tx.put_task(
+                tid, state=state.value, body={}, at=now, idempotency_key=f"k:{i}", group_id="g1"
+            )
+            att = AttemptRecord(
+                task_id=tid,
+                n=1,
+                site="s",
+                partition="p",
+                account=None,
+                qos=None,
+                shape=Shape(cpus=1),
+                job_name=job_name(tid, 1),
+                job_id=str(i),
+                created_at=now,
+                state=state,
+                pending_since=now if last else None,
+            )
+            await tx.put_attempt(
+                tid,
+                1,
+                site="s",
+                partition="p",
+                job_name=att.job_name,
+                job_id=att.job_id,
+                state=state.value,
+                body=att.model_dump(mode="json"),
+                at=now,
+            )
+    read: list[str] = []
+    tasks_loaded: list[str] = []
+    children, get_task = store.group_children, store.get_task
+
+    async def counting_children(gid: str, **kw: Any) -> list[dict[str, Any]]:
+        rows = await children(gid, **kw)
+        if kw.get("limit") is None:  # unbounded reads (a round's answer reads a page of one)
+            read.extend(str(c["id"]) for c in rows)
+        return rows
+
+    async def counting_get_task(task_id: str) -> dict[str, Any] | None:
+        tasks_loaded.append(task_id)
+        return await get_task(task_id)
+
+    store.group_children = counting_children  # type: ignore[method-assign]
+    store.get_task = counting_get_task  # type: ignore[method-assign]
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: now)
+    await o.groups.advance()
+    assert read == ["t1-50"]  # the live child alone: none of the 50 finished ones
+    assert tasks_loaded == []
+    assert await store.events_after(0, limit=10) == []
+    group = await store.get_group("g1")
+    assert group is not None and group["state"] == "running"
+
+    async with store.transaction() as tx:
+        await tx.put_task("t1-50", state=JobState.COMPLETED.value, body={}, at=now)
+        await tx.put_attempt(
+            "t1-50",
+            1,
+            site="s",
+            partition="p",
+            job_name=job_name("t1-50", 1),
+            job_id="50",
+            state=JobState.COMPLETED.value,
+            body={},
+            at=now,
+        )
+    read.clear()
+    await o.groups.advance()
+    assert read == []  # every child finished: the counts alone close the round
+    group = await store.get_group("g1")
+    assert group is not None and group["state"] == "completed"
+    events = await store.events_after(0, limit=10)
+    assert [e.kind for e in events] == ["group.round_terminal"]

@@ -224,24 +224,26 @@ class Groups:
         )
 
     async def advance(self) -> None:
-        """Relax spread for a child stalled behind finished siblings; close finished rounds."""
+        """Relax spread for a child stalled behind finished siblings; close finished rounds.
+        Reads the counts per state in SQL and only the children it may act on (live, or with
+        an attempt still pending): a 5,000-child group with one child left reads one."""
+        terminal = sorted(s.value for s in TERMINAL)
         for gid in await self.book.store.groups_in(("running",)):
             group = await self.book.store.get_group(gid)
             assert group is not None
             body: dict[str, Any] = group["body"]
             # Every child counts for the round: with two or more still live, the round is not over
-            # and no child is the last one left (nothing to relax): skip reading them all.
+            # and no child is the last one left (nothing to relax): skip reading them.
             every = all(body.get("required") or [True])
-            if (
-                every
-                and await self.book.store.group_live(gid, sorted(s.value for s in TERMINAL)) >= 2
-            ):
+            counts = await self.book.store.group_counts(gid)
+            size = sum(counts.values())
+            live = sum(n for s, n in counts.items() if s not in TERMINAL)
+            if every and live >= 2:
                 continue
-            children = await self.book.store.group_children(gid)
-            required = body.get("required") or [True] * len(children)
-            if len(children) < len(required):
+            required: list[bool] = body.get("required") or [True] * size
+            if size < len(required):
                 continue  # an older submit_group still adding children: no round can be over yet
-            live = sum(1 for c in children if c["state"] not in TERMINAL)
+            children = await self.book.store.group_children(gid, acting=terminal)
             now = self.deps.clock()
             stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
             for c in children:
@@ -251,10 +253,14 @@ class Groups:
                 since = att.get("pending_since")
                 if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
                     continue  # just queued (the last of a large group): not stalled yet
-                if len(children) > 1 and live - (c["state"] not in TERMINAL) == 0:
+                if size > 1 and live - (c["state"] not in TERMINAL) == 0:
                     await self._relax(gid, c["id"], att["n"])
-            done = all(
-                c["state"] in TERMINAL for c, req in zip(children, required, strict=False) if req
+            # The round is over when no required child is live (child i counts as required[i]).
+            done = not any(
+                c["state"] not in TERMINAL
+                and int(c["index"]) < len(required)
+                and required[int(c["index"])]
+                for c in children
             )
             if not done:
                 continue

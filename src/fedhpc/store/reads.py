@@ -61,13 +61,27 @@ class GroupReads(Reads):
         return [str(r["site"]) for r in rows]
 
     async def group_children(
-        self, group_id: str, *, after: str | None = None, limit: int | None = None
+        self,
+        group_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        acting: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """A group's children without their full bodies: per child its state, label, decision
         and current attempt (the accepted one, else the newest not superseded). With `after`
-        or `limit`: one page, children in id order after the id `after`."""
+        or `limit`: one page, children in id order after the id `after`. With `acting` (the
+        terminal states): only the children a control cycle may act on, those not in one of
+        them or with an attempt still pending (the rest are never read)."""
         page = "SELECT * FROM tasks WHERE group_id = ?"
         params: list[object] = [group_id]
+        if acting:
+            marks = ",".join("?" * len(acting))
+            page += (
+                f" AND (state NOT IN ({marks}) OR EXISTS (SELECT 1 FROM attempts p"  # noqa: S608
+                " WHERE p.task_id = tasks.id AND p.state = 'pending'))"
+            )
+            params = [*params, *acting]
         if after is not None:
             page, params = page + " AND id > ?", [*params, after]
         if limit is not None:
@@ -133,6 +147,11 @@ class GroupReads(Reads):
             "first": min((str(r["first"]) for r in rows), default=""),
             "last": max((str(r["last"]) for r in rows), default=""),
         }
+
+    async def group_counts(self, group_id: str) -> dict[str, int]:
+        """How many of a group's children are in each state (the index alone, no body read)."""
+        rows = await self._all(GROUP_COUNTS, (group_id,))
+        return {str(r["state"]): int(r["n"]) for r in rows}
 
     async def group_live(self, group_id: str, terminal: Sequence[str]) -> int:
         """How many of a group's children are not in a `terminal` state."""
