@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import ACTIVE, JobState
+from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import Dispatcher
@@ -26,6 +28,18 @@ log = structlog.get_logger(__name__)
 
 ACTIVE_STATES = tuple(sorted(s.value for s in ACTIVE))  # the store's attempt states to watch
 _LOST_IDS = 20  # task ids named in one group.site_lost; the group resource lists them all
+_DEFAULT = AdaptationPolicy()
+
+
+def _may_move(cheap: dict[str, Any], pending_s: float) -> bool:
+    """adapt_pending's budget checks on a task's few fields (Store.pending_budgets), the same
+    as on the loaded task: re-placing allowed, budget left, pending long enough."""
+    policy: dict[str, Any] = cheap["adaptation"] or {}
+    return (
+        bool(policy.get("replace_pending", _DEFAULT.replace_pending))
+        and int(cheap["used"]) < int(policy.get("max_replacements", _DEFAULT.max_replacements))
+        and pending_s >= float(policy.get("replace_after_s", _DEFAULT.replace_after_s))
+    )
 
 
 class Adaptation:
@@ -234,6 +248,7 @@ class Adaptation:
         """Supersede cancels owed to returning sites; move long-pending attempts when another
         placement finishes sooner by the task's margin."""
         now = self.clock()
+        budgets: dict[str, dict[str, Any]] | None = None
         for row in await self.book.store.attempts_in(ACTIVE_STATES):
             a = AttemptRecord.from_row(row)
             if a.superseded:
@@ -243,6 +258,13 @@ class Adaptation:
                     async with self.book.store.transaction() as tx:
                         await self.book.save(tx, task, a, at=now)
                 continue
+            if a.state is not JobState.PENDING or a.pending_since is None:
+                continue  # nothing to move: its task is not loaded
+            if budgets is None:  # read once per cycle, only when some attempt is pending
+                budgets = await self.book.store.pending_budgets()
+            cheap = budgets.get(a.task_id)
+            if cheap is not None and not _may_move(cheap, (now - a.pending_since).total_seconds()):
+                continue  # not due (or no budget left): its task is not loaded
             task = await self.book.load_task(a.task_id)
             budget = task.request.adaptation
             if (

@@ -213,6 +213,23 @@ class Store(GroupReads, DeliveryReads):
         )
         return [_attempt(r) for r in rows]
 
+    async def pending_budgets(self) -> dict[str, dict[str, Any]]:
+        """Per task with an attempt pending: its adaptation policy (a dict, or None) and its
+        re-placements used, a few fields in SQL (never the bodies): what adapt_pending checks
+        before it loads a task."""
+        rows = await self._all(
+            "SELECT id, json_extract(body, '$.request.adaptation') AS adaptation, "
+            "json_extract(body, '$.replacements_used') AS used FROM tasks "
+            "WHERE id IN (SELECT task_id FROM attempts WHERE state = 'pending')"
+        )
+        return {
+            str(r["id"]): {
+                "adaptation": json.loads(r["adaptation"]) if r["adaptation"] else None,
+                "used": int(r["used"] or 0),
+            }
+            for r in rows
+        }
+
     async def wait_samples(self, limit: int = 2000) -> list[WaitSample]:
         """The newest `limit` completed attempts as the learned wait estimator and the
         estimators' error record read them: a few fields, never the bodies (each body read in

@@ -1,0 +1,76 @@
+"""adapt_pending: the cheap checks (attempt state, pending_since, the task's budget fields in
+SQL) come before a task is loaded, so a cycle over thousands of pending attempts loads none
+of those not yet due for re-placement."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.store import Store
+
+
+async def _pending(store: Store, tid: str, *, now: datetime, since_s: float, used: int) -> None:
+    """Task `tid` (default adaptation: re-place after 120 s, at most 2 times) with `used`
+    re-placements spent, and its attempt 1 pending for `since_s` seconds."""
+    task = TaskRecord(
+        id=tid,
+        idempotency_key=f"k:{tid}",
+        state=JobState.PENDING,
+        created_at=now,
+        decision="placed",
+        replacements_used=used,
+        request=SubmitTaskRequest(command=("true",), envelope=ResourceEnvelope()),
+    )
+    att = AttemptRecord(
+        task_id=tid,
+        n=1,
+        site="s",
+        partition="p",
+        account=None,
+        qos=None,
+        shape=Shape(cpus=1),
+        job_name=job_name(tid, 1),
+        job_id="1",
+        created_at=now,
+        state=JobState.PENDING,
+        pending_since=now - timedelta(seconds=since_s),
+    )
+    async with store.transaction() as tx:
+        await tx.put_task(tid, state="pending", body=task.model_dump(mode="json"), at=now)
+        await tx.put_attempt(
+            tid,
+            1,
+            site="s",
+            partition="p",
+            job_name=att.job_name,
+            job_id="1",
+            state="pending",
+            body=att.model_dump(mode="json"),
+            at=now,
+        )
+
+
+async def test_pending_attempts_not_due_do_not_load_their_tasks(store: Store) -> None:
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    await _pending(store, "tearly", now=now, since_s=10, used=0)  # due only after 120 s
+    await _pending(store, "tspent", now=now, since_s=600, used=2)  # no re-placement left
+    loaded: list[str] = []
+    get_task = store.get_task
+
+    async def counting_get_task(task_id: str) -> dict[str, Any] | None:
+        loaded.append(task_id)
+        return await get_task(task_id)
+
+    store.get_task = counting_get_task  # type: ignore[method-assign]
+    # Neither attempt is due: no site, planner or collector is consulted.
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: now)
+    await o.adaptation.adapt_pending()
+    assert loaded == []
+    assert await store.events_after(0, limit=10) == []
+    assert [a["state"] for a in await store.attempts("tearly")] == ["pending"]
