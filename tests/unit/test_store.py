@@ -289,3 +289,20 @@ async def test_closing_closes_the_writer_even_if_the_reader_fails_to_close(
     assert not s._conn._running  # the writer's thread ended
     monkeypatch.undo()
     await quick.close()
+
+
+async def test_a_read_connection_whose_setup_fails_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PRAGMA of the read connection that fails after it connected closes it: its thread
+    does not outlive the failed open (nor does the writer's)."""
+    import threading
+
+    from fedhpc.store import db
+
+    before = set(threading.enumerate())
+    monkeypatch.setattr(db, "READER_CACHE_SIZE", "-1024; SELECT 1")  # two statements: refused
+    with pytest.raises(sqlite3.Error):
+        await Store.open(tmp_path / "fedhpc.db")
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert leaked == []
