@@ -266,6 +266,12 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
                 bias = r["median_bias_s"]
                 sign = "-" if bias < 0 else "+"
                 expect(row.locator("td.bias")).to_have_text(f"{sign}{abs(bias):.1f} s")
+                # The auto column words the daemon's own decision (auto_prefers), no other.
+                auto = row.locator("td.auto")
+                if r["auto_prefers"]:
+                    expect(auto).to_have_text(re.compile(r"\S"))
+                else:
+                    expect(auto).to_have_text("")
             expect(page.locator("#est-table .est-empty")).to_have_count(0)
             page.wait_for_timeout(500)
             _shot(page, shots, "federation")
