@@ -153,15 +153,6 @@ class GroupReads(Reads):
         rows = await self._all(GROUP_COUNTS, (group_id,))
         return {str(r["state"]): int(r["n"]) for r in rows}
 
-    async def group_live(self, group_id: str, terminal: Sequence[str]) -> int:
-        """How many of a group's children are not in a `terminal` state."""
-        marks = ",".join("?" * len(terminal))
-        rows = await self._all(
-            f"SELECT count(*) AS n FROM tasks WHERE group_id = ? AND state NOT IN ({marks})",  # noqa: S608
-            (group_id, *terminal),
-        )
-        return int(rows[0]["n"])
-
     async def get_group(self, group_id: str) -> dict[str, Any] | None:
         rows = await self._all("SELECT * FROM groups WHERE id = ?", (group_id,))
         return _group(rows[0]) if rows else None
