@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from fedhpc.domain import Health, SiteState
+from fedhpc.domain.site import PartitionState
 from fedhpc.store import Store
 from fedhpc.store.schema import SCHEMA_VERSION
 
@@ -116,6 +117,41 @@ async def test_snapshot_history_is_bounded_per_site(store: Store) -> None:
     latest = await store.latest_site_states()
     assert set(latest) == {"a", "b"}
     assert latest["b"].collected_at == T0 + timedelta(minutes=4)
+
+
+async def test_a_sites_points_are_its_probes_reduced_in_sql(store: Store) -> None:
+    """The dashboard's history read (GET /v1/federation/history) answers, per probe, what the
+    probe's SiteState says, without building one: a partition left at its defaults reads 0."""
+    probes = [
+        SiteState(
+            site="a",
+            health=Health.OK if i else Health.DEGRADED,
+            collected_at=T0 + timedelta(minutes=i),
+            partitions=(
+                PartitionState(
+                    name="gpu", pending_jobs=3 + i, running_jobs=i, free_gpus=i, total_gpus=8
+                ),
+                PartitionState(name="cpu"),
+            ),
+        )
+        for i in range(4)
+    ]
+    async with store.transaction() as tx:
+        await tx.save_site_states(probes, keep=10)
+
+    def point(st: SiteState) -> dict[str, object]:
+        fields = ("name", "pending_jobs", "running_jobs", "free_gpus", "total_gpus")
+        return {
+            "at": st.collected_at.isoformat(),
+            "health": st.health.value,
+            "partitions": [{f: getattr(p, f) for f in fields} for p in st.partitions],
+        }
+
+    assert await store.site_points("a") == [point(st) for st in probes]
+    assert await store.site_points("a", limit=2) == [point(st) for st in probes[2:]]
+    before = T0 + timedelta(minutes=2)
+    assert await store.site_points("a", before=before) == [point(st) for st in probes[:2]]
+    assert await store.site_points("b") == []
 
 
 async def test_idempotency_key_belongs_to_one_task(store: Store) -> None:

@@ -15,7 +15,7 @@ import anyio
 
 from fedhpc.domain.site import SiteState
 from fedhpc.store.events import Event
-from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads
+from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
 
@@ -54,7 +54,7 @@ class WaitSample:
     predicted_waits: dict[str, float]
 
 
-class Store(GroupReads, DeliveryReads):
+class Store(GroupReads, DeliveryReads, HistoryReads):
     """One connection, one writer, and a reader for REST requests (`quick_reads`).
     Reads may run any time; writes go through `transaction()`."""
 

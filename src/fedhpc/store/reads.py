@@ -8,11 +8,12 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
-__all__ = ["WRITING", "DeliveryReads", "GroupReads", "Reads", "quick_reads"]
+__all__ = ["WRITING", "DeliveryReads", "GroupReads", "HistoryReads", "Reads", "quick_reads"]
 
 _QUICK: ContextVar[bool] = ContextVar("fedhpc_store_quick_reads", default=False)
 WRITING: ContextVar[aiosqlite.Connection | None] = ContextVar("fedhpc_store_writing", default=None)
@@ -258,3 +259,46 @@ def _delivery(r: aiosqlite.Row) -> dict[str, Any]:
         "updated_at": r["updated_at"],
         "body": json.loads(r["body"]),
     }
+
+
+# Each probe of a site reduced to what a picture needs, in SQL: when, health, and per partition
+# pending/running jobs and free/total GPUs (PartitionState's fields; a missing one reads as its
+# default, 0). json_each walks the partitions in their stored order.
+HISTORY_POINTS = """
+SELECT s.collected_at, s.health, (
+    SELECT json_group_array(json_object(
+        'name', json_extract(p.value, '$.name'),
+        'pending_jobs', coalesce(json_extract(p.value, '$.pending_jobs'), 0),
+        'running_jobs', coalesce(json_extract(p.value, '$.running_jobs'), 0),
+        'free_gpus', coalesce(json_extract(p.value, '$.free_gpus'), 0),
+        'total_gpus', coalesce(json_extract(p.value, '$.total_gpus'), 0)))
+    FROM json_each(s.state, '$.partitions') AS p) AS partitions
+FROM snapshots AS s WHERE s.site = ?
+"""
+
+
+class HistoryReads(Reads):
+    """A site's recent probes as a picture's points."""
+
+    async def site_points(
+        self, site: str, *, limit: int = 100, before: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest `limit` probes of `site` (older than `before`, if given), oldest first,
+        each {at, health, partitions: [{name, pending_jobs, running_jobs, free_gpus,
+        total_gpus}]}. No `SiteState` is built: a dashboard asks for 120 probes of every site
+        every few seconds, and validating whole snapshots grew the daemon's heap by megabytes."""
+        sql, params = HISTORY_POINTS, [site]
+        if before is not None:
+            sql, params = (
+                sql + " AND s.collected_at < ?",
+                [site, before.astimezone(UTC).isoformat()],
+            )
+        rows = await self._all(sql + " ORDER BY s.seq DESC LIMIT ?", (*params, limit))
+        return [
+            {
+                "at": datetime.fromisoformat(str(r[0])).isoformat(),
+                "health": str(r[1]),
+                "partitions": json.loads(str(r[2])),
+            }
+            for r in reversed(rows)
+        ]
