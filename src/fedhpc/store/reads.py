@@ -8,10 +8,12 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
+
+from fedhpc.store.tx import iso
 
 __all__ = ["WRITING", "DeliveryReads", "GroupReads", "HistoryReads", "Reads", "quick_reads"]
 
@@ -289,10 +291,7 @@ class HistoryReads(Reads):
         every few seconds, and validating whole snapshots grew the daemon's heap by megabytes."""
         sql, params = HISTORY_POINTS, [site]
         if before is not None:
-            sql, params = (
-                sql + " AND s.collected_at < ?",
-                [site, before.astimezone(UTC).isoformat()],
-            )
+            sql, params = sql + " AND s.collected_at < ?", [site, iso(before)]
         rows = await self._all(sql + " ORDER BY s.seq DESC LIMIT ?", (*params, limit))
         return [
             {
