@@ -103,6 +103,18 @@ async def test_cursor_and_consumed_ids_commit_only_with_the_effect(store: Store)
     assert await store.cursor("bridge") == ev.seq
 
 
+async def _completed_attempt(store: Store, body: str) -> None:
+    """Task t1 with one completed attempt whose body is `body` (JSON text, written as is)."""
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="completed", body={}, at=T0)
+        await tx.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
+            "?, ?, ?)",
+            (T0.isoformat(), T0.isoformat(), body),
+        )
+
+
 async def test_snapshot_history_is_bounded_per_site(store: Store) -> None:
     for i in range(5):
         states = [
@@ -207,14 +219,7 @@ async def test_the_wait_history_is_decoded_off_the_event_loops_thread(
 
     from fedhpc.store import db
 
-    async with store.transaction() as tx:
-        await tx.put_task("t1", state="completed", body={}, at=T0)
-        await tx.execute(
-            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
-            "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
-            "?, ?, ?)",
-            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5, "shape": {"gpus": 0}}'),
-        )
+    await _completed_attempt(store, '{"wait_s": 5, "shape": {"gpus": 0}}')
     decoded_on: list[int] = []
     real = db._sample
 
@@ -284,14 +289,7 @@ async def test_a_wait_sample_whose_body_lacks_the_shape_has_the_shapes_defaults(
     1 node), never None in an int field."""
     from fedhpc.domain.job import Shape
 
-    async with store.transaction() as tx:
-        await tx.put_task("t1", state="completed", body={}, at=T0)
-        await tx.execute(
-            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
-            "created_at, updated_at, body) VALUES ('t1', 1, 's', 'p', 'j', '1', 'completed', "
-            "?, ?, ?)",
-            (T0.isoformat(), T0.isoformat(), '{"wait_s": 5}'),
-        )
+    await _completed_attempt(store, '{"wait_s": 5}')
     [sample] = await store.wait_samples()
     d = Shape()
     assert (sample.gpus, sample.cpus, sample.nodes) == (d.gpus, d.cpus, d.nodes) == (0, 1, 1)
