@@ -150,7 +150,9 @@ async def test_refresh_after_sbatch_shows_exact_free_gpus_and_pending(
     with anyio.fail_after(30):
         while True:
             after = _part(await client.refresh(), "devdeltaai", "ghx4")
-            if after.running_jobs == 1 and after.pending_jobs == 1:
+            # One probe can see the job running before its node's GRES shows it allocated
+            # (squeue and the node view are read a moment apart): wait for both.
+            if after.running_jobs == 1 and after.pending_jobs == 1 and after.free_gpus == 1:
                 break
             await anyio.sleep(0.5)
     assert after.free_gpus == 1
