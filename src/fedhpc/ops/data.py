@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.job import SafePath
 from fedhpc.ops.continuations import ContinuationSpec
@@ -189,6 +189,28 @@ def transfer_next(state: str) -> str:
     return _ENDED_NOW.get(state, _NEXT)
 
 
+_VIEW_ENDED = {
+    "succeeded": "Succeeded: pass its transfer_id in submit_task's stage_in to run where the "
+    "data landed.",
+    "failed": "Failed: `error` says why and how to fix it; then call move_data again.",
+}
+
+
+def view_next(state: str, transfer_id: str, *, blocked: bool) -> str:
+    """`next` of a transfer read later (resource fedhpc://transfers/{id}, `fedhpc transfers`):
+    the reader may be any session, and whether one will be resumed is not known here, so it
+    never says "end your turn"."""
+    if state in _VIEW_ENDED:
+        return _VIEW_ENDED[state]
+    again = f"read fedhpc://transfers/{transfer_id} again later"
+    if blocked:
+        return f"Blocked: `blocked` says what a person must do; once done it goes on ({again})."
+    return (
+        f"Still {state}: {again}; if move_data's answer told you to end your turn, do: "
+        "fedhpc resumes that session when it ends."
+    )
+
+
 class TransferHandle(_Out):
     """The immediate, durable answer of move_data."""
 
@@ -225,6 +247,17 @@ class TransferView(TransferHandle):
     awaited_by: tuple[str, ...] = Field(default=(), description="tasks whose stage-in this is")
     preview: str | None = None
     truncated: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _next(cls, data: Any) -> Any:
+        """A view says what to do in its own state (a handle's `next` is for the caller of
+        move_data at the moment it answered)."""
+        if isinstance(data, dict) and "next" not in data:
+            state = str(getattr(data.get("state"), "value", data.get("state")))
+            tid = str(data.get("transfer_id", ""))
+            return {**data, "next": view_next(state, tid, blocked=bool(data.get("blocked")))}
+        return data
 
 
 class TransferProvenance(_Out):

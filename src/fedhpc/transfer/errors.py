@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fedhpc.errors import ErrorKind, PermanentError, TransientError, UsageError
+from fedhpc.errors import Conflict, ErrorKind, PermanentError, TransientError, UsageError
 
 __all__ = [
     "BadDataRef",
+    "KeyConflict",
     "NoCollection",
     "OutsideRoot",
     "PathTraversal",
@@ -26,6 +27,16 @@ class BadDataRef(UsageError):
     code = "bad_data_ref"
     kind = ErrorKind.VALIDATION
     default_hint = "Write references as site:root/relative/path, e.g. delta:work/run1/out.dat."
+
+
+class KeyConflict(Conflict):
+    """The idempotency_key already names a transfer of other arguments."""
+
+    code = "idempotency_conflict"
+    default_hint = (
+        "An idempotency_key names one request: send the same arguments to get that transfer "
+        "back, or use a new key for new work."
+    )
 
 
 class PathTraversal(UsageError):

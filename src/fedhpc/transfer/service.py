@@ -20,6 +20,7 @@ from fedhpc.ops.data import (
     MoveDataRequest,
     TransferHandle,
     TransferIssue,
+    TransferOptions,
     TransferRequest,
     TransferState,
     TransferView,
@@ -28,7 +29,7 @@ from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
-from fedhpc.transfer.errors import TransferNotFound, TransferUnavailable
+from fedhpc.transfer.errors import KeyConflict, TransferNotFound, TransferUnavailable
 from fedhpc.transfer.plan import plan_transfer, request_key
 from fedhpc.transfer.records import TransferRecord
 from fedhpc.transfer.refs import choose_backend, locate
@@ -44,6 +45,17 @@ _ENDED = frozenset(state.value for state in TERMINAL)  # a task that will run no
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _asks(req: MoveDataRequest | TransferRecord) -> tuple[object, ...]:
+    """What a move_data request (or the transfer it made) asks for: not who waits for it."""
+    if isinstance(req, TransferRecord):
+        return (req.mode, req.source_ref, req.destination_ref, req.label, _options(req.options))
+    return (req.mode, req.source, req.destination, req.label or "", _options(req))
+
+
+def _options(opts: TransferOptions) -> dict[str, Any]:
+    return opts.model_dump(include=set(TransferOptions.model_fields))
 
 
 class TransferService:
@@ -101,6 +113,12 @@ class TransferService:
         async with self.lock:
             async with self.store.transaction() as tx:
                 existing = await records.get_by_key(tx, key)
+                if existing is not None and _asks(existing) != _asks(req):
+                    raise KeyConflict(
+                        f"idempotency_key {key!r} already names transfer {existing.id}, "
+                        f"{existing.source_ref} -> {existing.destination_ref}, asked with other "
+                        "arguments"
+                    )
                 # A retried call: the same transfer, never a second copy. Its caller is woken
                 # too while it is live (no event of it can come between: the lock holds them).
                 if existing is not None and wake is not None and not existing.state.terminal:
