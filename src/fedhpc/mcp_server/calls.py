@@ -55,7 +55,7 @@ def _submission(ctx: Ctx, key: str | None, wake: ContinuationSpec | None) -> dic
         else f"serve:{_INSTANCE}:{connection or 'stdio'}"
     )
     return {
-        "idempotency_key": key or f"mcp-{uuid.uuid4().hex}",
+        "idempotency_key": f"mcp-{uuid.uuid4().hex}" if key is None else key,
         "key_generated": key is None,
         "caller": caller[:200],
     }

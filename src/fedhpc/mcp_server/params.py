@@ -103,5 +103,11 @@ Workdir = Annotated[
     str | None, Field(description="relative to the task folder, or inside a storage root")
 ]
 Env = dict[str, str]
-GroupIdemKey = Annotated[str | None, Field(description="as in submit_task")]
-IdemKey = Annotated[str | None, Field(description="same key, same task, at any age")]
+# An empty key is refused, not read as "no key" (it would lose the retry window's protection).
+GroupIdemKey = Annotated[
+    str | None, Field(min_length=1, max_length=200, description="as in submit_task")
+]
+IdemKey = Annotated[
+    str | None,
+    Field(min_length=1, max_length=200, description="same key, same task, at any age"),
+]

@@ -11,6 +11,8 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import Arch
 from fedhpc.domain.site import Credit, Health, SiteState
 from fedhpc.domain.units import as_utc
+from fedhpc.errors import FieldIssue
+from fedhpc.ops.sitecheck import SiteNotUsable
 
 __all__ = [
     "FederationView",
@@ -150,6 +152,14 @@ def inspect_federation(
 ) -> FederationView:
     """Join the latest site states with the profiles. Pure: `now` is an argument."""
     req = request or InspectRequest()
+    unknown = [
+        FieldIssue(f"sites[{i}]", f"no site is called {name!r}")
+        for i, name in enumerate(req.sites)
+        if name not in sites
+    ]
+    if unknown:  # an empty answer would read as "no such capacity", not as a typo
+        known = ", ".join(sorted(sites)) or "none"
+        raise SiteNotUsable(unknown, hint=f"Sites: {known}. Name one of them, or drop sites.")
     views = []
     for name in sorted(sites):
         if req.sites and name not in req.sites:

@@ -244,6 +244,31 @@ class SubmitGroupRequest(_In):
     def _workdir(cls, v: str | None) -> str | None:
         return check_workdir(v) if v is not None else None
 
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: PolicyKind) -> PolicyKind:
+        if v is PolicyKind.FIXED_SITE:  # a group names no site: every child would fail alike
+            raise ValueError(
+                "a group has no fixed_site: to run every child on one site, set "
+                "envelope.sites_include=['SITE'] with policy best-feasible"
+            )
+        return v
+
+    @field_validator("children")
+    @classmethod
+    def _names(cls, v: tuple[GroupChild, ...]) -> tuple[GroupChild, ...]:
+        seen: dict[str, int] = {}
+        for i, child in enumerate(v):
+            if child.name is None:
+                continue
+            if child.name in seen:  # results are read back by name: one would hide the other
+                raise ValueError(
+                    f"children[{i}].name {child.name!r} is also children[{seen[child.name]}]"
+                    "'s name: give each child its own name (or none)"
+                )
+            seen[child.name] = i
+        return v
+
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     key_generated: bool = False
     caller: str | None = Field(default=None, max_length=200)

@@ -1,0 +1,130 @@
+"""A careless agent at `fedhpc serve` (the real MCP client over stdio) against a real daemon on
+the four local-process sites (no Slurm: the dialect is irrelevant here): what it sends wrong is
+refused with {code, message, hint} naming the field, nothing is silently read another way, and
+what it reads later is true in that state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+
+from tests.integration.daemon_util import running
+from tests.integration.mcp_support import stdio_params
+
+ENV = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1, "max": 1}, "wall_time": {"min": 60}}
+
+
+@asynccontextmanager
+async def _serve(tmp: Path) -> AsyncIterator[Client]:
+    where = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp / "devfed")}
+    home = tmp / "h"
+    async with (
+        running(home, **where),
+        Client(stdio_params(home, "--no-autostart", **where), mode="legacy") as client,
+    ):
+        yield client
+
+
+async def _error(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, result.content
+    body: dict[str, Any] = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert all(isinstance(body.get(k), str) and body[k] for k in ("code", "message", "hint"))
+    return body
+
+
+async def _ok(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_a_mistyped_site_in_inspect_federation_is_an_error_not_an_empty_federation(
+    tmp_path: Path,
+) -> None:
+    async with _serve(tmp_path) as client:
+        body = await _error(client, "inspect_federation", {"sites": ["devdelta", "devdleta"]})
+        assert body["code"] == "site_not_usable"
+        assert body["fields"] == [{"field": "sites[1]", "reason": "no site is called 'devdleta'"}]
+        assert "devanvil, devdelta, devdeltaai, devvista" in body["hint"]
+        view = await _ok(client, "inspect_federation", {"sites": ["devdelta"]})
+        assert [s["site"] for s in view["sites"]] == ["devdelta"]
+
+
+async def test_an_empty_idempotency_key_is_refused_not_read_as_no_key(tmp_path: Path) -> None:
+    """ "" used to become a key made for the call but marked as the caller's own: the same
+    command sent twice then made two tasks (no retry window), and nothing said so."""
+    async with _serve(tmp_path) as client:
+        task = {"command": ["sleep", "30"], "envelope": ENV, "idempotency_key": ""}
+        group = {
+            "objective": "o",
+            "children": [{"command": ["true"]}],
+            "envelope": ENV,
+            "idempotency_key": "",
+        }
+        for tool, args in (("submit_task", task), ("submit_group", group)):
+            body = await _error(client, tool, args)
+            assert body["code"] == "validation"
+            assert [f["field"] for f in body["fields"]] == ["idempotency_key"], body
+        page = await _ok(client, "list_events", {})
+        assert page["events"] == []
+        # Nothing was accepted: the same command without the empty key is one new task.
+        first = await _ok(client, "submit_task", {**task, "idempotency_key": None})
+        again = await _ok(client, "submit_task", {**task, "idempotency_key": None})
+        assert again["task_id"] == first["task_id"]
+        await _ok(client, "cancel", {"task_id": first["task_id"]})
+
+
+async def test_move_data_with_a_reused_key_and_other_paths_is_a_conflict(tmp_path: Path) -> None:
+    """It used to answer with the first transfer, as if the second copy had been made."""
+    storage = tmp_path / "devfed"
+    async with _serve(tmp_path) as client:
+        for site in ("devdelta", "devanvil"):
+            (storage / site / "storage").mkdir(parents=True, exist_ok=True)
+        (storage / "devdelta/storage/in.dat").write_text("data\n")
+        args = {
+            "source": "devdelta:scratch/in.dat",
+            "destination": "devanvil:scratch/a.dat",
+            "idempotency_key": "copy-1",
+        }
+        first = await _ok(client, "move_data", args)
+        same = await _ok(client, "move_data", args)
+        assert same["transfer_id"] == first["transfer_id"]
+        other = {**args, "destination": "devanvil:scratch/b.dat"}
+        body = await _error(client, "move_data", other)
+        assert body["code"] == "idempotency_conflict"
+        assert first["transfer_id"] in body["message"]
+        assert "new key" in body["hint"]
+        with anyio.fail_after(60):
+            while True:
+                read = await client.read_resource(f"fedhpc://transfers/{first['transfer_id']}")
+                view = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+                if view["state"] == "succeeded":
+                    break
+                await anyio.sleep(0.3)
+        # Read later, the transfer says what to do in its state, not "end your turn".
+        assert view["next"].startswith("Succeeded"), view["next"]
+        assert not (storage / "devanvil/storage/b.dat").exists()
+        assert (storage / "devanvil/storage/a.dat").read_text() == "data\n"
+
+
+async def test_a_group_with_policy_fixed_site_or_twin_child_names_is_refused_by_field(
+    tmp_path: Path,
+) -> None:
+    async with _serve(tmp_path) as client:
+        base = {"objective": "o", "children": [{"command": ["true"]}], "envelope": ENV}
+        body = await _error(client, "submit_group", {**base, "policy": "fixed-site"})
+        assert [f["field"] for f in body["fields"]] == ["policy"], body
+        assert "sites_include" in body["message"]
+        twins = [{"command": ["true"], "name": "a"}, {"command": ["false"], "name": "a"}]
+        body = await _error(client, "submit_group", {**base, "children": twins})
+        assert [f["field"] for f in body["fields"]] == ["children"], body
+        assert "children[1].name 'a' is also children[0]'s name" in body["message"]
+        assert (await _ok(client, "list_events", {}))["events"] == []

@@ -1,0 +1,120 @@
+"""Requests a careless agent sends, refused with a field and a fix (never a silent fallback),
+and answers that stay true in every state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from fedhpc.domain import AccountConfig, UserConfig, UserSiteConfig
+from fedhpc.domain.config import Site
+from fedhpc.ops.data import DataLocation, TransferOptions, TransferState
+from fedhpc.ops.inspect import InspectRequest, inspect_federation
+from fedhpc.ops.sitecheck import SiteNotUsable
+from fedhpc.ops.tasks import SubmitGroupRequest
+from fedhpc.profiles import load_federation
+from fedhpc.transfer.records import TransferRecord
+
+T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def sites(monkeypatch: pytest.MonkeyPatch) -> dict[str, Site]:
+    monkeypatch.setenv("FEDHPC_DEVFED", "1")
+    accounts = (AccountConfig(name="fedhpc-gpu"),)
+    config = UserConfig(
+        sites={s: UserSiteConfig(accounts=accounts) for s in ("devdelta", "devvista")}
+    )
+    return {k: v for k, v in load_federation(config).items() if k in {"devdelta", "devvista"}}
+
+
+def test_inspect_with_a_mistyped_site_is_an_error_naming_the_sites(
+    sites: dict[str, Site],
+) -> None:
+    """An empty list of sites would read as "nothing free there", not as a typo."""
+    req = InspectRequest(sites=("devdelta", "devdleta"))
+    with pytest.raises(SiteNotUsable) as err:
+        inspect_federation({}, sites, now=T0, refresh_s=60, request=req)
+    body = err.value.as_dict()
+    assert body["code"] == "site_not_usable"
+    assert body["fields"] == [{"field": "sites[1]", "reason": "no site is called 'devdleta'"}]
+    assert "devdelta, devvista" in body["hint"]
+    ok = inspect_federation(
+        {}, sites, now=T0, refresh_s=60, request=req.model_copy(update={"sites": ("devdelta",)})
+    )
+    assert [s.site for s in ok.sites] == ["devdelta"]
+
+
+def _group(**extra: object) -> SubmitGroupRequest:
+    return SubmitGroupRequest.model_validate(
+        {"objective": "sweep", "children": [{"command": ["true"]}], "envelope": {}, **extra}
+    )
+
+
+def test_a_group_with_policy_fixed_site_is_refused_on_the_policy_field() -> None:
+    """A group has no fixed_site: the daemon used to refuse each child as '(body): Value error'."""
+    with pytest.raises(ValidationError) as err:
+        _group(policy="fixed-site")
+    (issue,) = err.value.errors()
+    assert issue["loc"] == ("policy",)
+    assert "envelope.sites_include" in issue["msg"]
+    assert _group(policy="shortest-queue").policy.value == "shortest-queue"
+
+
+def test_a_group_with_two_children_of_one_name_is_refused() -> None:
+    with pytest.raises(ValidationError) as err:
+        _group(
+            children=[
+                {"command": ["a"], "name": "x"},
+                {"command": ["b"]},
+                {"command": ["c"], "name": "x"},
+            ]
+        )
+    (issue,) = err.value.errors()
+    assert issue["loc"] == ("children",)
+    assert "children[2].name 'x' is also children[0]'s name" in issue["msg"]
+    assert len(_group(children=[{"command": ["a"]}, {"command": ["b"]}]).children) == 2
+
+
+def _transfer(state: TransferState, **extra: object) -> TransferRecord:
+    where = DataLocation(site="devdelta", root="scratch", root_path="/s", path="/s/a")
+    return TransferRecord(
+        id="x123",
+        idempotency_key="k",
+        mode="replicate",
+        source_ref="devdelta:scratch/a",
+        destination_ref="devdelta:scratch/b",
+        source=where,
+        destination=where,
+        options=TransferOptions(),
+        backend="local",
+        state=state,
+        created_at=T0,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("state", list(TransferState))
+def test_a_transfer_read_later_never_says_end_your_turn(state: TransferState) -> None:
+    """The resource fedhpc://transfers/{id} said "Accepted. End your turn: fedhpc ... resumes
+    you" in every state, even succeeded or failed, to whichever session read it."""
+    view = _transfer(state).view()
+    assert "End your turn" not in view.next
+    assert "resumes you" not in view.next
+    if state is TransferState.SUCCEEDED:
+        assert view.next.startswith("Succeeded") and "stage_in" in view.next
+    elif state is TransferState.FAILED:
+        assert view.next.startswith("Failed") and "`error`" in view.next
+    else:
+        assert view.next.startswith(f"Still {state.value}")
+        assert "fedhpc://transfers/x123" in view.next
+
+
+def test_a_blocked_transfer_read_later_says_a_person_must_act() -> None:
+    from fedhpc.ops.data import TransferIssue
+
+    blocked = TransferIssue(code="consent_required", message="log in", hint="fedhpc login")
+    view = _transfer(TransferState.QUEUED, blocked=blocked).view()
+    assert view.next.startswith("Blocked: `blocked` says what a person must do")
