@@ -75,7 +75,6 @@ class Groups:
         replace: Callable[[TaskRecord, AttemptRecord], Awaitable[bool]],
     ) -> None:
         self.deps = deps
-        self.book = deps.book
         self.cycle_s = cycle_s
         self.replace = replace
 
@@ -87,7 +86,7 @@ class Groups:
             return await self._existing(gid, req)
         self.deps.wake_placer()
         if wait_s > 0 and len(req.children) <= LISTED:
-            ids = [c["id"] for c in await self.book.store.group_children(gid)]
+            ids = [c["id"] for c in await self.deps.book.store.group_children(gid)]
             await self.deps.wait_placed(ids, wait_s)
         return await self.view(gid, limit=LISTED)
 
@@ -97,10 +96,10 @@ class Groups:
         gid = group_id_for(key)
         async with self.deps.accepting:
             now = self.deps.clock()
-            if await self.book.store.get_group(gid) is not None:
+            if await self.deps.book.store.get_group(gid) is not None:
                 return gid, False
             if dedupe is not None:
-                earlier = await self.book.store.group_by_dedupe(
+                earlier = await self.deps.book.store.group_by_dedupe(
                     dedupe, idem.since(now, self.deps.retry_window_s)
                 )
                 if earlier is not None:
@@ -114,11 +113,11 @@ class Groups:
                 "spread": req.spread,
                 "size": n,
             }
-            async with self.book.store.transaction() as tx:
+            async with self.deps.book.store.transaction() as tx:
                 await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
                 await tx.insert_tasks(self._children(req, gid, key, now), at=now)
                 if req.continuation is not None:
-                    await self.book.put_continuation(tx, gid, req.continuation)
+                    await self.deps.book.put_continuation(tx, gid, req.continuation)
         log.info("group accepted", group=gid, children=n)
         self.deps.notify()
         return gid, True
@@ -162,7 +161,7 @@ class Groups:
             yield tid, ckey, gid, JobState.QUEUED.value, body
 
     async def _existing(self, gid: str, req: SubmitGroupRequest) -> GroupView:
-        group = await self.book.store.get_group(gid)
+        group = await self.deps.book.store.get_group(gid)
         assert group is not None
         by_key = bool(req.idempotency_key) and group["body"].get("key") == req.idempotency_key
         stored = group["body"].get("digest")
@@ -196,14 +195,14 @@ class Groups:
         """The group: counts per state and per site for all children (in SQL); children
         listed in order after `after`, up to `limit` (all when None), with `next_after` when
         more follow."""
-        group = await self.book.store.get_group(gid)
+        group = await self.deps.book.store.get_group(gid)
         if group is None:
             raise TaskNotFound(f"no group {gid!r}")
-        summary = await self.book.store.group_summary(gid)
+        summary = await self.deps.book.store.group_summary(gid)
         counts: dict[str, int] = summary["counts"]
         size = sum(counts.values())
         page = None if limit is None else limit + 1  # one more: whether another page follows
-        rows = await self.book.store.group_children(gid, after=after, limit=page)
+        rows = await self.deps.book.store.group_children(gid, after=after, limit=page)
         listed = rows if limit is None else rows[:limit]
         more = len(rows) > len(listed)
         first, last = summary["first"], summary["last"]
@@ -228,14 +227,14 @@ class Groups:
         Reads the counts per state in SQL and only the children it may act on (live, or with
         an attempt still pending): a 5,000-child group with one child left reads one."""
         terminal = sorted(s.value for s in TERMINAL)
-        for gid in await self.book.store.groups_in(("running",)):
-            group = await self.book.store.get_group(gid)
+        for gid in await self.deps.book.store.groups_in(("running",)):
+            group = await self.deps.book.store.get_group(gid)
             assert group is not None
             body: dict[str, Any] = group["body"]
             # Every child counts for the round: with two or more still live, the round is not over
             # and no child is the last one left (nothing to relax): skip reading them.
             every = all(body.get("required") or [True])
-            counts = await self.book.store.group_counts(gid)
+            counts = await self.deps.book.store.group_counts(gid)
             size = sum(counts.values())
             live = sum(n for s, n in counts.items() if s not in TERMINAL)
             if every and live >= 2:
@@ -243,7 +242,7 @@ class Groups:
             required: list[bool] = body.get("required") or [True] * size
             if size < len(required):
                 continue  # an older submit_group still adding children: no round can be over yet
-            children = await self.book.store.group_children(gid, acting=terminal)
+            children = await self.deps.book.store.group_children(gid, acting=terminal)
             now = self.deps.clock()
             stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
             for c in children:
@@ -266,7 +265,7 @@ class Groups:
                 continue
             view = await self.view(gid, limit=0)
             state = view.state if view.state not in ("placing", "running") else "completed"
-            async with self.book.store.transaction() as tx:
+            async with self.deps.book.store.transaction() as tx:
                 await tx.put_group(
                     gid, state=state, round_=int(group["round"]), body=body, at=self.deps.clock()
                 )
@@ -286,17 +285,17 @@ class Groups:
 
     async def _relax(self, gid: str, task_id: str, n: int) -> None:
         """The last child still pending: drop the spread constraint and move it if that helps."""
-        task = await self.book.load_task(task_id)
+        task = await self.deps.book.load_task(task_id)
         att: AttemptRecord | None = next(
-            (a for a in await self.book.load_attempts(task_id) if a.n == n), None
+            (a for a in await self.deps.book.load_attempts(task_id) if a.n == n), None
         )
         if att is None:
             return
         task.spread_relaxed = True
         moved = await self.replace(task, att)
         if not moved:
-            async with self.book.store.transaction() as tx:
-                await self.book.save(tx, task, at=self.deps.clock())
+            async with self.deps.book.store.transaction() as tx:
+                await self.deps.book.save(tx, task, at=self.deps.clock())
                 await tx.append_event(
                     "group.stalled_child",
                     gid,
