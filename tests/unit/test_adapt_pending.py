@@ -9,7 +9,8 @@ from typing import Any, cast
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest
+from fedhpc.orchestrator.adapt import _may_move
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
@@ -74,3 +75,25 @@ async def test_pending_attempts_not_due_do_not_load_their_tasks(store: Store) ->
     assert loaded == []
     assert await store.events_after(0, limit=10) == []
     assert [a["state"] for a in await store.attempts("tearly")] == ["pending"]
+
+
+def test_the_cheap_budget_check_honours_the_stored_policy_and_defaults_what_it_lacks() -> None:
+    """_may_move reads the stored policy through AdaptationPolicy: a value set on the task wins,
+    a field the stored dict lacks (or no policy at all) takes the model's default."""
+    default = AdaptationPolicy()
+    assert (default.replace_pending, default.max_replacements, default.replace_after_s) == (
+        True,
+        2,
+        120.0,
+    )
+    quick = {"replace_after_s": 5.0}  # max_replacements and replace_pending missing
+    assert _may_move({"adaptation": quick, "used": 0}, 10.0)  # 5 s, not the default 120 s
+    assert _may_move({"adaptation": quick, "used": 1}, 10.0)
+    assert not _may_move({"adaptation": quick, "used": 2}, 10.0)  # the default budget of 2
+    assert not _may_move({"adaptation": {"replace_pending": False}, "used": 0}, 600.0)
+    assert _may_move({"adaptation": {"max_replacements": 5}, "used": 4}, 600.0)
+    assert not _may_move({"adaptation": None, "used": 0}, 119.0)  # the default 120 s
+    assert _may_move({"adaptation": None, "used": 0}, 120.0)
+    stored = AdaptationPolicy(replace_after_s=30.0).model_dump(mode="json")  # as tasks keep it
+    assert _may_move({"adaptation": stored, "used": 0}, 30.0)
+    assert not _may_move({"adaptation": stored, "used": 0}, 29.0)

@@ -28,17 +28,18 @@ log = structlog.get_logger(__name__)
 
 ACTIVE_STATES = tuple(sorted(s.value for s in ACTIVE))  # the store's attempt states to watch
 _LOST_IDS = 20  # task ids named in one group.site_lost; the group resource lists them all
-_DEFAULT = AdaptationPolicy()
 
 
 def _may_move(cheap: dict[str, Any], pending_s: float) -> bool:
     """adapt_pending's budget checks on a task's few fields (Store.pending_budgets), the same
-    as on the loaded task: re-placing allowed, budget left, pending long enough."""
-    policy: dict[str, Any] = cheap["adaptation"] or {}
+    as on the loaded task: re-placing allowed, budget left, pending long enough. The stored
+    policy is parsed by its model, so a field it lacks takes the model's default (about 3 us a
+    call: 15 ms a cycle over 5,000 pending attempts)."""
+    policy = AdaptationPolicy.model_validate(cheap["adaptation"] or {})
     return (
-        bool(policy.get("replace_pending", _DEFAULT.replace_pending))
-        and int(cheap["used"]) < int(policy.get("max_replacements", _DEFAULT.max_replacements))
-        and pending_s >= float(policy.get("replace_after_s", _DEFAULT.replace_after_s))
+        policy.replace_pending
+        and int(cheap["used"]) < policy.max_replacements
+        and pending_s >= policy.replace_after_s
     )
 
 
