@@ -128,3 +128,25 @@ async def test_a_group_with_policy_fixed_site_or_twin_child_names_is_refused_by_
         assert [f["field"] for f in body["fields"]] == ["children"], body
         assert "children[1].name 'a' is also children[0]'s name" in body["message"]
         assert (await _ok(client, "list_events", {}))["events"] == []
+
+
+async def test_a_group_or_transfer_id_given_as_a_task_id_says_what_it_is(tmp_path: Path) -> None:
+    """It said "no task 'g…'" and pointed at `fedhpc tasks`, for an id fedhpc itself gave."""
+    storage = tmp_path / "devfed"
+    async with _serve(tmp_path) as client:
+        base = {"objective": "o", "children": [{"command": ["true"]}], "envelope": ENV}
+        gid = (await _ok(client, "submit_group", base))["group_id"]
+        for tool in ("get_result", "cancel", "replan"):
+            body = await _error(client, tool, {"task_id": gid})
+            assert body["code"] == "not_found"
+            assert body["message"] == f"{gid!r} is a group, not a task", body
+            assert f"fedhpc://groups/{gid}" in body["hint"]
+        (storage / "devdelta/storage").mkdir(parents=True, exist_ok=True)
+        (storage / "devdelta/storage/in.dat").write_text("x")
+        move = {"source": "devdelta:scratch/in.dat", "destination": "devdelta:scratch/out.dat"}
+        xid = (await _ok(client, "move_data", move))["transfer_id"]
+        body = await _error(client, "get_result", {"task_id": xid})
+        assert body["message"] == f"{xid!r} is a transfer, not a task", body
+        assert f"fedhpc://transfers/{xid}" in body["hint"] and "stage_in" in body["hint"]
+        body = await _error(client, "get_result", {"task_id": "tnosuchtask"})
+        assert body["message"] == "no task 'tnosuchtask'"

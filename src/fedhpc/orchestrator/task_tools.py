@@ -18,12 +18,13 @@ from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
-from fedhpc.orchestrator.book import TaskBook, handle
+from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement
+from fedhpc.transfer import records as transfers
 
 __all__ = ["TaskTools"]
 
@@ -108,10 +109,32 @@ class TaskTools:
         self.wake_placer = wake_placer
         self.wait_placed = wait_placed
 
+    async def _load(self, task_id: str) -> TaskRecord:
+        """The task; an id that names a group or a transfer says so and where to read it (a
+        careless agent passes the id it has: "no task" and `fedhpc tasks` would not help)."""
+        try:
+            return await self.book.load_task(task_id)
+        except TaskNotFound:
+            if await self.book.store.get_group(task_id) is not None:
+                raise TaskNotFound(
+                    f"{task_id!r} is a group, not a task",
+                    hint=f"Read resource fedhpc://groups/{task_id}: get_result, cancel and "
+                    "replan take the task_id of one of its children.",
+                ) from None
+            async with self.book.store.transaction() as tx:
+                transfer = await transfers.get(tx, task_id)
+            if transfer is not None:
+                raise TaskNotFound(
+                    f"{task_id!r} is a transfer, not a task",
+                    hint=f"Read resource fedhpc://transfers/{task_id}; pass it to a task in "
+                    "submit_task's stage_in.",
+                ) from None
+            raise
+
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         """The manifest: state, attempts, provenance, output references with sizes, and bounded
         tails (the last bytes, where errors are) of stdout and, after a failure, of stderr."""
-        task = await self.book.load_task(req.task_id)
+        task = await self._load(req.task_id)
         atts = await self.book.load_attempts(task.id)
         cur = _current(atts, task)
         outputs: list[OutputRef] = []
@@ -180,7 +203,7 @@ class TaskTools:
         """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
         A task that had already ended stays as it was, and the answer says nothing was cancelled."""
         async with self.lock:
-            task = await self.book.load_task(req.task_id)
+            task = await self._load(req.task_id)
             atts = await self.book.load_attempts(task.id)
             if task.state.terminal:
                 hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
@@ -199,7 +222,7 @@ class TaskTools:
         """Re-place a task that has not started, or send an unschedulable one back to placement:
         new exclusions and/or envelope. Refused, with nothing saved, when no site could run it."""
         async with self.lock:
-            task = await self.book.load_task(req.task_id)
+            task = await self._load(req.task_id)
             atts = await self.book.load_attempts(task.id)
             live = [a for a in atts if not a.state.terminal and not a.superseded]
             reopen = task.state is JobState.UNSCHEDULABLE
