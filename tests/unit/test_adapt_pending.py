@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.job import JobState, Shape
+from fedhpc.domain.job import JobState
 from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest
 from fedhpc.orchestrator.adapt import _may_move
-from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
+from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
+from tests.unit.attempts import attempt, put_attempt
 
 
 async def _pending(store: Store, tid: str, *, now: datetime, since_s: float, used: int) -> None:
@@ -28,33 +29,12 @@ async def _pending(store: Store, tid: str, *, now: datetime, since_s: float, use
         replacements_used=used,
         request=SubmitTaskRequest(command=("true",), envelope=ResourceEnvelope()),
     )
-    att = AttemptRecord(
-        task_id=tid,
-        n=1,
-        site="s",
-        partition="p",
-        account=None,
-        qos=None,
-        shape=Shape(cpus=1),
-        job_name=job_name(tid, 1),
-        job_id="1",
-        created_at=now,
-        state=JobState.PENDING,
-        pending_since=now - timedelta(seconds=since_s),
+    att = attempt(
+        tid, now=now, state=JobState.PENDING, pending_since=now - timedelta(seconds=since_s)
     )
     async with store.transaction() as tx:
         await tx.put_task(tid, state="pending", body=task.model_dump(mode="json"), at=now)
-        await tx.put_attempt(
-            tid,
-            1,
-            site="s",
-            partition="p",
-            job_name=att.job_name,
-            job_id="1",
-            state="pending",
-            body=att.model_dump(mode="json"),
-            at=now,
-        )
+        await put_attempt(tx, att, at=now)
 
 
 async def test_pending_attempts_not_due_do_not_load_their_tasks(store: Store) -> None:

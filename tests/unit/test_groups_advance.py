@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from fedhpc.domain.job import JobState, Shape
-from fedhpc.orchestrator.records import AttemptRecord, job_name
+from fedhpc.domain.job import JobState
+from fedhpc.orchestrator.records import job_name
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
+from tests.unit.attempts import attempt, put_attempt
 
 
 async def test_a_group_whose_children_are_still_being_submitted_stays_open(store: Store) -> None:
@@ -51,31 +52,9 @@ async def test_advance_reads_only_the_live_child_of_a_mostly_finished_group(stor
             await tx.put_task(
                 tid, state=state.value, body={}, at=now, idempotency_key=f"k:{i}", group_id="g1"
             )
-            att = AttemptRecord(
-                task_id=tid,
-                n=1,
-                site="s",
-                partition="p",
-                account=None,
-                qos=None,
-                shape=Shape(cpus=1),
-                job_name=job_name(tid, 1),
-                job_id=str(i),
-                created_at=now,
-                state=state,
-                pending_since=now if last else None,
-            )
-            await tx.put_attempt(
-                tid,
-                1,
-                site="s",
-                partition="p",
-                job_name=att.job_name,
-                job_id=att.job_id,
-                state=state.value,
-                body=att.model_dump(mode="json"),
-                at=now,
-            )
+            pending_since = now if last else None
+            att = attempt(tid, now=now, state=state, job_id=str(i), pending_since=pending_since)
+            await put_attempt(tx, att, at=now)
     read: list[str] = []
     tasks_loaded: list[str] = []
     children, get_task = store.group_children, store.get_task
