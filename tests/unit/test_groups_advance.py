@@ -1,11 +1,15 @@
-"""Closing a group's round: never before submit_group has added every child."""
+"""Closing a group's round: never before submit_group has added every child; an unknown
+group id is a typed not_found that says where group ids are found."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import pytest
+
 from fedhpc.domain.job import JobState
+from fedhpc.orchestrator import TaskNotFound
 from fedhpc.orchestrator.records import job_name
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
@@ -99,3 +103,16 @@ async def test_advance_reads_only_the_live_child_of_a_mostly_finished_group(stor
     assert group is not None and group["state"] == "completed"
     events = await store.events_after(0, limit=10)
     assert [e.kind for e in events] == ["group.round_terminal"]
+
+
+async def test_an_unknown_group_id_says_where_group_ids_are_found(store: Store) -> None:
+    """No command or tool lists groups: the hint must not send the caller to one that would."""
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: datetime(2026, 11, 29, tzinfo=UTC))
+    with pytest.raises(TaskNotFound) as caught:
+        await o.groups.view("gnope")
+    assert caught.value.as_dict() == {
+        "code": "not_found",
+        "message": "no group 'gnope'",
+        "hint": "No command or tool lists groups: use the group_id in submit_group's answer, "
+        "or find it in the GROUP column of `fedhpc tasks` or in a child's get_result (group_id).",
+    }

@@ -22,13 +22,18 @@ from fedhpc.orchestrator.accept import WAITING_FOR_PROBES, Acceptance
 from fedhpc.orchestrator.book import TaskNotFound
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
 
-__all__ = ["LISTED", "Groups", "group_id_for"]
+__all__ = ["LISTED", "UNKNOWN_GROUP_HINT", "Groups", "group_id_for"]
 
 log = structlog.get_logger(__name__)
 
 GroupState = Literal["placing", "running", "completed", "failed", "cancelled"]
 
 LISTED = 20  # children listed in a submit answer; the group resource lists all
+# Nothing lists groups (no command, tool or resource): where a group id can be found.
+UNKNOWN_GROUP_HINT = (
+    "No command or tool lists groups: use the group_id in submit_group's answer, or find it "
+    "in the GROUP column of `fedhpc tasks` or in a child's get_result (group_id)."
+)
 GROUP_WAIT_S = 1.0  # a group small enough to be listed waits this long for its placements
 # A child pending this long (at least three control cycles) after its siblings are done is
 # stalled: a child the scheduler has only just queued is not.
@@ -197,7 +202,7 @@ class Groups:
         more follow."""
         group = await self.deps.book.store.get_group(gid)
         if group is None:
-            raise TaskNotFound(f"no group {gid!r}")
+            raise TaskNotFound(f"no group {gid!r}", hint=UNKNOWN_GROUP_HINT)
         summary = await self.deps.book.store.group_summary(gid)
         counts: dict[str, int] = summary["counts"]
         size = sum(counts.values())
