@@ -150,3 +150,29 @@ async def test_a_group_or_transfer_id_given_as_a_task_id_says_what_it_is(tmp_pat
         assert f"fedhpc://transfers/{xid}" in body["hint"] and "stage_in" in body["hint"]
         body = await _error(client, "get_result", {"task_id": "tnosuchtask"})
         assert body["message"] == "no task 'tnosuchtask'"
+
+
+async def test_a_get_result_over_the_answer_cap_names_a_max_bytes_that_fits(
+    tmp_path: Path,
+) -> None:
+    """Control characters in a tail grow sixfold as JSON: a max_bytes inside the advertised
+    range was refused with a hint that read "fedhpc://tasks/{task_id}", placeholder and all."""
+    noisy = "import sys; print('a' * 200000); sys.stderr.write('\\x01' * 200000); sys.exit(3)"
+    async with _serve(tmp_path) as client:
+        args = {"command": ["python3", "-c", noisy], "envelope": ENV}
+        task = await _ok(client, "submit_task", {**args, "adaptation": {"max_retries": 0}})
+        tid = task["task_id"]
+        with anyio.fail_after(60):
+            while (await _ok(client, "get_result", {"task_id": tid}))["state"] != "failed":
+                await anyio.sleep(0.3)
+        body = await _error(client, "get_result", {"task_id": tid, "max_bytes": 20000})
+        assert body["code"] == "too_large"
+        assert f"fedhpc://tasks/{tid}" in body["hint"] and "{" not in body["hint"], body
+        fit = int(body["hint"].split("max_bytes=")[1].split(" ")[0])
+        assert 1 <= fit < 20000
+        answer = await _ok(client, "get_result", {"task_id": tid, "max_bytes": fit})
+        assert answer["preview"].endswith("a" * 100 + "\n") and answer["stderr"].endswith(
+            "\x01" * 100
+        )
+        bare = await _ok(client, "get_result", {"task_id": tid, "preview": "none"})
+        assert [o["bytes"] for o in bare["outputs"]] == [200001, 200000]

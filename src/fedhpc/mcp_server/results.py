@@ -119,7 +119,25 @@ def answer_result(answer: BaseModel) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-def _size_checked(name: str, answer: T, pointer: str) -> CallToolResult:
+class _Known(dict[str, object]):
+    """Format values; a placeholder with no value stays as written."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _pointer(pointer: str, answer: BaseModel, args: dict[str, Any], size: int) -> str:
+    """The pointer with this answer's ids filled in (`{task_id}`, `{group_id}`), and `{fit}`:
+    a `max_bytes` that would have fitted (escaped control characters make a tail bigger
+    than its bytes, so the ratio is measured, not assumed)."""
+    values = _Known({k: v for k, v in args.items() if isinstance(v, str | int)})
+    values.update({k: getattr(answer, k) for k in ("task_id", "group_id") if hasattr(answer, k)})
+    if isinstance(args.get("max_bytes"), int):
+        values["fit"] = max(1, int(args["max_bytes"] * MAX_RESPONSE_BYTES / size * 0.9))
+    return pointer.format_map(values)
+
+
+def _size_checked(name: str, answer: T, pointer: str, args: dict[str, Any]) -> CallToolResult:
     result = answer_result(answer)
     size = len(result.content[0].text.encode())  # type: ignore[union-attr]
     if size <= MAX_RESPONSE_BYTES:
@@ -127,7 +145,7 @@ def _size_checked(name: str, answer: T, pointer: str) -> CallToolResult:
     return error_result(
         ResponseTooLarge(
             f"{name}'s answer is {size} bytes, above the {MAX_RESPONSE_BYTES}-byte cap",
-            hint=pointer,
+            hint=_pointer(pointer, answer, args, size),
         )
     )
 
@@ -154,7 +172,7 @@ def guarded(
                     return error_result(typed)
                 log.exception("tool crashed", tool=fn.__name__)
                 return error_result(InternalError(f"{fn.__name__} failed: {type(exc).__name__}"))
-            return _size_checked(fn.__name__, answer, pointer)
+            return _size_checked(fn.__name__, answer, pointer, dict(kwargs))
 
         return wrapper
 

@@ -196,7 +196,10 @@ async def submit_group(
     return _unbound(view, unbound, view.group_id)
 
 
-@guarded("Lower max_bytes, or read resource fedhpc://tasks/{task_id}.")
+@guarded(
+    "Call get_result again with max_bytes={fit} or less, or preview='none' (outputs names "
+    "the files), or read resource fedhpc://tasks/{task_id}."
+)
 async def get_result(
     ctx: Ctx,
     *,
