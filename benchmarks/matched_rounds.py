@@ -360,6 +360,17 @@ def summarize(rounds: list[Round]) -> dict[str, dict[str, float]]:
     return out
 
 
+def with_table(md: list[str], table: list[str]) -> list[str]:
+    """The lines of an earlier result .md with its table replaced by `table`: --from-csv
+    recomputes only what the CSV holds; the run's command, machine, load and the daemon's
+    decision lines (none of them in the CSV) stay as the run wrote them. Without an earlier
+    .md, the whole .md is written from the CSV and this invocation's flags (--load ...)."""
+    rows = [i for i, line in enumerate(md) if line.startswith("|")]
+    if not rows:
+        return [*md, "", *table]
+    return [*md[: rows[0]], *table, *md[rows[-1] + 1 :]]
+
+
 def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[Path]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     machine = (
@@ -384,17 +395,22 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         f"({sum(all(j.censored for j in r.jobs.values()) for r in rounds)}) are left out of "
         "the policy figures. Completion = sacct End - Submit; wait = Start - Eligible.",
         "",
+    ]
+    table = [
         "| policy | rounds | picked fastest | median completion | mean completion | mean wait "
         "| median additional | mean additional | p95 additional |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in summary.items():
-        lines.append(
+        if not s["rounds"]:
+            continue  # a policy this run left out (--no-daemon, or a CSV from before it)
+        table.append(
             f"| {name} | {s['rounds']} | {s['fastest'] * 100:.0f} % | {s['median_c']:.0f} s "
             f"| {s['mean_c']:.0f} s | {s['mean_w']:.0f} s | {s['median_x']:.0f} s "
             f"| {s['mean_x']:.0f} s | {s['p95_x']:.0f} s |"
         )
     lines += [
+        *table,
         "",
         "Paper (Table IV, production systems): "
         + "; ".join(f"{k}: {v}" for k, v in PAPER.items())
@@ -405,6 +421,8 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
         lines += ["", "The daemon's decisions (its `decision` line, as get_result shows it):", ""]
         lines += [f"- round {i}: {d}" for i, d in said]
     md = RESULTS / f"{stem}.md"
+    if getattr(args, "from_csv", None) and md.exists():
+        lines = with_table(md.read_text().splitlines(), table)
     md.write_text("\n".join(lines) + "\n")
     title = (
         f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
@@ -565,7 +583,12 @@ def main() -> None:
     ap.add_argument("--round-timeout", type=float, default=None, help="s; then jobs are censored")
     ap.add_argument("--warmup", type=float, default=None, help="s of load before round 0")
     ap.add_argument(
-        "--from-csv", type=Path, default=None, help="recompute the table from a run's CSV only"
+        "--from-csv",
+        type=Path,
+        default=None,
+        help="recompute the policy table and the figure from a run's CSV (submits nothing); "
+        "in an existing results/<csv stem>.md only the table is replaced: the run's command, "
+        "machine, load and the daemon's decision lines are not in the CSV and stay as written",
     )
     args = ap.parse_args()
     if args.from_csv:
