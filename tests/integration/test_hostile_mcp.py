@@ -176,3 +176,27 @@ async def test_a_get_result_over_the_answer_cap_names_a_max_bytes_that_fits(
         )
         bare = await _ok(client, "get_result", {"task_id": tid, "preview": "none"})
         assert [o["bytes"] for o in bare["outputs"]] == [200001, 200000]
+
+
+async def test_replan_never_places_a_task_back_on_a_site_it_excludes(tmp_path: Path) -> None:
+    """sites_include outranks every exclusion in placement: replan(exclude_sites=[devdelta])
+    of a task whose envelope includes devdelta was placed on devdelta again, as 'replanned'."""
+    async with _serve(tmp_path) as client:
+        only_delta = {**ENV, "sites_include": ["devdelta"]}
+        too_long = {**only_delta, "wall_time": {"min": "30d"}}
+        task = await _ok(client, "submit_task", {"command": ["true"], "envelope": too_long})
+        assert task["state"] == "unschedulable"
+        args = {"task_id": task["task_id"], "exclude_sites": ["devanvil", "devdelta"]}
+        body = await _error(client, "replan", {**args, "envelope": only_delta})
+        assert body["code"] == "validation"
+        assert body["fields"] == [
+            {"field": "exclude_sites[1]", "reason": "devdelta is in the envelope's sites_include"}
+        ]
+        assert "task is unchanged" in body["hint"]
+        # The stored envelope counts too: excluding its only site is the same contradiction.
+        body = await _error(client, "replan", args)
+        assert [f["field"] for f in body["fields"]] == ["exclude_sites[1]"]
+        result = await _ok(client, "get_result", {"task_id": task["task_id"]})
+        assert result["state"] == "unschedulable" and "attempts" not in result
+        moved = await _ok(client, "replan", {**args, "envelope": ENV})
+        assert moved["site"] not in {"devanvil", "devdelta"}, moved

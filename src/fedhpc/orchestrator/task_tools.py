@@ -10,8 +10,9 @@ import anyio
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
-from fedhpc.errors import UsageError
+from fedhpc.errors import FieldIssue, UsageError, ValidationFailed
 from fedhpc.ops.hints import next_hint
 from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
@@ -78,6 +79,23 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
     return m.model_copy(
         update={"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
     )
+
+
+def _check_exclusions(req: ReplanRequest, envelope: ResourceEnvelope) -> None:
+    """An excluded site that the envelope's sites_include names would be used anyway (an
+    include outranks every exclusion in placement): refuse the contradiction, never place
+    the task back where the caller said not to."""
+    both = [
+        FieldIssue(f"exclude_sites[{i}]", f"{site} is in the envelope's sites_include")
+        for i, site in enumerate(req.exclude_sites)
+        if site in envelope.sites_include
+    ]
+    if both:
+        raise ValidationFailed(
+            both,
+            hint="Pass envelope with a sites_include that leaves these sites out (or none) "
+            "together with exclude_sites; the task is unchanged.",
+        )
 
 
 class TaskTools:
@@ -235,6 +253,7 @@ class TaskTools:
                 )
             if any(a.state is JobState.RUNNING for a in live):
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
+            _check_exclusions(req, req.envelope or task.request.envelope)
             pending = staging.waiting(task)
             if pending:
                 # It runs only where its inputs arrive (every other site is excluded already).
