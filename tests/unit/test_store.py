@@ -195,6 +195,65 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
     assert any("INDEX tasks_group_state" in step for step in sites), sites
 
 
+@pytest.mark.parametrize("after", [None, "t-0100"])
+async def test_a_page_of_a_group_walks_its_ids_instead_of_sorting_every_child(
+    store: Store, after: str | None
+) -> None:
+    """GET /v1/groups/{id} lists a page of children in id order: schema 9's index reads only
+    the page's rows; before, every call sorted all 5,000 children with their bodies."""
+    from fedhpc.store.reads import children_query
+
+    sql, params = children_query("g1", after=after, limit=201, acting=())
+    conn = sqlite3.connect(store.path)
+    plan = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    conn.close()
+    assert any("INDEX tasks_group_page" in step for step in plan), plan
+
+
+async def test_a_group_summary_is_one_read_with_counts_per_state_and_per_site(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counts per state and per site of the current attempts come back from one statement
+    (one trip to the reader's thread), each under its own key."""
+    async with store.transaction() as tx:
+        await tx.put_group("g1", state="running", round_=1, body={}, at=T0)
+        for i, state in enumerate(["completed", "completed", "running", "queued"]):
+            tid = f"t{i}"
+            await tx.put_task(tid, state=state, body={}, at=T0, group_id="g1")
+            if state != "queued":
+                await tx.put_attempt(
+                    tid,
+                    1,
+                    site="s1" if i else "s2",
+                    partition="p",
+                    job_name=f"j{i}",
+                    job_id=str(i),
+                    state=state,
+                    body={},
+                    at=T0,
+                )
+    reads: list[str] = []
+    real = type(store)._all
+
+    async def counted(self: Store, sql: str, params: object = ()) -> object:
+        reads.append(sql)
+        return await real(self, sql, params)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(store), "_all", counted)
+    summary = await store.group_summary("g1")
+    assert len(reads) == 1
+    assert summary == {
+        "counts": {"completed": 2, "running": 1, "queued": 1},
+        "sites": {"s1": 2, "s2": 1},
+        "first": "t0",
+        "last": "t3",
+    }
+
+
+async def test_health_reads_the_schema_and_the_last_event_in_one_read(store: Store) -> None:
+    assert await store.schema_and_last_seq() == (SCHEMA_VERSION, await store.last_seq())
+
+
 async def test_the_wait_history_read_walks_an_index_instead_of_sorting_every_attempt(
     store: Store,
 ) -> None:
@@ -263,7 +322,7 @@ async def test_a_schema_7_store_migrates_to_8_and_keeps_its_completed_attempts(
 
     s = await Store.open(path)
     try:
-        assert await s.schema_version() == 8
+        assert await s.schema_version() == SCHEMA_VERSION
         conn = sqlite3.connect(path)
         indexes = {
             r[0]

@@ -32,16 +32,17 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
 
     async def health(request: Request) -> Response:
+        schema, last_seq = await state.store.schema_and_last_seq()  # as its store file says
         return JSONResponse(
             {
                 "version": __version__,
                 "started_at": state.started_at.isoformat(),
                 "sites": sorted(state.collector.sites),
-                "schema": await state.store.schema_version(),  # as its store file says
+                "schema": schema,
                 "cycle_s": o.cycle_s,
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
-                "last_event_seq": await state.store.last_seq(),
+                "last_event_seq": last_seq,
             }
         )
 

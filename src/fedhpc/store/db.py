@@ -159,6 +159,14 @@ class Store(GroupReads, DeliveryReads, HistoryReads):
         rows = await self._all("SELECT coalesce(max(seq), 0) AS seq FROM events")
         return int(rows[0]["seq"])
 
+    async def schema_and_last_seq(self) -> tuple[int, int]:
+        """The file's schema version and the newest event's seq, in one read (GET /v1/health)."""
+        rows = await self._all(
+            "SELECT (SELECT user_version FROM pragma_user_version) AS schema, "
+            "(SELECT coalesce(max(seq), 0) FROM events) AS seq"
+        )
+        return int(rows[0]["schema"]), int(rows[0]["seq"])
+
     async def cursor(self, consumer: str) -> int:
         rows = await self._all("SELECT cursor FROM consumers WHERE name = ?", (consumer,))
         return int(rows[0]["cursor"]) if rows else 0

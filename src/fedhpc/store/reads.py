@@ -76,35 +76,7 @@ class GroupReads(Reads):
         or `limit`: one page, children in id order after the id `after`. With `acting` (the
         terminal states): only the children a control cycle may act on, those not in one of
         them or with an attempt still pending (the rest are never read)."""
-        page = "SELECT * FROM tasks WHERE group_id = ?"
-        params: list[object] = [group_id]
-        if acting:
-            marks = ",".join("?" * len(acting))
-            page += (
-                f" AND (state NOT IN ({marks}) OR EXISTS (SELECT 1 FROM attempts p"  # noqa: S608
-                " WHERE p.task_id = tasks.id AND p.state = 'pending'))"
-            )
-            params = [*params, *acting]
-        if after is not None:
-            page, params = page + " AND id > ?", [*params, after]
-        if limit is not None:
-            page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
-        rows = await self._all(
-            "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
-            "json_extract(t.body, '$.request.name') AS name, "
-            "json_extract(t.body, '$.decision') AS decision, "
-            "json_extract(t.body, '$.reasons') AS reasons, "
-            "json_extract(t.body, '$.accepted_attempt') AS accepted, "
-            "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
-            "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
-            "json_extract(a.body, '$.superseded') AS superseded, "
-            "json_extract(a.body, '$.pending_since') AS pending_since, "
-            "json_extract(a.body, '$.account') AS account, "
-            "json_extract(a.body, '$.shape') AS shape "
-            f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
-            "ORDER BY t.id, a.n",
-            params,
-        )
+        rows = await self._all(*children_query(group_id, after=after, limit=limit, acting=acting))
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
             child = out.setdefault(
@@ -142,13 +114,13 @@ class GroupReads(Reads):
     async def group_summary(self, group_id: str) -> dict[str, Any]:
         """Counts for a whole group in SQL (no child loaded): per state, per site of the
         children's current attempts, and the first and last child id."""
-        rows = await self._all(GROUP_COUNTS, (group_id,))
-        sites = await self._all(GROUP_SITES, (group_id,))
+        rows = await self._all(GROUP_SUMMARY, (group_id, group_id))
+        counts = [r for r in rows if r["kind"] == "state"]
         return {
-            "counts": {str(r["state"]): int(r["n"]) for r in rows},
-            "sites": {str(r["site"]): int(r["n"]) for r in sites},
-            "first": min((str(r["first"]) for r in rows), default=""),
-            "last": max((str(r["last"]) for r in rows), default=""),
+            "counts": {str(r["key"]): int(r["n"]) for r in counts},
+            "sites": {str(r["key"]): int(r["n"]) for r in rows if r["kind"] == "site"},
+            "first": min((str(r["first"]) for r in counts), default=""),
+            "last": max((str(r["last"]) for r in counts), default=""),
         }
 
     async def group_counts(self, group_id: str) -> dict[str, int]:
@@ -226,12 +198,57 @@ GROUP_COUNTS = (
     "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
     "WHERE group_id = ? GROUP BY state"
 )
+# INDEXED BY: the accepted attempt comes from schema 7's expression index; picking schema 9's
+# (group_id, id) instead, SQLite parsed every child's body (5,000 children: 23 -> 101 ms).
 GROUP_SITES = (
-    "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
+    "SELECT a.site, count(*) AS n FROM tasks t INDEXED BY tasks_group_state "
+    "JOIN attempts a ON a.task_id = t.id "
     "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
     " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
     "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site"
 )
+# Both in one statement: one trip to the reader's thread, not two (each trip waits for a CPU
+# and the GIL when the machine is busy, as it is during the sweeps this view is watched in).
+GROUP_SUMMARY = (
+    "SELECT 'state' AS kind, state AS key, n, first, last FROM ("  # noqa: S608 (fixed text)
+    f"{GROUP_COUNTS}) UNION ALL SELECT 'site', site, n, NULL, NULL FROM ({GROUP_SITES})"
+)
+
+
+def children_query(
+    group_id: str, *, after: str | None, limit: int | None, acting: Sequence[str]
+) -> tuple[str, list[object]]:
+    """`GroupReads.group_children`'s statement and parameters: the page of the group's tasks
+    (schema 9's index walks their ids in order), each joined with its attempts."""
+    page = "SELECT * FROM tasks WHERE group_id = ?"
+    params: list[object] = [group_id]
+    if acting:
+        marks = ",".join("?" * len(acting))
+        page += (
+            f" AND (state NOT IN ({marks}) OR EXISTS (SELECT 1 FROM attempts p"  # noqa: S608
+            " WHERE p.task_id = tasks.id AND p.state = 'pending'))"
+        )
+        params = [*params, *acting]
+    if after is not None:
+        page, params = page + " AND id > ?", [*params, after]
+    if limit is not None:
+        page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
+    sql = (
+        "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
+        "json_extract(t.body, '$.request.name') AS name, "
+        "json_extract(t.body, '$.decision') AS decision, "
+        "json_extract(t.body, '$.reasons') AS reasons, "
+        "json_extract(t.body, '$.accepted_attempt') AS accepted, "
+        "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
+        "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
+        "json_extract(a.body, '$.superseded') AS superseded, "
+        "json_extract(a.body, '$.pending_since') AS pending_since, "
+        "json_extract(a.body, '$.account') AS account, "
+        "json_extract(a.body, '$.shape') AS shape "
+        f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
+        "ORDER BY t.id, a.n"
+    )
+    return sql, params
 
 
 def _child_index(task_id: str, key: str) -> int:

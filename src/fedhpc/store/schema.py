@@ -173,6 +173,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX attempts_state_updated ON attempts (state, updated_at);
     DROP INDEX attempts_state;
     """,
+    # 9: a page of a group's children (GET /v1/groups/{id}: `ORDER BY id LIMIT n` after an id)
+    # walks the group's ids in order and reads only the page's rows; with tasks_group_state
+    # alone each page sorted every child with its body (5,000 children: a temporary b-tree of
+    # ~5 MB per call, polled by every person and agent watching the group).
+    """
+    CREATE INDEX tasks_group_page ON tasks (group_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
