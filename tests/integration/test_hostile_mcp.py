@@ -119,6 +119,9 @@ async def test_a_group_with_policy_fixed_site_or_twin_child_names_is_refused_by_
     tmp_path: Path,
 ) -> None:
     async with _serve(tmp_path) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        offered = tools["submit_group"].input_schema["properties"]["policy"]["enum"]
+        assert offered == ["best-feasible", "shortest-queue"]  # no site to fix a group to
         base = {"objective": "o", "children": [{"command": ["true"]}], "envelope": ENV}
         body = await _error(client, "submit_group", {**base, "policy": "fixed-site"})
         assert [f["field"] for f in body["fields"]] == ["policy"], body

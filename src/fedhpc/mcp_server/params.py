@@ -25,6 +25,7 @@ __all__ = [
     "GroupAdapt",
     "GroupEnvelope",
     "GroupIdemKey",
+    "GroupPolicy",
     "IdemKey",
     "OtherEnvelope",
     "Policy",
@@ -99,6 +100,11 @@ TaskId = Annotated[
     WithJsonSchema({"type": "string"}),
 ]
 Policy = PolicyKind | None
+# A group names no site: fixed-site is not offered (sent anyway, the request model says why).
+GroupPolicy = Annotated[
+    PolicyKind,
+    WithJsonSchema({"enum": ["best-feasible", "shortest-queue"], "type": "string"}),
+]
 Workdir = Annotated[
     str | None, Field(description="relative to the task folder, or inside a storage root")
 ]

@@ -22,6 +22,7 @@ from fedhpc.mcp_server.params import (
     GroupAdapt,
     GroupEnvelope,
     GroupIdemKey,
+    GroupPolicy,
     IdemKey,
     OtherEnvelope,
     Policy,
@@ -168,7 +169,7 @@ async def submit_group(
     objective: Annotated[str, Field(description="what the group achieves together")],
     children: Annotated[list[GroupChild], Field(min_length=1)],
     envelope: GroupEnvelope,
-    policy: PolicyKind = PolicyKind.BEST_FEASIBLE,
+    policy: GroupPolicy = PolicyKind.BEST_FEASIBLE,
     spread: Annotated[bool, Field(description="prefer distinct systems")] = True,
     workdir: str | None = None,
     env: dict[str, str] = {},  # noqa: B006
