@@ -118,3 +118,30 @@ def test_a_blocked_transfer_read_later_says_a_person_must_act() -> None:
     blocked = TransferIssue(code="consent_required", message="log in", hint="fedhpc login")
     view = _transfer(TransferState.QUEUED, blocked=blocked).view()
     assert view.next.startswith("Blocked: `blocked` says what a person must do")
+
+
+@pytest.mark.parametrize(
+    ("text", "wall_min"),
+    [
+        ("train for 1e400 hours", 3600),  # was read as '400 hours'
+        ("train for 1E+3 hours", 3600),  # was '3 hours'
+        ("preprocess for -5 hours", 3600),  # was '5 hours'
+        ("preprocess for 1.5 hours", 5400),
+        ("preprocess for 2-5 hours", 18000),  # a range: its upper end, as before
+    ],
+)
+def test_the_drafter_never_reads_part_of_a_number_as_the_duration(text: str, wall_min: int) -> None:
+    from fedhpc.ops.draft import draft_envelope
+
+    draft = draft_envelope(text)
+    assert draft.proposed["wall_time"]["min"] == wall_min, draft.rationale
+    if wall_min == 3600:  # unreadable: the class default, and the rationale says so
+        assert "default wall time" in draft.rationale
+        assert "stated duration" not in draft.rationale
+
+
+def test_the_drafter_never_reads_an_exponent_as_a_model_size() -> None:
+    from fedhpc.ops.draft import draft_envelope
+
+    assert "'9B model'" not in draft_envelope("1e9B model inference").rationale
+    assert "'7B model'" in draft_envelope("7B model inference").rationale

@@ -53,10 +53,26 @@ class Signals:
         return first
 
 
+def _mantissa(low: str, at: int) -> bool:
+    return at >= 0 and (low[at].isdecimal() or low[at] == ".")
+
+
+def _unreadable(low: str, i: int) -> bool:
+    """The number starting at `i` is an exponent ('1e400', '1e+3') or negative ('-5')."""
+    before = low[i - 1] if i > 0 else ""
+    if before in ("e", "E"):
+        return _mantissa(low, i - 2)
+    if before in ("+", "-") and i > 1 and low[i - 2] in "eE":
+        return _mantissa(low, i - 3)
+    return before == "-" and (i == 1 or not low[i - 2].isalnum())
+
+
 def number_before(low: str, pattern: re.Pattern[str]) -> tuple[str, int, int] | None:
     """The first number written just before a unit: `pattern` starts with one digit (`\\d`)
     followed by the unit, so a search never backtracks inside a run of digits. The number is
-    then read backwards: digits, optionally '.' and more digits. Returns (number, start, end)."""
+    then read backwards: digits, optionally '.' and more digits. Returns (number, start, end);
+    None also for a number this cannot read whole: an exponent's digits ('1e400 hours' is not
+    400 hours) or a negative one ('-5 hours' is not 5 hours)."""
     m = pattern.search(low)
     if m is None:
         return None
@@ -68,4 +84,6 @@ def number_before(low: str, pattern: re.Pattern[str]) -> tuple[str, int, int] | 
         while j > 0 and low[j - 1].isdecimal():
             j -= 1
         i = j
+    if _unreadable(low, i):
+        return None
     return low[i : m.start() + 1], i, m.end()
