@@ -84,6 +84,26 @@ async def test_the_client_reaches_each_read_route_of_the_app(
     assert await client.binding("no-such-call") is None
 
 
+async def test_health_tells_how_long_the_daemon_took_to_answer(client: DaemonClient) -> None:
+    """The daemon's own share of a caller's wait, per answer, typed errors included."""
+    first = (await client.health())["requests"]
+    assert first == {"answered": 0, "window": 0}  # health's own answer is counted after it
+    await client.tasks()
+    with pytest.raises(FedError):
+        await client.group("no-such-group")
+    raw = await client._http.get("/v1/tasks")
+    name, dur = raw.headers["server-timing"].split(";dur=")
+    assert (name, float(dur) >= 0) == ("app", True)
+    later = (await client.health())["requests"]
+    assert later["answered"] == later["window"] == 4
+    assert 0 <= later["p50_ms"] <= later["p99_ms"] <= later["max_ms"]
+    assert later["slowest_route"] in {
+        "GET /v1/health",
+        "GET /v1/tasks",
+        "GET /v1/groups/{group_id}",
+    }
+
+
 @pytest.mark.parametrize("op", ["result", "cancel", "group", "transfer"])
 async def test_an_unknown_id_reaches_its_route_and_is_answered_typed(
     client: DaemonClient, op: str

@@ -38,6 +38,12 @@ def build_app(state: DaemonState) -> Starlette:
     if missing or extra:
         raise RuntimeError(f"route table and handlers differ: missing {missing}, extra {extra}")
     routes = [
-        Route(e.path, guard(handlers[e]), methods=[e.method], name=e.name) for e in api.ROUTES
+        Route(
+            e.path,
+            guard(handlers[e], state.request_times, f"{e.method} {e.path}"),
+            methods=[e.method],
+            name=e.name,
+        )
+        for e in api.ROUTES
     ]
     return Starlette(routes=routes)

@@ -3,6 +3,7 @@ route table): every failure leaves as a typed `{code, message, hint}` with its c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from fedhpc.daemon.timings import RequestTimes
 from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, ValidationFailed, typed_error
 from fedhpc.ops.suggest import request_model, unknown_field_reason
 from fedhpc.store import quick_reads
@@ -40,12 +42,23 @@ class _Internal(FedError):
     default_hint = "This is a fedhpc bug: retry once, then report it with the daemon's log."
 
 
-def guard(fn: Handler) -> Handler:
+def guard(fn: Handler, times: RequestTimes | None = None, route: str = "") -> Handler:
     """Every failure leaves as {code, message, hint} with the status of its class; validation
     errors name the field; anything untyped is logged and answered as `internal` (500). The
-    store's reads while answering are quick reads (store/reads.py): never behind a write."""
+    store's reads while answering are quick reads (store/reads.py): never behind a write.
+    How long each answer took goes back in its `Server-Timing` header (`app;dur=<ms>`) and,
+    with `times`, is kept there under `route`."""
 
     async def wrapped(request: Request) -> Response:
+        started = time.perf_counter()
+        response = await _answer(request)
+        ms = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={ms:.1f}"
+        if times is not None:
+            times.add(route, ms)
+        return response
+
+    async def _answer(request: Request) -> Response:
         try:
             with quick_reads():
                 return await fn(request)

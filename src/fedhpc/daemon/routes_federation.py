@@ -43,6 +43,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
                 "last_event_seq": last_seq,
+                "requests": state.request_times.summary(),
             }
         )
 

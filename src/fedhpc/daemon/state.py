@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
+from fedhpc.daemon.timings import RequestTimes
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.store import Store
@@ -33,6 +34,7 @@ class DaemonState:
         self.transfers: TransferService | None = None
         self.bridge: Bridge | None = None
         self.archive_path: Path | None = None  # where archived events go (the daemon's home)
+        self.request_times = RequestTimes()  # how long the REST answers took (GET /v1/health)
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(
