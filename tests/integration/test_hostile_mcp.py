@@ -203,3 +203,31 @@ async def test_replan_never_places_a_task_back_on_a_site_it_excludes(tmp_path: P
         assert result["state"] == "unschedulable" and "attempts" not in result
         moved = await _ok(client, "replan", {**args, "envelope": ENV})
         assert moved["site"] not in {"devanvil", "devdelta"}, moved
+
+
+async def test_replan_asks_the_scheduler_before_killing_a_job_that_may_have_started(
+    tmp_path: Path,
+) -> None:
+    """Between two probes a started job is still 'submitted' in the store: replan cancelled it
+    (exit 143) and ran it again, though it promises no work is lost."""
+    where = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}
+    slow = {"FEDHPC_REFRESH_S": "600", "FEDHPC_CYCLE_S": "600"}  # no probe sees it start
+    home = tmp_path / "h"
+    async with (
+        running(home, **where, **slow),
+        Client(stdio_params(home, "--no-autostart", **where), mode="legacy") as client,
+    ):
+        task = await _ok(client, "submit_task", {"command": ["sleep", "60"], "envelope": ENV})
+        assert task["state"] == "submitted", task
+        jobs = tmp_path / "devfed" / task["site"] / "localsched"
+        with anyio.fail_after(30):  # the local scheduler has started it
+            while '"state": "RUNNING"' not in (jobs / f"jobs/{task['job_id']}.json").read_text():
+                await anyio.sleep(0.2)
+        body = await _error(
+            client, "replan", {"task_id": task["task_id"], "exclude_sites": [task["site"]]}
+        )
+        assert body["code"] == "usage" and body["message"].endswith("is running"), body
+        result = await _ok(client, "get_result", {"task_id": task["task_id"]})
+        assert [a["n"] for a in result["attempts"]] == [1]
+        assert "superseded" not in result["attempts"][0]
+        await _ok(client, "cancel", {"task_id": task["task_id"]})

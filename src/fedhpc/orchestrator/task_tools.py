@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 import anyio
+import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
@@ -98,6 +99,9 @@ def _check_exclusions(req: ReplanRequest, envelope: ResourceEnvelope) -> None:
         )
 
 
+log = structlog.get_logger(__name__)
+
+
 class TaskTools:
     """get_result, list_tasks, cancel and replan on the task book; cancel and replan hold
     `lock` (no control cycle or placement meanwhile)."""
@@ -148,6 +152,22 @@ class TaskTools:
                     "submit_task's stage_in.",
                 ) from None
             raise
+
+    async def _started(self, live: list[AttemptRecord]) -> bool:
+        """Whether the scheduler says a job has started: the stored state is the last probe's,
+        and a job started since would be killed by a replan that promises no work is lost.
+        A site that does not answer keeps the stored state (its cancel waits for it anyway)."""
+        for a in live:
+            if a.job_id is None or not online(self.collector, a.site):
+                continue
+            try:
+                seen = await self.adapters[a.site].status([a.job_id])
+            except Exception as exc:  # any transport failure: keep the stored state
+                log.info("replan status check failed", site=a.site, error=str(exc)[:200])
+                continue
+            if any(o.state is JobState.RUNNING for o in seen):
+                return True
+        return False
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         """The manifest: state, attempts, provenance, output references with sizes, and bounded
@@ -251,7 +271,7 @@ class TaskTools:
                     f"task {task.id} is already {task.state.value}",
                     hint="Submit a new task instead.",
                 )
-            if any(a.state is JobState.RUNNING for a in live):
+            if any(a.state is JobState.RUNNING for a in live) or await self._started(live):
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
             _check_exclusions(req, req.envelope or task.request.envelope)
             pending = staging.waiting(task)
