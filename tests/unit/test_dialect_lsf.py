@@ -17,6 +17,7 @@ from fedhpc.adapters.dialects.lsf_parse import STATE_TABLE, exit_state, lsf_time
 from fedhpc.domain.job import ArraySpec, JobSpec, JobState, Shape
 from fedhpc.domain.site import Health, SiteProfile
 from tests.injection_corpus import corpus
+from tests.probe_order import run_order
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "lsf"
 NOW = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
@@ -283,6 +284,22 @@ def test_probe_sections_are_identifiers(profile: SiteProfile) -> None:
     assert all(name.isidentifier() for name in cmds)
     assert cmds["jobs"].argv[:3] == ("bjobs", "-u", "all")
     assert cmds["queuehosts"].argv == ("bqueues", "-l", "gpu", "cpu", "debug")
+
+
+def test_probe_reads_the_jobs_before_the_hosts(profile: SiteProfile) -> None:
+    """bjobs runs before bhosts and lsload: a job it shows running is then already counted on
+    its host (or has ended and freed it), so no probe shows a running job's GPUs free."""
+    order = run_order(LsfDialect().probe_sections(profile, "alice"))
+    assert order[0] == "jobs"
+    assert {"hosts", "gpus", "load"} <= set(order[1:])
+
+
+def test_probe_parse_does_not_depend_on_section_order(profile: SiteProfile) -> None:
+    backwards = dict(reversed(sections().items()))
+    dialect = LsfDialect()
+    assert dialect.parse_probe(backwards, profile, "alice", NOW) == dialect.parse_probe(
+        sections(), profile, "alice", NOW
+    )
 
 
 def test_probe_counts_hosts_gpus_slots_and_jobs_per_queue(profile: SiteProfile) -> None:

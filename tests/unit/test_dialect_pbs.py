@@ -17,6 +17,7 @@ from fedhpc.adapters.dialects.pbs_parse import STATE_TABLE, finished_state, map_
 from fedhpc.domain.job import ArraySpec, JobSpec, JobState, Shape
 from fedhpc.domain.site import Health, SiteProfile
 from tests.injection_corpus import corpus
+from tests.probe_order import run_order
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "pbs"
 NOW = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
@@ -303,6 +304,21 @@ def test_probe_sections_are_identifiers_with_the_balance_command(profile: SitePr
     assert cmds["balance"].argv == ("sbank", "balance")
     with pytest.raises(ValueError, match="user"):
         PbsDialect().probe_sections(profile, "-x")
+
+
+def test_probe_reads_the_jobs_before_the_nodes(profile: SiteProfile) -> None:
+    """qstat runs before pbsnodes: a job it shows running is then already assigned in the node
+    view (or has ended and freed it), so no probe shows a running job's GPUs free."""
+    order = run_order(PbsDialect().probe_sections(profile, "alice"))
+    assert order.index("nodes") > max(order.index("queues"), order.index("jobs"))
+
+
+def test_probe_parse_does_not_depend_on_section_order(profile: SiteProfile) -> None:
+    backwards = dict(reversed(sections().items()))
+    dialect = PbsDialect()
+    assert dialect.parse_probe(backwards, profile, "alice", NOW) == dialect.parse_probe(
+        sections(), profile, "alice", NOW
+    )
 
 
 def test_probe_counts_nodes_gpus_cpus_and_jobs_per_queue(profile: SiteProfile) -> None:

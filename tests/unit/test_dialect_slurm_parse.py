@@ -14,6 +14,7 @@ from fedhpc.adapters.dialects.slurm_parse import map_state
 from fedhpc.adapters.dialects.slurm_probe import parse_nodes
 from fedhpc.domain import Health, JobState, aggregate_state
 from fedhpc.profiles import load_profiles
+from tests.probe_order import run_order
 
 FIX = Path(__file__).parent.parent / "fixtures" / "slurm"
 DIALECT = SlurmDialect()
@@ -167,6 +168,29 @@ def test_probe_sections_include_the_sites_balance_command() -> None:
     if anvil.conventions.balance_command:
         assert sections["balance"].argv == anvil.conventions.balance_command
     assert all(c.env["SLURM_TIME_FORMAT"] == "%s" for c in sections.values())
+
+
+def test_probe_reads_the_queue_before_the_node_views() -> None:
+    """squeue runs first: a job it shows running is then already allocated in `scontrol show
+    node` (or has ended and freed its GPUs), so no probe shows a running job's GPUs free."""
+    order = run_order(DIALECT.probe_sections(load_profiles()["anvil"], "alice"))
+    assert order[0] == "queue"
+    assert {"nodes", "sinfo"} <= set(order[1:])
+
+
+def test_probe_parse_does_not_depend_on_section_order() -> None:
+    vista = load_profiles()["devvista"]
+    files = {
+        "queue": "squeue_queue.txt",
+        "sinfo": "sinfo.txt",
+        "nodes": "scontrol_show_node.txt",
+        "sshare": "sshare.txt",
+    }
+    sections = {n: BatchSection(n, 0, (FIX / f).read_text()) for n, f in files.items()}
+    backwards = dict(reversed(sections.items()))
+    assert DIALECT.parse_probe(backwards, vista, "root", AT) == DIALECT.parse_probe(
+        sections, vista, "root", AT
+    )
 
 
 def test_balance_command_output_sets_credit_balance_per_account() -> None:

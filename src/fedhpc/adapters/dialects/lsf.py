@@ -147,14 +147,15 @@ class LsfDialect:
         check_user(user)
         queues = tuple(p.name for p in profile.partitions)
         sections = {
-            "hosts": Command(("bhosts", "-o", HOST_FIELDS, "-json")),
-            "gpus": Command(("bhosts", "-o", GPU_FIELDS, "-json")),
+            # Jobs before hosts: a job bjobs saw running is then allocated (or freed) there.
+            "jobs": Command(("bjobs", "-u", "all", "-json", "-o", PROBE_JOB_FIELDS)),
             "queues": Command(("bqueues", "-o", QUEUE_FIELDS, "-json", *queues)),
             # The HOSTS line of bqueues -l says which hosts and host groups serve a queue.
             "queuehosts": Command(("bqueues", "-l", *queues)),
             "groups": Command(("bmgroup", "-w")),
+            "hosts": Command(("bhosts", "-o", HOST_FIELDS, "-json")),
+            "gpus": Command(("bhosts", "-o", GPU_FIELDS, "-json")),
             "load": Command(("lsload", "-w", "-I", "mem")),
-            "jobs": Command(("bjobs", "-u", "all", "-json", "-o", PROBE_JOB_FIELDS)),
         }
         return with_balance(sections, profile)
 

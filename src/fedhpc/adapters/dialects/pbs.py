@@ -133,10 +133,11 @@ class PbsDialect:
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
         sections = {
-            "nodes": Command(("pbsnodes", "-a", "-F", "json")),
+            # Jobs before nodes: a job qstat saw running is then allocated (or freed) there.
             "queues": Command(("qstat", "-Q", "-f", "-F", "json")),
             # The user's own jobs only: global counts come from each queue's state_count.
             "jobs": Command(("qstat", "-f", "-F", "json", "-u", check_user(user))),
+            "nodes": Command(("pbsnodes", "-a", "-F", "json")),
         }
         return with_balance(sections, profile)
 

@@ -197,11 +197,12 @@ class SlurmDialect:
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
         sections = {
-            "sinfo": Command(("sinfo", "--noheader", f"--format={NODE_STATE_FORMAT}"), env=_ENV),
-            "nodes": Command(("scontrol", "--oneliner", "show", "node"), env=_ENV),
+            # Queue before nodes: a job squeue saw running is then allocated (or freed) there.
             "queue": Command(
                 ("squeue", "--noheader", "--array", f"--format={QUEUE_COUNT_FORMAT}"), env=_ENV
             ),
+            "sinfo": Command(("sinfo", "--noheader", f"--format={NODE_STATE_FORMAT}"), env=_ENV),
+            "nodes": Command(("scontrol", "--oneliner", "show", "node"), env=_ENV),
             "sshare": Command(
                 ("sshare", "--noheader", "--parsable2", "--user", user, "--format", SSHARE_FIELDS),
                 env=_ENV,
