@@ -226,3 +226,19 @@ def test_probe_counts_pending_jobs_that_cannot_start_as_blocked() -> None:
     assert dev is not None
     assert (gh.pending_jobs, gh.blocked_pending_jobs, gh.running_jobs) == (4, 3, 1)
     assert (dev.pending_jobs, dev.blocked_pending_jobs) == (1, 1)
+
+
+def test_a_completing_job_is_neither_running_nor_pending() -> None:
+    """A COMPLETING job has ended (its epilog runs) and its resources are being released: a
+    probe that counted it running could show a running job's GPUs free."""
+    vista = load_profiles()["devvista"]
+    queue = (FIX / "squeue_queue.txt").read_text() + "gh|COMPLETING|root|None\n"
+    sections = {
+        "nodes": BatchSection("nodes", 0, (FIX / "scontrol_show_node.txt").read_text()),
+        "sinfo": BatchSection("sinfo", 0, (FIX / "sinfo.txt").read_text()),
+        "queue": BatchSection("queue", 0, queue),
+        "sshare": BatchSection("sshare", 0, (FIX / "sshare.txt").read_text()),
+    }
+    gh = DIALECT.parse_probe(sections, vista, "root", AT).partition("gh")
+    assert gh is not None
+    assert (gh.running_jobs, gh.user_running_jobs, gh.pending_jobs) == (1, 1, 5)

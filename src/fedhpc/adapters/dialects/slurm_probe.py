@@ -192,6 +192,10 @@ def _queue_counts(text: str, user: str) -> Counter[tuple[str, str, bool]]:
         if line.count("|") < 2:
             continue
         partitions, native, owner, *rest = line.split("|", 3)
+        if native.strip().startswith("COMPLETING"):
+            # Ended, epilog running: its resources are (being) released, so counting it as
+            # running could show a running job's GPUs free. Not ahead of anyone either.
+            continue
         state = map_state(native)
         kind = {JobState.PENDING: "pending", JobState.RUNNING: "running"}.get(state)
         if kind is None:
