@@ -14,4 +14,5 @@ def run_order(sections: Mapping[str, Command]) -> list[str]:
     """Section names in the order the batched `bash -s` script runs them (it runs top down)."""
     begin = f"echo '{BATCH_MARK} begin "
     script = batch(sections).stdin or ""
-    return [line[len(begin) :].rstrip("'") for line in script.splitlines() if line.startswith(begin)]
+    lines = script.splitlines()
+    return [line[len(begin) :].rstrip("'") for line in lines if line.startswith(begin)]

@@ -46,20 +46,22 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def quiet_federation(devfed: Any) -> Iterator[Any]:
     """No jobs anywhere, before and after: exact numbers need an idle federation."""
 
-    def cancel_all() -> None:
-        for site in devfed.sites:
-            devfed.run(site, "scancel", "--user", "root")
-        deadline = time.monotonic() + 60
-        busy: list[str] = list(devfed.sites)
-        while busy and time.monotonic() < deadline:
-            busy = [s for s in devfed.sites if devfed.run(s, "squeue", "-h").stdout.strip()]
-            time.sleep(0.3)
-        if busy:
-            pytest.fail(f"jobs did not drain: {busy}")
-
-    cancel_all()
+    _drain(devfed)
     yield devfed
-    cancel_all()
+    _drain(devfed)
+
+
+def _drain(devfed: Any) -> None:
+    """Cancel every job on every cluster and wait until no queue lists one."""
+    for site in devfed.sites:
+        devfed.run(site, "scancel", "--user", "root")
+    deadline = time.monotonic() + 60
+    busy: list[str] = list(devfed.sites)
+    while busy and time.monotonic() < deadline:
+        busy = [s for s in devfed.sites if devfed.run(s, "squeue", "-h").stdout.strip()]
+        time.sleep(0.3)
+    if busy:
+        pytest.fail(f"jobs did not drain: {busy}")
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -150,9 +152,12 @@ async def test_refresh_after_sbatch_shows_exact_free_gpus_and_pending(
     with anyio.fail_after(30):
         while True:
             after = _part(await client.refresh(), "devdeltaai", "ghx4")
-            # One probe can see the job running before its node's GRES shows it allocated
-            # (squeue and the node view are read a moment apart): wait for both.
-            if after.running_jobs == 1 and after.pending_jobs == 1 and after.free_gpus == 1:
+            # Every probe, not only the last: squeue is read before the node view, so once a
+            # probe shows the 3-GPU job running (submitted first; the 2-GPU job cannot run
+            # beside it) its GPUs are taken in that same probe.
+            if after.running_jobs:
+                assert after.free_gpus <= 1, after
+            if after.running_jobs == 1 and after.pending_jobs == 1:
                 break
             await anyio.sleep(0.5)
     assert after.free_gpus == 1
@@ -160,6 +165,71 @@ async def test_refresh_after_sbatch_shows_exact_free_gpus_and_pending(
     assert after.user_pending_jobs == 1
     untouched = _part(await client.federation(), "devdelta", "gpuA100x4")
     assert untouched.free_gpus == 4
+
+
+# 1-GPU jobs started back to back: (site, partition, how many), never more than it has GPUs.
+BURST = (
+    ("devdeltaai", "ghx4", 4),
+    ("devdelta", "gpuA100x4", 4),
+    ("devdelta", "gpuA40x4", 4),
+    ("devanvil", "ai", 2),
+    ("devvista", "gh", 2),
+)
+
+
+async def test_probes_while_gpu_jobs_start_never_show_running_jobs_gpus_free(
+    quiet_federation: Any, daemon: tuple[Any, DaemonClient]
+) -> None:
+    """Each job is submitted while a probe of every site is under way, at a different point
+    of it each time (a fraction of the last probe's duration), over three rounds; every probe
+    taken is checked: a partition's running 1-GPU jobs hold at least that many of its GPUs in
+    the same probe. No job ends while probes are taken (they end between rounds)."""
+    _, client = daemon
+    order = [(site, part) for k in range(4) for site, part, n in BURST if k < n]
+    want = {(site, part): n for site, part, n in BURST}
+
+    def check(view: FederationView) -> dict[tuple[str, str], int]:
+        running = {}
+        for site, part, _ in BURST:
+            p = _part(view, site, part)
+            assert p.free_gpus <= p.total_gpus - p.running_jobs, (site, p)
+            running[(site, part)] = p.running_jobs
+        return running
+
+    def submit(site: str, part: str) -> None:
+        out = quiet_federation.run(
+            site,
+            "sbatch",
+            "-p",
+            part,
+            "-A",
+            "fedhpc-gpu",
+            "--gres=gpu:1",
+            "-t",
+            "5",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 600",
+        )
+        assert out.returncode == 0, out.stderr
+
+    async def submit_after(delay: float, site: str, part: str) -> None:
+        await anyio.sleep(delay)
+        await anyio.to_thread.run_sync(submit, site, part)
+
+    took = 0.0
+    for _ in range(3):
+        with anyio.fail_after(180):
+            for k, (site, part) in enumerate(order):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(submit_after, took * (k % 8) / 8, site, part)
+                    began = time.monotonic()
+                    check(await client.refresh())
+                    took = time.monotonic() - began
+            while check(await client.refresh()) != want:
+                await anyio.sleep(0.3)
+        await anyio.to_thread.run_sync(_drain, quiet_federation)
 
 
 async def test_stopped_controller_goes_offline_then_comes_back(
