@@ -1,5 +1,6 @@
-"""The daemon on the real local federation: --once then status, exact numbers after sbatch,
-a lost controller goes offline and comes back, SIGTERM, and kill -9 loses nothing."""
+"""The daemon on the real local federation: --once then status, exact numbers after sbatch, no
+probe shows running jobs' GPUs free while jobs start, a lost controller goes offline and comes
+back, SIGTERM, and kill -9 loses nothing."""
 
 from __future__ import annotations
 
