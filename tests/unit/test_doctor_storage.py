@@ -13,7 +13,8 @@ from fedhpc.adapters.command import CommandResult
 from fedhpc.adapters.site import open_adapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.site import TransportSpec
-from fedhpc.onboard.doctor import _Run, _test_only
+from fedhpc.onboard.doctor import _Run
+from fedhpc.onboard.doctor_slurm import check_test_submits
 from fedhpc.onboard.doctor_storage import parse_storage, probe_storage
 from fedhpc.profiles import load_federation
 
@@ -110,7 +111,7 @@ async def test_an_error_running_test_only_fails_that_check_only(
     run = _Run(site)
     adapter = open_adapter(site)
     try:
-        await _test_only(run, adapter, "slurm")
+        await check_test_submits(run, adapter, "slurm")
     finally:
         await adapter.transport.aclose()
     parts = [p for p in site.profile.partitions if p.name not in site.profile.blocked_partitions]
