@@ -231,3 +231,38 @@ async def test_replan_asks_the_scheduler_before_killing_a_job_that_may_have_star
         assert [a["n"] for a in result["attempts"]] == [1]
         assert "superseded" not in result["attempts"][0]
         await _ok(client, "cancel", {"task_id": task["task_id"]})
+
+
+async def test_get_result_while_the_output_site_is_offline_says_so_not_all_shown(
+    tmp_path: Path,
+) -> None:
+    """It answered "Completed: preview is all of its output." with no preview at all (and a
+    failed task "see the stderr tail" with none) while the site holding them was offline."""
+    sched = tmp_path / "devfed/devvista/localsched"
+    async with _serve(tmp_path) as client:
+        args = {"command": ["echo", "hello"], "envelope": {**ENV, "sites_include": ["devvista"]}}
+        tid = (await _ok(client, "submit_task", args))["task_id"]
+        with anyio.fail_after(60):
+            while (done := await _ok(client, "get_result", {"task_id": tid}))["state"] != (
+                "completed"
+            ):
+                await anyio.sleep(0.3)
+        assert done["preview"] == "hello\n"
+        sched.rename(sched.with_name("away"))
+        sched.write_text("not a folder: every probe of devvista fails")
+        with anyio.fail_after(60):
+            while (await _ok(client, "inspect_federation", {"sites": ["devvista"]}))["sites"][0][
+                "health"
+            ] != "offline":
+                await anyio.sleep(0.5)
+        blind = await _ok(client, "get_result", {"task_id": tid})
+        assert "preview" not in blind and blind["unreadable"] == "devvista"
+        assert "all of its output" not in blind["next"]
+        assert blind["next"].startswith("Completed, but its output is on devvista"), blind
+        assert "nothing is lost" in blind["next"]
+        sched.unlink()
+        sched.with_name("away").rename(sched)
+        with anyio.fail_after(60):
+            while "preview" not in (back := await _ok(client, "get_result", {"task_id": tid})):
+                await anyio.sleep(0.5)
+        assert back["preview"] == "hello\n" and "unreadable" not in back

@@ -63,6 +63,7 @@ def next_hint(
     whole: bool = False,
     child: bool = False,
     blocked: str = "",
+    offline: str = "",
 ) -> str:
     """The `next` line of an answer.
 
@@ -73,7 +74,8 @@ def next_hint(
     get_result answer shows all of the task's output (no file left to read); `child`: the
     task is a group child (replan works only while its round is open); `blocked`: a
     continuation exists but the daemon cannot start its runtime now (why, with the fix), so
-    nothing will wake the agent and it must not wait."""
+    nothing will wake the agent and it must not wait; `offline`: a get_result answer could not
+    read the output, because this site does not answer now."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})"
@@ -101,6 +103,12 @@ def next_hint(
     if child and state == "unschedulable":
         return _CHILD_UNSCHEDULABLE
     if tool == "get_result":
+        if offline and state in _READ:
+            return (
+                f"{state.capitalize()}, but its output is on {offline}, which does not answer "
+                f"now (nothing is lost): call {read} again once inspect_federation shows "
+                f"{offline} ok."
+            )
         if whole and state == "completed":
             return "Completed: preview is all of its output."
         return _READ.get(state) or _ENDED[state].format(read=read)

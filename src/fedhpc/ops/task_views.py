@@ -120,6 +120,9 @@ class ResultManifest(_Out):
         "data) and when it goes on",
     )
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
+    unreadable: str | None = Field(
+        default=None, description="the site holding the output is offline"
+    )
     next: str = ""
 
 

@@ -62,5 +62,6 @@ class Answers:
             whole=not manifest.outputs,
             child=manifest.group_id is not None,
             blocked=blocked,
+            offline=manifest.unreadable or "",
         )
         return manifest.model_copy(update={"next": hint})

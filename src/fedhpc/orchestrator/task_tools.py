@@ -177,7 +177,9 @@ class TaskTools:
         cur = _current(atts, task)
         outputs: list[OutputRef] = []
         tails: dict[str, tuple[str, bool]] = {}
-        if cur is not None and cur.job_id is not None and online(self.collector, cur.site):
+        ran = cur is not None and cur.job_id is not None
+        offline = cur.site if ran and cur and not online(self.collector, cur.site) else None
+        if cur is not None and ran and offline is None:
             adapter = self.adapters[cur.site]
             files: list[tuple[str, str]] = [
                 ("stdout", cur.stdout or ""),
@@ -214,6 +216,7 @@ class TaskTools:
             reasons=task.reasons,
             waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
             data=await staging.data_provenance(self.book.store, task),
+            unreadable=offline,
         )
         return _brief(manifest, tails) if req.brief else manifest
 
