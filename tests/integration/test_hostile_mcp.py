@@ -266,3 +266,32 @@ async def test_get_result_while_the_output_site_is_offline_says_so_not_all_shown
             while "preview" not in (back := await _ok(client, "get_result", {"task_id": tid})):
                 await anyio.sleep(0.5)
         assert back["preview"] == "hello\n" and "unreadable" not in back
+
+
+async def test_stage_in_to_a_site_the_envelope_rules_out_is_refused_with_a_fix(
+    tmp_path: Path,
+) -> None:
+    """The task was accepted as "runs on devanvil" though its envelope excluded devanvil (it
+    could never be placed), or included only devdelta (placed there, without its input); a
+    fixed_site elsewhere was refused with an empty hint."""
+    storage = tmp_path / "devfed"
+    async with _serve(tmp_path) as client:
+        for site in ("devdelta", "devanvil"):
+            (storage / site / "storage").mkdir(parents=True, exist_ok=True)
+        (storage / "devdelta/storage/in.dat").write_text("x")
+        move = {"source": "devdelta:scratch/in.dat", "destination": "devanvil:scratch/in.dat"}
+        xid = (await _ok(client, "move_data", move))["transfer_id"]
+        task = {"command": ["cat", "in.dat"], "stage_in": [xid]}
+        for envelope in (
+            {**ENV, "sites_exclude": ["devanvil"]},
+            {**ENV, "sites_include": ["devdelta"]},
+        ):
+            body = await _error(client, "submit_task", {**task, "envelope": envelope})
+            assert body["code"] == "usage"
+            assert "arrive at devanvil" in body["message"] and "Allow devanvil" in body["hint"]
+        body = await _error(
+            client, "submit_task", {**task, "envelope": ENV, "fixed_site": "devdelta"}
+        )
+        assert "Drop fixed_site" in body["hint"], body
+        ok = await _ok(client, "submit_task", {**task, "envelope": ENV})
+        assert ok["decision"].endswith("(runs on devanvil)") or ok.get("site") == "devanvil", ok

@@ -135,7 +135,21 @@ async def prepare(book: TaskBook, sites: Mapping[str, Site], task: TaskRecord) -
     if targets:
         (site,) = targets
         if req.fixed_site and req.fixed_site != site:
-            raise UsageError(f"the inputs arrive at {site}, but fixed_site is {req.fixed_site}")
+            raise UsageError(
+                f"the inputs arrive at {site}, but fixed_site is {req.fixed_site}",
+                hint=f"Drop fixed_site (the task runs where its inputs arrive), or move_data "
+                f"them to {req.fixed_site} and pass those transfer ids.",
+            )
+        env = req.envelope
+        if site in env.sites_exclude or (env.sites_include and site not in env.sites_include):
+            # Placement would drop the only site holding the inputs (never run), or an include
+            # would outrank the exclusion of every other site (run without its inputs).
+            raise UsageError(
+                f"the inputs arrive at {site}, which the envelope's sites_include/sites_exclude "
+                "rule out",
+                hint=f"Allow {site} in the envelope, or move_data the inputs to an allowed site "
+                "and pass those transfer ids.",
+            )
         task.excluded_sites = tuple(sorted(set(sites) - {site}))
         task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
     async with book.store.transaction() as tx:
