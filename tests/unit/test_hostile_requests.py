@@ -145,3 +145,12 @@ def test_the_drafter_never_reads_an_exponent_as_a_model_size() -> None:
 
     assert "'9B model'" not in draft_envelope("1e9B model inference").rationale
     assert "'7B model'" in draft_envelope("7B model inference").rationale
+
+
+def test_the_server_instructions_never_say_end_your_turn_unconditionally() -> None:
+    """Sent at initialize to every client, also to one nothing will ever resume."""
+    from fedhpc.mcp_server import INSTRUCTIONS
+
+    step = INSTRUCTIONS.split("\n4. ")[1].split("\n5. ")[0]
+    assert "`next`" in step and "end your turn when fedhpc will resume you" in step
+    assert not step.startswith("Yield: end your turn")

@@ -35,7 +35,8 @@ fedhpc runs jobs on several supercomputers as one workspace. Work in this loop:
 1. Observe: inspect_federation (health, free GPUs, queues, credit per site).
 2. Plan: draft_envelope gives min-viable/max-useful bounds; check them.
 3. Act: submit_task (one job) or submit_group (a sweep); fedhpc picks site and shape.
-4. Yield: end your turn after submitting. Do not poll: fedhpc watches the jobs.
+4. Yield: do what the answer's `next` says: end your turn when fedhpc will resume you,
+   else it says how to read the outcome. Do not poll: fedhpc watches the jobs.
 5. Resume: you are continued with the outcome or a decision to make; read it with
    get_result, then replan or cancel if needed. Pull-only clients: list_events, ack_events.
 Errors come back as {code, message, hint}; a validation error names the field.
