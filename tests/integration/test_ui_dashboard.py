@@ -8,170 +8,48 @@ Screenshots go to the test's folder (and to docs/img/ with FEDHPC_UPDATE_SCREENS
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import select
-import shutil
-import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.profiles import load_profiles
-from fedhpc.settings import REQUIRE_REAL, UPDATE_SCREENSHOTS
-from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import drain, sbatch
-from tests.integration.test_demo_process import _demo_env
+from tests.integration.daemon_util import sbatch
+from tests.integration.ui_util import (
+    CHROMIUM,
+    FLAGS,
+    SITES,
+    Kept,
+    colours,
+    estimators,
+    gpus,
+    in_pty,
+    keep_demo,
+    need_browser,
+    shot,
+    timeline_rows,
+    unstyled,
+)
 
 pytestmark = pytest.mark.devfed
-
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
-SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
-
-
-def _need_browser() -> Any:
-    """Playwright's sync API and the system Chromium; fail in CI (FEDHPC_REQUIRE_REAL) when
-    either is missing, else skip."""
-    problem = None
-    try:
-        from playwright.sync_api import expect, sync_playwright
-    except ImportError:
-        problem = "the Python package playwright is not installed (pip install -e '.[test]')"
-    if problem is None and not CHROMIUM.exists():
-        problem = f"no {CHROMIUM} (apt-get install chromium; ./dev test installs it)"
-    if problem is not None:
-        if REQUIRE_REAL.read() == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    return sync_playwright, expect
-
-
-def _gpus(devfed: Any, site: str) -> int:
-    """The site's GPUs as its Slurm reports them (`sinfo`), in the partitions a job may use
-    (the profile's blocked partitions, e.g. interactive ones, are not offered)."""
-    blocked = set(load_profiles()[site].blocked_partitions)
-    out = devfed.run(site, "sinfo", "-h", "-N", "-o", "%N %P %G")
-    assert out.returncode == 0, out.stderr
-    total = 0
-    for line in out.stdout.splitlines():
-        _node, partition, gres = line.split()
-        found = re.match(r"gpu:[^:]+:(\d+)", gres)
-        if found and partition.rstrip("*") not in blocked:
-            total += int(found.group(1))
-    return total
-
-
-async def _estimators(home: Path) -> list[dict[str, Any]]:
-    """The daemon's wait estimators' recent errors, read from its REST API directly."""
-    async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
-        rows: list[dict[str, Any]] = (await client.estimators())["estimators"]
-        return rows
-
-
-def _shot(page: Any, out: Path, name: str) -> None:
-    path = out / f"ui-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    if UPDATE_SCREENSHOTS.read() == "1":
-        DOCS_IMG.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, DOCS_IMG / path.name)
-
-
-def _stop(home: Path, ui_pid: int | None) -> None:
-    env = {**os.environ, "FEDHPC_HOME": str(home)}
-    subprocess.run(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"],
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    if ui_pid is None:
-        return
-    deadline = time.monotonic() + 20  # it stops by itself once the daemon is gone
-    while time.monotonic() < deadline and Path(f"/proc/{ui_pid}").exists():
-        time.sleep(0.2)
-    if Path(f"/proc/{ui_pid}").exists():
-        os.kill(ui_pid, signal.SIGTERM)
-        pytest.fail(f"the dashboard (pid {ui_pid}) did not stop with its daemon")
-
-
-@dataclass(frozen=True)
-class Kept:
-    """`fedhpc demo --keep`'s daemon and dashboard, still running."""
-
-    home: Path
-    out: str
-    url: str
-    group_id: str
-    env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
 def kept(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kept]:
-    drain(devfed)
-    tmp = tmp_path_factory.mktemp("ui")
-    env = _demo_env(tmp)
-    env.pop("FEDHPC_DEVFED_DIR")  # the live Slurm federation
-    home = tmp / "home"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fedhpc.cli.main",
-            "demo",
-            "--sites",
-            "slurm",
-            "--keep",
-            "--deadline",
-            "180",
-            "--home",
-            str(home),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    saved = home / "ui.url"
-    ui_pid = int(saved.read_text().splitlines()[1].split()[1]) if saved.exists() else None
-    try:
-        assert done.returncode == 0, done.stdout + done.stderr
-        out = done.stdout
-        found = re.search(r"^demo: dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)$", out, re.M)
-        assert found, out
-        group = re.search(r"agent: yield  group (\S+):", out)
-        assert group, out
-        yield Kept(home, out, found.group(1), group.group(1), {**env, "FEDHPC_HOME": str(home)})
-    finally:
-        _stop(home, ui_pid)
+    yield from keep_demo(devfed, tmp_path_factory)
 
 
 def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
     devfed: Any, kept: Kept, tmp_path: Path
 ) -> None:
-    sync_playwright, expect = _need_browser()
+    sync_playwright, expect = need_browser()
     url, gid, out = kept.url, kept.group_id, kept.out
     job = None
     try:
@@ -210,13 +88,13 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             "--wrap",
             "sleep 300",
         )
-        total = {s: _gpus(devfed, s) for s in SITES}
+        total = {s: gpus(devfed, s) for s in SITES}
         expected = {s: (n, n - (1 if s == "devdelta" else 0)) for s, n in total.items()}
         shots = tmp_path / "screenshots"
         shots.mkdir()
         errors: list[str] = []
         # The daemon's own rows (its loop, before Playwright's holds this thread).
-        judged = anyio.run(_estimators, kept.home)
+        judged = anyio.run(estimators, kept.home)
         assert judged, "the demo's finished jobs were not judged"
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
@@ -274,7 +152,7 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
                     expect(auto).to_have_text("")
             expect(page.locator("#est-table .est-empty")).to_have_count(0)
             page.wait_for_timeout(500)
-            _shot(page, shots, "federation")
+            shot(page, shots, "federation")
 
             # 2. The group's timeline: five attempts, one superseded on devanvil and re-placed.
             page.goto(f"{url}#/tasks/group/{gid}")
@@ -297,7 +175,7 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             detail = page.locator("#attempt-detail")
             expect(detail).to_contain_text("why: re-placed")
             expect(detail).to_contain_text("placement:")
-            _shot(page, shots, "timeline")
+            shot(page, shots, "timeline")
 
             # 3. Events and deliveries: the round's event and the resume it caused.
             page.goto(f"{url}#/events")
@@ -307,7 +185,7 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             )
             expect(row.first).to_contain_text(gid)
             expect(page.locator("#events tr[data-kind='group.round_terminal']")).to_have_count(1)
-            _shot(page, shots, "deliveries")
+            shot(page, shots, "deliveries")
             # The token left the address bar for sessionStorage: a reload still reads; no cookie.
             assert "token=" not in page.url, page.url
             assert page.context.cookies() == []
@@ -335,91 +213,15 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
 
 # -- terminal pictures, on the same kept daemon ---------------------------------------------------
 
-SGR = re.compile(r"\x1b\[([0-9;]*)m")
-
-
-def _colours(text: str) -> set[str]:
-    """The colour parameters of every SGR sequence (bold, dim and resets are not colour)."""
-    found = set()
-    for params in SGR.findall(text):
-        codes = [int(c) for c in params.split(";") if c]
-        i = 0
-        while i < len(codes):
-            c = codes[i]
-            if c in (38, 48):  # extended colour: 38;5;N or 38;2;R;G;B
-                found.add(";".join(map(str, codes[i : i + (3 if codes[i + 1] == 5 else 5)])))
-                i += 3 if codes[i + 1] == 5 else 5
-                continue
-            if 30 <= c <= 37 or 40 <= c <= 47 or 90 <= c <= 97 or 100 <= c <= 107:
-                found.add(str(c))
-            i += 1
-    return found
-
-
-def _in_pty(
-    argv: list[str],
-    env: dict[str, str],
-    *,
-    interrupt_when: Callable[[str], bool] | None = None,
-    limit: float = 60,
-) -> tuple[int, str]:
-    """Run `argv` with its stdout on a pseudo-terminal (as in a person's shell): status, text.
-    With `interrupt_when`: Ctrl-C once it holds for the (plain) output so far, or after `limit`
-    seconds (the caller's assertions then say what was missing)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        argv,
-        stdout=slave,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env={**env, "TERM": "xterm-256color", "COLUMNS": "200"},
-    )
-    os.close(slave)
-    deadline = time.monotonic() + limit
-    chunks: list[bytes] = []
-    while True:
-        if interrupt_when is not None:
-            shown = _plain(b"".join(chunks).decode(errors="replace"))
-            if interrupt_when(shown) or time.monotonic() > deadline:
-                proc.send_signal(signal.SIGINT)
-                interrupt_when = None
-        if time.monotonic() > deadline + 30 and proc.poll() is None:
-            proc.kill()  # deaf to Ctrl-C: the exit code below says so
-        if not select.select([master], [], [], 0.2)[0]:
-            continue
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    code = proc.wait(timeout=60)
-    assert proc.stderr is not None
-    with proc.stderr:  # closed here, not left to the garbage collector (a ResourceWarning)
-        err = proc.stderr.read().decode()
-    assert code in (0, 130) or not err, err
-    return code, b"".join(chunks).decode(errors="replace")
-
-
-def _rows(text: str) -> list[str]:
-    """The timeline's attempt rows (not its notes): they start with a site's name."""
-    return [ln for ln in text.splitlines() if ln.startswith(SITES) and re.search(r" #\d ", ln)]
-
-
-def _plain(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
-
 
 def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kept) -> None:
     fedhpc = [sys.executable, "-m", "fedhpc.cli.main"]
-    code, shown = _in_pty([*fedhpc, "group", kept.group_id, "--timeline"], kept.env)
+    code, shown = in_pty([*fedhpc, "group", kept.group_id, "--timeline"], kept.env)
     assert code == 0, shown
-    assert _colours(shown), repr(shown[:400])  # a terminal gets colour
-    text = _plain(shown)
+    assert colours(shown), repr(shown[:400])  # a terminal gets colour
+    text = unstyled(shown)
     assert f"group {kept.group_id}: completed, round 1 (completed 4)" in text, text
-    rows = _rows(text)
+    rows = timeline_rows(text)
     assert len(rows) == 5, text
     moved = [ln for ln in rows if "moved ✕" in ln]
     assert len(moved) == 1 and moved[0].startswith("devanvil") and "·✕" in moved[0], text
@@ -428,13 +230,13 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     assert re.search(r"ckpt\d #1: first placement; superseded \(re-placed to dev", text), text
 
     # NO_COLOR and --no-color: the same picture with no colour at all.
-    _, no_env = _in_pty(
+    _, no_env = in_pty(
         [*fedhpc, "group", kept.group_id, "--timeline"], {**kept.env, "NO_COLOR": "1"}
     )
-    _, no_flag = _in_pty([*fedhpc, "group", kept.group_id, "--timeline", "--no-color"], kept.env)
+    _, no_flag = in_pty([*fedhpc, "group", kept.group_id, "--timeline", "--no-color"], kept.env)
     for out in (no_env, no_flag):
-        assert _colours(out) == set(), repr(out[:400])
-        assert len(_rows(_plain(out))) == 5
+        assert colours(out) == set(), repr(out[:400])
+        assert len(timeline_rows(unstyled(out))) == 5
 
     # One task: the re-placed child, on a pipe (no terminal: no escape codes at all).
     moved_task = re.search(r"^  (t\w+-\d) +1 devanvil .*superseded", kept.out, re.M)
@@ -449,31 +251,31 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     )
     assert piped.returncode == 0, piped.stderr
     assert "\x1b[" not in piped.stdout
-    lines = _rows(piped.stdout)
+    lines = timeline_rows(piped.stdout)
     assert len(lines) == 2 and "moved ✕" in lines[0], piped.stdout
     assert lines[1].rstrip().endswith("re-placed"), piped.stdout
 
 
 def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
-    code, shown = _in_pty(
+    code, shown = in_pty(
         [sys.executable, "-m", "fedhpc.cli.main", "status", "--watch", "--interval", "0.5"],
         kept.env,
         interrupt_when=lambda text: text.count("federation at") >= 2,
     )
     assert code == 0, shown
-    text = _plain(shown)
+    text = unstyled(shown)
     assert text.count("federation at") >= 2, text  # redrawn in place, more than once
     for site in SITES:
         assert site in text
-    assert _colours(shown)
+    assert colours(shown)
 
 
 def test_devfed_up_shows_its_steps_on_a_terminal_and_plain_lines_on_a_pipe(kept: Kept) -> None:
     """The federation is up (the fixture used it): `devfed up` is idempotent and quick."""
     argv = [sys.executable, "-m", "fedhpc.cli.main", "devfed", "up"]
-    code, shown = _in_pty(argv, kept.env)
+    code, shown = in_pty(argv, kept.env)
     assert code == 0, shown
-    text = _plain(shown)
+    text = unstyled(shown)
     assert "devfed up: done" in text and "7/7" in text, text
     assert "devfed up: 4 clusters" in text, text
     piped = subprocess.run(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.daemon_util import start, stop
-from tests.integration.test_ui_dashboard import CHROMIUM, FLAGS, _need_browser
+from tests.integration.ui_util import CHROMIUM, FLAGS, need_browser
 
 FEDHPC = [sys.executable, "-m", "fedhpc.cli.main"]
 
@@ -121,7 +121,7 @@ def test_the_terminal_timeline_of_an_unknown_id_is_a_typed_not_found(
 
 
 def test_the_page_says_what_went_wrong_and_recovers(dashboard: Dashboard) -> None:
-    sync_playwright, expect = _need_browser()
+    sync_playwright, expect = need_browser()
     base = dashboard.url.split("/?")[0]
     page_errors: list[str] = []
     with sync_playwright() as pw:
