@@ -295,3 +295,33 @@ async def test_stage_in_to_a_site_the_envelope_rules_out_is_refused_with_a_fix(
         assert "Drop fixed_site" in body["hint"], body
         ok = await _ok(client, "submit_task", {**task, "envelope": ENV})
         assert ok["decision"].endswith("(runs on devanvil)") or ok.get("site") == "devanvil", ok
+
+
+async def _transfer_state(client: Client, transfer_id: str, want: str) -> dict[str, Any]:
+    with anyio.fail_after(60):
+        while True:
+            read = await client.read_resource(f"fedhpc://transfers/{transfer_id}")
+            view: dict[str, Any] = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+            if view["state"] == want:
+                return view
+            await anyio.sleep(0.3)
+
+
+async def test_move_data_after_a_failure_says_how_to_copy_again_truly(tmp_path: Path) -> None:
+    """'Failed: ... then call move_data again' while the same arguments return the same failed
+    transfer at any age (a call without a key is keyed by the digest of its arguments)."""
+    storage = tmp_path / "devfed"
+    async with _serve(tmp_path) as client:
+        for site in ("devdelta", "devanvil"):
+            (storage / site / "storage").mkdir(parents=True, exist_ok=True)
+        args = {"source": "devdelta:scratch/late.dat", "destination": "devanvil:scratch/l.dat"}
+        first = (await _ok(client, "move_data", args))["transfer_id"]
+        failed = await _transfer_state(client, first, "failed")
+        assert failed["error"]["code"] == "source_missing"
+        assert "again with a new idempotency_key" in failed["next"], failed["next"]
+        (storage / "devdelta/storage/late.dat").write_text("here now\n")
+        same = await _ok(client, "move_data", args)  # a lost answer's retry: the same outcome
+        assert same["transfer_id"] == first and "pass a new idempotency_key" in same["next"]
+        new = await _ok(client, "move_data", {**args, "idempotency_key": "retry-1"})
+        await _transfer_state(client, new["transfer_id"], "succeeded")
+        assert (storage / "devanvil/storage/l.dat").read_text() == "here now\n"

@@ -273,7 +273,8 @@ async def move_data(
     handle = await _link(ctx).call(lambda c: c.move_data(req))
     where = f"fedhpc://transfers/{handle.transfer_id}"
     if handle.state.terminal:
-        return handle.model_copy(update={"next": f"Already {handle.state.value}: read {where}."})
+        again = f"Already {handle.state.value}: read {where}. To copy again, pass a new "
+        return handle.model_copy(update={"next": again + "idempotency_key."})
     if spec is None:
         return _unbound(handle, unbound, handle.transfer_id)
     return handle

@@ -179,7 +179,8 @@ _NEXT = (
 _ENDED_NOW = {
     "succeeded": "Done already: submit_task(..., stage_in=[transfer_id]) for the next step. "
     "fedhpc will not resume you for it: this answer is its outcome.",
-    "failed": "Failed: `error` says why and how to fix it; then call move_data again. fedhpc "
+    "failed": "Failed: `error` says why and how to fix it; then call move_data again with a "
+    "new idempotency_key (the same arguments without one return this failed transfer). fedhpc "
     "will not resume you for it: this answer is its outcome.",
 }
 
@@ -192,7 +193,8 @@ def transfer_next(state: str) -> str:
 _VIEW_ENDED = {
     "succeeded": "Succeeded: pass its transfer_id in submit_task's stage_in to run where the "
     "data landed.",
-    "failed": "Failed: `error` says why and how to fix it; then call move_data again.",
+    "failed": "Failed: `error` says why and how to fix it; then call move_data again with a "
+    "new idempotency_key (the same arguments without one return this failed transfer).",
 }
 
 
