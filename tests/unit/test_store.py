@@ -183,8 +183,8 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
     store: Store,
 ) -> None:
     """GET /v1/groups/{id} at 5,000 children: the per-state counts come from the index alone
-    and the sites query finds each child's accepted attempt in the index too (schema 7);
-    before, both read and parsed every child's JSON body on the store's one connection."""
+    (schema 7) and so do the sites, from each task's current attempt's site (schema 10);
+    before, both read and parsed every child's JSON body (and the sites every attempt's)."""
     from fedhpc.store.reads import GROUP_COUNTS, GROUP_SITES
 
     conn = sqlite3.connect(store.path)
@@ -192,7 +192,7 @@ async def test_group_counts_and_sites_are_read_from_an_index_not_the_childrens_b
     sites = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {GROUP_SITES}", ("g1",))]
     conn.close()
     assert any("COVERING INDEX tasks_group_state" in step for step in counts), counts
-    assert any("INDEX tasks_group_state" in step for step in sites), sites
+    assert any("COVERING INDEX tasks_group_site" in step for step in sites), sites
 
 
 @pytest.mark.parametrize("after", [None, "t-0100"])
@@ -248,6 +248,93 @@ async def test_a_group_summary_is_one_read_with_counts_per_state_and_per_site(
         "first": "t0",
         "last": "t3",
     }
+
+
+async def _current_sites(store: Store) -> dict[str, str | None]:
+    conn = sqlite3.connect(store.path)
+    rows = dict(conn.execute("SELECT id, current_site FROM tasks ORDER BY id").fetchall())
+    conn.close()
+    return rows
+
+
+async def test_a_tasks_current_site_follows_every_attempt_write_and_the_accepted_one(
+    store: Store,
+) -> None:
+    """Schema 10's triggers: the current attempt is the accepted one, else the newest not
+    superseded; each write path (a new attempt, an attempt superseded, a task accepting an
+    attempt) moves the task's current_site, so group counts per site stay exact."""
+
+    async def attempt(n: int, site: str, body: dict[str, object]) -> None:
+        async with store.transaction() as tx:
+            await tx.put_attempt(
+                "t1",
+                n,
+                site=site,
+                partition="p",
+                job_name=f"j{n}",
+                job_id=str(n),
+                state="submitted",
+                body=body,
+                at=T0,
+            )
+
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="queued", body={}, at=T0)
+    assert await _current_sites(store) == {"t1": None}  # no attempt yet
+    await attempt(1, "s1", {})
+    assert await _current_sites(store) == {"t1": "s1"}
+    await attempt(2, "s2", {})
+    assert await _current_sites(store) == {"t1": "s2"}  # the newest
+    await attempt(2, "s2", {"superseded": True})  # replaced: back to the newest not superseded
+    assert await _current_sites(store) == {"t1": "s1"}
+    async with store.transaction() as tx:
+        await tx.put_task("t1", state="completed", body={"accepted_attempt": 2}, at=T0)
+    assert await _current_sites(store) == {"t1": "s2"}  # the accepted one wins
+
+
+async def test_a_schema_9_store_migrates_to_10_with_its_tasks_current_sites(
+    tmp_path: Path,
+) -> None:
+    """Migration 10 fills current_site for tasks written before it (same rule as the
+    triggers), and the group summary counts them per site."""
+    from fedhpc.store.schema import MIGRATIONS
+
+    path = tmp_path / "fedhpc.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for n, step in enumerate(MIGRATIONS[:9]):
+        conn.executescript(f"BEGIN;\n{step}\nPRAGMA user_version = {n + 1};\nCOMMIT;")
+    at = T0.isoformat()
+    conn.execute(
+        "INSERT INTO groups (id, created_at, state, round, body) "
+        "VALUES ('g1', ?, 'running', 1, '{}')",
+        (at,),
+    )
+    for tid, body in (("t1", "{}"), ("t2", '{"accepted_attempt": 1}'), ("t3", "{}")):
+        conn.execute(
+            "INSERT INTO tasks (id, group_id, created_at, updated_at, state, body) "
+            "VALUES (?, 'g1', ?, ?, 'running', ?)",
+            (tid, at, at, body),
+        )
+    for tid, n, site, body in (
+        ("t1", 1, "s1", "{}"),
+        ("t1", 2, "s2", '{"superseded": true}'),
+        ("t2", 1, "s1", "{}"),
+        ("t2", 2, "s2", "{}"),
+    ):
+        conn.execute(
+            "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
+            "created_at, updated_at, body) VALUES (?, ?, ?, 'p', ?, '7', 'running', ?, ?, ?)",
+            (tid, n, site, f"j-{tid}-{n}", at, at, body),
+        )
+    conn.close()
+
+    s = await Store.open(path)
+    try:
+        assert await s.schema_version() == SCHEMA_VERSION
+        assert await _current_sites(s) == {"t1": "s1", "t2": "s1", "t3": None}
+        assert (await s.group_summary("g1"))["sites"] == {"s1": 2}
+    finally:
+        await s.close()
 
 
 async def test_health_reads_the_schema_and_the_last_event_in_one_read(store: Store) -> None:

@@ -198,14 +198,10 @@ GROUP_COUNTS = (
     "SELECT state, count(*) AS n, min(id) AS first, max(id) AS last FROM tasks "
     "WHERE group_id = ? GROUP BY state"
 )
-# INDEXED BY: the accepted attempt comes from schema 7's expression index; picking schema 9's
-# (group_id, id) instead, SQLite parsed every child's body (5,000 children: 23 -> 101 ms).
+# Schema 10 keeps each task's current attempt's site in its row: one index, no attempt read.
 GROUP_SITES = (
-    "SELECT a.site, count(*) AS n FROM tasks t INDEXED BY tasks_group_state "
-    "JOIN attempts a ON a.task_id = t.id "
-    "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
-    " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
-    "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site"
+    "SELECT current_site AS site, count(*) AS n FROM tasks "
+    "WHERE group_id = ? AND current_site IS NOT NULL GROUP BY current_site"
 )
 # Both in one statement: one trip to the reader's thread, not two (each trip waits for a CPU
 # and the GIL when the machine is busy, as it is during the sweeps this view is watched in).

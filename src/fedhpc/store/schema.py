@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+# A task's current attempt's site: the accepted attempt, else the newest not superseded (as
+# GroupReads.group_children reads it); `{task}` is the task id's expression in the statement.
+_CURRENT_SITE = (
+    "(SELECT a.site FROM attempts a WHERE a.task_id = {task} AND a.n = coalesce("
+    "(SELECT json_extract(t.body, '$.accepted_attempt') FROM tasks t WHERE t.id = {task}), "
+    "(SELECT max(b.n) FROM attempts b WHERE b.task_id = {task} "
+    "AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))))"
+)
+
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
 
 # Each entry moves the schema from version i to i+1. Never edit a shipped entry: append one.
@@ -180,6 +189,33 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX tasks_group_page ON tasks (group_id, id);
     """,
+    # 10: the site of each task's current attempt (the accepted one, else the newest not
+    # superseded) kept in its row by triggers, on every write path, so a group's count per
+    # site (GET /v1/groups/{id}, every group answer) reads one index: before, each call
+    # parsed every child's attempts (5,000 children: 10 -> 3.5 ms of the reader's thread a
+    # call). A write pays only when it changes the answer: a new attempt, a change of its
+    # `superseded`, a change of the task's `accepted_attempt` (an attempt's site never moves).
+    f"""
+    ALTER TABLE tasks ADD COLUMN current_site TEXT;
+    UPDATE tasks SET current_site = {_CURRENT_SITE.format(task="tasks.id")};
+    CREATE INDEX tasks_group_site ON tasks (group_id, current_site);
+    CREATE TRIGGER attempts_current_site_insert AFTER INSERT ON attempts BEGIN
+        UPDATE tasks SET current_site = {_CURRENT_SITE.format(task="NEW.task_id")}
+        WHERE id = NEW.task_id;
+    END;
+    CREATE TRIGGER attempts_current_site_update AFTER UPDATE ON attempts
+    WHEN coalesce(json_extract(OLD.body, '$.superseded'), 0)
+        IS NOT coalesce(json_extract(NEW.body, '$.superseded'), 0) BEGIN
+        UPDATE tasks SET current_site = {_CURRENT_SITE.format(task="NEW.task_id")}
+        WHERE id = NEW.task_id;
+    END;
+    CREATE TRIGGER tasks_current_site AFTER UPDATE OF body ON tasks
+    WHEN json_extract(OLD.body, '$.accepted_attempt')
+        IS NOT json_extract(NEW.body, '$.accepted_attempt') BEGIN
+        UPDATE tasks SET current_site = {_CURRENT_SITE.format(task="NEW.id")}
+        WHERE id = NEW.id;
+    END;
+    """,  # noqa: S608 (fixed text: no value is spliced)
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
