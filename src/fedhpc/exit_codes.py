@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from fedhpc.errors import EXIT_CODES, FedError, typed_errors
@@ -40,6 +41,8 @@ def run_command(args: argparse.Namespace) -> int:
         return _report([exc], as_json)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _pipe_closed()
     except BaseExceptionGroup as group:
         if errors := typed_errors(group):
             return _report(errors, as_json)
@@ -47,3 +50,13 @@ def run_command(args: argparse.Namespace) -> int:
             return 130
         raise
     return code
+
+
+def _pipe_closed() -> int:
+    """`fedhpc ... | head` read what it wanted and closed the pipe: stop quietly, as shell
+    tools do (128 + SIGPIPE), and point stdout at /dev/null so Python's own flush at exit
+    does not print a second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
