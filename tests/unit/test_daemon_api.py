@@ -17,6 +17,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import FedError
+from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
@@ -118,3 +119,14 @@ async def test_an_unknown_id_reaches_its_route_and_is_answered_typed(
         await calls[op]()
     # a route that did not match would answer starlette's plain 404, not a typed error
     assert caught.value.code in {"not_found", "usage"}, caught.value.as_dict()
+
+
+async def test_a_continuation_for_an_unknown_id_says_which_ids_it_can_wake_for(
+    client: DaemonClient,
+) -> None:
+    spec = ContinuationSpec(runtime="command", command=["true"])
+    with pytest.raises(FedError) as caught:
+        await client.register_continuation("nosuch", spec)
+    assert caught.value.code == "not_found"
+    assert "fedhpc tasks" not in caught.value.hint  # it lists tasks, not groups or transfers
+    assert "submit_group" in caught.value.hint and "move_data" in caught.value.hint

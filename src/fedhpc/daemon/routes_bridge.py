@@ -70,7 +70,11 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             and await state.store.get_group(req.subject) is None
             and not await is_transfer(req.subject)
         ):
-            raise TaskNotFound(f"no task, group or transfer {req.subject!r}")
+            raise TaskNotFound(
+                f"no task, group or transfer {req.subject!r}",
+                hint="A continuation wakes for an id this daemon gave: the task_id, group_id "
+                "or transfer_id in a submit_task, submit_group or move_data answer.",
+            )
         cid = await o.book.register(req.subject, req.spec)
         return JSONResponse({"id": cid, "subject": req.subject})
 
