@@ -318,6 +318,7 @@ async def test_move_data_after_a_failure_says_how_to_copy_again_truly(tmp_path: 
         first = (await _ok(client, "move_data", args))["transfer_id"]
         failed = await _transfer_state(client, first, "failed")
         assert failed["error"]["code"] == "source_missing"
+        assert "new idempotency_key" in failed["error"]["hint"], failed["error"]  # was ""
         assert "again with a new idempotency_key" in failed["next"], failed["next"]
         (storage / "devdelta/storage/late.dat").write_text("here now\n")
         same = await _ok(client, "move_data", args)  # a lost answer's retry: the same outcome

@@ -22,6 +22,20 @@ __all__ = ["LocalBackend"]
 _WORKER = Path(__file__).with_name("local_copy.py")
 
 
+# Every failure says how to fix it (the copier's messages name the path; these say the step).
+_AGAIN = "Fix what the message says, then call move_data again with a new idempotency_key."
+_HINTS = {
+    "source_missing": "Check the source path (or let the task that writes it finish), then call "
+    "move_data again with a new idempotency_key.",
+    "source_is_folder": "Call move_data again with recursive=true and a new idempotency_key.",
+    "source_not_folder": "Call move_data again with recursive=false and a new idempotency_key.",
+    "outside_root": "Use a path inside the storage root; links out of it are not followed.",
+    "destination_conflict": "Choose a destination path that is not a link or a folder.",
+    "checksum_mismatch": "The source changed during the copy, or the copy is damaged: call "
+    "move_data again with a new idempotency_key.",
+}
+
+
 class LocalBackend:
     """Same contract as Globus: `submit` is idempotent by submission id (the state folder's
     name); `status` reads the worker's result, and restarts a worker that died mid-copy."""
@@ -64,7 +78,9 @@ class LocalBackend:
         if not (folder / "spec.json").exists():
             return BackendStatus(
                 TransferState.FAILED,
-                error=TransferIssue(code="lost", message=f"no local transfer {backend_id}"),
+                error=TransferIssue(
+                    code="lost", message=f"no local transfer {backend_id}", hint=_AGAIN
+                ),
             )
         result = folder / "result.json"
         if not result.exists():
@@ -79,9 +95,10 @@ class LocalBackend:
                 checksums=dict(data["checksums"]),
                 checksum_verified=data["checksum_verified"],
             )
+        code = str(data["code"])
         return BackendStatus(
             TransferState.FAILED,
-            error=TransferIssue(code=data["code"], message=data["message"]),
+            error=TransferIssue(code=code, message=data["message"], hint=_HINTS.get(code, _AGAIN)),
         )
 
     async def _ensure_worker(self, folder: Path) -> None:
