@@ -15,6 +15,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportUnavailable
 from fedhpc.domain import Shape
 from fedhpc.domain.config import Site
+from fedhpc.orchestrator.estimates import ACCOUNTING_EVERY_S, ACCOUNTING_OVERLAP_S
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.placement import Placement, PlacementInputs, Policy, place, shape_key
@@ -222,3 +223,52 @@ async def test_a_garbage_estimate_or_accounting_answer_is_that_sites_alone(store
     kept = await o.waits.learn_from_accounting(force=True)
     assert kept == 1 and [w.wait_s for w in o.waits.user_waits["beta"]] == [120.0]
     assert "alpha" not in o.waits.user_waits
+
+
+class Accounting:
+    """`sacct` for the user's jobs as Slurm answers it: the rows given, each call's window kept."""
+
+    def __init__(self, rows: list[str]) -> None:
+        self.rows = rows
+        self.windows: list[str] = []
+
+    async def run(self, command: Command) -> CommandResult:
+        assert command.argv[0] == "sacct", command.argv
+        self.windows += [a.split("=", 1)[1] for a in command.argv if a.startswith("--starttime")]
+        return CommandResult(0, "".join(r + "\n" for r in self.rows), "")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _row(job: int, start: datetime, wait_s: int, name: str = "analysis") -> str:
+    t = int(start.timestamp())
+    sub = t - wait_s
+    return f"{job}|COMPLETED|proj|cpu|{sub}|{sub}|{t}|{t + 60}|60|0:0|cpu=4,node=1|{name}"
+
+
+async def test_accounting_is_read_whole_once_then_only_since_the_last_read(store: Store) -> None:
+    """The first read asks for the whole learned window; the next one (ACCOUNTING_EVERY_S
+    later) only for the jobs active since the last read, less the overlap. A job in both reads
+    is one observation; fedhpc's own jobs are passed over before their fields are read (a
+    garbage row of one does not cost the site its accounting)."""
+    clock = Clock()
+    o = _orchestrator(store, clock, beta=BETA)
+    o.collector.latest["beta"] = state(BETA.profile)
+    own = "tabc123-7-1"
+    sacct = Accounting(
+        [
+            _row(1, NOW - timedelta(hours=2), 100),
+            f"2|COMPLETED|proj|cpu|not-a-time|x|y|z|w|0:0|cpu=4|fedhpc-{own}",
+        ]
+    )
+    o.adapters["beta"] = _adapter(BETA, sacct)
+    assert await o.waits.learn_from_accounting(force=True) == 1
+    window = int(Policy().settings.learned_window_s)
+    assert sacct.windows == [f"now-{window}seconds"]
+
+    clock.now = NOW + timedelta(seconds=ACCOUNTING_EVERY_S)
+    sacct.rows = [_row(1, NOW - timedelta(hours=2), 100), _row(3, NOW, 30)]  # job 1 again
+    assert await o.waits.learn_from_accounting(force=True) == 2
+    assert sacct.windows[1] == f"now-{int(ACCOUNTING_EVERY_S) + ACCOUNTING_OVERLAP_S}seconds"
+    assert sorted(w.wait_s for w in o.waits.user_waits["beta"]) == [30.0, 100.0]

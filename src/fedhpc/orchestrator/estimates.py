@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -39,6 +39,9 @@ __all__ = ["ACCOUNTING_EVERY_S", "WaitInputs", "asks_scheduler", "usable"]
 log = structlog.get_logger(__name__)
 
 ACCOUNTING_EVERY_S = 300.0  # the user's jobs are read from each site's accounting this often
+# After a site's first read, each read asks only for jobs active since the last one, less this
+# (a job that started while the last read ran is in both: observations are kept once).
+ACCOUNTING_OVERLAP_S = 120
 
 
 def asks_scheduler(policy: Policy) -> bool:
@@ -53,7 +56,9 @@ def asks_scheduler(policy: Policy) -> bool:
 class _UserJobs(Protocol):
     def user_jobs_command(self, user: str, since_s: int) -> Command: ...
 
-    def iter_user_jobs(self, result: CommandResult) -> Iterator[AccountingRecord]: ...
+    def iter_user_jobs(
+        self, result: CommandResult, skip_name: Callable[[str], bool] | None = None
+    ) -> Iterator[AccountingRecord]: ...
 
 
 def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
@@ -128,6 +133,7 @@ class WaitInputs:
         # site's accounting was last read (monotonic): `learn_from_accounting`.
         self.user_waits: dict[str, list[WaitObservation]] = {}
         self.accounting_read: dict[str, float] = {}
+        self.accounting_through: dict[str, datetime] = {}  # wall time of the last read that held
         # The learned wait estimator's index: built at most once per control cycle (the cycle
         # is what records finished attempts), shared by every decision until the next one.
         self._index: tuple[WaitHistory | None] | None = None
@@ -234,10 +240,12 @@ class WaitInputs:
         return self._errors
 
     async def learn_from_accounting(self, *, force: bool = False) -> int:
-        """Read every job of the user that started in the learned window from each online
-        site's accounting (one `sacct` per site, at most every ACCOUNTING_EVERY_S; sites in
-        parallel, bounded in time). fedhpc's own jobs are among them. Returns the observations
-        kept."""
+        """Read the user's jobs that started in the learned window from each online site's
+        accounting (one `sacct` per site, at most every ACCOUNTING_EVERY_S; sites in parallel,
+        bounded in time): the whole window the first time, then only the jobs active since
+        the last read that held (a sweep leaves tens of thousands in the window: re-reading
+        them all every few minutes cost megabytes and a stalled loop). fedhpc's own jobs are
+        passed over unread (their attempts count already). Returns the observations kept."""
         settings = Policy().settings
         window, cap = int(settings.learned_window_s), settings.learned_max_samples
         now = anyio.current_time()
@@ -254,14 +262,27 @@ class WaitInputs:
             dialect = adapter.dialect
             assert isinstance(dialect, _UserJobs)
             self.accounting_read[site] = now
-            command = dialect.user_jobs_command(adapter.login, window)
+            started = self.clock()
+            through = self.accounting_through.get(site)
+            since = window
+            if through is not None and site in self.user_waits:
+                since = min(window, int((started - through).total_seconds()) + ACCOUNTING_OVERLAP_S)
+            command = dialect.user_jobs_command(adapter.login, max(since, 1))
+            kept = self.user_waits.get(site, []) if since < window else []
+            oldest = started - timedelta(seconds=window)
+
+            def observe(result: CommandResult) -> list[WaitObservation]:
+                # One record at a time, and only what a WaitHistory can use is kept: the window
+                # holds every job of a sweep (thousands), which no decision needs all of.
+                records = dialect.iter_user_jobs(result, is_own_job)
+                new = (x for r in records if (x := _observation(site, r)) is not None)
+                old = (o for o in kept if o.observed_at >= oldest)
+                return usable(dict.fromkeys([*new, *old]), cap)  # a job in both reads: once
+
             try:
                 with anyio.fail_after(self.timeout_s * 5):
                     result = await adapter.transport.run(command)
-                # One record at a time, and only what a WaitHistory can use is kept: the window
-                # holds every job of a sweep (thousands), which no decision needs all of.
-                records = dialect.iter_user_jobs(result)
-                obs = usable((x for r in records if (x := _observation(site, r)) is not None), cap)
+                obs = await anyio.to_thread.run_sync(observe, result)  # not on the loop
             except (FedError, TimeoutError, ValueError, ArithmeticError, OSError) as exc:
                 # Any typed error is this site's alone (a login that needs a person, a refused
                 # transport setting), and so is an answer no scheduler gives (garbage): raised
@@ -269,6 +290,7 @@ class WaitInputs:
                 log.info("user accounting unavailable", site=site, error=str(exc)[:200])
                 return
             self.user_waits[site] = obs
+            self.accounting_through[site] = started
 
         async with anyio.create_task_group() as tg:
             for site in due:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
@@ -156,9 +156,12 @@ class SlurmDialect:
         # Times are epoch seconds (SLURM_TIME_FORMAT=%s): `now` is not needed.
         return parse.parse_sacct(result)
 
-    def iter_user_jobs(self, result: CommandResult) -> Iterator[AccountingRecord]:
-        """`user_jobs_command`'s rows one at a time (a sweep leaves thousands in the window)."""
-        return parse.iter_sacct(result)
+    def iter_user_jobs(
+        self, result: CommandResult, skip_name: Callable[[str], bool] | None = None
+    ) -> Iterator[AccountingRecord]:
+        """`user_jobs_command`'s rows one at a time (a sweep leaves thousands in the window),
+        without those whose job name `skip_name` refuses."""
+        return parse.iter_sacct(result, skip_name)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("scancel", *(_ids([j]) for j in job_ids)), env=_ENV)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -167,10 +167,13 @@ def _lines(text: str) -> Iterator[str]:
         start = end + 1
 
 
-def iter_sacct(result: CommandResult) -> Iterator[AccountingRecord]:
+def iter_sacct(
+    result: CommandResult, skip_name: Callable[[str], bool] | None = None
+) -> Iterator[AccountingRecord]:
     """`parse_sacct` one record at a time: the user's jobs over the learned window can be
-    thousands (a sweep's), and none of them need to be held at once. Raises ValueError on
-    the first `next` when sacct failed."""
+    thousands (a sweep's), and none of them need to be held at once. A row whose job name
+    `skip_name` refuses is passed over before anything else in it is read (a sweep's own jobs:
+    tens of thousands of rows). Raises ValueError on the first `next` when sacct failed."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
     for raw in _lines(result.stdout):  # no list (or copy) of every line either
@@ -182,6 +185,8 @@ def iter_sacct(result: CommandResult) -> Iterator[AccountingRecord]:
             continue
         jid, native, account, partition, submit, eligible, start, end, elapsed = fields[:9]
         exit_code, tres, name = fields[9:]
+        if skip_name is not None and skip_name(name):
+            continue
         job, folded = _split_id(jid)
         for index in _expand(folded):
             yield AccountingRecord(
