@@ -24,6 +24,7 @@ from fedhpc.ops.inspect import FederationView
 from fedhpc.profiles import load_profiles
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
+from tests.integration.daemon_util import drain
 
 pytestmark = pytest.mark.devfed
 
@@ -47,22 +48,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def quiet_federation(devfed: Any) -> Iterator[Any]:
     """No jobs anywhere, before and after: exact numbers need an idle federation."""
 
-    _drain(devfed)
+    drain(devfed)
     yield devfed
-    _drain(devfed)
-
-
-def _drain(devfed: Any) -> None:
-    """Cancel every job on every cluster and wait until no queue lists one."""
-    for site in devfed.sites:
-        devfed.run(site, "scancel", "--user", "root")
-    deadline = time.monotonic() + 60
-    busy: list[str] = list(devfed.sites)
-    while busy and time.monotonic() < deadline:
-        busy = [s for s in devfed.sites if devfed.run(s, "squeue", "-h").stdout.strip()]
-        time.sleep(0.3)
-    if busy:
-        pytest.fail(f"jobs did not drain: {busy}")
+    drain(devfed)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -230,7 +218,7 @@ async def test_probes_while_gpu_jobs_start_never_show_running_jobs_gpus_free(
                     took = time.monotonic() - began
             while check(await client.refresh()) != want:
                 await anyio.sleep(0.3)
-        await anyio.to_thread.run_sync(_drain, quiet_federation)
+        await anyio.to_thread.run_sync(drain, quiet_federation)
 
 
 async def test_stopped_controller_goes_offline_then_comes_back(

@@ -51,11 +51,11 @@ def test_a_reader_that_closes_the_pipe_early_stops_the_command_quietly() -> None
     """`fedhpc sites show devdelta | head -1` where head has already gone: no BrokenPipeError
     traceback, exit 141 (128 + SIGPIPE) as shell tools do."""
     read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the command starts: its first write fails, every time
     with subprocess.Popen(
         [FEDHPC, "sites", "show", "devdelta"], stdout=write_end, stderr=subprocess.PIPE
     ) as proc:
         os.close(write_end)
-        os.close(read_end)  # closed before the command writes a byte: its first write fails
         _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err.decode() and "BrokenPipe" not in err.decode(), err
     assert proc.returncode == 141

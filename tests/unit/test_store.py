@@ -250,6 +250,14 @@ async def test_a_group_summary_is_one_read_with_counts_per_state_and_per_site(
     }
 
 
+_SITES_BEFORE_10 = (
+    "SELECT a.site, count(*) AS n FROM tasks t JOIN attempts a ON a.task_id = t.id "
+    "WHERE t.group_id = ? AND a.n = coalesce(json_extract(t.body, '$.accepted_attempt'),"
+    " (SELECT max(b.n) FROM attempts b WHERE b.task_id = t.id"
+    "  AND NOT coalesce(json_extract(b.body, '$.superseded'), 0))) GROUP BY a.site"
+)
+
+
 async def _current_sites(store: Store) -> dict[str, str | None]:
     conn = sqlite3.connect(store.path)
     rows = dict(conn.execute("SELECT id, current_site FROM tasks ORDER BY id").fetchall())
@@ -309,7 +317,15 @@ async def test_a_schema_9_store_migrates_to_10_with_its_tasks_current_sites(
         "VALUES ('g1', ?, 'running', 1, '{}')",
         (at,),
     )
-    for tid, body in (("t1", "{}"), ("t2", '{"accepted_attempt": 1}'), ("t3", "{}")):
+    tasks = (
+        ("t1", "{}"),  # its newest attempt superseded: the one before
+        ("t2", '{"accepted_attempt": 1}'),  # accepted wins over a newer one
+        ("t3", "{}"),  # no attempt
+        ("t4", "{}"),  # every attempt superseded: none
+        ("t5", '{"accepted_attempt": 2}'),  # accepted, though superseded
+        ("t6", '{"accepted_attempt": 9}'),  # accepted names no attempt: none
+    )
+    for tid, body in tasks:
         conn.execute(
             "INSERT INTO tasks (id, group_id, created_at, updated_at, state, body) "
             "VALUES (?, 'g1', ?, ?, 'running', ?)",
@@ -320,19 +336,32 @@ async def test_a_schema_9_store_migrates_to_10_with_its_tasks_current_sites(
         ("t1", 2, "s2", '{"superseded": true}'),
         ("t2", 1, "s1", "{}"),
         ("t2", 2, "s2", "{}"),
+        ("t4", 1, "s1", '{"superseded": true}'),
+        ("t5", 1, "s1", "{}"),
+        ("t5", 2, "s3", '{"superseded": true}'),
+        ("t6", 1, "s1", "{}"),
     ):
         conn.execute(
             "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
             "created_at, updated_at, body) VALUES (?, ?, ?, 'p', ?, '7', 'running', ?, ?, ?)",
             (tid, n, site, f"j-{tid}-{n}", at, at, body),
         )
+    # The rule schema 9 answered with, read from every attempt's body at each call.
+    before = dict(conn.execute(_SITES_BEFORE_10, ("g1",)).fetchall())
     conn.close()
 
     s = await Store.open(path)
     try:
         assert await s.schema_version() == SCHEMA_VERSION
-        assert await _current_sites(s) == {"t1": "s1", "t2": "s1", "t3": None}
-        assert (await s.group_summary("g1"))["sites"] == {"s1": 2}
+        assert await _current_sites(s) == {
+            "t1": "s1",
+            "t2": "s1",
+            "t3": None,
+            "t4": None,
+            "t5": "s3",
+            "t6": None,
+        }
+        assert (await s.group_summary("g1"))["sites"] == before == {"s1": 2, "s3": 1}
     finally:
         await s.close()
 

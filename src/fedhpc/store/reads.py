@@ -149,6 +149,52 @@ class GroupReads(Reads):
         return [str(r["id"]) for r in rows]
 
 
+class ListingReads(Reads):
+    """Task listings (`fedhpc tasks`, GET /v1/tasks) at any store size."""
+
+    async def task_listing(
+        self, *, state: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Newest tasks first, each with its label and current attempt, in one query and
+        without loading bodies into Python (a listing page at any store size)."""
+        where, params = ("WHERE state = ? ", [state]) if state else ("", [])
+        rows = await self._all(
+            "SELECT t.id, t.state, t.group_id, t.updated_at, "  # noqa: S608 (fixed text)
+            "json_extract(t.body, '$.request.name') AS name, "
+            "json_extract(t.body, '$.accepted_attempt') AS accepted, "
+            "a.n, a.site, a.partition, a.job_id, json_extract(a.body, '$.superseded') AS sup "
+            f"FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
+            "LEFT JOIN attempts a ON a.task_id = t.id ORDER BY t.created_at DESC, t.id, a.n",
+            [*params, limit],
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            row = out.setdefault(
+                str(r["id"]),
+                {
+                    "id": r["id"],
+                    "state": r["state"],
+                    "group_id": r["group_id"],
+                    "name": r["name"],
+                    "updated_at": r["updated_at"],
+                    "attempts": 0,
+                    "attempt": None,
+                    "last": None,
+                },
+            )
+            if r["n"] is None:
+                continue
+            row["attempts"] += 1
+            att = {"site": r["site"], "partition": r["partition"], "job_id": r["job_id"]}
+            row["last"] = att
+            if (r["n"] == r["accepted"]) if r["accepted"] is not None else not r["sup"]:
+                row["attempt"] = att
+        for row in out.values():  # as get_result: the accepted, else newest live, else newest
+            row["attempt"] = row["attempt"] or row.pop("last")
+            row.pop("last", None)
+        return list(out.values())
+
+
 class DeliveryReads(Reads):
     """What the bridge keeps: continuations, deliveries and the hook's tool-call bindings."""
 

@@ -193,8 +193,9 @@ MIGRATIONS: tuple[str, ...] = (
     # superseded) kept in its row by triggers, on every write path, so a group's count per
     # site (GET /v1/groups/{id}, every group answer) reads one index: before, each call
     # parsed every child's attempts (5,000 children: 10 -> 3.5 ms of the reader's thread a
-    # call). A write pays only when it changes the answer: a new attempt, a change of its
-    # `superseded`, a change of the task's `accepted_attempt` (an attempt's site never moves).
+    # call). A write recomputes it only when the answer can change: a new attempt, a change of
+    # its `superseded`, a change of the task's `accepted_attempt` (an attempt's site never
+    # moves); every other update of a body pays two small json_extracts to find that out.
     f"""
     ALTER TABLE tasks ADD COLUMN current_site TEXT;
     UPDATE tasks SET current_site = {_CURRENT_SITE.format(task="tasks.id")};
