@@ -125,6 +125,29 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
             {"source": "a:b/c", "destination": "d:e/f", "idempotency_key": ""},
             "idempotency_key",
         ),
+        # Bounds validated in full though tools/list does not advertise them (size budget).
+        (
+            "submit_task",
+            {"command": ["x"], "envelope": {}, "idempotency_key": "k" * 201},
+            "idempotency_key",
+        ),
+        (
+            "submit_group",
+            {
+                "objective": "o",
+                "children": [{"command": ["x"]}],
+                "envelope": {},
+                "idempotency_key": "k" * 201,
+            },
+            "idempotency_key",
+        ),
+        (
+            "move_data",
+            {"source": "a:b/c", "destination": "d:e/f", "idempotency_key": "k" * 201},
+            "idempotency_key",
+        ),
+        ("list_events", {"after": 2**53 + 1}, "after"),
+        ("ack_events", {"consumer": "c", "through": 2**53 + 1}, "through"),
     ],
 )
 async def test_a_validation_error_is_typed_and_names_the_field(

@@ -60,10 +60,8 @@ log = structlog.get_logger(__name__)
 async def inspect_federation(
     ctx: Ctx,
     *,
-    sites: Annotated[list[str], Field(description="only these sites; empty = all")] = [],  # noqa: B006 (never mutated)
-    accelerator: Annotated[
-        str | None, Field(description="only this accelerator, e.g. a100")
-    ] = None,
+    sites: Annotated[list[str], Field(description="only these; empty = all")] = [],  # noqa: B006 (never mutated)
+    accelerator: Annotated[str | None, Field(description="only this one, e.g. a100")] = None,
     arch: Annotated[Arch | None, Field(description="only this CPU architecture")] = None,
     include_blocked: Annotated[bool, Field(description="also list blocked partitions")] = False,
     refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
@@ -122,7 +120,7 @@ async def submit_task(
     name: str | None = None,
     policy: Policy = None,
     fixed_site: Annotated[
-        str | None, Field(description="run only here (implies policy fixed-site)")
+        str | None, Field(description="run only here (policy fixed-site)")
     ] = None,
     fallback: Annotated[
         bool, Field(description="fixed_site may fall back; decision says so")
@@ -136,8 +134,7 @@ async def submit_task(
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
 ) -> TaskHandle:
-    """Act: place one job within `envelope` on the best feasible site. Then do what the
-    answer's `next` says."""
+    """Act: place one job within `envelope` on the best feasible site. Then follow `next`."""
     wake, unbound = await _continuation(ctx, "submit_task")
     req = SubmitTaskRequest.model_validate(
         {
@@ -176,8 +173,7 @@ async def submit_group(
     adaptation: GroupAdapt = None,
     idempotency_key: GroupIdemKey = None,
 ) -> GroupView:
-    """Act: related jobs (a sweep) under one objective and envelope. Then do what the
-    answer's `next` says."""
+    """Act: related jobs (a sweep) under one objective and envelope. Then follow `next`."""
     wake, unbound = await _continuation(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
@@ -211,8 +207,8 @@ async def get_result(
     ] = None,
     max_bytes: Annotated[int, Field(ge=1, le=65536, description="per tail")] = PREVIEW_BYTES,
 ) -> ResultManifest:
-    """Resume: a task's state, attempts, outputs by reference, the last bytes of stdout
-    (`preview`) and, if it failed, of stderr. Do not poll."""
+    """Resume: a task's state, attempts, outputs by reference, stdout's tail (`preview`)
+    and, if it failed, stderr's. Do not poll."""
     req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes, brief=True)
     return await _link(ctx).call(lambda c: c.get_result(req))
 
