@@ -135,3 +135,22 @@ async def test_a_pull_client_that_acknowledged_lately_holds_its_events(
         await tx.set_cursor("my-client", 7, at=NOW)
     report = await archive_events(store, tmp_path / "a", before=before, now=NOW)
     assert report.archived == 3  # 2, 4, 5; 3 still has a pending delivery
+
+
+async def test_the_last_seq_survives_archiving_the_newest_events(
+    store: Store, tmp_path: Path
+) -> None:
+    """A quiet daemon archives even its newest events; last_seq (list_events' check of `after`,
+    the health answer) still names the newest seq ever given, not max(seq) of what is left."""
+    async with store.transaction() as tx:
+        for i in range(3):
+            await tx.append_event("task.terminal", f"t{i}", {}, at=OLD, key=f"k{i}")
+        await tx.set_cursor("bridge", 3, at=NOW)
+    report = await archive_events(store, tmp_path / "a", before=NOW, now=NOW)
+    assert (report.archived, report.remaining) == (3, 0)
+    assert await store.events_after(0) == []
+    assert await store.last_seq() == 3
+    assert (await store.schema_and_last_seq())[1] == 3
+    async with store.transaction() as tx:
+        ev = await tx.append_event("task.terminal", "t9", {}, at=NOW, key="k9")
+    assert ev is not None and ev.seq == 4 == await store.last_seq()

@@ -16,7 +16,15 @@ from fedhpc.errors import UsageError
 from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery, check_consumer
 from fedhpc.store.archive import archive_events
 
-__all__ = ["handlers"]
+__all__ = ["CursorAhead", "handlers"]
+
+
+class CursorAhead(UsageError):
+    """`after` is past every event this store has given a seq to: made up, or from another
+    store. It is refused rather than answered with an empty page echoing it back: a reader
+    would wait for events that, when they come, are listed only past that seq."""
+
+    code = "cursor_ahead"
 
 
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
@@ -26,6 +34,17 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         if q.consumer is not None:  # what the consumer acknowledged is not listed again
             after = max(after, await state.store.cursor(q.consumer))
         rows = await state.store.events_after(after, limit=q.limit)
+        if not rows and q.after > 0:
+            # Seqs only grow and archiving keeps the newest one (store.last_seq), so an `after`
+            # beyond it was never given out by this store.
+            newest = await state.store.last_seq()
+            if q.after > newest:
+                raise CursorAhead(
+                    f"after={q.after} is beyond the newest event (seq {newest}): this daemon "
+                    "never gave that seq out, and the events before it would be skipped",
+                    hint=f"Pass after={newest} to read only events from now on, "
+                    "or after=0 for every kept event.",
+                )
         return JSONResponse({"events": [e.model_dump(mode="json") for e in rows]})
 
     async def ack(request: Request) -> Response:

@@ -37,6 +37,15 @@ SELECT site, partition, coalesce(json_extract(body, '$.shape.gpus'), 0),
 FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?
 """
 
+# The newest event seq ever given, and the schema version: events.seq is AUTOINCREMENT, so
+# sqlite_sequence keeps the seq after archiving moved the newest rows out (max(seq) would then
+# go back, even to 0).
+_LAST_SEQ = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+    "(SELECT coalesce(max(seq), 0) FROM events)) AS seq, "
+    "(SELECT user_version FROM pragma_user_version) AS schema"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class WaitSample:
@@ -156,15 +165,14 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
         return Event.from_row(rows[0]) if rows else None
 
     async def last_seq(self) -> int:
-        rows = await self._all("SELECT coalesce(max(seq), 0) AS seq FROM events")
+        """The newest seq ever given to an event, kept or archived (store/archive.py may move
+        the newest rows out; a reader's cursor at an archived seq is still a real one)."""
+        rows = await self._all(_LAST_SEQ)
         return int(rows[0]["seq"])
 
     async def schema_and_last_seq(self) -> tuple[int, int]:
         """The file's schema version and the newest event's seq, in one read (GET /v1/health)."""
-        rows = await self._all(
-            "SELECT (SELECT user_version FROM pragma_user_version) AS schema, "
-            "(SELECT coalesce(max(seq), 0) FROM events) AS seq"
-        )
+        rows = await self._all(_LAST_SEQ)
         return int(rows[0]["schema"]), int(rows[0]["seq"])
 
     async def cursor(self, consumer: str) -> int:

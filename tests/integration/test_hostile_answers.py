@@ -1,0 +1,59 @@
+"""A careless agent at `fedhpc serve` (the real MCP client over stdio, real daemon on the four
+local-process sites): a made-up cursor, a mistyped accelerator, an empty envelope in replan
+each get an answer that says what happened, never an empty one that reads as "nothing yet"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from tests.integration.daemon_util import running
+from tests.integration.mcp_support import stdio_params
+
+
+@asynccontextmanager
+async def _serve(tmp: Path) -> AsyncIterator[Client]:
+    where = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp / "devfed")}
+    home = tmp / "h"
+    async with (
+        running(home, **where),
+        Client(stdio_params(home, "--no-autostart", **where), mode="legacy") as client,
+    ):
+        yield client
+
+
+async def _error(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, result.content
+    body: dict[str, Any] = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert all(isinstance(body.get(k), str) and body[k] for k in ("code", "message", "hint"))
+    return body
+
+
+async def _ok(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_list_events_after_the_newest_seq_is_refused_naming_it(tmp_path: Path) -> None:
+    """It answered an empty page with next_after = the made-up `after`: the agent kept
+    polling past events that, when they came, had smaller seqs than its cursor."""
+    async with _serve(tmp_path) as client:
+        page = await _ok(client, "list_events", {"limit": 200})
+        assert not page["more"]
+        newest = page["next_after"]
+        at_newest = await _ok(client, "list_events", {"after": newest})
+        assert (at_newest["events"], at_newest["next_after"]) == ([], newest)
+        body = await _error(client, "list_events", {"after": newest + 1000})
+        assert body["code"] == "cursor_ahead"
+        assert f"newest event (seq {newest})" in body["message"]
+        assert f"after={newest}" in body["hint"]
+        with_consumer = await _error(client, "list_events", {"after": newest + 1, "consumer": "me"})
+        assert with_consumer["code"] == "cursor_ahead"
