@@ -142,3 +142,49 @@ def test_draft_serializes_with_both_the_original_and_the_normalized_envelope() -
     data = draft.model_dump(mode="json")
     assert data["proposed"]["gpus"] == {"min": 1, "max": 4}
     assert ResourceEnvelope.model_validate(data["envelope"]) == draft.envelope
+
+
+@pytest.mark.parametrize(
+    ("description", "gpus", "nodes", "phrase"),
+    [
+        ("train a resnet on 8 gpus", 8, 1, "8 gpus"),
+        ("finetune llama on 8x A100", 8, 1, "8x A100"),
+        ("pretrain on 4 H100s for 3 hours", 4, 1, "4 H100s"),
+        ("train the model on two GPUs", 2, 1, "two GPUs"),
+        ("train on 64 GPUs", 8, 8, "64 GPUs"),
+    ],
+)
+def test_a_stated_gpu_count_is_drafted_and_named_in_the_rationale(
+    description: str, gpus: int, nodes: int, phrase: str
+) -> None:
+    """'train a resnet on 8 gpus' was drafted as 1 GPU, single-gpu-inference."""
+    draft = draft_envelope(description)
+    e = draft.envelope
+    assert e is not None and draft.workload is Workload.MULTI_GPU_DDP
+    assert (e.gpus.min, e.gpus.upper, e.nodes.min, e.nodes.upper) == (gpus, gpus, nodes, nodes)
+    assert f"stated {phrase!r}" in draft.rationale
+
+
+def test_one_stated_gpu_is_named_in_the_rationale() -> None:
+    draft = draft_envelope("run inference on 1 GPU")
+    assert draft.workload is Workload.SINGLE_GPU_INFERENCE
+    assert draft.envelope is not None and draft.envelope.gpus.upper == 1
+    assert "stated '1 GPU'" in draft.rationale
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "train on 1e400 gpus",  # an exponent's digits: not 400
+        "train on -5 gpus",
+        "train on 1.5 gpus",
+        "train with a100 gpus",  # a model number, not a count
+        "train on 8 GPU nodes",  # counts nodes
+        "train for 8 gpu-hours",
+    ],
+)
+def test_a_gpu_count_that_cannot_be_read_whole_is_not_read(description: str) -> None:
+    draft = draft_envelope(description)
+    assert draft.envelope is not None and draft.envelope.gpus.upper == 1
+    assert "stated" not in draft.rationale
+    assert not any(s.startswith("gpus=") for s in draft.signals)

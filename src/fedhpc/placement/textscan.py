@@ -67,13 +67,13 @@ def _unreadable(low: str, i: int) -> bool:
     return before == "-" and (i == 1 or not low[i - 2].isalnum())
 
 
-def number_before(low: str, pattern: re.Pattern[str]) -> tuple[str, int, int] | None:
-    """The first number written just before a unit: `pattern` starts with one digit (`\\d`)
-    followed by the unit, so a search never backtracks inside a run of digits. The number is
-    then read backwards: digits, optionally '.' and more digits. Returns (number, start, end);
-    None also for a number this cannot read whole: an exponent's digits ('1e400 hours' is not
-    400 hours) or a negative one ('-5 hours' is not 5 hours)."""
-    m = pattern.search(low)
+def number_before(low: str, pattern: re.Pattern[str], pos: int = 0) -> tuple[str, int, int] | None:
+    """The first number at or after `pos` written just before a unit: `pattern` starts with one
+    digit (`\\d`) followed by the unit, so a search never backtracks inside a run of digits.
+    The number is then read backwards: digits, optionally '.' and more digits. Returns (number,
+    start, end); None also for a number this cannot read whole: an exponent's digits ('1e400
+    hours' is not 400 hours) or a negative one ('-5 hours' is not 5 hours)."""
+    m = pattern.search(low, pos)
     if m is None:
         return None
     i = m.start()
