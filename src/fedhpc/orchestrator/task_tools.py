@@ -25,6 +25,7 @@ from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.replan_checks import started_refusal, what_scheduler_says
 from fedhpc.placement import Placement
 from fedhpc.transfer import records as transfers
 
@@ -153,10 +154,12 @@ class TaskTools:
                 ) from None
             raise
 
-    async def _started(self, live: list[AttemptRecord]) -> bool:
-        """Whether the scheduler says a job has started: the stored state is the last probe's,
-        and a job started since would be killed by a replan that promises no work is lost.
-        A site that does not answer keeps the stored state (its cancel waits for it anyway)."""
+    async def _refuse_if_started(self, task: TaskRecord, live: list[AttemptRecord]) -> None:
+        """Refuse when the scheduler says a job has started: the stored state is the last
+        probe's, and a job started since would be killed (or one that ended, run again) by a
+        replan that promises no work is lost. Anything but pending counts, and so does a job
+        missing from the answer (it left the queue). A site that does not answer keeps the
+        stored state (its cancel waits for it anyway)."""
         for a in live:
             if a.job_id is None or not online(self.collector, a.site):
                 continue
@@ -165,9 +168,9 @@ class TaskTools:
             except Exception as exc:  # any transport failure: keep the stored state
                 log.info("replan status check failed", site=a.site, error=str(exc)[:200])
                 continue
-            if any(o.state is JobState.RUNNING for o in seen):
-                return True
-        return False
+            said = what_scheduler_says(a.job_id, seen)
+            if said is not None:
+                raise started_refusal(task.id, a.site, a.job_id, said)
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         """The manifest: state, attempts, provenance, output references with sizes, and bounded
@@ -274,8 +277,9 @@ class TaskTools:
                     f"task {task.id} is already {task.state.value}",
                     hint="Submit a new task instead.",
                 )
-            if any(a.state is JobState.RUNNING for a in live) or await self._started(live):
+            if any(a.state is JobState.RUNNING for a in live):
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
+            await self._refuse_if_started(task, live)
             _check_exclusions(req, req.envelope or task.request.envelope)
             pending = staging.waiting(task)
             if pending:
