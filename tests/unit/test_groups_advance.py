@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import anyio
 import pytest
 
 from fedhpc.domain.job import JobState
@@ -116,3 +117,29 @@ async def test_an_unknown_group_id_says_where_group_ids_are_found(store: Store) 
         "hint": "No command or tool lists groups: use the group_id in submit_group's answer, "
         "or find it in the GROUP column of `fedhpc tasks` or in a child's get_result (group_id).",
     }
+
+
+async def test_a_group_view_sends_its_three_reads_to_the_store_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group, its counts and a page of children are read together (one wait for the
+    reader's thread, not three): each read here is held until all three have arrived, which
+    one read after the other would never reach."""
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    async with store.transaction() as tx:
+        await tx.put_group("g1", state="running", round_=1, at=now, body={"objective": "x"})
+    arrived, everyone = [0], anyio.Event()
+    real = type(store)._all
+
+    async def held(self: Store, sql: str, params: Any = ()) -> Any:
+        arrived[0] += 1
+        if arrived[0] == 3:
+            everyone.set()
+        await everyone.wait()
+        return await real(self, sql, params)
+
+    monkeypatch.setattr(type(store), "_all", held)
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: now)
+    with anyio.fail_after(10):
+        view = await o.groups.view("g1", limit=10)
+    assert (view.group_id, view.size, arrived[0]) == ("g1", 0, 3)
