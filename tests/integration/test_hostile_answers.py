@@ -57,3 +57,18 @@ async def test_list_events_after_the_newest_seq_is_refused_naming_it(tmp_path: P
         assert f"after={newest}" in body["hint"]
         with_consumer = await _error(client, "list_events", {"after": newest + 1, "consumer": "me"})
         assert with_consumer["code"] == "cursor_ahead"
+
+
+async def test_a_mistyped_accelerator_in_inspect_federation_is_an_error(tmp_path: Path) -> None:
+    """'a1000' answered an empty federation, the same answer as "no such GPU free"."""
+    async with _serve(tmp_path) as client:
+        body = await _error(client, "inspect_federation", {"accelerator": "a1000"})
+        assert body["code"] == "unknown_accelerator"
+        assert body["fields"] == [
+            {"field": "accelerator", "reason": "no accelerator type is called 'a1000'"}
+        ]
+        assert "The enabled sites offer: " in body["hint"] and "a100" in body["hint"]
+        view = await _ok(client, "inspect_federation", {"accelerator": "A100"})
+        assert view["sites"] and all(
+            p["accelerator"] == "a100" for s in view["sites"] for p in s["partitions"]
+        )

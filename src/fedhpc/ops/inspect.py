@@ -7,11 +7,12 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fedhpc.domain.accelerators import GPU_MEMORY_GIB
 from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import Arch
 from fedhpc.domain.site import Credit, Health, SiteState
 from fedhpc.domain.units import as_utc
-from fedhpc.errors import FieldIssue
+from fedhpc.errors import FieldIssue, ValidationFailed
 from fedhpc.ops.sitecheck import SiteNotUsable
 
 __all__ = [
@@ -19,9 +20,16 @@ __all__ = [
     "InspectRequest",
     "PartitionView",
     "SiteView",
+    "UnknownAccelerator",
     "inspect_federation",
     "stale_after_s",
 ]
+
+
+class UnknownAccelerator(ValidationFailed):
+    """The accelerator filter names no type fedhpc knows (a typo such as 'a1000')."""
+
+    code = "unknown_accelerator"
 
 
 class InspectRequest(BaseModel):
@@ -107,7 +115,7 @@ def _partitions(site: Site, state: SiteState | None, req: InspectRequest) -> lis
         blocked = spec.name in site.profile.blocked_partitions
         if blocked and not req.include_blocked:
             continue
-        if req.accelerator and (acc is None or acc.type != req.accelerator.lower()):
+        if req.accelerator and (acc is None or acc.type != req.accelerator.strip().lower()):
             continue
         if req.arch and arch != req.arch:
             continue
@@ -142,6 +150,28 @@ def _partitions(site: Site, state: SiteState | None, req: InspectRequest) -> lis
     return out
 
 
+def _check_accelerator(accelerator: str, sites: Mapping[str, Site]) -> None:
+    """A type neither an enabled site nor the catalogue of known models has is refused: its
+    empty answer would read as "none free". A known model no enabled site offers stays an
+    empty answer: that is true (no site here has one), and the name is not a typo."""
+    offered = {
+        p.node.accelerator.type
+        for site in sites.values()
+        for p in site.profile.partitions
+        if p.node.accelerator is not None
+    }
+    wanted = accelerator.strip().lower()
+    if wanted in offered or wanted in GPU_MEMORY_GIB:
+        return
+    here = ", ".join(sorted(offered)) or "none"
+    others = ", ".join(sorted(set(GPU_MEMORY_GIB) - offered))
+    raise UnknownAccelerator(
+        [FieldIssue("accelerator", f"no accelerator type is called {accelerator!r}")],
+        hint=f"The enabled sites offer: {here}. Other known types: {others}. "
+        "Name one of them, or drop accelerator.",
+    )
+
+
 def inspect_federation(
     states: Mapping[str, SiteState],
     sites: Mapping[str, Site],
@@ -160,6 +190,8 @@ def inspect_federation(
     if unknown:  # an empty answer would read as "no such capacity", not as a typo
         known = ", ".join(sorted(sites)) or "none"
         raise SiteNotUsable(unknown, hint=f"Sites: {known}. Name one of them, or drop sites.")
+    if req.accelerator:
+        _check_accelerator(req.accelerator, sites)
     views = []
     for name in sorted(sites):
         if req.sites and name not in req.sites:
