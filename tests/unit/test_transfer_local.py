@@ -299,3 +299,54 @@ async def test_a_stage_out_waits_while_its_task_lives_whatever_the_live_state(
     ended = await svc.load(rec.id)
     assert ended.state is TransferState.FAILED
     assert ended.error is not None and ended.error.code == "upstream_failed"
+
+
+@pytest.mark.parametrize("ended", ["failed", "cancelled", "completed", None])
+async def test_a_stage_out_whose_task_left_no_output_says_what_to_do(
+    sites: dict[str, Site], store: Store, tmp_path: Path, ended: str | None
+) -> None:
+    """Both upstream_failed errors had hint '': the agent read why, not what to do next. A
+    completed task that names no accepted attempt is not the task's own failure: its waiting
+    tasks hear it (no cause 'upstream', which would keep task.stage_in_failed silent)."""
+    from datetime import UTC, datetime
+
+    from fedhpc.ops.data import TransferOptions
+    from fedhpc.transfer import records
+    from fedhpc.transfer.refs import resolve
+
+    now = datetime.now(UTC)
+    svc = _svc(store, sites, tmp_path)
+    rec = TransferRecord(
+        id="xstageout1",
+        idempotency_key="t2:stage_out:0",
+        mode="replicate",
+        source_ref="task:t2/out.txt",
+        destination_ref="devdeltaai:scratch/out.txt",
+        source=None,
+        destination=resolve("devdeltaai:scratch/out.txt", sites),
+        options=TransferOptions(),
+        backend=None,
+        state=TransferState.WAITING,
+        after_task="t2",
+        source_rel="out.txt",
+        created_at=now,
+    )
+    async with store.transaction() as tx:
+        await records.put(tx, rec, at=now)
+        if ended is not None:
+            await tx.put_task("t2", state=ended, body={}, at=now)
+    await svc.tick()
+    out = await svc.load(rec.id)
+    assert out.state is TransferState.FAILED and out.error is not None
+    assert out.error.code == "upstream_failed"
+    if ended == "completed":
+        assert "no accepted attempt" in out.error.message
+        assert "get_result('t2')" in out.error.hint and "move_data(" in out.error.hint
+        assert out.cause is None
+    elif ended is None:
+        assert "no task t2" in out.error.hint and "stage_out" in out.error.hint
+        assert out.cause == "upstream"
+    else:
+        assert f"ended {ended}" in out.error.message
+        assert "get_result('t2') says why" in out.error.hint
+        assert "stage_in" in out.error.hint and out.cause == "upstream"

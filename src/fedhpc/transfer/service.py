@@ -198,17 +198,25 @@ class TransferService:
         state = row["state"] if row else "missing"
         if row is not None and state not in _ENDED:
             return rec  # still live: queued, placing, re-placed after a failed try, running...
+        task = rec.after_task
         if state != "completed" or row is None:
-            why = f"task {rec.after_task} ended {state}: nothing to copy"
-            err = TransferIssue(code="upstream_failed", message=why)
+            why = f"task {task} ended {state}: nothing to copy"
+            err = TransferIssue(code="upstream_failed", message=why, hint=_upstream_hint(task, row))
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
         accepted = row["body"].get("accepted_attempt")
-        att = next(
-            (a for a in await self.store.attempts(rec.after_task) if a["n"] == accepted), None
-        )
+        att = next((a for a in await self.store.attempts(task) if a["n"] == accepted), None)
         if att is None:
-            err = TransferIssue(code="upstream_failed", message="no accepted attempt")
-            return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
+            err = TransferIssue(
+                code="upstream_failed",
+                message=f"task {task} completed but names no accepted attempt: the folder its "
+                "output is in is unknown",
+                hint=f"get_result('{task}') shows where it ran and its output; copy the file "
+                "with move_data(source='SITE:PATH', destination=...) and give the tasks that "
+                "waited for this transfer that transfer's id as stage_in.",
+            )
+            # Not cause "upstream": the task completed, so its own event (if any) said nothing
+            # of this; a waiting task's task.stage_in_failed carries this hint to its agent.
+            return await self._end(rec, TransferState.FAILED, error=err)
         workdir = str(att["body"].get("workdir") or "")
         path = posixpath.normpath(posixpath.join(workdir, rec.source_rel))
         try:
@@ -375,6 +383,21 @@ class TransferService:
             body["answered"] = True
         body.update({k: v for k, v in payload.items() if v is not None})
         await tx.append_event(kind, rec.id, body, at=self.clock(), key=f"{kind}:{key or rec.id}")
+
+
+def _upstream_hint(task: str, row: Mapping[str, Any] | None) -> str:
+    """What to do when a stage-out's task ended without output: its tasks that wait for the
+    copy end failed too (`task.stage_in_failed` is not raised: the task's own event said why)."""
+    if row is None:
+        return (
+            f"The store has no task {task}: submit it again with its stage_out, and the tasks "
+            "that waited for this transfer with the new task's transfers as stage_in."
+        )
+    return (
+        f"get_result('{task}') says why it did not complete. Fix that and submit it again with "
+        "its stage_out; tasks that waited for this transfer failed too: submit them again with "
+        "the new task's transfers as stage_in."
+    )
 
 
 def _err(exc: FedError) -> TransferIssue:
