@@ -16,6 +16,7 @@ from fedhpc.errors import FedError
 from fedhpc.ops.data import DataLocation, TransferState
 from fedhpc.ops.tasks import ReplanRequest, SubmitTaskRequest
 from fedhpc.orchestrator import staging
+from fedhpc.orchestrator.replan_checks import check_exclusions
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
 from fedhpc.transfer import records
@@ -51,7 +52,7 @@ async def _world(store: Store) -> tuple[Orchestrator, str]:
 
 async def _waiting_task(o: Orchestrator, tid: str, **kw: Any) -> str:
     req = SubmitTaskRequest(
-        command=("wc", "-c", "in.dat"), envelope=env(cpus=1), stage_in=(tid,), **kw
+        command=("wc", "-c", "in.dat"), stage_in=(tid,), **{"envelope": env(cpus=1), **kw}
     )
     handle, _ = await o.intake.accept_task(req)
     assert handle.state is JobState.SUBMITTED
@@ -106,3 +107,71 @@ async def test_excluding_the_site_its_input_goes_to_is_a_typed_refusal_and_chang
     assert "move_data" in err["hint"]
     assert await o.book.load_task(task_id) == before
     assert await store.attempts(task_id) == []
+
+
+@pytest.mark.parametrize(
+    ("include", "said"),
+    [
+        (("beta",), "rule out"),  # an include outranks the exclusion of beta: no input there
+        (("alpha", "beta"), "also names beta"),
+    ],
+)
+async def test_a_new_envelope_that_includes_another_site_is_refused_while_it_waits(
+    store: Store, include: tuple[str, ...], said: str
+) -> None:
+    """replan(envelope=sites_include [beta]) passed: the include outranked the task's exclusion
+    of beta, and once its input arrived at alpha it ran on beta without it."""
+    o, tid = await _world(store)
+    task_id = await _waiting_task(o, tid)
+    before = await o.book.load_task(task_id)
+    with pytest.raises(FedError) as exc:
+        await o.tools.replan(
+            ReplanRequest(task_id=task_id, envelope=env(cpus=1, sites_include=include))
+        )
+    err = exc.value.as_dict()
+    assert err["code"] == "usage"
+    assert "the inputs arrive at alpha" in err["message"] and said in err["message"], err
+    assert "alpha" in err["hint"] and "move_data" in err["hint"]
+    assert await o.book.load_task(task_id) == before
+
+
+async def test_a_submission_whose_include_names_a_site_besides_the_arrival_is_refused(
+    store: Store,
+) -> None:
+    o, tid = await _world(store)
+    with pytest.raises(FedError) as exc:
+        await _waiting_task(o, tid, envelope=env(cpus=1, sites_include=("alpha", "beta")))
+    err = exc.value.as_dict()
+    assert err["code"] == "usage"
+    assert "sites_include also names beta" in err["message"]
+    assert "sites_include [alpha]" in err["hint"]
+
+
+async def test_an_include_of_a_site_the_task_excluded_earlier_is_refused_naming_it(
+    store: Store,
+) -> None:
+    """Once its input arrived the task no longer waits, but it still runs only at alpha (beta
+    excluded at submission): a new include of beta would outrank that exclusion."""
+    o, tid = await _world(store)
+    task_id = await _waiting_task(o, tid)
+    await _arrive(o, tid)
+    await staging.advance(o.book, o.placer.wake)
+    queued = await o.book.load_task(task_id)
+    assert queued.state is JobState.QUEUED and queued.excluded_sites == ("beta",)
+    with pytest.raises(FedError) as exc:
+        await o.tools.replan(
+            ReplanRequest(task_id=task_id, envelope=env(cpus=1, sites_include=("beta",)))
+        )
+    err = exc.value.as_dict()
+    assert err["code"] == "usage"
+    assert f"names beta, which task {task_id} already excludes (its stage-in" in err["message"]
+    assert "leaves beta out" in err["hint"] and "unchanged" in err["hint"]
+    assert await o.book.load_task(task_id) == queued
+    # An earlier replan's exclusion is named as such.
+    plain = queued.model_copy(
+        update={"request": queued.request.model_copy(update={"stage_in": ()})}
+    )
+    with pytest.raises(FedError) as exc:
+        check_exclusions(plain, (), env(cpus=1, sites_include=("beta",)))
+    assert "(an earlier replan's exclude_sites)" in exc.value.as_dict()["message"]
+    check_exclusions(plain, (), env(cpus=1, sites_include=("alpha",)))  # no contradiction

@@ -1,19 +1,60 @@
-"""What replan checks before it moves a task, as pure functions: whether the scheduler's
-answer says a job has started (and the refusal that says so truthfully)."""
+"""What replan checks before it moves a task, as pure functions: exclusions the envelope's
+include would outrank, and whether the scheduler's answer says a job has started (and the
+refusal that says so truthfully)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobObservation, JobState
-from fedhpc.errors import UsageError
+from fedhpc.errors import FieldIssue, UsageError, ValidationFailed
+from fedhpc.orchestrator.records import TaskRecord
 
-__all__ = ["LEFT_QUEUE", "NOT_STARTED", "started_refusal", "what_scheduler_says"]
+__all__ = [
+    "LEFT_QUEUE",
+    "NOT_STARTED",
+    "check_exclusions",
+    "started_refusal",
+    "what_scheduler_says",
+]
 
 # A job the scheduler still holds without having started it: replan may supersede it.
 # (UNSCHEDULABLE is a pending job whose reason says it never runs: not started either.)
 NOT_STARTED = frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.UNSCHEDULABLE})
 LEFT_QUEUE = "left the queue"
+
+
+def check_exclusions(task: TaskRecord, exclude: Sequence[str], envelope: ResourceEnvelope) -> None:
+    """An excluded site that the envelope's sites_include names would be used anyway (an
+    include outranks every exclusion in placement): refuse the contradiction, never place the
+    task back where the caller said not to. Both this call's exclude_sites and the task's
+    earlier exclusions (an earlier replan's, or its stage-in's) count."""
+    both = [
+        FieldIssue(f"exclude_sites[{i}]", f"{site} is in the envelope's sites_include")
+        for i, site in enumerate(exclude)
+        if site in envelope.sites_include
+    ]
+    if both:
+        raise ValidationFailed(
+            both,
+            hint="Pass envelope with a sites_include that leaves these sites out (or none) "
+            "together with exclude_sites; the task is unchanged.",
+        )
+    earlier = sorted(set(task.excluded_sites) & set(envelope.sites_include))
+    if earlier:
+        names = ", ".join(earlier)
+        why = (
+            "its stage-in: it runs where its inputs arrive"
+            if task.request.stage_in
+            else ("an earlier replan's exclude_sites")
+        )
+        raise UsageError(
+            f"the envelope's sites_include names {names}, which task {task.id} already "
+            f"excludes ({why}); an include would outrank that exclusion",
+            hint=f"Pass an envelope whose sites_include leaves {names} out (or none): a "
+            "task's exclusions stay for its life. The task is unchanged.",
+        )
 
 
 def what_scheduler_says(job_id: str, seen: Sequence[JobObservation]) -> str | None:

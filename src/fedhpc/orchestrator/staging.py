@@ -9,6 +9,7 @@ from datetime import datetime
 import structlog
 
 from fedhpc.domain.config import Site
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
@@ -24,6 +25,8 @@ __all__ = [
     "StageInFailed",
     "StageInPending",
     "advance",
+    "arrival_site",
+    "check_envelope",
     "consumed_downstream",
     "data_provenance",
     "declared",
@@ -77,6 +80,38 @@ def waiting(task: TaskRecord) -> bool:
         and task.state is JobState.SUBMITTED
         and not (task.attempts_made)
     )
+
+
+def check_envelope(site: str, env: ResourceEnvelope) -> None:
+    """Refuse an envelope that rules out `site`, where a task's inputs arrive: placement would
+    drop the only site holding them (never run), or an include would outrank the exclusion of
+    every other site (run without them). At submission and at a replan while it waits."""
+    if site in env.sites_exclude or (env.sites_include and site not in env.sites_include):
+        raise UsageError(
+            f"the inputs arrive at {site}, which the envelope's sites_include/sites_exclude "
+            "rule out",
+            hint=f"Allow {site} in the envelope, or move_data the inputs to an allowed site "
+            "and pass those transfer ids.",
+        )
+    others = sorted(set(env.sites_include) - {site})
+    if others:
+        raise UsageError(
+            f"the inputs arrive at {site}, but the envelope's sites_include also names "
+            f"{', '.join(others)}: an include outranks the exclusion of every other site, so "
+            "the task could run there without its inputs",
+            hint=f"Pass sites_include [{site}] (or none: the task runs where its inputs "
+            "arrive), or move_data the inputs elsewhere and pass those transfer ids.",
+        )
+
+
+async def arrival_site(store: Store, task: TaskRecord) -> str | None:
+    """The one site a task's stage-in delivers to (`prepare` refused several); None without."""
+    async with store.transaction() as tx:
+        for tid in task.request.stage_in:
+            rec = await records.get(tx, tid)
+            if rec is not None:
+                return rec.destination.site
+    return None
 
 
 def declared(task: TaskRecord) -> bool:
@@ -140,16 +175,7 @@ async def prepare(book: TaskBook, sites: Mapping[str, Site], task: TaskRecord) -
                 hint=f"Drop fixed_site (the task runs where its inputs arrive), or move_data "
                 f"them to {req.fixed_site} and pass those transfer ids.",
             )
-        env = req.envelope
-        if site in env.sites_exclude or (env.sites_include and site not in env.sites_include):
-            # Placement would drop the only site holding the inputs (never run), or an include
-            # would outrank the exclusion of every other site (run without its inputs).
-            raise UsageError(
-                f"the inputs arrive at {site}, which the envelope's sites_include/sites_exclude "
-                "rule out",
-                hint=f"Allow {site} in the envelope, or move_data the inputs to an allowed site "
-                "and pass those transfer ids.",
-            )
+        check_envelope(site, req.envelope)
         task.excluded_sites = tuple(sorted(set(sites) - {site}))
         task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
     async with book.store.transaction() as tx:

@@ -11,9 +11,8 @@ import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
-from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
-from fedhpc.errors import FieldIssue, UsageError, ValidationFailed
+from fedhpc.errors import UsageError
 from fedhpc.ops.hints import next_hint
 from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
@@ -25,7 +24,11 @@ from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
-from fedhpc.orchestrator.replan_checks import started_refusal, what_scheduler_says
+from fedhpc.orchestrator.replan_checks import (
+    check_exclusions,
+    started_refusal,
+    what_scheduler_says,
+)
 from fedhpc.placement import Placement
 from fedhpc.transfer import records as transfers
 
@@ -81,23 +84,6 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
     return m.model_copy(
         update={"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
     )
-
-
-def _check_exclusions(req: ReplanRequest, envelope: ResourceEnvelope) -> None:
-    """An excluded site that the envelope's sites_include names would be used anyway (an
-    include outranks every exclusion in placement): refuse the contradiction, never place
-    the task back where the caller said not to."""
-    both = [
-        FieldIssue(f"exclude_sites[{i}]", f"{site} is in the envelope's sites_include")
-        for i, site in enumerate(req.exclude_sites)
-        if site in envelope.sites_include
-    ]
-    if both:
-        raise ValidationFailed(
-            both,
-            hint="Pass envelope with a sites_include that leaves these sites out (or none) "
-            "together with exclude_sites; the task is unchanged.",
-        )
 
 
 log = structlog.get_logger(__name__)
@@ -279,14 +265,19 @@ class TaskTools:
                 )
             if any(a.state is JobState.RUNNING for a in live):
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
-            await self._refuse_if_started(task, live)
-            _check_exclusions(req, req.envelope or task.request.envelope)
+            # Every local check before the scheduler is asked (under the lock that holds up the
+            # control cycle): a request bound to be refused never waits for a remote call.
+            envelope = req.envelope or task.request.envelope
             pending = staging.waiting(task)
             if pending:
                 # It runs only where its inputs arrive (every other site is excluded already).
-                for site in sorted(set(self.collector.sites) - set(task.excluded_sites)):
+                site = await staging.arrival_site(self.book.store, task)
+                if site is not None:
                     if site in req.exclude_sites:
                         raise staging.StageInPending(task, site)
+                    staging.check_envelope(site, envelope)
+            check_exclusions(task, req.exclude_sites, envelope)
+            await self._refuse_if_started(task, live)
             task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
             if req.envelope is not None:
                 task.request = task.request.model_copy(update={"envelope": req.envelope})
