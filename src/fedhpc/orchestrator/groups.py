@@ -55,6 +55,17 @@ def _state(states: list[str]) -> GroupState:
     return "failed"
 
 
+def _decision(c: dict[str, Any]) -> str:
+    """The child's decision, unless it is cancelled with no site shown: its stored decision is
+    from before the cancel ('queued: placing'), which would read as still to be placed."""
+    if c["state"] != JobState.CANCELLED.value or c["attempt"] is not None:
+        return str(c["decision"])
+    if not c["attempts"]:
+        return "cancelled before placement: it never reached a site"
+    # A cancel supersedes the live attempt, so no current one (and no site) is listed.
+    return f"cancelled at its site: get_result('{c['id']}') shows where it ran"
+
+
 def _child(c: dict[str, Any]) -> ChildView:
     att = c["attempt"] or {}
     return ChildView(
@@ -64,7 +75,7 @@ def _child(c: dict[str, Any]) -> ChildView:
         site=att.get("site"),
         partition=att.get("partition"),
         job_id=att.get("job_id"),
-        decision=c["decision"],
+        decision=_decision(c),
         reasons=tuple(c["reasons"]),
     )
 
