@@ -10,7 +10,7 @@ from typing import Literal
 
 from fedhpc.domain.job import TERMINAL
 
-__all__ = ["HintTool", "blocked_hint", "next_hint"]
+__all__ = ["HintTool", "blocked_hint", "next_hint", "unreadable_hint"]
 
 HintTool = Literal["submit_task", "submit_group", "get_result", "replan", "cancel", "group"]
 
@@ -48,6 +48,27 @@ _READ = {
 }
 
 
+def unreadable_hint(state: str, site: str, why: str, read: str) -> str:
+    """`next` of a get_result that could not read an ended task's output on `site`, by `why`:
+    "offline" (the last probe found it down), "unprobed" (configured, not probed yet since
+    the daemon started), or "unknown" (no longer in config.toml: waiting never helps)."""
+    head = f"{state.capitalize()}, but its output is on {site}"
+    if why == "unknown":
+        return (
+            f"{head}, which is no longer in fedhpc's config.toml (nothing on the site is lost): "
+            f"add [sites.{site}] back and run `fedhpc daemon restart`, then call {read} again."
+        )
+    if why == "unprobed":
+        return (
+            f"{head}, which fedhpc has not probed yet since the daemon started (nothing is "
+            f"lost): call {read} again once inspect_federation lists {site}."
+        )
+    return (
+        f"{head}, which does not answer now (nothing is lost): call {read} again once "
+        f"inspect_federation shows {site} ok."
+    )
+
+
 def blocked_hint(why: str, read: str) -> str:
     """`next` when a continuation exists but the daemon cannot start its runtime now."""
     return _BLOCKED.format(why=why.rstrip(".") + ".", read=read)
@@ -75,7 +96,7 @@ def next_hint(
     task is a group child (replan works only while its round is open); `blocked`: a
     continuation exists but the daemon cannot start its runtime now (why, with the fix), so
     nothing will wake the agent and it must not wait; `offline`: a get_result answer could not
-    read the output, because this site does not answer now."""
+    read the output, because this site does not answer now (other reasons: `unreadable_hint`)."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})"
@@ -104,11 +125,7 @@ def next_hint(
         return _CHILD_UNSCHEDULABLE
     if tool == "get_result":
         if offline and state in _READ:
-            return (
-                f"{state.capitalize()}, but its output is on {offline}, which does not answer "
-                f"now (nothing is lost): call {read} again once inspect_federation shows "
-                f"{offline} ok."
-            )
+            return unreadable_hint(state, offline, "offline", read)
         if whole and state == "completed":
             return "Completed: preview is all of its output."
         return _READ.get(state) or _ENDED[state].format(read=read)

@@ -121,7 +121,7 @@ class ResultManifest(_Out):
     )
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
     unreadable: str | None = Field(
-        default=None, description="the site holding the output is offline"
+        default=None, description="the site holding the output, unreadable now (next says why)"
     )
     next: str = ""
 

@@ -53,6 +53,8 @@ class Answers:
         return view.model_copy(update={"next": hint})
 
     async def hinted_result(self, manifest: ResultManifest) -> ResultManifest:
+        if manifest.next:  # get_result's own: why an ended task's output cannot be read now
+            return manifest
         wake, blocked = await self.resumes(manifest.task_id, manifest.group_id)
         hint = next_hint(
             "get_result",

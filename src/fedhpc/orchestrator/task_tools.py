@@ -13,7 +13,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
-from fedhpc.ops.hints import next_hint
+from fedhpc.ops.hints import next_hint, unreadable_hint
 from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
 from fedhpc.orchestrator import staging
@@ -21,7 +21,7 @@ from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
 from fedhpc.orchestrator.dispatch import Dispatcher
-from fedhpc.orchestrator.liveness import online
+from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.replan_checks import (
@@ -49,6 +49,11 @@ def _tail_streams(req: ResultRequest, state: JobState) -> tuple[str, ...]:
     first = req.preview or "stdout"
     failed = state in {JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED}
     return (first, "stderr") if failed and first == "stdout" else (first,)
+
+
+# Ended states whose answer points at the output (the hints' _READ): when it cannot be read,
+# get_result's own `next` says why.
+_READABLE_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT})
 
 
 def _round(seconds: float | None) -> float | None:
@@ -167,8 +172,9 @@ class TaskTools:
         outputs: list[OutputRef] = []
         tails: dict[str, tuple[str, bool]] = {}
         ran = cur is not None and cur.job_id is not None
-        offline = cur.site if ran and cur and not online(self.collector, cur.site) else None
-        if cur is not None and ran and offline is None:
+        why = self._unreadable(cur.site) if cur is not None and ran else ""
+        unreadable = cur.site if cur is not None and why else None
+        if cur is not None and ran and unreadable is None:
             adapter = self.adapters[cur.site]
             files: list[tuple[str, str]] = [
                 ("stdout", cur.stdout or ""),
@@ -205,9 +211,23 @@ class TaskTools:
             reasons=task.reasons,
             waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
             data=await staging.data_provenance(self.book.store, task),
-            unreadable=offline,
+            unreadable=unreadable,
         )
+        if unreadable is not None and task.state in _READABLE_ENDS:
+            read = f"get_result(task_id={task.id!r})"
+            hint = unreadable_hint(task.state.value, unreadable, why, read)
+            manifest = manifest.model_copy(update={"next": hint})
         return _brief(manifest, tails) if req.brief else manifest
+
+    def _unreadable(self, site: str) -> str:
+        """Why a site's files cannot be read now ("" = they can): "unknown" (no longer in
+        config.toml), "offline" (the last probe found it down), "unprobed" (not probed yet
+        since the daemon started)."""
+        if site not in self.adapters:
+            return "unknown"
+        if offline(self.collector, site):
+            return "offline"
+        return "" if online(self.collector, site) else "unprobed"
 
     async def list_tasks(self, *, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
         """Newest first; each task's current attempt as get_result picks it."""
