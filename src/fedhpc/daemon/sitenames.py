@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from fedhpc.collector import Collector
 from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.site import Health
 from fedhpc.errors import FieldIssue
 from fedhpc.ops.sitecheck import check_site_names
 from fedhpc.ops.workdir import WorkdirOutside, outside_message, sites_holding
@@ -30,6 +31,9 @@ def _profile_names() -> frozenset[str]:
 
 
 def _usable(collector: Collector) -> set[str]:
+    """Enabled sites a request may name: an account is configured, none is needed, or the
+    site's accounts are unknown (not probed yet, or offline: a site that is down is a known
+    site, and placement says it is offline; "add an account" would be false)."""
     out = set()
     for name, site in collector.sites.items():
         state = collector.latest.get(name)
@@ -37,6 +41,7 @@ def _usable(collector: Collector) -> set[str]:
             site.user.accounts
             or not site.profile.conventions.account_required
             or state is None  # not probed yet: whether it lists accounts is unknown
+            or state.health is Health.OFFLINE  # its last probe failed: unknown, not absent
             or state.accounts
         ):
             out.add(name)
