@@ -13,10 +13,10 @@ from starlette.responses import JSONResponse, Response
 
 from fedhpc.daemon.timings import RequestTimes
 from fedhpc.errors import HTTP_STATUS, FedError, FieldIssue, ValidationFailed, typed_error
-from fedhpc.ops.suggest import request_model, unknown_field_reason
+from fedhpc.ops.suggest import fields_named, request_model, unknown_field_reason
 from fedhpc.store import quick_reads
 
-__all__ = ["Handler", "guard", "model_response", "status_of"]
+__all__ = ["Handler", "guard", "model_response", "status_of", "validation_issues"]
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +35,26 @@ def status_of(exc: FedError) -> int:
 
 def _error(exc: FedError) -> JSONResponse:
     return JSONResponse(exc.as_dict(), status_code=status_of(exc))
+
+
+def validation_issues(exc: ValidationError) -> list[FieldIssue]:
+    """Pydantic's errors as field-named issues, without its "Value error, " prefix. A check
+    across the whole body (a model validator: no field in its location) is named by the
+    fields its message names when there are any, else "(body)" with a reason that says so."""
+    root = request_model(exc.title)
+    issues = []
+    for e in exc.errors(include_url=False, include_input=False):
+        loc = tuple(e["loc"])
+        msg = str(e["msg"]).removeprefix("Value error, ")[:500]
+        if e["type"] == "extra_forbidden":
+            issues.append(FieldIssue(".".join(map(str, loc)), unknown_field_reason(root, loc)))
+        elif loc:
+            issues.append(FieldIssue(".".join(map(str, loc)), msg))
+        elif named := fields_named(root, msg):
+            issues.extend(FieldIssue(name, msg) for name in named)
+        else:
+            issues.append(FieldIssue("(body)", f"the {exc.title} body as a whole: {msg}"))
+    return issues
 
 
 class _Internal(FedError):
@@ -63,17 +83,7 @@ def guard(fn: Handler, times: RequestTimes | None = None, route: str = "") -> Ha
             with quick_reads():
                 return await fn(request)
         except ValidationError as exc:
-            root = request_model(exc.title)
-            issues = [
-                FieldIssue(
-                    ".".join(str(p) for p in e["loc"]) or "(body)",
-                    unknown_field_reason(root, tuple(e["loc"]))
-                    if e["type"] == "extra_forbidden"
-                    else e["msg"][:500],
-                )
-                for e in exc.errors(include_url=False, include_input=False)
-            ]
-            return _error(ValidationFailed(issues))
+            return _error(ValidationFailed(validation_issues(exc)))
         except FedError as exc:
             return _error(exc)
         except Exception as exc:  # a bug: the caller gets a typed answer, the log the details

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 from collections.abc import Collection, Sequence
 from typing import Any, Union, get_args, get_origin
@@ -20,7 +21,7 @@ from fedhpc.ops.tasks import (
     SubmitTaskRequest,
 )
 
-__all__ = ["model_at", "nearest", "request_model", "unknown_field_reason"]
+__all__ = ["fields_named", "model_at", "nearest", "request_model", "unknown_field_reason"]
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -84,6 +85,18 @@ def unknown_field_reason(root: type[BaseModel] | None, loc: Sequence[int | str])
             if deeper is not None:
                 return f"unknown field {key!r}; did you mean {name}.{deeper}?"
     return f"unknown field {key!r}; the fields here are: {', '.join(names)}"
+
+
+def fields_named(root: type[BaseModel] | None, message: str) -> list[str]:
+    """The fields of `root` that a model-level check's message names (whole words, in the
+    model's order): the fields it concerned, when its message says so."""
+    if root is None:
+        return []
+    return [
+        name
+        for name in root.model_fields
+        if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", message)
+    ]
 
 
 def request_model(title: str) -> type[BaseModel] | None:
