@@ -58,7 +58,7 @@ def test_a_whole_body_error_naming_no_field_says_so() -> None:
 
 def test_a_field_named_with_its_subfield_counts() -> None:
     with pytest.raises(ValidationError) as exc:
-        DraftRequest.model_validate({"description": "x", "code_context": ["y" * 20000, "y" * 20000]})
+        DraftRequest.model_validate({"description": "x", "code_context": ["y" * 20000] * 2})
     issues = validation_issues(exc.value)
     assert [i.field for i in issues] == ["code_context"], issues
     assert issues[0].reason.startswith("code_context holds 40000 characters in all")
