@@ -72,3 +72,28 @@ async def test_a_mistyped_accelerator_in_inspect_federation_is_an_error(tmp_path
         assert view["sites"] and all(
             p["accelerator"] == "a100" for s in view["sites"] for p in s["partitions"]
         )
+
+
+async def test_replan_with_a_partial_envelope_keeps_the_tasks_other_fields(
+    tmp_path: Path,
+) -> None:
+    """replan(envelope={}) replaced the whole envelope with the defaults: a 64-GPU task became
+    a 1-CPU task, and the answer did not say so. Now the fields given replace the task's and
+    the rest stay; the answer's decision names what was replaced."""
+    two_cpus = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 2, "max": 2}}
+    async with _serve(tmp_path) as client:
+        task = await _ok(
+            client,
+            "submit_task",
+            {"command": ["true"], "envelope": {**two_cpus, "wall_time": {"min": "30d"}}},
+        )
+        assert task["state"] == "unschedulable", task
+        args = {"task_id": task["task_id"]}
+        # Nothing given: the task's 30-day wall time stays, so it still fits nowhere.
+        body = await _error(client, "replan", {**args, "envelope": {}})
+        assert body["code"] == "usage" and "no feasible placement" in body["message"], body
+        moved = await _ok(client, "replan", {**args, "envelope": {"wall_time": {"min": 60}}})
+        assert moved["shape"]["cpus"] == 2 and not moved["shape"].get("gpus"), moved
+        assert moved["decision"].endswith(
+            "envelope: wall_time replaced; the rest kept from the task"
+        ), moved

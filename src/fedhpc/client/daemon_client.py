@@ -252,7 +252,8 @@ class DaemonClient:
         body = await self._call(
             api.REPLAN,
             req.task_id,
-            content=req.model_dump_json(),
+            # Only what the caller set: the daemon keeps the task's envelope fields not given.
+            content=req.model_dump_json(exclude_unset=True),
             limit_s=TIMEOUTS["replan"],
             effect="change",
             what="replan",

@@ -30,6 +30,7 @@ from fedhpc.orchestrator.replan_checks import (
     what_scheduler_says,
 )
 from fedhpc.placement import Placement
+from fedhpc.placement.normalize import merge_envelope
 from fedhpc.transfer import records as transfers
 
 __all__ = ["TaskTools"]
@@ -270,7 +271,21 @@ class TaskTools:
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         """Re-place a task that has not started, or send an unschedulable one back to placement:
-        new exclusions and/or envelope. Refused, with nothing saved, when no site could run it."""
+        new exclusions and/or envelope fields (merged over the task's: merge_envelope). Refused,
+        with nothing saved, when no site could run it. The answer's decision says which
+        envelope fields changed."""
+        out = await self._replan(req)
+        if req.envelope is None:
+            return out
+        given = sorted(req.envelope.model_fields_set)
+        said = (
+            f"envelope: {', '.join(given)} replaced; the rest kept from the task"
+            if given
+            else "envelope: nothing given, the task's kept"
+        )
+        return out.model_copy(update={"decision": f"{out.decision}; {said}".lstrip("; ")})
+
+    async def _replan(self, req: ReplanRequest) -> TaskHandle:
         async with self.lock:
             task = await self._load(req.task_id)
             atts = await self.book.load_attempts(task.id)
@@ -287,7 +302,9 @@ class TaskTools:
                 raise UsageError(f"task {task.id} is running", hint="Cancel it, then submit again.")
             # Every local check before the scheduler is asked (under the lock that holds up the
             # control cycle): a request bound to be refused never waits for a remote call.
-            envelope = req.envelope or task.request.envelope
+            envelope = task.request.envelope
+            if req.envelope is not None:  # the fields given replace the task's; others stay
+                envelope = merge_envelope(envelope, req.envelope)
             pending = staging.waiting(task)
             if pending:
                 # It runs only where its inputs arrive (every other site is excluded already).
@@ -300,7 +317,7 @@ class TaskTools:
             await self._refuse_if_started(task, live)
             task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
             if req.envelope is not None:
-                task.request = task.request.model_copy(update={"envelope": req.envelope})
+                task.request = task.request.model_copy(update={"envelope": envelope})
             decision = await self.planner.decide(task)
             if not isinstance(decision, Placement):
                 raise UsageError(

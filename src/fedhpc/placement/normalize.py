@@ -11,7 +11,7 @@ from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import FieldIssue, ValidationFailed
 
-__all__ = ["known_accelerator_types", "normalize_envelope", "parse_envelope"]
+__all__ = ["known_accelerator_types", "merge_envelope", "normalize_envelope", "parse_envelope"]
 
 # Below these, a number is far more likely a unit slip ('64' meant 64G, '2' meant 2h) than intent.
 _MIN_PLAUSIBLE_MIB = 64
@@ -49,6 +49,20 @@ def parse_envelope(data: ResourceEnvelope | Mapping[str, Any]) -> ResourceEnvelo
             for e in exc.errors()
         ]
         raise ValidationFailed(issues) from None
+
+
+def merge_envelope(base: ResourceEnvelope, given: ResourceEnvelope) -> ResourceEnvelope:
+    """`base` with the top-level fields `given` sets (pydantic's fields_set: what the caller
+    wrote, not its defaults) put over it, validated whole (`ValidationFailed` naming the field,
+    e.g. accelerator_types kept while the new gpus.max is 0). replan: `{}` changes nothing, and
+    `{"wall_time": ...}` changes only the wall time; a field that is given replaces the task's
+    whole field (gpus {"max": 4} is gpus 0..4)."""
+    fields = given.model_fields_set
+    if not fields:
+        return base
+    merged = base.model_dump(mode="json")
+    merged.update(given.model_dump(mode="json", include=set(fields)))
+    return parse_envelope(merged)
 
 
 def _unit_issues(env: ResourceEnvelope) -> list[FieldIssue]:

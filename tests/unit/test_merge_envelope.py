@@ -1,0 +1,47 @@
+"""replan's envelope: the fields the caller gives replace the task's, the rest stay (a 64-GPU
+task replanned with `{}` became a 1-CPU task)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedhpc.domain import ResourceEnvelope
+from fedhpc.errors import ValidationFailed
+from fedhpc.placement.normalize import merge_envelope
+
+TASK = ResourceEnvelope.model_validate(
+    {
+        "gpus": {"min": 8, "max": 8},
+        "nodes": {"min": 8, "max": 8},
+        "accelerator_types": ["a100"],
+        "wall_time": {"min": 3600},
+        "sites_include": ["devdelta"],
+    }
+)
+
+
+def test_an_empty_envelope_changes_nothing() -> None:
+    assert merge_envelope(TASK, ResourceEnvelope.model_validate({})) == TASK
+
+
+def test_the_given_fields_replace_the_tasks_whole_field_and_the_rest_stay() -> None:
+    given = ResourceEnvelope.model_validate({"wall_time": {"min": 7200}, "gpus": {"max": 4}})
+    out = merge_envelope(TASK, given)
+    assert (out.wall_time.min, out.gpus.min, out.gpus.upper) == (7200, 0, 4)
+    assert (out.nodes.min, out.accelerator_types, out.sites_include) == (
+        8,
+        ("a100",),
+        ("devdelta",),
+    )
+
+
+def test_a_field_given_as_empty_clears_it() -> None:
+    out = merge_envelope(TASK, ResourceEnvelope.model_validate({"sites_include": []}))
+    assert out.sites_include == () and out.gpus.min == 8
+
+
+def test_a_merge_that_contradicts_itself_names_the_field() -> None:
+    """accelerator_types is kept from the task while the new gpus.max is 0."""
+    with pytest.raises(ValidationFailed) as err:
+        merge_envelope(TASK, ResourceEnvelope.model_validate({"gpus": {"min": 0, "max": 0}}))
+    assert "accelerator" in err.value.message
