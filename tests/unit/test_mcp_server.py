@@ -148,6 +148,8 @@ async def test_annotations_are_honest(tmp_path: Path) -> None:
         ),
         ("list_events", {"after": 2**53 + 1}, "after"),
         ("ack_events", {"consumer": "c", "through": 2**53 + 1}, "through"),
+        # A check across the arguments is named by the fields its message names.
+        ("submit_task", {"command": ["x"], "envelope": {}, "policy": "fixed-site"}, "fixed_site"),
     ],
 )
 async def test_a_validation_error_is_typed_and_names_the_field(

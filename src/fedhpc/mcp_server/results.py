@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
 from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed, typed_error
-from fedhpc.ops.suggest import request_model, unknown_field_reason
+from fedhpc.ops.suggest import fields_named, request_model, unknown_field_reason
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -60,13 +60,19 @@ def validation_failed(
     """Pydantic's errors as one ValidationFailed naming each field by its dotted path; an
     unknown key says which field was probably meant."""
     root = root or request_model(exc.title)
-    issues = []
+    issues: list[FieldIssue] = []
     for err in exc.errors(include_url=False, include_input=False):
         path = ".".join(str(p) for p in err["loc"])
-        field = ".".join(p for p in (prefix, path) if p) or "(arguments)"
+        field = ".".join(p for p in (prefix, path) if p)
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = unknown_field_reason(root, tuple(err["loc"]))
+        if not field:  # a check across the arguments: the fields its message names, if any
+            named = fields_named(root, reason)
+            issues.extend(FieldIssue(name, reason) for name in named)
+            if named:
+                continue
+            field, reason = "(arguments)", f"the arguments as a whole: {reason}"
         issues.append(FieldIssue(field, reason))
     return ValidationFailed(issues)
 
