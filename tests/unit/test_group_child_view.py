@@ -1,5 +1,6 @@
 """A group's child view says why a cancelled child shows no site: cancelled before it was
-placed, or cancelled at its site (the cancel supersedes the live attempt, so none is current)."""
+placed, or cancelled with no current attempt (the cancel superseded the live one, or a replan
+or retry had before it: the view cannot tell which, so it says neither)."""
 
 from __future__ import annotations
 
@@ -36,5 +37,7 @@ async def test_a_cancelled_child_without_a_site_says_why(store: Store) -> None:
     never, stopped, queued = view.children
     assert never.site is None and stopped.site is None
     assert never.decision == "cancelled before placement: it never reached a site"
-    assert stopped.decision == "cancelled at its site: get_result('t1-1') shows where it ran"
+    assert stopped.decision == (
+        "cancelled; no current attempt: get_result('t1-1') lists the attempts it had"
+    )
     assert queued.decision == "queued: placing"  # a live child keeps its own

@@ -45,3 +45,14 @@ def test_a_merge_that_contradicts_itself_names_the_field() -> None:
     with pytest.raises(ValidationFailed) as err:
         merge_envelope(TASK, ResourceEnvelope.model_validate({"gpus": {"min": 0, "max": 0}}))
     assert "accelerator" in err.value.message
+
+
+def test_a_drafted_tasks_draft_goes_when_the_caller_gives_other_bounds() -> None:
+    """The draft explained the task's numbers; replanned, the bounds are the caller's and
+    the provenance must say so (it kept 'heuristic' and the old rationale)."""
+    draft = {"source": "heuristic", "rationale": "8 GPUs (stated)", "confidence": 0.6}
+    drafted = ResourceEnvelope.model_validate(TASK.model_dump(mode="json") | {"draft": draft})
+    assert drafted.draft is not None
+    out = merge_envelope(drafted, ResourceEnvelope.model_validate({"gpus": {"min": 1, "max": 2}}))
+    assert out.draft is None and out.gpus.upper == 2
+    assert merge_envelope(drafted, ResourceEnvelope.model_validate({})).draft == drafted.draft

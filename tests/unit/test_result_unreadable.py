@@ -50,7 +50,7 @@ async def _ended_on(store: Store, where: str, health: Health | None) -> tuple[Or
     [
         ("alpha", Health.OFFLINE, "which does not answer now (nothing is lost)"),
         ("alpha", None, "which fedhpc has not probed yet since the daemon started"),
-        ("gamma", None, "which is no longer in fedhpc's config.toml"),
+        ("gamma", None, "which is not an enabled site of this daemon"),
     ],
 )
 async def test_next_says_why_the_output_cannot_be_read(

@@ -51,12 +51,14 @@ _READ = {
 def unreadable_hint(state: str, site: str, why: str, read: str) -> str:
     """`next` of a get_result that could not read an ended task's output on `site`, by `why`:
     "offline" (the last probe found it down), "unprobed" (configured, not probed yet since
-    the daemon started), or "unknown" (no longer in config.toml: waiting never helps)."""
+    the daemon started), or "unknown" (not an enabled site of this daemon: removed from
+    config.toml or `enabled = false`; waiting never helps)."""
     head = f"{state.capitalize()}, but its output is on {site}"
     if why == "unknown":
         return (
-            f"{head}, which is no longer in fedhpc's config.toml (nothing on the site is lost): "
-            f"add [sites.{site}] back and run `fedhpc daemon restart`, then call {read} again."
+            f"{head}, which is not an enabled site of this daemon (nothing on the site is "
+            f"lost): enable [sites.{site}] in config.toml (add it back, or set enabled = true) "
+            f"and run `fedhpc daemon restart`, then call {read} again."
         )
     if why == "unprobed":
         return (

@@ -62,8 +62,9 @@ def _decision(c: dict[str, Any]) -> str:
         return str(c["decision"])
     if not c["attempts"]:
         return "cancelled before placement: it never reached a site"
-    # A cancel supersedes the live attempt, so no current one (and no site) is listed.
-    return f"cancelled at its site: get_result('{c['id']}') shows where it ran"
+    # No current attempt: the cancel superseded a live one, or an earlier replan or retry had
+    # and the child waited to be placed again when it was cancelled; both read the same here.
+    return f"cancelled; no current attempt: get_result('{c['id']}') lists the attempts it had"
 
 
 def _child(c: dict[str, Any]) -> ChildView:

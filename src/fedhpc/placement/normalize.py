@@ -62,6 +62,10 @@ def merge_envelope(base: ResourceEnvelope, given: ResourceEnvelope) -> ResourceE
         return base
     merged = base.model_dump(mode="json")
     merged.update(given.model_dump(mode="json", include=set(fields)))
+    if "draft" not in fields:
+        # The task's draft explained the task's bounds; these are the caller's now (the
+        # provenance must not keep saying "heuristic" with a rationale for other numbers).
+        merged["draft"] = None
     return parse_envelope(merged)
 
 
