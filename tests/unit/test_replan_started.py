@@ -22,6 +22,7 @@ def _squeue(*rows: str, returncode: int = 0, stderr: str = "") -> list[JobObserv
         ("41|PENDING|Priority|cpu||t_1", None),
         ("41|PENDING|Resources|cpu||t_1", None),
         ("41|PENDING|BadConstraints|cpu||t_1", None),  # unschedulable: never started
+        ("41|PENDING|JobHeldUser|cpu||t_1", None),  # held: not started
         ("41|RUNNING|None|cpu|n1|t_1", "running"),
         ("41|CONFIGURING|None|cpu|n1|t_1", "running"),
         ("41|COMPLETING|None|cpu|n1|t_1", "running"),
@@ -66,3 +67,19 @@ def test_the_refusal_says_what_the_scheduler_said(said: str, message: str) -> No
     assert err.hint
     if said != "running":
         assert "get_result(t_1)" in err.hint and "unchanged" in err.hint
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stderr"),
+    [
+        (1, "squeue: error: Unable to contact slurm controller (connect failure)"),
+        (124, ""),  # killed by its timeout
+    ],
+)
+def test_a_failed_squeue_is_not_read_as_a_job_that_left_the_queue(
+    returncode: int, stderr: str
+) -> None:
+    """Only squeue's own 'Invalid job id' means gone: a controller that does not answer
+    raises, and replan keeps the stored state (task_tools catches it) instead of refusing."""
+    with pytest.raises(ValueError, match="squeue failed"):
+        _squeue(returncode=returncode, stderr=stderr)

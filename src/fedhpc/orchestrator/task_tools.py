@@ -322,8 +322,8 @@ class TaskTools:
             if not isinstance(decision, Placement):
                 raise UsageError(
                     f"no feasible placement: {decision.hint}",
-                    hint="Relax the envelope (draft_envelope helps) or exclude fewer "
-                    "sites; the task is unchanged.",
+                    hint="Relax the envelope (draft_envelope helps); the task's excluded "
+                    "sites stay excluded. The task is unchanged.",
                 )
             if pending:
                 # Its input has not arrived: only the envelope and exclusions change now; staging

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedhpc.errors import Conflict, ErrorKind, PermanentError, TransientError, UsageError
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "UnknownRoot",
     "UnknownSite",
     "UnsupportedRoute",
+    "upstream_hint",
 ]
 
 
@@ -118,3 +122,18 @@ class TransferUnavailable(TransientError):
     """The transfer service did not answer (network, 5xx): the daemon retries next cycle."""
 
     code = "transfer_unavailable"
+
+
+def upstream_hint(task: str, row: Mapping[str, Any] | None) -> str:
+    """What to do when a stage-out's task ended without output: its tasks that wait for the
+    copy end failed too (`task.stage_in_failed` is not raised: the task's own event said why)."""
+    if row is None:
+        return (
+            f"The store has no task {task}: submit it again with its stage_out, and the tasks "
+            "that waited for this transfer with the new task's transfers as stage_in."
+        )
+    return (
+        f"get_result('{task}') says why it did not complete. Fix that and submit it again with "
+        "its stage_out; tasks that waited for this transfer failed too: submit them again with "
+        "the new task's transfers as stage_in."
+    )

@@ -29,7 +29,12 @@ from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 from fedhpc.transfer import records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
-from fedhpc.transfer.errors import KeyConflict, TransferNotFound, TransferUnavailable
+from fedhpc.transfer.errors import (
+    KeyConflict,
+    TransferNotFound,
+    TransferUnavailable,
+    upstream_hint,
+)
 from fedhpc.transfer.plan import plan_transfer, request_key
 from fedhpc.transfer.records import TransferRecord
 from fedhpc.transfer.refs import choose_backend, locate
@@ -201,7 +206,7 @@ class TransferService:
         task = rec.after_task
         if state != "completed" or row is None:
             why = f"task {task} ended {state}: nothing to copy"
-            err = TransferIssue(code="upstream_failed", message=why, hint=_upstream_hint(task, row))
+            err = TransferIssue(code="upstream_failed", message=why, hint=upstream_hint(task, row))
             return await self._end(rec, TransferState.FAILED, error=err, cause="upstream")
         accepted = row["body"].get("accepted_attempt")
         att = next((a for a in await self.store.attempts(task) if a["n"] == accepted), None)
@@ -211,7 +216,8 @@ class TransferService:
                 message=f"task {task} completed but names no accepted attempt: the folder its "
                 "output is in is unknown",
                 hint=f"get_result('{task}') shows where it ran and its output; copy the file "
-                "with move_data(source='SITE:PATH', destination=...) and give the tasks that "
+                "with move_data(source='site:root/path' as its outputs show, destination=...) "
+                "and give the tasks that "
                 "waited for this transfer that transfer's id as stage_in.",
             )
             # Not cause "upstream": the task completed, so its own event (if any) said nothing
@@ -383,21 +389,6 @@ class TransferService:
             body["answered"] = True
         body.update({k: v for k, v in payload.items() if v is not None})
         await tx.append_event(kind, rec.id, body, at=self.clock(), key=f"{kind}:{key or rec.id}")
-
-
-def _upstream_hint(task: str, row: Mapping[str, Any] | None) -> str:
-    """What to do when a stage-out's task ended without output: its tasks that wait for the
-    copy end failed too (`task.stage_in_failed` is not raised: the task's own event said why)."""
-    if row is None:
-        return (
-            f"The store has no task {task}: submit it again with its stage_out, and the tasks "
-            "that waited for this transfer with the new task's transfers as stage_in."
-        )
-    return (
-        f"get_result('{task}') says why it did not complete. Fix that and submit it again with "
-        "its stage_out; tasks that waited for this transfer failed too: submit them again with "
-        "the new task's transfers as stage_in."
-    )
 
 
 def _err(exc: FedError) -> TransferIssue:
