@@ -56,3 +56,12 @@ def test_a_drafted_tasks_draft_goes_when_the_caller_gives_other_bounds() -> None
     out = merge_envelope(drafted, ResourceEnvelope.model_validate({"gpus": {"min": 1, "max": 2}}))
     assert out.draft is None and out.gpus.upper == 2
     assert merge_envelope(drafted, ResourceEnvelope.model_validate({})).draft == drafted.draft
+
+
+def test_a_clash_with_a_field_kept_from_the_task_names_it() -> None:
+    """The caller never sent sites_exclude: an error saying only 'fix the named fields'
+    leaves it nothing it sent to fix."""
+    task = ResourceEnvelope.model_validate({"sites_exclude": ["devdelta"]})
+    with pytest.raises(ValidationFailed) as caught:
+        merge_envelope(task, ResourceEnvelope.model_validate({"sites_include": ["devdelta"]}))
+    assert "sites_exclude" in caught.value.hint and "unchanged" in caught.value.hint

@@ -66,7 +66,23 @@ def merge_envelope(base: ResourceEnvelope, given: ResourceEnvelope) -> ResourceE
         # The task's draft explained the task's bounds; these are the caller's now (the
         # provenance must not keep saying "heuristic" with a rationale for other numbers).
         merged["draft"] = None
-    return parse_envelope(merged)
+    try:
+        return parse_envelope(merged)
+    except ValidationFailed as exc:
+        # The clash may be with a field the caller never sent (kept from the task): say so.
+        kept = sorted(
+            f
+            for f, v in base.model_dump(exclude_defaults=True).items()
+            if f not in fields and f != "draft" and v
+        )
+        hint = exc.hint
+        if kept:
+            hint = (
+                f"Checked with the task's own {', '.join(kept)} (kept: not given here); give "
+                "the field too, or empty to clear it (e.g. sites_exclude: []). The task is "
+                "unchanged."
+            )
+        raise ValidationFailed(exc.issues, hint=hint) from None
 
 
 def _unit_issues(env: ResourceEnvelope) -> list[FieldIssue]:
