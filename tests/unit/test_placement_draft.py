@@ -188,3 +188,107 @@ def test_a_gpu_count_that_cannot_be_read_whole_is_not_read(description: str) -> 
     assert draft.envelope is not None and draft.envelope.gpus.upper == 1
     assert "stated" not in draft.rationale
     assert not any(s.startswith("gpus=") for s in draft.signals)
+
+
+def _shape(draft: object) -> tuple[int, int | None, int, int | None]:
+    e = getattr(draft, "envelope", None)
+    assert e is not None
+    return (e.gpus.min, e.gpus.upper, e.nodes.min, e.nodes.upper)
+
+
+@pytest.mark.parametrize(
+    ("description", "gpus", "phrase"),
+    [
+        ("train on up to 8 gpus", (1, 8), "up to 8 gpus"),
+        ("finetune with at most 4 GPUs", (1, 4), "at most 4 GPUs"),
+        ("train on 1-8 gpus", (1, 8), "1-8 gpus"),
+        ("scale from 2 to 8 gpus", (2, 8), "2 to 8 gpus"),
+        ("train on two to eight GPUs", (2, 8), "two to eight GPUs"),
+        ("train on at least 2 gpus", (2, 4), "at least 2 gpus"),  # max: the class's 4
+        ("train on at least 8 gpus", (8, 8), "at least 8 gpus"),  # not less than stated
+    ],
+)
+def test_a_stated_bound_or_range_is_drafted_as_a_range(
+    description: str, gpus: tuple[int, int], phrase: str
+) -> None:
+    """'up to 8 gpus' and '1-8 gpus' were drafted as exactly 8."""
+    draft = draft_envelope(description)
+    assert draft.workload is Workload.MULTI_GPU_DDP
+    assert _shape(draft) == (*gpus, 1, 1)
+    assert f"(stated {phrase!r})" in draft.rationale
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "run 100 gpu jobs",  # was 100 GPUs on 13 nodes
+        "a 10x gpu speedup",  # was 10 GPUs on 2 nodes
+        "queue 40 gpu tasks",
+        "expect a 10x gpu acceleration",
+        "budget: 500 gpu hours",
+    ],
+)
+def test_a_count_of_gpu_jobs_or_a_speedup_is_not_a_gpu_count(description: str) -> None:
+    draft = draft_envelope(description)
+    assert _shape(draft)[1] == 1
+    assert "stated" not in draft.rationale
+    assert not any(s.startswith("gpus") for s in draft.signals)
+
+
+def test_one_job_on_n_gpus_is_still_a_gpu_count() -> None:
+    draft = draft_envelope("train it as one 8-gpu job")
+    assert _shape(draft) == (8, 8, 1, 1) and "stated '8-gpu'" in draft.rationale
+
+
+@pytest.mark.parametrize(
+    ("description", "code", "shape", "said"),
+    [
+        (
+            "train with 8 gpus per node",
+            ["torchrun --nnodes=4 train.py"],
+            (8, 8, 4, 4),
+            "8 GPUs per node (stated '8 gpus per node') on 4 nodes (--nnodes=4): 32 in all",
+        ),
+        (
+            "train on 2 nodes with 8 gpus each",
+            [],
+            (8, 8, 2, 2),
+            "8 GPUs per node (stated '8 gpus each') on 2 nodes (stated '2 nodes'): 16 in all",
+        ),
+        (
+            "train on 8 gpus",
+            ["torchrun --nnodes=4 train.py"],
+            (8, 8, 4, 4),
+            "8 GPUs per node (stated '8 gpus') on 4 nodes (--nnodes=4): 32 in all",
+        ),
+        (
+            "train on 16 gpus across 2 nodes",  # more than a node holds: the total
+            [],
+            (8, 8, 2, 2),
+            "16 GPUs in all (stated '16 gpus') over 2 nodes (stated '2 nodes'): 8 per node",
+        ),
+    ],
+)
+def test_a_count_per_node_takes_the_node_count(
+    description: str, code: list[str], shape: tuple[int, int, int, int], said: str
+) -> None:
+    """'8 gpus per node' with --nnodes=4 was drafted as one node of 8."""
+    draft = draft_envelope(description, code)
+    assert _shape(draft) == shape
+    assert said in draft.rationale
+
+
+def test_nproc_per_node_contradicting_a_stated_count_keeps_the_wider_and_says_both() -> None:
+    """'8 gpus' with --nproc_per_node=1 was drafted as 1 GPU, 'GPUs 1-1 (nproc_per_node)'."""
+    draft = draft_envelope("train on 8 gpus", ["torchrun --nproc_per_node=1 train.py"])
+    assert _shape(draft) == (1, 8, 1, 1)
+    assert "stated '8 gpus'" in draft.rationale and "--nproc_per_node=1" in draft.rationale
+    assert "they disagree, so GPUs 1-8 per node (the wider)" in draft.rationale
+    assert "if it is 8 nodes of 1, say so (--nnodes)" in draft.rationale
+
+
+def test_nproc_per_node_times_nnodes_matching_a_stated_total_agrees() -> None:
+    draft = draft_envelope("train on 8 gpus", ["torchrun --nproc_per_node=1 --nnodes=8 t.py"])
+    assert _shape(draft) == (1, 1, 8, 8)
+    assert "8 GPUs in all (stated '8 gpus') over 8 nodes" in draft.rationale
+    assert "--nproc_per_node=1 agrees" in draft.rationale

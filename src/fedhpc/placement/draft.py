@@ -16,6 +16,7 @@ from typing import Any
 
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
+from fedhpc.placement.stated import Stated, ddp_shape, stated_gpus, stated_nodes
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
@@ -110,20 +111,6 @@ _POOL = re.compile(
 _DURATION = re.compile(r"\d\s*(hours?|hrs?|h|minutes?|mins?)\b")
 _COUNT = re.compile(r"\d\s*(?:configs?|configurations|runs|trials|settings|combinations|seeds)\b")
 _PARAMS = re.compile(r"\d\s*B\b(?:[- ]param\w*|[- ]model)?")  # case matters: 7B, not 7b
-# A stated GPU count: "8 gpus", "8x a100", "4 h100s", "8-gpu", "two gpus" (lower-cased text).
-# Not "8 gpu nodes" or "8 gpu-hours": those count something else.
-_GPU_UNIT = (
-    r"(?:(?:nvidia|amd)\s+)?(?:gpus?|(?:a100|h100|h200|gh200|v100|a40|l40s?|a10g?|mi\d{3}x?)s?)"
-    r"\b(?!\s*-?\s*(?:nodes?|hours?|hrs?|h|servers?|machines?)\b)"
-)
-_GPU_COUNT = re.compile(r"\d\s*(?:[x\u00d7]\s*|-)?" + _GPU_UNIT)
-_WORD_COUNTS = {
-    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16,
-}  # fmt: skip
-_GPU_WORDS = re.compile(rf"({'|'.join(_WORD_COUNTS)})[\s-]+(?:[x\u00d7]\s*)?" + _GPU_UNIT)
-# GPUs per node assumed when a stated count is more than a node holds (8: DGX/HGX nodes).
-_NODE_GPUS = 8
 
 
 def _number(digits: str) -> float:
@@ -154,45 +141,18 @@ def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], s
     return {"min": seconds, "max": 2 * seconds}, f"stated duration {stated!r}, doubled for max"
 
 
-def _word_start(low: str, i: int) -> bool:
-    return i == 0 or not (low[i - 1].isalnum() or low[i - 1] in "._")
-
-
-def _stated_gpus(description: str) -> tuple[int, str] | None:
-    """The GPU count the description states, with the phrase: the first of "8 gpus", "8x A100",
-    "4 H100s", "two GPUs". A number that is part of a word ('a100 gpus'), not whole ('1.5',
-    '1e400', '-5') or zero is not read."""
-    low = lower_ascii(description)
-    found: list[tuple[int, int, str]] = []  # (start, count, phrase)
-    pos = 0
-    while (hit := number_before(low, _GPU_COUNT, pos)) is not None:
-        number, start, end = hit
-        if _word_start(low, start):
-            if number.isdecimal() and (n := round(_number(number))) > 0:
-                found.append((start, n, _shown(description[start:end])))
-            break
-        pos = end
-    for m in _GPU_WORDS.finditer(low):
-        if _word_start(low, m.start()):
-            found.append((m.start(), _WORD_COUNTS[m.group(1)], description[m.start() : m.end()]))
-            break
-    if not found:
-        return None
-    _, count, phrase = min(found)
-    return count, phrase
-
-
 def _shown(text: str) -> str:
     """A matched piece of the text for the rationale, shortened when it is a long number."""
     return text if len(text) <= 40 else f"{text[:20]}...{text[-12:]}"
 
 
-def _classify(hits: set[str], nproc: int | None, stated: int | None) -> Workload:
+def _classify(hits: set[str], nproc: int | None, stated: Stated | None) -> Workload:
     if "ddp" in hits or (nproc is not None and nproc > 1):
         return Workload.MULTI_GPU_DDP
     if "sweep" in hits:
         return Workload.PARAMETER_SWEEP
-    if stated is not None and stated > 1:  # "train on 8 gpus": more than one GPU asked for
+    if stated is not None and (stated.hi is None or stated.hi > 1 or stated.per_node):
+        # "train on 8 gpus", "up to 8", "at least 2", "1 gpu per node": more than one GPU
         return Workload.MULTI_GPU_DDP
     if "gpu" in hits or "inference" in hits or stated is not None:
         return Workload.SINGLE_GPU_INFERENCE
@@ -200,22 +160,20 @@ def _classify(hits: set[str], nproc: int | None, stated: int | None) -> Workload
 
 
 def _ddp(
-    stated: tuple[int, str] | None, nproc: int | None, nnodes: int | None, workers: int | None
+    stated: Stated | None,
+    nodes: Stated | None,
+    nproc: int | None,
+    nnodes: int | None,
+    workers: int | None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The multi-GPU DDP draft and its reasons: a stated count as stated, else 1..nproc."""
+    """The multi-GPU DDP draft and its reasons: a stated count as stated (`stated.ddp_shape`,
+    with the node count and the launch flags), else 1..nproc."""
     why: list[str] = []
     per_gpu = (workers or 7) + 1
-    if stated is not None and not nproc:
-        # As many as stated, not fewer: the text asked for them. More than a node holds:
-        # split evenly over ceil(n / 8) nodes.
-        count, phrase = stated
-        nodes = -(-count // _NODE_GPUS)
-        gmax = gmin = -(-count // nodes)
-        node_range = {"min": nodes, "max": nodes}
-        why.append(
-            f"{count} GPUs (stated {phrase!r})"
-            + (f": {nodes} nodes of {gmax}" if nodes > 1 else "")
-        )
+    if stated is not None:
+        shape = ddp_shape(stated, nodes, nproc, nnodes, default_max=4)
+        (gmin, gmax), node_range = shape.gpus, {"min": shape.nodes[0], "max": shape.nodes[1]}
+        why.extend(shape.reasons)
     else:
         gmin, gmax = 1, max(nproc or 4, 1)
         node_range = {"min": 1, "max": max(nnodes or 1, 1)}
@@ -250,14 +208,16 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     ):
         if value is not None:
             signals.append(f"{label}={value}")
-    stated = _stated_gpus(description)
+    stated, nodes = stated_gpus(description), stated_nodes(description)
     if stated is not None:
-        signals.append(f"gpus={stated[0]}")
-    kind = _classify(hits, nproc, stated[0] if stated else None)
+        signals.append(f"gpus{stated.signal}")
+    if nodes is not None:
+        signals.append(f"nodes{nodes.signal}")
+    kind = _classify(hits, nproc, stated)
     why: list[str] = []
     fanout: int | None = None
     if kind is Workload.MULTI_GPU_DDP:
-        draft, reasons = _ddp(stated, nproc, nnodes, workers)
+        draft, reasons = _ddp(stated, nodes, nproc, nnodes, workers)
         why.extend(reasons)
         wall = _wall(description, (2 * 3600, 4 * 3600))
     elif kind is Workload.PARAMETER_SWEEP:
@@ -298,7 +258,7 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
             said = _shown(text[params[1] : params[2]])
             why.append(f"{said!r}: fp16 weights + 20% need >= {need} GiB per GPU")
         why.append(
-            f"one GPU (stated {stated[1]!r})"
+            f"one GPU (stated {stated.phrase!r})"
             if stated is not None
             else "one GPU: inference rarely scales across GPUs without model parallelism"
         )
