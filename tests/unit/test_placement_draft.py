@@ -292,3 +292,9 @@ def test_nproc_per_node_times_nnodes_matching_a_stated_total_agrees() -> None:
     assert _shape(draft) == (1, 1, 8, 8)
     assert "8 GPUs in all (stated '8 gpus') over 8 nodes" in draft.rationale
     assert "--nproc_per_node=1 agrees" in draft.rationale
+
+
+def test_a_range_over_several_nodes_is_not_drafted_below_its_minimum() -> None:
+    draft = draft_envelope("train on between 16 and 20 gpus")
+    assert _shape(draft) == (8, 8, 2, 3)  # 16-24 in all; 7 per node would allow 14
+    assert "stated 'between 16 and 20 gpus'" in draft.rationale

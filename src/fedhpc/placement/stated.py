@@ -226,10 +226,13 @@ def ddp_shape(
     if gpus.per_node or (node_range is not None and hi <= NODE_GPUS and not total_fits):
         nlo, nhi = node_range or (1, 1)
         glo, ghi = lo, hi
-        reason = f"{_span(glo, ghi)} GPUs per node (stated {gpus.phrase!r}) on " + (
-            f"{_span(nlo, nhi)} nodes ({nsrc}): {_span(glo * nlo, ghi * nhi)} in all"
-            if node_range is not None
-            else "1 node (no node count stated)"
+        reason = (
+            f"{_span(glo, ghi)} GPU{'s' if ghi > 1 else ''} per node (stated {gpus.phrase!r}) on "
+            + (
+                f"{_span(nlo, nhi)} nodes ({nsrc}): {_span(glo * nlo, ghi * nhi)} in all"
+                if node_range is not None
+                else "1 node (no node count stated)"
+            )
         )
     elif node_range is not None:
         nlo, nhi = node_range
@@ -239,7 +242,8 @@ def ddp_shape(
         reason += f"nodes ({nsrc}): {_span(glo, ghi)} per node"
     else:
         nlo, nhi = _ceil(lo, NODE_GPUS), _ceil(hi, NODE_GPUS)
-        ghi = _ceil(hi, nhi)
+        # Not fewer than stated: 16-20 over 2-3 nodes is 8 per node (16-24), not 7 (14-21).
+        ghi = max(_ceil(hi, nhi), _ceil(lo, nlo))
         glo = min(_ceil(lo, nlo), ghi)
         reason = f"{_span(lo, hi)} GPUs (stated {gpus.phrase!r})"
         if nhi > 1:
