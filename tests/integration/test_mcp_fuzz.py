@@ -49,6 +49,9 @@ TYPED = {
     # site names and workdirs checked before placement (docs/mcp.md)
     "site_not_usable",
     "workdir_outside",
+    # inspect_federation's accelerator, list_events' cursor (docs/errors.md)
+    "unknown_accelerator",
+    "cursor_ahead",
 }
 
 Scalar = st.one_of(
@@ -196,7 +199,8 @@ def _check(tool: str, args: dict[str, Any], result: CallToolResult) -> None:
     assert isinstance(body, dict), (tool, args, body)
     assert all(isinstance(body.get(k), str) for k in ("code", "message", "hint")), body
     assert body["code"] in TYPED, (tool, args, body)
-    if body["code"] in {"validation", "site_not_usable", "workdir_outside"} and "fields" in body:
+    named = {"validation", "site_not_usable", "workdir_outside", "unknown_accelerator"}
+    if body["code"] in named and "fields" in body:
         assert all(f["field"] for f in body["fields"]), body
 
 
