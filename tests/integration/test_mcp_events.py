@@ -21,7 +21,8 @@ from tests.integration.mcp_support import stdio_params
 pytestmark = pytest.mark.devfed
 
 TOO_BIG = {"gpus": {"min": 64}, "wall_time": {"min": "5m"}}  # no node holds 64 GPUs
-FITS = {"cpus": {"min": 1}, "wall_time": {"min": "5m"}}
+# replan replaces only the fields given (docs/mcp.md): the GPUs are given back as none.
+FITS = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1}, "wall_time": {"min": "5m"}}
 
 
 async def _ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:
