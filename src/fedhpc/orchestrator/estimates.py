@@ -82,6 +82,7 @@ def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
         nodes=nodes,
         wait_s=min(wait, 1e8),
         observed_at=r.start,
+        job=r.job_id,
     )
 
 

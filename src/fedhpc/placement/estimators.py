@@ -55,6 +55,11 @@ class WaitObservation(_Frozen):
     nodes: int = Field(default=1, ge=1)
     wait_s: float = Field(ge=0, le=MAX_SECONDS)
     observed_at: UtcDatetime
+    job: str = Field(
+        default="",
+        description="the scheduler's job id where known: a sweep's jobs of one shape that start "
+        "in the same second after the same wait are each an observation",
+    )
 
 
 class RuntimeObservation(_Frozen):
