@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from datetime import UTC, datetime, timedelta, timezone
@@ -331,6 +332,24 @@ def test_probe_counts_hosts_gpus_slots_and_jobs_per_queue(profile: SiteProfile) 
     debug = state.partition("debug")
     assert debug is not None
     assert (debug.available, debug.nodes.total) == (False, 2)
+
+
+def test_a_finished_job_is_neither_running_nor_pending(profile: SiteProfile) -> None:
+    """DONE/EXIT while post-execution runs (bjobs -a lists them too): ended, not work in
+    progress, as PBS's E and Slurm's COMPLETING; LSF has already released their slots."""
+    ended = [
+        {"JOBID": "5130", "STAT": "DONE", "QUEUE": "gpu", "USER": "alice", "PROJ_NAME": "x"},
+        {"JOBID": "5131", "STAT": "EXIT", "QUEUE": "gpu", "USER": "bob", "PROJ_NAME": "x"},
+    ]
+    jobs = json.loads(fixture("bjobs_all.json"))
+    jobs["RECORDS"] += ended
+    state = LsfDialect().parse_probe(
+        sections(jobs=BatchSection("jobs", 0, json.dumps(jobs))), profile, "alice", NOW
+    )
+    gpu = state.partition("gpu")
+    assert gpu is not None
+    assert (gpu.pending_jobs, gpu.running_jobs) == (3, 3)
+    assert (gpu.user_pending_jobs, gpu.user_running_jobs) == (2, 2)
 
 
 def test_probe_is_offline_when_bhosts_failed(profile: SiteProfile) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from datetime import UTC, datetime, timedelta, timezone
@@ -347,11 +348,43 @@ def test_probe_counts_nodes_gpus_cpus_and_jobs_per_queue(profile: SiteProfile) -
     assert cpu is not None
     assert (cpu.nodes.mixed, cpu.nodes.allocated, cpu.free_cpus, cpu.total_gpus) == (1, 1, 124, 0)
     assert cpu.free_memory_mib == 250000 - 1024
-    assert (cpu.pending_jobs, cpu.running_jobs, cpu.user_pending_jobs) == (3, 8, 1)
+    # Running:7; its Exiting:1 job is neither running nor pending (see the test below).
+    assert (cpu.pending_jobs, cpu.running_jobs, cpu.user_pending_jobs) == (3, 7, 1)
     assert cpu.blocked_pending_jobs == 1  # Waiting:1 (a start time)
     debug = state.partition("debug")
     assert debug is not None
     assert (debug.available, debug.nodes.total) == (False, 0)
+
+
+def test_an_exiting_job_is_neither_running_nor_pending(profile: SiteProfile) -> None:
+    """A job in E has finished and PBS is cleaning up after it (qstat(1B); pbs_job_attributes
+    job_state): no work in progress and no one waits behind it, as Slurm's COMPLETING. Its
+    vnodes stay assigned until then, so its GPUs are not shown free either (pbsnodes)."""
+    queues = fixture("qstat_queues.json").replace(
+        "Running:3 Exiting:0 Begun:1", "Running:3 Exiting:2 Begun:1"
+    )
+    jobs = json.loads(fixture("qstat_user_jobs.json"))
+    jobs["Jobs"]["4813.pbs01"] = {
+        **jobs["Jobs"]["4810.pbs01"],
+        "job_state": "E",
+        "Exit_status": 0,
+    }
+    state = PbsDialect().parse_probe(
+        sections(
+            queues=BatchSection("queues", 0, queues),
+            jobs=BatchSection("jobs", 0, json.dumps(jobs)),
+        ),
+        profile,
+        "alice",
+        NOW,
+    )
+    gpu = state.partition("gpu")
+    assert gpu is not None
+    # As without the two exiting jobs: Running:3 + Begun:1, the user's R job and B array.
+    assert (gpu.pending_jobs, gpu.running_jobs) == (6, 4)
+    assert (gpu.user_pending_jobs, gpu.user_running_jobs) == (1, 2)
+    assert gpu.free_gpus == 9  # from pbsnodes' resources_assigned, which still holds them
+    assert map_state(jobs["Jobs"]["4813.pbs01"]) is JobState.RUNNING  # our job: not ended yet
 
 
 def test_probe_is_offline_when_pbsnodes_failed(profile: SiteProfile) -> None:

@@ -48,6 +48,13 @@ STATE_TABLE: dict[str, JobState | None] = {
     "DONE": JobState.COMPLETED,  # exit status 0
     "EXIT": None,
 }
+# No LSF state is PBS's E or Slurm's COMPLETING (a job that has ended, cleanup running). A job's
+# post-execution command (bsub -Ep, POST_EXEC) runs after it is DONE or EXIT, and LSF releases
+# its slots at that point; POST_DONE/POST_ERR are post-processing outcomes in bhist and in
+# `bsub -w` dependencies, never a bjobs STAT. With JOB_INCLUDE_POSTPROC the job stays RUN and
+# holds its slot until post-execution ends: LSF itself counts it running, and bjobs shows
+# nothing else. (IBM Spectrum LSF 10.1, "About pre- and post-execution processing" and
+# "Pre- and post-execution processing commands".) So the probe counts DONE/EXIT as neither.
 
 # Exit reasons (bjobs -o exit_reason; "Termination reasons" in bacct(1)). Killed by bkill
 # from its owner or an admin -> cancelled; run limit -> timeout; anything else -> failed.

@@ -45,7 +45,9 @@ STATE_TABLE: dict[str, JobState | None] = {
     "S": JobState.RUNNING,
     "R": JobState.RUNNING,
     "B": JobState.RUNNING,  # array with at least one subjob running
-    "E": JobState.RUNNING,  # exiting after having run: final data (Exit_status) not yet there
+    # E: exiting after having run: final data (Exit_status) not yet there. Not terminal for
+    # our job, but the probe counts it neither running nor pending (_EXITING below).
+    "E": JobState.RUNNING,
     "F": None,  # finished (history, qstat -x)
     "X": None,  # subjob finished or deleted
 }
@@ -251,13 +253,24 @@ def in_queue(node: dict[str, Any], queue: str, selectors: dict[str, str]) -> boo
     return True
 
 
+# E (Exiting): "The job has finished, with or without errors, and PBS is cleaning up
+# post-execution" (OpenPBS doc/man1/pbs_job_attributes.7B, job_state). Its vnodes stay assigned
+# until MoM has cleaned up (same page, release_nodes_on_stageout: by default "job's vnodes are
+# released when the job finishes and MoM cleans up the job"), so pbsnodes still shows its GPUs
+# taken: it frees nothing yet. But it runs no work and no one waits behind it, so the probe
+# counts it neither running nor pending, as Slurm's COMPLETING (slurm_probe._queue_counts).
+# PBS's scheduler does the same for run limits: it counts them over its running jobs and keeps
+# the exiting ones apart (OpenPBS src/scheduler/server_info.cpp, query_server).
+_EXITING = "E"
+
+
 def _state_counts(text: str) -> tuple[int, int, int]:
     """(pending, running, blocked) from a queue's state_count 'Transit:0 Queued:3 Held:1 ...'.
     Held (holds, dependencies) and Waiting (a start time) jobs are pending but cannot start
-    whatever is free: blocked."""
+    whatever is free: blocked. Exiting jobs are neither pending nor running (_EXITING)."""
     counts = {k: as_int(v) for k, _, v in (p.partition(":") for p in text.split())}
     pending = sum(counts.get(k, 0) for k in ("Transit", "Queued", "Held", "Waiting"))
-    running = sum(counts.get(k, 0) for k in ("Running", "Exiting", "Begun"))
+    running = sum(counts.get(k, 0) for k in ("Running", "Begun"))
     return pending, running, counts.get("Held", 0) + counts.get("Waiting", 0)
 
 
@@ -269,7 +282,7 @@ def _user_counts(sec: BatchSection | None, queue: str) -> tuple[int, int, list[s
     for attrs in jobs.values():
         if attrs.get("Account_Name") and attrs["Account_Name"] not in accounts:
             accounts.append(attrs["Account_Name"])
-        if attrs.get("queue") != queue:
+        if attrs.get("queue") != queue or str(attrs.get("job_state", "")).strip() == _EXITING:
             continue
         state = map_state(attrs)
         pending += state is JobState.PENDING
