@@ -16,7 +16,14 @@ from typing import Any
 
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
-from fedhpc.placement.stated import Stated, ddp_shape, stated_gpus, stated_nodes
+from fedhpc.placement.stated import (
+    Stated,
+    ddp_shape,
+    node_range,
+    nodes_flag,
+    stated_gpus,
+    stated_nodes,
+)
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
@@ -102,7 +109,7 @@ _SIGNALS = Signals(
 )
 # After a literal prefix (on the lower-cased text for the first two): linear as they stand.
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
-_NNODES = re.compile(r"--nnodes[= ](\d+)")
+_NNODES = re.compile(r"--nnodes[= ](\d+)(?::(\d+))?")  # torchrun: N, or elastic MIN:MAX
 _WORKERS = re.compile(r"num_workers\s*=\s*(\d+)")
 _POOL = re.compile(
     r"(?:Pool|ProcessPoolExecutor)\(\s*(?:processes\s*=\s*|max_workers\s*=\s*)?(\d+)|n_jobs\s*=\s*(\d+)"
@@ -129,6 +136,17 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     return round(_number(next(g for g in m.groups() if g is not None)))
 
 
+def _nnodes(low: str) -> tuple[int, int] | None:
+    """`--nnodes` as (min, max): "2" is (2, 2), the elastic "1:4" (1, 4); 0 says nothing."""
+    m = _NNODES.search(low)
+    if m is None:
+        return None
+    lo = round(_number(m.group(1)))
+    hi = round(_number(m.group(2))) if m.group(2) else lo
+    lo, hi = min(lo, hi), max(lo, hi)
+    return None if hi == 0 else (max(lo, 1), hi)
+
+
 def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
     low = lower_ascii(description)
     found = number_before(low, _DURATION)
@@ -147,6 +165,8 @@ def _shown(text: str) -> str:
 
 
 def _classify(hits: set[str], nproc: int | None, stated: Stated | None) -> Workload:
+    if stated is not None and stated.none:  # "no gpus", "cpu only": whatever else it says
+        return Workload.PARAMETER_SWEEP if "sweep" in hits else Workload.CPU_PREPROCESSING
     if "ddp" in hits or (nproc is not None and nproc > 1):
         return Workload.MULTI_GPU_DDP
     if "sweep" in hits:
@@ -159,11 +179,18 @@ def _classify(hits: set[str], nproc: int | None, stated: Stated | None) -> Workl
     return Workload.CPU_PREPROCESSING
 
 
+def _nodes_reason(lo: int, hi: int, text: Stated | None, nnodes: tuple[int, int] | None) -> str:
+    said = [f"stated {text.phrase!r}"] if text is not None else []
+    said += [f"--nnodes={nodes_flag(nnodes)}"] if nnodes is not None else []
+    count = str(lo) if lo == hi else f"{lo}-{hi}"
+    return f"{count} node{'s' if hi > 1 else ''} ({', '.join(said)})"
+
+
 def _ddp(
     stated: Stated | None,
     nodes: Stated | None,
     nproc: int | None,
-    nnodes: int | None,
+    nnodes: tuple[int, int] | None,
     workers: int | None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The multi-GPU DDP draft and its reasons: a stated count as stated (`stated.ddp_shape`,
@@ -172,23 +199,101 @@ def _ddp(
     per_gpu = (workers or 7) + 1
     if stated is not None:
         shape = ddp_shape(stated, nodes, nproc, nnodes, default_max=4)
-        (gmin, gmax), node_range = shape.gpus, {"min": shape.nodes[0], "max": shape.nodes[1]}
+        (gmin, gmax), (nlo, nhi) = shape.gpus, shape.nodes
         why.extend(shape.reasons)
     else:
         gmin, gmax = 1, max(nproc or 4, 1)
-        node_range = {"min": 1, "max": max(nnodes or 1, 1)}
         why.append(
             f"GPUs 1-{gmax} ({'nproc_per_node' if nproc else 'DDP default'}); a smaller "
             "shape often completes sooner under a queue"
+        )
+        nlo, nhi = node_range(nodes, nnodes, why) or (1, 1)
+        if nodes is not None or nnodes is not None:
+            why.append(_nodes_reason(nlo, nhi, nodes, nnodes))
+    if nnodes is not None and nnodes[0] < nnodes[1]:
+        why.append(
+            f"--nnodes={nodes_flag(nnodes)} is elastic: it runs on {nnodes[0]} node"
+            f"{'s' if nnodes[0] > 1 else ''} and grows up to {nnodes[1]}"
         )
     why.append(f"{per_gpu} CPUs per GPU ({'num_workers + 1' if workers else 'default'})")
     draft: dict[str, Any] = {
         "gpus": {"min": gmin, "max": gmax},
         "cpus": {"min": per_gpu, "max": per_gpu * gmax},
         "memory": {"min": 32 * GIB, "max": 128 * GIB},
-        "nodes": node_range,
+        "nodes": {"min": nlo, "max": nhi},
     }
     return draft, why
+
+
+def _sweep(description: str, uses_gpu: bool, why: list[str]) -> tuple[dict[str, Any], int | None]:
+    count = number_before(lower_ascii(description), _COUNT)
+    fanout = round(_number(count[0])) if count else None
+    if fanout is not None and fanout > MAX_GROUP_CHILDREN:
+        why.append(
+            f"the text asks for {fanout} runs; one group holds at most {MAX_GROUP_CHILDREN}"
+            " children, so submit the sweep in several groups"
+        )
+        fanout = MAX_GROUP_CHILDREN
+    draft: dict[str, Any] = (
+        {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 2, "max": 8}}
+        if uses_gpu
+        else {
+            "gpus": {"min": 0, "max": 0},
+            "cpus": {"min": 1, "max": 4},
+            "memory": {"min": 2 * GIB, "max": 8 * GIB},
+        }
+    )
+    why.append(
+        f"one {'GPU' if uses_gpu else 'small CPU'} envelope per sweep child"
+        + (f"; {fanout} children suggested" if fanout else "")
+    )
+    return draft, fanout
+
+
+def _inference(
+    text: str, stated: Stated | None, workers: int | None, why: list[str]
+) -> dict[str, Any]:
+    cmax = (workers or 7) + 1
+    draft: dict[str, Any] = {
+        "gpus": {"min": 1, "max": 1},
+        "cpus": {"min": 2, "max": max(cmax, 2)},
+        "memory": {"min": 16 * GIB, "max": 64 * GIB},
+    }
+    params = number_before(text, _PARAMS)
+    if params:
+        need = math.ceil(_number(params[0]) * 2 * 1.2)
+        draft["min_accelerator_memory_gib"] = need
+        said = _shown(text[params[1] : params[2]])
+        why.append(f"{said!r}: fp16 weights + 20% need >= {need} GiB per GPU")
+    why.append(
+        f"one GPU (stated {stated.phrase!r})"
+        if stated is not None
+        else "one GPU: inference rarely scales across GPUs without model parallelism"
+    )
+    return draft
+
+
+def _cpu(
+    pool: int | None,
+    workers: int | None,
+    nodes: Stated | None,
+    nnodes: tuple[int, int] | None,
+    why: list[str],
+) -> dict[str, Any]:
+    cmax = max(pool or workers or 64, 4)
+    draft: dict[str, Any] = {
+        "gpus": {"min": 0, "max": 0},
+        "cpus": {"min": 4, "max": cmax},
+        "memory": {"min": 8 * GIB, "max": max(2 * GIB * cmax, 8 * GIB)},
+    }
+    why.append(
+        f"CPUs 4-{cmax} ({'pool size' if pool else 'num_workers' if workers else 'default'})"
+        "; 2 GiB per CPU at most"
+    )
+    if (span := node_range(nodes, nnodes, why)) is not None:
+        draft["nodes"] = {"min": span[0], "max": span[1]}  # "on 2 nodes", --nnodes
+        why.append(_nodes_reason(*span, nodes, nnodes))
+    return draft
 
 
 def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> HeuristicDraft:
@@ -198,17 +303,19 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     spans = _SIGNALS.search(low)
     hits = set(spans)
     signals = sorted(f"{n}: {text[a:b]!r}" for n, (a, b) in spans.items())
-    nproc, nnodes = _first_int(_NPROC, low), _first_int(_NNODES, low)
+    nproc, nnodes = _first_int(_NPROC, low), _nnodes(low)
     workers, pool = _first_int(_WORKERS, text), _first_int(_POOL, text)
     for label, value in (
         ("nproc_per_node", nproc),
-        ("nnodes", nnodes),
+        ("nnodes", nodes_flag(nnodes) if nnodes else None),
         ("num_workers", workers),
         ("pool", pool),
     ):
         if value is not None:
             signals.append(f"{label}={value}")
     stated, nodes = stated_gpus(description), stated_nodes(description)
+    if nodes is None and stated is not None and stated.nodes is not None:
+        nodes = Stated(stated.nodes, stated.nodes, False, stated.phrase)  # "4x8 gpus"
     if stated is not None:
         signals.append(f"gpus{stated.signal}")
     if nodes is not None:
@@ -216,64 +323,21 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     kind = _classify(hits, nproc, stated)
     why: list[str] = []
     fanout: int | None = None
+    none = stated is not None and stated.none
+    if stated is not None and none:
+        why.append(f"no GPUs (stated {stated.phrase!r}: read as none)")
     if kind is Workload.MULTI_GPU_DDP:
         draft, reasons = _ddp(stated, nodes, nproc, nnodes, workers)
         why.extend(reasons)
         wall = _wall(description, (2 * 3600, 4 * 3600))
     elif kind is Workload.PARAMETER_SWEEP:
-        uses_gpu = "gpu" in hits
-        count = number_before(lower_ascii(description), _COUNT)
-        fanout = round(_number(count[0])) if count else None
-        if fanout is not None and fanout > MAX_GROUP_CHILDREN:
-            why.append(
-                f"the text asks for {fanout} runs; one group holds at most {MAX_GROUP_CHILDREN}"
-                " children, so submit the sweep in several groups"
-            )
-            fanout = MAX_GROUP_CHILDREN
-        draft = (
-            {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 2, "max": 8}}
-            if uses_gpu
-            else {
-                "gpus": {"min": 0, "max": 0},
-                "cpus": {"min": 1, "max": 4},
-                "memory": {"min": 2 * GIB, "max": 8 * GIB},
-            }
-        )
-        why.append(
-            f"one {'GPU' if uses_gpu else 'small CPU'} envelope per sweep child"
-            + (f"; {fanout} children suggested" if fanout else "")
-        )
+        draft, fanout = _sweep(description, "gpu" in hits and not none, why)
         wall = _wall(description, (1800, 3600))
     elif kind is Workload.SINGLE_GPU_INFERENCE:
-        cmax = (workers or 7) + 1
-        draft = {
-            "gpus": {"min": 1, "max": 1},
-            "cpus": {"min": 2, "max": max(cmax, 2)},
-            "memory": {"min": 16 * GIB, "max": 64 * GIB},
-        }
-        params = number_before(text, _PARAMS)
-        if params:
-            need = math.ceil(_number(params[0]) * 2 * 1.2)
-            draft["min_accelerator_memory_gib"] = need
-            said = _shown(text[params[1] : params[2]])
-            why.append(f"{said!r}: fp16 weights + 20% need >= {need} GiB per GPU")
-        why.append(
-            f"one GPU (stated {stated.phrase!r})"
-            if stated is not None
-            else "one GPU: inference rarely scales across GPUs without model parallelism"
-        )
+        draft = _inference(text, stated, workers, why)
         wall = _wall(description, (1800, 3600))
     else:
-        cmax = max(pool or workers or 64, 4)
-        draft = {
-            "gpus": {"min": 0, "max": 0},
-            "cpus": {"min": 4, "max": cmax},
-            "memory": {"min": 8 * GIB, "max": max(2 * GIB * cmax, 8 * GIB)},
-        }
-        why.append(
-            f"CPUs 4-{cmax} ({'pool size' if pool else 'num_workers' if workers else 'default'})"
-            "; 2 GiB per CPU at most"
-        )
+        draft = _cpu(pool, workers, nodes, nnodes, why)
         wall = _wall(description, (3600, 2 * 3600))
     draft["wall_time"] = wall[0]
     why.append(wall[1])
