@@ -16,6 +16,7 @@ from mcp import Client
 from mcp_types import CallToolResult
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.ops.draft import EnvelopeDraft
 from fedhpc.ops.inspect import FederationView
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from tests.integration.daemon_util import running
@@ -168,6 +169,29 @@ async def test_submit_group_answers_for_all_children(
         assert json.loads(read.contents[0].text)["group_id"] == group.group_id  # type: ignore[union-attr]
         for child in group.children:
             await _call(client, "cancel", task_id=child.task_id)
+
+
+async def test_draft_envelope_reads_a_stated_zero_a_minimum_and_an_elastic_node_range(
+    daemon: tuple[Path, DaemonClient],
+) -> None:
+    home, _ = daemon
+    async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
+        none = EnvelopeDraft.model_validate(
+            await _call(client, "draft_envelope", description="tokenize the corpus, no GPUs")
+        )
+        elastic = EnvelopeDraft.model_validate(
+            await _call(
+                client,
+                "draft_envelope",
+                description="train on 8 or more gpus",
+                code_context=["torchrun --nnodes=1:4 train.py"],
+            )
+        )
+    assert none.envelope is not None and none.envelope.gpus.upper == 0
+    assert "no GPUs (stated 'no GPUs': read as none)" in none.rationale
+    e = elastic.envelope
+    assert e is not None and (e.gpus.min, e.nodes.min, e.nodes.upper) == (8, 1, 4)
+    assert "is a minimum" in elastic.rationale and "is elastic" in elastic.rationale
 
 
 async def test_bad_inputs_return_typed_errors_that_name_the_field(

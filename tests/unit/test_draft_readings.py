@@ -121,7 +121,11 @@ def test_more_than_n_is_at_least_n_plus_one() -> None:
 
 @pytest.mark.parametrize(
     "description",
-    ["train on 8 gpus, at least 2 hours", "train on 8 gpus at most 4 hours", "8 gpus or more nodes"],
+    [
+        "train on 8 gpus, at least 2 hours",
+        "train on 8 gpus at most 4 hours",
+        "train on 8 gpus or more nodes",
+    ],
 )
 def test_a_bound_after_the_count_that_belongs_to_something_else_is_not_read(
     description: str,
