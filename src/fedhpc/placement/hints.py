@@ -23,7 +23,10 @@ def _largest_accelerator(sites: Mapping[str, Site]) -> str:
     return f"{best[0]:g} GiB ({best[1]})"
 
 
-def _advice(cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site]) -> str:
+def _advice(
+    cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site], reason: str = ""
+) -> str:
+    """What to relax for `cat`; `reason` is the example's (a rule's reason) where it matters."""
     if cat is Category.ACCELERATOR:
         if env.min_accelerator_memory_gib:
             return (
@@ -42,6 +45,11 @@ def _advice(cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site]) -> 
         return "raise the budget in your config or shorten wall_time.max / the shape"
     if cat is Category.AUTHORIZATION:
         return "add an account for these sites and partitions in your config"
+    if cat is Category.HEALTH and " is offline: " in reason:
+        return (
+            "wait for the site: a queued task waits while only offline sites could run it, "
+            "and is placed when one answers again"
+        )
     if cat in (Category.HEALTH, Category.FRESHNESS):
         return "refresh the snapshot, or wait until the site answers again"
     if cat is Category.SITE_POLICY:
@@ -75,12 +83,13 @@ def relax_hint(
         cats = sorted(sole, key=lambda k: (-sole[k], order.index(k)))[:3]
         parts = [
             f"{sole[c]} of {len(rejected)} candidates fail only on {c.value}: "
-            f"{_advice(c, env, sites)} (e.g. {example[c]})"
+            f"{_advice(c, env, sites, example[c])} (e.g. {example[c]})"
             for c in cats
         ]
         return "; ".join(parts)
     cat = min(anyf, key=lambda k: (-anyf[k], order.index(k)))
     return (
         f"every candidate fails more than one rule; most often {cat.value} "
-        f"({anyf[cat]} of {len(rejected)}): {_advice(cat, env, sites)} (e.g. {example[cat]})"
+        f"({anyf[cat]} of {len(rejected)}): {_advice(cat, env, sites, example[cat])} "
+        f"(e.g. {example[cat]})"
     )

@@ -110,7 +110,7 @@ def staleness_bound_s(p: PartitionContext) -> float:
 def freshness(p: PartitionContext) -> RuleResult:
     c = Category.FRESHNESS
     if p.state is None:
-        return _fail(c, "no probe to be fresh")
+        return _note(c, "no probe yet")  # the health rule's reason: one per site
     # Both sides in UTC: a naive time (an old snapshot, a hand-made state) is never a TypeError.
     age = (as_utc(p.now) - as_utc(p.state.collected_at)).total_seconds()
     bound = staleness_bound_s(p)
@@ -194,6 +194,10 @@ def authorization(x: CandidateContext) -> RuleResult:
     if x.account is None:
         if p.site.user.accounts:
             return _fail(c, f"none of your accounts on {site} covers partition {p.spec.name}")
+        if p.state is None or p.state.health is Health.OFFLINE:
+            # The probe lists the accounts: without one, they are unknown, not missing. The
+            # health rule gives the one true reason (offline, or not probed yet).
+            return _note(c, f"accounts unknown until {site} answers a probe")
         if p.profile.conventions.account_required:
             return _fail(c, f"no account known for {site}: add one under sites.{site}.accounts")
         return _ok(c, "no account needed")
