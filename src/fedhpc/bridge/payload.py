@@ -42,6 +42,10 @@ _NEXT = {
         "replan(task_id, exclude_sites=[site]) if it has not started",
         "cancel(task_id), then submit_task(...)",
     ],
+    "task.waiting_for_site": [
+        "wait: fedhpc places it when the site answers again and resumes you when it ends",
+        "to run it elsewhere instead, follow `hint` (replan, or cancel and submit again)",
+    ],
     "group.round_terminal": ["get_result(task_id) for each child", "submit_group(...)"],
     "group.stalled_child": ["replan(task_id, exclude_sites=[...])", "cancel(task_id)"],
     "group.site_lost": [

@@ -28,6 +28,7 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "task.stage_in_failed",
     "task.stage_in_blocked",
     "task.site_lost",
+    "task.waiting_for_site",
     "group.round_terminal",
     "group.stalled_child",
     "group.site_lost",

@@ -71,6 +71,23 @@ def unreadable_hint(state: str, site: str, why: str, read: str) -> str:
     )
 
 
+def _waiting_hint(sites: str, resumes: bool, read: str, move: str) -> str:
+    """A queued task that only offline sites could run: it waits for them, not for the agent."""
+    head = (
+        f"Queued, waiting for {sites} (offline): fedhpc places it when {sites} answers again."
+        if "," not in sites
+        else f"Queued, waiting for {sites} (offline): fedhpc places it when one answers again."
+    )
+    if resumes:
+        then = (
+            " Do not poll: fedhpc resumes the session that submitted it when it ends, and once "
+            "if it is still waiting after a while."
+        )
+    else:
+        then = f" Nothing will resume this session: call {read} when you want the outcome."
+    return head + then + (f" {move}" if move else "")
+
+
 def blocked_hint(why: str, read: str) -> str:
     """`next` when a continuation exists but the daemon cannot start its runtime now."""
     return _BLOCKED.format(why=why.rstrip(".") + ".", read=read)
@@ -87,6 +104,8 @@ def next_hint(
     child: bool = False,
     blocked: str = "",
     offline: str = "",
+    waiting: str = "",
+    move: str = "",
 ) -> str:
     """The `next` line of an answer.
 
@@ -98,7 +117,9 @@ def next_hint(
     task is a group child (replan works only while its round is open); `blocked`: a
     continuation exists but the daemon cannot start its runtime now (why, with the fix), so
     nothing will wake the agent and it must not wait; `offline`: a get_result answer could not
-    read the output, because this site does not answer now (other reasons: `unreadable_hint`)."""
+    read the output, because this site does not answer now (other reasons: `unreadable_hint`);
+    `waiting`: the offline sites a queued task waits for, with `move`, how to run it elsewhere
+    instead (`orchestrator.offline_wait`)."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})"
@@ -118,6 +139,8 @@ def next_hint(
     if state not in TERMINAL:
         if blocked:
             return blocked_hint(blocked, read)
+        if waiting:
+            return _waiting_hint(waiting, resumes, read, move)
         if tool == "get_result":
             return _WAIT_OWNER if resumes else "Still running: call get_result again later."
         if resumes:

@@ -6,11 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedhpc.domain.job import JobState
 from fedhpc.ops.hints import HintTool, next_hint
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.offline_wait import move_hint, waits_for
+from fedhpc.orchestrator.records import TaskRecord
 
 __all__ = ["Answers"]
+
+
+def _waiting(task: TaskRecord) -> tuple[str, str]:
+    """`next_hint`'s `waiting` and `move` for a queued task that waits for offline sites
+    ("" for any other)."""
+    sites = waits_for(task) if task.state is JobState.QUEUED else []
+    return (", ".join(sites), move_hint(task)) if sites else ("", "")
 
 
 class Answers:
@@ -37,6 +47,7 @@ class Answers:
             return handle
         task = await self.book.load_task(handle.task_id)
         wake, blocked = await self.resumes(task.id, task.group_id)
+        waiting, move = _waiting(task)
         hint = next_hint(
             tool,
             handle.state.value,
@@ -44,6 +55,8 @@ class Answers:
             ref=handle.task_id,
             child=task.group_id is not None,
             blocked=blocked,
+            waiting=waiting,
+            move=move,
         )
         return handle.model_copy(update={"next": hint})
 
@@ -56,6 +69,7 @@ class Answers:
         if manifest.next:  # get_result's own: why an ended task's output cannot be read now
             return manifest
         wake, blocked = await self.resumes(manifest.task_id, manifest.group_id)
+        waiting, move = _waiting(await self.book.load_task(manifest.task_id))
         hint = next_hint(
             "get_result",
             manifest.state.value,
@@ -65,5 +79,7 @@ class Answers:
             child=manifest.group_id is not None,
             blocked=blocked,
             offline=manifest.unreadable or "",
+            waiting=waiting,
+            move=move,
         )
         return manifest.model_copy(update={"next": hint})

@@ -19,6 +19,7 @@ from fedhpc.orchestrator.claims import Claims
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
+from fedhpc.orchestrator.offline_wait import OfflineWaits, offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
@@ -111,6 +112,7 @@ class Placer:
         clock: Callable[[], datetime],
         cycle_s: float,
         notify: Callable[[], None],
+        site_lost_after_s: float = 300.0,
     ) -> None:
         self.book = book
         self.collector = collector
@@ -123,6 +125,9 @@ class Placer:
         self.notify = notify  # told after events may have landed
         self.wake_event = anyio.Event()  # queued work arrived
         self.progress = anyio.Event()  # set (and replaced) after each placement batch
+        # A task only offline sites could run waits for them; its agent hears it once per
+        # outage, after the same grace as work stuck on a lost site.
+        self.offline = OfflineWaits(book, collector, clock=clock, after_s=site_lost_after_s)
         self.submitter = Submitter(
             book, planner, dispatcher, clock=clock, unschedulable=self.unschedulable
         )
@@ -331,8 +336,9 @@ class Placer:
     ) -> None:
         """No placement now (`u`, decided without the sites at this cycle's submission bound):
         held when only the user's job limits stand in the way, or only the bound (it fits once
-        the full sites count again: next cycle), its kind with it; else waiting for site data,
-        or unschedulable with what really rules it out."""
+        the full sites count again: next cycle), its kind with it; waiting when only offline
+        sites could run it (`offline_wait`); else waiting for site data, or unschedulable with
+        what really rules it out."""
         full = self.planner.full()
         for attempt in range(2):
             limits = held_by_limits(self.collector, u, ledger)
@@ -348,6 +354,13 @@ class Placer:
                 _hold(task, reason, holds)
                 return
             u = again  # the full sites cannot run it either: their reasons count too
+        sites = offline_sites(self.collector, u)
+        if sites:  # it fits once one of them answers: it waits, as a pinned task would
+            reason = await self.offline.reason(sites)
+            if not (key := hold_key(task)).startswith("~"):
+                held[key] = reason  # its group's children as submitted wait with it
+            await self.offline.hold(task, sites, reason, now)
+            return
         await self._unplaceable(task, u, now)
 
     def _bound_reason(self, sites: tuple[str, ...]) -> str:

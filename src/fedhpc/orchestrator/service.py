@@ -103,6 +103,7 @@ class Orchestrator:
             clock=clock,
             cycle_s=cycle_s,
             notify=self._notify,
+            site_lost_after_s=site_lost_after_s,
         )
         self.adaptation = adaptation = Adaptation(
             book,

@@ -1,0 +1,142 @@
+"""Waiting for an offline site: a task that only offline sites could run (its candidates there
+fail only because the site's last probe failed; every other candidate is ruled out) waits in
+fedhpc, `queued` with the reason, and is placed when a site answers again. A pinned task
+(fixed_site) whose site is down is the common case. A site that can never run the envelope is
+no reason to wait: its candidates fail on something else too. The agent hears it once per
+outage, as `task.waiting_for_site`, when the task has waited `after_s` (a blip wakes nobody)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+from fedhpc.collector.service import Collector
+from fedhpc.domain.units import as_utc
+from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.liveness import offline
+from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.placement import Category, Outcome, Unschedulable
+
+__all__ = ["OFFLINE_WAIT", "OfflineWaits", "move_hint", "offline_sites", "pinned", "waits_for"]
+
+OFFLINE_WAIT = "queued: waiting for "
+_SITE = re.compile(r"(?:^queued: waiting for |; )([A-Za-z0-9_.-]+): offline since ")
+_ERROR_CHARS = 200  # of the last probe's error, in the reason
+
+
+# What an offline site's candidates may fail on and still fit once it answers: the health
+# rule (offline), and freshness: the collector probes a failing site less often (backoff), so
+# its offline verdict ages past the staleness bound while the outage lasts.
+_OFFLINE = frozenset({Category.HEALTH, Category.FRESHNESS})
+
+
+def offline_sites(collector: Collector, u: Unschedulable) -> list[str]:
+    """Sites whose candidates failed only because the site is offline: the task fits there
+    once it answers. Empty when no such candidate exists."""
+    out: set[str] = set()
+    for c in u.trace.candidates:
+        if c.feasible or c.site in out or not offline(collector, c.site):
+            continue
+        fails = {r.category for r in c.rules if r.outcome is Outcome.FAIL}
+        if Category.HEALTH in fails and fails <= _OFFLINE:
+            out.add(c.site)
+    return sorted(out)
+
+
+def waits_for(task: TaskRecord) -> list[str]:
+    """The offline sites a queued task waits for (from its decision line); empty otherwise."""
+    if not task.decision.startswith(OFFLINE_WAIT):
+        return []
+    return _SITE.findall(task.decision.split("; fedhpc places it")[0])
+
+
+def pinned(task: TaskRecord) -> bool:
+    """Pinned to its fixed_site without fallback: replan cannot move it elsewhere."""
+    return task.request.fixed_site is not None and not task.request.fallback
+
+
+def _when(at: datetime) -> str:
+    return f"{as_utc(at):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def move_hint(task: TaskRecord) -> str:
+    """How to run a waiting task elsewhere instead, true for its kind."""
+    if pinned(task):
+        return (
+            f"To run it elsewhere instead, cancel it and submit again with another fixed_site "
+            f"(or fallback: true); replan cannot move a task pinned to {task.request.fixed_site}."
+        )
+    return (
+        "To run it elsewhere instead, replan it with an envelope another site can run, or "
+        "cancel it."
+    )
+
+
+class OfflineWaits:
+    """Holds tasks for offline sites: their decision line, and one event per outage."""
+
+    def __init__(
+        self,
+        book: TaskBook,
+        collector: Collector,
+        *,
+        clock: Callable[[], datetime],
+        after_s: float,
+    ) -> None:
+        self.book = book
+        self.collector = collector
+        self.clock = clock
+        self.after_s = after_s
+        self._told: set[str] = set()  # events written by this process: not tried again
+
+    async def _outage(self, site: str) -> tuple[datetime, int]:
+        """When `site` went offline (its newest site.offline event), and that event's number
+        (0 without one: the last probe's time stands in)."""
+        went = await self.book.store.last_event("site.offline", site)
+        if went is not None:
+            return went.created_at, went.seq
+        state = self.collector.latest.get(site)
+        return (state.collected_at if state is not None else self.clock()), 0
+
+    async def reason(self, sites: list[str]) -> str:
+        """The task's decision line while it waits: readable by a person and an agent."""
+        parts = []
+        for site in sites:
+            since, _ = await self._outage(site)
+            state = self.collector.latest.get(site)
+            error = (state.error or "") if state is not None else ""
+            why = f" ({error[:_ERROR_CHARS]})" if error else ""
+            parts.append(f"{site}: offline since {_when(since)}{why}")
+        which = sites[0] if len(sites) == 1 else "one of them"
+        return f"{OFFLINE_WAIT}{'; '.join(parts)}; fedhpc places it when {which} answers again"
+
+    async def hold(self, task: TaskRecord, sites: list[str], reason: str, now: datetime) -> None:
+        """Save the task's wait (when its reason changed), and tell its agent once per outage
+        when it has waited `after_s`: a single task's own event (a group's children are told
+        by their group, which hears no per-child events)."""
+        changed = task.decision != reason
+        task.decision = reason
+        event = None
+        if task.group_id is None:
+            since, seq = await self._outage(sites[0])
+            waited = (now - max(as_utc(since), as_utc(task.created_at))).total_seconds()
+            if waited >= self.after_s and f"{task.id}:{sites[0]}:{seq}" not in self._told:
+                event = (sites[0], seq, waited)
+        if not changed and event is None:
+            return
+        async with self.book.store.transaction() as tx:
+            if changed:
+                await self.book.save(tx, task, at=now)
+            if event is not None:
+                site, seq, waited = event
+                await self.book.emit(
+                    tx,
+                    "task.waiting_for_site",
+                    task,
+                    key=f"{site}:{seq}",
+                    site=site,
+                    reason=f"waited {waited:.0f} s: {reason.removeprefix('queued: ')}",
+                    hint=move_hint(task),
+                )
+                self._told.add(f"{task.id}:{site}:{seq}")
