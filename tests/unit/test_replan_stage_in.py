@@ -18,6 +18,7 @@ from fedhpc.ops.tasks import ReplanRequest, SubmitTaskRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.replan_checks import check_exclusions
 from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Unschedulable
 from fedhpc.store import Store
 from fedhpc.transfer import records
 from fedhpc.transfer.records import TransferRecord
@@ -175,3 +176,62 @@ async def test_an_include_of_a_site_the_task_excluded_earlier_is_refused_naming_
         check_exclusions(plain, (), env(cpus=1, sites_include=("beta",)))
     assert "(an earlier replan's exclude_sites)" in exc.value.as_dict()["message"]
     check_exclusions(plain, (), env(cpus=1, sites_include=("alpha",)))  # no contradiction
+
+
+async def _arrived_then_gamma(store: Store) -> tuple[Orchestrator, str]:
+    """A task whose input arrived at alpha (queued), then a site gamma joins the federation
+    (config.toml and a daemon restart): no exclusion made at submission names it."""
+    o, tid = await _world(store)
+    task_id = await _waiting_task(o, tid)
+    await _arrive(o, tid)
+    await staging.advance(o.book, o.placer.wake)
+    gamma = site(profile("gamma", cpu_partition("cpu", cpus=256)))
+    o.collector.sites["gamma"] = gamma
+    o.collector.latest["gamma"] = state(gamma.profile)
+    task = await o.book.load_task(task_id)
+    assert task.state is JobState.QUEUED and "gamma" not in task.excluded_sites
+    return o, task_id
+
+
+@pytest.mark.parametrize("stored_before_data_site", [False, True])
+async def test_an_include_of_a_site_added_since_submission_is_refused_where_the_data_is_not(
+    store: Store, stored_before_data_site: bool
+) -> None:
+    """replan(envelope=sites_include [gamma]) passed: gamma was in no exclusion, and the task
+    would have run there without its input."""
+    o, task_id = await _arrived_then_gamma(store)
+    if stored_before_data_site:  # a record from before `data_site`: the transfer tells
+        old = (await o.book.load_task(task_id)).model_copy(update={"data_site": None})
+        async with store.transaction() as tx:
+            await o.book.save(tx, old, at=NOW)
+    before = await o.book.load_task(task_id)
+    with pytest.raises(FedError) as exc:
+        await o.tools.replan(
+            ReplanRequest(task_id=task_id, envelope=env(cpus=1, sites_include=("gamma",)))
+        )
+    err = exc.value.as_dict()
+    assert err["code"] == "stage_in_site"
+    assert f"task {task_id} runs only at alpha" in err["message"]
+    assert "sites_include names gamma, where its inputs are not" in err["message"]
+    assert "sites_include of [alpha] or none" in err["hint"] and "move_data" in err["hint"]
+    assert await o.book.load_task(task_id) == before
+    with pytest.raises(FedError) as exc:  # nor may alpha be excluded now that its input is there
+        await o.tools.replan(ReplanRequest(task_id=task_id, exclude_sites=("alpha",)))
+    assert exc.value.as_dict()["code"] == "stage_in_site"
+    assert "excluding alpha leaves it nowhere to run" in exc.value.as_dict()["message"]
+
+
+async def test_placement_never_uses_a_site_added_since_submission_for_staged_work(
+    store: Store,
+) -> None:
+    o, task_id = await _arrived_then_gamma(store)
+    task = await o.book.load_task(task_id)
+    _, drop = o.planner.envelope(task)
+    assert drop == ("beta", "gamma")
+    decision = await o.planner.decide(task)
+    assert not isinstance(decision, Unschedulable) and decision.site == "alpha"
+    # alpha's partition goes down: gamma, with room to spare, is still no place for it.
+    o.collector.latest["alpha"] = state(
+        o.collector.sites["alpha"].profile, cpu={"available": False}
+    )
+    assert isinstance(await o.planner.decide(task), Unschedulable)

@@ -39,8 +39,9 @@ async def test_an_offline_site_is_named_as_offline_not_as_unconfigured(store: St
     await o.placer.place_queued()  # the placer's pass: only alpha may run it, and it is down
     task = await o.book.load_task(handle.task_id)
     text = f"{task.decision} {' '.join(task.reasons)}"
-    # As for a site with an account that is down: placement's reasons say it is offline.
-    assert "health: alpha is offline: probe failed" in text, text
+    # As for a site with an account that is down: it waits for alpha, which is offline.
+    assert "waiting for alpha: offline since" in text and "(probe failed)" in text, text
+    assert "account" not in text
 
 
 async def test_an_answering_site_without_an_account_still_says_how_to_add_one(

@@ -105,9 +105,8 @@ class OfflineWaits:
         for site in sites:
             since, _ = await self._outage(site)
             state = self.collector.latest.get(site)
-            error = (state.error or "") if state is not None else ""
-            why = f" ({error[:_ERROR_CHARS]})" if error else ""
-            parts.append(f"{site}: offline since {_when(since)}{why}")
+            error = (state.error if state is not None else None) or "probe failed"
+            parts.append(f"{site}: offline since {_when(since)} ({error[:_ERROR_CHARS]})")
         which = sites[0] if len(sites) == 1 else "one of them"
         return f"{OFFLINE_WAIT}{'; '.join(parts)}; fedhpc places it when {which} answers again"
 

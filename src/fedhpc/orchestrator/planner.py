@@ -106,8 +106,9 @@ class Planner:
         self, task: TaskRecord, exclude: tuple[str, ...] = (), wall_s: int | None = None
     ) -> tuple[ResourceEnvelope, tuple[str, ...]]:
         """The task's envelope (with a longer wall time if asked) and the sites it must not
-        use: excluded by it, by the caller or earlier rejections, or unable to hold its
-        absolute workdir."""
+        use: excluded by it, by the caller or earlier rejections, unable to hold its
+        absolute workdir, or any but the one its stage-in copied its inputs to (whatever
+        an include says, and a site added to the federation since too)."""
         req = task.request
         env = req.envelope
         if wall_s is not None:
@@ -124,6 +125,7 @@ class Planner:
                     & known - set(env.sites_include)
                 )
                 | cannot_hold
+                | (known - {task.data_site} if task.data_site else set())
             )
         )
         return env, drop

@@ -95,6 +95,9 @@ class TaskRecord(BaseModel):
     replacements_used: int = 0
     reopened: int = Field(default=0, description="times replan placed it after it ended")
     excluded_sites: tuple[str, ...] = ()
+    data_site: str | None = Field(
+        default=None, description="where its stage-in copies its inputs: it runs only there"
+    )
     accepted_attempt: int | None = None
     attempts_made: int = 0
     spread_relaxed: bool = False

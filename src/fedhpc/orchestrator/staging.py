@@ -24,9 +24,11 @@ from fedhpc.transfer.refs import parse_ref, resolve
 __all__ = [
     "StageInFailed",
     "StageInPending",
+    "StageInSite",
     "advance",
     "arrival_site",
     "check_envelope",
+    "check_staged",
     "consumed_downstream",
     "data_provenance",
     "declared",
@@ -71,6 +73,42 @@ class StageInPending(UsageError):
             hint=f"Replan without excluding {site}, or cancel it, move_data the input to another "
             "site and submit again with the new transfer id.",
         )
+
+
+class StageInSite(UsageError):
+    """A replan would let a task whose inputs were copied to one site run elsewhere."""
+
+    code = "stage_in_site"
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, task: TaskRecord, site: str, what: str) -> None:
+        super().__init__(
+            f"task {task.id} runs only at {site}, where its stage-in "
+            f"({', '.join(task.request.stage_in)}) copied its inputs: {what}",
+            hint=f"Replan without excluding {site}, with a sites_include of [{site}] or none. "
+            "To run it elsewhere, cancel it, move_data the inputs there and submit again with "
+            "the new transfer ids. The task is unchanged.",
+        )
+
+
+def check_staged(
+    task: TaskRecord, site: str, exclude: tuple[str, ...], env: ResourceEnvelope
+) -> None:
+    """Refuse a replan of a task whose inputs arrived at `site` that would run it elsewhere:
+    `site` excluded (by the call or the envelope), or an include naming another site (it
+    outranks every exclusion; a site added to the federation after submission is in none)."""
+    if site in exclude or site in env.sites_exclude:
+        raise StageInSite(task, site, f"excluding {site} leaves it nowhere to run")
+    others = sorted(set(env.sites_include) - {site})
+    if others:
+        raise StageInSite(
+            task,
+            site,
+            f"the envelope's sites_include names {', '.join(others)}, where its inputs are "
+            "not (an include outranks every exclusion: it would run there without them)",
+        )
+    if env.sites_include and site not in env.sites_include:
+        raise StageInSite(task, site, f"the envelope's sites_include leaves {site} out")
 
 
 def waiting(task: TaskRecord) -> bool:
@@ -176,7 +214,10 @@ async def prepare(book: TaskBook, sites: Mapping[str, Site], task: TaskRecord) -
                 f"them to {req.fixed_site} and pass those transfer ids.",
             )
         check_envelope(site, req.envelope)
+        # Every site but that one, known now, is excluded; `data_site` also rules out a site
+        # added to the federation later (placement and replan read it).
         task.excluded_sites = tuple(sorted(set(sites) - {site}))
+        task.data_site = site
         task.decision = f"waiting for stage-in {', '.join(req.stage_in)} (runs on {site})"
     async with book.store.transaction() as tx:
         # Re-read in the transaction that registers the task as a waiter: a transfer that

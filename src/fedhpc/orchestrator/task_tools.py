@@ -11,6 +11,7 @@ import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.ops.hints import next_hint, unreadable_hint
@@ -306,14 +307,7 @@ class TaskTools:
             if req.envelope is not None:  # the fields given replace the task's; others stay
                 envelope = merge_envelope(envelope, req.envelope)
             pending = staging.waiting(task)
-            if pending:
-                # It runs only where its inputs arrive (every other site is excluded already).
-                site = await staging.arrival_site(self.book.store, task)
-                if site is not None:
-                    if site in req.exclude_sites:
-                        raise staging.StageInPending(task, site)
-                    staging.check_envelope(site, envelope)
-            check_exclusions(task, req.exclude_sites, envelope)
+            await self._check_sites(task, req, envelope, pending=pending)
             await self._refuse_if_started(task, live)
             task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
             if req.envelope is not None:
@@ -357,6 +351,24 @@ class TaskTools:
         task = await self.book.load_task(task.id)
         atts = [a for a in await self.book.load_attempts(task.id) if not a.superseded]
         return handle(task, atts[-1] if atts else None)
+
+    async def _check_sites(
+        self, task: TaskRecord, req: ReplanRequest, envelope: ResourceEnvelope, *, pending: bool
+    ) -> None:
+        """Refuse exclusions and includes that would run the task where it must not: where the
+        caller or an earlier exclusion said not to, or away from the one site its inputs
+        arrive at (the transfer's destination, read for a task stored before `data_site`),
+        including a site added to the federation since submission, which nothing excludes."""
+        site = task.data_site
+        if site is None and task.request.stage_in:
+            site = await staging.arrival_site(self.book.store, task)
+        if pending and site is not None:
+            if site in req.exclude_sites:
+                raise staging.StageInPending(task, site)
+            staging.check_envelope(site, envelope)
+        check_exclusions(task, req.exclude_sites, envelope)
+        if site is not None:
+            staging.check_staged(task, site, req.exclude_sites, envelope)
 
     async def _reopenable(self, task: TaskRecord) -> None:
         """An unschedulable group child re-enters placement only while its round is open."""
