@@ -13,7 +13,7 @@ from fedhpc.bridge.service import Bridge
 from fedhpc.domain import Health, SiteState
 from fedhpc.domain.job import JobState
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
-from fedhpc.ops.tasks import ResultRequest
+from fedhpc.ops.tasks import ReplanRequest, ResultRequest
 from fedhpc.orchestrator.book import handle
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
@@ -132,3 +132,20 @@ async def test_a_pinned_site_that_can_never_run_the_envelope_is_unschedulable_at
         "site.offline",
         "task.unschedulable",
     ]
+
+
+async def test_replanning_a_task_that_waits_for_an_offline_site_changes_it_and_it_waits_on(
+    store: Store,
+) -> None:
+    """It was refused as 'no feasible placement ... relax the envelope', which cannot help."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    submitted = await o.intake.submit_task(_req(fixed_site="alpha"), wait_s=0)
+    await o.place_queued()
+    answer = await o.tools.replan(ReplanRequest(task_id=submitted.task_id, envelope=env(cpus=2)))
+    assert answer.state is JobState.QUEUED
+    task = await o.book.load_task(submitted.task_id)
+    assert task.request.envelope.cpus.min == 2 and task.reopened == 0
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")

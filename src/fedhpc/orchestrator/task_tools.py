@@ -23,6 +23,7 @@ from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.liveness import offline, online
+from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.replan_checks import (
@@ -313,7 +314,12 @@ class TaskTools:
             if req.envelope is not None:
                 task.request = task.request.model_copy(update={"envelope": envelope})
             decision = await self.planner.decide(task)
-            if not isinstance(decision, Placement):
+            # Only offline sites could run it: it waits for them in fedhpc, as a new task would
+            # (never when a job of it waits at a scheduler: that job is not given up for a wait).
+            waits = not isinstance(decision, Placement) and not live
+            if not isinstance(decision, Placement) and not (
+                waits and offline_sites(self.collector, decision)
+            ):
                 raise UsageError(
                     f"no feasible placement: {decision.hint}",
                     hint="Relax the envelope (draft_envelope helps); the task's excluded "
@@ -329,15 +335,18 @@ class TaskTools:
                 async with self.book.store.transaction() as tx:
                     await self.book.save(tx, task, at=self.clock())
                 return handle(task, None)
-            if reopen:
+            if reopen or waits:
                 # Back into placement like a new submission: the placer dispatches it (with its
-                # scheduler-refusal retries), and its next outcome is a new event.
-                task.state, task.reasons, task.reopened = JobState.QUEUED, (), task.reopened + 1
+                # scheduler-refusal retries), or holds it for its offline sites, and its next
+                # outcome is a new event.
+                task.reopened += 1 if reopen else 0
+                task.state, task.reasons = JobState.QUEUED, ()
                 task.decision = "queued: replanned, placed next"
                 async with self.book.store.transaction() as tx:
                     await self.book.save(tx, task, at=self.clock())
                 self.wake_placer()
             else:
+                assert isinstance(decision, Placement)
                 for a in live:
                     a.superseded, a.reason = True, "replanned on request"
                     await self.adaptation.cancel_attempt(a)
