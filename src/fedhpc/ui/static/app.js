@@ -234,10 +234,17 @@ async function refreshTaskLists() {
       el("td", {}, t.name ? `${t.task_id} (${t.name})` : t.task_id), el("td", {}, t.state),
       el("td", {}, t.site || "-"), el("td", { class: "num" }, t.attempts)));
   }
+  // A selection this page made by itself (not a link or a click) follows the daemon: once its
+  // group or task is not listed any more (the daemon restarted on another store), the newest
+  // is shown instead. A person's own choice stays, and says when it is not known.
+  const sel = state.selected;
+  if (sel && !sel.chosen && !(sel.kind === "group" ? groups.has(sel.id) : tasks.some((t) => t.task_id === sel.id))) {
+    state.selected = null;
+  }
   if (!state.selected) {  // show the newest group (or task) by default
     const first = groups.keys().next();
-    if (!first.done) state.selected = { kind: "group", id: first.value };
-    else if (tasks.length) state.selected = { kind: "task", id: tasks[0].task_id };
+    if (!first.done) state.selected = { kind: "group", id: first.value, chosen: false };
+    else if (tasks.length) state.selected = { kind: "task", id: tasks[0].task_id, chosen: false };
   }
 }
 
@@ -259,9 +266,22 @@ function escapeHtml(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
+function clearTimeline(title, summary) {
+  $("#tl-title").textContent = title;
+  $("#tl-summary").textContent = summary;
+  $("#attempt-detail").textContent = "";
+  if (state.timeline) state.timeline.setData({ groups: new vis.DataSet([]), items: new vis.DataSet([]) });
+  state.itemCount = 0;
+  $("#timeline").dataset.attempts = "0";
+}
+
 async function refreshTimeline() {
   const sel = state.selected;
-  if (!sel) return;
+  if (!sel) {  // nothing to show: none yet, or the one shown has gone with its daemon's store
+    clearTimeline("Select a group or a task", "");
+    delete $("#timeline").dataset.missing;
+    return;
+  }
   let body;
   try {
     body = sel.kind === "group"
@@ -269,14 +289,13 @@ async function refreshTimeline() {
       : await api(`/api/tasks/${encodeURIComponent(sel.id)}/timeline`);
   } catch (err) {
     if (err.status !== 404 || state.selected !== sel) throw err;
+    if (!sel.chosen) {  // the page's own pick, gone with its store: the lists' next read picks anew
+      state.selected = null;
+      return refreshTimeline();
+    }
     // A link to a task or group the daemon does not know (a typo, or another daemon's id):
     // said where its timeline would be; the lists on the left still show what exists.
-    $("#tl-title").textContent = `No ${sel.kind} ${sel.id}`;
-    $("#tl-summary").textContent = `${err.message}` + (err.hint ? ` (${err.hint})` : "");
-    $("#attempt-detail").textContent = "";
-    if (state.timeline) state.timeline.setData({ groups: new vis.DataSet([]), items: new vis.DataSet([]) });
-    state.itemCount = 0;
-    $("#timeline").dataset.attempts = "0";
+    clearTimeline(`No ${sel.kind} ${sel.id}`, `${err.message}` + (err.hint ? ` (${err.hint})` : ""));
     $("#timeline").dataset.missing = sel.id;
     return;
   }
@@ -350,9 +369,23 @@ function eventDetail(e) {
   return bits.join("; ");
 }
 
-async function refreshEvents() {
+async function readEvents() {
   const q = state.eventSeq === null ? "/api/events?limit=200" : `/api/events?after=${state.eventSeq}&limit=500`;
-  const { events } = await api(q);
+  try {
+    return (await api(q)).events;
+  } catch (err) {
+    if (err.code !== "cursor_ahead" || state.eventSeq === null) throw err;
+    // The cursor is past the daemon's newest event: the daemon restarted on another store,
+    // whose seqs start again lower. What the table shows is another store's log: read this
+    // one's from its newest events, as on a fresh page.
+    state.eventSeq = null;
+    state.events = [];
+    return (await api("/api/events?limit=200")).events;
+  }
+}
+
+async function refreshEvents() {
+  const events = await readEvents();
   for (const e of events) state.eventSeq = Math.max(state.eventSeq || 0, e.seq);
   if (state.eventSeq === null) state.eventSeq = 0;
   state.events = [...events.reverse(), ...state.events].slice(0, 500);
@@ -391,7 +424,7 @@ async function route() {
   const parts = (location.hash || "#/federation").slice(2).split("/");
   const page = PAGES[parts[0]] ? parts[0] : "federation";
   if (page === "tasks" && parts.length >= 3) {
-    state.selected = { kind: parts[1] === "task" ? "task" : "group", id: decodeURIComponent(parts[2]) };
+    state.selected = { kind: parts[1] === "task" ? "task" : "group", id: decodeURIComponent(parts[2]), chosen: true };
   }
   for (const t of state.timers) clearInterval(t);
   state.timers = [];
