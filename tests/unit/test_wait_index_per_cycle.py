@@ -3,8 +3,13 @@ and a cycle's finished attempts reach the next decisions."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any, cast
+
+import anyio
+import pytest
 
 from fedhpc.domain.job import Shape
 from fedhpc.orchestrator.service import Orchestrator
@@ -43,3 +48,51 @@ def test_estimate_answers_are_stable_when_asked_again() -> None:
     assert one is two and one is not None and one.source == "learned:partition (n=3)"
     assert hist.estimate("s", "g", Shape(gpus=1)) is not None
     assert hist.estimate("s", "g", Shape(gpus=8)) is None
+
+
+async def test_decisions_asking_at_once_share_one_build_made_off_the_loop(store: Store) -> None:
+    """The index is built on a worker thread (the loop stays free for REST), once however many
+    decisions ask meanwhile; a cycle ending during a build leaves that build uncached."""
+    o = Orchestrator(store, cast(Any, None), {}, clock=lambda: NOW)
+    for n in range(3):
+        await put_completed(store, n + 1, now=NOW, wait_s=60.0)
+    threads: list[int] = []
+    real = WaitHistory.__init__
+
+    def spy(self: WaitHistory, *args: Any, **kwargs: Any) -> None:
+        threads.append(threading.get_ident())
+        real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(WaitHistory, "__init__", spy)
+        got: list[WaitHistory | None] = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(lambda: _append(got, o.waits.history()))
+        assert len(got) == 5 and got[0] is not None and all(h is got[0] for h in got)
+        assert o.waits.index_builds == 1
+        assert threads and threading.get_ident() not in threads
+
+        # A cycle ends while the next build runs: that build answers its caller, is not kept.
+        o.waits.new_cycle()
+        started, release = threading.Event(), threading.Event()
+
+        def slow(self: WaitHistory, *args: Any, **kwargs: Any) -> None:
+            started.set()
+            release.wait(10)
+            real(self, *args, **kwargs)
+
+        mp.setattr(WaitHistory, "__init__", slow)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _append(got, o.waits.history()))
+            await anyio.to_thread.run_sync(started.wait, 10)
+            o.waits.new_cycle()
+            release.set()
+        mp.setattr(WaitHistory, "__init__", real)
+        assert got[-1] is not None
+        assert await o.waits.history() is not got[-1]  # built again for the new cycle
+        assert o.waits.index_builds == 3
+
+
+async def _append(out: list[WaitHistory | None], pending: Awaitable[WaitHistory | None]) -> None:
+    out.append(await pending)

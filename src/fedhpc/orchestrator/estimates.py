@@ -86,6 +86,25 @@ def _observation(site: str, r: AccountingRecord) -> WaitObservation | None:
     )
 
 
+def _observed(samples: Iterable[WaitSample], users: list[WaitObservation]) -> list[WaitObservation]:
+    """fedhpc's own finished attempts' waits, then the user's other jobs' (every partition)."""
+    out = [
+        WaitObservation(
+            site=a.site,
+            partition=a.partition,
+            gpus=a.gpus,
+            cpus=a.cpus,
+            nodes=a.nodes,
+            wait_s=a.wait_s,
+            observed_at=a.ended_at,
+        )
+        for a in samples
+        if a.wait_s is not None and a.ended_at is not None
+    ]
+    out.extend(users)
+    return out
+
+
 def usable(observations: Iterable[WaitObservation], cap: int) -> list[WaitObservation]:
     """The observations a `WaitHistory` can ever read, newest first: the newest `cap` of each
     (site, partition, size bucket) and of each (site, partition), its two samples (an older one
@@ -138,12 +157,15 @@ class WaitInputs:
         # The learned wait estimator's index: built at most once per control cycle (the cycle
         # is what records finished attempts), shared by every decision until the next one.
         self._index: tuple[WaitHistory | None] | None = None
+        self._index_lock = anyio.Lock()
+        self._cycle = 0  # control cycles ended (`new_cycle`)
         self.index_builds = 0  # wait-history indexes built so far (tests and benchmarks read it)
         self._errors: EstimatorErrors | None = None  # per cycle too
         self._wait_samples: list[WaitSample] | None = None  # what both are built from
 
     def new_cycle(self) -> None:
         """A control cycle recorded what it observed: the next decision rebuilds the index."""
+        self._cycle += 1
         self._index = None
         self._errors = None
         self._wait_samples = None
@@ -160,31 +182,26 @@ class WaitInputs:
             self._wait_samples = await self.store.wait_samples()
         return self._wait_samples
 
-    async def _observed(self) -> list[WaitObservation]:
-        out = [
-            WaitObservation(
-                site=a.site,
-                partition=a.partition,
-                gpus=a.gpus,
-                cpus=a.cpus,
-                nodes=a.nodes,
-                wait_s=a.wait_s,
-                observed_at=a.ended_at,
-            )
-            for a in await self._samples()
-            if a.wait_s is not None and a.ended_at is not None
-        ]
-        out.extend(self.user_observations())  # the user's other jobs, every partition
-        return out
-
     async def history(self) -> WaitHistory | None:
         """The learned estimator's index, built once per control cycle (on first use after
-        `new_cycle`) and shared by every decision of that cycle."""
-        if self._index is None:
-            history = await self._observed()
-            waits = WaitHistory(history, now=self.clock(), settings=Policy().settings)
-            self.index_builds += 1
-            self._index = (waits if history else None,)
+        `new_cycle`) and shared by every decision of that cycle. Built off the event loop
+        (thousands of observations: tens of ms on a busy machine, which a REST request would
+        otherwise wait out), one build at a time."""
+        async with self._index_lock:
+            if self._index is None:
+                samples, users, now = await self._samples(), self.user_observations(), self.clock()
+                settings = Policy().settings
+
+                def build() -> WaitHistory | None:
+                    history = _observed(samples, users)
+                    return WaitHistory(history, now=now, settings=settings) if history else None
+
+                cycle = self._cycle
+                index = await anyio.to_thread.run_sync(build)
+                self.index_builds += 1
+                if cycle != self._cycle:  # a cycle ended meanwhile: this one is already old
+                    return index
+                self._index = (index,)
         return self._index[0]
 
     def fresh(self, answer: SchedulerAnswer) -> tuple[dict[SchedulerKey, datetime], dict[str, str]]:
