@@ -14,7 +14,11 @@ import pytest
 
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports import make_transport
-from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
+from fedhpc.adapters.transports.base import (
+    LineTransport,
+    TransportError,
+    TransportUnavailable,
+)
 from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.domain.site import TransportSpec
 from fedhpc_dev.devfed.sshd import SshFront, free_ports
@@ -85,6 +89,29 @@ async def test_non_zero_exit_is_a_result(ssh: SshTransport) -> None:
     with anyio.fail_after(30):
         result = await ssh.run(Command(("sh", "-c", "echo oops >&2; exit 7")))
     assert (result.returncode, result.stderr) == (7, "oops\n")
+
+
+async def test_run_lines_streams_a_large_answer_through_sshd(
+    ssh: SshTransport, tmp_path: Path
+) -> None:
+    # The first lines arrive while the remote command still runs (it waits for them to have
+    # been handed on), then 100,000 more, never more than one read's worth at once.
+    flag = tmp_path / "seen"
+    script = f"echo first; while [ ! -e {flag} ]; do sleep 0.02; done; seq 1 100000; exit 3"
+    batches: list[int] = []
+    lines: list[str] = []
+
+    async def on_lines(got: list[str]) -> None:
+        flag.touch()
+        batches.append(len(got))
+        lines.extend(got)
+
+    assert isinstance(ssh, LineTransport)
+    with anyio.fail_after(60):
+        result = await ssh.run_lines(Command(("sh", "-c", script)), on_lines)
+    assert (result.returncode, result.stdout) == (3, "")  # a failed exit is still a result
+    assert lines == ["first", *(str(i) for i in range(1, 100_001))]
+    assert len(batches) > 5 and max(batches) <= 65_536 // 2 + 1
 
 
 async def test_closed_port_raises_transport_error_after_retries(sshd: SshFront) -> None:

@@ -57,7 +57,7 @@ def test_the_users_jobs_are_read_one_record_at_a_time(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(slurm_parse, "AccountingRecord", Counted)
     out = "".join(_sacct_line(i, f"job{i}") + "\n" for i in range(1, 1001))
-    rows = SlurmDialect().iter_user_jobs(CommandResult(0, out, ""))
+    rows = SlurmDialect().iter_user_jobs(out.splitlines())
     first = next(iter(rows))
     assert first.job_id == "1" and len(made) == 1  # not 1,000 records before the first
     assert sum(1 for _ in rows) == 999 and len(made) == 1000

@@ -7,9 +7,10 @@ import getpass
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from itertools import islice
 
 import structlog
 
@@ -17,6 +18,7 @@ from fedhpc.adapters.command import Command, CommandResult, batch, shell_line, s
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import (
+    LineTransport,
     Transport,
     TransportError,
     TransportUnavailable,
@@ -42,6 +44,16 @@ log = structlog.get_logger(__name__)
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """`text`'s lines one at a time, without a list (or copy) of them all."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,7 @@ class StorageUnread(TransientError):
     default_hint = "fedhpc reads them again with the next probe; `fedhpc doctor SITE` shows why."
 
 
+_LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
 _MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
 
 # A storage root given as an environment variable of the login shell (`$SCRATCH`, `$WORK/x`: TACC
@@ -121,6 +134,22 @@ class SiteAdapter:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
         self.calls[kind] += 1
         return await self.transport.run(command)
+
+    async def read_lines(
+        self, command: Command, kind: str, on_lines: Callable[[list[str]], Awaitable[None]]
+    ) -> CommandResult:
+        """One remote call (counted under `kind`) whose stdout goes to `on_lines` in lists of
+        lines, each awaited before the next: streamed where the transport can (local, ssh:
+        never held whole), else read whole first and handed on the same way (Globus Compute).
+        Not retried (`LineTransport`); the result's stdout is empty."""
+        self.calls[kind] += 1
+        if isinstance(self.transport, LineTransport):
+            return await self.transport.run_lines(command, on_lines)
+        result = await self.transport.run(command)
+        lines = _lines(result.stdout)
+        while chunk := list(islice(lines, _LINES_AT_ONCE)):
+            await on_lines(chunk)
+        return replace(result, stdout="")
 
     def render(self, spec: JobSpec) -> str:
         """The batch script for `spec` on this site (pure; shown to users for audit)."""

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import structlog
 
-from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.command import Command
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import AccountingRecord
@@ -34,7 +34,7 @@ from fedhpc.placement.estimators import WaitHistory, size_bucket
 from fedhpc.placement.policy import PolicyKind, WaitMethod
 from fedhpc.store import Store, WaitSample
 
-__all__ = ["ACCOUNTING_EVERY_S", "WaitInputs", "asks_scheduler", "usable"]
+__all__ = ["ACCOUNTING_EVERY_S", "Newest", "WaitInputs", "asks_scheduler", "usable"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,7 @@ class _UserJobs(Protocol):
     def user_jobs_command(self, user: str, since_s: int) -> Command: ...
 
     def iter_user_jobs(
-        self, result: CommandResult, skip_name: Callable[[str], bool] | None = None
+        self, lines: Iterable[str], skip_name: Callable[[str], bool] | None = None
     ) -> Iterator[AccountingRecord]: ...
 
 
@@ -105,22 +105,53 @@ def _observed(samples: Iterable[WaitSample], users: list[WaitObservation]) -> li
     return out
 
 
-def usable(observations: Iterable[WaitObservation], cap: int) -> list[WaitObservation]:
-    """The observations a `WaitHistory` can ever read, newest first: the newest `cap` of each
-    (site, partition, size bucket) and of each (site, partition), its two samples (an older one
-    always loses to these, whatever else joins them). Holds at most that many at once."""
-    Entry = tuple[tuple[datetime, float], int, WaitObservation]  # (newness, arrival, obs)
-    heaps: dict[tuple[str, ...], list[Entry]] = {}
-    for i, o in enumerate(observations):
+_Entry = tuple[tuple[datetime, float], int, WaitObservation]  # (newness, arrival, observation)
+
+
+class Newest:
+    """The observations a `WaitHistory` can ever read, gathered one at a time: the newest `cap`
+    of each (site, partition, size bucket) and of each (site, partition), its two samples (an
+    older one always loses to these, whatever else joins them). Holds at most that many at
+    once, and one already held is not held twice (a job in two accounting reads)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._heaps: dict[tuple[str, ...], list[_Entry]] = {}
+        self._held: dict[WaitObservation, int] = {}  # each held observation: in how many heaps
+        self._arrived = 0
+
+    def add(self, o: WaitObservation) -> None:
+        if o in self._held:
+            return
         b = (o.site, o.partition, size_bucket(o.gpus, o.cpus, o.nodes))
-        entry: Entry = ((o.observed_at, o.wait_s), i, o)
-        for heap in (heaps.setdefault(b, []), heaps.setdefault(b[:2], [])):
-            if len(heap) < cap:
+        entry: _Entry = ((o.observed_at, o.wait_s), self._arrived, o)
+        self._arrived += 1
+        for key in (b, b[:2]):
+            heap = self._heaps.setdefault(key, [])
+            if len(heap) < self.cap:
                 heapq.heappush(heap, entry)
+            elif (gone := heapq.heappushpop(heap, entry)[2]) is o:  # the oldest of cap + 1 goes
+                continue
+            elif self._held[gone] == 1:
+                del self._held[gone]
             else:
-                heapq.heappushpop(heap, entry)  # the oldest of cap + 1 goes
-    kept = {i: o for heap in heaps.values() for _, i, o in heap}
-    return sorted(kept.values(), key=lambda o: (o.observed_at, o.wait_s), reverse=True)
+                self._held[gone] -= 1
+            self._held[o] = self._held.get(o, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def kept(self) -> list[WaitObservation]:
+        """What is held, newest first."""
+        return sorted(self._held, key=lambda o: (o.observed_at, o.wait_s), reverse=True)
+
+
+def usable(observations: Iterable[WaitObservation], cap: int) -> list[WaitObservation]:
+    """`Newest` over `observations`, newest first."""
+    newest = Newest(cap)
+    for o in observations:
+        newest.add(o)
+    return newest.kept()
 
 
 class WaitInputs:
@@ -262,8 +293,13 @@ class WaitInputs:
         accounting (one `sacct` per site, at most every ACCOUNTING_EVERY_S; sites in parallel,
         bounded in time): the whole window the first time, then only the jobs active since
         the last read that held (a sweep leaves tens of thousands in the window: re-reading
-        them all every few minutes cost megabytes and a stalled loop). fedhpc's own jobs are
-        passed over unread (their attempts count already). Returns the observations kept."""
+        them all every few minutes cost megabytes and a stalled loop). The answer is read as
+        a stream and folded into what is kept a read's worth of lines at a time, so a read
+        holds those lines and the kept observations, however long the user's history (over
+        Globus Compute, which cannot stream, the whole answer once). fedhpc's own jobs are
+        passed over unread (their attempts count already). A read that fails keeps nothing of
+        what it had read: the site keeps the last good read's and asks again from it at the
+        next read. Returns the observations kept."""
         settings = Policy().settings
         window, cap = int(settings.learned_window_s), settings.learned_max_samples
         now = anyio.current_time()
@@ -286,28 +322,38 @@ class WaitInputs:
             if through is not None and site in self.user_waits:
                 since = min(window, int((started - through).total_seconds()) + ACCOUNTING_OVERLAP_S)
             command = dialect.user_jobs_command(adapter.login, max(since, 1))
-            kept = self.user_waits.get(site, []) if since < window else []
             oldest = started - timedelta(seconds=window)
+            # Only what a WaitHistory can use is kept: the window holds every job of a sweep
+            # (thousands), which no decision needs all of. A job in both reads is kept once.
+            newest = Newest(cap)
+            for o in self.user_waits.get(site, []) if since < window else []:
+                if o.observed_at >= oldest:
+                    newest.add(o)
 
-            def observe(result: CommandResult) -> list[WaitObservation]:
-                # One record at a time, and only what a WaitHistory can use is kept: the window
-                # holds every job of a sweep (thousands), which no decision needs all of.
-                records = dialect.iter_user_jobs(result, is_own_job)
-                new = (x for r in records if (x := _observation(site, r)) is not None)
-                old = (o for o in kept if o.observed_at >= oldest)
-                return usable(dict.fromkeys([*new, *old]), cap)  # a job in both reads: once
+            def fold(lines: list[str]) -> None:
+                for r in dialect.iter_user_jobs(lines, is_own_job):
+                    if (x := _observation(site, r)) is not None:
+                        newest.add(x)
+
+            async def on_lines(lines: list[str]) -> None:
+                await anyio.to_thread.run_sync(fold, lines)  # parsed off the loop
+
+            async def read() -> None:
+                with anyio.fail_after(self.timeout_s * 5):
+                    result = await adapter.read_lines(command, "user_jobs", on_lines)
+                if not result.ok:  # its rows (if any) were folded: none of them is kept
+                    why = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+                    raise ValueError(f"{command.argv[0]} failed: {why[0]}")
 
             try:
-                with anyio.fail_after(self.timeout_s * 5):
-                    result = await adapter.transport.run(command)
-                obs = await anyio.to_thread.run_sync(observe, result)  # not on the loop
+                await read()
             except (FedError, TimeoutError, ValueError, ArithmeticError, OSError) as exc:
                 # Any typed error is this site's alone (a login that needs a person, a refused
                 # transport setting), and so is an answer no scheduler gives (garbage): raised
                 # in the task group it would cancel every other site.
                 log.info("user accounting unavailable", site=site, error=str(exc)[:200])
                 return
-            self.user_waits[site] = obs
+            self.user_waits[site] = newest.kept()
             self.accounting_through[site] = started
 
         async with anyio.create_task_group() as tg:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
@@ -157,11 +157,12 @@ class SlurmDialect:
         return parse.parse_sacct(result)
 
     def iter_user_jobs(
-        self, result: CommandResult, skip_name: Callable[[str], bool] | None = None
+        self, lines: Iterable[str], skip_name: Callable[[str], bool] | None = None
     ) -> Iterator[AccountingRecord]:
-        """`user_jobs_command`'s rows one at a time (a sweep leaves thousands in the window),
-        without those whose job name `skip_name` refuses."""
-        return parse.iter_sacct(result, skip_name)
+        """`user_jobs_command`'s rows one at a time, from its stdout's lines as they arrive (a
+        sweep leaves tens of thousands in the window), without those whose job name `skip_name`
+        refuses. The caller checks the exit status."""
+        return parse.iter_sacct_lines(lines, skip_name)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("scancel", *(_ids([j]) for j in job_ids)), env=_ENV)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,6 +15,7 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
 __all__ = [
     "StartPrediction",
     "iter_sacct",
+    "iter_sacct_lines",
     "map_state",
     "none_if_blank",
     "parse_sacct",
@@ -176,7 +177,15 @@ def iter_sacct(
     tens of thousands of rows). Raises ValueError on the first `next` when sacct failed."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
-    for raw in _lines(result.stdout):  # no list (or copy) of every line either
+    yield from iter_sacct_lines(_lines(result.stdout), skip_name)  # no list of every line
+
+
+def iter_sacct_lines(
+    lines: Iterable[str], skip_name: Callable[[str], bool] | None = None
+) -> Iterator[AccountingRecord]:
+    """`iter_sacct` over lines of `sacct --parsable2` as they come (a stream's, or one answer's):
+    blank and short lines are passed over."""
+    for raw in lines:
         line = raw.rstrip("\r")
         if not line.strip():
             continue

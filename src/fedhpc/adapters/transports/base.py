@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from fedhpc.adapters.command import Command, CommandResult
 
 __all__ = [
+    "LineTransport",
     "Transport",
     "TransportError",
     "TransportMisconfigured",
@@ -61,6 +63,26 @@ class Transport(Protocol):
     async def run(self, command: Command) -> CommandResult: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class LineTransport(Transport, Protocol):
+    """A transport that can also hand a command's stdout on as it arrives (local, ssh).
+
+    Contract of `run_lines`, beyond `run`'s:
+    - stdout goes to `on_lines` as lists of complete lines (decoded, without their newline), a
+      read's worth at a time, each awaited before more is read; it is never held whole, and the
+      returned result's stdout is empty. An error raised by `on_lines` stops the command and is
+      raised as is.
+    - `command.timeout_s` bounds the whole call, `on_lines` included.
+    - Never retried: lines already handed on cannot be taken back, so the caller, which knows
+      what it kept, reads again (or not).
+    Globus Compute has no such method: its result comes back from the service as one object.
+    """
+
+    async def run_lines(
+        self, command: Command, on_lines: Callable[[list[str]], Awaitable[None]]
+    ) -> CommandResult: ...
 
 
 class UnusableTransport:

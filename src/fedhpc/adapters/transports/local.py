@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -29,23 +29,28 @@ from fedhpc.errors import PermanentError
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
+    "DEFAULT_LINE_LIMIT",
     "DEFAULT_OUTPUT_LIMIT",
     "LocalTransport",
+    "OnLines",
     "OutputTooLarge",
     "ProcessOutcome",
     "TransportTimeout",
     "int_option",
     "retrying",
     "run_bounded",
+    "stream_bounded",
 ]
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes per stream
+DEFAULT_LINE_LIMIT = 1024 * 1024  # bytes of one stdout line when it is read as a stream
 DEFAULT_ATTEMPTS = 3
 _CHUNK = 65536
 
 T = TypeVar("T")
+OnLines = Callable[[list[str]], Awaitable[None]]
 
 
 class TransportTimeout(TransportError):
@@ -130,15 +135,45 @@ async def _drain(
     stream: ByteReceiveStream,
     sink: bytearray,
     limit: int,
-    overflow: list[bool],
+    overflow: list[str],
     stop: anyio.CancelScope,
 ) -> None:
     async for chunk in stream:
         if len(sink) + len(chunk) > limit:
-            overflow.append(True)
+            overflow.append(f"more than {limit} bytes to one stream")
             stop.cancel()
             return
         sink.extend(chunk)
+
+
+class _LineCutter:
+    """Hands a byte stream on as lists of complete lines (decoded, without their newline), one
+    chunk's worth at a time: only the chunk and an unfinished line are ever held."""
+
+    def __init__(self, deliver: OnLines, line_limit: int) -> None:
+        self.deliver = deliver
+        self.line_limit = line_limit
+        self.tail = b""
+        self.failed: BaseException | None = None  # the caller's own error, raised as is
+
+    async def drain(
+        self, stream: ByteReceiveStream, overflow: list[str], stop: anyio.CancelScope
+    ) -> None:
+        try:
+            async for chunk in stream:
+                head, sep, self.tail = (self.tail + chunk).rpartition(b"\n")
+                if len(self.tail) > self.line_limit:
+                    overflow.append(f"a line longer than {self.line_limit} bytes")
+                    break
+                if sep:
+                    await self.deliver(head.decode("utf-8", errors="replace").split("\n"))
+            else:
+                if self.tail:  # a last line without its newline
+                    await self.deliver([self.tail.decode("utf-8", errors="replace")])
+                return
+        except Exception as exc:
+            self.failed = exc
+        stop.cancel()
 
 
 async def _feed(stream: ByteSendStream, data: bytes) -> None:
@@ -165,6 +200,65 @@ async def run_bounded(
 ) -> ProcessOutcome:
     """Run argv (never through a shell) in its own process group; kill the group on timeout,
     cancellation or overflow. Raises TransportTimeout or OutputTooLarge."""
+    out = bytearray()
+
+    async def collect(
+        stream: ByteReceiveStream, overflow: list[str], stop: anyio.CancelScope
+    ) -> None:
+        await _drain(stream, out, output_limit, overflow, stop)
+
+    return await _bounded(
+        argv,
+        stdin=stdin,
+        env=env,
+        timeout_s=timeout_s,
+        output_limit=output_limit,
+        read_stdout=collect,
+        stdout=lambda: bytes(out),
+    )
+
+
+async def stream_bounded(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None,
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    on_lines: OnLines,
+    line_limit: int = DEFAULT_LINE_LIMIT,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+) -> ProcessOutcome:
+    """`run_bounded` with stdout handed to `on_lines` as it arrives, a chunk's complete lines at a
+    time, and never held whole (the outcome's stdout is empty). `on_lines` is awaited before more
+    is read, within `timeout_s`; its own error kills the process and is raised as is. A line
+    longer than `line_limit` bytes raises OutputTooLarge; stderr is bounded by `output_limit`."""
+    cutter = _LineCutter(on_lines, line_limit)
+    outcome = await _bounded(
+        argv,
+        stdin=stdin,
+        env=env,
+        timeout_s=timeout_s,
+        output_limit=output_limit,
+        read_stdout=cutter.drain,
+        stdout=bytes,
+    )
+    if cutter.failed is not None:
+        raise cutter.failed
+    return outcome
+
+
+async def _bounded(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None,
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    output_limit: int,
+    read_stdout: Callable[
+        [ByteReceiveStream, list[str], anyio.CancelScope], Coroutine[Any, Any, None]
+    ],
+    stdout: Callable[[], bytes],
+) -> ProcessOutcome:
     started = time.monotonic()
     process = await anyio.open_process(
         list(argv),
@@ -174,18 +268,18 @@ async def run_bounded(
         env=dict(env) if env is not None else None,
         start_new_session=True,  # its own process group, so a timeout kills grandchildren too
     )
-    out, err = bytearray(), bytearray()
-    overflow: list[bool] = []
+    err = bytearray()
+    overflow: list[str] = []
     try:
         with anyio.fail_after(timeout_s):
             async with anyio.create_task_group() as tg:
                 assert process.stdout is not None
                 assert process.stderr is not None
-                tg.start_soon(_drain, process.stdout, out, output_limit, overflow, tg.cancel_scope)
+                tg.start_soon(read_stdout, process.stdout, overflow, tg.cancel_scope)
                 tg.start_soon(_drain, process.stderr, err, output_limit, overflow, tg.cancel_scope)
                 if stdin is not None and process.stdin is not None:
                     tg.start_soon(_feed, process.stdin, stdin)
-            if not overflow:
+            if not overflow and not tg.cancel_scope.cancel_called:
                 await process.wait()
     except TimeoutError:
         raise TransportTimeout(
@@ -199,9 +293,9 @@ async def run_bounded(
         with anyio.CancelScope(shield=True):
             await process.aclose()
     if overflow:
-        raise OutputTooLarge(f"{argv[0]} wrote more than {output_limit} bytes to one stream")
+        raise OutputTooLarge(f"{argv[0]} wrote {overflow[0]}")
     assert process.returncode is not None
-    return ProcessOutcome(process.returncode, bytes(out), bytes(err), time.monotonic() - started)
+    return ProcessOutcome(process.returncode, stdout(), bytes(err), time.monotonic() - started)
 
 
 class LocalTransport:
@@ -226,17 +320,30 @@ class LocalTransport:
     async def run(self, command: Command) -> CommandResult:
         return await retrying(command, self._run_once, attempts=self._attempts)
 
-    async def _run_once(self, command: Command) -> CommandResult:
+    async def run_lines(self, command: Command, on_lines: OnLines) -> CommandResult:
+        return await self._run_once(command, on_lines)  # never retried: see LineTransport
+
+    async def _run_once(self, command: Command, on_lines: OnLines | None = None) -> CommandResult:
         env = {**os.environ, **self._env, **command.env}
         stdin = command.stdin.encode("utf-8") if command.stdin is not None else None
         try:
-            outcome = await run_bounded(
-                command.argv,
-                stdin=stdin,
-                env=env,
-                timeout_s=command.timeout_s,
-                output_limit=self._output_limit,
-            )
+            if on_lines is None:
+                outcome = await run_bounded(
+                    command.argv,
+                    stdin=stdin,
+                    env=env,
+                    timeout_s=command.timeout_s,
+                    output_limit=self._output_limit,
+                )
+            else:
+                outcome = await stream_bounded(
+                    command.argv,
+                    stdin=stdin,
+                    env=env,
+                    timeout_s=command.timeout_s,
+                    on_lines=on_lines,
+                    output_limit=self._output_limit,
+                )
         except FileNotFoundError:
             # Same answer a remote shell gives, so callers see one behaviour across transports.
             return CommandResult(127, "", f"fedhpc: {command.argv[0]}: command not found\n")

@@ -33,9 +33,11 @@ from fedhpc.adapters.transports.base import (
 from fedhpc.adapters.transports.local import (
     DEFAULT_ATTEMPTS,
     DEFAULT_OUTPUT_LIMIT,
+    OnLines,
     int_option,
     retrying,
     run_bounded,
+    stream_bounded,
 )
 from fedhpc.domain.site import TransportSpec
 
@@ -255,15 +257,30 @@ class SshTransport:
     async def run(self, command: Command) -> CommandResult:
         return await retrying(command, self._run_once, attempts=self._attempts)
 
-    async def _run_once(self, command: Command) -> CommandResult:
+    async def run_lines(self, command: Command, on_lines: OnLines) -> CommandResult:
+        return await self._run_once(command, on_lines)  # never retried: see LineTransport
+
+    async def _run_once(self, command: Command, on_lines: OnLines | None = None) -> CommandResult:
         stdin = command.stdin.encode("utf-8") if command.stdin is not None else None
-        outcome = await run_bounded(
-            self.argv_for(command),
-            stdin=stdin,
-            env=None,  # the local ssh keeps the user's environment (SSH_AUTH_SOCK, HOME)
-            timeout_s=command.timeout_s,
-            output_limit=self._output_limit,
-        )
+        argv = self.argv_for(command)
+        # The local ssh keeps the user's environment (SSH_AUTH_SOCK, HOME): env=None.
+        if on_lines is None:
+            outcome = await run_bounded(
+                argv,
+                stdin=stdin,
+                env=None,
+                timeout_s=command.timeout_s,
+                output_limit=self._output_limit,
+            )
+        else:
+            outcome = await stream_bounded(
+                argv,
+                stdin=stdin,
+                env=None,
+                timeout_s=command.timeout_s,
+                on_lines=on_lines,
+                output_limit=self._output_limit,
+            )
         result = outcome.as_result()
         if result.returncode == _CONNECTION_FAILED:
             # ssh reserves 255 for its own failures. A remote command exiting 255 looks the same;
