@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,15 +39,32 @@ GPU1 = {
 
 
 class Counting:
-    """A site's real transport, counting its remote calls by the command they run."""
+    """A site's real transport, counting its remote calls by the command they run; a streamed
+    call (`run_lines`, the user's accounting) also keeps the job ids of the rows it handed on."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.name = inner.name
         self.calls: list[str] = []
+        self.streamed: list[list[str]] = []  # per streamed call, the first field of each row
 
     async def run(self, command: Command) -> CommandResult:
         self.calls.append(command.stdin or " ".join(command.argv))
         result: CommandResult = await self.inner.run(command)
+        return result
+
+    async def run_lines(
+        self, command: Command, on_lines: Callable[[list[str]], Awaitable[None]]
+    ) -> CommandResult:
+        self.calls.append(" ".join(command.argv))
+        ids: list[str] = []
+        self.streamed.append(ids)
+
+        async def seen(lines: list[str]) -> None:
+            ids.extend(line.split("|", 1)[0] for line in lines)
+            await on_lines(lines)
+
+        result: CommandResult = await self.inner.run_lines(command, seen)
         return result
 
     async def aclose(self) -> None:
@@ -287,3 +304,42 @@ async def test_the_learned_estimator_learns_from_the_users_other_jobs_in_account
         got = history.estimate("devvista", "gh", Shape(cpus=4, gpus=1, wall_time_s=600))
         assert got is not None and got.source.startswith("learned:gpu:1 (n=")
     assert ids
+
+
+async def test_a_job_active_across_reads_is_kept_once_and_each_read_is_one_streamed_call(
+    fed: Any, tmp_path: Path
+) -> None:
+    """A job that runs across several reads of the user's accounting is in each read's answer
+    (sacct returns every job active in the window asked: a running one in all of them) and is
+    kept once, as are short jobs the overlap between reads returns twice. The first read asks
+    for the whole learned window, the later ones only since the last, each one streamed call."""
+    args = ("-p", "gg", "-A", "fedhpc-cpu", "-c", "2", "-t", "5", "-o", "/dev/null", "--wrap")
+    long = sbatch(fed, "devvista", *args, "sleep 120")
+    short = [sbatch(fed, "devvista", *args, "true") for _ in range(2)]
+    async with _orchestrator(tmp_path) as (o, counted):
+        c = counted["devvista"]
+
+        async def read_until(ids: list[str]) -> list[str]:
+            with anyio.fail_after(60):
+                while True:
+                    await o.waits.learn_from_accounting(force=True)
+                    kept = [w.job for w in o.waits.user_waits.get("devvista", [])]
+                    if set(ids) <= set(kept):
+                        return kept
+                    await anyio.sleep(1)
+
+        await read_until([long, *short])
+        later = sbatch(fed, "devvista", *args, "true")
+        await anyio.sleep(2)
+        kept = await read_until([long, *short, later])
+        reads = [x for x in c.calls if x.startswith("sacct") and "--user=" in x]
+        assert len(reads) == len(c.streamed) >= 2  # every read one call, streamed
+        assert o.adapters["devvista"].calls["user_jobs"] == len(reads)
+        assert "--starttime=now-1209600seconds" in reads[0]
+        assert all("--starttime=now-1209600seconds" not in x for x in reads[1:])
+        # The long job was in the answer of at least two reads, and of the last one: kept once.
+        assert sum(long in ids for ids in c.streamed) >= 2 and long in c.streamed[-1]
+        for job in (long, *short, later):
+            assert kept.count(job) == 1, (job, kept)
+    running = fed.run("devvista", "squeue", "-h", "-j", long, "-o", "%T")
+    assert running.stdout.strip() == "RUNNING"  # active across every read (drained after)
