@@ -139,7 +139,18 @@ class SlurmDialect:
 
     def user_jobs_command(self, user: str, since_s: int) -> Command:
         """`sacct` for every job of `user` active in the last `since_s` seconds, fedhpc's or not:
-        what the learned wait estimator learns from (read by `iter_user_jobs`)."""
+        what the learned wait estimator learns from (read by `iter_user_jobs`, streamed)."""
+        # What --starttime selects, checked on the devfed (slurm 22.05.8, no --state): every
+        # job eligible, running or ended within the window, so a job that runs across a read's
+        # edge is in both reads (kept once, by job id), and so is a pending job that is
+        # eligible (State PENDING, Start Unknown: not an observation until a later read sees it
+        # start). A held job (Eligible Unknown) is in no window until released; a job that
+        # ended before the window is not in it. --endtime cuts the same way: a job running
+        # across it is in the windows on both sides. Epoch seconds are refused as a time
+        # ("Invalid time specification") even with SLURM_TIME_FORMAT=%s: `now-Nseconds` is
+        # relative, so no guess about the cluster's time zone. The answer is read as a stream
+        # rather than in time slices: a sweep's thousands of jobs fall within minutes, which no
+        # fixed slice would split (tests/integration/test_estimates_devfed.py).
         argv = (
             "sacct",
             "--noheader",
