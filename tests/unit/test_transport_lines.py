@@ -37,7 +37,7 @@ async def test_lines_are_handed_on_before_the_command_has_finished(tmp_path: Pat
     # The command writes two lines, then waits for the first of them to have been handed on:
     # a transport that read stdout whole first would wait for ever (here: fail_after).
     flag = tmp_path / "seen"
-    script = f"echo first; echo second; while [ ! -e {flag} ]; do sleep 0.02; done; printf last"
+    script = f"printf 'first\\nsecond\\n'; while [ ! -e {flag} ]; do sleep 0.02; done; printf last"
 
     async def on_lines(lines: list[str]) -> None:
         got.append(lines)
@@ -49,7 +49,7 @@ async def test_lines_are_handed_on_before_the_command_has_finished(tmp_path: Pat
     with anyio.fail_after(10):
         result = await transport.run_lines(Command(("sh", "-c", script)), on_lines)
     assert result.ok and result.stdout == ""
-    assert got[0] == ["first", "second"]
+    assert got[0] == ["first", "second"]  # one write of 13 bytes: one pipe read
     assert [line for batch in got for line in batch] == ["first", "second", "last"]
 
 
