@@ -14,6 +14,7 @@ import pytest
 from fedhpc.domain.job import Shape
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Settings, WaitHistory, WaitObservation
+from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.store import Store
 from tests.unit.attempts import put_completed
 
@@ -92,6 +93,19 @@ async def test_decisions_asking_at_once_share_one_build_made_off_the_loop(store:
         assert got[-1] is not None
         assert await o.waits.history() is not got[-1]  # built again for the new cycle
         assert o.waits.index_builds == 3
+
+        # The estimators' errors too: built on a worker thread, once per cycle.
+        real_errors = EstimatorErrors.__init__
+        errors_threads: list[int] = []
+
+        def spy_errors(self: EstimatorErrors, *args: Any, **kwargs: Any) -> None:
+            errors_threads.append(threading.get_ident())
+            real_errors(self, *args, **kwargs)
+
+        mp.setattr(EstimatorErrors, "__init__", spy_errors)
+        first_errors = await o.waits.errors()
+        assert await o.waits.errors() is first_errors
+        assert len(errors_threads) == 1 and errors_threads[0] != threading.get_ident()
 
 
 async def _append(out: list[WaitHistory | None], pending: Awaitable[WaitHistory | None]) -> None:

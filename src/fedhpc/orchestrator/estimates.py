@@ -264,28 +264,35 @@ class WaitInputs:
 
     async def errors(self) -> EstimatorErrors:
         """Each estimator's recent error per site and partition: the waits predicted when jobs
-        were placed against the waits accounting reported. Built once per control cycle."""
-        if self._errors is None:
-            obs = [
-                ErrorObservation(
-                    a.site,
-                    a.partition,
-                    method,
-                    predicted,
-                    a.wait_s,
-                    datetime.fromisoformat(a.started_at),
-                )
-                for a in await self._samples()
-                if a.wait_s is not None and a.started_at is not None
-                for method, predicted in a.predicted_waits.items()
-            ]
-            s = Policy().settings
-            self._errors = EstimatorErrors(
-                obs,
-                now=self.clock(),
-                window_s=s.learned_window_s,
-                min_samples=s.learned_min_samples,
-            )
+        were placed against the waits accounting reported. Built once per control cycle, off
+        the event loop as the learned index is."""
+        async with self._index_lock:
+            if self._errors is None:
+                samples, now, s = await self._samples(), self.clock(), Policy().settings
+
+                def build() -> EstimatorErrors:
+                    obs = [
+                        ErrorObservation(
+                            a.site,
+                            a.partition,
+                            method,
+                            predicted,
+                            a.wait_s,
+                            datetime.fromisoformat(a.started_at),
+                        )
+                        for a in samples
+                        if a.wait_s is not None and a.started_at is not None
+                        for method, predicted in a.predicted_waits.items()
+                    ]
+                    return EstimatorErrors(
+                        obs, now=now, window_s=s.learned_window_s, min_samples=s.learned_min_samples
+                    )
+
+                cycle = self._cycle
+                errors = await anyio.to_thread.run_sync(build)
+                if cycle != self._cycle:  # a cycle ended meanwhile: this one is already old
+                    return errors
+                self._errors = errors
         return self._errors
 
     async def learn_from_accounting(self, *, force: bool = False) -> int:
