@@ -3,24 +3,16 @@ exit status, timeout and kill is still seen."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
-from collections.abc import Iterator
 
 import anyio
 import pytest
 
-from fedhpc.adapters.transports.children import watch_children_by_pidfd
+from fedhpc.adapters.transports.children import children_watched_by_pidfd
 from fedhpc.adapters.transports.local import TransportTimeout, run_bounded
 
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 watches by pidfd")
-
-
-@pytest.fixture
-def default_watcher() -> Iterator[None]:
-    yield
-    asyncio.set_child_watcher(None)  # closed; the next loop gets asyncio's default again
 
 
 async def _waiter_threads_while_running(n: int) -> tuple[list[int], set[str]]:
@@ -55,12 +47,16 @@ async def test_asyncios_default_starts_a_thread_per_command() -> None:
     assert any("waitpid" in name for name in seen), seen
 
 
-@pytest.mark.usefixtures("default_watcher")
 async def test_with_pidfds_no_thread_waits_for_a_command_and_every_exit_is_seen() -> None:
-    assert watch_children_by_pidfd()
-    codes, seen = await _waiter_threads_while_running(8)
-    assert codes == list(range(8))
-    assert not [name for name in seen if "waitpid" in name], seen
-    # A timeout still kills the command's group and is reported as one.
-    with pytest.raises(TransportTimeout):
-        await run_bounded(["sleep", "30"], stdin=None, env=None, timeout_s=0.3)
+    with children_watched_by_pidfd() as used:
+        assert used
+        codes, seen = await _waiter_threads_while_running(8)
+        assert codes == list(range(8))
+        assert not [name for name in seen if "waitpid" in name], seen
+        # A timeout still kills the command's group and is reported as one.
+        with pytest.raises(TransportTimeout):
+            await run_bounded(["sleep", "30"], stdin=None, env=None, timeout_s=0.3)
+    # Afterwards asyncio's default is back (a watcher bound to this loop would fail any
+    # other loop of the process once this one closed).
+    codes, seen = await _waiter_threads_while_running(2)
+    assert codes == [0, 1] and any("waitpid" in name for name in seen), seen

@@ -17,7 +17,7 @@ import structlog
 import uvicorn
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
-from fedhpc.adapters.transports.children import watch_children_by_pidfd
+from fedhpc.adapters.transports.children import children_watched_by_pidfd
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
@@ -93,8 +93,13 @@ async def _close_adapters(adapters: dict[str, SiteAdapter]) -> None:
 
 async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
     """Serve until SIGTERM/SIGINT (or run one control cycle with `once`)."""
-    if not watch_children_by_pidfd():
-        log.info("child processes watched by a thread each (no pidfd here)")
+    with children_watched_by_pidfd() as pidfd:
+        if not pidfd:
+            log.info("child processes watched by a thread each (no pidfd here)")
+        await _run_daemon(settings, once=once)
+
+
+async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
     with _single_instance(settings):
         store = await Store.open(settings.db_path)
         sites = load_federation()

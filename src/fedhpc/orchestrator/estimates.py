@@ -210,7 +210,11 @@ class WaitInputs:
         """The newest finished attempts' waits, read once per control cycle for the index and
         the estimators' errors alike (a few fields each, never the bodies)."""
         if self._wait_samples is None:
-            self._wait_samples = await self.store.wait_samples()
+            cycle = self._cycle
+            samples = await self.store.wait_samples()
+            if cycle != self._cycle:  # a cycle ended during the read: not kept for the next
+                return samples
+            self._wait_samples = samples
         return self._wait_samples
 
     async def history(self) -> WaitHistory | None:
@@ -220,6 +224,7 @@ class WaitInputs:
         otherwise wait out), one build at a time."""
         async with self._index_lock:
             if self._index is None:
+                cycle = self._cycle  # before the read: the samples must be this cycle's
                 samples, users, now = await self._samples(), self.user_observations(), self.clock()
                 settings = Policy().settings
 
@@ -227,7 +232,6 @@ class WaitInputs:
                     history = _observed(samples, users)
                     return WaitHistory(history, now=now, settings=settings) if history else None
 
-                cycle = self._cycle
                 index = await anyio.to_thread.run_sync(build)
                 self.index_builds += 1
                 if cycle != self._cycle:  # a cycle ended meanwhile: this one is already old
@@ -268,6 +272,7 @@ class WaitInputs:
         the event loop as the learned index is."""
         async with self._index_lock:
             if self._errors is None:
+                cycle = self._cycle  # before the read: the samples must be this cycle's
                 samples, now, s = await self._samples(), self.clock(), Policy().settings
 
                 def build() -> EstimatorErrors:
@@ -288,7 +293,6 @@ class WaitInputs:
                         obs, now=now, window_s=s.learned_window_s, min_samples=s.learned_min_samples
                     )
 
-                cycle = self._cycle
                 errors = await anyio.to_thread.run_sync(build)
                 if cycle != self._cycle:  # a cycle ended meanwhile: this one is already old
                     return errors

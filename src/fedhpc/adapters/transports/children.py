@@ -13,26 +13,42 @@ import asyncio
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["watch_children_by_pidfd"]
+__all__ = ["children_watched_by_pidfd"]
 
 
-def watch_children_by_pidfd() -> bool:
-    """Have asyncio watch the running loop's child processes through pidfds where it does not
-    already (3.11 on Linux; the watcher is bound to this loop, so call it from the loop that
-    runs the commands). Returns whether it does now; where pidfds are missing, the default
-    stays."""
+@contextmanager
+def children_watched_by_pidfd() -> Iterator[bool]:
+    """Within it, asyncio watches the running loop's child processes through pidfds where it
+    does not already (3.11 on Linux). A 3.11 watcher is bound to one loop, so this is entered
+    on the loop that runs the commands, and asyncio's default is back on exit (another loop
+    in the same process would otherwise find a watcher bound to a closed loop). Yields
+    whether pidfds are used; where they are missing, the default stays."""
     if sys.version_info >= (3, 12):
-        return True  # the default there where pidfds work; nothing to set
-    if not hasattr(os, "pidfd_open"):
-        return False
+        yield True  # the default there where pidfds work; nothing to set
+        return
+    if not hasattr(os, "pidfd_open") or not _pidfds_work():
+        yield False
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        before = asyncio.get_child_watcher()  # the default (a thread per child) if none yet
+        asyncio.set_child_watcher(watcher)
+    try:
+        yield True
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_child_watcher(before)  # closes ours
+
+
+def _pidfds_work() -> bool:
     try:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:  # a kernel older than 5.3, or a sandbox that refuses it
         return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(asyncio.get_running_loop())
-        asyncio.set_child_watcher(watcher)
     return True
