@@ -59,7 +59,7 @@ from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # no
 from tests.integration.conftest import LOCK  # noqa: E402
 
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
-from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
+from fedhpc.profiles.loader import devfed_root, shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
@@ -71,20 +71,37 @@ TARGET_P99_MS = 100.0
 CLUSTER_DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmscriptd", "slurmd")
 
 
-def renice_clusters(nice: int) -> list[int]:
-    """Set the local federation's daemons to niceness `nice` (root may lower it back)."""
-    done = []
+def _of_devfed(proc: Path, root: str) -> bool:
+    """Whether the process (or, for a slurmscriptd, its slurmctld) runs for the federation
+    under `root`: its command line or environment names it."""
+    for p in (proc, Path("/proc") / (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]):
+        if root in (p / "cmdline").read_text(errors="replace") + (p / "environ").read_text(
+            errors="replace"
+        ):
+            return True
+    return False
+
+
+def renice_clusters(nice: int | dict[int, int]) -> dict[int, int]:
+    """Set the local federation's daemons to niceness `nice` (or each back to its own, given
+    what an earlier call returned); returns each one's niceness before."""
+    root = str(devfed_root())
+    before: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
         try:
-            comm = (proc / "comm").read_text().strip()
-            if comm in CLUSTER_DAEMONS:
-                os.setpriority(os.PRIO_PROCESS, int(proc.name), nice)
-                done.append(int(proc.name))
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if not proc.name.isdigit():
+                continue
+            pid = int(proc.name)
+            if isinstance(nice, dict):
+                if pid in nice:
+                    os.setpriority(os.PRIO_PROCESS, pid, nice[pid])
+                continue
+            if (proc / "comm").read_text().strip() in CLUSTER_DAEMONS and _of_devfed(proc, root):
+                before[pid] = os.getpriority(os.PRIO_PROCESS, pid)
+                os.setpriority(os.PRIO_PROCESS, pid, nice)
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
             continue
-    return done
+    return before
 
 
 def loop_stalls(log: Path) -> dict[str, Any]:
@@ -446,7 +463,7 @@ def main() -> int:
         type=int,
         default=0,
         help="niceness of the local Slurm federation's daemons and jobs during the sweep "
-        "(they are other machines in a real federation); restored to 0 after",
+        "(they are other machines in a real federation); each restored after",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -461,12 +478,11 @@ def main() -> int:
         except BlockingIOError:
             sys.stderr.write(f"sweep: waiting for {LOCK} (a test run holds the federation)\n")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        reniced = renice_clusters(args.clusters_nice) if args.clusters_nice else []
+        reniced = renice_clusters(args.clusters_nice) if args.clusters_nice else {}
         try:
             out = anyio.run(_run, args)
         finally:
-            if reniced:
-                renice_clusters(0)
+            renice_clusters(reniced)
     print(json.dumps(out, indent=2)) if args.json else _print(out)
     return 0
 
