@@ -1,31 +1,44 @@
-"""Child processes watched through pidfds (3.11 on Linux): no thread per command, and every
-exit status, timeout and kill is still seen."""
+"""No thread waits for a command's child (3.11 on Linux): the transports see it end through a
+pidfd of their own (transports/process.py), and asyncio's own subprocesses can be watched the
+same way (transports/children.py); every exit status is still seen."""
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 
 from fedhpc.adapters.transports.children import children_watched_by_pidfd
-from fedhpc.adapters.transports.local import TransportTimeout, run_bounded
+from fedhpc.adapters.transports.local import run_bounded
 
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 watches by pidfd")
 
 
-async def _waiter_threads_while_running(n: int) -> tuple[list[int], set[str]]:
+async def _transport_exit(i: int) -> int:
+    out = await run_bounded(
+        ["sh", "-c", f"sleep 0.2; exit {i}"], stdin=None, env=None, timeout_s=10
+    )
+    return out.returncode
+
+
+async def _asyncio_exit(i: int) -> int:
+    async with await anyio.open_process(["sh", "-c", f"sleep 0.2; exit {i}"]) as process:
+        return await process.wait()
+
+
+async def _waiter_threads_while_running(
+    n: int, run: Callable[[int], Awaitable[int]]
+) -> tuple[list[int], set[str]]:
     """Run `n` commands at once (exit status i each); the names of the threads seen meanwhile."""
     seen: set[str] = set()
     codes: list[int] = [0] * n
     done = anyio.Event()
 
     async def one(i: int) -> None:
-        out = await run_bounded(
-            ["sh", "-c", f"sleep 0.2; exit {i}"], stdin=None, env=None, timeout_s=10
-        )
-        codes[i] = out.returncode
+        codes[i] = await run(i)
 
     async def look() -> None:
         while not done.is_set():
@@ -41,22 +54,27 @@ async def _waiter_threads_while_running(n: int) -> tuple[list[int], set[str]]:
     return codes, seen
 
 
-async def test_asyncios_default_starts_a_thread_per_command() -> None:
-    # What the change is for: without it, each child has a waitpid thread.
-    _, seen = await _waiter_threads_while_running(5)
+async def test_no_thread_waits_for_a_transports_command_and_every_exit_is_seen() -> None:
+    # asyncio's default watcher is left as it is: the transports do not use it.
+    codes, seen = await _waiter_threads_while_running(8, _transport_exit)
+    assert codes == list(range(8))
+    assert not [name for name in seen if "waitpid" in name], seen
+
+
+async def test_asyncios_default_starts_a_thread_per_subprocess() -> None:
+    # What children_watched_by_pidfd is for: without it, each asyncio child has a waitpid thread.
+    _, seen = await _waiter_threads_while_running(5, _asyncio_exit)
     assert any("waitpid" in name for name in seen), seen
 
 
-async def test_with_pidfds_no_thread_waits_for_a_command_and_every_exit_is_seen() -> None:
+async def test_with_pidfds_no_thread_waits_for_an_asyncio_subprocess() -> None:
     with children_watched_by_pidfd() as used:
         assert used
-        codes, seen = await _waiter_threads_while_running(8)
+        codes, seen = await _waiter_threads_while_running(8, _asyncio_exit)
         assert codes == list(range(8))
         assert not [name for name in seen if "waitpid" in name], seen
-        # A timeout still kills the command's group and is reported as one.
-        with pytest.raises(TransportTimeout):
-            await run_bounded(["sleep", "30"], stdin=None, env=None, timeout_s=0.3)
     # Afterwards asyncio's default is back (a watcher bound to this loop would fail any
     # other loop of the process once this one closed).
-    codes, seen = await _waiter_threads_while_running(2)
-    assert codes == [0, 1] and any("waitpid" in name for name in seen), seen
+    codes, seen = await _waiter_threads_while_running(2, _asyncio_exit)
+    assert codes == [0, 1]
+    assert any("waitpid" in name for name in seen), seen

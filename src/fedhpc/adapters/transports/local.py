@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 import structlog
-from anyio.abc import ByteReceiveStream, ByteSendStream
+from anyio.abc import ByteReceiveStream
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -24,6 +21,7 @@ from tenacity import (
 
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
+from fedhpc.adapters.transports.process import spawn
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import PermanentError
 
@@ -47,7 +45,6 @@ log = structlog.get_logger(__name__)
 DEFAULT_OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes per stream
 DEFAULT_LINE_LIMIT = 1024 * 1024  # bytes of one stdout line when it is read as a stream
 DEFAULT_ATTEMPTS = 3
-_CHUNK = 65536
 
 T = TypeVar("T")
 OnLines = Callable[[list[str]], Awaitable[None]]
@@ -176,20 +173,6 @@ class _LineCutter:
         stop.cancel()
 
 
-async def _feed(stream: ByteSendStream, data: bytes) -> None:
-    # The child may exit without reading its stdin; that is its business, not an error.
-    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
-        for start in range(0, len(data), _CHUNK):
-            await stream.send(data[start : start + _CHUNK])
-    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
-        await stream.aclose()
-
-
-def _kill_group(pid: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 async def run_bounded(
     argv: Sequence[str],
     *,
@@ -260,42 +243,29 @@ async def _bounded(
     stdout: Callable[[], bytes],
 ) -> ProcessOutcome:
     started = time.monotonic()
-    process = await anyio.open_process(
-        list(argv),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env) if env is not None else None,
-        start_new_session=True,  # its own process group, so a timeout kills grandchildren too
-    )
     err = bytearray()
     overflow: list[str] = []
-    try:
-        with anyio.fail_after(timeout_s):
-            async with anyio.create_task_group() as tg:
-                assert process.stdout is not None
-                assert process.stderr is not None
-                tg.start_soon(read_stdout, process.stdout, overflow, tg.cancel_scope)
-                tg.start_soon(_drain, process.stderr, err, output_limit, overflow, tg.cancel_scope)
-                if stdin is not None and process.stdin is not None:
-                    tg.start_soon(_feed, process.stdin, stdin)
-            if not overflow and not tg.cancel_scope.cancel_called:
-                await process.wait()
-    except TimeoutError:
-        raise TransportTimeout(
-            f"{argv[0]} did not finish within {timeout_s:g} s and was killed"
-        ) from None
-    finally:
-        if process.returncode is None:
-            _kill_group(process.pid)
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        with anyio.CancelScope(shield=True):
-            await process.aclose()
+    async with await spawn(argv, feed=stdin is not None, env=env) as child:
+        try:
+            with anyio.fail_after(timeout_s):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(read_stdout, child.stdout, overflow, tg.cancel_scope)
+                    tg.start_soon(
+                        _drain, child.stderr, err, output_limit, overflow, tg.cancel_scope
+                    )
+                    if stdin is not None:
+                        tg.start_soon(child.feed, stdin)
+                if not overflow and not tg.cancel_scope.cancel_called:
+                    await child.wait()
+        except TimeoutError:
+            raise TransportTimeout(
+                f"{argv[0]} did not finish within {timeout_s:g} s and was killed"
+            ) from None
+        # Leaving `child` kills its group unless it ended, reaps it and closes its fds.
     if overflow:
         raise OutputTooLarge(f"{argv[0]} wrote {overflow[0]}")
-    assert process.returncode is not None
-    return ProcessOutcome(process.returncode, stdout(), bytes(err), time.monotonic() - started)
+    assert child.returncode is not None
+    return ProcessOutcome(child.returncode, stdout(), bytes(err), time.monotonic() - started)
 
 
 class LocalTransport:
