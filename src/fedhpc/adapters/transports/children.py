@@ -5,7 +5,11 @@ and starting that thread makes the event loop wait until the new thread has run:
 machine (a sweep: four clusters and thousands of jobs on two CPUs) that held the daemon's loop
 for tens of milliseconds per `sbatch` or `squeue`, and a REST request arriving then waited as
 long (benchmarks/spawn_lag.py measures it). A pidfd (Linux >= 5.3) lets the loop itself see
-the child end, with no thread. Python 3.12 does this by default."""
+the child end, with no thread. Python 3.12 does this by default.
+
+fedhpc's transports no longer use asyncio's subprocesses (transports/process.py makes each child
+off the loop and watches it by a pidfd of its own), so this now matters only for an asyncio
+subprocess something else starts on the daemon's loop."""
 
 from __future__ import annotations
 
