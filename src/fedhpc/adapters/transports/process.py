@@ -102,8 +102,7 @@ class Child:
         """SIGKILL the child's whole process group, grandchildren included (not once reaped:
         its pid may belong to another process by then)."""
         if self._process.returncode is None:
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
+            _kill_group(self._process.pid)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -131,6 +130,11 @@ class Child:
         await self.aclose()
 
 
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def _popen(argv: list[str], feed: bool, env: dict[str, str] | None) -> Child:
     process = subprocess.Popen(  # argv as given, never through a shell
         argv,
@@ -141,13 +145,18 @@ def _popen(argv: list[str], feed: bool, env: dict[str, str] | None) -> Child:
         start_new_session=True,  # its own process group, so a kill reaches grandchildren too
         bufsize=0,
     )
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        if pipe is not None:
-            os.set_blocking(pipe.fileno(), False)
     try:
-        pidfd: int | None = os.pidfd_open(process.pid)
-    except (AttributeError, OSError):  # not Linux, a kernel older than 5.3, or a sandbox
-        pidfd = None
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                os.set_blocking(pipe.fileno(), False)
+        try:
+            pidfd: int | None = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):  # not Linux, a kernel older than 5.3, or a sandbox
+            pidfd = None
+    except BaseException:  # nothing else will ever hold this child: end it here
+        with process:  # closes its pipes and reaps it
+            _kill_group(process.pid)
+        raise
     return Child(process, pidfd)
 
 
