@@ -13,7 +13,6 @@ Prints, per way of running: the loop's lateness p50 / p99 / max and the wall tim
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
-from fedhpc.adapters.transports.children import watch_children_by_pidfd  # noqa: E402
+from fedhpc.adapters.transports.children import children_watched_by_pidfd  # noqa: E402
 from fedhpc.adapters.transports.local import run_bounded  # noqa: E402
 
 
@@ -69,8 +68,16 @@ WAYS: dict[str, tuple[Callable[[list[str]], Awaitable[None]] | None, bool]] = {
 
 async def _measure(args: argparse.Namespace, way: str) -> dict[str, float]:
     run, pidfd = WAYS[way]
-    if pidfd:
-        assert watch_children_by_pidfd(), "no pidfds on this machine"
+    if not pidfd:
+        return await _lateness(args, run)
+    with children_watched_by_pidfd() as used:
+        assert used, "no pidfds on this machine"
+        return await _lateness(args, run)
+
+
+async def _lateness(
+    args: argparse.Namespace, run: Callable[[list[str]], Awaitable[None]] | None
+) -> dict[str, float]:
     late: list[float] = []
     done = anyio.Event()
 
@@ -98,8 +105,6 @@ async def _measure(args: argparse.Namespace, way: str) -> dict[str, float]:
                     cmds.start_soon(one)
         done.set()
     wall = time.perf_counter() - started
-    if pidfd:
-        asyncio.set_child_watcher(None)
     q = statistics.quantiles(late, n=100, method="inclusive")
     return {"p50_ms": q[49], "p99_ms": q[98], "max_ms": max(late), "wall_s": wall}
 
