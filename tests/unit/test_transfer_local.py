@@ -350,3 +350,35 @@ async def test_a_stage_out_whose_task_left_no_output_says_what_to_do(
         assert f"ended {ended}" in out.error.message
         assert "get_result('t2') says why" in out.error.hint
         assert "stage_in" in out.error.hint and out.cause == "upstream"
+
+
+async def test_the_copy_worker_is_started_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting a worker forks: made on a worker thread, the daemon's loop keeps serving."""
+    import subprocess
+    import threading
+
+    from fedhpc.transfer import local
+
+    loop_ran = threading.Event()
+    started: list[list[str]] = []
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        if not loop_ran.wait(10):  # spawning on the loop would hold the task that sets it
+            raise AssertionError("the loop was held while the worker was started")
+        started.append(argv)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(local.subprocess, "run", run)
+
+    async def on_the_loop() -> None:
+        await anyio.sleep(0.05)
+        loop_ran.set()
+
+    folder = tmp_path / "t1"
+    folder.mkdir()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_the_loop)
+        tg.start_soon(LocalBackend(tmp_path)._ensure_worker, folder)
+    assert len(started) == 1 and started[0][:2] == ["setsid", "-f"]

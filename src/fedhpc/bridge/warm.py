@@ -156,11 +156,15 @@ class WarmServer:
             str(port),
             "--no-autostart",
         ]
-        pid = spawn_detached(
-            argv, env=env, cwd=str(self.home), log_path=self.home / "resume-mcp.log"
-        )
-        found = {"pid": pid, "port": port, "token": token}
-        self._write(found)  # recorded at once: a bridge cancelled while it starts still ends it
+        log_path = self.home / "resume-mcp.log"
+        # Off the loop (a fork and a shell: tens of ms on a busy machine), and shielded with
+        # the record: a bridge cancelled while it starts still finds the server to end.
+        with anyio.CancelScope(shield=True):
+            pid = await anyio.to_thread.run_sync(
+                lambda: spawn_detached(argv, env=env, cwd=str(self.home), log_path=log_path)
+            )
+            found = {"pid": pid, "port": port, "token": token}
+            self._write(found)
         try:
             await _wait_up(pid, port)
         except BaseException:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -117,8 +118,18 @@ class LocalBackend:
             # no zombie; setsid itself returns at once. -I: the worker needs the stdlib only.
             argv = ["setsid", "-f", sys.executable, "-I", str(_WORKER), str(folder), str(fd)]
             with (folder / "worker.log").open("ab") as log:
-                await anyio.run_process(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(fd,)
+                # Off the loop (a fork on a busy machine holds it tens of ms; see
+                # adapters/transports/process.py), never abandoned: setsid returns at once.
+                await anyio.to_thread.run_sync(
+                    partial(
+                        subprocess.run,
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        pass_fds=(fd,),
+                        check=True,
+                    )
                 )
         finally:
             os.close(fd)  # the worker's inherited descriptor keeps the lock until it exits
