@@ -191,3 +191,102 @@ def test_a_node_count_in_a_cpu_job_is_drafted() -> None:
     assert draft.workload is Workload.CPU_PREPROCESSING
     assert _shape(draft) == (0, 0, 2, 2)
     assert "2 nodes (stated '2 nodes')" in draft.rationale
+
+
+@pytest.mark.parametrize(
+    ("description", "zero", "gpus"),
+    [
+        ("Preprocess the data CPU only, then train ResNet with DDP on 8 GPUs", "CPU only", 8),
+        ("The tokenizer step is cpu-only; fine-tune llama with 4 A100s", "cpu-only", 4),
+        ("no GPU required for the eval, training on 4 GPUs", "no GPU", 4),
+        ("Compare CPU only vs 8 GPUs", "CPU only", 8),
+        ("0 gpus for the eval, 8 gpus for training", "0 gpus", 8),
+        ("fewer than 1 gpu for the eval, train on 4 gpus", "fewer than 1 gpu", 4),
+    ],
+)
+def test_a_stated_zero_beside_a_gpu_count_drafts_the_count_and_says_part_is_cpu_only(
+    description: str, zero: str, gpus: int
+) -> None:
+    """A zero anywhere before a count drafted the whole task CPU-only (0 GPUs)."""
+    draft = draft_envelope(description)
+    assert draft.workload is Workload.MULTI_GPU_DDP
+    assert _shape(draft) == (gpus, gpus, 1, 1)
+    assert f"gpus={gpus}" in draft.signals and "read as none" not in draft.rationale
+    assert (
+        f"part of the work is stated CPU-only ({zero!r}): drafted for the GPU part; if that "
+        "part is a separate step, two tasks (CPU-only, then GPUs) may suit"
+    ) in draft.rationale
+
+
+@pytest.mark.parametrize(
+    ("description", "phrase"),
+    [
+        ("train on fewer than 1 gpu", "fewer than 1 gpu"),
+        ("score it on less than one GPU", "less than one GPU"),
+    ],
+)
+def test_fewer_than_one_gpu_is_a_stated_zero(description: str, phrase: str) -> None:
+    """'fewer than 1 gpu' was drafted as one GPU."""
+    draft = draft_envelope(description)
+    assert draft.workload is Workload.CPU_PREPROCESSING
+    assert _shape(draft)[:2] == (0, 0)
+    assert f"no GPUs (stated {phrase!r}: read as none)" in draft.rationale
+
+
+def test_a_type_not_wanted_does_not_hide_the_count_after_it() -> None:
+    """'0 a100s' stopped the reading: '4 v100s' after it was not read (a CPU draft)."""
+    assert _shape(draft_envelope("0 a100s, use 4 v100s"))[:2] == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("description", "written", "nodes", "phrase"),
+    [
+        ("train with DDP, batch size 64 x 8 GPUs", "64 x 8 GPUs", 64, "8 GPUs"),
+        ("Global batch 256 = 32 x 8 gpus", "32 x 8 gpus", 32, "8 gpus"),
+        ("per-device batch 4 x 8 A100s", "4 x 8 A100s", 4, "8 A100s"),
+        ("train with bs=64x8 gpus", "64x8 gpus", 64, "8 gpus"),
+    ],
+)
+def test_n_times_m_after_a_batch_word_is_batch_arithmetic_not_nodes(
+    description: str, written: str, nodes: int, phrase: str
+) -> None:
+    """'batch size 64 x 8 GPUs' drafted 64 nodes of 8 (512 GPUs)."""
+    draft = draft_envelope(description)
+    assert _shape(draft) == (8, 8, 1, 1)
+    assert not any(s.startswith("nodes") for s in draft.signals)
+    assert (
+        f"{written!r} is batch arithmetic, not {nodes} nodes: the count read is {phrase!r}"
+    ) in draft.rationale
+
+
+def test_n_times_m_reads_n_as_nodes_only_up_to_64() -> None:
+    """'256 x 8 gpus' drafted 256 nodes (2,048 GPUs); 64 x 8 is still 64 nodes of 8."""
+    draft = draft_envelope("train on 256 x 8 gpus")
+    assert _shape(draft) == (8, 8, 1, 1)
+    assert (
+        "'256 x 8 gpus' is not read as 256 nodes (more than 64; if you mean them, state the "
+        "node count): the count read is '8 gpus'"
+    ) in draft.rationale
+    assert _shape(draft_envelope("train on 64 x 8 gpus")) == (8, 8, 64, 64)
+
+
+@pytest.mark.parametrize(
+    ("flag", "why", "fix"),
+    [
+        ("--nnodes=4:1", "a MIN above MAX", "--nnodes=1:4"),
+        ("--nnodes 0:4", "a MIN below 1", "--nnodes=1:4"),
+    ],
+)
+def test_an_nnodes_range_torchrun_refuses_is_quoted_as_written_and_not_read(
+    flag: str, why: str, fix: str
+) -> None:
+    """'--nnodes=4:1' was swapped silently and quoted back as '--nnodes=1:4' (1-4 nodes);
+    torchrun's rendezvous refuses MIN > MAX and MIN < 1."""
+    draft = draft_envelope("train the model", [f"torchrun {flag} --nproc_per_node=8 t.py"])
+    assert _shape(draft) == (1, 8, 1, 1)
+    assert not any(s.startswith("nnodes") for s in draft.signals)
+    assert "elastic" not in draft.rationale
+    assert (
+        f"{flag!r} is not a valid range (torchrun refuses {why}): nodes not read from it; "
+        f"if you mean {fix}, write that"
+    ) in draft.rationale

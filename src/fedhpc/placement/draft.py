@@ -16,14 +16,8 @@ from typing import Any
 
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
-from fedhpc.placement.stated import (
-    Stated,
-    ddp_shape,
-    node_range,
-    nodes_flag,
-    stated_gpus,
-    stated_nodes,
-)
+from fedhpc.placement.shape import ddp_shape, node_range, nodes_flag
+from fedhpc.placement.stated import Stated, stated_gpus, stated_nodes
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
@@ -136,15 +130,26 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     return round(_number(next(g for g in m.groups() if g is not None)))
 
 
-def _nnodes(low: str) -> tuple[int, int] | None:
-    """`--nnodes` as (min, max): "2" is (2, 2), the elastic "1:4" (1, 4); 0 says nothing."""
+def _nnodes(low: str, text: str) -> tuple[tuple[int, int] | None, str | None]:
+    """`--nnodes` as (min, max): "2" is (2, 2), the elastic "1:4" (1, 4); 0 says nothing. A
+    range torchrun refuses ("4:1", "0:4": its rendezvous wants 1 <= MIN <= MAX) is not read:
+    (None, why), quoting the flag as written."""
     m = _NNODES.search(low)
     if m is None:
-        return None
+        return None, None
     lo = round(_number(m.group(1)))
     hi = round(_number(m.group(2))) if m.group(2) else lo
-    lo, hi = min(lo, hi), max(lo, hi)
-    return None if hi == 0 else (max(lo, 1), hi)
+    if hi == 0:
+        return None, None
+    if 1 <= lo <= hi:
+        return (lo, hi), None
+    written = _shown(text[m.start() : m.end()])
+    fix = f"--nnodes={hi}:{lo}" if lo > hi else f"--nnodes=1:{hi}"
+    return None, (
+        f"{written!r} is not a valid range (torchrun refuses "
+        f"{'a MIN above MAX' if lo > hi else 'a MIN below 1'}): nodes not read from it; "
+        f"if you mean {fix}, write that"
+    )
 
 
 def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
@@ -193,7 +198,7 @@ def _ddp(
     nnodes: tuple[int, int] | None,
     workers: int | None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The multi-GPU DDP draft and its reasons: a stated count as stated (`stated.ddp_shape`,
+    """The multi-GPU DDP draft and its reasons: a stated count as stated (`shape.ddp_shape`,
     with the node count and the launch flags), else 1..nproc."""
     why: list[str] = []
     per_gpu = (workers or 7) + 1
@@ -303,7 +308,7 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     spans = _SIGNALS.search(low)
     hits = set(spans)
     signals = sorted(f"{n}: {text[a:b]!r}" for n, (a, b) in spans.items())
-    nproc, nnodes = _first_int(_NPROC, low), _nnodes(low)
+    nproc, (nnodes, refused) = _first_int(_NPROC, low), _nnodes(low, text)
     workers, pool = _first_int(_WORKERS, text), _first_int(_POOL, text)
     for label, value in (
         ("nproc_per_node", nproc),
@@ -339,6 +344,8 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     else:
         draft = _cpu(pool, workers, nodes, nnodes, why)
         wall = _wall(description, (3600, 2 * 3600))
+    why.extend(stated.remarks if stated is not None else ())
+    why.extend([refused] if refused else [])
     draft["wall_time"] = wall[0]
     why.append(wall[1])
     return HeuristicDraft(kind, draft, tuple(signals), tuple(why), fanout)

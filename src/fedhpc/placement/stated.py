@@ -1,31 +1,19 @@
 """Counts a task description states ("8 gpus", "up to 8 gpus", "1-8 gpus", "8 gpus per node",
-"2 nodes", "no gpus") and the DDP shape they make with the launch flags (`--nproc_per_node`,
-`--nnodes`, which may be an elastic `MIN:MAX`).
+"2 nodes", "no gpus"); `shape` makes a DDP shape of them with the launch flags.
 
 Pure and linear like `textscan`: a count is found by its last digit next to its unit and read
 backwards; the words around it (a bound before it, what it counts after it) are read from a
-window of at most `_WINDOW` characters, and only for the one count kept."""
+window of at most `_WINDOW` characters, for the first count and the first stated zero."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fedhpc.placement.textscan import lower_ascii, number_before
 
-__all__ = [
-    "NODE_GPUS",
-    "Shape",
-    "Stated",
-    "ddp_shape",
-    "node_range",
-    "nodes_flag",
-    "stated_gpus",
-    "stated_nodes",
-]
+__all__ = ["Stated", "stated_gpus", "stated_nodes"]
 
-# GPUs per node assumed when a stated count is more than a node holds (8: DGX/HGX nodes).
-NODE_GPUS = 8
 _MAX_DIGITS = 15
 _HUGE: int = 10**_MAX_DIGITS  # a longer number reads as huge (and fails validation by range)
 _WINDOW = 40
@@ -48,8 +36,14 @@ _GPU_NONE = re.compile(
     r"(?:zero|no|without(?:\s+(?:a|any))?)[\s-]+(?:(?:nvidia|amd)\s+)?gpus?\b"
     r"|cpus?[\s-]*only\b|only\s+(?:on\s+)?(?:the\s+)?cpus?\b"
 )
-# "4x8 gpus", "2 x 8 A100": N nodes of M GPUs (matched on a window ending at the M).
+# "4x8 gpus", "2 x 8 A100": N nodes of M GPUs (matched on a window ending at the M) ...
 _TIMES = re.compile(r"[^a-z0-9._](\d{1,15})\s*[x\u00d7]\s*$")
+# ... unless a batch word or "=" stands just before N ("batch size 64 x 8 gpus", "256 = 32 x 8
+# gpus": arithmetic, not nodes; matched on a window ending at N), or N is over this many nodes:
+# 64 nodes of 8 is 512 GPUs, past what one job asks of the sites fedhpc federates, while batch
+# sizes and sequence lengths (128, 256, 512 ...) are what "N x 8" larger than that mostly means.
+_BATCH = re.compile(r"(?:[^a-z0-9.](?:batch(?:[\s_-]*size)?|bs)\s*(?:[:=]|of)?|=)\s*$")
+_MAX_TIMES_NODES = 64
 _NODE_COUNT = re.compile(r"\d\+?(?:\s*-)?\s*" + _NODE_UNIT)  # not \s*-?\s*: quadratic
 _NODE_WORDS = re.compile(rf"({_WORDS})[\s-]+" + _NODE_UNIT)
 # The word after a GPU count, when it counts something else: "8 gpu nodes", "8 gpu-hours",
@@ -98,8 +92,8 @@ _AFTER = re.compile(
 @dataclass(frozen=True, slots=True)
 class Stated:
     """A stated count: lo..hi (hi None: "at least lo"; 0..0: none), per node or not, the phrase
-    as written, whether a bound made it a range ("min": "at least 8", "max": "up to 8"), and
-    for "4x8 gpus" the node count (4)."""
+    as written, whether a bound made it a range ("min": "at least 8", "max": "up to 8"), for
+    "4x8 gpus" the node count (4), and what the rationale should add about the reading."""
 
     lo: int
     hi: int | None
@@ -107,6 +101,7 @@ class Stated:
     phrase: str
     bound: str | None = None
     nodes: int | None = None
+    remarks: tuple[str, ...] = ()
 
     @property
     def none(self) -> bool:
@@ -122,15 +117,6 @@ class Stated:
     def upper(self, default: int) -> int:
         """hi, or for "at least lo" the default the class gives, not less than lo."""
         return self.hi if self.hi is not None else max(default, self.lo)
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """GPUs per node and nodes as (min, max) and the reasons, as the rationale names them."""
-
-    gpus: tuple[int, int]
-    nodes: tuple[int, int]
-    reasons: tuple[str, ...]
 
 
 def _word_start(low: str, i: int) -> bool:
@@ -154,14 +140,18 @@ def _counts_else(low: str, start: int, end: int) -> bool:
     return word in _COUNTS_ELSE or (factor and word in _SPEED_WORDS)
 
 
-def _times(low: str, start: int) -> tuple[int, int] | None:
-    """For the count at `start`, an "N x" before it ("4x8 gpus"): (N's start, N)."""
+def _times(low: str, start: int) -> tuple[int, int, bool] | None:
+    """For the count at `start`, an "N x" before it ("4x8 gpus"): N's start, N, and whether a
+    batch word or "=" before N makes it arithmetic ("batch size 64 x 8 gpus")."""
     w0 = max(0, start - _WINDOW)
     window = (" " if w0 == 0 else "") + low[w0:start]
     m = _TIMES.search(window)
     if m is None or (n := _whole(m.group(1))) is None:
         return None
-    return w0 + m.start(1) - (1 if w0 == 0 else 0), n
+    first = w0 + m.start(1) - (1 if w0 == 0 else 0)
+    b0 = max(0, first - _WINDOW)
+    batch = _BATCH.search((" " if b0 == 0 else "") + low[b0:first]) is not None
+    return first, n, batch
 
 
 def _remark(low: str, start: int, end: int) -> bool:
@@ -173,37 +163,76 @@ def _remark(low: str, start: int, end: int) -> bool:
 def _read(
     description: str, count: re.Pattern[str], words: re.Pattern[str], gpus: bool
 ) -> Stated | None:
+    """The first count stated, else the first stated zero; a zero beside a count is a remark."""
     low = lower_ascii(description)
-    found: list[tuple[int, int, int, int | None]] = []  # (start, end, count (0: none), nodes)
+    counts: list[tuple[int, Stated]] = []  # (where it starts, the reading)
+    zeros: list[tuple[int, Stated]] = []
     pos = 0
     while (hit := number_before(low, count, pos)) is not None:
         number, start, end = hit
-        times = _times(low, start) if gpus else None
-        if (times or _word_start(low, start)) and not (gpus and _counts_else(low, start, end)):
-            if times is not None and (n := _whole(number)) is not None:
-                found.append((times[0], end, n, times[1]))
-            elif (n := _whole(number)) is not None:
-                found.append((start, end, n, None))
-            elif gpus and not number.strip("0") and "gpu" in low[start:end]:
-                found.append((start, end, 0, None))  # "0 gpus": none
-            break
         pos = end
+        times = _times(low, start) if gpus else None
+        if not (times or _word_start(low, start)) or (gpus and _counts_else(low, start, end)):
+            continue
+        if (n := _whole(number)) is None:
+            if gpus and not number.strip("0") and "gpu" in low[start:end]:  # "0 gpus": none
+                zeros.append((start, _zero(description, start, end)))
+            continue
+        at, stated = _counted(description, low, start, end, n, times=times)
+        if not stated.none:
+            counts.append((at, stated))
+            break
+        zeros.append((at, stated))  # "fewer than 1 gpu": none
     for m in words.finditer(low):
         if _word_start(low, m.start()) and not (gpus and _counts_else(low, m.start(), m.end())):
-            found.append((m.start(), m.end(), _WORD_COUNTS[m.group(1)], None))
-            break
+            stated = _around(description, low, m.start(), m.end(), _WORD_COUNTS[m.group(1)])
+            (zeros if stated.none else counts).append((m.start(), stated))
+            if not stated.none:
+                break
     for m in _GPU_NONE.finditer(low) if gpus else ():
         said = m.group()
         if _word_start(low, m.start()) and not ("gpu" in said and _remark(low, *m.span())):
-            found.append((m.start(), m.end(), 0, None))
+            zeros.append((m.start(), _zero(description, *m.span())))
             break
-    if not found:
-        return None
-    start, end, n, nodes = min(found)
-    if n == 0 or nodes is not None:
-        shown = _shown(description[start:end].strip())
-        return Stated(n, n, nodes is not None, shown, nodes=nodes)
-    return _around(description, low, start, end, n)
+    zero = min(zeros, key=lambda z: z[0])[1] if zeros and gpus else None
+    if not counts:
+        return zero
+    first = min(counts, key=lambda c: c[0])[1]
+    if zero is None:
+        return first
+    return replace(
+        first,
+        remarks=(
+            *first.remarks,
+            f"part of the work is stated CPU-only ({zero.phrase!r}): drafted for the GPU part; "
+            "if that part is a separate step, two tasks (CPU-only, then GPUs) may suit",
+        ),
+    )
+
+
+def _zero(description: str, start: int, end: int) -> Stated:
+    return Stated(0, 0, False, _shown(description[start:end].strip()))
+
+
+def _counted(
+    description: str, low: str, start: int, end: int, n: int, *, times: tuple[int, int, bool] | None
+) -> tuple[int, Stated]:
+    """The count `n` at start..end with what stands around it: "N x" before it makes it N nodes
+    of n (unless N is a batch or too many nodes: then n alone, said). Its start and reading."""
+    if times is None:
+        return start, _around(description, low, start, end, n)
+    first, nodes, batch = times
+    if not batch and nodes <= _MAX_TIMES_NODES:
+        return first, Stated(n, n, True, _shown(description[first:end].strip()), nodes=nodes)
+    written = _shown(description[first:end].strip())
+    why = (
+        f"{written!r} is batch arithmetic, not {nodes} nodes"
+        if batch
+        else f"{written!r} is not read as {nodes} nodes (more than {_MAX_TIMES_NODES}; if you "
+        "mean them, state the node count)"
+    )
+    stated = _around(description, low, start, end, n)
+    return start, replace(stated, remarks=(f"{why}: the count read is {stated.phrase!r}",))
 
 
 def _around(description: str, low: str, start: int, end: int, n: int) -> Stated:
@@ -231,6 +260,8 @@ def _around(description: str, low: str, start: int, end: int, n: int) -> Stated:
             lo, hi, bound = n + 1, None, "min"  # "more than 8": 9 or more
         elif m.group("under") and n > 1:
             lo, hi, bound = 1, n - 1, "max"  # "fewer than 8": at most 7
+        elif m.group("under"):  # "fewer than 1 gpu": none
+            return Stated(0, 0, False, _shown(description[first:end].strip()))
         elif (
             not m.group("under")
             and (below := _whole(m.group("between") or m.group("lo"))) is not None
@@ -266,10 +297,11 @@ def stated_gpus(description: str) -> Stated | None:
     """The first GPU count the description states: "8 gpus", "8x A100", "4 H100s", "two GPUs",
     with "up to"/"at most"/"<=" (1..N), "at least"/">="/"N+"/"N or more" (N..), "more than"
     (N+1..), "fewer than" (1..N-1), "N-M"/"N to M"/"between N and M", "per node"/"each" after
-    it, and "4x8 gpus" (4 nodes of 8). A stated zero ("0 gpus", "no gpus", "zero gpus",
-    "without a gpu", "cpu only") is 0..0: none. Not read: a number inside a word ('a100
-    gpus'), not whole ('1.5', '1e400', '-5'), or one that counts something else ("8 gpu
-    nodes", "8 gpu-hours", "100 gpu jobs", "a 10x gpu speedup")."""
+    it, and "4x8 gpus" (4 nodes of 8; not after a batch word or "=", nor over 64 nodes). A
+    stated zero ("0 gpus", "no gpus", "zero gpus", "without a gpu", "cpu only", "fewer than 1
+    gpu") is 0..0, none, when no count is stated; beside one it is a remark on the count. Not
+    read: a number inside a word ('a100 gpus'), not whole ('1.5', '1e400', '-5'), or one that
+    counts something else ("8 gpu nodes", "8 gpu-hours", "100 gpu jobs", "a 10x gpu speedup")."""
     return _read(description, _GPU_COUNT, _GPU_WORDS, gpus=True)
 
 
@@ -277,107 +309,3 @@ def stated_nodes(description: str) -> Stated | None:
     """The first node count the description states: "2 nodes", "4-node", "two machines", with
     the same bounds and ranges as GPUs ("up to 4 nodes")."""
     return _read(description, _NODE_COUNT, _NODE_WORDS, gpus=False)
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // max(b, 1))
-
-
-def _span(lo: int, hi: int) -> str:
-    return str(lo) if lo == hi else f"{lo}-{hi}"
-
-
-def nodes_flag(nnodes: tuple[int, int]) -> str:
-    """`--nnodes` as written: "2", or an elastic "1:4"."""
-    return str(nnodes[0]) if nnodes[0] == nnodes[1] else f"{nnodes[0]}:{nnodes[1]}"
-
-
-def node_range(
-    text: Stated | None, nnodes: tuple[int, int] | None, why: list[str]
-) -> tuple[int, int] | None:
-    """Nodes from the text and from `--nnodes` (min, max: elastic when they differ): where
-    they overlap, the overlap; when they disagree, the wider range, said."""
-    if text is None:
-        return nnodes
-    lo, hi = text.lo, text.upper(nnodes[1] if nnodes else text.lo)
-    if nnodes is None:
-        return lo, hi
-    both = max(lo, nnodes[0]), min(hi, nnodes[1])
-    if both[0] <= both[1]:
-        return both
-    wide = min(lo, nnodes[0]), max(hi, nnodes[1])
-    why.append(
-        f"the text says {text.phrase!r}, the code --nnodes={nodes_flag(nnodes)}: they "
-        f"disagree, so nodes {_span(*wide)} (the wider); replan with the one you mean"
-    )
-    return wide
-
-
-def ddp_shape(
-    gpus: Stated,
-    nodes_text: Stated | None,
-    nproc: int | None,
-    nnodes: tuple[int, int] | None,
-    default_max: int,
-) -> Shape:
-    """GPUs per node and nodes for a stated GPU count. The count is per node when "per node"/
-    "each" follows it, or when a node count is known and it fits a node (8 gpus on 4 nodes: 8
-    per node); else it is the total, over ceil(N / 8) nodes or the known node count. A
-    `--nproc_per_node` the text contradicts widens the GPU range to hold both, said."""
-    why: list[str] = []
-    nproc = nproc or None  # --nproc_per_node=0 says nothing
-    nodes = node_range(nodes_text, nnodes, why)
-    lo, hi = gpus.lo, gpus.upper(max(nproc or default_max, 1))
-    flag = f"--nnodes={nodes_flag(nnodes)}" if nnodes is not None else ""
-    nsrc = (flag if nodes_text is None else f"stated {nodes_text.phrase!r}") + (
-        f", {flag}" if nodes_text is not None and flag else ""
-    )
-    total_fits = nodes is not None and nproc is not None and lo <= nproc * nodes[0] <= hi
-    if gpus.per_node or (nodes is not None and hi <= NODE_GPUS and not total_fits):
-        nlo, nhi = nodes or (1, 1)
-        glo, ghi = lo, hi
-        reason = (
-            f"{_span(glo, ghi)} GPU{'s' if ghi > 1 else ''} per node (stated {gpus.phrase!r}) on "
-            + (
-                f"{_span(nlo, nhi)} node{'s' if nhi > 1 else ''} ({nsrc}): "
-                f"{_span(glo * nlo, ghi * nhi)} in all"
-                if nodes is not None
-                else "1 node (no node count stated)"
-            )
-        )
-    elif nodes is not None:
-        nlo, nhi = nodes
-        ghi = _ceil(hi, nlo)
-        glo = min(_ceil(lo, nhi), ghi)
-        reason = f"{_span(lo, hi)} GPUs in all (stated {gpus.phrase!r}) over {_span(nlo, nhi)} "
-        reason += f"nodes ({nsrc}): {_span(glo, ghi)} per node"
-    else:
-        nlo, nhi = _ceil(lo, NODE_GPUS), _ceil(hi, NODE_GPUS)
-        # Not fewer than stated: 16-20 over 2-3 nodes is 8 per node (16-24), not 7 (14-21).
-        ghi = max(_ceil(hi, nhi), _ceil(lo, nlo))
-        glo = min(_ceil(lo, nlo), ghi)
-        reason = f"{_span(lo, hi)} GPUs (stated {gpus.phrase!r})"
-        if nhi > 1:
-            reason += f": {_span(nlo, nhi)} nodes of {_span(glo, ghi)}"
-    why.insert(0, reason)
-    if gpus.bound == "min":
-        why.insert(1, f"{gpus.phrase!r} is a minimum: the job may want more (raise gpus.max)")
-    elif gpus.bound == "max":
-        why.insert(1, f"{gpus.phrase!r} is a maximum: the draft allows fewer")
-    if nproc is not None:
-        if glo <= nproc <= ghi:
-            why.append(f"--nproc_per_node={nproc} agrees")
-        else:
-            wide = min(glo, nproc), max(ghi, nproc)
-            why.append(
-                f"the text says {gpus.phrase!r} ({_span(glo, ghi)} per node), the code "
-                f"--nproc_per_node={nproc}: they disagree, so GPUs {_span(*wide)} per node "
-                "(the wider)"
-                + (
-                    f"; if it is {hi // nproc} nodes of {nproc}, say so (--nnodes)"
-                    if nodes is None and nproc < hi and hi % nproc == 0
-                    else ""
-                )
-            )
-            glo, ghi = wide
-    return Shape((glo, ghi), (nlo, nhi), tuple(why))
