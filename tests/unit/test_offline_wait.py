@@ -149,3 +149,24 @@ async def test_replanning_a_task_that_waits_for_an_offline_site_changes_it_and_i
     await o.place_queued()
     task = await o.book.load_task(submitted.task_id)
     assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")
+
+
+async def test_a_staged_task_waiting_for_its_data_site_is_told_it_runs_only_there(
+    store: Store,
+) -> None:
+    """It was told to 'replan it with an envelope another site can run': the planner drops
+    every site but its data site, and replan refuses an include of another."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    submitted = await o.intake.submit_task(_req(), wait_s=0)
+    task = await o.book.load_task(submitted.task_id)
+    task.data_site = "alpha"  # its stage-in copied its inputs to alpha
+    async with store.transaction() as tx:
+        await o.book.save(tx, task, at=NOW)
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")
+    answer = await o.answers.hinted(handle(task, None), "submit_task")
+    assert "It runs only at alpha, where its inputs are" in answer.next
+    assert "move_data its inputs to another site" in answer.next
+    assert "replan it with" not in answer.next

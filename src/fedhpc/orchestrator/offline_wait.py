@@ -61,7 +61,15 @@ def _when(at: datetime) -> str:
 
 
 def move_hint(task: TaskRecord) -> str:
-    """How to run a waiting task elsewhere instead, true for its kind."""
+    """How to run a waiting task elsewhere instead, true for its kind: a staged task runs only
+    at its data site (placement drops every other site, replan refuses to include one)."""
+    if task.data_site is not None or task.request.stage_in:
+        where = task.data_site or "the site its stage-in copied its inputs to"
+        return (
+            f"It runs only at {where}, where its inputs are: to run it elsewhere instead, "
+            "cancel it, move_data its inputs to another site and submit it again with the new "
+            "transfer in stage_in; replan cannot move it."
+        )
     if pinned(task):
         return (
             f"To run it elsewhere instead, cancel it and submit again with another fixed_site "
