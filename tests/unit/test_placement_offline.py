@@ -61,3 +61,14 @@ def test_an_answering_site_that_lists_no_account_still_says_to_add_one() -> None
     assert u.trace.site_reasons("alpha") == [
         "no account known for alpha: add one under sites.alpha.accounts"
     ]
+
+
+def test_an_offline_site_that_fails_other_rules_too_is_not_advised_to_be_waited_for() -> None:
+    """Pinned to an offline site that could never run cpus=100000: every candidate fails more
+    than one rule and health won the tie, so it was told to wait, yet it is unschedulable."""
+    inputs = PlacementInputs(snapshot(DOWN), {"alpha": SITES["alpha"]}, PINNED, now=NOW)
+    u = place(env(cpus=100000), inputs)
+    assert isinstance(u, Unschedulable)
+    assert "fails more than one rule; most often health" in u.hint
+    assert "wait for the site" not in u.hint and "placed when one answers" not in u.hint
+    assert "its answering again would not place the task" in u.hint

@@ -24,9 +24,16 @@ def _largest_accelerator(sites: Mapping[str, Site]) -> str:
 
 
 def _advice(
-    cat: Category, env: ResourceEnvelope, sites: Mapping[str, Site], reason: str = ""
+    cat: Category,
+    env: ResourceEnvelope,
+    sites: Mapping[str, Site],
+    reason: str = "",
+    *,
+    alone: bool = True,
 ) -> str:
-    """What to relax for `cat`; `reason` is the example's (a rule's reason) where it matters."""
+    """What to relax for `cat`; `reason` is the example's (a rule's reason) where it matters.
+    `alone`: `cat` is all these candidates fail on (else their other rules fail too, and an
+    offline site's coming back would not place the task: a queued task does not wait then)."""
     if cat is Category.ACCELERATOR:
         if env.min_accelerator_memory_gib:
             return (
@@ -45,6 +52,11 @@ def _advice(
         return "raise the budget in your config or shorten wall_time.max / the shape"
     if cat is Category.AUTHORIZATION:
         return "add an account for these sites and partitions in your config"
+    if cat is Category.HEALTH and " is offline: " in reason and not alone:
+        return (
+            "the site is offline, and its candidates fail other rules too: its answering "
+            "again would not place the task, so relax those (see reasons)"
+        )
     if cat is Category.HEALTH and " is offline: " in reason:
         return (
             "wait for the site: a queued task waits while only offline sites could run it, "
@@ -90,6 +102,6 @@ def relax_hint(
     cat = min(anyf, key=lambda k: (-anyf[k], order.index(k)))
     return (
         f"every candidate fails more than one rule; most often {cat.value} "
-        f"({anyf[cat]} of {len(rejected)}): {_advice(cat, env, sites, example[cat])} "
+        f"({anyf[cat]} of {len(rejected)}): {_advice(cat, env, sites, example[cat], alone=False)} "
         f"(e.g. {example[cat]})"
     )
