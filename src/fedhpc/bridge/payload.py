@@ -53,6 +53,11 @@ _NEXT = {
         "replan(task_id, exclude_sites=[site]) for a child that has not started (round open)",
         "cancel(task_id) for a child you give up on",
     ],
+    "group.waiting_for_site": [
+        "wait: fedhpc places the children when the site answers again and resumes you when "
+        "the round ends",
+        "to run them elsewhere instead, follow `hint` (replan each, or cancel them)",
+    ],
     "transfer.succeeded": [
         "read the resource in `result`",
         "submit_task(..., stage_in=[transfer_id]) for the next step",

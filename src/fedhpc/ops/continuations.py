@@ -32,6 +32,7 @@ DEFAULT_WAKE_EVENTS: tuple[str, ...] = (
     "group.round_terminal",
     "group.stalled_child",
     "group.site_lost",
+    "group.waiting_for_site",
     "transfer.failed",
 )
 

@@ -71,17 +71,24 @@ def unreadable_hint(state: str, site: str, why: str, read: str) -> str:
     )
 
 
-def _waiting_hint(sites: str, resumes: bool, read: str, move: str) -> str:
-    """A queued task that only offline sites could run: it waits for them, not for the agent."""
+def _waiting_hint(sites: str, resumes: bool, told: bool, read: str, move: str) -> str:
+    """A queued task that only offline sites could run: it waits for them, not for the agent.
+    `told`: its continuation wakes on the wait itself (one registered before fedhpc had that
+    event does not list it)."""
     head = (
         f"Queued, waiting for {sites} (offline): fedhpc places it when {sites} answers again."
         if "," not in sites
         else f"Queued, waiting for {sites} (offline): fedhpc places it when one answers again."
     )
-    if resumes:
+    if resumes and told:
         then = (
             " Do not poll: fedhpc resumes the session that submitted it when it ends, and once "
             "if it is still waiting after a while."
+        )
+    elif resumes:
+        then = (
+            " fedhpc resumes the session that submitted it when it ends, not while it waits "
+            f"(its continuation does not wake on waits for a site): call {read} to check on it."
         )
     else:
         then = f" Nothing will resume this session: call {read} when you want the outcome."
@@ -106,6 +113,7 @@ def next_hint(
     offline: str = "",
     waiting: str = "",
     move: str = "",
+    told: bool = False,
 ) -> str:
     """The `next` line of an answer.
 
@@ -119,7 +127,8 @@ def next_hint(
     nothing will wake the agent and it must not wait; `offline`: a get_result answer could not
     read the output, because this site does not answer now (other reasons: `unreadable_hint`);
     `waiting`: the offline sites a queued task waits for, with `move`, how to run it elsewhere
-    instead (`orchestrator.offline_wait`)."""
+    instead (`orchestrator.offline_wait`), and `told`, whether a continuation wakes on the
+    wait itself (its events list the wait's event)."""
     group = tool in {"submit_group", "group"}
     read = (
         f"get_result(task_id={ref!r})"
@@ -140,7 +149,7 @@ def next_hint(
         if blocked:
             return blocked_hint(blocked, read)
         if waiting:
-            return _waiting_hint(waiting, resumes, read, move)
+            return _waiting_hint(waiting, resumes, told, read, move)
         if tool == "get_result":
             return _WAIT_OWNER if resumes else "Still running: call get_result again later."
         if resumes:

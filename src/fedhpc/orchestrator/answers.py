@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedhpc.domain.job import JobState
+from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
 from fedhpc.ops.hints import HintTool, next_hint
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
 from fedhpc.orchestrator.book import TaskBook
@@ -41,6 +42,22 @@ class Answers:
             return bool(found), ""
         return False, blocked[0]
 
+    async def told(self, task: TaskRecord) -> bool:
+        """Whether a continuation will hear that `task` waits for a site: a single task's own
+        (`task.waiting_for_site`), a child's group's (`group.waiting_for_site`), whose events
+        list it (one registered before the event existed does not) and can start now."""
+        kind, subject = (
+            ("task.waiting_for_site", task.id)
+            if task.group_id is None
+            else ("group.waiting_for_site", task.group_id)
+        )
+        found = await self.book.store.continuations_for([subject])
+        return any(
+            kind in c["body"].get("events", DEFAULT_WAKE_EVENTS)
+            and not self.blocker(str(c["runtime"]))
+            for c in found
+        )
+
     async def hinted(self, handle: TaskHandle, tool: HintTool) -> TaskHandle:
         """`handle` with its `next` line (one it already has is kept: cancel decides its own)."""
         if handle.next:
@@ -57,6 +74,7 @@ class Answers:
             blocked=blocked,
             waiting=waiting,
             move=move,
+            told=bool(waiting) and await self.told(task),
         )
         return handle.model_copy(update={"next": hint})
 
@@ -69,7 +87,8 @@ class Answers:
         if manifest.next:  # get_result's own: why an ended task's output cannot be read now
             return manifest
         wake, blocked = await self.resumes(manifest.task_id, manifest.group_id)
-        waiting, move = _waiting(await self.book.load_task(manifest.task_id))
+        task = await self.book.load_task(manifest.task_id)
+        waiting, move = _waiting(task)
         hint = next_hint(
             "get_result",
             manifest.state.value,
@@ -81,5 +100,6 @@ class Answers:
             offline=manifest.unreadable or "",
             waiting=waiting,
             move=move,
+            told=bool(waiting) and await self.told(task),
         )
         return manifest.model_copy(update={"next": hint})

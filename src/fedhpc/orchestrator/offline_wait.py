@@ -3,7 +3,8 @@ fail only because the site's last probe failed; every other candidate is ruled o
 fedhpc, `queued` with the reason, and is placed when a site answers again. A pinned task
 (fixed_site) whose site is down is the common case. A site that can never run the envelope is
 no reason to wait: its candidates fail on something else too. The agent hears it once per
-outage, as `task.waiting_for_site`, when the task has waited `after_s` (a blip wakes nobody)."""
+outage, as `task.waiting_for_site` (a group's: `group.waiting_for_site`), when the wait has
+lasted `after_s` (a blip wakes nobody)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,17 @@ from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.liveness import offline
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Category, Outcome, Unschedulable
+from fedhpc.store import Tx
 
-__all__ = ["OFFLINE_WAIT", "OfflineWaits", "move_hint", "offline_sites", "pinned", "waits_for"]
+__all__ = [
+    "GROUP_MOVE",
+    "OFFLINE_WAIT",
+    "OfflineWaits",
+    "move_hint",
+    "offline_sites",
+    "pinned",
+    "waits_for",
+]
 
 OFFLINE_WAIT = "queued: waiting for "
 _SITE = re.compile(r"(?:^queued: waiting for |; )([A-Za-z0-9_.-]+): offline since ")
@@ -81,6 +91,13 @@ def move_hint(task: TaskRecord) -> str:
     )
 
 
+# A group's children are never pinned nor staged (submit_group has neither): replan moves them.
+GROUP_MOVE = (
+    "To run its waiting children elsewhere instead, replan each (while the round is open) with "
+    "an envelope another site can run, or cancel them."
+)
+
+
 class OfflineWaits:
     """Holds tasks for offline sites: their decision line, and one event per outage."""
 
@@ -97,15 +114,28 @@ class OfflineWaits:
         self.clock = clock
         self.after_s = after_s
         self._told: set[str] = set()  # events written by this process: not tried again
+        self._outages: dict[str, tuple[datetime, int | None]] = {}  # this pass's, by site
 
-    async def _outage(self, site: str) -> tuple[datetime, int]:
-        """When `site` went offline (its newest site.offline event), and that event's number
-        (0 without one: the last probe's time stands in)."""
+    def forget(self) -> None:
+        """A new placement pass: outages are read again (once per site and pass)."""
+        self._outages.clear()
+
+    async def _outage(self, site: str) -> tuple[datetime, int | None]:
+        """When `site` went offline (its newest site.offline event) and that event's number;
+        None while the event is not written yet: the collector marks a site offline as its
+        probe fails but records the event after the whole round, and the newest site.offline
+        until then is an earlier outage's (the last probe's time stands in for the start)."""
+        if site in self._outages:
+            return self._outages[site]
         went = await self.book.store.last_event("site.offline", site)
-        if went is not None:
-            return went.created_at, went.seq
-        state = self.collector.latest.get(site)
-        return (state.collected_at if state is not None else self.clock()), 0
+        back = await self.book.store.last_event("site.online", site)
+        if went is not None and (back is None or back.seq < went.seq):
+            out: tuple[datetime, int | None] = (went.created_at, went.seq)
+        else:
+            state = self.collector.latest.get(site)
+            out = (state.collected_at if state is not None else self.clock()), None
+        self._outages[site] = out
+        return out
 
     async def reason(self, sites: list[str]) -> str:
         """The task's decision line while it waits: readable by a person and an agent."""
@@ -120,30 +150,55 @@ class OfflineWaits:
 
     async def hold(self, task: TaskRecord, sites: list[str], reason: str, now: datetime) -> None:
         """Save the task's wait (when its reason changed), and tell its agent once per outage
-        when it has waited `after_s`: a single task's own event (a group's children are told
-        by their group, which hears no per-child events)."""
+        when it has waited `after_s` (counted from when this wait began, not from submission:
+        a replan that reopens a task into a wait wakes nobody at once): a single task's own
+        event, or its group's (a group hears no per-child events)."""
+        if not task.decision.startswith(OFFLINE_WAIT) or task.waiting_since is None:
+            task.waiting_since = now  # a new wait
         changed = task.decision != reason
         task.decision = reason
-        event = None
-        if task.group_id is None:
-            since, seq = await self._outage(sites[0])
-            waited = (now - max(as_utc(since), as_utc(task.created_at))).total_seconds()
-            if waited >= self.after_s and f"{task.id}:{sites[0]}:{seq}" not in self._told:
-                event = (sites[0], seq, waited)
-        if not changed and event is None:
+        site = sites[0]
+        since, seq = await self._outage(site)
+        waited = (now - max(as_utc(since), as_utc(task.waiting_since))).total_seconds()
+        told = f"{task.group_id or f'{task.id}:{task.reopened}'}:{site}:{seq}"
+        tell = seq is not None and waited >= self.after_s and told not in self._told
+        if not changed and not tell:
             return
         async with self.book.store.transaction() as tx:
             if changed:
                 await self.book.save(tx, task, at=now)
-            if event is not None:
-                site, seq, waited = event
-                await self.book.emit(
-                    tx,
-                    "task.waiting_for_site",
-                    task,
-                    key=f"{site}:{seq}",
-                    site=site,
-                    reason=f"waited {waited:.0f} s: {reason.removeprefix('queued: ')}",
-                    hint=move_hint(task),
-                )
-                self._told.add(f"{task.id}:{site}:{seq}")
+            if tell and seq is not None:
+                said = f"waited {waited:.0f} s: {reason.removeprefix('queued: ')}"
+                if task.group_id is None:
+                    await self.book.emit(
+                        tx,
+                        "task.waiting_for_site",
+                        task,
+                        key=f"{site}:{seq}",
+                        site=site,
+                        reason=said,
+                        hint=move_hint(task),
+                    )
+                else:
+                    await _group_waits(tx, task.group_id, site, seq, said=said, at=now)
+                self._told.add(told)
+
+
+async def _group_waits(
+    tx: Tx, gid: str, site: str, outage: int, *, said: str, at: datetime
+) -> None:
+    """A group's continuation hears that its children wait for `site` once per outage, as one
+    event (a child's own events do not wake it); what to do is the same for every child."""
+    await tx.append_event(
+        "group.waiting_for_site",
+        gid,
+        {
+            "group_id": gid,
+            "site": site,
+            "reason": f"children of the group {said}",
+            "hint": GROUP_MOVE,
+            "result": f"fedhpc://groups/{gid}",
+        },
+        at=at,
+        key=f"group.waiting_for_site:{gid}:{site}:{outage}",
+    )

@@ -181,6 +181,7 @@ class Placer:
         dispatched = 0
         after = ("", "")
         held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
+        self.offline.forget()
         while True:
             async with self.lock:
                 # A held group's younger children as submitted are not read again in this pass:

@@ -98,6 +98,9 @@ class TaskRecord(BaseModel):
     data_site: str | None = Field(
         default=None, description="where its stage-in copies its inputs: it runs only there"
     )
+    waiting_since: datetime | None = Field(
+        default=None, description="when its current wait for an offline site began"
+    )
     accepted_attempt: int | None = None
     attempts_made: int = 0
     spread_relaxed: bool = False

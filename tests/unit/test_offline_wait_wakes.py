@@ -1,0 +1,157 @@
+"""Who hears that work waits for an offline site, and when: a group's agent once per outage
+(`group.waiting_for_site`; its children's own events never wake it), never before the wait
+has lasted the grace (counted from when the wait began, also after a replan reopened the
+task), never for an outage whose event the collector has not written yet, and a `next` that
+promises the wake only when the bound continuation lists the event. A real store, real
+placement and the real resume-bridge routing; no site is contacted."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from fedhpc.domain import Health, SiteState
+from fedhpc.domain.job import JobState
+from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime
+from fedhpc.ops.tasks import GroupChild, ReplanRequest, SubmitGroupRequest
+from fedhpc.orchestrator.book import handle
+from fedhpc.store import Store
+from tests.unit.test_offline_wait import ALPHA, BETA, ERROR, NOW, _agent, _alpha_down, _woken
+from tests.unit.test_placement_world import env, state
+from tests.unit.test_submit_accept import Clock, _orchestrator, _req
+
+ONLY_ALPHA = env(cpus=1, sites_include=["alpha"])
+
+
+async def _kinds(store: Store) -> list[str]:
+    return [e.kind for e in await store.events_after(0, limit=100)]
+
+
+async def test_a_group_whose_children_wait_for_an_offline_site_is_told_once_per_outage(
+    store: Store, tmp_path: Path
+) -> None:
+    """Nothing woke it: only single tasks emitted task.waiting_for_site, while each child's
+    `next` promised a wake 'once if it is still waiting after a while'."""
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    req = SubmitGroupRequest(
+        objective="sweep",
+        children=children,
+        envelope=ONLY_ALPHA,
+        continuation=_agent(tmp_path / "agent.log"),
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    await o.place_queued()
+    view = await o.groups.view(gid, limit=10)
+    assert view.counts == {"queued": 3}
+    assert all(c.decision.startswith("queued: waiting for alpha") for c in view.children)
+    child = await o.book.load_task(view.children[0].task_id)
+    answer = await o.answers.hinted(handle(child, None), "get_result")
+    assert "once if it is still waiting after a while" in answer.next
+    clock.now += timedelta(seconds=60)  # within the grace: nobody
+    await o.place_queued()
+    assert await _kinds(store) == ["site.offline"]
+    for _ in range(3):  # past it: once, however many passes
+        clock.now += timedelta(seconds=300)
+        await o.place_queued()
+    assert await _kinds(store) == ["site.offline", "group.waiting_for_site"]
+    (woke,) = await _woken(store, tmp_path)
+    assert (woke["event"], woke["group_id"], woke["site"]) == (
+        "group.waiting_for_site",
+        gid,
+        "alpha",
+    )
+    assert "offline since" in woke["reason"] and "replan each" in woke["hint"]
+    assert any("resumes you when the round ends" in step for step in woke["next"])
+    # A new outage is a new fact: told again once it has lasted the grace.
+    async with store.transaction() as tx:
+        await tx.append_event("site.online", "alpha", {"site": "alpha"}, at=clock(), key="on-1")
+        await tx.append_event("site.offline", "alpha", {"site": "alpha"}, at=clock(), key="off-2")
+    clock.now += timedelta(seconds=301)
+    await o.place_queued()
+    assert (await _kinds(store)).count("group.waiting_for_site") == 2
+
+
+async def test_a_continuation_that_does_not_list_the_wait_event_is_not_promised_a_wake(
+    store: Store,
+) -> None:
+    """A continuation registered before the wait events existed keeps its own events list."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    old = tuple(
+        e
+        for e in DEFAULT_WAKE_EVENTS
+        if e not in {"task.waiting_for_site", "group.waiting_for_site"}
+    )
+    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=("true",), events=old)
+    submitted = await o.intake.submit_task(_req(fixed_site="alpha", continuation=spec), wait_s=0)
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    answer = await o.answers.hinted(handle(task, None), "submit_task")
+    assert answer.next.startswith("Queued, waiting for alpha (offline)")
+    assert "once if it is still waiting" not in answer.next
+    assert "not while it waits" in answer.next and "get_result(" in answer.next
+
+
+async def test_no_wake_for_an_outage_whose_event_the_collector_has_not_written_yet(
+    store: Store, tmp_path: Path
+) -> None:
+    """The collector marks a site offline as its probe fails and writes site.offline after the
+    whole round: meanwhile the newest site.offline was the previous outage's, two hours old,
+    and the task was told 'offline since' then and woken at once."""
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    async with store.transaction() as tx:
+        old = NOW - timedelta(hours=2)
+        await tx.append_event("site.offline", "alpha", {"site": "alpha"}, at=old, key="off-1")
+        back = NOW - timedelta(hours=1)
+        await tx.append_event("site.online", "alpha", {"site": "alpha"}, at=back, key="on-1")
+    o.collector.latest["alpha"] = SiteState(
+        site="alpha", health=Health.OFFLINE, collected_at=NOW, error=ERROR
+    )
+    o.collector.latest["beta"] = state(BETA.profile)
+    spec = _agent(tmp_path / "agent.log")
+    submitted = await o.intake.submit_task(_req(fixed_site="alpha", continuation=spec), wait_s=0)
+    clock.now += timedelta(seconds=400)  # past the grace, counted from the old outage
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.decision.startswith("queued: waiting for alpha: offline since 2026-11-30 12:00:00")
+    assert await _kinds(store) == ["site.offline", "site.online"]
+    async with store.transaction() as tx:  # the round is recorded: the outage is known
+        await tx.append_event("site.offline", "alpha", {"site": "alpha"}, at=clock(), key="off-2")
+    await o.place_queued()
+    assert await _kinds(store) == ["site.offline", "site.online", "site.offline"]
+    clock.now += timedelta(seconds=300)
+    await o.place_queued()
+    assert (await _kinds(store))[-1] == "task.waiting_for_site"
+
+
+async def test_a_replan_that_reopens_a_task_into_a_wait_wakes_nobody_before_the_grace(
+    store: Store, tmp_path: Path
+) -> None:
+    """The reopened task's event is a new fact, and its wait was counted from submission: the
+    agent that had just been answered 'waiting' was woken at once."""
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    spec = _agent(tmp_path / "agent.log")
+    submitted = await o.intake.submit_task(
+        _req(fixed_site="alpha", envelope=env(gpus=1), continuation=spec), wait_s=0
+    )  # alpha has no GPUs: unschedulable at once
+    await o.place_queued()
+    assert (await o.book.load_task(submitted.task_id)).state is JobState.UNSCHEDULABLE
+    clock.now += timedelta(hours=1)
+    o.collector.latest["beta"] = state(BETA.profile, age_s=-3600)  # beta answers on
+    answer = await o.tools.replan(
+        ReplanRequest(task_id=submitted.task_id, envelope=env(cpus=1, gpus=0))
+    )
+    assert answer.state is JobState.QUEUED
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.reopened == 1 and task.decision.startswith("queued: waiting for alpha")
+    assert "task.waiting_for_site" not in await _kinds(store)
+    clock.now += timedelta(seconds=301)
+    await o.place_queued()
+    assert (await _kinds(store))[-1] == "task.waiting_for_site"
