@@ -15,6 +15,9 @@ from fedhpc.domain.job import JobState
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupChild, ReplanRequest, SubmitGroupRequest
 from fedhpc.orchestrator.book import handle
+from fedhpc.orchestrator.dispatch import _attempt
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.placement import Placement
 from fedhpc.store import Store
 from tests.unit.test_offline_wait import ALPHA, BETA, ERROR, NOW, _agent, _alpha_down, _woken
 from tests.unit.test_placement_world import env, state
@@ -155,3 +158,33 @@ async def test_a_replan_that_reopens_a_task_into_a_wait_wakes_nobody_before_the_
     clock.now += timedelta(seconds=301)
     await o.place_queued()
     assert (await _kinds(store))[-1] == "task.waiting_for_site"
+
+
+async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_are_left(
+    store: Store,
+) -> None:
+    """The re-decide after a scheduler's refusal made it unschedulable at once, while alpha,
+    offline, could run it once back; it waits for alpha now and is never sent to beta again."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    submitted = await o.intake.submit_task(_req(), wait_s=0)
+    task = await o.book.load_task(submitted.task_id)
+    placed = await o.planner.decide(task)
+    assert isinstance(placed, Placement) and placed.site == "beta"
+    sent: list[str] = []
+
+    async def refuse(task: TaskRecord, p: Placement) -> AttemptRecord:
+        sent.append(p.site)  # beta's scheduler refuses what the rules accepted
+        why = "sbatch: error: Batch job submission failed: Invalid qos specification"
+        return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+
+    setattr(o.placer.submitter.dispatcher, "dispatch", refuse)  # noqa: B010 (a refusing scheduler)
+    await o.placer.submitter.dispatch(task, placed, None)
+    task = await o.book.load_task(submitted.task_id)
+    assert task.state is JobState.QUEUED and task.refused_sites == ("beta",)
+    assert "Invalid qos" in task.decision
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")
+    assert sent == ["beta"]
+    assert "task.unschedulable" not in await _kinds(store)

@@ -129,7 +129,7 @@ class Placer:
         # outage, after the same grace as work stuck on a lost site.
         self.offline = OfflineWaits(book, collector, clock=clock, after_s=site_lost_after_s)
         self.submitter = Submitter(
-            book, planner, dispatcher, clock=clock, unschedulable=self.unschedulable
+            book, planner, dispatcher, collector, clock=clock, unschedulable=self.unschedulable
         )
 
     def wake(self) -> None:

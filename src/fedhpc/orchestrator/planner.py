@@ -121,7 +121,12 @@ class Planner:
         drop = tuple(
             sorted(
                 (
-                    (set(env.sites_exclude) | set(exclude) | set(task.excluded_sites))
+                    (
+                        set(env.sites_exclude)
+                        | set(exclude)
+                        | set(task.excluded_sites)
+                        | set(task.refused_sites)
+                    )
                     & known - set(env.sites_include)
                 )
                 | cannot_hold

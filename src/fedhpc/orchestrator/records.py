@@ -101,6 +101,9 @@ class TaskRecord(BaseModel):
     waiting_since: datetime | None = Field(
         default=None, description="when its current wait for an offline site began"
     )
+    refused_sites: tuple[str, ...] = Field(
+        default=(), description="sites whose scheduler refused it, requeued to wait: not again"
+    )
     accepted_attempt: int | None = None
     attempts_made: int = 0
     spread_relaxed: bool = False

@@ -1,5 +1,6 @@
 """A placed task's submission, with fallback: a scheduler that refuses a candidate the rules
-accepted sends the task to the next feasible site (three tries in all), at most `PER_SITE`
+accepted sends the task to the next feasible site (three tries in all; back to the queue when
+only offline sites are left), at most `PER_SITE`
 submissions in flight per site; a failure of the task's own never cancels its batch-mates."""
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import anyio
 import structlog
 
 from fedhpc.adapters.site import StorageUnread, WorkdirFailed
+from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Placement, Unschedulable
@@ -37,6 +40,7 @@ class Submitter:
         book: TaskBook,
         planner: Planner,
         dispatcher: Dispatcher,
+        collector: Collector,
         *,
         clock: Callable[[], datetime],
         unschedulable: Callable[[TaskRecord, Unschedulable], Awaitable[TaskHandle]],
@@ -44,6 +48,7 @@ class Submitter:
         self.book = book
         self.planner = planner
         self.dispatcher = dispatcher
+        self.collector = collector
         self.clock = clock
         self.unschedulable = unschedulable
         self.limits: dict[str, anyio.CapacityLimiter] = {}
@@ -74,6 +79,7 @@ class Submitter:
         """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
         next feasible site (three tries in all)."""
         rejected: list[str] = []
+        refused: list[str] = []
         reason = ""
         for _ in range(3):
             async with self._limiter(p.site):
@@ -85,8 +91,13 @@ class Submitter:
                 rejected = [att.site]  # the job's folder: one clear failure, not a retry
                 break
             rejected.append(att.site)  # refused, or its storage unread: the next feasible site
+            if not reason.startswith(StorageUnread.PREFIX):  # a refusal: again next time too
+                refused.append(att.site)
             log.warning("not submitted", task=task.id, site=att.site, reason=att.reason)
             decision = await self.planner.decide(task, exclude=tuple(rejected), history=history)
+            if isinstance(decision, Unschedulable) and offline_sites(self.collector, decision):
+                await self._requeue(task, refused, reason)  # the placer holds it for them
+                return
             if isinstance(decision, Unschedulable):
                 await self.unschedulable(task, decision)
                 return
@@ -102,3 +113,13 @@ class Submitter:
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, at=self.clock())
             await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
+
+    async def _requeue(self, task: TaskRecord, refused: list[str], reason: str) -> None:
+        """Refused where it was placed, and only offline sites are left: back to the queue, as
+        any task that waits for them (`offline_wait`), never again to the sites that refused
+        it (`refused_sites`); the placer decides and holds it."""
+        task.refused_sites = tuple(sorted({*task.refused_sites, *refused}))
+        task.state = JobState.QUEUED
+        task.decision = f"queued: not submitted ({reason[:200]}); placed again next"
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, at=self.clock())
