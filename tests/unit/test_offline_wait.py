@@ -170,3 +170,20 @@ async def test_a_staged_task_waiting_for_its_data_site_is_told_it_runs_only_ther
     assert "It runs only at alpha, where its inputs are" in answer.next
     assert "move_data its inputs to another site" in answer.next
     assert "replan it with" not in answer.next
+
+
+async def test_a_site_whose_name_has_a_plus_is_named_in_the_waiting_answer(store: Store) -> None:
+    """SAFE_NAME allows '+': the sites waited for, read back from the decision line, were none
+    for 'lab+gpu', and the answer's next lost the wait."""
+    plus = site(profile("lab+gpu", cpu_partition("cpu")))
+    o = _orchestrator(store, Clock(), **{"lab+gpu": plus, "beta": BETA})
+    o.collector.latest["lab+gpu"] = SiteState(
+        site="lab+gpu", health=Health.OFFLINE, collected_at=NOW, error=ERROR
+    )
+    o.collector.latest["beta"] = state(BETA.profile)
+    submitted = await o.intake.submit_task(_req(fixed_site="lab+gpu"), wait_s=0)
+    await o.place_queued()
+    task = await o.book.load_task(submitted.task_id)
+    assert task.decision.startswith("queued: waiting for lab+gpu: offline since")
+    answer = await o.answers.hinted(handle(task, None), "submit_task")
+    assert answer.next.startswith("Queued, waiting for lab+gpu (offline)"), answer.next

@@ -31,7 +31,8 @@ __all__ = [
 ]
 
 OFFLINE_WAIT = "queued: waiting for "
-_SITE = re.compile(r"(?:^queued: waiting for |; )([A-Za-z0-9_.-]+): offline since ")
+# A site's name as SAFE_NAME allows it (`+` too: "a+b" had read as no site at all).
+_SITE = re.compile(r"(?:^queued: waiting for |; )([A-Za-z0-9][A-Za-z0-9_.+-]*): offline since ")
 _ERROR_CHARS = 200  # of the last probe's error, in the reason
 
 
