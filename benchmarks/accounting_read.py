@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio

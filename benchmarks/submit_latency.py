@@ -101,6 +101,10 @@ def _start(
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
+            # A session of its own, as `fedhpc serve` starts it (client/start.py): with the
+            # kernel's autogroups the CPUs are shared by session, and in the benchmark's the
+            # daemon would share one share with the benchmark and its MCP server.
+            start_new_session=True,
         )
     return daemon, env
 

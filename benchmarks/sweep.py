@@ -16,24 +16,35 @@ machine's load average meanwhile (the tail follows it on a shared machine), resu
 delivered (target: one per group round) and their payload bytes. At the end: the daemon's peak
 RSS (VmHWM; target <= 80 MB), events and tasks stored, and the store's size on disk.
 
+The REST calls are made by a process of its own (as a person's `fedhpc` CLI or dashboard
+would be), never the benchmark's, which also runs the MCP client and watches the groups (with a
+page of one child: the group's state is in every page). Each call is timed to its answer (the
+request until the body is in: what the REST API delivers, the headline figure), to the answer
+parsed by the client's models (what the CLI waits), and inside the daemon (Server-Timing).
+
 Holds the local federation's test lock (tests/integration/conftest.py) while it runs.
 
 Two knobs say where the REST tail comes from. `--loop-watch-ms` (default 50) turns on the
 daemon's loop watch (FEDHPC_LOOP_WATCH_S) and prints its stalls: each time the daemon's event
-loop could not answer for that long, and where its thread was. `--clusters-nice N` runs the
-local federation's daemons (and so every job they start) at niceness N for the sweep: here
-four clusters, their 5,000 jobs and fedhpc share two CPUs, where a real federation's clusters
-are other machines; N > 0 models that, 0 (the default) measures the shared machine as it is.
+loop could not answer for that long, and where its thread was. `--clusters-nice N` (default
+10) runs the local federation's daemons, and so every job they start, at niceness N for the
+sweep: here four clusters, their 5,000 jobs and fedhpc share two CPUs, where a real
+federation's clusters are other machines, so N > 0 models that; 0 measures the shared machine
+as it is. For N > 0 the kernel's autogroups are turned off meanwhile (root; restored after):
+with them the CPUs are shared by session first, each job's slurmstepd starts a session of its
+own, and a niceness would change nothing (benchmarks/README.md has both figures).
 
 Run: .venv/bin/python benchmarks/sweep.py [--scenarios one,fifty] [--tasks 5000]
-     [--limit 40] [--cycle 2] [--loop-watch-ms 50] [--clusters-nice 0] [--json]
+     [--limit 40] [--cycle 2] [--loop-watch-ms 50] [--clusters-nice 10] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -59,6 +70,8 @@ from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # no
 from tests.integration.conftest import LOCK  # noqa: E402
 
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
+from fedhpc.daemon import api  # noqa: E402
+from fedhpc.ops.task_views import GroupView, TaskSummary  # noqa: E402
 from fedhpc.profiles.loader import devfed_root, shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
@@ -68,6 +81,7 @@ TARGET_P99_MS = 100.0
 
 
 # The local federation's daemons; slurmstepd and the jobs inherit slurmd's niceness.
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
 CLUSTER_DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmscriptd", "slurmd")
 
 
@@ -82,26 +96,74 @@ def _of_devfed(proc: Path, root: str) -> bool:
     return False
 
 
-def renice_clusters(nice: int | dict[int, int]) -> dict[int, int]:
+def _autogroup(pid: int) -> Path | None:
+    """The process's autogroup file, where the kernel has autogroups (else None)."""
+    path = Path("/proc") / str(pid) / "autogroup"
+    return (
+        path
+        if path.exists() and AUTOGROUPS.exists() and AUTOGROUPS.read_text().strip() == "1"
+        else None
+    )
+
+
+def _autogroups_off() -> str | None:
+    """Turn the kernel's autogroups off for the sweep (root only); what to write back after,
+    or None when they were off or cannot be turned off. Each job's slurmstepd starts a session
+    of its own, and with autogroups every session gets an equal share of the CPUs whatever its
+    niceness: 120 running jobs would each weigh as much as the fedhpc daemon's whole session.
+    Off, the jobs inherit their slurmd's niceness like any child."""
+    try:
+        was = AUTOGROUPS.read_text().strip()
+        if was == "0":
+            return None
+        AUTOGROUPS.write_text("0")
+    except OSError:
+        return None
+    return was
+
+
+Reniced = tuple[dict[int, int], dict[str, tuple[Path, int]]]
+
+
+def renice_clusters(nice: int | Reniced) -> Reniced:
     """Set the local federation's daemons to niceness `nice` (or each back to its own, given
-    what an earlier call returned); returns each one's niceness before."""
+    what an earlier call returned); returns each one's niceness before, and each of their
+    autogroups' (by name, with a process's file to write it through).
+
+    With autogroups on (Debian's kernels: /proc/sys/kernel/sched_autogroup_enabled), the
+    kernel shares the CPUs between sessions first and by a process's own niceness only within
+    its session; every cluster daemon runs in a session of its own, so a process's niceness
+    alone changes nothing against the fedhpc daemon (measured: p99 the same). Their
+    autogroups are reniced too (a slurmctld and its slurmscriptd share one: it is read once)."""
+    if not isinstance(nice, int):
+        procs, groups = nice
+        for pid, own in procs.items():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.setpriority(os.PRIO_PROCESS, pid, own)
+        for path, was in groups.values():
+            with contextlib.suppress(OSError):
+                path.write_text(str(was))
+        return nice
     root = str(devfed_root())
-    before: dict[int, int] = {}
+    procs, groups = {}, {}
     for proc in Path("/proc").iterdir():
         try:
             if not proc.name.isdigit():
                 continue
             pid = int(proc.name)
-            if isinstance(nice, dict):
-                if pid in nice:
-                    os.setpriority(os.PRIO_PROCESS, pid, nice[pid])
+            if (proc / "comm").read_text().strip() not in CLUSTER_DAEMONS or not _of_devfed(
+                proc, root
+            ):
                 continue
-            if (proc / "comm").read_text().strip() in CLUSTER_DAEMONS and _of_devfed(proc, root):
-                before[pid] = os.getpriority(os.PRIO_PROCESS, pid)
-                os.setpriority(os.PRIO_PROCESS, pid, nice)
-        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            procs[pid] = os.getpriority(os.PRIO_PROCESS, pid)
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            if (group := _autogroup(pid)) is not None:
+                name, _, was = group.read_text().split()
+                groups.setdefault(name, (group, int(was)))
+                group.write_text(str(nice))
+        except (ProcessLookupError, PermissionError, IndexError, ValueError, OSError):
             continue
-    return before
+    return procs, groups
 
 
 def loop_stalls(log: Path) -> dict[str, Any]:
@@ -141,36 +203,47 @@ def limited_profiles(folder: Path, limit: int) -> Path:
 
 
 class RestProbe:
-    """Times REST calls a person or agent makes during the sweep."""
+    """Times REST calls a person or agent makes during the sweep, from a process of its own
+    (`probe_process`): what it waits is the daemon and the machine, never the benchmark's MCP
+    client or its polling. Each call is timed twice: the answer (the HTTP request until its
+    body is in, what the REST API delivers) and the answer parsed as the CLI parses it
+    (DaemonClient's models, on the probe's own CPU share)."""
 
     def __init__(self) -> None:
-        self.ms: dict[str, list[float]] = {}
+        self.ms: dict[str, list[float]] = {}  # the answer: request sent -> body in
+        self.parsed_ms: dict[str, list[float]] = {}  # ... -> parsed by the client's models
         self.daemon_ms: dict[str, list[float]] = {}  # the daemon's own share (Server-Timing)
         self.load: list[float] = []  # the machine's 1-minute load average, once per round
-        self._answered: list[float] = []
 
-    async def _timed(self, response: Any) -> None:
-        if timing := response.headers.get("server-timing"):
-            self._answered.append(float(timing.split("dur=")[1]))
+    async def _call(self, client: DaemonClient, name: str, path: str, parse: Any) -> None:
+        started = time.perf_counter()
+        resp = await client._http.get(path, timeout=30)
+        answered = time.perf_counter()
+        if resp.status_code != 200:
+            raise SystemExit(f"probe: {name} answered {resp.status_code}: {resp.text[:300]}")
+        parse(resp.json())
+        done = time.perf_counter()
+        self.ms.setdefault(name, []).append((answered - started) * 1000)
+        self.parsed_ms.setdefault(name, []).append((done - started) * 1000)
+        if timing := resp.headers.get("server-timing"):
+            self.daemon_ms.setdefault(name, []).append(float(timing.split("dur=")[1]))
 
-    async def run(self, client: DaemonClient, groups: list[str], stop: anyio.Event) -> None:
-        """`client` is the probe's own (its responses' Server-Timing are read)."""
-        client._http.event_hooks["response"].append(self._timed)
+    async def run(self, client: DaemonClient, groups: Any, stop: Any) -> None:
+        """Round after round until `stop` (a multiprocessing Event) is set; `groups` (a
+        multiprocessing Queue) hands on each group as it is submitted."""
         i = 0
+        calls = [
+            ("GET /v1/tasks?limit=100", api.TASKS.url() + "?limit=100", _tasks),
+            ("GET /v1/events?limit=100", api.EVENTS.url() + "?limit=100", dict),
+            ("GET /v1/health", api.HEALTH.url(), dict),
+        ]
+        ids: list[str] = []
         while not stop.is_set():
-            calls: dict[str, Any] = {
-                "GET /v1/tasks?limit=100": lambda: client.tasks(limit=100),
-                "GET /v1/events?limit=100": lambda: client.events(limit=100),
-                "GET /v1/health": client.health,
-            }
-            if groups:
-                calls["GET /v1/groups/{id}"] = partial(client.group, groups[i % len(groups)])
-            for name, call in calls.items():
-                started = time.perf_counter()
-                self._answered.clear()
-                await call()
-                self.ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
-                self.daemon_ms.setdefault(name, []).extend(self._answered[-1:])
+            while not groups.empty():
+                ids.append(groups.get_nowait())
+            group = [("GET /v1/groups/{id}", api.GROUP.url(ids[i % len(ids)]), _group)]
+            for name, path, parse in calls + (group if ids else []):
+                await self._call(client, name, path, parse)
             self.load.append(os.getloadavg()[0])
             i += 1
             await anyio.sleep(0.2)
@@ -188,7 +261,9 @@ class RestProbe:
         }
 
     def summary(self) -> dict[str, Any]:
-        every = [x for ms in self.ms.values() for x in ms]
+        def every(by: dict[str, list[float]]) -> list[float]:
+            return [x for ms in by.values() for x in ms]
+
         load = (
             {
                 "min": round(min(self.load), 1),
@@ -199,12 +274,34 @@ class RestProbe:
             else {}
         )
         return {
-            **self._q(every),
+            **self._q(every(self.ms)),
             "by_call": {k: self._q(v) for k, v in self.ms.items()},
-            "daemon": self._q([x for ms in self.daemon_ms.values() for x in ms]),
+            "parsed": self._q(every(self.parsed_ms)),
+            "parsed_by_call": {k: self._q(v) for k, v in self.parsed_ms.items()},
+            "daemon": self._q(every(self.daemon_ms)),
             "daemon_by_call": {k: self._q(v) for k, v in self.daemon_ms.items()},
             "load_average": load,
         }
+
+
+def _tasks(body: dict[str, Any]) -> None:
+    [TaskSummary.model_validate(t) for t in body["tasks"]]
+
+
+def _group(body: dict[str, Any]) -> None:
+    GroupView.model_validate(body)
+
+
+def probe_process(home: str, groups: Any, stop: Any, out: Any) -> None:
+    """The probe's own process (multiprocessing, spawned): its summary goes to `out`."""
+    probe = RestProbe()
+
+    async def run() -> None:
+        async with DaemonClient(DaemonSettings.from_env(home=Path(home))) as client:
+            await probe.run(client, groups, stop)
+
+    anyio.run(run)
+    out.put(probe.summary())
 
 
 def _store_figures(db: Path, groups: list[str], limit: int) -> dict[str, Any]:
@@ -256,27 +353,17 @@ def _resumes(folder: Path) -> tuple[int, int]:
 async def _scenario(  # noqa: PLR0917 (one call site)
     name: str, n: int, mcp: Client, client: DaemonClient, db: Path, resumed: Path, limit: int
 ) -> dict[str, Any]:
-    async with DaemonClient(client.settings) as probing:  # its own: only the probe's answers
-        return await _timed_scenario(name, n, mcp, client, probing, db, resumed, limit)
-
-
-async def _timed_scenario(  # noqa: PLR0917 (one call site)
-    name: str,
-    n: int,
-    mcp: Client,
-    client: DaemonClient,
-    probing: DaemonClient,
-    db: Path,
-    resumed: Path,
-    limit: int,
-) -> dict[str, Any]:
     sizes = [n] if name == "one" else [n // 50] * 50
     before = _resumes(resumed)
     groups: list[str] = []
-    probe, stop = RestProbe(), anyio.Event()
+    spawn = multiprocessing.get_context("spawn")
+    submitted, stop, summary = spawn.Queue(), spawn.Event(), spawn.Queue()
+    probe = spawn.Process(
+        target=probe_process, args=(str(client.settings.home), submitted, stop, summary)
+    )
+    probe.start()
     started = time.monotonic()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(probe.run, probing, groups, stop)
+    try:
         submit_s = []
         for g, size in enumerate(sizes):
             children = [{"command": ["true"], "name": f"c{i}"} for i in range(size)]
@@ -294,12 +381,16 @@ async def _timed_scenario(  # noqa: PLR0917 (one call site)
             if result.is_error:
                 raise SystemExit(f"submit_group failed: {text[:500]}")
             groups.append(json.loads(text)["group_id"])
+            submitted.put(groups[-1])
         with anyio.fail_after(3600):
-            for gid in groups:
-                while (await client.group(gid)).state in ("placing", "running"):  # noqa: ASYNC110
+            for gid in groups:  # a page of one child: the state is the whole group's
+                while (await client.group(gid, limit=1)).state in ("placing", "running"):  # noqa: ASYNC110
                     await anyio.sleep(1)
         wall = time.monotonic() - started
+    finally:
         stop.set()
+    rest = await anyio.to_thread.run_sync(partial(summary.get, timeout=60))
+    await anyio.to_thread.run_sync(probe.join, 30)
     # One resume per group round: wait for them (the bridge delivers after the event).
     want = before[0] + len(groups)
     with anyio.move_on_after(120):
@@ -314,7 +405,7 @@ async def _timed_scenario(  # noqa: PLR0917 (one call site)
         "wall_s": round(wall, 1),
         "submit_s_max": round(max(submit_s), 2),
         **_store_figures(db, groups, limit),
-        "rest": probe.summary(),
+        "rest": rest,
         "resumes": after[0] - before[0],
         "resume_payload_bytes": after[1] - before[1],
         "group_ids": groups,
@@ -379,6 +470,16 @@ def _print(out: dict[str, Any]) -> None:
         f"sites: {out['sites']}; per-user job limit on every partition: "
         f"{out['limit_per_partition']}"
     )
+    if out["sites"] == "slurm":
+        print(
+            f"local clusters' niceness during the sweep: {out['clusters_nice']} (autogroups "
+            f"off meanwhile: {out.get('autogroups_off_meanwhile', False)}); "
+            + (
+                "they stand in for other machines"
+                if out["clusters_nice"] > 0
+                else "they share the two CPUs with fedhpc as equals"
+            )
+        )
     for r in out["scenarios"]:
         rest = r["rest"]
         print(f"\n== {r['scenario']}: {r['tasks']} tasks in {r['groups']} group(s)")
@@ -404,6 +505,11 @@ def _print(out: dict[str, Any]) -> None:
                 f"    {call}: p50 {q.get('p50_ms')} ms, p99 {q.get('p99_ms')} ms "
                 f"(the daemon's own: p50 {own.get('p50_ms')}, p99 {own.get('p99_ms')})"
             )
+        parsed = rest["parsed"]
+        print(
+            f"    the answer parsed by the client's models too (what `fedhpc` CLI waits): "
+            f"p50 {parsed.get('p50_ms')} ms, p99 {parsed.get('p99_ms')} ms"
+        )
         own = rest["daemon"]
         print(
             f"    the daemon's own answer time (Server-Timing), all calls: p50 "
@@ -461,9 +567,11 @@ def main() -> int:
     parser.add_argument(
         "--clusters-nice",
         type=int,
-        default=0,
+        default=10,
         help="niceness of the local Slurm federation's daemons and jobs during the sweep "
-        "(they are other machines in a real federation); each restored after",
+        "(they are other machines in a real federation; the kernel's autogroups are off "
+        "meanwhile, root only); each restored after. 0: they share the CPUs with fedhpc "
+        "as equals",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -478,11 +586,15 @@ def main() -> int:
         except BlockingIOError:
             sys.stderr.write(f"sweep: waiting for {LOCK} (a test run holds the federation)\n")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        reniced = renice_clusters(args.clusters_nice) if args.clusters_nice else {}
+        reniced = renice_clusters(args.clusters_nice) if args.clusters_nice else ({}, {})
+        grouped = _autogroups_off() if args.clusters_nice else None
         try:
             out = anyio.run(_run, args)
         finally:
             renice_clusters(reniced)
+            if grouped is not None:
+                AUTOGROUPS.write_text(grouped)
+        out["autogroups_off_meanwhile"] = grouped is not None
     print(json.dumps(out, indent=2)) if args.json else _print(out)
     return 0
 
