@@ -78,26 +78,27 @@ class GroupReads(Reads):
         them or with an attempt still pending (the rest are never read)."""
         rows = await self._all(*children_query(group_id, after=after, limit=limit, acting=acting))
         out: dict[str, dict[str, Any]] = {}
+        accepted: dict[str, int | None] = {}
         for r in rows:
-            child = out.setdefault(
-                str(r["id"]),
-                {
-                    "id": r["id"],
+            tid = str(r["id"])
+            if (child := out.get(tid)) is None:
+                name, decision, reasons, accepted[tid], relaxed = json.loads(r["task"])
+                child = out[tid] = {
+                    "id": tid,
                     "state": r["state"],
-                    "name": r["name"],
-                    "decision": r["decision"] or "",
-                    "reasons": json.loads(r["reasons"] or "[]"),
-                    "relaxed": bool(r["relaxed"]),
+                    "name": name,
+                    "decision": decision or "",
+                    "reasons": reasons or [],
+                    "relaxed": bool(relaxed),
                     "attempt": None,
                     "attempts": 0,
-                    "index": _child_index(str(r["id"]), str(r["key"])),
-                },
-            )
+                    "index": _child_index(tid, str(r["key"])),
+                }
             if r["n"] is None:
                 continue
             child["attempts"] += 1
-            accepted = r["accepted"]
-            current = r["n"] == accepted if accepted is not None else not r["superseded"]
+            superseded, pending_since, account, shape = json.loads(r["attempt"])
+            current = r["n"] == accepted[tid] if accepted[tid] is not None else not superseded
             if current:
                 child["attempt"] = {
                     "n": r["n"],
@@ -105,9 +106,9 @@ class GroupReads(Reads):
                     "partition": r["partition"],
                     "job_id": r["job_id"],
                     "state": r["attempt_state"],
-                    "account": r["account"],
-                    "pending_since": r["pending_since"],
-                    "shape": json.loads(r["shape"]) if r["shape"] else None,
+                    "account": account,
+                    "pending_since": pending_since,
+                    "shape": shape,
                 }
         return sorted(out.values(), key=lambda c: int(c["index"]))
 
@@ -257,6 +258,13 @@ GROUP_SUMMARY = (
 )
 
 
+# `group_children`'s fields of a task's and of an attempt's body, in the order it reads them.
+_TASK_FIELDS = (
+    "'$.request.name', '$.decision', '$.reasons', '$.accepted_attempt', '$.spread_relaxed'"
+)
+_ATTEMPT_FIELDS = "'$.superseded', '$.pending_since', '$.account', '$.shape'"
+
+
 def children_query(
     group_id: str, *, after: str | None, limit: int | None, acting: Sequence[str]
 ) -> tuple[str, list[object]]:
@@ -277,16 +285,11 @@ def children_query(
         page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
     sql = (
         "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
-        "json_extract(t.body, '$.request.name') AS name, "
-        "json_extract(t.body, '$.decision') AS decision, "
-        "json_extract(t.body, '$.reasons') AS reasons, "
-        "json_extract(t.body, '$.accepted_attempt') AS accepted, "
-        "json_extract(t.body, '$.spread_relaxed') AS relaxed, "
+        # Several paths in one json_extract: each body is parsed once per row, not once per
+        # field, and the fields come as one JSON array (one decode per row in Python).
+        f"json_extract(t.body, {_TASK_FIELDS}) AS task, "
         "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
-        "json_extract(a.body, '$.superseded') AS superseded, "
-        "json_extract(a.body, '$.pending_since') AS pending_since, "
-        "json_extract(a.body, '$.account') AS account, "
-        "json_extract(a.body, '$.shape') AS shape "
+        f"json_extract(a.body, {_ATTEMPT_FIELDS}) AS attempt "
         f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
         "ORDER BY t.id, a.n"
     )
