@@ -188,3 +188,42 @@ async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_
     assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")
     assert sent == ["beta"]
     assert "task.unschedulable" not in await _kinds(store)
+
+
+async def test_a_child_a_scheduler_refused_never_lends_its_refusal_to_its_siblings(
+    store: Store,
+) -> None:
+    """beta refused child 0 (say, an undeclared per-user submit limit) while alpha is down: it
+    waits for alpha, but its siblings, which beta never refused, still go to beta. Keyed
+    alike, the first child of the run decided for all: every sibling waited for alpha (or,
+    with another child first, child 0 was sent to beta again every pass)."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=env(cpus=1))
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    ids = [c.task_id for c in (await o.groups.view(gid, limit=10)).children]
+    first = await o.book.load_task(ids[0])
+    placed = await o.planner.decide(first)
+    assert isinstance(placed, Placement) and placed.site == "beta"
+    sent: list[tuple[str, str]] = []
+
+    async def scheduler(task: TaskRecord, p: Placement) -> AttemptRecord:
+        sent.append((task.id, p.site))
+        if task.id == ids[0] and len(sent) == 1:  # beta refuses child 0, once
+            why = "sbatch: error: QOSMaxSubmitJobPerUserLimit"
+            return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+        return _attempt(task, p, 1, NOW, state=JobState.PENDING)
+
+    setattr(o.placer.submitter.dispatcher, "dispatch", scheduler)  # noqa: B010 (a scheduler)
+    await o.placer.submitter.dispatch(first, placed, None)
+    assert (await o.book.load_task(ids[0])).refused_sites == ("beta",)
+    await o.place_queued()
+    assert sorted(sent[1:]) == [(ids[1], "beta"), (ids[2], "beta")]
+    child0 = await o.book.load_task(ids[0])
+    assert child0.state is JobState.QUEUED
+    assert child0.decision.startswith("queued: waiting for alpha")
+    # A replan is the agent asking again: beta, which refused it, is a candidate once more.
+    answer = await o.tools.replan(ReplanRequest(task_id=ids[0]))
+    assert answer.state is not JobState.UNSCHEDULABLE
+    assert (await o.book.load_task(ids[0])).refused_sites == ()

@@ -69,6 +69,7 @@ def hold_key(task: TaskRecord) -> str:
         r.workdir,
         r.task_budget,
         sorted(task.excluded_sites),
+        sorted(task.refused_sites),
         task.group_id,
     ]
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
@@ -76,6 +77,6 @@ def hold_key(task: TaskRecord) -> str:
 
 
 def as_submitted(task: TaskRecord) -> bool:
-    """A group child whose request replan never changed (the store's `AS_SUBMITTED` test):
-    its siblings as submitted ask exactly the same."""
-    return task.reopened == 0 and not task.excluded_sites
+    """A group child whose request replan never changed and no scheduler refused (the store's
+    `AS_SUBMITTED` test): its siblings as submitted ask exactly the same."""
+    return task.reopened == 0 and not task.excluded_sites and not task.refused_sites

@@ -71,6 +71,7 @@ def child_key(task: TaskRecord) -> tuple[object, ...] | None:
         req.fallback,
         req.task_budget,
         task.excluded_sites,
+        task.refused_sites,  # a child a scheduler refused never lends its siblings that
         req.workdir,
     )
 

@@ -270,7 +270,9 @@ class Planner:
         plans = []
         seen: set[str] = set()
         for task in tasks:
-            sig = task.request.envelope.model_dump_json() + repr(task.excluded_sites)
+            sig = task.request.envelope.model_dump_json() + repr(
+                (task.excluded_sites, task.refused_sites)
+            )
             if sig in seen:
                 continue  # children of one template: one first pass for all
             seen.add(sig)

@@ -311,6 +311,7 @@ class TaskTools:
             await self._check_sites(task, req, envelope, pending=pending)
             await self._refuse_if_started(task, live)
             task.excluded_sites = tuple(sorted(set(task.excluded_sites) | set(req.exclude_sites)))
+            task.refused_sites = ()  # the agent asked again: a site that refused it may not now
             if req.envelope is not None:
                 task.request = task.request.model_copy(update={"envelope": envelope})
             decision = await self.planner.decide(task)

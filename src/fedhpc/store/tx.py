@@ -15,11 +15,13 @@ from fedhpc.store.events import Event, event_id
 __all__ = ["Tx", "iso"]
 
 
-# A group child whose request replan never changed (`holdback.as_submitted`): its siblings
-# as submitted ask the same, so one held child speaks for them all.
+# A group child whose request replan never changed and no scheduler refused
+# (`holdback.as_submitted`): its siblings as submitted ask the same, so one held child
+# speaks for them all.
 AS_SUBMITTED = (
     "coalesce(json_extract(body, '$.reopened'), 0) = 0 "
-    "AND coalesce(json_array_length(body, '$.excluded_sites'), 0) = 0"
+    "AND coalesce(json_array_length(body, '$.excluded_sites'), 0) = 0 "
+    "AND coalesce(json_array_length(body, '$.refused_sites'), 0) = 0"
 )
 
 
