@@ -202,7 +202,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ar.add_argument("--json", action="store_true", help="as JSON")
     ar.set_defaults(func=_archive)
 
-    c = sub.add_parser("cancel", help="cancel a task (kills its job)")
+    c = sub.add_parser(
+        "cancel", help="cancel a task (kills its job), or a group's every live child by its id"
+    )
     c.add_argument("task_id", metavar="ID")
     c.add_argument("--json", action="store_true", help="the task handle as JSON")
     c.set_defaults(func=_cancel)

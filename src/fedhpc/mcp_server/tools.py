@@ -229,7 +229,8 @@ async def replan(
 
 @guarded()
 async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
-    """Decide: cancel a task; its job is killed and its work lost."""
+    """Decide: cancel a task, or a whole group by its group_id (every child still live);
+    jobs are killed and their work lost."""
     req = CancelRequest(task_id=task_id)
     return await _link(ctx).call(lambda c: c.cancel(req))
 

@@ -43,6 +43,9 @@ def _may_move(cheap: dict[str, Any], pending_s: float) -> bool:
     )
 
 
+CANCEL_BATCH = 100  # job ids in one scheduler cancel call (one command line)
+
+
 class Adaptation:
     """What fedhpc does on its own about an attempt, within the task's adaptation budget."""
 
@@ -168,6 +171,28 @@ class Adaptation:
         except Exception as exc:  # the scheduler may already have finished it
             log.info("cancel failed", site=a.site, job_id=a.job_id, error=str(exc))
             a.cancel_pending = True
+
+    async def cancel_attempts(self, atts: list[AttemptRecord]) -> None:
+        """Cancel many at once: one scheduler call per site for up to `CANCEL_BATCH` of its jobs
+        (a group's cancel), each marked for a later cancel where its site did not take it (no
+        job id yet, offline, or the call failed: the control cycle retries those one by one)."""
+        by_site: dict[str, list[AttemptRecord]] = {}
+        for a in atts:
+            if a.job_id is None or not online(self.collector, a.site):
+                a.cancel_pending = True
+            else:
+                by_site.setdefault(a.site, []).append(a)
+        for site, some in by_site.items():
+            for i in range(0, len(some), CANCEL_BATCH):
+                batch = some[i : i + CANCEL_BATCH]
+                try:
+                    await self.adapters[site].cancel([str(a.job_id) for a in batch])
+                    done = True
+                except Exception as exc:  # one of them may have ended meanwhile
+                    log.info("cancel failed", site=site, jobs=len(batch), error=str(exc)[:300])
+                    done = False
+                for a in batch:
+                    a.cancel_pending = not done
 
     async def site_lost(self, site: str, atts: list[AttemptRecord]) -> None:
         """The site is offline: move its queued work elsewhere within each task's re-placement

@@ -22,6 +22,7 @@ from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
 from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.group_cancel import cancel_group, group_named
 from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner, provenance
@@ -135,8 +136,9 @@ class TaskTools:
             if await self.book.store.get_group(task_id) is not None:
                 raise TaskNotFound(
                     f"{task_id!r} is a group, not a task",
-                    hint=f"Read resource fedhpc://groups/{task_id}: get_result, cancel and "
-                    "replan take the task_id of one of its children.",
+                    hint=f"Read resource fedhpc://groups/{task_id}: get_result and replan take "
+                    "the task_id of one of its children (cancel takes the group's id too: "
+                    "every child still live is cancelled).",
                 ) from None
             async with self.book.store.transaction() as tx:
                 transfer = await transfers.get(tx, task_id)
@@ -256,6 +258,10 @@ class TaskTools:
         """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
         A task that had already ended stays as it was, and the answer says nothing was cancelled."""
         async with self.lock:
+            if (group := await group_named(self.book.store, req.task_id)) is not None:
+                return await cancel_group(
+                    self.book, self.adaptation, req.task_id, group, clock=self.clock
+                )
             task = await self._load(req.task_id)
             atts = await self.book.load_attempts(task.id)
             if task.state.terminal:
