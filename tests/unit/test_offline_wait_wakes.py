@@ -13,7 +13,7 @@ from pathlib import Path
 from fedhpc.domain import Health, SiteState
 from fedhpc.domain.job import JobState
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime
-from fedhpc.ops.tasks import GroupChild, ReplanRequest, SubmitGroupRequest
+from fedhpc.ops.tasks import CancelRequest, GroupChild, ReplanRequest, SubmitGroupRequest
 from fedhpc.orchestrator.book import handle
 from fedhpc.orchestrator.dispatch import _attempt
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -227,3 +227,30 @@ async def test_a_child_a_scheduler_refused_never_lends_its_refusal_to_its_siblin
     answer = await o.tools.replan(ReplanRequest(task_id=ids[0]))
     assert answer.state is not JobState.UNSCHEDULABLE
     assert (await o.book.load_task(ids[0])).refused_sites == ()
+
+
+async def test_a_group_still_hears_of_its_wait_when_its_first_child_is_gone(
+    store: Store, tmp_path: Path
+) -> None:
+    """The siblings' wait line comes from one statement (`set_queued_decision`) without its
+    start; the sibling that became the group's first child set its start in memory only (its
+    line unchanged: nothing saved), so every pass counted its wait from zero and the group's
+    continuation, promised a wake, never heard."""
+    clock = Clock()
+    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    req = SubmitGroupRequest(
+        objective="sweep",
+        children=children,
+        envelope=ONLY_ALPHA,
+        continuation=_agent(tmp_path / "agent.log"),
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    await o.place_queued()
+    ids = [c.task_id for c in (await o.groups.view(gid, limit=10)).children]
+    await o.tools.cancel(CancelRequest(task_id=ids[0]))  # the child that spoke for the group
+    for _ in range(4):  # well past the grace, one pass at a time
+        clock.now += timedelta(seconds=120)
+        await o.place_queued()
+    assert (await _kinds(store))[-1] == "group.waiting_for_site"
