@@ -4,6 +4,7 @@ same way (transports/children.py); every exit status is still seen."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -54,10 +55,24 @@ async def _waiter_threads_while_running(
     return codes, seen
 
 
-async def test_no_thread_waits_for_a_transports_command_and_every_exit_is_seen() -> None:
-    # asyncio's default watcher is left as it is: the transports do not use it.
+async def test_no_thread_waits_for_a_transports_command_and_every_exit_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # asyncio's default watcher is left as it is: the transports do not use it. Each child is
+    # watched through a pidfd of its own (without one a worker thread would wait, and its name
+    # is no waitpid thread's: counted here, or the check below could not fail).
+    opened: list[int] = []
+    real = os.pidfd_open
+
+    def counted(pid: int, flags: int = 0) -> int:
+        fd = real(pid, flags)
+        opened.append(pid)
+        return fd
+
+    monkeypatch.setattr(os, "pidfd_open", counted)
     codes, seen = await _waiter_threads_while_running(8, _transport_exit)
     assert codes == list(range(8))
+    assert len(opened) == 8
     assert not [name for name in seen if "waitpid" in name], seen
 
 

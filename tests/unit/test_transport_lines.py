@@ -92,8 +92,9 @@ async def test_an_error_in_on_lines_stops_the_command_and_is_raised_as_is(
 
 async def test_the_timeout_bounds_the_whole_read_and_a_failed_exit_is_a_result() -> None:
     seen = Lines()
-    slow = Command(("sh", "-c", "echo one; sleep 30"), timeout_s=0.5)
-    with anyio.fail_after(10), pytest.raises(TransportTimeout):
+    # 3 s: time for sh to start and its first line to be read on a loaded machine.
+    slow = Command(("sh", "-c", "echo one; sleep 30"), timeout_s=3)
+    with anyio.fail_after(20), pytest.raises(TransportTimeout):
         await LocalTransport().run_lines(slow, seen)
     assert seen.lines == ["one"]
     failed = Command(("sh", "-c", "echo row; echo 'sacct: error: no db' >&2; exit 1"))

@@ -119,8 +119,9 @@ async def test_without_pidfds_a_timeout_and_a_cancellation_still_kill_the_group(
 ) -> None:
     pids = tmp_path / "pids"
     script = f'sleep 60 & echo "$$ $!" > {pids}; wait'
-    with anyio.fail_after(10), pytest.raises(TransportTimeout):
-        await run_bounded(["sh", "-c", script], stdin=None, env=None, timeout_s=0.5)
+    # 3 s: time for sh to start and write its pids on a loaded machine, then the timeout.
+    with anyio.fail_after(20), pytest.raises(TransportTimeout):
+        await run_bounded(["sh", "-c", script], stdin=None, env=None, timeout_s=3)
     first = [int(p) for p in pids.read_text().split()]
     pids.unlink()
     with anyio.fail_after(10):
