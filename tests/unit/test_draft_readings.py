@@ -290,3 +290,59 @@ def test_an_nnodes_range_torchrun_refuses_is_quoted_as_written_and_not_read(
         f"{flag!r} is not a valid range (torchrun refuses {why}): nodes not read from it; "
         f"if you mean {fix}, write that"
     ) in draft.rationale
+
+
+@pytest.mark.parametrize(
+    ("description", "zero", "workload", "gpus"),
+    [
+        (
+            "Fine-tune the model on a GPU; tokenization is CPU only",
+            "CPU only",
+            Workload.SINGLE_GPU_INFERENCE,
+            (1, 1),
+        ),
+        (
+            "Run inference on an A100, preprocessing cpu-only",
+            "cpu-only",
+            Workload.SINGLE_GPU_INFERENCE,
+            (1, 1),
+        ),
+        (
+            "train with DDP on the GPU nodes, no GPU needed for eval",
+            "no GPU",
+            Workload.MULTI_GPU_DDP,
+            (1, 4),
+        ),
+    ],
+)
+def test_a_stated_zero_beside_gpus_named_without_a_count_is_a_part_of_the_work(
+    description: str, zero: str, workload: Workload, gpus: tuple[int, int]
+) -> None:
+    """Each was drafted CPU-only (0 GPUs): a zero won over every GPU the text names unless a
+    count stood beside it."""
+    draft = draft_envelope(description)
+    assert draft.workload is workload
+    assert _shape(draft)[:2] == gpus
+    assert "read as none" not in draft.rationale
+    assert f"part of the work is stated CPU-only ({zero!r}) while the text names GPUs" in (
+        draft.rationale
+    )
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "run on cpu only, no gpus",
+        "GPU not needed, cpu only",
+        "cpu only, no need for a GPU",
+        "cpu only; cuda not installed",
+        "evaluate on 0 a100s, CPU-only",
+    ],
+)
+def test_a_zero_whose_text_names_gpus_only_to_rule_them_out_stays_cpu_only(
+    description: str,
+) -> None:
+    draft = draft_envelope(description)
+    assert draft.workload is Workload.CPU_PREPROCESSING
+    assert _shape(draft)[:2] == (0, 0)
+    assert "read as none" in draft.rationale

@@ -17,7 +17,7 @@ from typing import Any
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
 from fedhpc.placement.shape import ddp_shape, node_range, nodes_flag
-from fedhpc.placement.stated import Stated, stated_gpus, stated_nodes
+from fedhpc.placement.stated import Stated, gpus_named_besides_zeros, stated_gpus, stated_nodes
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
 
 __all__ = [
@@ -319,6 +319,22 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
         if value is not None:
             signals.append(f"{label}={value}")
     stated, nodes = stated_gpus(description), stated_nodes(description)
+    if (
+        stated is not None
+        and stated.none
+        and gpus_named_besides_zeros(lower_ascii(description), stated.phrase)
+    ):
+        # "fine-tune on a GPU; tokenization is CPU only": the zero is a part of the work, not
+        # the task (a stated count beside a zero is handled as that in stated_gpus).
+        remark = (
+            f"part of the work is stated CPU-only ({stated.phrase!r}) while the text names "
+            "GPUs: drafted for the GPU part; if that part is a separate step, two tasks "
+            "(CPU-only, then GPUs) may suit"
+        )
+        stated, hits = None, hits | {"gpu"}
+        remarks: tuple[str, ...] = (remark,)
+    else:
+        remarks = ()
     if nodes is None and stated is not None and stated.nodes is not None:
         nodes = Stated(stated.nodes, stated.nodes, False, stated.phrase)  # "4x8 gpus"
     if stated is not None:
@@ -344,7 +360,7 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     else:
         draft = _cpu(pool, workers, nodes, nnodes, why)
         wall = _wall(description, (3600, 2 * 3600))
-    why.extend(stated.remarks if stated is not None else ())
+    why.extend(stated.remarks if stated is not None else remarks)
     why.extend([refused] if refused else [])
     draft["wall_time"] = wall[0]
     why.append(wall[1])

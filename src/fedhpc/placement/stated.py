@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from fedhpc.domain.accelerators import GPU_MEMORY_GIB
 from fedhpc.placement.textscan import lower_ascii, number_before
 
-__all__ = ["Stated", "stated_gpus", "stated_nodes"]
+__all__ = ["Stated", "gpus_named_besides_zeros", "stated_gpus", "stated_nodes"]
 
 _MAX_DIGITS = 15
 _HUGE: int = 10**_MAX_DIGITS  # a longer number reads as huge (and fails validation by range)
@@ -35,6 +36,20 @@ _GPU_WORDS = re.compile(rf"({_WORDS})[\s-]+(?:{_OR})?(?:[x\u00d7]\s*)?" + _GPU_U
 _GPU_NONE = re.compile(
     r"(?:zero|no|without(?:\s+(?:a|any))?)[\s-]+(?:(?:nvidia|amd)\s+)?gpus?\b"
     r"|cpus?[\s-]*only\b|only\s+(?:on\s+)?(?:the\s+)?cpus?\b"
+)
+# What names GPUs in a text (the word, CUDA, a GPU model fedhpc knows, data-parallel
+# training), and a zero count of them ("0 gpus", "0 a100s"), which names none.
+_GPU_WORD = (
+    r"(?:gpus?|cuda|"
+    + "|".join(sorted(map(re.escape, GPU_MEMORY_GIB), key=len, reverse=True))
+    + r")s?"
+)
+_GPU_NAMED = re.compile(rf"\b(?:{_GPU_WORD}|ddp|fsdp|multi-?gpu)\b")
+_GPU_ZERO = re.compile(
+    rf"\b0+\s*(?:x\s*)?{_GPU_WORD}\b"
+    rf"|\b{_GPU_WORD}\s+(?:is\s+|are\s+)?(?:not|isn't|aren't)\s+"
+    r"(?:needed|required|used|necessary|available|installed)\b"
+    rf"|\bno\s+need\s+for\s+(?:a\s+|any\s+)?{_GPU_WORD}\b"
 )
 # "4x8 gpus", "2 x 8 A100": N nodes of M GPUs (matched on a window ending at the M) ...
 _TIMES = re.compile(r"[^a-z0-9._](\d{1,15})\s*[x\u00d7]\s*$")
@@ -208,6 +223,15 @@ def _read(
             "if that part is a separate step, two tasks (CPU-only, then GPUs) may suit",
         ),
     )
+
+
+def gpus_named_besides_zeros(low: str, phrase: str) -> bool:
+    """Whether the lower-cased text names GPUs outside every zero phrase in it ('cpu only',
+    'no gpus', '0 a100s') and the stated zero `phrase` ('fewer than 1 gpu'): then the zero is
+    a part of the work, not the task ('fine-tune on a GPU; tokenization is CPU only')."""
+    rest = low.replace(lower_ascii(phrase), " ")
+    rest = _GPU_ZERO.sub(" ", _GPU_NONE.sub(" ", rest))
+    return _GPU_NAMED.search(rest) is not None
 
 
 def _zero(description: str, start: int, end: int) -> Stated:
