@@ -15,7 +15,7 @@ from fedhpc.domain.job import JobState
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runtime
 from fedhpc.ops.tasks import CancelRequest, GroupChild, ReplanRequest, SubmitGroupRequest
 from fedhpc.orchestrator.book import handle
-from fedhpc.orchestrator.dispatch import _attempt
+from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, _attempt
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement
 from fedhpc.store import Store
@@ -254,3 +254,28 @@ async def test_a_group_still_hears_of_its_wait_when_its_first_child_is_gone(
         clock.now += timedelta(seconds=120)
         await o.place_queued()
     assert (await _kinds(store))[-1] == "group.waiting_for_site"
+
+
+async def test_a_site_that_needs_a_login_is_never_waited_out_the_person_is_asked(
+    store: Store,
+) -> None:
+    """beta needs a Globus login and alpha, the only other site, is down: recorded as a
+    refusal, the task waited for alpha, the next pass's wait line replaced the login command,
+    and nobody asked the person; it fails now with the command, which wakes the agent."""
+    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
+    await _alpha_down(o, store)
+    submitted = await o.intake.submit_task(_req(), wait_s=0)
+    task = await o.book.load_task(submitted.task_id)
+    placed = await o.planner.decide(task)
+    assert isinstance(placed, Placement) and placed.site == "beta"
+
+    async def needs_login(task: TaskRecord, p: Placement) -> AttemptRecord:
+        why = f"{LOGIN_REQUIRED}: no Globus tokens for beta. Run `fedhpc login` on this machine"
+        return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+
+    setattr(o.placer.submitter.dispatcher, "dispatch", needs_login)  # noqa: B010
+    await o.placer.submitter.dispatch(task, placed, None)
+    task = await o.book.load_task(submitted.task_id)
+    assert task.state is JobState.FAILED and task.refused_sites == ()
+    assert "fedhpc login" in task.reasons[0]
+    assert (await _kinds(store))[-1] == "task.retry_exhausted"

@@ -21,9 +21,13 @@ from fedhpc.orchestrator.planner import provenance, summary
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
 from fedhpc.placement import Placement
 
-__all__ = ["Dispatcher"]
+__all__ = ["LOGIN_REQUIRED", "Dispatcher"]
 
 log = structlog.get_logger(__name__)
+
+# The start of an attempt's reason when a site needs a person to log in first (its hint has
+# the command): the person's move, never a refusal to wait out (orchestrator/submitter.py).
+LOGIN_REQUIRED = "login required"
 
 ROOTS_RETRY_S = 5.0  # an unread site's `$NAME` roots: at most one read per this, not one per task
 
@@ -119,7 +123,7 @@ class Dispatcher:
             # Refused before anything ran (no login, a missing consent): the reason carries
             # the exact `fedhpc login` command, so the woken agent can ask the person for it.
             att.state, att.ended_at = JobState.FAILED, self.clock()
-            att.reason = f"{exc.message}. {exc.hint}"
+            att.reason = f"{LOGIN_REQUIRED}: {exc.message}. {exc.hint}"
         except TransportError as exc:
             # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
             log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)

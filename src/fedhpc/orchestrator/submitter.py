@@ -17,7 +17,7 @@ from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook
-from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, Dispatcher
 from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
@@ -80,7 +80,7 @@ class Submitter:
         next feasible site (three tries in all)."""
         rejected: list[str] = []
         refused: list[str] = []
-        reason = ""
+        reason = login = ""
         for _ in range(3):
             async with self._limiter(p.site):
                 att = await self.dispatcher.dispatch(task, p)
@@ -91,10 +91,15 @@ class Submitter:
                 rejected = [att.site]  # the job's folder: one clear failure, not a retry
                 break
             rejected.append(att.site)  # refused, or its storage unread: the next feasible site
-            if not reason.startswith(StorageUnread.PREFIX):  # a refusal: again next time too
+            if reason.startswith(LOGIN_REQUIRED):
+                login = reason  # the person's move: they are asked, it is never waited out
+            elif not reason.startswith(StorageUnread.PREFIX):  # a refusal: again next time too
                 refused.append(att.site)
             log.warning("not submitted", task=task.id, site=att.site, reason=att.reason)
             decision = await self.planner.decide(task, exclude=tuple(rejected), history=history)
+            if login and isinstance(decision, Unschedulable):
+                reason = login  # the task fails with the login command, whoever is offline
+                break
             if isinstance(decision, Unschedulable) and offline_sites(self.collector, decision):
                 await self._requeue(task, refused, reason)  # the placer holds it for them
                 return
