@@ -154,10 +154,10 @@ class OfflineWaits:
         when it has waited `after_s` (counted from when this wait began, not from submission:
         a replan that reopens a task into a wait wakes nobody at once): a single task's own
         event, or its group's (a group hears no per-child events)."""
-        began = not task.decision.startswith(OFFLINE_WAIT) or task.waiting_since is None
-        if began:
-            task.waiting_since = now  # a new wait (saved: a group's sibling may have the
-            # reason already, from `set_queued_decision`, but never its start)
+        began = False
+        if not task.decision.startswith(OFFLINE_WAIT) or task.waiting_since is None:
+            task.waiting_since, began = now, True  # a new wait, saved: a group's sibling may
+            # have the reason already (`set_queued_decision`), never the wait's start
         changed = began or task.decision != reason
         task.decision = reason
         site = sites[0]
