@@ -107,16 +107,24 @@ async def test_a_group_with_policy_fixed_site_or_twin_child_names_is_refused_by_
 
 
 async def test_a_group_or_transfer_id_given_as_a_task_id_says_what_it_is(tmp_path: Path) -> None:
-    """It said "no task 'g…'" and pointed at `fedhpc tasks`, for an id fedhpc itself gave."""
+    """It said "no task 'g…'" and pointed at `fedhpc tasks`, for an id fedhpc itself gave.
+    cancel takes a group's id: it cancels the group's live children."""
     storage = tmp_path / "devfed"
     async with serve(tmp_path) as client:
-        base = {"objective": "o", "children": [{"command": ["true"]}], "envelope": ENV}
+        base = {"objective": "o", "children": [{"command": ["sleep", "60"]}], "envelope": ENV}
         gid = (await call_ok(client, "submit_group", base))["group_id"]
-        for tool in ("get_result", "cancel", "replan"):
+        for tool in ("get_result", "replan"):
             body = await call_error(client, tool, {"task_id": gid})
             assert body["code"] == "not_found"
             assert body["message"] == f"{gid!r} is a group, not a task", body
             assert f"fedhpc://groups/{gid}" in body["hint"]
+            assert "cancel takes the group's id too" in body["hint"]
+        cancelled = await call_ok(client, "cancel", {"task_id": gid})
+        assert (cancelled["task_id"], cancelled["state"]) == (gid, "cancelled"), cancelled
+        assert cancelled["decision"].startswith(f"group {gid}: cancelled 1 of 1 children (")
+        assert "nothing will wake you" in cancelled["next"]
+        again = await call_ok(client, "cancel", {"task_id": gid})
+        assert again["next"].startswith("Nothing was cancelled"), again
         (storage / "devdelta/storage").mkdir(parents=True, exist_ok=True)
         (storage / "devdelta/storage/in.dat").write_text("x")
         move = {"source": "devdelta:scratch/in.dat", "destination": "devdelta:scratch/out.dat"}
