@@ -5,7 +5,6 @@ children that had ended, and wakes nobody; a second cancel says nothing was left
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,13 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGroupRequest
-from tests.integration.daemon_util import drain, running, settled
-from tests.integration.test_holdback import limited_home
+from tests.integration.daemon_util import running, settled
+from tests.integration.test_holdback import fed, limited_home  # noqa: F401 (fed: a fixture)
 
 pytestmark = pytest.mark.devfed
 
 LIMIT = 3
 CHILDREN = 12
-
-
-@pytest.fixture
-def fed(devfed: Any) -> Iterator[Any]:
-    drain(devfed)
-    yield devfed
-    drain(devfed)
 
 
 async def _job_ids(client: DaemonClient, ids: list[str]) -> dict[str, str]:
@@ -45,8 +37,9 @@ async def _job_ids(client: DaemonClient, ids: list[str]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.usefixtures("fed")  # every cluster drained before and after
 async def test_cancel_of_a_group_ends_every_live_child_with_one_scancel_and_wakes_nobody(
-    fed: Any, tmp_path: Path
+    devfed: Any, tmp_path: Path
 ) -> None:
     home = limited_home(tmp_path, LIMIT)
     env = ResourceEnvelope.model_validate(
@@ -96,7 +89,7 @@ async def test_cancel_of_a_group_ends_every_live_child_with_one_scancel_and_wake
         assert health["remote_calls"]["devanvil"]["total"]["cancel"] == calls + 1
         with anyio.fail_after(30):
             while True:
-                out = fed.run(
+                out = devfed.run(
                     "devanvil", "squeue", "-h", "-t", "PD,R", "-j", ",".join(jobs.values())
                 )
                 if not out.stdout.strip():

@@ -17,6 +17,7 @@ from fedhpc.ops.tasks import CancelRequest, GroupChild, ReplanRequest, SubmitGro
 from fedhpc.orchestrator.book import handle
 from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, _attempt
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
+from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement
 from fedhpc.store import Store
 from tests.unit.test_offline_wait import ALPHA, BETA, ERROR, NOW, _agent, _alpha_down, _woken
@@ -30,12 +31,9 @@ async def _kinds(store: Store) -> list[str]:
     return [e.kind for e in await store.events_after(0, limit=100)]
 
 
-async def test_a_group_whose_children_wait_for_an_offline_site_is_told_once_per_outage(
-    store: Store, tmp_path: Path
-) -> None:
-    """Nothing woke it: only single tasks emitted task.waiting_for_site, while each child's
-    `next` promised a wake 'once if it is still waiting after a while'."""
-    clock = Clock()
+async def _waiting_group(store: Store, clock: Clock, tmp_path: Path) -> tuple[Orchestrator, str]:
+    """A group of three children only alpha, offline, can run (beta answers), with an agent's
+    continuation, after one placement pass: every child waits for alpha."""
     o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
     await _alpha_down(o, store)
     children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
@@ -47,6 +45,16 @@ async def test_a_group_whose_children_wait_for_an_offline_site_is_told_once_per_
     )
     gid = (await o.groups.submit(req, wait_s=0)).group_id
     await o.place_queued()
+    return o, gid
+
+
+async def test_a_group_whose_children_wait_for_an_offline_site_is_told_once_per_outage(
+    store: Store, tmp_path: Path
+) -> None:
+    """Nothing woke it: only single tasks emitted task.waiting_for_site, while each child's
+    `next` promised a wake 'once if it is still waiting after a while'."""
+    clock = Clock()
+    o, gid = await _waiting_group(store, clock, tmp_path)
     view = await o.groups.view(gid, limit=10)
     assert view.counts == {"queued": 3}
     assert all(c.decision.startswith("queued: waiting for alpha") for c in view.children)
@@ -160,17 +168,23 @@ async def test_a_replan_that_reopens_a_task_into_a_wait_wakes_nobody_before_the_
     assert (await _kinds(store))[-1] == "task.waiting_for_site"
 
 
-async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_are_left(
-    store: Store,
-) -> None:
-    """The re-decide after a scheduler's refusal made it unschedulable at once, while alpha,
-    offline, could run it once back; it waits for alpha now and is never sent to beta again."""
+async def _placed_on_beta(store: Store) -> tuple[Orchestrator, TaskRecord, Placement]:
+    """A task alpha (offline) or beta could run, and where placement puts it: beta."""
     o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
     await _alpha_down(o, store)
     submitted = await o.intake.submit_task(_req(), wait_s=0)
     task = await o.book.load_task(submitted.task_id)
     placed = await o.planner.decide(task)
     assert isinstance(placed, Placement) and placed.site == "beta"
+    return o, task, placed
+
+
+async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_are_left(
+    store: Store,
+) -> None:
+    """The re-decide after a scheduler's refusal made it unschedulable at once, while alpha,
+    offline, could run it once back; it waits for alpha now and is never sent to beta again."""
+    o, task, placed = await _placed_on_beta(store)
     sent: list[str] = []
 
     async def refuse(task: TaskRecord, p: Placement) -> AttemptRecord:
@@ -180,11 +194,11 @@ async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_
 
     setattr(o.placer.submitter.dispatcher, "dispatch", refuse)  # noqa: B010 (a refusing scheduler)
     await o.placer.submitter.dispatch(task, placed, None)
-    task = await o.book.load_task(submitted.task_id)
+    task = await o.book.load_task(task.id)
     assert task.state is JobState.QUEUED and task.refused_sites == ("beta",)
     assert "Invalid qos" in task.decision
     await o.place_queued()
-    task = await o.book.load_task(submitted.task_id)
+    task = await o.book.load_task(task.id)
     assert task.state is JobState.QUEUED and task.decision.startswith("queued: waiting for alpha")
     assert sent == ["beta"]
     assert "task.unschedulable" not in await _kinds(store)
@@ -237,17 +251,7 @@ async def test_a_group_still_hears_of_its_wait_when_its_first_child_is_gone(
     line unchanged: nothing saved), so every pass counted its wait from zero and the group's
     continuation, promised a wake, never heard."""
     clock = Clock()
-    o = _orchestrator(store, clock, alpha=ALPHA, beta=BETA)
-    await _alpha_down(o, store)
-    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
-    req = SubmitGroupRequest(
-        objective="sweep",
-        children=children,
-        envelope=ONLY_ALPHA,
-        continuation=_agent(tmp_path / "agent.log"),
-    )
-    gid = (await o.groups.submit(req, wait_s=0)).group_id
-    await o.place_queued()
+    o, gid = await _waiting_group(store, clock, tmp_path)
     ids = [c.task_id for c in (await o.groups.view(gid, limit=10)).children]
     await o.tools.cancel(CancelRequest(task_id=ids[0]))  # the child that spoke for the group
     for _ in range(4):  # well past the grace, one pass at a time
@@ -262,12 +266,7 @@ async def test_a_site_that_needs_a_login_is_never_waited_out_the_person_is_asked
     """beta needs a Globus login and alpha, the only other site, is down: recorded as a
     refusal, the task waited for alpha, the next pass's wait line replaced the login command,
     and nobody asked the person; it fails now with the command, which wakes the agent."""
-    o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
-    await _alpha_down(o, store)
-    submitted = await o.intake.submit_task(_req(), wait_s=0)
-    task = await o.book.load_task(submitted.task_id)
-    placed = await o.planner.decide(task)
-    assert isinstance(placed, Placement) and placed.site == "beta"
+    o, task, placed = await _placed_on_beta(store)
 
     async def needs_login(task: TaskRecord, p: Placement) -> AttemptRecord:
         why = f"{LOGIN_REQUIRED}: no Globus tokens for beta. Run `fedhpc login` on this machine"
@@ -275,7 +274,7 @@ async def test_a_site_that_needs_a_login_is_never_waited_out_the_person_is_asked
 
     setattr(o.placer.submitter.dispatcher, "dispatch", needs_login)  # noqa: B010
     await o.placer.submitter.dispatch(task, placed, None)
-    task = await o.book.load_task(submitted.task_id)
+    task = await o.book.load_task(task.id)
     assert task.state is JobState.FAILED and task.refused_sites == ()
     assert "fedhpc login" in task.reasons[0]
     assert (await _kinds(store))[-1] == "task.retry_exhausted"
