@@ -14,6 +14,7 @@ from fedhpc.domain.job import TERMINAL, JobState
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.groups import _state as group_state
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.store import Store
 
@@ -102,14 +103,7 @@ async def cancel_group(
 
 
 def _nothing_cancelled(group_id: str, counts: dict[str, int], size: int) -> TaskHandle:
-    states = [s for s, n in counts.items() if n]
-    state = (
-        JobState.COMPLETED
-        if states == [JobState.COMPLETED.value]
-        else JobState.CANCELLED
-        if states == [JobState.CANCELLED.value]
-        else JobState.FAILED
-    )
+    state = JobState(group_state([s for s, n in counts.items() if n]))  # all ended: one of three
     told = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if n)
     return TaskHandle(
         task_id=group_id,
