@@ -6,7 +6,8 @@ the earlier children's claims; and the reasons pruned classes report."""
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -42,7 +43,11 @@ from fedhpc.placement import (
     place_group,
     shape_key,
 )
+from fedhpc.placement.estimators import SchedulerKey
+from fedhpc.placement.group import STALE
 from fedhpc.placement.prune import DOMINATED
+from fedhpc.placement.ranking import Ranked, sort_key, with_credit_fraction
+from fedhpc.placement.trace import Estimates
 from tests.unit.test_placement_world import (
     NOW,
     cpu_partition,
@@ -279,9 +284,12 @@ def test_pruned_placement_decides_like_the_full_evaluation(seed: int) -> None:
     _check(place(envelope, PlacementInputs(snap, sites, policy, top=top, **kw)), full, top)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_a_group_in_one_pass_decides_as_place_per_child_with_earlier_claims(seed: int) -> None:
+    """Each child's decision, and the ranked part of its trace (every rule's reason, every
+    estimate, every sort key), is the one a full `place` makes with the earlier children's
+    claims, and with the scheduler estimates their jobs made stale dropped."""
     rng = random.Random(seed)
     sites, snap = _world(rng)
     names = sorted(sites)
@@ -292,21 +300,100 @@ def test_a_group_in_one_pass_decides_as_place_per_child_with_earlier_claims(seed
     kw: dict[str, Any] = {"now": NOW, "task_budget": budget}
     if rng.random() < 0.3:
         kw["errors"] = _errors(rng, sites)
-    one_pass = place_group(kids, PlacementInputs(snap, sites, policy, history=history or (), **kw))
+    starts: dict[SchedulerKey, datetime] | None = None
+    notes: dict[str, str] | None = None
+    first = place(kids[0], PlacementInputs(snap, sites, policy, prune=False, **kw))
+    if isinstance(first, Placement) and rng.random() < 0.4:
+        starts = {
+            (c.site, c.partition, c.account, c.qos, shape_key(c.shape)): NOW
+            + timedelta(minutes=rng.randint(0, 600))
+            for c in first.trace.candidates
+            if c.feasible and rng.random() < 0.5
+        }
+        notes = {}
+    one_pass = place_group(
+        kids,
+        PlacementInputs(snap, sites, policy, history=history or (), estimates=starts, **kw),
+    )
     ledger = Ledger()
     for kid, got in zip(kids, one_pass, strict=True):
         want = place(
             kid,
             PlacementInputs(
-                snap, sites, policy, history=history or (), ledger=ledger, prune=False, **kw
+                snap,
+                sites,
+                policy,
+                history=history or (),
+                ledger=ledger,
+                prune=False,
+                estimates=None if starts is None else dict(starts),
+                estimate_notes=None if notes is None else dict(notes),
+                **kw,
             ),
         )
         assert _key(got) == _key(want)
         if isinstance(want, Placement):
+            ranked = [c for c in got.trace.candidates if c.feasible]
+            everything = [c for c in want.trace.candidates if c.feasible]
+            assert ranked[: _ranked_exactly(got)] == everything[: _ranked_exactly(got)]
+            # Why each site had no scheduler estimates (the count covers the ranked ones only).
+            assert (
+                got.trace.estimates_note.split("; ")[1:]
+                == want.trace.estimates_note.split("; ")[1:]
+            )
             ledger.claim(want.site, want.partition, want.account, want.shape, want.estimates.charge)
+            if starts is not None and notes is not None:
+                taken = [k for k in starts if k[:2] == (want.site, want.partition)]
+                for k in taken:
+                    del starts[k]
+                if taken:
+                    notes.setdefault(want.site, STALE)
+        else:
+            assert got.trace == want.trace  # nothing fits: every partition, as `place` does
     assert [
         _key(d) for d in place_group(kids, PlacementInputs(snap, sites, policy, prune=False, **kw))
     ] == [_key(d) for d in place_group(kids, PlacementInputs(snap, sites, policy, **kw))]
+
+
+def _ranked_exactly(d: Placement) -> int:
+    """How many candidates a pruned trace ranks exactly as a full one (all, when none pruned)."""
+    return d.trace.ranked or len(d.trace.candidates)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(list(PolicyKind)),
+    st.sampled_from(list(Objective)),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+def test_a_sort_key_with_another_credit_fraction_is_the_key_of_those_estimates(
+    kind: PolicyKind, objective: Objective, before: float, after: float
+) -> None:
+    """A group child's budget-only change patches the key in place (`with_credit_fraction`):
+    it must be the key `sort_key` would make."""
+    policy = Policy(kind=kind, site="a" if kind is PolicyKind.FIXED_SITE else None)
+    policy = policy.model_copy(update={"objective": objective})
+    ranked = Ranked(id="a/g/proj/x", site="a", partition="g", account_rank=1, queue_depth=3)
+    est = Estimates(
+        wait_s=10.0,
+        wait_p90_s=20.0,
+        wait_source="paper",
+        runtime_s=600.0,
+        runtime_source="envelope",
+        env_s=0.0,
+        env_source="none",
+        completion_s=610.0,
+        completion_p90_s=620.0,
+        charge=4.0,
+        charge_unit="SU",
+        credit_fraction=before,
+        waste=0,
+    )
+    prefs = env(gpus=1).preferences
+    patched = with_credit_fraction(sort_key(policy, ranked, est, prefs), after)
+    want = sort_key(policy, ranked, replace(est, credit_fraction=after), prefs)
+    assert patched == want  # a NaN or infinite fraction sorts as infinite in both
 
 
 def test_capacity_an_earlier_child_took_is_not_offered_to_the_next() -> None:

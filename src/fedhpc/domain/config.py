@@ -4,7 +4,7 @@ A `Site` joins one shipped profile with these settings."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -129,10 +129,11 @@ class Site:
 
     profile: SiteProfile
     user: UserSiteConfig
+    # The profile's name, kept as a field: placement reads it for every candidate.
+    name: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.profile.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.profile.name)
 
     @property
     def transport(self) -> TransportSpec:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec
-from fedhpc.placement.context import Ledger, Live
-from fedhpc.placement.credit import Budget, allowed_budget, predict_charge
+from fedhpc.placement.context import Live
+from fedhpc.placement.credit import Budgets, predict_charge
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
@@ -44,6 +44,13 @@ class Bounds:
     errors: EstimatorErrors | None  # with `auto`, may prefer paper where learned answers
     env_cache: EnvCache | None
     environment: str | None
+    # Read for every partition, so worked out once from the policy and the envelope.
+    p90: bool  # the objective ranks by the p90 completion
+    asks: bool  # the wait method uses scheduler estimates
+    learns: bool  # the wait method uses the learned index
+    prefer_paper: bool  # `auto` with recent errors: paper may replace learned anywhere
+    prefers: bool  # the envelope lists preferred sites or partitions
+    nodes: int | None  # when every shape has exactly this many nodes
     # Per feasibility class: the most units sizing can grant, and the shortest runtime.
     spec_bounds: dict[int, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
     prep: dict[str, float] = field(default_factory=dict)  # environment preparation per site
@@ -64,29 +71,42 @@ class Bounds:
         environment: str | None,
     ) -> Bounds:
         scheduled = frozenset((k[0], k[1]) for k in scheduler) if scheduler else frozenset()
-        return cls(policy, env, runtime, history, scheduled, errors, env_cache, environment)
+        method, pref = policy.wait, env.preferences
+        return cls(
+            policy,
+            env,
+            runtime,
+            history,
+            scheduled,
+            errors,
+            env_cache,
+            environment,
+            p90=policy.objective is Objective.P90,
+            asks=method in _ASKS,
+            learns=method in _LEARNS,
+            prefer_paper=errors is not None and method is WaitMethod.AUTO,
+            prefers=bool(pref.sites or pref.partitions),
+            nodes=env.nodes.min if env.nodes.min == env.nodes.upper else None,
+        )
 
     def key(
         self,
         e: Entry,
         live: Live,
-        ledger: Ledger | None,
-        task_budget: float | None,
-        budgets: dict[tuple[str, str | None], Budget],
+        budgets: Budgets,
     ) -> tuple[float | int | str, ...]:
         """A lower bound on the sort key of every candidate of `p`, compared as the key is:
         each part at most the candidates' own (the primary criterion, the credit fraction at
         the cheapest shape and the roomiest account, no waste, the exact preference ranks, the
         first account, the empty id), for a partition with `live` state (its health passed).
-        `budgets` caches each (site, account)'s budget for one decision."""
-        pref = self.env.preferences
+        `budgets`: each (site, account)'s budget as the request's ledger stands."""
         prefs = (
-            preference_rank(pref, e.site.name, e.spec.name)
-            if pref.sites or pref.partitions
+            preference_rank(self.env.preferences, e.site.name, e.spec.name)
+            if self.prefers
             else (0, 0)
         )
         spec = self._spec(e)
-        fraction = self._fraction(e, self._charge(e, live), ledger, task_budget, budgets)
+        fraction = budgets.least_fraction(e.site, e.state, e.accounts, self._charge(e, live))
         return (*self._primary(e, live, spec), fraction, 0, *prefs, 0, "")
 
     def _charge(self, e: Entry, live: Live) -> float:
@@ -94,8 +114,7 @@ class Bounds:
         many nodes as the fewest any shape gets (the paper shape's; the others have the
         largest shape's), for the partition's wall time."""
         env = self.env
-        fixed = env.nodes.min == env.nodes.upper  # then every shape has exactly that many
-        nodes = env.nodes.min if fixed else gpus_nodes(env, e.spec, live)[1]
+        nodes = self.nodes if self.nodes is not None else gpus_nodes(env, e.spec, live)[1]
         model = e.site.profile.charge_for(e.spec)
         key = (e.klass, id(model), nodes)
         hit = self.charges.get(key)
@@ -113,24 +132,6 @@ class Bounds:
             hit = self.charges[key] = predict_charge(e.site.profile, spec, cheapest).amount
         return hit
 
-    def _fraction(
-        self,
-        e: Entry,
-        charge: float,
-        ledger: Ledger | None,
-        task_budget: float | None,
-        budgets: dict[tuple[str, str | None], Budget],
-    ) -> float:
-        least = math.inf
-        for acct in e.accounts:
-            budget = budgets.get((e.site.name, acct))
-            if budget is None:
-                budget = allowed_budget(e.site, e.state, acct, task_budget, ledger)
-                budgets[(e.site.name, acct)] = budget
-            left = budget.site_remaining if budget.site_remaining is not None else budget.allowed
-            least = min(least, round(charge / left, 6) if left and left > 0 else 0.0)
-        return least
-
     def _primary(
         self, e: Entry, live: Live, spec: tuple[tuple[int, int, int], float]
     ) -> tuple[float | int, ...]:
@@ -139,16 +140,14 @@ class Bounds:
             return (live.pending,)
         s = policy.settings
         site, part = e.site.name, e.spec.name
-        p90 = policy.objective is Objective.P90
-        method = policy.wait
-        if self.scheduled and method in _ASKS and (site, part) in self.scheduled:
+        p90 = self.p90
+        if self.asks and self.scheduled and (site, part) in self.scheduled:
             wait = 0.0  # the scheduler may predict a start now
         else:
             learned = self._learned(site, part, spec[0], p90)
             # Some shape would use the paper estimate: no learned answer, or the recent errors
             # may make `auto` prefer paper there.
-            prefer_paper = self.errors is not None and method is WaitMethod.AUTO
-            if learned is None or learned[1] or prefer_paper:
+            if learned is None or learned[1] or self.prefer_paper:
                 paper = self._paper(e.spec, live, s) * (s.uncertainty_factor if p90 else 1.0)
                 wait = paper if learned is None else min(paper, learned[0])
             else:
@@ -166,7 +165,7 @@ class Bounds:
     ) -> tuple[float, bool] | None:
         """The least learned wait any shape here can get, and whether some shape gets none;
         None when the method does not learn or nothing was observed."""
-        if self.history is None or self.policy.wait not in _LEARNS:
+        if self.history is None or not self.learns:
             return None
         env = self.env
         g, c, n = most

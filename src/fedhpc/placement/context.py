@@ -63,13 +63,13 @@ class Ledger:
     def site_spent(self, site: str) -> float:
         return self.site_total.get(site, 0.0)
 
-    def fingerprint(self, site: str, partition: str) -> tuple[int, int, int, float]:
-        """Everything a claim can change about one partition's evaluation."""
+    def fingerprint(self, site: str, partition: str) -> tuple[tuple[int, int, int], float]:
+        """Everything a claim can change about one partition's evaluation: the claims on the
+        partition itself (capacity, queue, the user's jobs there), then the site's spending
+        (what the user may still spend there)."""
         key = (site, partition)
         return (
-            self.gpus.get(key, 0),
-            self.cpus.get(key, 0),
-            self.jobs.get(key, 0),
+            (self.gpus.get(key, 0), self.cpus.get(key, 0), self.jobs.get(key, 0)),
             self.site_total.get(site, 0.0),
         )
 

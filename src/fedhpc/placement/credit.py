@@ -11,7 +11,7 @@ from fedhpc.domain.site import ChargeKind, Credit, PartitionSpec, SiteProfile, S
 from fedhpc.domain.units import finite_or_none
 from fedhpc.placement.context import Ledger
 
-__all__ = ["Budget", "Charge", "allowed_budget", "predict_charge"]
+__all__ = ["Allowance", "Budget", "Budgets", "Charge", "allowed_budget", "predict_charge"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,72 @@ def _unusable(state: SiteState | None, row: Credit | None) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What bounds one (site, account)'s spending before the task's own budget and the
+    ledger's claims, in the order `allowed_budget` weighs them: fixed ones, ones the account's
+    spending lowers, and the site budget, which the site's spending lowers. It reads only the
+    probe and the user's settings: one per (site, account) and snapshot."""
+
+    fixed: tuple[tuple[float, str], ...]
+    account: tuple[tuple[float, str], ...]
+    site: tuple[float, str] | None
+    broken: str | None
+
+    @classmethod
+    def of(cls, site: Site, state: SiteState | None, account: str | None) -> Allowance:
+        fixed: list[tuple[float, str]] = []
+        if site.user.task_budget is not None:
+            fixed.append((site.user.task_budget, f"per-task ceiling {site.user.task_budget:g}"))
+        row = _credit_row(state, account)
+        broken = _unusable(state, row)
+        if broken is not None:
+            return cls((), (), None, broken)
+        used_acct = (row.used or 0.0) if row else 0.0
+        acct: list[tuple[float, str]] = []
+        config = _account_config(site, account)
+        if config is not None and config.budget is not None:
+            label = f"account {account} budget {config.budget:g} - used {used_acct:g}"
+            acct.append((config.budget - used_acct, label))
+        if row is not None and row.budget is not None:
+            label = f"account {account} allocation {row.budget:g} - used {used_acct:g}"
+            acct.append((row.budget - used_acct, label))
+        if row is not None and row.balance is not None:
+            acct.append((row.balance, f"balance {row.balance:g}"))
+        whole: tuple[float, str] | None = None
+        if site.user.budget is not None:
+            used_site = sum((c.used or 0.0) for c in state.credit) if state else 0.0
+            label = f"site budget {site.user.budget:g} - used {used_site:g}"
+            whole = (site.user.budget - used_site, label)
+        return cls(tuple(fixed), tuple(acct), whole, None)
+
+    def budget(self, task_budget: float | None, spent_account: float, spent_site: float) -> Budget:
+        """The budget of a task allowed `task_budget`, after claims that spent `spent_account`
+        on this account and `spent_site` on the site."""
+        if self.broken is not None:
+            return Budget(None, self.broken, None, unusable=self.broken)
+        bounds = [] if task_budget is None else [(task_budget, f"task budget {task_budget:g}")]
+        bounds += self.fixed
+        bounds += ((v - spent_account, label) for v, label in self.account)
+        site_remaining: float | None = None
+        if self.site is not None:
+            site_remaining = self.site[0] - spent_site
+            bounds.append((site_remaining, self.site[1]))
+        if not bounds:
+            return Budget(None, "no budget or balance known", None)
+        if any(not math.isfinite(b[0]) for b in bounds):  # e.g. a ledger fed a broken charge
+            bad = next(label for value, label in bounds if not math.isfinite(value))
+            return Budget(None, f"not a finite budget: {bad}", None, unusable=bad)
+        value, label = min(bounds, key=lambda b: b[0])
+        return Budget(round(max(value, 0.0), 4), label, site_remaining)
+
+
+def _spent(ledger: Ledger | None, site: str, account: str | None) -> tuple[float, float]:
+    if ledger is None:
+        return 0.0, 0.0
+    return ledger.spent.get((site, account), 0.0), ledger.site_spent(site)
+
+
 def allowed_budget(
     site: Site,
     state: SiteState | None,
@@ -91,37 +157,70 @@ def allowed_budget(
     task_budget: float | None,
     ledger: Ledger | None,
 ) -> Budget:
-    """min(task budget, account budget - used, site budget - live used, balance)."""
-    bounds: list[tuple[float, str]] = []
-    spent_acct = ledger.spent.get((site.name, account), 0.0) if ledger else 0.0
-    spent_site = ledger.site_spent(site.name) if ledger else 0.0
-    if task_budget is not None:
-        bounds.append((task_budget, f"task budget {task_budget:g}"))
-    if site.user.task_budget is not None:
-        bounds.append((site.user.task_budget, f"per-task ceiling {site.user.task_budget:g}"))
-    row = _credit_row(state, account)
-    broken = _unusable(state, row)
-    if broken is not None:
-        return Budget(None, broken, None, unusable=broken)
-    used_acct = (row.used or 0.0) if row else 0.0
-    acct = _account_config(site, account)
-    if acct is not None and acct.budget is not None:
-        left = acct.budget - used_acct - spent_acct
-        bounds.append((left, f"account {account} budget {acct.budget:g} - used {used_acct:g}"))
-    if row is not None and row.budget is not None:
-        left = row.budget - used_acct - spent_acct
-        bounds.append((left, f"account {account} allocation {row.budget:g} - used {used_acct:g}"))
-    if row is not None and row.balance is not None:
-        bounds.append((row.balance - spent_acct, f"balance {row.balance:g}"))
-    site_remaining: float | None = None
-    if site.user.budget is not None:
-        used_site = sum((c.used or 0.0) for c in state.credit) if state else 0.0
-        site_remaining = site.user.budget - used_site - spent_site
-        bounds.append((site_remaining, f"site budget {site.user.budget:g} - used {used_site:g}"))
-    if not bounds:
-        return Budget(None, "no budget or balance known", None)
-    if any(not math.isfinite(b[0]) for b in bounds):  # e.g. a ledger fed a broken charge
-        bad = next(label for value, label in bounds if not math.isfinite(value))
-        return Budget(None, f"not a finite budget: {bad}", None, unusable=bad)
-    value, label = min(bounds, key=lambda b: b[0])
-    return Budget(round(max(value, 0.0), 4), label, site_remaining)
+    """min(task budget, account budget - used, site budget - live used, balance), each less
+    what the ledger's claims spent there."""
+    allowance = Allowance.of(site, state, account)
+    return allowance.budget(task_budget, *_spent(ledger, site.name, account))
+
+
+class Budgets:
+    """Each (site, account)'s `Budget` for one request as its ledger stands. What the snapshot
+    and the user's settings allow is worked out once; what the ledger's claims take off is
+    redone for a site after a claim there (`claimed`)."""
+
+    __slots__ = ("_allowances", "_current", "_fractions", "_ledger", "_task_budget")
+
+    def __init__(
+        self,
+        task_budget: float | None,
+        ledger: Ledger | None,
+        allowances: dict[tuple[str, str | None], Allowance] | None = None,
+    ) -> None:
+        """`allowances`: a cache of `Allowance`s for the same snapshot and sites, which other
+        requests may share (the federation index keeps one)."""
+        self._task_budget, self._ledger = task_budget, ledger
+        self._allowances = {} if allowances is None else allowances
+        self._current: dict[tuple[str, str | None], Budget] = {}
+        self._fractions: dict[tuple[str, tuple[str | None, ...], float], float] = {}
+
+    def get(self, site: Site, state: SiteState | None, account: str | None) -> Budget:
+        key = (site.name, account)
+        got = self._current.get(key)
+        if got is None:
+            allowance = self._allowances.get(key)
+            if allowance is None:
+                allowance = self._allowances[key] = Allowance.of(site, state, account)
+            got = allowance.budget(self._task_budget, *_spent(self._ledger, site.name, account))
+            self._current[key] = got
+        return got
+
+    def least_fraction(
+        self,
+        site: Site,
+        state: SiteState | None,
+        accounts: tuple[str | None, ...],
+        charge: float,
+    ) -> float:
+        """The least share of any of these accounts' remaining credit (the site's, else what
+        the account may spend) that `charge` takes; infinite with no account. Many partitions
+        of a site share their accounts and cheapest charge: each answer is kept until a claim
+        at the site."""
+        name = site.name
+        key = (name, accounts, charge)
+        least = self._fractions.get(key)
+        if least is not None:
+            return least
+        least, current = math.inf, self._current
+        for account in accounts:
+            budget = current.get((name, account)) or self.get(site, state, account)
+            left = budget.site_remaining if budget.site_remaining is not None else budget.allowed
+            least = min(least, round(charge / left, 6) if left and left > 0 else 0.0)
+        self._fractions[key] = least
+        return least
+
+    def claimed(self, site: str) -> None:
+        """A claim at `site` was added to the ledger: its budgets are redone when next asked."""
+        for key in [k for k in self._current if k[0] == site]:
+            del self._current[key]
+        for fkey in [k for k in self._fractions if k[0] == site]:
+            del self._fractions[fkey]

@@ -4,13 +4,14 @@ for each feasible candidate its estimates and sort key."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import Shape
 from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
 from fedhpc.placement.context import CandidateContext, PartitionContext, shape_key
-from fedhpc.placement.credit import Budget, allowed_budget, predict_charge
+from fedhpc.placement.credit import Budgets, predict_charge
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import (
     EnvCache,
@@ -21,12 +22,12 @@ from fedhpc.placement.estimators import (
     estimate_wait,
 )
 from fedhpc.placement.policy import Policy, PolicyKind
-from fedhpc.placement.ranking import Ranked, sort_key, waste
+from fedhpc.placement.ranking import Ranked, sort_key, waste, with_credit_fraction
 from fedhpc.placement.rules import RULES, Category, Level, Outcome, RuleResult
-from fedhpc.placement.sizing import joint_shapes, size_shape
+from fedhpc.placement.sizing import Ladder, joint_shapes, size_shape
 from fedhpc.placement.trace import CandidateTrace, Estimates
 
-__all__ = ["Inputs", "evaluate", "minimum_shape"]
+__all__ = ["Evaluated", "Inputs", "Known", "evaluate", "minimum_shape", "rebudget"]
 
 # The rule table split by level, as (position in the table, function) pairs.
 _SITE_RULES = tuple((i, r.partition_fn) for i, r in enumerate(RULES) if r.level is Level.SITE)
@@ -36,6 +37,11 @@ _SHAPE_RULES = tuple((i, r.candidate_fn) for i, r in enumerate(RULES) if r.level
 
 
 _WALL = next(i for i, r in enumerate(RULES) if r.category is Category.WALL_TIME)
+_CREDIT = next(i for i, r in enumerate(RULES) if r.category is Category.CREDIT)
+_CREDIT_FN = RULES[_CREDIT].candidate_fn  # a shape-level rule: one verdict per candidate
+
+# One partition's candidates: (feasible, rejected).
+Evaluated = tuple[list[CandidateTrace], list[CandidateTrace]]
 
 # Every slot of a candidate's row is overwritten by its rule; this only gives the row its length.
 _PLACEHOLDER = tuple(RuleResult(r.category, Outcome.NOTE, "not evaluated") for r in RULES)
@@ -62,9 +68,6 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
     )
     r, r_src = inputs.runtime.runtime(x.shape)
     e, e_src = env_prep_s(p.site.name, inputs.environment, inputs.env_cache, s)
-    budget = x.budget
-    remaining = budget.site_remaining if budget.site_remaining is not None else budget.allowed
-    fraction = x.charge.amount / remaining if remaining else 0.0
     model = p.profile.charge_for(p.spec)
     acc = p.spec.node.accelerator
     return Estimates(
@@ -79,10 +82,18 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
         completion_p90_s=round(w.p90_s + r + e, 3),
         charge=x.charge.amount,
         charge_unit=x.charge.unit,
-        credit_fraction=round(fraction, 6),
+        credit_fraction=_credit_fraction(x),
         waste=waste(x.shape.gpus, x.shape.nodes, acc.count if acc else 0, model.whole_node),
         wait_by=w.by_method,
     )
+
+
+def _credit_fraction(x: CandidateContext) -> float:
+    """The share of the site's remaining credit (else of what the task may spend) this charge
+    takes; 0 when nothing is known."""
+    budget = x.budget
+    remaining = budget.site_remaining if budget.site_remaining is not None else budget.allowed
+    return round(x.charge.amount / remaining if remaining else 0.0, 6)
 
 
 def _wall_short(x: CandidateContext, est: Estimates, margin: float) -> str | None:
@@ -116,8 +127,33 @@ class Inputs:
     env_cache: EnvCache | None
     environment: str | None
     minimum: Shape  # the envelope's minimum: the shape that explains a rejected partition
-    budgets: dict[tuple[str, str | None], Budget]  # per (site, account), filled as met
+    budgets: Budgets  # per (site, account), as the ledger stands
     site_results: dict[str, list[tuple[int, RuleResult]]]  # site-level rules, per site
+    partitions: dict[tuple[str, str], Known]  # per (site, partition)
+
+
+class Known(NamedTuple):
+    """What evaluating a partition reads that no claim changes (the snapshot, the envelope and
+    the profile only): its partition and site rules, its accounts, joint sizing's steps."""
+
+    results: tuple[tuple[int, RuleResult], ...]
+    ok: bool
+    choices: tuple[AccountChoice | None, ...]
+    ladder: Ladder | None  # None: no joint sizing here
+
+    @classmethod
+    def of(cls, p: PartitionContext, inputs: Inputs) -> Known:
+        site, policy = p.site, inputs.policy
+        site_results = inputs.site_results.get(site.name)
+        if site_results is None:
+            site_results = [(i, fn(p)) for i, fn in _SITE_RULES if fn is not None]
+            inputs.site_results[site.name] = site_results
+        results = [(i, fn(p)) for i, fn in _PART_RULES if fn is not None]
+        results.extend(site_results)
+        ok = not any(v.failed for _, v in results)
+        joint = ok and policy.joint_sizing and policy.kind is PolicyKind.BEST_FEASIBLE
+        choices = tuple(account_choices(site, p.spec, p.state)) or (None,)
+        return cls(tuple(results), ok, choices, Ladder(p.envelope, p.spec) if joint else None)
 
 
 def minimum_shape(env: ResourceEnvelope) -> Shape:
@@ -165,9 +201,7 @@ def _candidate(
     )
 
 
-def evaluate(
-    p: PartitionContext, inputs: Inputs
-) -> tuple[list[CandidateTrace], list[CandidateTrace]]:
+def evaluate(p: PartitionContext, inputs: Inputs) -> Evaluated:
     """Every candidate of one partition. Rules run once per level they read: partition rules
     once, account rules once per account, shape rules per shape. A partition or account that
     fails as a whole is explained by one candidate, not one per shape: at the envelope's minimum
@@ -175,32 +209,25 @@ def evaluate(
     site, spec, live, policy = p.site, p.spec, p.live, inputs.policy
     feasible: list[CandidateTrace] = []
     rejected: list[CandidateTrace] = []
-    site_results = inputs.site_results.get(site.name)
-    if site_results is None:
-        site_results = [(i, fn(p)) for i, fn in _SITE_RULES if fn is not None]
-        inputs.site_results[site.name] = site_results
-    part_results = [(i, fn(p)) for i, fn in _PART_RULES if fn is not None]
-    part_results.extend(site_results)
-    part_ok = not any(v.failed for _, v in part_results)
-    joint = part_ok and policy.joint_sizing and policy.kind is PolicyKind.BEST_FEASIBLE
-    shapes = (
-        joint_shapes(p.envelope, spec, live, limit=policy.settings.max_shapes) if joint else None
-    )
+    known = inputs.partitions.get((site.name, spec.name))
+    if known is None:
+        known = inputs.partitions[(site.name, spec.name)] = Known.of(p, inputs)
+    part_results, part_ok, choices = known.results, known.ok, known.choices
+    shapes = None
+    if known.ladder is not None:
+        limit = policy.settings.max_shapes
+        shapes = joint_shapes(p.envelope, spec, live, limit=limit, ladder=known.ladder)
     if shapes:
         paper = shapes[0]
     else:
         paper = size_shape(p.envelope, spec, live) if part_ok else inputs.minimum
-    choices: list[AccountChoice | None] = [*account_choices(site, spec, p.state)] or [None]
     base = list(_PLACEHOLDER)
     for i, v in part_results:
         base[i] = v
     for choice in choices:
         acct = choice.name if choice else None
         qos = (choice.qos if choice else None) or spec.default_qos
-        budget = inputs.budgets.get((site.name, acct))
-        if budget is None:
-            budget = allowed_budget(site, p.state, acct, p.task_budget, p.ledger)
-            inputs.budgets[(site.name, acct)] = budget
+        budget = inputs.budgets.get(site, p.state, acct)
         first = CandidateContext(
             p, acct, qos, paper, predict_charge(p.profile, spec, paper), budget
         )
@@ -225,3 +252,45 @@ def evaluate(
         if not part_ok:
             break
     return feasible, rejected
+
+
+def rebudget(p: PartitionContext, before: Evaluated, inputs: Inputs) -> Evaluated | None:
+    """`before`, this partition's evaluation, after claims elsewhere on its site changed only
+    what the user may still spend there. The budget is read by the credit rule and the credit
+    fraction (and so the sort key) alone: those are redone, the rest is kept. None when a
+    candidate's credit verdict changes (feasibility, and with it the candidates, may change):
+    the partition must be evaluated again."""
+    assert _CREDIT_FN is not None
+    spec = p.spec
+    after: Evaluated = ([], [])
+    for c in (*before[0], *before[1]):
+        x = CandidateContext(
+            p,
+            c.account,
+            c.qos,
+            c.shape,
+            predict_charge(p.profile, spec, c.shape),
+            inputs.budgets.get(p.site, p.state, c.account),
+        )
+        verdict, was = _CREDIT_FN(x), c.rules[_CREDIT]
+        if verdict.failed != was.failed:
+            return None
+        rules = c.rules
+        if verdict != was:
+            rules = (*rules[:_CREDIT], verdict, *rules[_CREDIT + 1 :])
+        if c.estimates is None or c.key is None:  # rejected: only its credit reason changes
+            after[1].append(c if rules is c.rules else replace(c, rules=rules))
+            continue
+        fraction = _credit_fraction(x)
+        if fraction == c.estimates.credit_fraction and rules is c.rules:
+            after[0].append(c)
+            continue
+        after[0].append(
+            replace(
+                c,
+                rules=rules,
+                estimates=replace(c.estimates, credit_fraction=fraction),
+                key=with_credit_fraction(c.key, fraction),
+            )
+        )
+    return after

@@ -17,13 +17,13 @@ from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.units import as_utc
 from fedhpc.placement.bounds import Bounds
 from fedhpc.placement.context import PartitionContext
-from fedhpc.placement.credit import Budget
+from fedhpc.placement.credit import Budgets
 from fedhpc.placement.estimators import (
     RuntimeModel,
     SchedulerEstimates,
     WaitHistory,
 )
-from fedhpc.placement.evaluate import Inputs, evaluate, minimum_shape
+from fedhpc.placement.evaluate import Evaluated, Inputs, Known, evaluate, minimum_shape, rebudget
 from fedhpc.placement.hints import relax_hint
 from fedhpc.placement.inputs import PlacementInputs
 from fedhpc.placement.normalize import normalize_envelope
@@ -49,8 +49,10 @@ from fedhpc.placement.trace import (
 
 __all__ = ["Request", "place"]
 
-Evaluated = tuple[list[CandidateTrace], list[CandidateTrace]]
 Bound = tuple[float | int | str, ...]
+# What an evaluation read that a group's claims change: the partition's own claims, the site's
+# spending, the site's scheduler-estimate note.
+Seen = tuple[tuple[int, ...], float, str | None]
 
 
 def _estimates_note(
@@ -115,10 +117,12 @@ class Request:
             self.minimum,
         )
         self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
+        self._partitions: dict[tuple[str, str], Known] = {}
         # Budgets per (site, account), kept across a group's children: a claim changes only
         # its own site's (`claimed`).
-        self._budgets: dict[tuple[str, str | None], Budget] = {}
+
         self.index = federation_index(inputs.snapshot, sites)
+        self._budgets = Budgets(task_budget, ledger, self.index.allowances)
         every = list(range(len(self.index.entries)))
         self.survivors, self.static = (
             prune_static(self.index, self._context, self.minimum) if prune else (every, [])
@@ -135,7 +139,8 @@ class Request:
             environment=environment,
         )
         self.score = {self.index.by_name[k] for k in inputs.score if k in self.index.by_name}
-        self._memo: dict[int, tuple[object, Evaluated]] = {}
+        # Per partition: what its evaluation read that a group's claims change, and the result.
+        self._memo: dict[int, tuple[Seen, Evaluated]] = {}
         self._order: list[tuple[Bound, int]] | None = None
 
     def _context(self, e: Entry) -> PartitionContext:
@@ -150,28 +155,38 @@ class Request:
         )
 
     def _evaluate(self, i: int, inputs: Inputs) -> Evaluated:
+        """Partition `i` evaluated, or its evaluation kept from an earlier child while nothing
+        it read has changed since. Claims elsewhere on its site change only its budgets: then
+        only what reads them is redone (`rebudget`)."""
         e = self.index.entries[i]
-        fp = self.ledger.fingerprint(e.site.name, e.spec.name) if self.ledger else None
+        site = e.site.name
+        own, spent = self.ledger.fingerprint(site, e.spec.name) if self.ledger else ((), 0.0)
+        # A scheduler estimate dropped at the site changes how every estimate there reads.
+        seen = (own, spent, self.notes.get(site) if self.notes else None)
         hit = self._memo.get(i)
-        if hit is not None and hit[0] == fp:
-            return hit[1]
-        out = evaluate(self._context(e), inputs)
-        self._memo[i] = (fp, out)
+        out: Evaluated | None = None
+        if hit is not None:
+            if hit[0] == seen:
+                return hit[1]
+            if hit[0][0] == own and hit[0][2] == seen[2]:
+                out = rebudget(self._context(e), hit[1], inputs)
+        if out is None:
+            out = evaluate(self._context(e), inputs)
+        self._memo[i] = (seen, out)
         return out
 
-    def _bound(self, i: int, budgets: dict[tuple[str, str | None], Budget]) -> Bound:
+    def _bound(self, i: int) -> Bound:
         e = self.index.entries[i]
         live = live_of(e, self.ledger)
         assert live is not None  # survivors passed the health rule: they have a probe
-        return self.bounds.key(e, live, self.ledger, self.task_budget, budgets)
+        return self.bounds.key(e, live, self._budgets)
 
     def order(self) -> list[tuple[Bound, int]]:
         """The surviving partitions by lower bound (then walk order); kept up to date by
         `claimed` while a group places its children."""
         if self._order is None:
-            budgets = self._budgets
             self._order = sorted(
-                ((self._bound(i, budgets), i) for i in self.survivors)
+                ((self._bound(i), i) for i in self.survivors)
                 if self.top
                 else (((), i) for i in self.survivors)
             )
@@ -180,8 +195,7 @@ class Request:
     def claimed(self, site: str, partition: str) -> None:
         """A claim on (site, partition) was added to the ledger: the site's budgets changed,
         and the partition's bound may have grown."""
-        for k in [k for k in self._budgets if k[0] == site]:
-            del self._budgets[k]
+        self._budgets.claimed(site)
         i = self.index.by_name.get((site, partition))
         if i is None or self._order is None or not self.top:
             return
@@ -189,12 +203,12 @@ class Request:
         for pos, (_, j) in enumerate(order):
             if j == i:
                 del order[pos]
-                bisect.insort(order, (self._bound(i, self._budgets), i))
+                bisect.insort(order, (self._bound(i), i))
                 return
 
     def decide(self) -> Placement | Unschedulable:
         policy = self.policy
-        inputs = Inputs(*self._inputs, self._budgets, self._site_results)
+        inputs = Inputs(*self._inputs, self._budgets, self._site_results, self._partitions)
         feasible: list[CandidateTrace] = []
         rejected: list[CandidateTrace] = []
         best: list[tuple[float | int | str, ...]] = []

@@ -18,6 +18,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, ResourceSnapshot, SiteState
 from fedhpc.placement.candidates import account_choices
 from fedhpc.placement.context import Ledger, Live, PartitionContext
+from fedhpc.placement.credit import Allowance
 from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings
 from fedhpc.placement.ranking import primary_fields
 from fedhpc.placement.rules import (
@@ -80,6 +81,8 @@ class FederationIndex:
         tuple[object, ...],
         tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[PrunedClass, ...]],
     ] = field(default_factory=dict, compare=False)
+    # Each (site, account)'s credit bounds from the probe and the settings, filled as met.
+    allowances: dict[tuple[str, str | None], Allowance] = field(default_factory=dict, compare=False)
 
     @classmethod
     def build(cls, snapshot: ResourceSnapshot, sites: Mapping[str, Site]) -> FederationIndex:

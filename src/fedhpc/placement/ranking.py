@@ -11,7 +11,15 @@ from fedhpc.domain.envelope import Preferences
 from fedhpc.placement.policy import Objective, Policy, PolicyKind
 from fedhpc.placement.trace import Estimates
 
-__all__ = ["KEY_TAIL", "preference_rank", "primary_fields", "sort_key", "waste", "whole_seconds"]
+__all__ = [
+    "KEY_TAIL",
+    "preference_rank",
+    "primary_fields",
+    "sort_key",
+    "waste",
+    "whole_seconds",
+    "with_credit_fraction",
+]
 
 # After the policy's primary criterion: lower fraction of remaining site credit, lower
 # specialized-resource waste, user preference (site, partition, account order), stable id.
@@ -101,3 +109,12 @@ def sort_key(
         c.account_rank,
         c.id,
     )
+
+
+def with_credit_fraction(
+    key: tuple[float | int | str, ...], fraction: float
+) -> tuple[float | int | str, ...]:
+    """`key`, made by `sort_key`, as it reads when the estimates' credit fraction is `fraction`
+    (the first field of `KEY_TAIL`; nothing before it reads the fraction)."""
+    i = len(key) - len(KEY_TAIL)
+    return (*key[:i], round(_fraction(fraction), 6), *key[i + 1 :])

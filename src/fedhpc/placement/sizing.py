@@ -10,7 +10,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec
 from fedhpc.placement.context import Live
 
-__all__ = ["gpus_nodes", "joint_shapes", "size_shape"]
+__all__ = ["Ladder", "gpus_nodes", "joint_shapes", "size_shape"]
 
 
 def _fit(lo: int, hi: int, *caps: int) -> int:
@@ -95,35 +95,65 @@ def _with_units(env: ResourceEnvelope, spec: PartitionSpec, top: Shape, units: i
     return top.model_copy(update={"cpus": units, "memory_mib": mem})
 
 
+class Ladder:
+    """What joint sizing offers besides the paper's shape, which alone reads the probe: the
+    largest shape the partition allows (it may wait for capacity but run faster) and
+    power-of-two steps of its unit (GPUs, else CPUs) down to the minimum. The same for every
+    probe of the partition, so a group's children build it once; each step's shape is made
+    when first asked for."""
+
+    __slots__ = ("_env", "_shapes", "_spec", "gpu_task", "hi", "steps", "top")
+
+    def __init__(self, env: ResourceEnvelope, spec: PartitionSpec) -> None:
+        self._env, self._spec = env, spec
+        self.top = top = size_shape(env, spec, None, observed=False)
+        self.gpu_task = gpu_task = top.gpus > 0
+        lo = env.gpus.min if gpu_task else env.cpus.min
+        self.hi = hi = top.gpus if gpu_task else top.cpus
+        steps = [hi]
+        u = 1 << (hi.bit_length() - 1) if hi > 0 else 0
+        while u >= max(lo, 1):
+            if u < hi:
+                steps.append(u)
+            u >>= 1
+        if lo not in steps and lo > 0:
+            steps.append(lo)
+        self.steps: tuple[int, ...] = tuple(steps)
+        self._shapes: dict[int, Shape] = {hi: top}
+
+    def shape(self, units: int) -> Shape:
+        """The ladder's shape at `units` (one of `steps`)."""
+        got = self._shapes.get(units)
+        if got is None:
+            got = self._shapes[units] = _with_units(self._env, self._spec, self.top, units)
+        return got
+
+    def units(self, shape: Shape) -> int:
+        return shape.gpus if self.gpu_task else shape.cpus
+
+
 def joint_shapes(
-    env: ResourceEnvelope, spec: PartitionSpec, live: Live | None, *, limit: int
+    env: ResourceEnvelope,
+    spec: PartitionSpec,
+    live: Live | None,
+    *,
+    limit: int,
+    ladder: Ladder | None = None,
 ) -> tuple[Shape, ...]:
     """The paper's shape first, then the largest shape the partition allows (it may wait for
-    capacity but run faster) and power-of-two steps down to the minimum, at most `limit`."""
+    capacity but run faster) and power-of-two steps down to the minimum, at most `limit`.
+    `ladder`: this envelope's `Ladder` on `spec`, when the caller keeps one."""
     first = size_shape(env, spec, live)
-    top = size_shape(env, spec, live, observed=False)
-    gpu_task = top.gpus > 0
-    lo = env.gpus.min if gpu_task else env.cpus.min
-    hi = top.gpus if gpu_task else top.cpus
-    steps = [hi]
-    u = 1 << (hi.bit_length() - 1) if hi > 0 else 0
-    while u >= max(lo, 1):
-        if u < hi:
-            steps.append(u)
-        u >>= 1
-    if lo not in steps and lo > 0:
-        steps.append(lo)
+    steps = ladder if ladder is not None else Ladder(env, spec)
     out: list[Shape] = [first]
-    seen = {first}
-    done = {first.gpus if gpu_task else first.cpus}  # the paper's shape covers its unit count
-    for units in steps:
+    # The paper's shape covers its unit count. Every step has its own unit count, so no step
+    # can equal the paper's shape or another step.
+    done = {steps.units(first)}
+    for units in steps.steps:
         if units in done:
             continue
         done.add(units)
         if len(out) >= limit:
             break
-        shape = top if units == hi else _with_units(env, spec, top, units)
-        if shape not in seen:
-            seen.add(shape)
-            out.append(shape)
+        out.append(steps.shape(units))
     return tuple(out)
