@@ -44,6 +44,9 @@ class Ledger:
     jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     spent: dict[tuple[str, str | None], float] = field(default_factory=dict)
     site_total: dict[str, float] = field(default_factory=dict)
+    # How many times each partition's and each site's entries above changed (`fingerprint`).
+    changes: dict[tuple[str, str], int] = field(default_factory=dict)
+    site_changes: dict[str, int] = field(default_factory=dict)
 
     def claim(
         self, site: str, partition: str, account: str | None, shape: Shape, charge: float
@@ -54,24 +57,23 @@ class Ledger:
         self.jobs[key] = self.jobs.get(key, 0) + 1
         self.spent[(site, account)] = self.spent.get((site, account), 0.0) + charge
         self.site_total[site] = self.site_total.get(site, 0.0) + charge
+        self.changes[key] = self.changes.get(key, 0) + 1
+        self.site_changes[site] = self.site_changes.get(site, 0) + 1
 
     def release(self, site: str, partition: str) -> None:
         """A job of the user's that the snapshot still counts has ended: one fewer there."""
         key = (site, partition)
         self.jobs[key] = self.jobs.get(key, 0) - 1
+        self.changes[key] = self.changes.get(key, 0) + 1
 
     def site_spent(self, site: str) -> float:
         return self.site_total.get(site, 0.0)
 
-    def fingerprint(self, site: str, partition: str) -> tuple[tuple[int, int, int], float]:
-        """Everything a claim can change about one partition's evaluation: the claims on the
-        partition itself (capacity, queue, the user's jobs there), then the site's spending
-        (what the user may still spend there)."""
-        key = (site, partition)
-        return (
-            (self.gpus.get(key, 0), self.cpus.get(key, 0), self.jobs.get(key, 0)),
-            self.site_total.get(site, 0.0),
-        )
+    def fingerprint(self, key: tuple[str, str]) -> tuple[int, int]:
+        """How often a claim changed what one partition's evaluation reads: the claims on
+        the partition itself (capacity, queue, the user's jobs there), then the site's
+        spending (what the user may still spend there)."""
+        return self.changes.get(key, 0), self.site_changes.get(key[0], 0)
 
 
 @dataclass(frozen=True, slots=True)

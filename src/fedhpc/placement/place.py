@@ -52,7 +52,7 @@ __all__ = ["Request", "place"]
 Bound = tuple[float | int | str, ...]
 # What an evaluation read that a group's claims change: the partition's own claims, the site's
 # spending, the site's scheduler-estimate note.
-Seen = tuple[tuple[int, ...], float, str | None]
+Seen = tuple[int, int, str | None]
 
 
 def _estimates_note(
@@ -142,6 +142,7 @@ class Request:
         # Per partition: what its evaluation read that a group's claims change, and the result.
         self._memo: dict[int, tuple[Seen, Evaluated]] = {}
         self._order: list[tuple[Bound, int]] | None = None
+        self._bounds: dict[int, Bound] = {}  # each survivor's bound in `_order`
 
     def _context(self, e: Entry) -> PartitionContext:
         return context(
@@ -159,10 +160,9 @@ class Request:
         it read has changed since. Claims elsewhere on its site change only its budgets: then
         only what reads them is redone (`rebudget`)."""
         e = self.index.entries[i]
-        site = e.site.name
-        own, spent = self.ledger.fingerprint(site, e.spec.name) if self.ledger else ((), 0.0)
+        own, spent = self.ledger.fingerprint(e.key) if self.ledger else (0, 0)
         # A scheduler estimate dropped at the site changes how every estimate there reads.
-        seen = (own, spent, self.notes.get(site) if self.notes else None)
+        seen = (own, spent, self.notes.get(e.key[0]) if self.notes else None)
         hit = self._memo.get(i)
         out: Evaluated | None = None
         if hit is not None:
@@ -185,11 +185,9 @@ class Request:
         """The surviving partitions by lower bound (then walk order); kept up to date by
         `claimed` while a group places its children."""
         if self._order is None:
-            self._order = sorted(
-                ((self._bound(i), i) for i in self.survivors)
-                if self.top
-                else (((), i) for i in self.survivors)
-            )
+            if self.top:
+                self._bounds = {i: self._bound(i) for i in self.survivors}
+            self._order = sorted((self._bounds.get(i, ()), i) for i in self.survivors)
         return self._order
 
     def claimed(self, site: str, partition: str) -> None:
@@ -199,12 +197,15 @@ class Request:
         i = self.index.by_name.get((site, partition))
         if i is None or self._order is None or not self.top:
             return
-        order = self._order
-        for pos, (_, j) in enumerate(order):
-            if j == i:
-                del order[pos]
-                bisect.insort(order, (self._bound(i), i))
-                return
+        order, bounds = self._order, self._bounds
+        if i not in bounds:  # not a survivor of this request (another envelope's child)
+            return
+        pos = bisect.bisect_left(order, (bounds[i], i))
+        if pos == len(order) or order[pos][1] != i:  # a bound that does not compare (NaN)
+            pos = next(p for p, (_, j) in enumerate(order) if j == i)
+        del order[pos]
+        bounds[i] = bound = self._bound(i)
+        bisect.insort(order, (bound, i))
 
     def decide(self) -> Placement | Unschedulable:
         policy = self.policy

@@ -65,6 +65,7 @@ class Entry:
     live: Live | None  # without any ledger's claims
     klass: int  # its feasibility class
     id: str  # "site/partition"
+    key: tuple[str, str]  # (site, partition)
     health: RuleResult  # the health rule reads only the probe
     accounts: tuple[str | None, ...]  # the accounts placement tries here (None: none applies)
 
@@ -116,9 +117,20 @@ class FederationIndex:
                 pid = f"{name}/{spec.name}"
                 accounts = tuple(c.name for c in account_choices(site, spec, state)) or (None,)
                 entries.append(
-                    Entry(site, spec, state, pstate, live, k, pid, health(probe), accounts)
+                    Entry(
+                        site,
+                        spec,
+                        state,
+                        pstate,
+                        live,
+                        k,
+                        pid,
+                        (site.name, spec.name),
+                        health(probe),
+                        accounts,
+                    )
                 )
-        by_name = {(e.site.name, e.spec.name): i for i, e in enumerate(entries)}
+        by_name = {e.key: i for i, e in enumerate(entries)}
         return cls(tuple(entries), tuple(tuple(m) for m in members), by_name)
 
 
