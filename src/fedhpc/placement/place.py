@@ -118,10 +118,9 @@ class Request:
         )
         self._site_results: dict[str, list[tuple[int, RuleResult]]] = {}
         self._partitions: dict[tuple[str, str], Known] = {}
-        # Budgets per (site, account), kept across a group's children: a claim changes only
-        # its own site's (`claimed`).
-
         self.index = federation_index(inputs.snapshot, sites)
+        # Budgets per (site, account), kept across a group's children: a claim changes only
+        # its own site's (`claimed`). Credit bounds from the probe are shared per snapshot.
         self._budgets = Budgets(task_budget, ledger, self.index.allowances)
         every = list(range(len(self.index.entries)))
         self.survivors, self.static = (
