@@ -102,14 +102,14 @@ class Ladder:
     probe of the partition, so a group's children build it once; each step's shape is made
     when first asked for."""
 
-    __slots__ = ("_env", "_shapes", "_spec", "gpu_task", "hi", "steps", "top")
+    __slots__ = ("_env", "_shapes", "_spec", "gpu_task", "steps", "top")
 
     def __init__(self, env: ResourceEnvelope, spec: PartitionSpec) -> None:
         self._env, self._spec = env, spec
         self.top = top = size_shape(env, spec, None, observed=False)
         self.gpu_task = gpu_task = top.gpus > 0
         lo = env.gpus.min if gpu_task else env.cpus.min
-        self.hi = hi = top.gpus if gpu_task else top.cpus
+        hi = top.gpus if gpu_task else top.cpus
         steps = [hi]
         u = 1 << (hi.bit_length() - 1) if hi > 0 else 0
         while u >= max(lo, 1):
