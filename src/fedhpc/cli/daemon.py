@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -98,9 +99,59 @@ def _exec_lean(args: argparse.Namespace) -> NoReturn:
     os.execv(sys.executable, [sys.executable, "-m", "fedhpc.daemon", *argv])  # noqa: S606
 
 
+def _plain(text: str) -> str:
+    """`text` without control characters: an error may quote what an agent sent."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:500]
+
+
+def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[str]:
+    """The running daemon for people: since when, how many cycles, its newest errors (one
+    line per kind, with its count and age; the traceback is in the daemon's log)."""
+    lines = [
+        f"daemon running (pid {pid}) since {health.get('started_at', '?')}, "
+        f"{health.get('cycles', 0)} control cycles of {health.get('cycle_s', '?')} s, "
+        f"sites: {', '.join(health.get('sites', [])) or 'none'}"
+    ]
+    errors = list(health.get("errors") or [])
+    if not errors:
+        lines.append("no errors logged since it started")
+        return lines
+    lines.append(f"{len(errors)} kinds of error logged since it started (newest last):")
+    for e in errors:
+        where = " ".join(f"{k}={v}" for k, v in sorted(e.get("context", {}).items()))
+        age = max(0.0, now - float(e.get("last_at", now)))
+        lines.append(
+            f"  {e.get('event')}: {_plain(str(e.get('error') or '-'))} "
+            f"[{e.get('count', 1)}x, last {age:.0f} s ago]" + (f" {_plain(where)}" if where else "")
+        )
+    return lines
+
+
+def _daemon_status(args: argparse.Namespace) -> int:
+    settings = DaemonSettings.from_env()
+    pid = _holder(settings)
+    if pid is None:
+        print(f"no daemon runs for {settings.home}")
+        return 1
+
+    async def read() -> dict[str, Any]:
+        async with DaemonClient(settings) as client:
+            return await client.health()
+
+    health = anyio.run(read)
+    if args.json:
+        print(json.dumps({"pid": pid, **health}, indent=2))
+    else:
+        print("\n".join(_status_lines(health, pid, time.time())))
+        print(f"log: {settings.log_path}")
+    return 0
+
+
 def _daemon(args: argparse.Namespace) -> int:
     if args.action in ("stop", "restart"):
         return _control(args)
+    if args.action == "status":
+        return _daemon_status(args)
     _exec_lean(args)
 
 
@@ -214,10 +265,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     d.add_argument(
         "action",
         nargs="?",
-        choices=["run", "stop", "restart"],
+        choices=["run", "stop", "restart", "status"],
         default="run",
-        help="run (default, in the foreground), stop, or restart (detached) the daemon",
+        help="run (default, in the foreground), stop, or restart (detached) the daemon; "
+        "status: whether it runs, and the newest errors its loops logged",
     )
+    d.add_argument("--json", action="store_true", help="status: the daemon's health as JSON")
     d.add_argument("--once", action="store_true", help="run one control cycle and exit")
     d.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
     d.set_defaults(func=_daemon)

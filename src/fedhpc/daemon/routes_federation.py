@@ -12,6 +12,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
+from fedhpc.logs import recent_errors
 from fedhpc.ops.inspect import InspectRequest
 
 __all__ = ["handlers"]
@@ -44,6 +45,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "remote_calls": o.remote_calls(),
                 "last_event_seq": last_seq,
                 "requests": state.request_times.summary(),
+                "errors": recent_errors(),  # the newest errors each loop logged, with counts
             }
         )
 

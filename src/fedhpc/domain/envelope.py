@@ -51,9 +51,14 @@ class _Range(BaseModel):
 class IntRange(_Range):
     """A count bounded below by the minimum viable value and above by the maximum useful one."""
 
-    min: int = Field(default=0, ge=0, le=MAX_COUNT, description="minimum viable")
+    # strict: a count is a JSON integer; true, "10" or 2.0 is a slip, not a count
+    min: int = Field(default=0, ge=0, le=MAX_COUNT, strict=True, description="minimum viable")
     max: int | None = Field(
-        default=None, ge=0, le=MAX_COUNT, description="maximum useful; None means = min"
+        default=None,
+        ge=0,
+        le=MAX_COUNT,
+        strict=True,
+        description="maximum useful; None means = min",
     )
 
 
@@ -128,7 +133,7 @@ class ResourceEnvelope(BaseModel):
     accelerator_types: tuple[str, ...] = Field(
         default=(), description="allowed accelerator types such as 'a100', 'h100'; empty = any"
     )
-    min_accelerator_memory_gib: float = Field(default=0, ge=0, le=MAX_COUNT)
+    min_accelerator_memory_gib: float = Field(default=0, ge=0, le=MAX_COUNT, strict=True)
     container: ContainerRequest | None = None
     sites_include: tuple[str, ...] = Field(default=(), description="only these sites; empty = all")
     sites_exclude: tuple[str, ...] = Field(default=())

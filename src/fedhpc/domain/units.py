@@ -49,7 +49,18 @@ def _bounded(number: float, limit: int, what: str, unit: str) -> int:
         raise ValueError(f"{what} cannot be negative")
     if number > limit:
         raise ValueError(f"{what} over the limit of {limit} {unit}")
+    if number > 0 and round(number) == 0:  # 0.5 MiB is a slip, never a request for nothing
+        raise ValueError(f"{what} of {number:g} {unit} rounds to 0; give a whole number of {unit}")
     return round(number)
+
+
+def _clock_parts(minutes: int, seconds: int, text: str) -> None:
+    """Minutes and seconds of a clock time are below 60 ('99:99:99' is a slip, not 4 days)."""
+    if minutes >= 60 or seconds >= 60:
+        raise ValueError(
+            f"cannot read {text!r} as a duration: minutes and seconds go up to 59 "
+            "(write '2h', '90m' or 'HH:MM:SS')"
+        )
 
 
 def parse_memory_mib(value: object) -> int:
@@ -89,14 +100,19 @@ def parse_duration(value: object) -> int:
             return _bounded(float(m.group(1)) * scale, MAX_SECONDS, "a duration", "s")
         if m := _DAYS.match(text):
             d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+            if h >= 24:
+                raise ValueError(f"cannot read {value!r} as a duration: hours after 'D-' go to 23")
+            _clock_parts(mi, s, value)
             return _bounded(((d * 24 + h) * 60 + mi) * 60 + s, MAX_SECONDS, "a duration", "s")
         if _CLOCK.match(text):
             nums = [int(p) for p in text.split(":")]
             if len(nums) == 1:
                 total = nums[0] * 60  # a bare number in Slurm's format means minutes
             elif len(nums) == 2:
+                _clock_parts(0, nums[1], value)
                 total = nums[0] * 60 + nums[1]
             else:
+                _clock_parts(nums[1], nums[2], value)
                 total = nums[0] * 3600 + nums[1] * 60 + nums[2]
             return _bounded(total, MAX_SECONDS, "a duration", "s")
     shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else "a long string"

@@ -42,24 +42,33 @@ class _In(BaseModel):
 class AdaptationPolicy(_In):
     """What fedhpc may do on its own, each with a budget; beyond it, the agent decides."""
 
-    max_retries: int = Field(default=1, ge=0, le=10, description="resubmissions of failed work")
-    max_wall_extensions: int = Field(
-        default=1, ge=0, le=5, description="after a timeout, resubmit with longer wall time"
+    max_retries: int = Field(
+        default=1, ge=0, le=10, strict=True, description="resubmissions of failed work"
     )
-    wall_factor: float = Field(default=2.0, gt=1, le=10, description="wall-time growth per try")
+    max_wall_extensions: int = Field(
+        default=1,
+        ge=0,
+        le=5,
+        strict=True,
+        description="after a timeout, resubmit with longer wall time",
+    )
+    wall_factor: float = Field(
+        default=2.0, gt=1, le=10, strict=True, description="wall-time growth per try"
+    )
     replace_pending: bool = Field(
         default=True, description="move a pending attempt when another site is clearly better"
     )
     replace_after_s: float = Field(
-        default=120.0, ge=0, le=MAX_SECONDS, description="pending this long first"
+        default=120.0, ge=0, le=MAX_SECONDS, strict=True, description="pending this long first"
     )
     replace_margin_s: float = Field(
         default=60.0,
         ge=0,
         le=MAX_SECONDS,
+        strict=True,
         description="the new placement must finish this much sooner",
     )
-    max_replacements: int = Field(default=2, ge=0, le=10)
+    max_replacements: int = Field(default=2, ge=0, le=10, strict=True)
 
 
 class SubmitTaskRequest(_In):
@@ -95,7 +104,7 @@ class SubmitTaskRequest(_In):
         default=(), max_length=64, description="artifacts the task writes, relative to workdir"
     )
     task_budget: float | None = Field(
-        default=None, ge=0, le=MAX_CREDITS, description="credits for this task"
+        default=None, ge=0, le=MAX_CREDITS, strict=True, description="credits for this task"
     )
     adaptation: AdaptationPolicy = Field(default_factory=AdaptationPolicy)
     continuation: ContinuationSpec | None = Field(

@@ -15,6 +15,7 @@ from fedhpc.ops.task_views import TaskHandle
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.orchestrator import idem, staging
 from fedhpc.orchestrator.book import TaskBook, handle
+from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.records import TaskRecord, new_id
 
 __all__ = ["PLACE_WAIT_S", "WAITING_FOR_PROBES", "Acceptance", "Intake"]
@@ -64,6 +65,7 @@ class Intake:
     async def accept_task(self, req: SubmitTaskRequest) -> tuple[TaskHandle, bool]:
         """(the handle, True) for a new queued task; (the earlier task's handle, False) when
         this call is a retry of an earlier one (see `idem`)."""
+        check_envelope(req.envelope, self.deps.collector.sites)  # placement's refusals, now
         dedupe = idem.dedupe_key(req)
         store = self.book.store
         async with self.deps.accepting:

@@ -13,6 +13,7 @@ import structlog
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import ACTIVE, JobState
+from fedhpc.logs import isolated
 from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.book import TaskBook
@@ -276,32 +277,38 @@ class Adaptation:
         now = self.clock()
         budgets: dict[str, dict[str, Any]] | None = None
         for row in await self.book.store.attempts_in(ACTIVE_STATES):
-            a = AttemptRecord.from_row(row)
-            if a.superseded:
-                if a.cancel_pending and online(self.collector, a.site):
-                    await self.cancel_attempt(a)
-                    task = await self.book.load_task(a.task_id)
-                    async with self.book.store.transaction() as tx:
-                        await self.book.save(tx, task, a, at=now)
-                continue
-            if a.state is not JobState.PENDING or a.pending_since is None:
-                continue  # nothing to move: its task is not loaded
-            if budgets is None:  # read once per cycle, only when some attempt is pending
-                budgets = await self.book.store.pending_budgets()
-            cheap = budgets.get(a.task_id)
-            if cheap is not None and not _may_move(cheap, (now - a.pending_since).total_seconds()):
-                continue  # not due (or no budget left): its task is not loaded
-            task = await self.book.load_task(a.task_id)
-            budget = task.request.adaptation
-            if (
-                a.state is not JobState.PENDING
-                or not budget.replace_pending
-                or task.replacements_used >= budget.max_replacements
-                or a.pending_since is None
-                or (now - a.pending_since).total_seconds() < budget.replace_after_s
-            ):
-                continue
-            await self.replace_if_better(task, a, margin_s=budget.replace_margin_s)
+            # One attempt's failure is its own: the others are still adapted this cycle.
+            with isolated("adapting an attempt failed", task=row["task_id"], attempt=row["n"]):
+                if budgets is None and row["state"] == JobState.PENDING.value:
+                    budgets = await self.book.store.pending_budgets()  # once per cycle
+                await self._adapt(AttemptRecord.from_row(row), budgets or {}, now)
+
+    async def _adapt(
+        self, a: AttemptRecord, budgets: dict[str, dict[str, Any]], now: datetime
+    ) -> None:
+        """One active attempt: a cancel owed to its returning site is sent; a long-pending one
+        is moved when another placement finishes sooner by its task's margin."""
+        if a.superseded:
+            if a.cancel_pending and online(self.collector, a.site):
+                await self.cancel_attempt(a)
+                task = await self.book.load_task(a.task_id)
+                async with self.book.store.transaction() as tx:
+                    await self.book.save(tx, task, a, at=now)
+            return
+        if a.state is not JobState.PENDING or a.pending_since is None:
+            return  # nothing to move: its task is not loaded
+        cheap = budgets.get(a.task_id)
+        if cheap is not None and not _may_move(cheap, (now - a.pending_since).total_seconds()):
+            return  # not due (or no budget left): its task is not loaded
+        task = await self.book.load_task(a.task_id)
+        budget = task.request.adaptation
+        if (
+            not budget.replace_pending
+            or task.replacements_used >= budget.max_replacements
+            or (now - a.pending_since).total_seconds() < budget.replace_after_s
+        ):
+            return
+        await self.replace_if_better(task, a, margin_s=budget.replace_margin_s)
 
     async def replace_if_better(
         self, task: TaskRecord, a: AttemptRecord, *, margin_s: float

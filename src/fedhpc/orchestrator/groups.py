@@ -16,11 +16,13 @@ import anyio
 import structlog
 
 from fedhpc.domain.job import TERMINAL, JobState
+from fedhpc.logs import isolated
 from fedhpc.ops.task_views import ChildView, GroupView
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
 from fedhpc.orchestrator.accept import WAITING_FOR_PROBES, Acceptance
 from fedhpc.orchestrator.book import TaskNotFound
+from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
 
 __all__ = ["LISTED", "UNKNOWN_GROUP_HINT", "Groups", "group_id_for"]
@@ -109,6 +111,7 @@ class Groups:
         return await self.view(gid, limit=LISTED)
 
     async def _accept(self, req: SubmitGroupRequest) -> tuple[str, bool]:
+        check_envelope(req.envelope, self.deps.collector.sites)  # one envelope, every child
         dedupe = idem.dedupe_key(req)
         key = req.idempotency_key or f"auto:{new_id('k')}"
         gid = group_id_for(key)
@@ -257,60 +260,65 @@ class Groups:
         an attempt still pending): a 5,000-child group with one child left reads one."""
         terminal = sorted(s.value for s in TERMINAL)
         for gid in await self.deps.book.store.groups_in(("running",)):
-            group = await self.deps.book.store.get_group(gid)
-            assert group is not None
-            body: dict[str, Any] = group["body"]
-            # Every child counts for the round: with two or more still live, the round is not over
-            # and no child is the last one left (nothing to relax): skip reading them.
-            every = all(body.get("required") or [True])
-            counts = await self.deps.book.store.group_counts(gid)
-            size = sum(counts.values())
-            live = sum(n for s, n in counts.items() if s not in TERMINAL)
-            if every and live >= 2:
+            with isolated("advancing a group failed", group=gid):  # never the other groups
+                await self._advance(gid, terminal)
+
+    async def _advance(self, gid: str, terminal: list[str]) -> None:
+        """One running group: its stalled last child relaxed, its round closed when over."""
+        group = await self.deps.book.store.get_group(gid)
+        assert group is not None
+        body: dict[str, Any] = group["body"]
+        # Every child counts for the round: with two or more still live, the round is not over
+        # and no child is the last one left (nothing to relax): skip reading them.
+        every = all(body.get("required") or [True])
+        counts = await self.deps.book.store.group_counts(gid)
+        size = sum(counts.values())
+        live = sum(n for s, n in counts.items() if s not in TERMINAL)
+        if every and live >= 2:
+            return
+        required: list[bool] = body.get("required") or [True] * size
+        if size < len(required):
+            return  # an older submit_group still adding children: no round can be over yet
+        children = await self.deps.book.store.group_children(gid, acting=terminal)
+        now = self.deps.clock()
+        stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
+        for c in children:
+            att = c["attempt"]
+            if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
                 continue
-            required: list[bool] = body.get("required") or [True] * size
-            if size < len(required):
-                continue  # an older submit_group still adding children: no round can be over yet
-            children = await self.deps.book.store.group_children(gid, acting=terminal)
-            now = self.deps.clock()
-            stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
-            for c in children:
-                att = c["attempt"]
-                if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:
-                    continue
-                since = att.get("pending_since")
-                if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
-                    continue  # just queued (the last of a large group): not stalled yet
-                if size > 1 and live - (c["state"] not in TERMINAL) == 0:
-                    await self._relax(gid, c["id"], att["n"])
-            # The round is over when no required child is live (child i counts as required[i]).
-            done = not any(
-                c["state"] not in TERMINAL
-                and int(c["index"]) < len(required)
-                and required[int(c["index"])]
-                for c in children
+            since = att.get("pending_since")
+            if since is None or (now - datetime.fromisoformat(since)).total_seconds() < stall_s:
+                continue  # just queued (the last of a large group): not stalled yet
+            if size > 1 and live - (c["state"] not in TERMINAL) == 0:
+                await self._relax(gid, c["id"], att["n"])
+        # The round is over when no required child is live (child i counts as required[i]).
+        done = not any(
+            c["state"] not in TERMINAL
+            and int(c["index"]) < len(required)
+            and required[int(c["index"])]
+            for c in children
+        )
+        if not done:
+            return
+        view = await self.view(gid, limit=0)
+        state = view.state if view.state not in ("placing", "running") else "completed"
+        async with self.deps.book.store.transaction() as tx:
+            await tx.put_group(
+                gid, state=state, round_=int(group["round"]), body=body, at=self.deps.clock()
             )
-            if not done:
-                continue
-            view = await self.view(gid, limit=0)
-            state = view.state if view.state not in ("placing", "running") else "completed"
-            async with self.deps.book.store.transaction() as tx:
-                await tx.put_group(
-                    gid, state=state, round_=int(group["round"]), body=body, at=self.deps.clock()
-                )
-                await tx.append_event(
-                    "group.round_terminal",
-                    gid,
-                    {
-                        "group_id": gid,
-                        "round": int(group["round"]),
-                        "state": state,
-                        "counts": view.counts,
-                        "result": f"fedhpc://groups/{gid}",
-                    },
-                    at=self.deps.clock(),
-                    key=f"group.round_terminal:{gid}:{group['round']}",
-                )
+            await tx.append_event(
+                "group.round_terminal",
+                gid,
+                {
+                    "group_id": gid,
+                    "round": int(group["round"]),
+                    "state": state,
+                    "counts": view.counts,
+                    "result": f"fedhpc://groups/{gid}",
+                },
+                at=self.deps.clock(),
+                key=f"group.round_terminal:{gid}:{group['round']}",
+            )
 
     async def _relax(self, gid: str, task_id: str, n: int) -> None:
         """The last child still pending: drop the spread constraint and move it if that helps."""

@@ -6,13 +6,16 @@ the reason); `unschedulable` is for requests no known site can satisfy."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import anyio
 import structlog
 
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
+from fedhpc.errors import ErrorKind, typed_error
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.claims import Claims
@@ -94,6 +97,22 @@ def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:
     if task.decision != reason:
         task.decision = reason
         holds.append(task)
+
+
+@dataclass
+class _Batch:
+    """One batch's shared state: the pass's holds (by `hold_key`), one wait history and one
+    ledger of claims, the scheduler's answer, and what the batch decided so far."""
+
+    held: dict[str, str]
+    history: WaitHistory | None
+    ledger: Ledger
+    now: datetime
+    answer: SchedulerAnswer | None = None
+    holds: list[TaskRecord] = field(default_factory=list)  # to save: their reason changed
+    jobs: list[tuple[TaskRecord, Placement]] = field(default_factory=list)  # to dispatch
+    used: dict[str, set[str]] = field(default_factory=dict)  # group -> systems its children use
+    spread: dict[str, bool] = field(default_factory=dict)  # group -> spread across systems
 
 
 class Placer:
@@ -193,7 +212,7 @@ class Placer:
                 if not rows:
                     break
                 after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
-                tasks = [TaskRecord.model_validate(r["body"]) for r in rows]
+                tasks = [t for r in rows if (t := await self._record(r)) is not None]
                 dispatched += await self._batch(tasks, held)
             self._signal()
         if held:
@@ -203,154 +222,169 @@ class Placer:
                         await tx.set_queued_decision(gid, reason, at=self.clock())
         return dispatched
 
+    async def _record(self, row: dict[str, Any]) -> TaskRecord | None:
+        """The row's task, or None for a row that no longer reads as one (written by another
+        version, edited by hand): it leaves the queue as failed, with the reason, alone."""
+        try:
+            return TaskRecord.model_validate(row["body"])
+        except Exception as exc:
+            log.exception("unreadable queued task", task=row["id"])
+            body = dict(row["body"]) if isinstance(row["body"], dict) else {}
+            reason = f"its stored record cannot be read ({type(exc).__name__}); not placed"
+            body.update(state=JobState.FAILED.value, reasons=[reason], decision=f"failed: {reason}")
+            tid, now = str(row["id"]), self.clock()
+            event: dict[str, object] = {"task_id": tid, "state": JobState.FAILED.value}
+            event.update(result=f"fedhpc://tasks/{tid}", reason=reason)
+            if row.get("group_id"):
+                event["group_id"] = row["group_id"]
+            async with self.book.store.transaction() as tx:
+                await tx.put_task(tid, state=JobState.FAILED.value, body=body, at=now)
+                key = f"task.retry_exhausted:{tid}"  # as book.emit keys it: once per task
+                await tx.append_event("task.retry_exhausted", tid, event, at=now, key=key)
+            return None
+
     async def _batch(self, tasks: list[TaskRecord], held: dict[str, str]) -> int:
         """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
-        the user's job limits: tasks held alike wait too, without a placement each."""
-        holds: list[TaskRecord] = []
-        tasks = _unheld(tasks, held, holds)
-        history = await self.waits.history()
-        ledger = self.claims.ledger()
-        now = self.clock()
-        used: dict[str, set[str]] = {}  # group -> systems its placed children use
-        spread: dict[str, bool] = {}
-        jobs: list[tuple[TaskRecord, Placement]] = []
-        # One scheduler answer for the whole batch (a group's children share it): one call per site.
-        answer = (
-            await self.planner.prefetch(tasks, history=history, ledger=ledger) if tasks else None
+        the user's job limits: tasks held alike wait too, without a placement each. A task
+        whose placement raises ends alone (`_failed`): the batch goes on with the others."""
+        b = _Batch(
+            held=held,
+            history=await self.waits.history(),
+            ledger=self.claims.ledger(),
+            now=self.clock(),
         )
+        tasks = _unheld(tasks, held, b.holds)
+        # One scheduler answer for the whole batch (a group's children share it): one call per
+        # site. Only estimates: a failure leaves the batch without them, never unplaced.
+        if tasks:
+            try:
+                b.answer = await self.planner.prefetch(tasks, history=b.history, ledger=b.ledger)
+            except Exception:
+                log.exception("scheduler estimates failed; placing without them")
         i = 0
         while i < len(tasks):
             task = tasks[i]
             i += 1
-            gid = task.group_id
             if (key := hold_key(task)) in held:
-                _hold(task, held[key], holds)
+                _hold(task, held[key], b.holds)
                 continue
-            if gid is not None and gid not in spread:
-                spread[gid] = await self._spread(gid)
-            if gid is not None and not spread[gid]:
-                # Siblings asking the same thing: one pass places them all (`place_group`).
-                run = [task]
-                while i < len(tasks) and child_key(tasks[i]) == child_key(task):
-                    run.append(tasks[i])
-                    i += 1
-                decisions = await self.planner.decide_children(
-                    run, history=history, ledger=ledger, answer=answer
-                )
-                for child, decision in zip(run, decisions, strict=True):
-                    await self._settle(
-                        child,
-                        decision,
-                        ledger=ledger,
-                        held=held,
-                        holds=holds,
-                        jobs=jobs,
-                        now=now,
-                        history=history,
-                        answer=answer,
-                    )
-                continue
-            if gid is not None and spread[gid]:
-                if gid not in used:
-                    used[gid] = set(await self.book.store.group_sites(gid))
-                task.avoid_sites = tuple(sorted(used[gid]))
-            decision = await self.planner.decide(
-                task, exclude=self.planner.full(), history=history, ledger=ledger, answer=answer
-            )
-            if isinstance(decision, Unschedulable):
-                await self._unplaced(
-                    task,
-                    decision,
-                    ledger=ledger,
-                    held=held,
-                    holds=holds,
-                    now=now,
-                    history=history,
-                    answer=answer,
-                )
-                continue
-            ledger.claim(
-                decision.site,
-                decision.partition,
-                decision.account,
-                decision.shape,
-                decision.estimates.charge,
-            )
-            self.planner.placed(decision.site, decision.partition)
-            if gid is not None and gid in used:
-                used[gid].add(decision.site)
-            jobs.append((task, decision))
-        if holds:
+            run = [task]  # what a failure ends: the task, or its run of equal siblings
+            try:
+                gid = task.group_id
+                if gid is not None and gid not in b.spread:
+                    b.spread[gid] = await self._spread(gid)
+                if gid is not None and not b.spread[gid]:
+                    # Siblings asking the same thing: one pass places them all (`place_group`).
+                    while i < len(tasks) and child_key(tasks[i]) == child_key(task):
+                        run.append(tasks[i])
+                        i += 1
+                    await self._run(run, b)
+                else:
+                    await self._one(task, b)
+            except Exception as exc:  # this task's (or run's) failure, never the batch's
+                await self._failed(run, exc)
+        if b.holds:
             async with self.book.store.transaction() as tx:
-                for task in holds:
-                    await self.book.save(tx, task, at=now)
+                for task in b.holds:
+                    await self.book.save(tx, task, at=b.now)
         async with anyio.create_task_group() as tg:
-            for task, decision in jobs:
+            for task, decision in b.jobs:
                 tg.start_soon(
-                    self.submitter.dispatch, task, decision, history, name=f"dispatch:{task.id}"
+                    self.submitter.dispatch, task, decision, b.history, name=f"dispatch:{task.id}"
                 )
-        return len(jobs)
+        return len(b.jobs)
 
-    async def _settle(
-        self,
-        child: TaskRecord,
-        decision: Placement | Unschedulable,
-        *,
-        ledger: Ledger,
-        held: dict[str, str],
-        holds: list[TaskRecord],
-        jobs: list[tuple[TaskRecord, Placement]],
-        now: datetime,
-        history: WaitHistory | None,
-        answer: SchedulerAnswer | None,
-    ) -> None:
-        """One child of a one-pass run, in order: held, unplaced, or on its way (place_group has
-        claimed it in the ledger)."""
-        key = hold_key(child)
-        if key in held:  # an earlier sibling is held: so is this one (the same inputs)
-            _hold(child, held[key], holds)
-        elif isinstance(decision, Unschedulable):
-            await self._unplaced(
-                child,
-                decision,
-                ledger=ledger,
-                held=held,
-                holds=holds,
-                now=now,
-                history=history,
-                answer=answer,
-            )
-        else:
-            self.planner.placed(decision.site, decision.partition)
-            jobs.append((child, decision))
+    async def _run(self, run: list[TaskRecord], b: _Batch) -> None:
+        """A group's siblings with equal inputs, decided in one pass; each settled in order:
+        held, unplaced, or on its way (place_group has claimed it in the ledger)."""
+        decisions = await self.planner.decide_children(
+            run, history=b.history, ledger=b.ledger, answer=b.answer
+        )
+        for child, decision in zip(run, decisions, strict=True):
+            key = hold_key(child)
+            if key in b.held:  # an earlier sibling is held: so is this one (the same inputs)
+                _hold(child, b.held[key], b.holds)
+            elif isinstance(decision, Unschedulable):
+                try:
+                    await self._unplaced(child, decision, b)
+                except Exception as exc:  # this child's, not its siblings'
+                    await self._failed([child], exc)
+            else:
+                self.planner.placed(decision.site, decision.partition)
+                b.jobs.append((child, decision))
 
-    async def _unplaced(
-        self,
-        task: TaskRecord,
-        u: Unschedulable,
-        *,
-        ledger: Ledger,
-        held: dict[str, str],
-        holds: list[TaskRecord],
-        now: datetime,
-        history: WaitHistory | None,
-        answer: SchedulerAnswer | None,
-    ) -> None:
+    async def _one(self, task: TaskRecord, b: _Batch) -> None:
+        """A task decided on its own (a spread group's child avoids its siblings' systems)."""
+        gid = task.group_id
+        if gid is not None:
+            if gid not in b.used:
+                b.used[gid] = set(await self.book.store.group_sites(gid))
+            task.avoid_sites = tuple(sorted(b.used[gid]))
+        decision = await self.planner.decide(
+            task, exclude=self.planner.full(), history=b.history, ledger=b.ledger, answer=b.answer
+        )
+        if isinstance(decision, Unschedulable):
+            await self._unplaced(task, decision, b)
+            return
+        p = decision
+        b.ledger.claim(p.site, p.partition, p.account, p.shape, p.estimates.charge)
+        self.planner.placed(p.site, p.partition)
+        if gid is not None and gid in b.used:
+            b.used[gid].add(p.site)
+        b.jobs.append((task, p))
+
+    async def _failed(self, tasks: list[TaskRecord], exc: Exception) -> None:
+        """Tasks whose placement raised end alone, each with its reason, and their agents are
+        woken: a request placement refuses (a typed validation error, e.g. a site the
+        configuration no longer has) is unschedulable, anything else failed, its traceback
+        logged once with the task ids."""
+        if not tasks:
+            return
+        typed = typed_error(exc)
+        refused = typed is not None and typed.kind is ErrorKind.VALIDATION
+        ids = [t.id for t in tasks]
+        if not refused:
+            log.error("placement failed", task=ids[0], tasks=len(ids), exc_info=exc)
+        async with self.book.store.transaction() as tx:
+            for task in tasks:
+                if refused:
+                    assert typed is not None
+                    task.state = JobState.UNSCHEDULABLE
+                    task.reasons = (f"cannot be placed: {typed.message}"[:1000],)
+                    task.decision = f"unschedulable: {task.reasons[0]}"
+                    kind = "task.unschedulable"
+                else:
+                    what = typed.message if typed else f"{type(exc).__name__}: {exc}"
+                    task.state = JobState.FAILED
+                    task.reasons = (
+                        f"internal error while placing it ({what[:300]}); nothing was "
+                        "submitted. The daemon's log has the traceback; submitting it again "
+                        "may work.",
+                    )
+                    task.decision = "failed: internal error while placing it"
+                    kind = "task.retry_exhausted"
+                await self.book.save(tx, task, at=self.clock())
+                await self.book.emit(tx, kind, task, reason=task.reasons[0])
+
+    async def _unplaced(self, task: TaskRecord, u: Unschedulable, b: _Batch) -> None:
         """No placement now (`u`, decided without the sites at this cycle's submission bound):
         held when only the user's job limits stand in the way, or only the bound (it fits once
         the full sites count again: next cycle), its kind with it; waiting when only offline
         sites could run it (`offline_wait`); else waiting for site data, or unschedulable with
         what really rules it out."""
         full = self.planner.full()
+        held, holds = b.held, b.holds
         for attempt in range(2):
-            limits = held_by_limits(self.collector, u, ledger)
+            limits = held_by_limits(self.collector, u, b.ledger)
             if limits:  # waits in fedhpc, never in a scheduler's rejection
                 held[hold_key(task)] = reason = hold_reason(limits)
                 _hold(task, reason, holds)
                 return
             if attempt or not full:
                 break
-            again = await self.planner.decide(task, history=history, ledger=ledger, answer=answer)
+            again = await self.planner.decide(
+                task, history=b.history, ledger=b.ledger, answer=b.answer
+            )
             if isinstance(again, Placement):  # only the bound is in the way
                 held[hold_key(task)] = reason = self._bound_reason(full)
                 _hold(task, reason, holds)
@@ -361,9 +395,9 @@ class Placer:
             reason = await self.offline.reason(sites)
             if not (key := hold_key(task)).startswith("~"):
                 held[key] = reason  # its group's children as submitted wait with it
-            await self.offline.hold(task, sites, reason, now)
+            await self.offline.hold(task, sites, reason, b.now)
             return
-        await self._unplaceable(task, u, now)
+        await self._unplaceable(task, u, b.now)
 
     def _bound_reason(self, sites: tuple[str, ...]) -> str:
         return (

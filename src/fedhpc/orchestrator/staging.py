@@ -12,6 +12,7 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, UsageError
+from fedhpc.logs import isolated
 from fedhpc.ops.data import StageOut, TransferOptions, TransferProvenance, TransferState
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.records import TaskRecord, stage_out_ids
@@ -245,23 +246,27 @@ async def advance(book: TaskBook, wake_placer: Callable[[], None]) -> None:
     (one exception event, unless the producing task's own event already said why); tell the
     agent of a task whose stage-in waits for a person (once per block)."""
     for row in await book.store.list_tasks(state=JobState.SUBMITTED.value, limit=100_000):
-        body = row["body"]
-        if not body["request"].get("stage_in") or body.get("attempts_made"):
-            continue
-        task = TaskRecord.model_validate(body)
+        with isolated("stage-in check failed", task=row["id"]):  # this task's, not the others'
+            body = row["body"]
+            if not body["request"].get("stage_in") or body.get("attempts_made"):
+                continue
+            await _advance_one(book, TaskRecord.model_validate(body), wake_placer)
+
+
+async def _advance_one(book: TaskBook, task: TaskRecord, wake_placer: Callable[[], None]) -> None:
+    async with book.store.transaction() as tx:
+        ins = [await records.get(tx, tid) for tid in task.request.stage_in]
+    failed = [r for r in ins if r is None or r.state is TransferState.FAILED]
+    if failed:
+        await _fail(book, task, failed[0], task.request.stage_in[ins.index(failed[0])])
+    elif all(r is not None and r.state is TransferState.SUCCEEDED for r in ins):
+        log.info("stage-in done, queued for placement", task=task.id)
+        task.state = JobState.QUEUED  # the placer dispatches it, like any accepted task
         async with book.store.transaction() as tx:
-            ins = [await records.get(tx, tid) for tid in task.request.stage_in]
-        failed = [r for r in ins if r is None or r.state is TransferState.FAILED]
-        if failed:
-            await _fail(book, task, failed[0], task.request.stage_in[ins.index(failed[0])])
-        elif all(r is not None and r.state is TransferState.SUCCEEDED for r in ins):
-            log.info("stage-in done, queued for placement", task=task.id)
-            task.state = JobState.QUEUED  # the placer dispatches it, like any accepted task
-            async with book.store.transaction() as tx:
-                await book.save(tx, task, at=book.clock())
-            wake_placer()
-        else:
-            await _blocked(book, task, ins)
+            await book.save(tx, task, at=book.clock())
+        wake_placer()
+    else:
+        await _blocked(book, task, ins)
 
 
 async def _blocked(book: TaskBook, task: TaskRecord, ins: list[TransferRecord | None]) -> None:

@@ -22,6 +22,7 @@ from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
 from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.group_cancel import cancel_group, group_named
 from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.offline_wait import offline_sites
@@ -313,6 +314,7 @@ class TaskTools:
             envelope = task.request.envelope
             if req.envelope is not None:  # the fields given replace the task's; others stay
                 envelope = merge_envelope(envelope, req.envelope)
+                check_envelope(envelope, self.collector.sites)
             pending = staging.waiting(task)
             await self._check_sites(task, req, envelope, pending=pending)
             await self._refuse_if_started(task, live)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -85,12 +85,18 @@ def merge_envelope(base: ResourceEnvelope, given: ResourceEnvelope) -> ResourceE
         raise ValidationFailed(exc.issues, hint=hint) from None
 
 
-def _unit_issues(env: ResourceEnvelope) -> list[FieldIssue]:
+def _unit_issues(env: ResourceEnvelope, profiles: Sequence[SiteProfile]) -> list[FieldIssue]:
     issues: list[FieldIssue] = []
+    nodes = [p.node.memory_mib for x in profiles for p in x.partitions if p.node.memory_mib]
+    smallest = f"; the smallest node here has {min(nodes) // 1024} GiB" if nodes else ""
     for name, mib in (("memory.min", env.memory.min), ("memory.max", env.memory.max)):
         if mib and mib < _MIN_PLAUSIBLE_MIB:
             issues.append(
-                FieldIssue(name, f"{mib} MiB looks like a unit slip; write '{mib}G' for GiB")
+                FieldIssue(
+                    name,
+                    f"{mib} MiB looks like a unit slip (a bare number is MiB): write "
+                    f"'{mib}G' if {mib} GiB was meant{smallest}",
+                )
             )
     for name, sec in (("wall_time.min", env.wall_time.min), ("wall_time.max", env.wall_time.max)):
         if sec is not None and sec < _MIN_PLAUSIBLE_WALL_S:
@@ -104,7 +110,11 @@ def _unit_issues(env: ResourceEnvelope) -> list[FieldIssue]:
     return issues
 
 
-def _site_issues(env: ResourceEnvelope, sites: Collection[str]) -> list[FieldIssue]:
+def _site_issues(
+    env: ResourceEnvelope, sites: Collection[str], partitions: Mapping[str, Collection[str]]
+) -> list[FieldIssue]:
+    """Names of sites (and 'site/partition' preferences) no configured site has; `partitions`
+    lists each site's partitions where its profile is known."""
     issues: list[FieldIssue] = []
     known = ", ".join(sorted(sites))
     for field in ("sites_include", "sites_exclude"):
@@ -125,6 +135,14 @@ def _site_issues(env: ResourceEnvelope, sites: Collection[str]) -> list[FieldIss
             )
         elif site not in sites:
             issues.append(FieldIssue(f"preferences.partitions[{i}]", f"unknown site {site!r}"))
+        elif site in partitions and part not in partitions[site]:
+            issues.append(
+                FieldIssue(
+                    f"preferences.partitions[{i}]",
+                    f"{site} has no partition {part!r}; it has "
+                    f"{', '.join(sorted(partitions[site]))}",
+                )
+            )
     return issues
 
 
@@ -133,12 +151,14 @@ def normalize_envelope(
     profiles: Iterable[SiteProfile] = (),
     *,
     sites: Collection[str] | None = None,
+    partitions: Mapping[str, Collection[str]] | None = None,
 ) -> ResourceEnvelope:
     """The envelope with accelerator types lower-cased and de-duplicated, or `ValidationFailed`
     naming every offending field. `profiles` define the known accelerator types and `sites` the
-    known site names; either check is skipped when nothing is known."""
+    known site names, `partitions` each site's partitions (by profile name when not given); a
+    check is skipped when nothing is known."""
     profiles = list(profiles)
-    issues = _unit_issues(envelope)
+    issues = _unit_issues(envelope, profiles)
     types: list[str] = []
     known = known_accelerator_types(profiles) if envelope.accelerator_types else frozenset()
     for i, raw in enumerate(envelope.accelerator_types):
@@ -152,10 +172,12 @@ def normalize_envelope(
             )
         elif t not in types:
             types.append(t)
+    if partitions is None:
+        partitions = {p.name: {x.name for x in p.partitions} for p in profiles}
     if sites is not None:
-        issues.extend(_site_issues(envelope, sites))
+        issues.extend(_site_issues(envelope, sites, partitions))
     elif profiles:
-        issues.extend(_site_issues(envelope, {p.name for p in profiles}))
+        issues.extend(_site_issues(envelope, set(partitions), partitions))
     if envelope.container is not None and not envelope.container.runtimes:
         issues.append(FieldIssue("container.runtimes", "empty; name at least one runtime"))
     if issues:

@@ -84,7 +84,12 @@ class Request:
         s = policy.settings
         self.now = now = as_utc(inputs.now)  # a naive clock is UTC, never a TypeError
         self.env = env = normalize_envelope(
-            envelope, (x.profile for x in sites.values()), sites=sites.keys()
+            # A preferred partition a site no longer has is only a soft preference that no
+            # longer applies here; intake refused unknown ones (orchestrator.door).
+            envelope,
+            (x.profile for x in sites.values()),
+            sites=sites.keys(),
+            partitions={},
         )
         if environment is None and env.container is not None:
             environment = env.container.image
