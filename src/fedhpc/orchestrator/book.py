@@ -6,20 +6,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from fedhpc.errors import ErrorKind, UsageError
+from pydantic import ValidationError
+
+from fedhpc.errors import ErrorKind, PermanentError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, stage_out_ids
 from fedhpc.store import Store, Tx
 from fedhpc.store.continuations import put_continuation
 
-__all__ = ["TaskBook", "TaskNotFound", "handle"]
+__all__ = ["TaskBook", "TaskNotFound", "TaskUnreadable", "handle"]
 
 
 class TaskNotFound(UsageError):
     code = "not_found"
     kind = ErrorKind.NOT_FOUND
     default_hint = "List tasks with `fedhpc tasks` (or the list_events tool)."
+
+
+class TaskUnreadable(PermanentError):
+    """A stored task that no longer reads as one (written by another version, or edited)."""
+
+    code = "task_unreadable"
+    default_hint = (
+        "Its record cannot be shown; `fedhpc tasks --state failed` lists it. Submit the work "
+        "again as a new task."
+    )
 
 
 class TaskBook:
@@ -33,7 +45,13 @@ class TaskBook:
         row = await self.store.get_task(task_id)
         if row is None:
             raise TaskNotFound(f"no task {task_id!r}")
-        return TaskRecord.model_validate(row["body"])
+        try:
+            return TaskRecord.model_validate(row["body"])
+        except ValidationError as exc:
+            raise TaskUnreadable(
+                f"task {task_id!r} is stored in a form this version cannot read "
+                f"({exc.error_count()} fields); it is {row['state']}"
+            ) from None
 
     async def load_attempts(self, task_id: str) -> list[AttemptRecord]:
         return [AttemptRecord.from_row(r) for r in await self.store.attempts(task_id)]
