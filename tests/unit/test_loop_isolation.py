@@ -1,20 +1,26 @@
 """One bad row never stops a loop: the control cycle's steps (adapting attempts, advancing
-stage-ins, closing group rounds) each go on with the other rows when one row raises. Each test
+stage-ins, closing group rounds) and the resume bridge (routing events, checking and
+delivering resumes) each go on with the other rows when one row raises. Each test
 writes a row that cannot be read beside one whose step has a visible effect. A real store; the
 site's adapter is a fake that records cancels."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
+from fedhpc.bridge.service import Bridge
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
+from fedhpc.store.continuations import put_continuation
 from tests.unit.attempts import attempt, put_attempt
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
 from tests.unit.test_submit_accept import Clock, _req
@@ -120,3 +126,56 @@ async def test_a_group_that_cannot_be_read_does_not_keep_another_round_open(
     kinds = [(e.kind, e.subject) for e in await store.events_after(0)]
     assert ("group.round_terminal", good_gid) in kinds
     assert ("group.round_terminal", bad_gid) not in kinds
+
+
+async def _inbox_task(store: Store, task_id: str, inbox: str) -> None:
+    spec = ContinuationSpec(runtime=Runtime.INBOX, inbox=inbox, events=("task.terminal",))
+    async with store.transaction() as tx:
+        await tx.put_task(task_id, state="completed", body={"id": task_id}, at=NOW)
+        await put_continuation(tx, task_id, spec, at=NOW)
+
+
+async def test_an_event_whose_payload_cannot_be_built_is_still_delivered_and_others_too(
+    store: Store, tmp_path: Path
+) -> None:
+    await _inbox_task(store, "ta", "a")
+    await _inbox_task(store, "tb", "b")
+    async with store.transaction() as tx:  # task_ids must be a list: building its payload raises
+        odd = {"task_id": "ta", "state": "completed", "task_ids": 5}
+        await tx.append_event("task.terminal", "ta", odd, at=NOW, key="task.terminal:ta")
+        fine = {"task_id": "tb", "state": "completed"}
+        await tx.append_event("task.terminal", "tb", fine, at=NOW, key="task.terminal:tb")
+    bridge = Bridge(store, tmp_path, clock=lambda: NOW)
+    assert await bridge.route() == 2
+    await bridge.deliver()
+    a = [json.loads(x) for x in (tmp_path / "inbox" / "a.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "inbox" / "b.jsonl").read_text().splitlines()]
+    assert (a[0]["event"], a[0]["task_id"], a[0]["state"]) == ("task.terminal", "ta", "completed")
+    assert b[0]["task_id"] == "tb"
+
+
+async def test_a_started_resume_that_cannot_be_read_does_not_stop_another_sessions_delivery(
+    store: Store, tmp_path: Path
+) -> None:
+    await _inbox_task(store, "tb", "b")
+    async with store.transaction() as tx:
+        fine = {"task_id": "tb", "state": "completed"}
+        await tx.append_event("task.terminal", "tb", fine, at=NOW, key="task.terminal:tb")
+    bridge = Bridge(store, tmp_path, clock=lambda: NOW)
+    assert await bridge.route() == 1
+    async with store.transaction() as tx:  # session a's resume in flight, its record broken
+        await tx.put_delivery(
+            "d0-broken",
+            event_id="e-none",
+            continuation_id="c-none",
+            state="started",
+            attempts=0,
+            next_at=NOW,
+            at=NOW,
+            body={"resume": "r0", "key": "session:a"},  # no spec: reading it raises
+        )
+    await bridge.deliver()
+    states = {d["id"]: d["state"] for d in await store.deliveries()}
+    assert states["d0-broken"] == "started"  # kept busy: no second resume into session a
+    assert [s for i, s in states.items() if i != "d0-broken"] == ["delivered"]
+    assert (tmp_path / "inbox" / "b.jsonl").exists()

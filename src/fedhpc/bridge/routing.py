@@ -48,6 +48,22 @@ async def _attempts(store: Store, event: Event) -> list[dict[str, Any]]:
     return [r["body"] for r in await store.attempts(str(task_id))]
 
 
+async def _payload(store: Store, e: Event, delivery_id: str) -> dict[str, Any]:
+    """The resume payload; an event (or attempt) it cannot read is still delivered, with only
+    what the event's own fields say (kind, subject, state), never dropped and never a stop of
+    the routing of every other event behind it."""
+    try:
+        return build_payload(
+            e.model_dump(mode="json"), await _attempts(store, e), delivery_id=delivery_id
+        )
+    except Exception:
+        log.exception("building a resume payload failed", event_id=e.id, subject=e.subject)
+    known: dict[str, Any] = {"state": e.payload.get("state")}
+    known.update({k: v for k in ("task_id", "group_id") if isinstance(v := e.payload.get(k), str)})
+    bare = {"kind": e.kind, "subject": e.subject, "payload": known}
+    return build_payload(bare, [], delivery_id=delivery_id)
+
+
 async def route_events(store: Store, consumer: str, clock: Callable[[], datetime]) -> int:
     """New events after `consumer`'s cursor -> pending deliveries, committed with the cursor.
     Returns how many deliveries it recorded."""
@@ -81,9 +97,7 @@ async def route_events(store: Store, consumer: str, clock: Callable[[], datetime
                 continue  # a group hears its own events; a child's go to its own only
             did = f"d{e.seq}-{c['id']}"
             body = {
-                "payload": build_payload(
-                    e.model_dump(mode="json"), await _attempts(store, e), delivery_id=did
-                ),
+                "payload": await _payload(store, e, did),
                 "runtime": c["runtime"],
                 "spec": c["body"],
                 "seq": e.seq,

@@ -28,6 +28,7 @@ from fedhpc.bridge.settle import Stand, standing
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.domain.config import ResumeConfig
 from fedhpc.errors import FedError
+from fedhpc.logs import isolated
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Store
 
@@ -222,8 +223,11 @@ class Bridge:
         for d in await self.store.deliveries(states=("started",)):
             started.setdefault(str(d["body"].get("resume", d["id"])), []).append(d)
         for rid, ds in started.items():
-            if await self._check(rid, ds):
-                busy.add(str(ds[0]["body"].get("key")))
+            key = str(ds[0]["body"].get("key"))
+            busy.add(key)  # until its check says it ended: a check that raises keeps it busy
+            with isolated("checking a resume failed", resume=rid, delivery=ds[0]["id"]):
+                if not await self._check(rid, ds):
+                    busy.discard(key)
         now = self.clock().isoformat()
         queues: dict[str, list[dict[str, Any]]] = {}
         for d in await self.store.deliveries(states=("pending",), limit=5000):
@@ -232,22 +236,28 @@ class Bridge:
         for key, ds in queues.items():
             if key in busy:
                 continue  # one resume in flight per session; these ride the next one
-            ds.sort(key=lambda x: (int(x["body"].get("seq", 0)), x["id"]))
-            if ds[0]["next_at"] > now:
-                continue  # the oldest waits out its backoff; later events keep their order
-            try:
-                spec = ContinuationSpec.model_validate(ds[0]["body"]["spec"])
-            except ValidationError as exc:  # recorded by an older fedhpc (no bound session)
-                for d in ds:
-                    d["attempts"] = self.max_attempts
-                    d["body"] = {**d["body"], "last_error": f"unusable continuation: {exc}"[:500]}
-                await self._save_all(ds, "dead")
-                continue
-            if spec.runtime in (Runtime.INBOX, Runtime.WEBHOOK):
-                for d in ds:
+            with isolated("delivering failed", delivery=ds[0]["id"]):  # never the others'
+                await self._deliver_queue(ds, now)
+
+    async def _deliver_queue(self, ds: list[dict[str, Any]], now: str) -> None:
+        """One session's pending deliveries, oldest first (one resume carries several)."""
+        ds.sort(key=lambda x: (int(x["body"].get("seq", 0)), x["id"]))
+        if ds[0]["next_at"] > now:
+            return  # the oldest waits out its backoff; later events keep their order
+        try:
+            spec = ContinuationSpec.model_validate(ds[0]["body"]["spec"])
+        except ValidationError as exc:  # recorded by an older fedhpc (no bound session)
+            for d in ds:
+                d["attempts"] = self.max_attempts
+                d["body"] = {**d["body"], "last_error": f"unusable continuation: {exc}"[:500]}
+            await self._save_all(ds, "dead")
+            return
+        if spec.runtime in (Runtime.INBOX, Runtime.WEBHOOK):
+            for d in ds:
+                with isolated("delivering failed", delivery=d["id"]):
                     await self._deliver_direct(d, spec)
-            else:
-                await self._launch(ds)
+        else:
+            await self._launch(ds)
 
     async def redrive(self, ids: list[str] | None) -> list[str]:
         """Dead deliveries (these ids, or all) back to pending with a fresh retry budget."""
