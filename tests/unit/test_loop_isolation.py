@@ -179,3 +179,35 @@ async def test_a_started_resume_that_cannot_be_read_does_not_stop_another_sessio
     assert states["d0-broken"] == "started"  # kept busy: no second resume into session a
     assert [s for i, s in states.items() if i != "d0-broken"] == ["delivered"]
     assert (tmp_path / "inbox" / "b.jsonl").exists()
+
+
+class _Answers:
+    """A site adapter whose probe answers `answer` (or raises it)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    async def probe(self, *, timeout_s: float) -> object:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+async def test_a_site_whose_probe_answer_cannot_be_read_is_offline_alone(store: Store) -> None:
+    good = site(profile("good", cpu_partition("p")))
+    odd = site(profile("odd", cpu_partition("p")))
+    bug = site(profile("bug", cpu_partition("p")))
+    adapters = {
+        "good": _Answers(state(good.profile)),
+        "odd": _Answers("not a site state"),
+        "bug": _Answers(KeyError("partition")),
+    }
+    sites = {"good": good, "odd": odd, "bug": bug}
+    col = Collector(sites, cast(Any, adapters), store, clock=lambda: NOW)
+    report = await col.refresh(force=True)
+    assert set(report.probed) == {"good", "odd", "bug"}
+    assert col.latest["good"].health is state(good.profile).health
+    assert col.latest["odd"].health.value == "offline"
+    assert "probe answer unreadable (AttributeError" in str(col.latest["odd"].error)
+    assert "probe failed: 'partition'" in str(col.latest["bug"].error)
+    assert col.ready.is_set()

@@ -88,8 +88,11 @@ class Collector:
             try:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
-                log.warning("probe error", site=name, error=repr(exc))
                 typed = typed_error(exc)  # itself, or the typed error inside a task group
+                if typed is None:  # not a site's answer we know: a bug, with its traceback
+                    log.exception("probe error", site=name)
+                else:
+                    log.warning("probe error", site=name, error=typed.message)
                 why = f"probe failed: {typed.message if typed else exc}"
                 # A person's move (a `fedhpc login`, an ssh master to open) is named; a
                 # transient error's "retry later" is not: fedhpc retries it by itself.
@@ -103,7 +106,14 @@ class Collector:
                 collected_at=at,
                 error=f"probe timed out after {self.probe_timeout_s:g} s",
             )
-        state = sanitize_state(state)
+        try:
+            state = sanitize_state(state)
+            budgeted = with_budgets(state, self.sites[name])
+        except Exception as exc:  # a surprising answer is this site's alone: offline, said why
+            log.exception("probe answer unreadable", site=name)
+            why = f"probe answer unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+            state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
+            budgeted = state
         if state.health is Health.OFFLINE:
             self._failures[name] += 1
         else:
@@ -111,7 +121,7 @@ class Collector:
         before = self.latest.get(name)
         if before is None or (before.health is Health.OFFLINE) != (state.health is Health.OFFLINE):
             self._changes.append((name, state, before.health if before else None))
-        self.latest[name] = with_budgets(state, self.sites[name])
+        self.latest[name] = budgeted
         elapsed = time.monotonic() - started
         report.probed[name] = elapsed
         self._due[name] = time.monotonic() + self.interval(name)
@@ -159,7 +169,10 @@ class Collector:
     async def run(self, stopping: anyio.Event) -> None:
         """Refresh until `stopping` is set; `wake` forces an early refresh."""
         while not stopping.is_set():
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # a bad round is logged and the next one runs, never fatal
+                log.exception("refresh failed")
             next_due = min(self._due.values(), default=time.monotonic() + self.refresh_s)
             with anyio.move_on_after(max(0.05, next_due - time.monotonic())):
                 await self.wake.wait()
