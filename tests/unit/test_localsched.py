@@ -229,7 +229,9 @@ def test_time_limit_ends_a_job_as_timeout(sched: Sched) -> None:
     job = sched.submit("sleep 60", partition="cpu", time=1)
     rec = sched.wait(job, {"TIMEOUT"}, timeout=15)
     run_s = (at(rec["end"]) - at(rec["start"])).total_seconds()
-    assert 1.0 <= run_s < 3.0
+    # Not before its one-second limit, and ended by it, not by the 60 s sleep (a bound far
+    # from the limit: a loaded machine may be late to kill it, never early).
+    assert 1.0 <= run_s < 30.0
 
 
 def test_a_job_whose_wrapper_is_killed_is_reaped_as_failed(sched: Sched, tmp_path: Path) -> None:
