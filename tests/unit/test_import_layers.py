@@ -1,9 +1,10 @@
 """The import rules: layers (domain <- placement <- services <- daemon <- faces), no runtime
 module imports the development tooling (both are import-linter contracts in pyproject.toml),
-and no import cycle between modules. Type-only imports under `TYPE_CHECKING` do not count."""
+no import cycle between modules, and no module imports another's private names. Type-only imports under `TYPE_CHECKING` do not count."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,22 @@ def test_the_cycle_finder_sees_a_cycle_and_skips_type_only_imports(tmp_path: Pat
     finally:
         sys.path.remove(str(tmp_path))
     assert _cycles(graph) == [["cyc.a", "cyc.b", "cyc.c"]]
+
+
+def _private_imports() -> list[str]:
+    """`from fedhpc.x import _name` anywhere under src/: a private name used across modules."""
+    out = []
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedhpc"):
+                out += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    assert _private_imports() == []

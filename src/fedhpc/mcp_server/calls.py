@@ -18,14 +18,21 @@ from fedhpc.ops.data import TransferHandle
 from fedhpc.ops.task_views import GroupView, TaskHandle
 from fedhpc.settings import CONTINUATION
 
-__all__ = ["UNBOUND", "Ctx"]
+__all__ = [
+    "UNBOUND",
+    "Ctx",
+    "continuation_for",
+    "daemon_link",
+    "submission_fields",
+    "with_unbound_note",
+]
 
 log = structlog.get_logger(__name__)
 
 Ctx = Context[DaemonLink, Any]
 
 
-def _link(ctx: Ctx) -> DaemonLink:
+def daemon_link(ctx: Ctx) -> DaemonLink:
     link: DaemonLink = ctx.request_context.lifespan_context
     return link
 
@@ -41,7 +48,7 @@ def _client_name(ctx: Ctx) -> str | None:
 _INSTANCE = uuid.uuid4().hex[:12]
 
 
-def _submission(ctx: Ctx, key: str | None, wake: ContinuationSpec | None) -> dict[str, Any]:
+def submission_fields(ctx: Ctx, key: str | None, wake: ContinuationSpec | None) -> dict[str, Any]:
     """Who asks and under which key. Every submit carries a key: the caller's, else one made
     for this call, so that an answer lost on the way back can be retried safely with it (it is
     named in the `accepted_unknown` error). A made key still lets the daemon's retry window
@@ -72,7 +79,7 @@ _HOOK_FIX = (
 )
 
 
-async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, str | None]:
+async def continuation_for(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, str | None]:
     """Who to wake when the work ends, fixed now (never guessed later), else why nobody. In
     order: the FEDHPC_CONTINUATION the server was started with (a JSON ContinuationSpec, for
     scripted agents); the Codex thread named in every tools/call; the Claude Code session that
@@ -100,7 +107,7 @@ async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, s
     use_id = claude_tool_use_id(meta)
     if use_id is None:
         return None, "Claude Code sent no tool-call id"
-    binding = await _link(ctx).call(lambda c: c.binding(use_id))
+    binding = await daemon_link(ctx).call(lambda c: c.binding(use_id))
     if binding is None:
         return None, "no PreToolUse hook reported this call's session"
     spec = ContinuationSpec(
@@ -112,7 +119,7 @@ async def _continuation(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, s
     return spec, None
 
 
-def _unbound(answer: _A, why: str | None, subject: str) -> _A:
+def with_unbound_note(answer: _A, why: str | None, subject: str) -> _A:
     """The submit answer tells the truth when no session will be resumed."""
     if why is None:
         return answer

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from fedhpc.mcp_server.calls import Ctx, _link
+from fedhpc.mcp_server.calls import Ctx, daemon_link
 from fedhpc.mcp_server.results import guarded
 from fedhpc.ops.events import check_consumer
 
@@ -59,7 +59,7 @@ async def list_events(
 ) -> EventsPage:
     """Pull clients: events after `after` (task ended, decision needed, site offline);
     old ones no consumer holds get archived."""
-    rows = await _link(ctx).call(
+    rows = await daemon_link(ctx).call(
         lambda c: c.events(after=after, limit=limit + 1, consumer=consumer)
     )
     events = [EventView.model_validate(r) for r in rows[:limit]]
@@ -77,5 +77,5 @@ async def ack_events(
 ) -> AckAnswer:
     """Pull clients: mark events up to `through` handled for `consumer`."""
     check_consumer(consumer)
-    cursor = await _link(ctx).call(lambda c: c.ack_events(consumer, through))
+    cursor = await daemon_link(ctx).call(lambda c: c.ack_events(consumer, through))
     return AckAnswer(consumer=consumer, cursor=cursor)

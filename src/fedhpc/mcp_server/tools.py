@@ -12,7 +12,13 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from fedhpc.domain.envelope import Arch, DraftSource
-from fedhpc.mcp_server.calls import Ctx, _continuation, _link, _submission, _unbound
+from fedhpc.mcp_server.calls import (
+    Ctx,
+    continuation_for,
+    daemon_link,
+    submission_fields,
+    with_unbound_note,
+)
 from fedhpc.mcp_server.event_tools import ack_events, list_events
 from fedhpc.mcp_server.params import (
     Adapt,
@@ -71,7 +77,7 @@ async def inspect_federation(
     req = InspectRequest(
         sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
     )
-    return await _link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
+    return await daemon_link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
 
 
 @guarded()
@@ -108,7 +114,7 @@ async def draft_envelope(
         rationale=rationale,
         confidence=confidence,
     )
-    return await _link(ctx).call(lambda c: c.draft_envelope(req))
+    return await daemon_link(ctx).call(lambda c: c.draft_envelope(req))
 
 
 @guarded()
@@ -135,7 +141,7 @@ async def submit_task(
     idempotency_key: IdemKey = None,
 ) -> TaskHandle:
     """Act: place one job within `envelope` on the best feasible site. Then follow `next`."""
-    wake, unbound = await _continuation(ctx, "submit_task")
+    wake, unbound = await continuation_for(ctx, "submit_task")
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,
@@ -152,11 +158,11 @@ async def submit_task(
             "adaptation": adaptation or AdaptationPolicy(),
             "stage_in": stage_in,
             "continuation": wake,
-            **_submission(ctx, idempotency_key, wake),
+            **submission_fields(ctx, idempotency_key, wake),
         }
     )
-    handle = await _link(ctx).call(lambda c: c.submit_task(req))
-    return _unbound(handle, unbound, handle.task_id)
+    handle = await daemon_link(ctx).call(lambda c: c.submit_task(req))
+    return with_unbound_note(handle, unbound, handle.task_id)
 
 
 @guarded("Read resource fedhpc://groups/{group_id} for the whole group.")
@@ -174,7 +180,7 @@ async def submit_group(
     idempotency_key: GroupIdemKey = None,
 ) -> GroupView:
     """Act: related jobs (a sweep) under one objective and envelope. Then follow `next`."""
-    wake, unbound = await _continuation(ctx, "submit_group")
+    wake, unbound = await continuation_for(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
             "objective": objective,
@@ -186,11 +192,11 @@ async def submit_group(
             "env": env,
             "adaptation": adaptation or AdaptationPolicy(),
             "continuation": wake,
-            **_submission(ctx, idempotency_key, wake),
+            **submission_fields(ctx, idempotency_key, wake),
         }
     )
-    view = await _link(ctx).call(lambda c: c.submit_group(req))
-    return _unbound(view, unbound, view.group_id)
+    view = await daemon_link(ctx).call(lambda c: c.submit_group(req))
+    return with_unbound_note(view, unbound, view.group_id)
 
 
 @guarded(
@@ -210,7 +216,7 @@ async def get_result(
     """Resume: a task's state, attempts, outputs by reference, stdout's tail (`preview`)
     and, if it failed, stderr's. Do not poll."""
     req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes, brief=True)
-    return await _link(ctx).call(lambda c: c.get_result(req))
+    return await daemon_link(ctx).call(lambda c: c.get_result(req))
 
 
 @guarded()
@@ -224,7 +230,7 @@ async def replan(
     """Decide: re-place a task that has not started, or an unschedulable one (exclude sites,
     change its envelope); no work is lost."""
     req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
-    return await _link(ctx).call(lambda c: c.replan(req))
+    return await daemon_link(ctx).call(lambda c: c.replan(req))
 
 
 @guarded()
@@ -232,7 +238,7 @@ async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
     """Decide: cancel a task, or a whole group by its group_id (every child still live);
     jobs are killed and their work lost."""
     req = CancelRequest(task_id=task_id)
-    return await _link(ctx).call(lambda c: c.cancel(req))
+    return await daemon_link(ctx).call(lambda c: c.cancel(req))
 
 
 # A transfer's own outcomes; a transfer that a task waits for raises none (the task's does).
@@ -253,7 +259,7 @@ async def move_data(
 ) -> TransferHandle:
     """Act: copy files site to site, never through you. Then follow `next`, or pass
     transfer_id to submit_task's stage_in."""
-    spec, unbound = await _continuation(ctx, "move_data")
+    spec, unbound = await continuation_for(ctx, "move_data")
     wake = spec.model_copy(update={"events": TRANSFER_EVENTS}) if spec is not None else None
     req = MoveDataRequest.model_validate(
         {
@@ -267,13 +273,13 @@ async def move_data(
             "continuation": wake,  # stored with the transfer: no outcome can come before it
         }
     )
-    handle = await _link(ctx).call(lambda c: c.move_data(req))
+    handle = await daemon_link(ctx).call(lambda c: c.move_data(req))
     where = f"fedhpc://transfers/{handle.transfer_id}"
     if handle.state.terminal:
         again = f"Already {handle.state.value}: read {where}. To copy again, pass a new "
         return handle.model_copy(update={"next": again + "idempotency_key."})
     if spec is None:
-        return _unbound(handle, unbound, handle.transfer_id)
+        return with_unbound_note(handle, unbound, handle.transfer_id)
     return handle
 
 

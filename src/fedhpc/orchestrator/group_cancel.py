@@ -14,7 +14,7 @@ from fedhpc.domain.job import TERMINAL, JobState
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook
-from fedhpc.orchestrator.groups import _state as group_state
+from fedhpc.orchestrator.groups import group_state
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.store import Store
 

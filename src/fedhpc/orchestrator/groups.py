@@ -25,7 +25,7 @@ from fedhpc.orchestrator.book import TaskNotFound
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
 
-__all__ = ["LISTED", "UNKNOWN_GROUP_HINT", "Groups", "group_id_for"]
+__all__ = ["LISTED", "UNKNOWN_GROUP_HINT", "Groups", "group_id_for", "group_state"]
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +47,7 @@ def group_id_for(key: str) -> str:
     return "g" + hashlib.sha256(key.encode()).hexdigest()[:11]
 
 
-def _state(states: list[str]) -> GroupState:
+def group_state(states: list[str]) -> GroupState:
     if not all(s in TERMINAL for s in states):
         return "placing" if JobState.QUEUED.value in states else "running"
     if all(s == JobState.COMPLETED.value for s in states):
@@ -243,7 +243,7 @@ class Groups:
         return GroupView(
             group_id=gid,
             objective=str(group["body"]["objective"]),
-            state=_state(states),
+            state=group_state(states),
             round=int(group["round"]),
             size=size,
             child_ids=span,

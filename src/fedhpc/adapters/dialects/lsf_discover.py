@@ -12,7 +12,7 @@ from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import pbs_lsf_util as util
 from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 from fedhpc.adapters.dialects.lsf import GPU_FIELDS
-from fedhpc.adapters.dialects.lsf_parse import _members, _queue_hosts, _rows
+from fedhpc.adapters.dialects.lsf_parse import group_members, hosts_per_queue, section_rows
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, size_mib
 
 __all__ = ["discover_sections", "parse_discovery", "ping_command", "ping_problem"]
@@ -103,12 +103,14 @@ def parse_discovery(sections: Mapping[str, BatchSection]) -> ClusterFacts:
     if core:
         raise ValueError(f"lsf did not answer: {', '.join(core)} failed")
     hosts = _hosts(sections["hosts"].stdout)
-    gpus = {str(r.get("HOST_NAME")): as_int(r.get("NGPUS")) for r in _rows(sections.get("gpus"))}
+    gpus = {
+        str(r.get("HOST_NAME")): as_int(r.get("NGPUS")) for r in section_rows(sections.get("gpus"))
+    }
     groups = _groups(sections["groups"].stdout) if _ok(sections.get("groups")) else {}
-    queue_hosts = _queue_hosts(sections["queues"])
+    queue_hosts = hosts_per_queue(sections["queues"])
     parts: list[PartitionFacts] = []
     for name, body in _blocks(sections["queues"].stdout).items():
-        members = sorted(_members(queue_hosts.get(name, ["all"]), sorted(hosts), groups))
+        members = sorted(group_members(queue_hosts.get(name, ["all"]), sorted(hosts), groups))
         shapes = Counter(
             (hosts[h][0], hosts[h][1], gpus.get(h, 0), hosts[h][2]) for h in members if h in hosts
         )

@@ -25,11 +25,14 @@ from fedhpc.errors import TransientError
 __all__ = [
     "STATE_TABLE",
     "exit_state",
+    "group_members",
+    "hosts_per_queue",
     "lsf_time",
     "map_state",
     "parse_accounting",
     "parse_probe",
     "parse_status",
+    "section_rows",
 ]
 
 # bjobs(1) "Job status" (IBM Spectrum LSF 10.1 command reference). EXIT maps to None: its
@@ -230,7 +233,7 @@ _BUCKETS = {
 }
 
 
-def _rows(sec: BatchSection | None) -> Iterator[dict[str, Any]]:
+def section_rows(sec: BatchSection | None) -> Iterator[dict[str, Any]]:
     data = load_json(sec.stdout) if sec is not None else None
     for rec in (data or {}).get("RECORDS", []) or []:
         if isinstance(rec, dict) and "ERROR" not in rec:
@@ -244,7 +247,7 @@ def _table(sec: BatchSection | None) -> Iterator[list[str]]:
             yield line.split()
 
 
-def _queue_hosts(sec: BatchSection | None) -> dict[str, list[str]]:
+def hosts_per_queue(sec: BatchSection | None) -> dict[str, list[str]]:
     """bqueues -l: the HOSTS line of each 'QUEUE: name' block."""
     out: dict[str, list[str]] = {}
     current = None
@@ -256,7 +259,7 @@ def _queue_hosts(sec: BatchSection | None) -> dict[str, list[str]]:
     return out
 
 
-def _members(tokens: list[str], hosts: list[str], groups: dict[str, list[str]]) -> set[str]:
+def group_members(tokens: list[str], hosts: list[str], groups: dict[str, list[str]]) -> set[str]:
     """Resolve a queue's HOSTS tokens (lsb.queues HOSTS): names, 'group/', 'all', 'others',
     '~excluded', 'name+pref'. Remote ('@cluster') tokens are ignored."""
 
@@ -291,24 +294,24 @@ def parse_probe(
     wanted = ["gpus", "queues", "queuehosts", "groups", "load", "jobs"]
     wanted += ["balance"] if profile.conventions.balance_command else []
     health, failed = health_of(sections, "hosts", wanted, _section_ok)
-    hosts = {str(r.get("HOST_NAME")): r for r in _rows(sections.get("hosts"))}
+    hosts = {str(r.get("HOST_NAME")): r for r in section_rows(sections.get("hosts"))}
     if health is Health.OFFLINE or not hosts:
         return offline_state(profile, collected_at, "hosts")
-    gpus = {str(r.get("HOST_NAME")): r for r in _rows(sections.get("gpus"))}
-    queues = {str(r.get("QUEUE_NAME")): r for r in _rows(sections.get("queues"))}
+    gpus = {str(r.get("HOST_NAME")): r for r in section_rows(sections.get("gpus"))}
+    queues = {str(r.get("QUEUE_NAME")): r for r in section_rows(sections.get("queues"))}
     free_mem = {
         row[0]: size_mib(row[2], bare_unit="m")
         for row in _table(sections.get("load"))
         if len(row) >= 3
     }
     groups = {row[0]: row[1:] for row in _table(sections.get("groups"))}
-    queue_hosts = _queue_hosts(sections.get("queuehosts"))
-    jobs = list(_rows(sections.get("jobs")))
+    queue_hosts = hosts_per_queue(sections.get("queuehosts"))
+    jobs = list(section_rows(sections.get("jobs")))
     names = list(hosts)
     partitions = []
     for spec in profile.partitions:
         tokens = queue_hosts.get(spec.name)
-        members = _members(tokens, names, groups) if tokens is not None else set(names)
+        members = group_members(tokens, names, groups) if tokens is not None else set(names)
         accel = spec.node.accelerator
         queue = queues.get(spec.name)
         state = _partition(

@@ -13,7 +13,7 @@ from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import pbs_lsf_util as util
 from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts, login_command, parse_login
 from fedhpc.adapters.dialects.pbs_lsf_util import as_int, load_json, size_mib
-from fedhpc.adapters.dialects.pbs_parse import _selectors, in_queue
+from fedhpc.adapters.dialects.pbs_parse import in_queue, queue_selectors
 from fedhpc.domain.units import parse_duration
 
 __all__ = ["discover_sections", "parse_discovery", "ping_command", "ping_problem"]
@@ -66,7 +66,7 @@ def _shape(node: dict[str, Any]) -> tuple[int, int, str | None, int]:
 
 
 def _queue(name: str, q: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> PartitionFacts | None:
-    selectors = _selectors(q)
+    selectors = queue_selectors(q)
     members = [n for n in nodes.values() if in_queue(n, name, selectors)]
     shapes = Counter(_shape(n) for n in members)
     if not shapes:

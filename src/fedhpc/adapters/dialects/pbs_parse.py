@@ -29,6 +29,7 @@ __all__ = [
     "parse_accounting",
     "parse_probe",
     "parse_status",
+    "queue_selectors",
 ]
 
 # Job states, qstat(1B) "The job's state" (OpenPBS doc/man1/qstat.1B). A letter whose meaning
@@ -234,7 +235,7 @@ def node_bucket(node: dict[str, Any]) -> str:
     return "other"  # busy (load), provisioning, sleep, maintenance, ...
 
 
-def _selectors(queue: dict[str, Any]) -> dict[str, str]:
+def queue_selectors(queue: dict[str, Any]) -> dict[str, str]:
     """String-valued default_chunk entries (e.g. Qlist) that bind a queue to tagged nodes."""
     chunk = queue.get("default_chunk", {}) or {}
     return {k: v for k, v in chunk.items() if isinstance(v, str)}
@@ -344,7 +345,7 @@ def parse_probe(
     accounts: list[str] = []
     for spec in profile.partitions:
         queue = queues.get(spec.name)
-        selectors = _selectors(queue or {})
+        selectors = queue_selectors(queue or {})
         members = [n for n in nodes if in_queue(n, spec.name, selectors)]
         accel = spec.node.accelerator
         state, found = _partition(
