@@ -1,6 +1,7 @@
 """The import rules: layers (domain <- placement <- services <- daemon <- faces), no runtime
 module imports the development tooling (both are import-linter contracts in pyproject.toml),
-no import cycle between modules, and no module imports another's private names. Type-only imports under `TYPE_CHECKING` do not count."""
+no import cycle between modules, and no module imports another's private names. Type-only
+imports under `TYPE_CHECKING` do not count."""
 
 from __future__ import annotations
 
