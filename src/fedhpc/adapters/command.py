@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Command",
     "CommandResult",
     "batch",
+    "iter_lines",
     "quote",
     "shell_line",
     "split_batch",
@@ -130,3 +131,14 @@ def split_batch(stdout: str) -> dict[str, BatchSection]:
         elif current is not None:
             buf.append(line)
     return out
+
+
+def iter_lines(text: str) -> Iterator[str]:
+    """`text`'s lines one at a time, without a list (or copy) of them all (a long accounting
+    read or output file is walked, never held twice)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1

@@ -7,14 +7,21 @@ import getpass
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import islice
 
 import structlog
 
-from fedhpc.adapters.command import Command, CommandResult, batch, shell_line, split_batch
+from fedhpc.adapters.command import (
+    Command,
+    CommandResult,
+    batch,
+    iter_lines,
+    shell_line,
+    split_batch,
+)
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import (
@@ -44,16 +51,6 @@ log = structlog.get_logger(__name__)
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _lines(text: str) -> Iterator[str]:
-    """`text`'s lines one at a time, without a list (or copy) of them all."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +143,7 @@ class SiteAdapter:
         if isinstance(self.transport, LineTransport):
             return await self.transport.run_lines(command, on_lines)
         result = await self.transport.run(command)
-        lines = _lines(result.stdout)
+        lines = iter_lines(result.stdout)
         while chunk := list(islice(lines, _LINES_AT_ONCE)):
             await on_lines(chunk)
         return replace(result, stdout="")

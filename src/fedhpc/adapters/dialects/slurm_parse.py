@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fedhpc.adapters.command import CommandResult
+from fedhpc.adapters.command import CommandResult, iter_lines
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.common import error_text
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState
@@ -159,15 +159,6 @@ def parse_sacct(result: CommandResult) -> list[AccountingRecord]:
     return list(iter_sacct(result))
 
 
-def _lines(text: str) -> Iterator[str]:
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
-
-
 def iter_sacct(
     result: CommandResult, skip_name: Callable[[str], bool] | None = None
 ) -> Iterator[AccountingRecord]:
@@ -177,7 +168,7 @@ def iter_sacct(
     tens of thousands of rows). Raises ValueError on the first `next` when sacct failed."""
     if not result.ok:
         raise ValueError(f"sacct failed: {error_text(result, last_line_only=True)}")
-    yield from iter_sacct_lines(_lines(result.stdout), skip_name)  # no list of every line
+    yield from iter_sacct_lines(iter_lines(result.stdout), skip_name)  # no list of every line
 
 
 def iter_sacct_lines(
