@@ -21,7 +21,12 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.client.start import start_daemon
 from fedhpc.errors import UsageError
-from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.inspect import (
+    FEDERATION_COLUMNS,
+    FederationView,
+    InspectRequest,
+    federation_rows,
+)
 from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["add_parser", "stop_daemon"]
@@ -184,47 +189,8 @@ def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
     return head + table_lines(table)
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
-
-
 def _table(view: FederationView) -> list[str]:
-    rows = [
-        (
-            "SITE",
-            "PARTITION",
-            "ARCH",
-            "ACCEL",
-            "GPUS FREE/TOTAL",
-            "CPUS FREE/TOTAL",
-            "PENDING",
-            "RUNNING",
-            "FRESH",
-            "HEALTH",
-        )
-    ]
-    for s in view.sites:
-        health = s.health.value + (" (stale)" if s.stale else "")
-        if not s.partitions:
-            rows.append((s.site, "-", "-", "-", "-", "-", "-", "-", _age(s.age_s), health))
-        for p in s.partitions:
-            rows.append(
-                (
-                    s.site,
-                    p.name,
-                    p.arch.value,
-                    p.accelerator or "-",
-                    f"{p.free_gpus}/{p.total_gpus}",
-                    f"{p.free_cpus}/{p.total_cpus}",
-                    str(p.pending_jobs),
-                    str(p.running_jobs),
-                    _age(s.age_s),
-                    health,
-                )
-            )
-    lines = table_lines(rows)
+    lines = table_lines([FEDERATION_COLUMNS, *(cells for _, cells in federation_rows(view))])
     lines += [f"{s.site}: {s.error}" for s in view.sites if s.error]
     return lines
 

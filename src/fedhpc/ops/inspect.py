@@ -16,11 +16,13 @@ from fedhpc.errors import FieldIssue, ValidationFailed
 from fedhpc.ops.sitecheck import SiteNotUsable
 
 __all__ = [
+    "FEDERATION_COLUMNS",
     "FederationView",
     "InspectRequest",
     "PartitionView",
     "SiteView",
     "UnknownAccelerator",
+    "federation_rows",
     "inspect_federation",
     "stale_after_s",
 ]
@@ -100,6 +102,51 @@ class FederationView(BaseModel):
 
     taken_at: datetime
     sites: tuple[SiteView, ...]
+
+
+FEDERATION_COLUMNS = (
+    "SITE",
+    "PARTITION",
+    "ARCH",
+    "ACCEL",
+    "GPUS FREE/TOTAL",
+    "CPUS FREE/TOTAL",
+    "PENDING",
+    "RUNNING",
+    "FRESH",
+    "HEALTH",
+)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def federation_rows(view: FederationView) -> list[tuple[SiteView, tuple[str, ...]]]:
+    """`fedhpc status`'s cells, one row per partition (a site without partitions: one row of
+    dashes), under `FEDERATION_COLUMNS`; each row with its site, for the renderers' styles."""
+    rows: list[tuple[SiteView, tuple[str, ...]]] = []
+    for s in view.sites:
+        health = s.health.value + (" (stale)" if s.stale else "")
+        if not s.partitions:
+            rows.append((s, (s.site, "-", "-", "-", "-", "-", "-", "-", _age(s.age_s), health)))
+        for p in s.partitions:
+            cells = (
+                s.site,
+                p.name,
+                p.arch.value,
+                p.accelerator or "-",
+                f"{p.free_gpus}/{p.total_gpus}",
+                f"{p.free_cpus}/{p.total_cpus}",
+                str(p.pending_jobs),
+                str(p.running_jobs),
+                _age(s.age_s),
+                health,
+            )
+            rows.append((s, cells))
+    return rows
 
 
 def stale_after_s(site: Site, refresh_s: float) -> float:

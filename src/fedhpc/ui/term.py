@@ -15,7 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from fedhpc.ops.inspect import FederationView
+from fedhpc.ops.inspect import FEDERATION_COLUMNS, FederationView, federation_rows
 from fedhpc.settings import NO_COLOR
 from fedhpc.ui.timeline import Bar, span, why
 
@@ -111,44 +111,30 @@ def axis_width(out: Console) -> int:
 
 
 def federation_table(view: FederationView) -> Table:
-    """`fedhpc status` as a table: one row per partition, the site's health and freshness."""
+    """`fedhpc status` as a table: one row per partition, the site's health and freshness
+    (the same cells as the plain table, `federation_rows`; a site named once, in colour)."""
     title = f"federation at {view.taken_at:%H:%M:%S} UTC"
     table = Table(box=None, pad_edge=False, header_style="bold", title=title, title_justify="left")
-    for head in (
-        "SITE",
-        "PARTITION",
-        "ACCEL",
-        "GPUS FREE/TOTAL",
-        "CPUS FREE/TOTAL",
-        "PENDING",
-        "RUNNING",
-        "FRESH",
-        "HEALTH",
-    ):
+    for head in FEDERATION_COLUMNS:
         right = head.startswith(("GPUS", "CPUS", "PENDING", "RUNNING"))
         table.add_column(head, justify="right" if right else "left")
-    for s in view.sites:
-        fresh = "never" if s.age_s is None else f"{s.age_s:.0f}s"
-        health = Text(
-            s.health.value + (" (stale)" if s.stale else ""),
-            style=HEALTH_STYLES.get(s.health.value, ""),
+    previous = None
+    for s, cells in federation_rows(view):
+        first = s.site != previous
+        previous = s.site
+        p = next((x for x in s.partitions if x.name == cells[1]), None)
+        tone = (
+            "dim" if p is None else ("green" if p.free_gpus else ("red" if p.total_gpus else "dim"))
         )
-        for i, p in enumerate(s.partitions or ()):
-            tone = "green" if p.free_gpus else ("red" if p.total_gpus else "dim")
-            free = Text(f"{p.free_gpus}/{p.total_gpus}", style=tone)
-            table.add_row(
-                s.site if i == 0 else "",
-                p.name,
-                p.accelerator or "-",
-                free,
-                f"{p.free_cpus}/{p.total_cpus}",
-                str(p.pending_jobs),
-                str(p.running_jobs),
-                fresh if i == 0 else "",
-                health if i == 0 else "",
-            )
-        if not s.partitions:
-            table.add_row(s.site, "-", "-", "-", "-", "-", "-", fresh, health)
+        health = Text(cells[-1], style=HEALTH_STYLES.get(s.health.value, ""))
+        table.add_row(
+            cells[0] if first else "",
+            *cells[1:4],
+            Text(cells[4], style=tone),
+            *cells[5:8],
+            cells[8] if first else "",
+            health if first else "",
+        )
     return table
 
 
