@@ -34,7 +34,11 @@ def _sites_checked(state: DaemonState, req: R) -> R:
     """`req` once every site it names is usable (typed error naming the config fix if not)."""
     if isinstance(req, SubmitTaskRequest):
         check_request_sites(
-            state.collector, fixed_site=req.fixed_site, envelope=req.envelope, workdir=req.workdir
+            state.collector,
+            fixed_site=req.fixed_site,
+            envelope=req.envelope,
+            workdir=req.workdir,
+            outputs=req.outputs,
         )
     elif isinstance(req, SubmitGroupRequest):
         check_request_sites(state.collector, envelope=req.envelope, workdir=req.workdir)

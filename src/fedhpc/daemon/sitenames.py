@@ -3,7 +3,7 @@ which names are shipped or user profiles that the config does not enable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from fedhpc.collector import Collector
@@ -11,7 +11,7 @@ from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.site import Health
 from fedhpc.errors import FieldIssue
 from fedhpc.ops.sitecheck import check_site_names
-from fedhpc.ops.workdir import WorkdirOutside, outside_message, sites_holding
+from fedhpc.ops.workdir import OutputOutside, WorkdirOutside, outside_message, sites_holding
 from fedhpc.profiles.loader import (
     load_profiles,
     load_user_config,
@@ -65,14 +65,21 @@ def check_request_sites(
     envelope: ResourceEnvelope | None = None,
     exclude_sites: Iterable[str] = (),
     workdir: str | None = None,
+    outputs: Sequence[str] = (),
 ) -> None:
-    """Raises SiteNotUsable for a site name the request cannot use (see ops.sitecheck), and
-    WorkdirOutside for an absolute workdir inside no storage root of any enabled site."""
-    if workdir and workdir.startswith("/"):
-        profiles = {n: s.profile for n, s in collector.sites.items()}
-        if not sites_holding(workdir, profiles.values()):
-            why = outside_message(workdir, profiles)
-            raise WorkdirOutside([FieldIssue("workdir", why)])
+    """Raises SiteNotUsable for a site name the request cannot use (see ops.sitecheck),
+    WorkdirOutside for an absolute workdir and OutputOutside for absolute outputs inside no
+    storage root of any enabled site."""
+    profiles = {n: s.profile for n, s in collector.sites.items()}
+    if workdir and workdir.startswith("/") and not sites_holding(workdir, profiles.values()):
+        raise WorkdirOutside([FieldIssue("workdir", outside_message(workdir, profiles))])
+    outside = [
+        FieldIssue(f"outputs[{i}]", outside_message(path, profiles))
+        for i, path in enumerate(outputs)
+        if path.startswith("/") and not sites_holding(path, profiles.values())
+    ]
+    if outside:
+        raise OutputOutside(outside)
     names = dict(_envelope_names(envelope, "envelope."))
     names.update({f"exclude_sites[{i}]": n for i, n in enumerate(exclude_sites)})
     if fixed_site:

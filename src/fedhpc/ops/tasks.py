@@ -3,9 +3,10 @@ answers: ops/task_views.py)."""
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -19,7 +20,7 @@ from fedhpc.domain.job import EnvName, EnvValue, SafePath
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut
-from fedhpc.ops.workdir import check_workdir
+from fedhpc.ops.workdir import check_output, check_workdir
 from fedhpc.placement.policy import PolicyKind
 
 __all__ = [
@@ -33,6 +34,11 @@ __all__ = [
     "SubmitTaskRequest",
     "check_argv",
 ]
+
+
+# An output is confined like workdir (ops/workdir.py): its sizes are reported back, so a path
+# outside the task's folder and the storage roots would tell whether /etc or /proc files exist.
+OutputPath = Annotated[SafePath, AfterValidator(check_output)]
 
 
 class _In(BaseModel):
@@ -100,8 +106,11 @@ class SubmitTaskRequest(_In):
     )
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     container_image: str | None = Field(default=None, max_length=512)
-    outputs: tuple[SafePath, ...] = Field(
-        default=(), max_length=64, description="artifacts the task writes, relative to workdir"
+    outputs: tuple[OutputPath, ...] = Field(
+        default=(),
+        max_length=64,
+        description="artifacts the task writes: relative to workdir, or absolute inside one of "
+        "the site's storage roots (like workdir)",
     )
     task_budget: float | None = Field(
         default=None, ge=0, le=MAX_CREDITS, strict=True, description="credits for this task"

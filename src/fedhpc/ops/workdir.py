@@ -1,4 +1,5 @@
-"""Where a task runs: `workdir` confined to the task's folder or a site's storage roots (pure).
+"""Where a task runs and writes: `workdir` and `outputs` confined to the task's folder or a
+site's storage roots (pure).
 
 Relative paths resolve under the task's own folder on the site; absolute ones must lie inside
 one of the site's declared storage roots (a profile that lets jobs use home declares a `home`
@@ -16,8 +17,11 @@ from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import FieldIssue, ValidationFailed
 
 __all__ = [
+    "OutputOutside",
     "WorkdirOutside",
+    "check_output",
     "check_workdir",
+    "confined",
     "inside",
     "may_hold",
     "outside_message",
@@ -33,6 +37,18 @@ _FIX = (
 
 def check_workdir(path: str) -> str:
     """The syntax every site agrees on; raises ValueError (a validation error on `workdir`)."""
+    empty = f"{path!r} is not a folder for a job: omit workdir for the task's own folder"
+    return _checked(path, empty, "the task's folder or storage root")
+
+
+def check_output(path: str) -> str:
+    """An output is confined like `workdir`: relative to it (no '..'), or absolute inside a
+    storage root (checked against the sites at the door and at dispatch). Raises ValueError."""
+    empty = f"{path!r} is not a file the task writes: name one relative to workdir"
+    return _checked(path, empty, "workdir or the storage root")
+
+
+def _checked(path: str, empty: str, within: str) -> str:
     if path.startswith("~"):
         raise ValueError(
             "'~' is not expanded by batch schedulers: give a path relative to the task's folder, "
@@ -41,12 +57,10 @@ def check_workdir(path: str) -> str:
     if "//" in path:
         raise ValueError("empty path component ('//'): a path like //server/share is not a folder")
     if path.strip("/.") == "":
-        raise ValueError(
-            f"{path!r} is not a folder for a job: omit workdir for the task's own folder"
-        )
+        raise ValueError(empty)
     rel = path if path.startswith("/") else path.removeprefix("./")
     if ".." in rel.split("/"):
-        raise ValueError("'..' would leave the task's folder or storage root")
+        raise ValueError(f"'..' would leave {within}")
     if "." in rel.rstrip("/").split("/"):
         raise ValueError("'.' components are ambiguous: write the path without them")
     return rel.rstrip("/")
@@ -55,6 +69,11 @@ def check_workdir(path: str) -> str:
 def inside(path: str, root: str) -> bool:
     root = root.rstrip("/") or "/"
     return path == root or path.startswith(root + "/")
+
+
+def confined(path: str, roots: Sequence[str]) -> bool:
+    """Is an absolute `path` inside one of `roots` (paths at the site, `$NAME` ones expanded)?"""
+    return any(inside(path, r) for r in roots if not r.startswith("$"))
 
 
 def may_hold(path: str, root: str) -> bool:
@@ -73,6 +92,17 @@ class WorkdirOutside(ValidationFailed):
 
     code = "workdir_outside"
     default_hint = _FIX
+
+
+class OutputOutside(ValidationFailed):
+    """An absolute output outside every storage root of the sites that could run the task: a
+    path fedhpc would stat and report (an existence oracle for /etc or /proc), not an output."""
+
+    code = "output_outside"
+    default_hint = (
+        "Give outputs relative to workdir (e.g. 'result.csv'), or absolute paths inside a "
+        "storage root of the site (the message lists them)."
+    )
 
 
 def resolve_workdir(

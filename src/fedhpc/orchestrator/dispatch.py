@@ -3,7 +3,7 @@ before the submission, the job id after it), with a claim on the ledger until a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import structlog
@@ -13,7 +13,7 @@ from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.globus_auth.errors import GlobusLoginRequired
-from fedhpc.ops.workdir import WorkdirOutside, resolve_workdir
+from fedhpc.ops.workdir import WorkdirOutside, confined, resolve_workdir
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
 from fedhpc.orchestrator.estimates import WaitInputs
@@ -21,7 +21,7 @@ from fedhpc.orchestrator.planner import provenance, summary
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
 from fedhpc.placement import Placement
 
-__all__ = ["LOGIN_REQUIRED", "Dispatcher"]
+__all__ = ["LOGIN_REQUIRED", "Dispatcher", "outside_roots"]
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +76,7 @@ class Dispatcher:
         try:
             base = f"{self._workbase(adapter)}/{task.id}"
             workdir = _workdir(adapter, req.workdir, base)
+            _check_outputs(adapter, req.outputs)
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc)
         att = _attempt(
@@ -207,6 +208,36 @@ def _workdir(adapter: SiteAdapter, workdir: str | None, base: str) -> str:
             f"{WorkdirFailed.PREFIX} on {adapter.name}: {exc.message}",
             hint="Give a workdir inside one of these roots, or relative to the task's folder.",
         ) from None
+
+
+def _check_outputs(adapter: SiteAdapter, outputs: Sequence[str]) -> None:
+    """Absolute outputs must lie in a root as the site's shell expanded it, like `workdir`: their
+    sizes are reported back, which would tell whether any file there exists."""
+    absolute = [(i, o) for i, o in enumerate(outputs) if o.startswith("/")]
+    if not absolute:
+        return
+    roots = _roots(adapter)
+    for i, path in absolute:
+        if not confined(path, roots):
+            listed = ", ".join(roots) or "none"
+            raise WorkdirFailed(
+                f"{WorkdirFailed.PREFIX} on {adapter.name}: outputs[{i}] {path} is inside no "
+                f"storage root of {adapter.name} ({listed})",
+                hint="Give outputs relative to workdir, or inside one of these roots.",
+            )
+
+
+def outside_roots(adapter: SiteAdapter, paths: Sequence[str]) -> set[str]:
+    """The absolute `paths` inside none of the site's storage roots as its shell expands them
+    (every absolute one while they cannot be read): never to be looked at on the site."""
+    absolute = {p for p in paths if p.startswith("/")}
+    if not absolute:
+        return set()
+    try:
+        roots = _roots(adapter)
+    except StorageUnread:
+        return absolute
+    return {p for p in absolute if not confined(p, roots)}
 
 
 def _roots(adapter: SiteAdapter) -> list[str]:

@@ -67,6 +67,7 @@ def hold_key(task: TaskRecord) -> str:
         r.fixed_site,
         r.fallback,
         r.workdir,
+        sorted(o for o in r.outputs if o.startswith("/")),  # they pin sites like workdir
         r.task_budget,
         sorted(task.excluded_sites),
         sorted(task.refused_sites),

@@ -107,8 +107,8 @@ class Planner:
     ) -> tuple[ResourceEnvelope, tuple[str, ...]]:
         """The task's envelope (with a longer wall time if asked) and the sites it must not
         use: excluded by it, by the caller or earlier rejections, unable to hold its
-        absolute workdir, or any but the one its stage-in copied its inputs to (whatever
-        an include says, and a site added to the federation since too)."""
+        absolute workdir or outputs, or any but the one its stage-in copied its inputs to
+        (whatever an include says, and a site added to the federation since too)."""
         req = task.request
         env = req.envelope
         if wall_s is not None:
@@ -117,7 +117,8 @@ class Planner:
                 update={"wall_time": env.wall_time.model_copy(update={"min": wall_s, "max": hi})}
             )
         known = set(self.sites)
-        cannot_hold = workdirs.sites_without(req.workdir, self.sites)  # absolute workdir
+        # absolute workdir and outputs
+        cannot_hold = workdirs.sites_without_all((req.workdir, *req.outputs), self.sites)
         drop = tuple(
             sorted(
                 (

@@ -21,7 +21,7 @@ from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
-from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.dispatch import Dispatcher, outside_roots
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.group_cancel import cancel_group, group_named
 from fedhpc.orchestrator.liveness import offline, online
@@ -191,7 +191,9 @@ class TaskTools:
                 for p in task.request.outputs
             ]
             files = [(k, p) for k, p in files if p]
-            sizes = await adapter.file_sizes([p for _, p in files])
+            # A task stored before outputs were confined: a path outside the roots is not read.
+            hidden = outside_roots(adapter, task.request.outputs)
+            sizes = await adapter.file_sizes([p for _, p in files if p not in hidden])
             outputs = [
                 OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p)) for k, p in files
             ]

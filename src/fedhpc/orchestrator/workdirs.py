@@ -1,16 +1,16 @@
 """Placement inputs and notes that follow from the request: which sites can hold an absolute
-workdir, and the line that says a fixed-site task fell back to another site."""
+workdir and absolute outputs, and the line that says a fixed-site task fell back to another site."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from fedhpc.domain.config import Site
 from fedhpc.ops.workdir import sites_holding
 from fedhpc.placement import Placement
 from fedhpc.placement.policy import PolicyKind
 
-__all__ = ["fallback_note", "sites_without"]
+__all__ = ["fallback_note", "sites_without", "sites_without_all"]
 
 
 def sites_without(workdir: str | None, sites: Mapping[str, Site]) -> set[str]:
@@ -20,6 +20,14 @@ def sites_without(workdir: str | None, sites: Mapping[str, Site]) -> set[str]:
         return set()
     holding = sites_holding(workdir, (s.profile for s in sites.values()))
     return set(sites) - holding
+
+
+def sites_without_all(paths: Iterable[str | None], sites: Mapping[str, Site]) -> set[str]:
+    """Sites that cannot hold one of `paths` (the workdir and the outputs) by `sites_without`."""
+    out: set[str] = set()
+    for path in paths:
+        out |= sites_without(path, sites)
+    return out
 
 
 def fallback_note(p: Placement) -> str:

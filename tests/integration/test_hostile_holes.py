@@ -1,0 +1,44 @@
+"""Holes a hostile or careless agent found at the MCP boundary (issue 32, item 5), through the
+real MCP client over stdio against a real daemon on the local process sites: each answers a
+typed error a client can read, and the ordinary call next to it still works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from tests.integration.hostile_support import call_error, call_ok, serve
+
+ENV = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1, "max": 1}, "wall_time": {"min": 60}}
+
+
+async def test_outputs_outside_the_workdir_and_roots_are_refused_not_sized(
+    tmp_path: Path,
+) -> None:
+    """get_result reported the size of /etc/passwd and /proc/self/environ: an existence oracle."""
+    async with serve(tmp_path) as client:
+        base = {"command": ["true"], "envelope": ENV}
+        bad = ["/etc/passwd", "/proc/self/environ", "/", "//server/share/x"]
+        body = await call_error(client, "submit_task", {**base, "outputs": bad})
+        assert body["code"] == "validation"
+        assert [f["field"] for f in body["fields"]] == ["outputs.2", "outputs.3"], body
+        body = await call_error(client, "submit_task", {**base, "outputs": bad[:2]})
+        assert body["code"] == "output_outside"
+        assert [f["field"] for f in body["fields"]] == ["outputs[0]", "outputs[1]"], body
+        assert "devdelta/storage" in body["fields"][0]["reason"]
+        assert (await call_ok(client, "list_events", {}))["events"] == []
+        # Relative to workdir, or inside a root: accepted and sized.
+        root = tmp_path / "devfed/devdelta/storage"
+        kept = f"{root}/kept.txt"
+        write = f"echo hi > made.txt && echo kept > {kept}"
+        args = {**base, "command": ["sh", "-c", write], "outputs": ["made.txt", kept]}
+        task = await call_ok(client, "submit_task", args)
+        assert task["site"] == "devdelta", task  # the only site whose roots hold `kept`
+        with anyio.fail_after(60):
+            while (got := await call_ok(client, "get_result", {"task_id": task["task_id"]}))[
+                "state"
+            ] != "completed":
+                await anyio.sleep(0.3)
+        sizes = {o["path"]: o.get("bytes") for o in got["outputs"] if o["kind"] == "artifact"}
+        assert sizes[kept] == 5 and [v for k, v in sizes.items() if k.endswith("/made.txt")] == [3]
