@@ -42,3 +42,21 @@ async def test_outputs_outside_the_workdir_and_roots_are_refused_not_sized(
                 await anyio.sleep(0.3)
         sizes = {o["path"]: o.get("bytes") for o in got["outputs"] if o["kind"] == "artifact"}
         assert sizes[kept] == 5 and [v for k, v in sizes.items() if k.endswith("/made.txt")] == [3]
+
+
+async def test_a_huge_or_odd_site_name_is_a_validation_error_not_internal(tmp_path: Path) -> None:
+    """A 1 MiB site name in inspect_federation answered `internal` (InvalidURL: the query the
+    server sends the daemon was too long); a name in a body was echoed whole."""
+    huge = "a" * (1 << 20)
+    async with serve(tmp_path) as client:
+        body = await call_error(client, "inspect_federation", {"sites": ["devdelta", huge]})
+        assert body["code"] == "validation"
+        assert [f["field"] for f in body["fields"]] == ["sites.1"], body
+        assert "at most 128 characters" in body["message"] and len(body["message"]) < 400
+        body = await call_error(client, "inspect_federation", {"accelerator": huge})
+        assert [f["field"] for f in body["fields"]] == ["accelerator"], body
+        args = {"command": ["true"], "envelope": {**ENV, "sites_include": ["b" * 5000]}}
+        body = await call_error(client, "submit_task", args)
+        assert body["code"] == "site_not_usable" and len(body["message"]) < 400, body
+        view = await call_ok(client, "inspect_federation", {"sites": ["devdelta"]})
+        assert [s["site"] for s in view["sites"]] == ["devdelta"]

@@ -13,7 +13,7 @@ from fedhpc.domain.config import Site
 from fedhpc.ops.data import DataLocation, TransferOptions, TransferState
 from fedhpc.ops.inspect import InspectRequest, inspect_federation
 from fedhpc.ops.sitecheck import SiteNotUsable
-from fedhpc.ops.tasks import SubmitGroupRequest
+from fedhpc.ops.tasks import ReplanRequest, SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.profiles import load_federation
 from fedhpc.transfer.records import TransferRecord
 
@@ -154,3 +154,33 @@ def test_the_server_instructions_never_say_end_your_turn_unconditionally() -> No
     step = INSTRUCTIONS.split("\n4. ")[1].split("\n5. ")[0]
     assert "`next`" in step and "end your turn when fedhpc will resume you" in step
     assert not step.startswith("Yield: end your turn")
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("a" * (1 << 20), "at most 128 characters, not 1048576"),
+        ("dev delta", "'dev delta' is not a site name"),
+        ("x\x1b]0;owned\x07", "is not a site name"),
+        ("", "is not a site name"),
+    ],
+)
+def test_a_site_name_that_cannot_be_a_site_is_refused_by_field_and_kept_short(
+    name: str, says: str
+) -> None:
+    """A 1 MiB name in inspect_federation answered `internal` (the URL's query was too long);
+    the answer never echoes the whole name."""
+    for build, field in (
+        (lambda n: InspectRequest(sites=("devdelta", n)), ("sites", 1)),
+        (
+            lambda n: ReplanRequest(task_id="t1", exclude_sites=("devdelta", n)),
+            ("exclude_sites", 1),
+        ),
+        (lambda n: SubmitTaskRequest(command=("x",), envelope={}, fixed_site=n), ("fixed_site",)),
+    ):
+        with pytest.raises(ValidationError) as err:
+            build(name)
+        (issue,) = err.value.errors()
+        assert issue["loc"] == field
+        assert says in issue["msg"] and len(issue["msg"]) < 300
+    assert InspectRequest(sites=("devdelta", "dev-vista_2.x+")).sites[1] == "dev-vista_2.x+"

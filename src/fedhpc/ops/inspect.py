@@ -13,7 +13,7 @@ from fedhpc.domain.envelope import Arch
 from fedhpc.domain.site import Credit, Health, SiteState
 from fedhpc.domain.units import as_utc
 from fedhpc.errors import FieldIssue, ValidationFailed
-from fedhpc.ops.sitecheck import SiteNotUsable
+from fedhpc.ops.sitecheck import SiteName, SiteNotUsable
 
 __all__ = [
     "FEDERATION_COLUMNS",
@@ -39,9 +39,13 @@ class InspectRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    sites: tuple[str, ...] = Field(default=(), description="only these sites; empty = all")
+    sites: tuple[SiteName, ...] = Field(
+        default=(), max_length=64, description="only these sites; empty = all"
+    )
     accelerator: str | None = Field(
-        default=None, description="only partitions with this accelerator type, e.g. 'a100'"
+        default=None,
+        max_length=64,
+        description="only partitions with this accelerator type, e.g. 'a100'",
     )
     arch: Arch | None = Field(default=None, description="only partitions of this architecture")
     include_blocked: bool = Field(default=False, description="also list blocked partitions")

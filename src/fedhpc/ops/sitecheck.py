@@ -5,10 +5,48 @@ error naming the usable sites and the config.toml fix, never a silent fallback."
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import Annotated
 
+from pydantic import AfterValidator
+
+from fedhpc.domain.site import SAFE_NAME
 from fedhpc.errors import FieldIssue, ValidationFailed
 
-__all__ = ["SiteNotUsable", "check_site_names"]
+__all__ = [
+    "MAX_SITE_NAME",
+    "SiteName",
+    "SiteNotUsable",
+    "check_site_name",
+    "check_site_names",
+    "shown",
+]
+
+MAX_SITE_NAME = 128  # SAFE_NAME's bound: every profile's name fits it
+
+
+def shown(name: str, limit: int = 60) -> str:
+    """`name` quoted for a message, cut at `limit` characters (a 1 MiB name is no message)."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
+
+
+def check_site_name(name: str) -> str:
+    """A site name in a request has a profile name's shape: at most 128 letters, digits, '_',
+    '.', '+', '-'. Anything else is no site, and some of it would not fit a URL's query (a
+    1 MiB name answered `internal`)."""
+    if len(name) > MAX_SITE_NAME:
+        raise ValueError(
+            f"a site name has at most {MAX_SITE_NAME} characters, not {len(name)}: "
+            "`fedhpc sites list` or inspect_federation names the sites"
+        )
+    if not SAFE_NAME.match(name):
+        raise ValueError(
+            f"{shown(name)} is not a site name (letters, digits, '_', '.', '+', '-'): "
+            "`fedhpc sites list` or inspect_federation names the sites"
+        )
+    return name
+
+
+SiteName = Annotated[str, AfterValidator(check_site_name)]
 
 
 class SiteNotUsable(ValidationFailed):
@@ -37,7 +75,7 @@ def _why(
             f'[sites.{name}] with user = "LOGIN" and [[sites.{name}.accounts]] '
             f'name = "YOUR_ALLOCATION"'
         )
-    return f"no site is called {name!r}"
+    return f"no site is called {shown(name)}"
 
 
 def check_site_names(

@@ -20,6 +20,7 @@ from fedhpc.domain.job import EnvName, EnvValue, SafePath
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut
+from fedhpc.ops.sitecheck import SiteName
 from fedhpc.ops.workdir import check_output, check_workdir
 from fedhpc.placement.policy import PolicyKind
 
@@ -93,7 +94,7 @@ class SubmitTaskRequest(_In):
     policy: PolicyKind = Field(
         default=PolicyKind.BEST_FEASIBLE, description="fixed_site alone implies fixed-site"
     )
-    fixed_site: str | None = Field(default=None, description="run only on this site")
+    fixed_site: SiteName | None = Field(default=None, description="run only on this site")
     fallback: bool = Field(
         default=False,
         description="with fixed_site: if that site cannot run the task, place it elsewhere "
@@ -225,7 +226,7 @@ class ReplanRequest(_In):
     """Re-place a task that has not started: exclude sites and/or change its envelope."""
 
     task_id: str = Field(min_length=1, max_length=64)
-    exclude_sites: tuple[str, ...] = ()
+    exclude_sites: tuple[SiteName, ...] = Field(default=(), max_length=64)
     envelope: ResourceEnvelope | None = None
 
 
