@@ -60,3 +60,21 @@ async def test_a_huge_or_odd_site_name_is_a_validation_error_not_internal(tmp_pa
         assert body["code"] == "site_not_usable" and len(body["message"]) < 400, body
         view = await call_ok(client, "inspect_federation", {"sites": ["devdelta"]})
         assert [s["site"] for s in view["sites"]] == ["devdelta"]
+
+
+async def test_a_container_image_with_control_characters_is_refused_not_failed_later(
+    tmp_path: Path,
+) -> None:
+    """It was accepted; the task then failed as "internal: ValidationError" (a NUL) or ran with
+    the escape sequence in its job script."""
+    async with serve(tmp_path) as client:
+        base = {"command": ["true"], "envelope": ENV}
+        for image in ("img\x1b]0;owned\x07", "img\x00"):
+            body = await call_error(client, "submit_task", {**base, "container_image": image})
+            assert body["code"] == "validation"
+            assert [f["field"] for f in body["fields"]] == ["container_image"], body
+            args = {**base, "envelope": {**ENV, "container": {"image": image}}}
+            body = await call_error(client, "submit_task", args)
+            assert [f["field"] for f in body["fields"]] == ["envelope"], body
+            assert body["fields"][0]["reason"].startswith("container.image contains U+00")
+        assert (await call_ok(client, "list_events", {}))["events"] == []

@@ -184,3 +184,45 @@ def test_a_site_name_that_cannot_be_a_site_is_refused_by_field_and_kept_short(
         assert issue["loc"] == field
         assert says in issue["msg"] and len(issue["msg"]) < 300
     assert InspectRequest(sites=("devdelta", "dev-vista_2.x+")).sites[1] == "dev-vista_2.x+"
+
+
+@pytest.mark.parametrize(
+    ("image", "says"),
+    [
+        ("img\x1b]0;owned\x07", "contains U+001B"),
+        ("img\x00", "contains U+0000"),
+        ("img\u202etxt", "RIGHT-TO-LEFT OVERRIDE"),
+        ("my image.sif", "contains U+0020 (SPACE)"),
+        ("--bind=/:/host", "starts with '-'"),
+    ],
+)
+def test_a_container_image_with_control_characters_is_refused_at_submit(
+    image: str, says: str
+) -> None:
+    """Accepted, then the task failed as "internal: ValidationError" (NUL, at dispatch) or the
+    ESC reached the job script; a leading '-' would be read by the runtime as its option."""
+    env = {"container": {"image": image}}
+    for build, field, prefix in (
+        (lambda: _task(container_image=image), ("container_image",), ""),
+        (lambda: _task(envelope=env), ("envelope",), "container.image "),
+        (lambda: _group(envelope=env), ("envelope",), "container.image "),
+        (
+            lambda: ReplanRequest.model_validate({"task_id": "t1", "envelope": env}),
+            ("envelope",),
+            "container.image ",
+        ),
+    ):
+        with pytest.raises(ValidationError) as err:
+            build()
+        (issue,) = err.value.errors()
+        assert issue["loc"] == field
+        assert (
+            issue["msg"].removeprefix("Value error, ").startswith(prefix) and says in issue["msg"]
+        )
+    ok = "docker://ghcr.io/org/img:1.2@sha256:abc"
+    assert _task(container_image=ok).container_image == ok
+    assert _task(envelope={"container": {"image": "/sw/x.sif"}}).envelope.container is not None
+
+
+def _task(**extra: object) -> SubmitTaskRequest:
+    return SubmitTaskRequest.model_validate({"command": ["true"], "envelope": {}, **extra})

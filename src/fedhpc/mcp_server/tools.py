@@ -134,7 +134,9 @@ async def submit_task(
     workdir: Workdir = None,
     env: Env = {},  # noqa: B006
     container_image: str | None = None,
-    outputs: Annotated[list[str], Field(description="files it writes, relative")] = [],  # noqa: B006
+    outputs: Annotated[
+        list[str], Field(description="files it writes: relative to workdir, or in a storage root")
+    ] = [],  # noqa: B006
     task_budget: Annotated[float | None, Field(description="credits for this task")] = None,
     adaptation: Adapt = None,
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
