@@ -4,9 +4,13 @@ typed error a client can read, and the ordinary call next to it still works."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
+import pytest
+from mcp import MCPError
+from mcp.types import INVALID_PARAMS
 
 from tests.integration.hostile_support import call_error, call_ok, serve
 
@@ -78,3 +82,32 @@ async def test_a_container_image_with_control_characters_is_refused_not_failed_l
             assert [f["field"] for f in body["fields"]] == ["envelope"], body
             assert body["fields"][0]["reason"].startswith("container.image contains U+00")
         assert (await call_ok(client, "list_events", {}))["events"] == []
+
+
+async def test_a_bad_resource_id_is_an_invalid_params_error_carrying_the_typed_body(
+    tmp_path: Path,
+) -> None:
+    """resources/read of fedhpc://groups/<bad id> answered -32603 (internal error) with the
+    typed body as a JSON string inside the message; resources have no isError result, so the
+    body is the error's `data`, and the code says it is the caller's to fix."""
+    async with serve(tmp_path) as client:
+        cases = {
+            "fedhpc://groups/bad id": ("validation", [{"field": "group_id"}]),
+            "fedhpc://tasks/t..x": ("validation", [{"field": "task_id"}]),
+            "fedhpc://groups/gnosuchgroup1": ("not_found", None),
+            "fedhpc://transfers/xnosuchxfer1": ("not_found", None),
+        }
+        for uri, (code, fields) in cases.items():
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(uri)
+            e = err.value.error
+            assert e.code == INVALID_PARAMS, (uri, e)
+            assert isinstance(e.data, dict) and e.data["code"] == code, (uri, e)
+            assert e.data["uri"] == uri and e.data["hint"] and e.message == e.data["message"]
+            assert not e.message.startswith("{"), e.message
+            if fields:
+                assert [{"field": f["field"]} for f in e.data["fields"]] == fields
+        base = {"objective": "o", "children": [{"command": ["true"]}], "envelope": ENV}
+        gid = (await call_ok(client, "submit_group", base))["group_id"]
+        read = await client.read_resource(f"fedhpc://groups/{gid}")
+        assert json.loads(read.contents[0].text)["group_id"] == gid  # type: ignore[union-attr]

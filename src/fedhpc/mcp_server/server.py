@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -11,13 +10,14 @@ from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.tools import Tool
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import BaseModel, ValidationError
 
 from fedhpc import __version__
 from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.errors import FedError, FieldIssue, UsageError, ValidationFailed
+from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
 from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
@@ -121,9 +121,23 @@ def build_server(settings: DaemonSettings | None = None, *, autostart: bool = Tr
     return server
 
 
-def _checked_id(value: str) -> str:
+# A read the client could fix (a malformed or unknown id) is "invalid params", as the SDK's
+# own ResourceNotFoundError (SEP-2164); the daemon being down or a bug is an internal error.
+_CALLER_KINDS = {ErrorKind.USAGE, ErrorKind.VALIDATION, ErrorKind.NOT_FOUND, ErrorKind.TOO_LARGE}
+
+
+def _resource_error(exc: FedError, uri: str) -> MCPError:
+    """A typed error as a resources/read JSON-RPC error: resources have no `isError` result,
+    so the message is the error's own and `data` holds the body a tool would answer
+    ({code, message, hint[, fields]}) plus the uri, for a client to read as JSON."""
+    code = INVALID_PARAMS if exc.kind in _CALLER_KINDS else INTERNAL_ERROR
+    return MCPError(code=code, message=exc.message, data={**exc.as_dict(), "uri": uri})
+
+
+def _checked_id(value: str, field: str, uri: str) -> str:
     if not re.fullmatch(ID_PATTERN, value) or len(value) > 64:
-        raise ResourceError(json.dumps(UsageError(f"not an id: {value[:64]!r}").as_dict()))
+        why = f"not an id: {value[:64]!r} (ids are what fedhpc answered, e.g. 'g1a2b3c4d5e6')"
+        raise _resource_error(ValidationFailed([FieldIssue(field, why)]), uri)
     return value
 
 
@@ -134,11 +148,13 @@ def _add_resources(
         value: DaemonLink = ctx.request_context.lifespan_context
         return value
 
-    async def read(link: DaemonLink, op: Callable[[DaemonClient], Awaitable[BaseModel]]) -> str:
+    async def read(
+        link: DaemonLink, op: Callable[[DaemonClient], Awaitable[BaseModel]], uri: str
+    ) -> str:
         try:
             answer = await link.call(op)
         except FedError as exc:  # resources have no is_error: the JSON-RPC error carries it
-            raise ResourceError(json.dumps(exc.as_dict())) from exc
+            raise _resource_error(exc, uri) from exc
         return answer.model_dump_json()
 
     @server.resource(
@@ -150,7 +166,7 @@ def _add_resources(
     async def federation() -> str:
         # Static resources get no Context in mcp 2.3, so this read opens its own link.
         async with open_link(settings, autostart=autostart) as fresh:
-            return await read(fresh, lambda c: c.federation())
+            return await read(fresh, lambda c: c.federation(), "fedhpc://federation")
 
     @server.resource(
         "fedhpc://tasks/{task_id}",
@@ -159,8 +175,9 @@ def _add_resources(
         mime_type="application/json",
     )
     async def task(task_id: str, ctx: Context[DaemonLink, Any]) -> str:
-        req = ResultRequest(task_id=_checked_id(task_id))
-        return await read(link(ctx), lambda c: c.get_result(req))
+        uri = f"fedhpc://tasks/{task_id}"
+        req = ResultRequest(task_id=_checked_id(task_id, "task_id", uri))
+        return await read(link(ctx), lambda c: c.get_result(req), uri)
 
     @server.resource(
         "fedhpc://groups/{group_id}",
@@ -169,8 +186,9 @@ def _add_resources(
         mime_type="application/json",
     )
     async def group(group_id: str, ctx: Context[DaemonLink, Any]) -> str:
-        checked = _checked_id(group_id)
-        return await read(link(ctx), lambda c: c.group(checked))
+        uri = f"fedhpc://groups/{group_id}"
+        checked = _checked_id(group_id, "group_id", uri)
+        return await read(link(ctx), lambda c: c.group(checked), uri)
 
     @server.resource(
         "fedhpc://groups/{group_id}/after/{after}",
@@ -179,8 +197,9 @@ def _add_resources(
         mime_type="application/json",
     )
     async def group_page(group_id: str, after: str, ctx: Context[DaemonLink, Any]) -> str:
-        checked, start = _checked_id(group_id), _checked_id(after)
-        return await read(link(ctx), lambda c: c.group(checked, after=start))
+        uri = f"fedhpc://groups/{group_id}/after/{after}"
+        checked, start = _checked_id(group_id, "group_id", uri), _checked_id(after, "after", uri)
+        return await read(link(ctx), lambda c: c.group(checked, after=start), uri)
 
     @server.resource(
         "fedhpc://transfers/{transfer_id}",
@@ -189,5 +208,6 @@ def _add_resources(
         mime_type="application/json",
     )
     async def transfer(transfer_id: str, ctx: Context[DaemonLink, Any]) -> str:
-        req = TransferRequest(transfer_id=_checked_id(transfer_id))
-        return await read(link(ctx), lambda c: c.transfer(req))
+        uri = f"fedhpc://transfers/{transfer_id}"
+        req = TransferRequest(transfer_id=_checked_id(transfer_id, "transfer_id", uri))
+        return await read(link(ctx), lambda c: c.transfer(req), uri)
