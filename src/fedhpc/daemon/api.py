@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.job import JobState
+from fedhpc.domain.units import UtcDatetime
 from fedhpc.ops.continuations import ContinuationSpec, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
@@ -107,7 +107,9 @@ class HistoryQuery(BaseModel):
 
     site: list[str] = Field(default=[], max_length=64, description="only these sites")
     limit: int = Field(default=120, ge=1, le=MAX_POINTS, description="newest probes per site")
-    before: datetime | None = Field(default=None, description="only probes older than this")
+    before: UtcDatetime | None = Field(
+        default=None, description="only probes older than this (naive = UTC)"
+    )
 
 
 class RegisterContinuation(BaseModel):

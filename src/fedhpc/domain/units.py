@@ -136,7 +136,10 @@ def as_utc(value: datetime) -> datetime:
     naive value at a boundary (an old snapshot, a hand-written file) is one of its own."""
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 east of UTC, 9999-12-31 west: a validation error
+        raise ValueError(f"{value.isoformat()} is out of range in UTC (years 1 to 9999)") from None
 
 
 def finite_or_none(value: float | None, limit: float = MAX_CREDITS) -> float | None:
