@@ -13,6 +13,13 @@ daemon's store), unless --complete waits for every child to finish first.
 
 Run: .venv/bin/python benchmarks/submit_latency.py [--sizes 100,1000,5000] [--settle 10]
      [--complete] [--json]
+
+Many sessions (issue 33): `--sessions 1,8,16 [--per-session 10] [--sites process|slurm]` starts,
+per count, a fresh daemon and that many `fedhpc serve` processes (each its own MCP session over
+stdio), then every session submits `--per-session` single tasks (`sleep 1`, 1 CPU) one after
+another, all sessions at once. Per count it prints the answer's median and p99 on the client,
+the daemon's own median for POST /v1/tasks (its request timings), how many answers said
+`queued` (the placement wait ran out), and the throughput (submits answered per second).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,10 +93,11 @@ def _cancel(db: Path, groups: list[str]) -> int:
 
 
 def _start(
-    home: Path, cycle: float, devfed: str = "1"
+    home: Path, cycle: float, devfed: str = "1", **extra: str
 ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     env = {
         **os.environ,
+        **extra,
         "FEDHPC_HOME": str(home),
         "FEDHPC_DEVFED": devfed,
         "FEDHPC_CYCLE_S": str(cycle),
@@ -169,6 +178,101 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows, "daemon_peak_rss_mb": round(peak, 1), "jobs_cancelled": cancelled}
 
 
+async def _session(
+    params: StdioServerParameters, n: int, tag: str, ready: anyio.Event, out: list[Any]
+) -> None:
+    """One agent session: its own `fedhpc serve`, `n` submits one after another once `ready`."""
+    async with Client(params, mode="legacy") as mcp:
+        await mcp.list_tools()
+        out.append(None)  # connected
+        await ready.wait()
+        for i in range(n):
+            args = {
+                "command": ["sleep", "1"],
+                "name": f"{tag}-{i}",
+                "envelope": {"cpus": {"min": 1}, "wall_time": {"min": "5m"}},
+                "idempotency_key": f"{tag}-{i}",
+            }
+            started = time.monotonic()
+            result = await mcp.call_tool("submit_task", args)
+            took = time.monotonic() - started
+            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+            body = json.loads(text) if text.startswith("{") else {}
+            out.append((took, body.get("state", "error"), body.get("task_id")))
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+async def _sessions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for count in args.sessions:
+        home = Path(tempfile.mkdtemp(prefix="fedhpc-sessions-bench-"))
+        if args.sites == "process":  # four private sites in the run's own folder
+            daemon, env = _start(home, args.cycle, "process", FEDHPC_DEVFED_DIR=str(home / "fed"))
+        else:
+            daemon, env = _start(home, args.cycle)
+        settings = DaemonSettings.from_env(home=home)
+        try:
+            async with DaemonClient(settings) as client:
+                await client.wait_until_up(60)
+                await client.refresh()
+                params = StdioServerParameters(
+                    command=_fedhpc(), args=["serve", "--no-autostart"], env=env
+                )
+                ready = anyio.Event()
+                outs: list[list[Any]] = [[] for _ in range(count)]
+                async with anyio.create_task_group() as tg:
+                    for k in range(count):
+                        tg.start_soon(_session, params, args.per_session, f"s{k}", ready, outs[k])
+                    with anyio.fail_after(120):
+                        while sum(len(o) for o in outs) < count:
+                            await anyio.sleep(0.05)
+                    started = time.monotonic()
+                    ready.set()
+                    with anyio.fail_after(600):
+                        while sum(len(o) for o in outs) < count * (1 + args.per_session):
+                            await anyio.sleep(0.01)
+                    wall = time.monotonic() - started
+                answers = [a for o in outs for a in o if a is not None]
+                took = [a[0] for a in answers]
+                health = await client.health()
+                route = health.get("requests", {}).get("by_route", {}).get("POST /v1/tasks", {})
+                tasks = [a[2] for a in answers if a[2]]
+                rows.append(
+                    {
+                        "sessions": count,
+                        "submits": len(answers),
+                        "answer_median_s": round(statistics.median(took), 3),
+                        "answer_p99_s": round(_quantile(took, 0.99), 3),
+                        "daemon_median_ms": route.get("p50_ms"),
+                        "answered_queued": sum(1 for a in answers if a[1] == "queued"),
+                        "errors": sum(1 for a in answers if a[1] == "error"),
+                        "throughput_per_s": round(len(answers) / wall, 1),
+                        "distinct_tasks": len(set(tasks)),
+                    }
+                )
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=60)
+            if args.sites == "slurm":
+                _cancel_tasks(settings.db_path)
+            shutil.rmtree(home, ignore_errors=True)
+    return rows
+
+
+def _cancel_tasks(db: Path) -> None:
+    """scancel every job this run's daemon submitted, by id, per site."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT site, job_id FROM attempts WHERE job_id IS NOT NULL").fetchall()
+    for site in {r[0] for r in rows}:
+        jobs = [r[1] for r in rows if r[0] == site]
+        env = {**os.environ, "SLURM_CONF": str(devfed_root() / site / "slurm.conf")}
+        subprocess.run(["scancel", *jobs], env=env, check=False, capture_output=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,5000")
@@ -178,8 +282,30 @@ def main() -> int:
     parser.add_argument("--cycle", type=float, default=2.0, help="daemon control interval")
     parser.add_argument("--complete", action="store_true", help="wait for every child")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--sessions", default="", help="e.g. 1,8,16: the many-sessions run")
+    parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--sites", choices=["process", "slurm"], default="process")
     args = parser.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if args.sessions:
+        args.sessions = [int(x) for x in args.sessions.split(",") if x.strip()]
+        rows = anyio.run(_sessions, args)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(
+            f"| sessions | submits | answer median | p99 | daemon median | answered queued "
+            f"| errors | throughput | sites: {args.sites}, cycle {args.cycle:g} s |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for r in rows:
+            print(
+                f"| {r['sessions']} | {r['submits']} | {r['answer_median_s']:.3f} s | "
+                f"{r['answer_p99_s']:.3f} s | {r['daemon_median_ms']} ms | "
+                f"{r['answered_queued']} | {r['errors']} | {r['throughput_per_s']} /s | "
+                f"distinct tasks {r['distinct_tasks']} |"
+            )
+        return 0
     out = anyio.run(_run, args)
     if args.json:
         print(json.dumps(out, indent=2))
