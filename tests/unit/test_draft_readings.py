@@ -293,6 +293,41 @@ def test_an_nnodes_range_torchrun_refuses_is_quoted_as_written_and_not_read(
 
 
 @pytest.mark.parametrize(
+    ("flag", "why", "fix"),
+    [
+        ("--nnodes=4:0", "not a valid range (torchrun refuses a MAX of 0)", "--nnodes=4"),
+        ("--nnodes=0", "not a valid node count (torchrun needs at least 1)", "--nnodes=1"),
+        ("--nnodes=-1:4", "not a valid range (torchrun refuses a negative count)", None),
+        (
+            "--nnodes=:4",
+            "not a valid range (torchrun refuses a range without a MIN)",
+            "--nnodes=1:4",
+        ),
+        ("--nnodes=4:", "not a valid range (torchrun refuses a range without a MAX)", "--nnodes=4"),
+        ("--nnodes=four", "not a valid node count (torchrun takes N or MIN:MAX)", None),
+    ],
+)
+def test_an_nnodes_value_torchrun_cannot_parse_is_named_not_drafted_as_a_count(
+    flag: str, why: str, fix: str | None
+) -> None:
+    """'4:0', '0', '-1:4' and ':4' were ignored without a word and '4:' was read as 4 nodes:
+    a launch line that cannot start was drafted as one that runs."""
+    draft = draft_envelope("train the model", [f"torchrun {flag} --nproc_per_node=8 t.py"])
+    assert _shape(draft) == (1, 8, 1, 1)
+    assert not any(s.startswith("nnodes") for s in draft.signals)
+    mean = f"; if you mean {fix}, write that" if fix else ""
+    assert f"{flag!r} is {why}: nodes not read from it{mean}" in draft.rationale
+    assert "elastic" not in draft.rationale
+
+
+def test_an_nnodes_set_at_run_time_is_said_not_read_and_prose_is_no_flag() -> None:
+    draft = draft_envelope("train the model", ["torchrun --nnodes=$SLURM_NNODES t.py"])
+    assert "'--nnodes=$SLURM_NNODES' is set when the job runs: nodes not read" in draft.rationale
+    prose = draft_envelope("train the model; --nnodes to scale out, --nnodes=2, later", [])
+    assert "2 nodes (--nnodes=2)" in prose.rationale, prose.rationale
+
+
+@pytest.mark.parametrize(
     ("description", "zero", "workload", "gpus"),
     [
         (

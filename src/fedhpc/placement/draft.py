@@ -16,6 +16,7 @@ from typing import Any
 
 from fedhpc.domain.units import MAX_GROUP_CHILDREN
 from fedhpc.errors import FieldIssue, ValidationFailed
+from fedhpc.placement.nnodes import read_nnodes
 from fedhpc.placement.shape import ddp_shape, node_range, nodes_flag
 from fedhpc.placement.stated import Stated, gpus_named_besides_zeros, stated_gpus, stated_nodes
 from fedhpc.placement.textscan import Signals, lower_ascii, number_before
@@ -103,7 +104,6 @@ _SIGNALS = Signals(
 )
 # After a literal prefix (on the lower-cased text for the first two): linear as they stand.
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
-_NNODES = re.compile(r"--nnodes[= ](\d+)(?::(\d+))?")  # torchrun: N, or elastic MIN:MAX
 _WORKERS = re.compile(r"num_workers\s*=\s*(\d+)")
 _POOL = re.compile(
     r"(?:Pool|ProcessPoolExecutor)\(\s*(?:processes\s*=\s*|max_workers\s*=\s*)?(\d+)|n_jobs\s*=\s*(\d+)"
@@ -128,28 +128,6 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     if m is None:
         return None
     return round(_number(next(g for g in m.groups() if g is not None)))
-
-
-def _nnodes(low: str, text: str) -> tuple[tuple[int, int] | None, str | None]:
-    """`--nnodes` as (min, max): "2" is (2, 2), the elastic "1:4" (1, 4); 0 says nothing. A
-    range torchrun refuses ("4:1", "0:4": its rendezvous wants 1 <= MIN <= MAX) is not read:
-    (None, why), quoting the flag as written."""
-    m = _NNODES.search(low)
-    if m is None:
-        return None, None
-    lo = round(_number(m.group(1)))
-    hi = round(_number(m.group(2))) if m.group(2) else lo
-    if hi == 0:
-        return None, None
-    if 1 <= lo <= hi:
-        return (lo, hi), None
-    written = _shown(text[m.start() : m.end()])
-    fix = f"--nnodes={hi}:{lo}" if lo > hi else f"--nnodes=1:{hi}"
-    return None, (
-        f"{written!r} is not a valid range (torchrun refuses "
-        f"{'a MIN above MAX' if lo > hi else 'a MIN below 1'}): nodes not read from it; "
-        f"if you mean {fix}, write that"
-    )
 
 
 def _wall(description: str, default: tuple[int, int]) -> tuple[dict[str, int], str]:
@@ -308,7 +286,7 @@ def heuristic_draft(description: str, code_context: Sequence[str] = ()) -> Heuri
     spans = _SIGNALS.search(low)
     hits = set(spans)
     signals = sorted(f"{n}: {text[a:b]!r}" for n, (a, b) in spans.items())
-    nproc, (nnodes, refused) = _first_int(_NPROC, low), _nnodes(low, text)
+    nproc, (nnodes, refused) = _first_int(_NPROC, low), read_nnodes(low, text)
     workers, pool = _first_int(_WORKERS, text), _first_int(_POOL, text)
     for label, value in (
         ("nproc_per_node", nproc),
