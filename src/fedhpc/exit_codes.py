@@ -10,6 +10,7 @@ import os
 import sys
 
 from fedhpc.errors import EXIT_CODES, FedError, typed_errors
+from fedhpc.terminal import for_terminal
 
 __all__ = ["error_json", "run_command"]
 
@@ -24,9 +25,10 @@ def _report(errors: list[FedError], as_json: bool) -> int:
         if as_json:
             print(error_json(exc), flush=True)
         else:
-            print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)
+            # A message may quote what an agent or a site wrote: shown, never run by the terminal.
+            print(f"error[{exc.code}]: {for_terminal(exc.message)}", file=sys.stderr)
             if exc.hint:
-                print(f"hint: {exc.hint}", file=sys.stderr)
+                print(f"hint: {for_terminal(exc.hint)}", file=sys.stderr)
     return EXIT_CODES[errors[0].kind]
 
 

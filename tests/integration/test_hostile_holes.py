@@ -5,6 +5,8 @@ typed error a client can read, and the ordinary call next to it still works."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -13,6 +15,7 @@ from mcp import MCPError
 from mcp.types import INVALID_PARAMS
 
 from tests.integration.hostile_support import call_error, call_ok, serve
+from tests.integration.mcp_support import FEDHPC
 
 ENV = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1, "max": 1}, "wall_time": {"min": 60}}
 
@@ -111,3 +114,60 @@ async def test_a_bad_resource_id_is_an_invalid_params_error_carrying_the_typed_b
         gid = (await call_ok(client, "submit_group", base))["group_id"]
         read = await client.read_resource(f"fedhpc://groups/{gid}")
         assert json.loads(read.contents[0].text)["group_id"] == gid  # type: ignore[union-attr]
+
+
+ESC_TITLE, CLEAR = "\x1b]0;owned\x07", "\x1b[2J\x1b[H"
+
+
+def _cli(tmp_path: Path, *argv: str) -> str:
+    """A `fedhpc` command's stdout on a pipe (colour off), against the test's daemon."""
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(tmp_path / "h"),
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+    }
+    done = subprocess.run(
+        [FEDHPC, *argv], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_the_terminal_views_show_an_agents_escape_sequences_never_run_them(
+    tmp_path: Path,
+) -> None:
+    """`fedhpc group ID` printed a submitted objective's OSC title and clear screen raw: an
+    agent could rewrite the operator's terminal. Job output shown by `fedhpc task` too."""
+    noisy = f"printf '{ESC_TITLE}{CLEAR}out\\r\\n'; exit 3"
+    async with serve(tmp_path) as client:
+        group = {
+            "objective": f"sweep {ESC_TITLE}{CLEAR}\u202egnp.exe",
+            "children": [{"command": ["sh", "-c", noisy]}],
+            "envelope": ENV,
+            "adaptation": {"max_retries": 0},
+        }
+        gid = (await call_ok(client, "submit_group", group))["group_id"]
+        with anyio.fail_after(60):
+            while True:
+                view = json.loads(
+                    (await client.read_resource(f"fedhpc://groups/{gid}")).contents[0].text  # type: ignore[union-attr]
+                )
+                if view["state"] not in {"running", "queued", "submitted", "pending"}:
+                    break
+                await anyio.sleep(0.3)
+        tid = view["children"][0]["task_id"]
+        shown = {
+            "group": await anyio.to_thread.run_sync(_cli, tmp_path, "group", gid),
+            "timeline": await anyio.to_thread.run_sync(_cli, tmp_path, "group", gid, "--timeline"),
+            "task": await anyio.to_thread.run_sync(_cli, tmp_path, "task", tid),
+            "tasks": await anyio.to_thread.run_sync(_cli, tmp_path, "tasks"),
+            "events": await anyio.to_thread.run_sync(_cli, tmp_path, "events"),
+        }
+    for name, out in shown.items():
+        bad = [c for c in out if c in "\x1b\x07\r\u202e" or 0x80 <= ord(c) <= 0x9F]
+        assert not bad, (name, out)
+    assert "sweep \\x1b]0;owned\\x07\\x1b[2J\\x1b[H\\u202egnp.exe" in shown["group"]
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x1b[Hout\\r\n" in shown["task"], shown["task"]

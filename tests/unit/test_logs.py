@@ -113,7 +113,8 @@ def test_daemon_status_shows_each_kind_of_error_once_with_its_count_and_no_escap
     }
     lines = _status_lines(health, 42, now=1000.0)
     assert lines[0].startswith("daemon running (pid 42) since 2026-12-04T10:00:00")
-    assert "  placement failed: RuntimeError: ?]0;pwned?bad [7x, last 10 s ago] task=t1" in lines
+    shown = "  placement failed: RuntimeError: \\x1b]0;pwned\\x07bad [7x, last 10 s ago] task=t1"
+    assert shown in lines
     assert not any("\x1b" in line for line in lines)
     quiet = _status_lines({**health, "errors": []}, 42, now=1000.0)
     assert quiet[-1] == "no errors logged since it started"

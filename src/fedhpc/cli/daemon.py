@@ -28,6 +28,7 @@ from fedhpc.ops.inspect import (
     federation_rows,
 )
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.terminal import for_terminal
 
 __all__ = ["add_parser", "stop_daemon"]
 
@@ -105,8 +106,9 @@ def _exec_lean(args: argparse.Namespace) -> NoReturn:
 
 
 def _plain(text: str) -> str:
-    """`text` without control characters: an error may quote what an agent sent."""
-    return "".join(c if c.isprintable() else "?" for c in text)[:500]
+    """`text` with its control characters shown escaped: an error may quote what an agent
+    sent."""
+    return for_terminal(text)[:500]
 
 
 def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[str]:
@@ -191,7 +193,7 @@ def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def _table(view: FederationView) -> list[str]:
     lines = table_lines([FEDERATION_COLUMNS, *(cells for _, cells in federation_rows(view))])
-    lines += [f"{s.site}: {s.error}" for s in view.sites if s.error]
+    lines += [f"{s.site}: {for_terminal(s.error)}" for s in view.sites if s.error]
     return lines
 
 

@@ -18,6 +18,7 @@ from fedhpc.client.start import start_daemon
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.terminal import for_terminal
 
 __all__ = ["BIND_TOOLS", "add_parser", "pre_tool_use", "user_prompt_submit"]
 
@@ -122,10 +123,10 @@ def _list(args: argparse.Namespace) -> int:
         tools = {True: " tools=ok", False: " tools=MISSING"}.get(d["tools_verified"], "")
         print(
             f"{d['id']:<28} {d['runtime']:<11} {d['state']:<9} tries={d['attempts']} "
-            f"{d['payload_bytes']:>4}B {d['event'] or ''}{tools}".rstrip()
+            f"{d['payload_bytes']:>4}B {for_terminal(d['event'] or '')}{tools}".rstrip()
         )
-        if d["last_error"] and d["state"] != "delivered":
-            print(f"    reason: {d['last_error']}")
+        if d["last_error"] and d["state"] != "delivered":  # a resume command's own stderr
+            print(f"    reason: {for_terminal(d['last_error'])}")
     return 0
 
 

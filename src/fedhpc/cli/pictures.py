@@ -14,6 +14,7 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.ops.inspect import InspectRequest
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.terminal import for_terminal
 from fedhpc.ui.data import MAX_CHILDREN, group_manifests, manifest
 from fedhpc.ui.timeline import bar_json, bars
 
@@ -28,7 +29,8 @@ def task_timeline(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with DaemonClient(DaemonSettings.from_env()) as client:
             m = await manifest(client, args.task_id)
-        title = f"task {m.task_id}" + (f" ({m.name})" if m.name else "") + f": {m.state.value}"
+        name = f" ({for_terminal(m.name)})" if m.name else ""
+        title = f"task {m.task_id}{name}: {m.state.value}"
         out = console(args.no_color)
         out.print(timeline_table(bars([m]), title=title, width=axis_width(out)))
         return 0
@@ -48,13 +50,15 @@ def _group(args: argparse.Namespace) -> int:
                     print(view.model_dump_json(indent=2))
                     return 0
                 counts = ", ".join(f"{k} {v}" for k, v in view.counts.items())
+                # The objective is the agent's text: its escape sequences (a terminal title, a
+                # clear screen) are shown, never sent to the terminal.
                 print(
                     f"group {view.group_id}: {view.state}, round {view.round}, "
-                    f"{view.size} children ({counts})\n{view.objective}"
+                    f"{view.size} children ({counts})\n{for_terminal(view.objective, lines=True)}"
                 )
                 for c in view.children:
                     where = f"{c.site}/{c.partition} job {c.job_id}" if c.site else "-"
-                    print(f"  {c.task_id}  {c.state.value:<13} {where}")
+                    print(f"  {c.task_id}  {c.state.value:<13} {for_terminal(where)}")
                 if view.omitted:
                     print(f"  ... {view.omitted} more children")
                 return 0

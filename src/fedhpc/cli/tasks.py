@@ -16,6 +16,7 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.task_views import ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.terminal import for_terminal
 
 __all__ = ["add_parser"]
 
@@ -75,14 +76,17 @@ def _task(args: argparse.Namespace) -> int:
 
 
 def _manifest_text(m: ResultManifest) -> str:
-    lines = [f"task {m.task_id}" + (f" ({m.name})" if m.name else "") + f": {m.state.value}"]
+    """The manifest for a person; what an agent, a site or the job wrote (reasons, decision,
+    output tails) is shown with its control characters escaped (`fedhpc.terminal`)."""
+    t = for_terminal
+    lines = [f"task {m.task_id}" + (f" ({t(m.name)})" if m.name else "") + f": {m.state.value}"]
     if m.group_id:
         lines.append(f"group {m.group_id}")
     if m.provenance:
-        lines.append(f"placement: {m.provenance.decision}")
-    lines.extend(f"reason: {r}" for r in m.reasons)
+        lines.append(f"placement: {t(m.provenance.decision)}")
+    lines.extend(f"reason: {t(r)}" for r in m.reasons)
     if m.waiting:
-        lines.append(m.waiting)  # why a queued task is not at a scheduler yet
+        lines.append(t(m.waiting))  # why a queued task is not at a scheduler yet
     if m.attempts:
         head = ("#", "SITE", "PARTITION", "JOB", "STATE", "WAIT", "RUNTIME", "EXIT")
         body = [
@@ -103,11 +107,11 @@ def _manifest_text(m: ResultManifest) -> str:
         outputs = [(o.kind, o.site or "-", o.path) for o in m.outputs]
         lines += ["", *table_lines([("OUTPUT", "SITE", "PATH"), *outputs])]
     if m.preview is not None:
-        lines += ["", ("[...]\n" if m.truncated else "") + m.preview]
+        lines += ["", ("[...]\n" if m.truncated else "") + t(m.preview, lines=True)]
     if m.stderr is not None:
-        lines += ["", "stderr (tail):", m.stderr]
+        lines += ["", "stderr (tail):", t(m.stderr, lines=True)]
     if m.next:
-        lines += ["", m.next]
+        lines += ["", t(m.next)]
     return "\n".join(lines)
 
 
@@ -115,7 +119,8 @@ def _event_line(e: dict[str, Any]) -> str:
     payload = json.dumps(e.get("payload", {}), separators=(",", ":"))
     if len(payload) > 100:
         payload = payload[:97] + "..."
-    return f"{e['seq']:>6}  {e['created_at'][:19]}  {e['kind']:<20}  {e['subject']:<16}  {payload}"
+    kind, subject = for_terminal(str(e["kind"])), for_terminal(str(e["subject"]))
+    return f"{e['seq']:>6}  {e['created_at'][:19]}  {kind:<20}  {subject:<16}  {payload}"
 
 
 async def _follow(args: argparse.Namespace) -> None:
@@ -165,7 +170,7 @@ def _cancel(args: argparse.Namespace) -> int:
     if args.json:
         print(handle.model_dump_json(indent=2))
     else:
-        print(f"task {handle.task_id}: {handle.state.value}")
+        print(f"task {for_terminal(handle.task_id)}: {handle.state.value}")
     return 0
 
 

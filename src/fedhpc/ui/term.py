@@ -17,6 +17,7 @@ from rich.text import Text
 
 from fedhpc.ops.inspect import FEDERATION_COLUMNS, FederationView, federation_rows
 from fedhpc.settings import NO_COLOR
+from fedhpc.terminal import for_terminal
 from fedhpc.ui.timeline import Bar, span, why
 
 __all__ = ["axis_width", "console", "federation_table", "steps", "timeline_table", "waiting"]
@@ -75,10 +76,11 @@ def timeline_table(
     now = now or datetime.now(UTC)
     axis = span(items, now)
     if axis is None:
-        return Text(f"{title}: no attempt has been submitted yet")
+        return Text(f"{for_terminal(title)}: no attempt has been submitted yet")
     t0, t1 = axis
     secs = f"{(t1 - t0).total_seconds():.0f}s"
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
+    heading = Text(for_terminal(title))
+    table = Table(title=heading, title_justify="left", box=None, pad_edge=False, expand=False)
     for head in ("SITE", "ATTEMPT", "STATE"):
         table.add_column(head, no_wrap=True)
     table.add_column(f"0s{' ' * max(1, width - 2 - len(secs))}{secs}", no_wrap=True)
@@ -92,15 +94,16 @@ def timeline_table(
             how = CAUSE_MARKS[b.cause]
             if b.superseded:
                 how = ", ".join(x for x in (how, "moved ✕") if x)
+            label = for_terminal(b.label)  # a Text, not a str: rich reads no markup in it
             table.add_row(
-                Text(site, style=colours[site]),
-                b.label,
+                Text(for_terminal(site), style=colours[site]),
+                Text(label),
                 state,
                 _axis(b, t0, t1, width, now),
                 Text(how, style="bold"),
             )
-            notes.append(f"  {b.label}: ", style="bold")
-            notes.append(why(b) + "\n")
+            notes.append(f"  {label}: ", style="bold")
+            notes.append(for_terminal(why(b)) + "\n")  # reasons quote what sites and agents wrote
     legend = Text("  · waiting in a queue   █ running   ✕ moved elsewhere\n", style="dim")
     return Group(table, legend, notes)
 
