@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from fedhpc.daemon.timings import RequestTimes
@@ -82,6 +82,9 @@ def guard(fn: Handler, times: RequestTimes | None = None, route: str = "") -> Ha
         try:
             with quick_reads():
                 return await fn(request)
+        except ClientDisconnect:  # the caller left mid-request: routine, and no one to answer
+            log.info("client disconnected", path=request.url.path)
+            return Response(status_code=400)
         except ValidationError as exc:
             return _error(ValidationFailed(validation_issues(exc)))
         except FedError as exc:

@@ -14,7 +14,6 @@ from typing import IO
 
 import anyio
 import structlog
-import uvicorn
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.adapters.transports.children import children_watched_by_pidfd
@@ -23,6 +22,7 @@ from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.loopwatch import LoopWatch
 from fedhpc.daemon.memory import trim_each_cycle
+from fedhpc.daemon.rest import RestServer
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.orchestrator import Orchestrator
@@ -36,14 +36,6 @@ from fedhpc.transfer.service import TransferService
 __all__ = ["run_daemon"]
 
 log = structlog.get_logger(__name__)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: the supervisor owns SIGTERM and SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @contextlib.contextmanager
@@ -175,10 +167,7 @@ async def _serve(
         cycle_s=settings.cycle_s,
         on_change=changed,
     )
-    config = uvicorn.Config(
-        build_app(state), log_config=None, access_log=False, lifespan="off", timeout_notify=5
-    )
-    server = _Server(config)
+    server = RestServer(build_app(state))
     sock = _bind(settings.socket_path)
     stopping = anyio.Event()
     log.info("daemon up", socket=str(settings.socket_path), sites=sorted(collector.sites))
