@@ -95,6 +95,20 @@ def test_another_address_without_a_token_refuses_to_start(
     assert "FEDHPC_MCP_TOKEN" in err
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_a_short_token_refuses_to_start_and_says_how_to_make_one(
+    tmp_path: Path, stop: list[subprocess.Popen[bytes]], host: str
+) -> None:
+    """A 1-character FEDHPC_MCP_TOKEN was accepted (a token once given guards loopback too)."""
+    proc, _ = _start(tmp_path / "h", "--host", host, FEDHPC_MCP_TOKEN="x")
+    stop.append(proc)
+    assert proc.wait(timeout=30) == 2
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert "FEDHPC_MCP_TOKEN has 1 characters; at least 32" in err
+    assert "secrets.token_urlsafe(32)" in err
+
+
 async def test_another_address_needs_the_bearer_token(
     daemon: tuple[Path, DaemonClient], stop: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -108,6 +122,10 @@ async def test_another_address_needs_the_bearer_token(
                 url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=header
             )
             assert denied.status_code == 401
+        # RFC 9110: the scheme is case-insensitive ("bearer ..." was refused with 401).
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        lower = await http.post(url, json=ping, headers={"Authorization": f"bearer {TOKEN}"})
+        assert lower.status_code != 401, lower.text
     authed = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     async with authed, Client(streamable_http_client(url, http_client=authed), mode="legacy") as c:
         result = await c.call_tool("list_events", {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,7 +11,14 @@ import anyio
 import pytest
 from mcp.shared.message import SessionMessage
 
-from fedhpc.mcp_server.transport import BearerGuard, BodyLimit, GuardedStdin, is_loopback
+from fedhpc.errors import UsageError
+from fedhpc.mcp_server.transport import (
+    BearerGuard,
+    BodyLimit,
+    GuardedStdin,
+    check_token,
+    is_loopback,
+)
 
 PING = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
 DEEP = '{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":' + "[" * 250 + "]" * 250 + "}}"
@@ -101,7 +109,13 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
     [
         ([(b"authorization", b"Bearer s3cret")], 200),
         ([(b"authorization", b"Bearer s3cre")], 401),
-        ([(b"authorization", b"bearer s3cret")], 401),
+        ([(b"authorization", b"Bearer s3cret2")], 401),
+        # RFC 9110 11.1: the scheme is case-insensitive ("bearer" was refused); 11.4: 1*SP.
+        ([(b"authorization", b"bearer s3cret")], 200),
+        ([(b"authorization", b"BEARER  s3cret")], 200),
+        ([(b"authorization", b"Bearer S3CRET")], 401),  # the token is not
+        ([(b"authorization", b"Basic s3cret")], 401),
+        ([(b"authorization", b"Bearers3cret")], 401),
         ([(b"authorization", b"s3cret")], 401),
         ([], 401),
     ],
@@ -110,6 +124,26 @@ async def test_the_bearer_guard_admits_only_the_exact_token(
     headers: list[tuple[bytes, bytes]], status: int
 ) -> None:
     assert await _asgi(BearerGuard(_ok, "s3cret"), headers) == status
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("x", "has 1 characters; at least 32"),
+        ("a" * 31, "has 31 characters"),
+        ("a" * 20 + " " + "b" * 20, "spaces or control characters"),
+        ("a" * 40 + "\n", "spaces or control characters"),
+    ],
+)
+def test_serve_http_refuses_a_short_or_unsendable_token_saying_how_to_make_one(
+    token: str, says: str
+) -> None:
+    """A 1-character FEDHPC_MCP_TOKEN was accepted."""
+    with pytest.raises(UsageError) as err:
+        check_token(token)
+    assert says in err.value.message and "secrets.token_urlsafe(32)" in err.value.hint
+    good = secrets.token_urlsafe(32)
+    assert check_token(good) == good
 
 
 async def test_lifespan_events_pass_the_bearer_guard() -> None:

@@ -37,9 +37,11 @@ from fedhpc.errors import UsageError
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "MIN_TOKEN_CHARS",
     "BearerGuard",
     "BodyLimit",
     "GuardedStdin",
+    "check_token",
     "is_loopback",
     "run_http",
     "run_stdio",
@@ -199,19 +201,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+MIN_TOKEN_CHARS = 32  # secrets.token_urlsafe(32) gives 43
+
+
+def check_token(token: str) -> str:
+    """`token` when it can guard a server: at least MIN_TOKEN_CHARS visible characters (a
+    1-character token was accepted, and is guessed in a few dozen requests); UsageError with
+    how to make one otherwise."""
+    problem = ""
+    if len(token) < MIN_TOKEN_CHARS:
+        problem = f"has {len(token)} characters; at least {MIN_TOKEN_CHARS} are needed"
+    elif not token.isprintable() or any(c.isspace() for c in token):
+        problem = "holds spaces or control characters, which an Authorization header cannot carry"
+    if problem:
+        raise UsageError(
+            f"FEDHPC_MCP_TOKEN {problem}",
+            hint="Make a random one: export FEDHPC_MCP_TOKEN=$(python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'), and give the same value to the client.",
+        )
+    return token
+
+
 class BearerGuard:
-    """ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`."""
+    """ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`. The scheme
+    is case-insensitive and may be followed by more than one space (RFC 9110, 11.1 and 11.4);
+    the token is compared in constant time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
+
+    def _admits(self, given: bytes) -> bool:
+        scheme, _, credentials = given.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(
+            credentials.lstrip(b" "), self._token
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers", [])).get(b"authorization", b"")
-        if hmac.compare_digest(given, self._expected):  # constant time
+        if self._admits(dict(scope.get("headers", [])).get(b"authorization", b"")):
             await self.app(scope, receive, send)
             return
         body = b'{"error":"unauthorized","hint":"send Authorization: Bearer $FEDHPC_MCP_TOKEN"}'
@@ -297,8 +327,11 @@ async def run_http(server: MCPServer[Any], host: str, port: int, token: str | No
     if not is_loopback(host) and not token:
         raise UsageError(
             f"refusing to serve MCP on {host} without a bearer token",
-            hint="Set FEDHPC_MCP_TOKEN to a long random secret, or serve on 127.0.0.1.",
+            hint="Set FEDHPC_MCP_TOKEN to a long random secret (python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'), or serve on 127.0.0.1.",
         )
+    if token is not None:
+        check_token(token)
     app: ASGIApp = BodyLimit(server.streamable_http_app(host=host))
     if token:
         app = BearerGuard(app, token)
