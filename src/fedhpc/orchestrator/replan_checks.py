@@ -1,6 +1,6 @@
 """What replan checks before it moves a task, as pure functions: exclusions the envelope's
-include would outrank, and whether the scheduler's answer says a job has started (and the
-refusal that says so truthfully)."""
+include would outrank, whether the scheduler's answer says a job has started (and the
+refusal that says so truthfully), and the refusal to give up a pending job for a wait."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ from collections.abc import Sequence
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobObservation, JobState
-from fedhpc.errors import FieldIssue, UsageError, ValidationFailed
-from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.errors import Conflict, FieldIssue, UsageError, ValidationFailed
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 
 __all__ = [
     "LEFT_QUEUE",
     "NOT_STARTED",
+    "WouldWait",
     "check_exclusions",
     "started_refusal",
     "what_scheduler_says",
+    "would_wait_refusal",
 ]
 
 # A job the scheduler still holds without having started it: replan may supersede it.
@@ -87,4 +89,32 @@ def started_refusal(task_id: str, site: str, job_id: str, said: str) -> UsageErr
         f"task {task_id} cannot be replanned: {what}",
         hint="The task is unchanged. fedhpc records how the job ended at its next control "
         f"cycle: read get_result({task_id}) then. For another run, submit a new task.",
+    )
+
+
+class WouldWait(Conflict):
+    """A replan that only offline sites could run, of a task whose job waits at a scheduler."""
+
+    code = "replan_would_wait"
+
+
+def would_wait_refusal(
+    task_id: str, live: Sequence[AttemptRecord], offline: Sequence[str]
+) -> WouldWait:
+    """The replanned task would fit only on `offline` sites, and `live` (a job pending, or
+    about to be, at a scheduler) would have to be cancelled for a wait of unknown length: fedhpc
+    keeps the job. The answer says so, and what the agent can do (it said "wait for the site"
+    and "relax the envelope" at once, never this reason)."""
+    jobs = ", ".join(
+        f"job {a.job_id} at {a.site}" if a.job_id else f"job at {a.site}" for a in live
+    )
+    down = ", ".join(offline)
+    verb = "is" if len(offline) == 1 else "are"
+    return WouldWait(
+        f"task {task_id} was not replanned: as asked, only {down} could run it, which {verb} "
+        f"offline, and fedhpc does not give up its pending {jobs} to wait for an offline site",
+        hint=f"The task is unchanged and its job stays pending. Replan again once {down} "
+        f"answers (inspect_federation shows its health), or with an envelope an online site "
+        f"can run; to wait for {down} instead, cancel the task and submit it again with that "
+        "envelope (a new task waits for an offline site).",
     )

@@ -32,6 +32,7 @@ from fedhpc.orchestrator.replan_checks import (
     check_exclusions,
     started_refusal,
     what_scheduler_says,
+    would_wait_refusal,
 )
 from fedhpc.placement import Placement
 from fedhpc.placement.normalize import merge_envelope
@@ -326,11 +327,15 @@ class TaskTools:
                 task.request = task.request.model_copy(update={"envelope": envelope})
             decision = await self.planner.decide(task)
             # Only offline sites could run it: it waits for them in fedhpc, as a new task would
-            # (never when a job of it waits at a scheduler: that job is not given up for a wait).
+            # (never when a job of it waits at a scheduler: that job is not given up for a wait,
+            # and the refusal says so).
+            down = (
+                [] if isinstance(decision, Placement) else offline_sites(self.collector, decision)
+            )
+            if live and down:
+                raise would_wait_refusal(task.id, live, down)
             waits = not isinstance(decision, Placement) and not live
-            if not isinstance(decision, Placement) and not (
-                waits and offline_sites(self.collector, decision)
-            ):
+            if not isinstance(decision, Placement) and not (waits and down):
                 raise UsageError(
                     f"no feasible placement: {decision.hint}",
                     hint="Relax the envelope (draft_envelope helps); the task's excluded "
