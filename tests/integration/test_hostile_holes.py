@@ -82,8 +82,8 @@ async def test_a_container_image_with_control_characters_is_refused_not_failed_l
             assert [f["field"] for f in body["fields"]] == ["container_image"], body
             args = {**base, "envelope": {**ENV, "container": {"image": image}}}
             body = await call_error(client, "submit_task", args)
-            assert [f["field"] for f in body["fields"]] == ["envelope"], body
-            assert body["fields"][0]["reason"].startswith("container.image contains U+00")
+            assert [f["field"] for f in body["fields"]] == ["envelope.container.image"], body
+            assert body["fields"][0]["reason"].startswith("contains U+00")
         assert (await call_ok(client, "list_events", {}))["events"] == []
 
 

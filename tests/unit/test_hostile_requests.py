@@ -202,23 +202,18 @@ def test_a_container_image_with_control_characters_is_refused_at_submit(
     """Accepted, then the task failed as "internal: ValidationError" (NUL, at dispatch) or the
     ESC reached the job script; a leading '-' would be read by the runtime as its option."""
     env = {"container": {"image": image}}
-    for build, field, prefix in (
-        (lambda: _task(container_image=image), ("container_image",), ""),
-        (lambda: _task(envelope=env), ("envelope",), "container.image "),
-        (lambda: _group(envelope=env), ("envelope",), "container.image "),
-        (
-            lambda: ReplanRequest.model_validate({"task_id": "t1", "envelope": env}),
-            ("envelope",),
-            "container.image ",
-        ),
+    inside = ("envelope", "container", "image")  # the field itself, exactly
+    for build, field in (
+        (lambda: _task(container_image=image), ("container_image",)),
+        (lambda: _task(envelope=env), inside),
+        (lambda: _group(envelope=env), inside),
+        (lambda: ReplanRequest.model_validate({"task_id": "t1", "envelope": env}), inside),
     ):
         with pytest.raises(ValidationError) as err:
             build()
         (issue,) = err.value.errors()
         assert issue["loc"] == field
-        assert (
-            issue["msg"].removeprefix("Value error, ").startswith(prefix) and says in issue["msg"]
-        )
+        assert says in issue["msg"]
     ok = "docker://ghcr.io/org/img:1.2@sha256:abc"
     assert _task(container_image=ok).container_image == ok
     assert _task(envelope={"container": {"image": "/sw/x.sif"}}).envelope.container is not None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import unicodedata
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from fedhpc.domain.units import MAX_COUNT, MiB, Seconds
 
@@ -14,11 +15,13 @@ __all__ = [
     "ContainerRequest",
     "DraftInfo",
     "DraftSource",
+    "ImageRef",
     "IntRange",
     "MemoryRange",
     "Preferences",
     "ResourceEnvelope",
     "WallRange",
+    "check_image",
 ]
 
 
@@ -76,12 +79,32 @@ class WallRange(_Range):
     max: Seconds | None = Field(default=None, ge=1)
 
 
+def check_image(image: str) -> str:
+    """A container image reference or .sif path: no whitespace, control or format characters
+    (an ESC or a NUL reached the job script, or failed the task later as `internal`), and no
+    leading '-' (the runtime would read it as one of its own options). Raises ValueError."""
+    for ch in image:
+        if ch.isspace() or unicodedata.category(ch) in {"Cc", "Cf"}:
+            raise ValueError(
+                f"contains U+{ord(ch):04X} ({unicodedata.name(ch, 'a control character')}): "
+                "an image reference or .sif path has no spaces or control characters"
+            )
+    if image.startswith("-"):
+        raise ValueError("starts with '-': the container runtime would read it as an option")
+    return image
+
+
+ImageRef = Annotated[str, AfterValidator(check_image)]
+
+
 class ContainerRequest(BaseModel):
     """A container the task must run in; the site must support one of the runtimes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    image: str = Field(min_length=1, max_length=512, description="image reference or .sif path")
+    image: ImageRef = Field(
+        min_length=1, max_length=512, description="image reference or .sif path"
+    )
     runtimes: tuple[str, ...] = Field(
         default=("apptainer", "singularity", "podman-hpc", "shifter", "enroot"),
         description="acceptable runtimes, most preferred first",

@@ -3,7 +3,6 @@ answers: ops/task_views.py)."""
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Literal, Self
 
 from pydantic import (
@@ -16,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.envelope import ImageRef, ResourceEnvelope
 from fedhpc.domain.job import EnvName, EnvValue, SafePath
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
@@ -35,36 +34,7 @@ __all__ = [
     "SubmitGroupRequest",
     "SubmitTaskRequest",
     "check_argv",
-    "check_image",
 ]
-
-
-def check_image(image: str) -> str:
-    """A container image reference or .sif path: no whitespace, control or format characters
-    (an ESC or a NUL reached the job script, or failed the task later as `internal`), and no
-    leading '-' (the runtime would read it as one of its own options). Raises ValueError."""
-    for ch in image:
-        if ch.isspace() or unicodedata.category(ch) in {"Cc", "Cf"}:
-            raise ValueError(
-                f"contains U+{ord(ch):04X} ({unicodedata.name(ch, 'a control character')}): "
-                "an image reference or .sif path has no spaces or control characters"
-            )
-    if image.startswith("-"):
-        raise ValueError("starts with '-': the container runtime would read it as an option")
-    return image
-
-
-ImageRef = Annotated[str, AfterValidator(check_image)]
-
-
-def _envelope_image(env: ResourceEnvelope | None) -> ResourceEnvelope | None:
-    """envelope.container.image checked like container_image (ValueError naming it)."""
-    if env is not None and env.container is not None:
-        try:
-            check_image(env.container.image)
-        except ValueError as exc:
-            raise ValueError(f"container.image {exc}") from None
-    return env
 
 
 # An output is confined like workdir (ops/workdir.py): its sizes are reported back, so a path
@@ -195,11 +165,6 @@ class SubmitTaskRequest(_In):
     def _workdir(cls, v: str | None) -> str | None:
         return check_workdir(v) if v is not None else None
 
-    @field_validator("envelope")
-    @classmethod
-    def _image(cls, v: ResourceEnvelope) -> ResourceEnvelope:
-        return _envelope_image(v) or v
-
     @field_validator("fixed_site")
     @classmethod
     def _fixed_site(cls, v: str | None, info: ValidationInfo) -> str | None:
@@ -266,11 +231,6 @@ class ReplanRequest(_In):
     exclude_sites: tuple[SiteName, ...] = Field(default=(), max_length=64)
     envelope: ResourceEnvelope | None = None
 
-    @field_validator("envelope")
-    @classmethod
-    def _image(cls, v: ResourceEnvelope | None) -> ResourceEnvelope | None:
-        return _envelope_image(v)
-
 
 class GroupChild(_In):
     """One child of a group: its own command and label; it shares the group's envelope."""
@@ -304,11 +264,6 @@ class SubmitGroupRequest(_In):
     @classmethod
     def _workdir(cls, v: str | None) -> str | None:
         return check_workdir(v) if v is not None else None
-
-    @field_validator("envelope")
-    @classmethod
-    def _image(cls, v: ResourceEnvelope) -> ResourceEnvelope:
-        return _envelope_image(v) or v
 
     @field_validator("policy")
     @classmethod
