@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +28,54 @@ def canary_dir(tmp_path: Path) -> Iterator[Path]:
     yield d
     leaked = list(d.iterdir())
     assert not leaked, f"an injection string executed: {leaked}"
+
+
+# Integration modules that touch no Slurm cluster (private process sites, an sshd of their own,
+# or no sites at all): under `pytest -n` they run beside the Slurm tests, each module on one
+# worker (its module fixtures start once). Every other integration module joins one group that
+# runs on one worker, a test at a time: a Slurm test may drain or fill the shared clusters. A
+# new module is in that group until it is listed here.
+PARALLEL_SAFE = frozenset(
+    {
+        "test_bridge_crash",
+        "test_bridge_group",
+        "test_bridge_warm",
+        "test_daemon_control",
+        "test_deliveries_check",
+        "test_demo_process",
+        "test_hostile_answers",
+        "test_hostile_holes",
+        "test_hostile_mcp",
+        "test_input_surface",
+        "test_isolation_daemon",
+        "test_mcp_contract",
+        "test_mcp_fuzz",
+        "test_move_data_wake",
+        "test_offline_wait",
+        "test_site_lost",
+        "test_skills_listing",
+        "test_transport_ssh",
+        "test_ui_failures",
+    }
+)
+
+
+def _scope(nodeid: str) -> str:
+    """What runs together on one worker: every Slurm test (one scope, so one at a time), each
+    other integration module whole (its module fixtures start once), each unit test alone."""
+    path = nodeid.split("::", 1)[0]
+    if "integration/" not in path:
+        return nodeid
+    return path if Path(path).stem in PARALLEL_SAFE else "slurm"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `pytest -n N`, tests are sent to workers by `_scope` (pytest-xdist's loadscope
+    scheduling, with our scopes; its `xdist_group` marks do not survive pytest-asyncio's items)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return Scopes(config, log)

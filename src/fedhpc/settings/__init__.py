@@ -272,6 +272,9 @@ REQUIRE_REAL = _tests(
     "a missing real component (Slurm, sshd, a CLI) fails its test instead of skipping it",
 )
 FUZZ_CASES = _tests("FUZZ_CASES", "int", 1000, "hypothesis cases per tool in the MCP fuzz test")
+TEST_WORKERS = _tests(
+    "TEST_WORKERS", "int", 2, "pytest-xdist workers of `./dev test` (the Slurm tests keep to one)"
+)
 UPDATE_SCREENSHOTS = _tests(
     "UPDATE_SCREENSHOTS", "1", None, "the dashboard test refreshes docs/img/"
 )
