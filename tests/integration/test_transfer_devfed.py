@@ -17,13 +17,13 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 
 from fedhpc.adapters.site import open_adapter
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
-from fedhpc.daemon.server import _bind, _Server
+from fedhpc.daemon.rest import RestServer
+from fedhpc.daemon.server import _bind
 from fedhpc.daemon.state import DaemonState
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.errors import FedError
@@ -70,7 +70,7 @@ async def serving(home: Path) -> AsyncIterator[DaemonClient]:
     state = DaemonState(store, collector, datetime.now(UTC), orch)
     state.transfers = transfers
     app = build_app(state)
-    server = _Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+    server = RestServer(app)
     sock = _bind(settings.socket_path)
     stopping = anyio.Event()
     await collector.load()

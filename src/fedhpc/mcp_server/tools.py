@@ -135,7 +135,7 @@ async def submit_task(
     env: Env = {},  # noqa: B006
     container_image: str | None = None,
     outputs: Annotated[
-        list[str], Field(description="files it writes: relative to workdir, or in a storage root")
+        list[str], Field(description="files it writes: relative, or in a root")
     ] = [],  # noqa: B006
     task_budget: Annotated[float | None, Field(description="credits for this task")] = None,
     adaptation: Adapt = None,

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.errors import UsageError
+from fedhpc.settings import MCP_TOKEN
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -215,8 +216,8 @@ def check_token(token: str) -> str:
         problem = "holds spaces or control characters, which an Authorization header cannot carry"
     if problem:
         raise UsageError(
-            f"FEDHPC_MCP_TOKEN {problem}",
-            hint="Make a random one: export FEDHPC_MCP_TOKEN=$(python3 -c 'import secrets; "
+            f"{MCP_TOKEN.name} {problem}",
+            hint=f"Make a random one: export {MCP_TOKEN.name}=$(python3 -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'), and give the same value to the client.",
         )
     return token
