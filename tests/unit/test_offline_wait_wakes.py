@@ -7,6 +7,7 @@ placement and the real resume-bridge routing; no site is contacted."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -168,6 +169,27 @@ async def test_a_replan_that_reopens_a_task_into_a_wait_wakes_nobody_before_the_
     assert (await _kinds(store))[-1] == "task.waiting_for_site"
 
 
+def _scheduler(o: Orchestrator, answer: Callable[[TaskRecord, Placement], AttemptRecord]) -> None:
+    """Dispatch as a scheduler that answers `answer` (a refusal: a failed attempt), recorded as
+    the dispatcher records an attempt; nothing is submitted anywhere."""
+
+    async def prepare(task: TaskRecord, p: Placement) -> AttemptRecord:
+        att = answer(task, p)
+        task.attempts_made = att.n
+        async with o.book.store.transaction() as tx:
+            await o.book.save(tx, task, att, at=NOW)
+        return att
+
+    setattr(o.placer.submitter.dispatcher, "prepare", prepare)  # noqa: B010 (a scheduler)
+
+
+async def _dispatch(o: Orchestrator, task: TaskRecord, placed: Placement) -> None:
+    """The placer's dispatch of one placed task: its intent under the lock, then the send."""
+    async with o.lock:
+        await o.placer.submitter.prepare([(task, placed)], None)
+    await o.placer.submitter.send()
+
+
 async def _placed_on_beta(store: Store) -> tuple[Orchestrator, TaskRecord, Placement]:
     """A task alpha (offline) or beta could run, and where placement puts it: beta."""
     o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
@@ -187,13 +209,14 @@ async def test_a_task_refused_where_it_was_placed_waits_when_only_offline_sites_
     o, task, placed = await _placed_on_beta(store)
     sent: list[str] = []
 
-    async def refuse(task: TaskRecord, p: Placement) -> AttemptRecord:
+    def refuse(task: TaskRecord, p: Placement) -> AttemptRecord:
         sent.append(p.site)  # beta's scheduler refuses what the rules accepted
         why = "sbatch: error: Batch job submission failed: Invalid qos specification"
-        return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+        n = task.attempts_made + 1
+        return _attempt(task, p, n, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
 
-    setattr(o.placer.submitter.dispatcher, "dispatch", refuse)  # noqa: B010 (a refusing scheduler)
-    await o.placer.submitter.dispatch(task, placed, None)
+    _scheduler(o, refuse)
+    await _dispatch(o, task, placed)
     task = await o.book.load_task(task.id)
     assert task.state is JobState.QUEUED and task.refused_sites == ("beta",)
     assert "Invalid qos" in task.decision
@@ -222,15 +245,16 @@ async def test_a_child_a_scheduler_refused_never_lends_its_refusal_to_its_siblin
     assert isinstance(placed, Placement) and placed.site == "beta"
     sent: list[tuple[str, str]] = []
 
-    async def scheduler(task: TaskRecord, p: Placement) -> AttemptRecord:
+    def scheduler(task: TaskRecord, p: Placement) -> AttemptRecord:
         sent.append((task.id, p.site))
+        n = task.attempts_made + 1
         if task.id == ids[0] and len(sent) == 1:  # beta refuses child 0, once
             why = "sbatch: error: QOSMaxSubmitJobPerUserLimit"
-            return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
-        return _attempt(task, p, 1, NOW, state=JobState.PENDING)
+            return _attempt(task, p, n, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+        return _attempt(task, p, n, NOW, state=JobState.PENDING)
 
-    setattr(o.placer.submitter.dispatcher, "dispatch", scheduler)  # noqa: B010 (a scheduler)
-    await o.placer.submitter.dispatch(first, placed, None)
+    _scheduler(o, scheduler)
+    await _dispatch(o, first, placed)
     assert (await o.book.load_task(ids[0])).refused_sites == ("beta",)
     await o.place_queued()
     assert sorted(sent[1:]) == [(ids[1], "beta"), (ids[2], "beta")]
@@ -268,12 +292,13 @@ async def test_a_site_that_needs_a_login_is_never_waited_out_the_person_is_asked
     and nobody asked the person; it fails now with the command, which wakes the agent."""
     o, task, placed = await _placed_on_beta(store)
 
-    async def needs_login(task: TaskRecord, p: Placement) -> AttemptRecord:
+    def needs_login(task: TaskRecord, p: Placement) -> AttemptRecord:
         why = f"{LOGIN_REQUIRED}: no Globus tokens for beta. Run `fedhpc login` on this machine"
-        return _attempt(task, p, 1, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
+        n = task.attempts_made + 1
+        return _attempt(task, p, n, NOW, state=JobState.FAILED, reason=why, ended_at=NOW)
 
-    setattr(o.placer.submitter.dispatcher, "dispatch", needs_login)  # noqa: B010
-    await o.placer.submitter.dispatch(task, placed, None)
+    _scheduler(o, needs_login)
+    await _dispatch(o, task, placed)
     task = await o.book.load_task(task.id)
     assert task.state is JobState.FAILED and task.refused_sites == ()
     assert "fedhpc login" in task.reasons[0]

@@ -80,7 +80,7 @@ class Adaptation:
             a.site,
             a.partition,
         ):
-            await self.dispatcher.dispatch(task, decision)
+            await self.dispatcher.later(task, decision)
             return
         a.state, a.reason, a.ended_at = JobState.FAILED, "never reached the scheduler", self.clock()
         async with self.book.store.transaction() as tx:
@@ -104,7 +104,7 @@ class Adaptation:
                 task.extensions_used += 1
                 decision = await self.planner.decide(task, wall_s=longer)
                 if isinstance(decision, Placement):
-                    await self.dispatcher.dispatch(task, decision)
+                    await self.dispatcher.later(task, decision)
                     return
         if a.state in (JobState.FAILED, JobState.UNSCHEDULABLE) and (
             task.retries_used < budget.max_retries
@@ -113,7 +113,7 @@ class Adaptation:
             exclude = (a.site,) if a.state is JobState.UNSCHEDULABLE else ()
             decision = await self.planner.decide(task, exclude=exclude)
             if isinstance(decision, Placement):
-                await self.dispatcher.dispatch(task, decision)
+                await self.dispatcher.later(task, decision)
                 return
         task.state = JobState.CANCELLED if a.state is JobState.CANCELLED else a.state
         task.reasons = (
@@ -219,7 +219,7 @@ class Adaptation:
                         a.reason = f"re-placed: {a.site} offline"
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
-                        await self.dispatcher.dispatch(task, decision)
+                        await self.dispatcher.later(task, decision)
                         log.info(
                             "re-placed from lost site", task=task.id, old=a.site, new=decision.site
                         )
@@ -333,6 +333,6 @@ class Adaptation:
         await self.cancel_attempt(a)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, a, at=self.clock())
-        await self.dispatcher.dispatch(task, decision)
+        await self.dispatcher.later(task, decision)
         log.info("re-placed pending", task=task.id, old=a.site, new=decision.site)
         return True

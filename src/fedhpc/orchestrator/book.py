@@ -66,6 +66,11 @@ class TaskBook:
             idempotency_key=task.idempotency_key,
             group_id=task.group_id,
         )
+        await TaskBook.save_attempts(tx, *attempts, at=at)
+
+    @staticmethod
+    async def save_attempts(tx: Tx, *attempts: AttemptRecord, at: datetime) -> None:
+        """The attempts alone (their task unchanged: never a stale copy of it)."""
         for a in attempts:
             await tx.put_attempt(
                 a.task_id,

@@ -96,6 +96,8 @@ class Control:
                     a.job_id, a.submitted_at = found[a.job_name], a.created_at
                     async with self.book.store.transaction() as tx:
                         await self.book.save(tx, task, a, at=now)
+                elif a.job_name in self.adaptation.dispatcher.in_flight:
+                    continue  # being submitted by this process now: never lost
                 elif (now - a.created_at).total_seconds() > self.intent_grace_s:
                     await self.adaptation.resubmit_intent(task, a)
         bound = [a for a in atts if a.job_id is not None]

@@ -1,18 +1,23 @@
 """Dispatch: one placed task handed to its site's scheduler, durably (the intent is written
-before the submission, the job id after it), with a claim on the ledger until a probe shows it."""
+before the submission, the job id after it), with a claim on the ledger until a probe shows it.
+The writes happen under the orchestrator's lock, the scheduler call never: a slow or dead
+site's sbatch holds up no other site's work."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+import anyio
 import structlog
 
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
+from fedhpc.adapters.site import SiteAdapter, StorageUnread, SubmittedJob, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.globus_auth.errors import GlobusLoginRequired
+from fedhpc.logs import isolated
 from fedhpc.ops.workdir import WorkdirOutside, confined, resolve_workdir
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
@@ -21,7 +26,7 @@ from fedhpc.orchestrator.planner import provenance, summary
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
 from fedhpc.placement import Placement
 
-__all__ = ["LOGIN_REQUIRED", "Dispatcher", "outside_roots"]
+__all__ = ["LOGIN_REQUIRED", "Dispatcher", "Intent", "outside_roots"]
 
 log = structlog.get_logger(__name__)
 
@@ -32,8 +37,19 @@ LOGIN_REQUIRED = "login required"
 ROOTS_RETRY_S = 5.0  # an unread site's `$NAME` roots: at most one read per this, not one per task
 
 
+@dataclass(frozen=True, eq=False)
+class Intent:
+    """An attempt written before its job is submitted: what `Dispatcher.send` submits."""
+
+    att: AttemptRecord
+    spec: JobSpec
+    dirs: list[str]  # made first, in the same remote call
+    claim: Claim
+
+
 class Dispatcher:
-    """Submits placed tasks through `adapters`, recording each attempt in `book`."""
+    """Submits placed tasks through `adapters`, recording each attempt in `book`; `lock` is the
+    orchestrator's, held for the writes and never for a scheduler call."""
 
     def __init__(
         self,
@@ -42,13 +58,19 @@ class Dispatcher:
         claims: Claims,
         waits: WaitInputs,
         *,
+        lock: anyio.Lock,
         clock: Callable[[], datetime],
     ) -> None:
         self.book = book
         self.adapters = adapters
         self.claims = claims
         self.waits = waits
+        self.lock = lock
         self.clock = clock
+        # Job names of intents this process wrote and has not recorded the submission of yet:
+        # the control cycle never takes one of them for an intent a crash lost (`Control`).
+        self.in_flight: set[str] = set()
+        self.deferred: list[Intent] = []  # written by `later`, submitted by `send_later`
 
     @staticmethod
     def _workbase(adapter: SiteAdapter) -> str:
@@ -65,8 +87,37 @@ class Dispatcher:
         return f"{path}/fedhpc" if own else f"{path}/{adapter.login}/fedhpc"
 
     async def dispatch(self, task: TaskRecord, p: Placement) -> AttemptRecord:
-        """Persist the intent, submit, persist the job id. A crash between the two writes is
-        resolved by `find` on the job name, so nothing is ever submitted twice."""
+        """One placed task, by a caller that does not hold the lock: the intent is written
+        under it, the job submitted without it, its id recorded under it again."""
+        async with self.lock:
+            prepared = await self.prepare(task, p)
+        if isinstance(prepared, AttemptRecord):
+            return prepared
+        return await self.complete(prepared)
+
+    async def later(self, task: TaskRecord, p: Placement) -> None:
+        """Under the lock (the control cycle's adaptation): the intent is written now, the job
+        submitted once the lock is released (`send_later`)."""
+        prepared = await self.prepare(task, p)
+        if isinstance(prepared, Intent):
+            self.deferred.append(prepared)
+
+    async def send_later(self) -> None:
+        """Without the lock: every intent `later` wrote, submitted concurrently, each recorded
+        under the lock; one's failure is its own (its intent stays for the cycle to find)."""
+        deferred, self.deferred = self.deferred, []
+        async with anyio.create_task_group() as tg:
+            for intent in deferred:
+                tg.start_soon(self._complete_alone, intent, name=f"submit:{intent.att.job_name}")
+
+    async def _complete_alone(self, intent: Intent) -> None:
+        with isolated("submission failed", task=intent.att.task_id, attempt=intent.att.n):
+            await self.complete(intent)
+
+    async def prepare(self, task: TaskRecord, p: Placement) -> Intent | AttemptRecord:
+        """Under the lock: the intent (attempt n, no job id yet) written before anything is
+        submitted, so a crash after it is resolved by `find` on the job name and nothing is
+        ever submitted twice; or the attempt that failed before any folder or job existed."""
         now = self.clock()
         adapter = self.adapters[p.site]
         n = task.attempts_made + 1
@@ -114,32 +165,66 @@ class Dispatcher:
             env=req.env,
             container_image=req.container_image,
         )
+        self.in_flight.add(att.job_name)
+        return Intent(att, spec, sorted({base, att.workdir or base}), claim)
+
+    async def complete(self, intent: Intent) -> AttemptRecord:
+        """Without the lock: submit a written intent, then record what came of it under the
+        lock (`record`). The attempt as recorded."""
         try:
-            job = await adapter.submit(spec, ensure_dirs=sorted({base, att.workdir or base}))
-        except (SchedulerRejected, WorkdirFailed) as exc:
-            att.state, att.reason, att.ended_at = JobState.FAILED, exc.message, self.clock()
-            self.claims.drop(claim)  # never reached a queue
-        except GlobusLoginRequired as exc:
-            self.claims.drop(claim)
-            # Refused before anything ran (no login, a missing consent): the reason carries
-            # the exact `fedhpc login` command, so the woken agent can ask the person for it.
-            att.state, att.ended_at = JobState.FAILED, self.clock()
-            att.reason = f"{LOGIN_REQUIRED}: {exc.message}. {exc.hint}"
-        except TransportError as exc:
-            # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
-            log.warning("submit outcome unknown", task=task.id, site=p.site, error=exc.message)
-            claim.done = self.clock()  # it may be queued: counted until the next probe
-            return att
-        except BaseException:
-            claim.done = self.clock()  # whatever happened, the claim ends with the next probe
+            outcome = await self.send(intent)
+            async with self.lock:
+                return await self.record(intent, outcome)
+        finally:
+            self.in_flight.discard(intent.att.job_name)
+
+    async def send(self, intent: Intent) -> SubmittedJob | Exception:
+        """The scheduler call, never under the lock (a dead site's sbatch holds up nothing
+        else): the job, or the error that says why there is none (refused, its folder not
+        made, a login needed) or whether there is one is unknown (a transport error)."""
+        try:
+            return await self.adapters[intent.att.site].submit(intent.spec, ensure_dirs=intent.dirs)
+        except (SchedulerRejected, WorkdirFailed, GlobusLoginRequired, TransportError) as exc:
+            return exc
+        except BaseException:  # whatever happened, the claim ends with the next probe
+            intent.claim.done = self.clock()
             raise
+
+    async def record(self, intent: Intent, outcome: SubmittedJob | Exception) -> AttemptRecord:
+        """Under the lock: the outcome merged into the attempt as stored now, which may have
+        changed while it was submitted (a control cycle bound its job by name; a cancel, a
+        replan or a lost site superseded it): a job id never replaces one, a refusal never
+        ends an attempt that has a job, and its task is never written from a stale copy."""
+        att, claim, now = intent.att, intent.claim, self.clock()
+        stored = next((a for a in await self.book.load_attempts(att.task_id) if a.n == att.n), att)
+        if isinstance(outcome, SubmittedJob):
+            claim.done = now
+            if stored.job_id is None:
+                stored.job_id, stored.submitted_at = outcome.job_id, now
+            log.info(
+                "dispatched", task=att.task_id, attempt=att.n, site=att.site, job_id=outcome.job_id
+            )
+        elif isinstance(outcome, TransportError):
+            # Unknown whether sbatch ran: the intent stays; the next cycle looks it up by name.
+            log.warning(
+                "submit outcome unknown", task=att.task_id, site=att.site, error=outcome.message
+            )
+            claim.done = now  # it may be queued: counted until the next probe
+            return stored
         else:
-            att.job_id, att.submitted_at = job.job_id, self.clock()
-            claim.done = att.submitted_at
-            log.info("dispatched", task=task.id, attempt=n, site=p.site, job_id=job.job_id)
+            self.claims.drop(claim)  # never reached a queue
+            if stored.job_id is not None or stored.state.terminal:
+                return stored
+            stored.state, stored.ended_at = JobState.FAILED, now
+            if isinstance(outcome, GlobusLoginRequired):
+                # Refused before anything ran (no login, a missing consent): the reason carries
+                # the exact `fedhpc login` command, so the woken agent can ask the person for it.
+                stored.reason = f"{LOGIN_REQUIRED}: {outcome.message}. {outcome.hint}"
+            else:
+                stored.reason = getattr(outcome, "message", str(outcome))
         async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, att, at=self.clock())
-        return att
+            await self.book.save_attempts(tx, stored, at=now)
+        return stored
 
     async def _folderless(
         self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed | StorageUnread

@@ -139,7 +139,7 @@ class Placer:
         self.planner = planner
         self.claims = claims
         self.waits = waits
-        self.lock = lock  # placement, dispatch and observation: one at a time
+        self.lock = lock  # placement, intents and the merge of observations: one at a time
         self.clock = clock
         self.cycle_s = cycle_s
         self.notify = notify  # told after events may have landed
@@ -149,7 +149,13 @@ class Placer:
         # outage, after the same grace as work stuck on a lost site.
         self.offline = OfflineWaits(book, collector, clock=clock, after_s=site_lost_after_s)
         self.submitter = Submitter(
-            book, planner, dispatcher, collector, clock=clock, unschedulable=self.unschedulable
+            book,
+            planner,
+            dispatcher,
+            collector,
+            lock=lock,
+            clock=clock,
+            unschedulable=self.unschedulable,
         )
 
     def wake(self) -> None:
@@ -182,14 +188,19 @@ class Placer:
         while not self.collector.ready.is_set() and not stopping.is_set():
             with anyio.move_on_after(0.5):
                 await self.collector.ready.wait()
-        while not stopping.is_set():
-            wake = self.wake_event = anyio.Event()
+        async with anyio.create_task_group() as sends:  # a slow site's submission outlives its pass
+            self.submitter.background = sends
             try:
-                await self.place_queued()
-            except Exception:  # a bad pass is logged and retried, never fatal to the daemon
-                log.exception("placement pass failed")
-            with anyio.move_on_after(self.cycle_s):
-                await wake.wait()
+                while not stopping.is_set():
+                    wake = self.wake_event = anyio.Event()
+                    try:
+                        await self.place_queued()
+                    except Exception:  # a bad pass is logged and retried, never fatal
+                        log.exception("placement pass failed")
+                    with anyio.move_on_after(self.cycle_s):
+                        await wake.wait()
+            finally:
+                self.submitter.background = None
 
     def _signal(self) -> None:
         progress, self.progress = self.progress, anyio.Event()
@@ -214,6 +225,7 @@ class Placer:
                 after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
                 tasks = [t for r in rows if (t := await self._record(r)) is not None]
                 dispatched += await self._batch(tasks, held)
+            await self.submitter.send()  # the batch's jobs, submitted without the lock
             self._signal()
         if held:
             async with self.book.store.transaction() as tx:
@@ -287,11 +299,7 @@ class Placer:
             async with self.book.store.transaction() as tx:
                 for task in b.holds:
                     await self.book.save(tx, task, at=b.now)
-        async with anyio.create_task_group() as tg:
-            for task, decision in b.jobs:
-                tg.start_soon(
-                    self.submitter.dispatch, task, decision, b.history, name=f"dispatch:{task.id}"
-                )
+        await self.submitter.prepare(b.jobs, b.history)  # intents now; submitted by `send`
         return len(b.jobs)
 
     async def _run(self, run: list[TaskRecord], b: _Batch) -> None:

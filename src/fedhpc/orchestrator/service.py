@@ -91,7 +91,9 @@ class Orchestrator:
         self.planner = planner = Planner(
             collector, waits, clock=clock, submits_per_cycle=submits_per_cycle
         )
-        self.dispatcher = dispatcher = Dispatcher(book, self.adapters, claims, waits, clock=clock)
+        self.dispatcher = dispatcher = Dispatcher(
+            book, self.adapters, claims, waits, lock=self.lock, clock=clock
+        )
         self.placer = placer = Placer(
             book,
             collector,
@@ -201,6 +203,7 @@ class Orchestrator:
             await self.adaptation.adapt_pending()
             await staging.advance(self.book, self.placer.wake)  # stage-in done: queue them
             await self.groups.advance()
+        await self.dispatcher.send_later()  # re-placements and retries, without the lock
         self.notify()
 
     async def place_queued(self) -> int:

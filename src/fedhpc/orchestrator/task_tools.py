@@ -21,7 +21,7 @@ from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
-from fedhpc.orchestrator.dispatch import Dispatcher, outside_roots
+from fedhpc.orchestrator.dispatch import Dispatcher, Intent, outside_roots
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.group_cancel import cancel_group, group_named
 from fedhpc.orchestrator.liveness import offline, online
@@ -298,6 +298,7 @@ class TaskTools:
         return out.model_copy(update={"decision": f"{out.decision}; {said}".lstrip("; ")})
 
     async def _replan(self, req: ReplanRequest) -> TaskHandle:
+        intent: Intent | None = None
         async with self.lock:
             task = await self._load(req.task_id)
             atts = await self.book.load_attempts(task.id)
@@ -363,19 +364,31 @@ class TaskTools:
                 self.wake_placer()
             else:
                 assert isinstance(decision, Placement)
-                for a in live:
-                    a.superseded, a.reason = True, "replanned on request"
-                    await self.adaptation.cancel_attempt(a)
-                task.provenance = provenance(task.request.envelope, decision)
-                async with self.book.store.transaction() as tx:
-                    await self.book.save(tx, task, *live, at=self.clock())
-                return handle(task, await self.dispatcher.dispatch(task, decision))
+                prepared = await self._move(task, live, decision)
+                if isinstance(prepared, AttemptRecord):
+                    return handle(task, prepared)  # failed before any folder or job existed
+                intent = prepared
+        if intent is not None:  # submitted without the lock: a slow site holds up nothing else
+            return handle(task, await self.dispatcher.complete(intent))
         await self.wait_placed(
             [task.id], PLACE_WAIT_S
         )  # answer with the placement when it is quick
         task = await self.book.load_task(task.id)
         atts = [a for a in await self.book.load_attempts(task.id) if not a.superseded]
         return handle(task, atts[-1] if atts else None)
+
+    async def _move(
+        self, task: TaskRecord, live: list[AttemptRecord], decision: Placement
+    ) -> Intent | AttemptRecord:
+        """Under the lock: the live attempts superseded (cancelled where their site answers)
+        and the new attempt's intent written; `Dispatcher.complete` submits it."""
+        for a in live:
+            a.superseded, a.reason = True, "replanned on request"
+            await self.adaptation.cancel_attempt(a)
+        task.provenance = provenance(task.request.envelope, decision)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, *live, at=self.clock())
+        return await self.dispatcher.prepare(task, decision)
 
     async def _check_sites(
         self, task: TaskRecord, req: ReplanRequest, envelope: ResourceEnvelope, *, pending: bool
