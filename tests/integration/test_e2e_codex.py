@@ -12,8 +12,9 @@ Checked as for Claude Code: no model turn between the submission and the resume,
 per event (also when the daemon is SIGKILLed while the delivery is `started`), the payload
 once and under 600 B, no planted credential anywhere, nothing leaving loopback. The daemon is
 started from a filtered environment (no model key): resumes work from `[resume.codex]` alone.
-Also: jobs ending together (never "already has an active writer"; each event once, in order)
-and the model endpoint down then back (the model sees the event once)."""
+Also: jobs ending together (never "already has an active writer"; each event once, in order),
+the model endpoint down then back (the model sees the event once), and an endpoint that never
+answers (the try is stopped whole at the start timeout, whatever Codex printed meanwhile)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Any
 import anyio
 import pytest
 
+from fedhpc.bridge.group import group_members
 from fedhpc.bridge.payload import SINGLE_CAP
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
@@ -386,3 +388,39 @@ async def test_a_daemon_started_by_codex_resumes_claude_code_too(
     assert all(d.state == "delivered" and d.attempts == 0 for d in rows)
     assert [e.session for e in oai.resumes()] == [thread]
     assert [e.session for e in ant.resumes()] == [session]
+
+
+async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_event_once(
+    codex: Path, tmp_path: Path
+) -> None:
+    """The model endpoint takes the resume's request and never answers. Codex prints an
+    `error` item first ("Model metadata for `fake-model` not found": a name it does not
+    know), which is no model answer: the try is stopped at the start timeout, all of it
+    (the CLI lives in the group fedhpc kills), and the retry is the only turn that
+    continues once the endpoint answers again."""
+    bridge = {
+        "FEDHPC_RESUME_START_TIMEOUT_S": "8",
+        "FEDHPC_BRIDGE_BACKOFF_S": "1",
+        "FEDHPC_BRIDGE_ATTEMPTS": "6",
+    }
+    async with _rig(codex, tmp_path, **bridge) as (fake, project, fedhome, env, client):
+        fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
+        release = fake.hold_resume()
+        thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        # stopped at 8 s (+ the kill grace), not at FEDHPC_RESUME_TIMEOUT_S (90 s)
+        with anyio.fail_after(60):
+            while not (tried := [d for d in await client.deliveries() if d.attempts >= 1]):
+                await anyio.sleep(0.3)
+        first = min((fedhome / "deliveries").glob("*/pid"), key=lambda f: f.stat().st_mtime)
+        assert group_members(int(first.read_text())) == []  # no process of it lives
+        release.set()
+        await _until(client, "delivered", limit=120)
+        await anyio.sleep(3)  # a survivor of the first try would answer by now
+        (d,) = await client.deliveries()
+    assert "no answer from the model within 8 s" in (tried[0].last_error or "")
+    assert "Model metadata for `fake-model` not found" in (tried[0].last_error or "")
+    assert fake.errors == []
+    assert len(fake.resumes()) == 2  # the stopped try's request, and the retry's
+    assert [e.phase for e in fake.exchanges].count("after_result") == 1  # one turn went on
+    assert fake.seen_deliveries(thread) == [d.id]
+    assert (d.state, d.attempts) == ("delivered", 1)

@@ -11,7 +11,14 @@ from pydantic import ValidationError
 
 from fedhpc.bridge.records import record_path, seen
 from fedhpc.bridge.routing import session_key
-from fedhpc.bridge.runtimes import Outcome, binary, check_result, resume_env
+from fedhpc.bridge.runtimes import (
+    Outcome,
+    binary,
+    check_result,
+    model_answered,
+    resume_env,
+    why_silent,
+)
 from fedhpc.cli.hooks import pre_tool_use
 from fedhpc.domain.config import ResumeRuntime, UserConfig
 from fedhpc.errors import TransientError, UsageError
@@ -128,6 +135,27 @@ def test_a_claude_resume_counts_only_with_fedhpcs_tools_connected(tmp_path: Path
     _out(tmp_path / "c", good, failed)
     with pytest.raises(TransientError, match="Not logged in"):
         check_result(spec, tmp_path / "c", Outcome(1, json.dumps(failed), ""))
+
+
+def test_codex_liveness_counts_model_output_items_never_its_own_error_notices(
+    tmp_path: Path,
+) -> None:
+    """Codex prints an `error` item for every model name it does not know, before any
+    request: a resume holding only that is still waiting for the model."""
+    spec = ContinuationSpec(runtime=Runtime.CODEX, session_id="th1")
+    notice = "Model metadata for `gw-model` not found. Defaulting to fallback metadata"
+    started = {"type": "thread.started", "thread_id": "th1"}
+    error = {"type": "item.completed", "item": {"id": "item_0", "type": "error", "message": notice}}
+    _out(tmp_path / "a", started, {"type": "turn.started"}, error)
+    assert model_answered(spec, tmp_path / "a") is False
+    assert why_silent(tmp_path / "a") == f" (codex said: {notice})"
+    call = {"id": "item_1", "type": "mcp_tool_call", "tool": "get_result", "status": "in_progress"}
+    _out(tmp_path / "b", started, error, {"type": "item.started", "item": call})
+    assert model_answered(spec, tmp_path / "b") is True
+    text = {"type": "item.completed", "item": {"id": "item_1", "type": "agent_message"}}
+    _out(tmp_path / "c", started, error, text)
+    assert model_answered(spec, tmp_path / "c") is True
+    assert why_silent(tmp_path / "d") == ""
 
 
 def test_a_failure_reason_keeps_both_output_tails() -> None:

@@ -6,11 +6,9 @@ never the daemon's own: the daemon may have been started by any client."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,20 +26,35 @@ __all__ = [
     "Outcome",
     "binary",
     "check_result",
+    "codex_errors",
     "collect",
-    "kill",
     "launch",
     "mcp_config",
     "model_answered",
-    "process_alive",
     "resume_env",
     "tail_of",
+    "why_silent",
 ]
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _BASE_VARS = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
 _NAMES = {Runtime.CLAUDE_CODE: ("claude", CLAUDE_BIN), Runtime.CODEX: ("codex", CODEX_BIN)}
 TAIL = 600  # bytes of stdout and of stderr kept as a failure's reason
+# `codex exec --json` items that only the model's output makes (codex-rs exec_events); an
+# `error` item is Codex's own notice, printed before any request (e.g. "Model metadata for
+# `<name>` not found" for every model name it does not know): never a sign of a live model.
+_CODEX_MODEL_ITEMS = frozenset(
+    {
+        "agent_message",
+        "reasoning",
+        "command_execution",
+        "file_change",
+        "mcp_tool_call",
+        "collab_tool_call",
+        "web_search",
+        "todo_list",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +220,10 @@ def launch(
         env.setdefault("MCP_CONNECT_TIMEOUT_MS", "60000")
     exe = binary(spec.runtime, cfg, env) if spec.runtime in _NAMES else ""
     argv = _argv(spec, spec.session_id, text, home, exe, entry=mcp_entry)
+    # --foreground: GNU timeout otherwise moves itself and the CLI into a group of their own,
+    # out of reach of the kill of the wrapper's group (settle.py ends that group as a whole).
     wrapper = (
-        'timeout --kill-after=5 "$1" "${@:3}" < "$2/stdin" > "$2/out" 2> "$2/err"; '
+        'timeout --foreground --kill-after=5 "$1" "${@:3}" < "$2/stdin" > "$2/out" 2> "$2/err"; '
         'echo $? > "$2/rc.tmp" && mv "$2/rc.tmp" "$2/rc"'
     )
     cwd = spec.cwd if spec.cwd and Path(spec.cwd).is_dir() else str(folder)
@@ -234,26 +249,6 @@ def launch(
     if done.returncode != 0 or pid <= 0:
         raise TransientError(f"could not start the resume: {done.stderr.strip()[-300:]}")
     return Launched(pid, folder)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().split()[2] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def kill(pid: int) -> None:
-    """End a resume: its whole process group (the wrapper is the group leader)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
 
 
 def tail_of(path: Path) -> str:
@@ -292,17 +287,41 @@ def _lines(folder: Path) -> list[dict[str, object]]:
 
 def model_answered(spec: ContinuationSpec, folder: Path) -> bool:
     """Whether the resumed turn got any answer from the model yet (a turn still waiting for
-    its first answer after the start timeout is stuck on an unreachable model)."""
+    its first answer after the start timeout is stuck on an unreachable model). Codex: only
+    items the model's output makes count, never its own `error` notices."""
     path = folder / "out"
     if spec.runtime not in _NAMES or not path.exists():
         return True
-    wanted = (
-        ('"type":"assistant"',)
-        if spec.runtime is Runtime.CLAUDE_CODE
-        else ('"type":"item.completed"', '"type":"turn.completed"')
-    )
-    text = path.read_text(errors="replace")
-    return any(w in text for w in wanted)
+    if spec.runtime is Runtime.CLAUDE_CODE:
+        return '"type":"assistant"' in path.read_text(errors="replace")
+    for x in _lines(folder):
+        item = x.get("item")
+        if x.get("type") == "turn.completed" or (
+            str(x.get("type", "")).startswith("item.")
+            and isinstance(item, dict)
+            and item.get("type") in _CODEX_MODEL_ITEMS
+        ):
+            return True
+    return False
+
+
+def codex_errors(folder: Path) -> list[str]:
+    """The messages of Codex's `error` items and events in a resume's output, in order."""
+    said: list[str] = []
+    for x in _lines(folder):
+        item = x.get("item")
+        if isinstance(item, dict) and item.get("type") == "error":
+            said.append(str(item.get("message", "")))
+        elif x.get("type") == "error":
+            said.append(str(x.get("message", "")))
+    return [m[:200] for m in said if m]
+
+
+def why_silent(folder: Path) -> str:
+    """What the CLI said while no model answered (Codex's error notices), for a stopped
+    resume's reason: "" when it said nothing."""
+    said = codex_errors(folder)
+    return f" (codex said: {'; '.join(said[-3:])})" if said else ""
 
 
 def check_result(spec: ContinuationSpec, folder: Path, done: Outcome) -> bool | None:

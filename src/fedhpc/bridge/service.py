@@ -20,6 +20,7 @@ import structlog
 from pydantic import ValidationError
 
 from fedhpc.bridge.direct import post, to_inbox
+from fedhpc.bridge.group import KILL_GRACE_S
 from fedhpc.bridge.payload import batch_size, prompt_text
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.routing import SESSIONS, route_events
@@ -59,6 +60,7 @@ class Bridge:
         poll_s: float = 1.0,
         resume: Callable[[], ResumeConfig] = ResumeConfig,
         warm_mcp: bool = False,
+        kill_grace_s: float = KILL_GRACE_S,
     ) -> None:
         self.store = store
         self.home = home
@@ -67,6 +69,7 @@ class Bridge:
         self.backoff_s = backoff_s
         self.process_timeout_s = process_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.kill_grace_s = kill_grace_s  # a stopped resume's group: SIGTERM, then SIGKILL
         self.poll_s = poll_s
         self.resume = resume  # read at each launch: a fixed config needs no daemon restart
         self.warm = WarmServer(home) if warm_mcp else None
@@ -194,7 +197,14 @@ class Bridge:
         folder = self._folder(rid)
         spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
         at = self.clock().timestamp()
-        look = partial(standing, spec, folder, now=at, start_timeout_s=self.start_timeout_s)
+        look = partial(
+            standing,
+            spec,
+            folder,
+            now=at,
+            start_timeout_s=self.start_timeout_s,
+            grace_s=self.kill_grace_s,
+        )
         st = await anyio.to_thread.run_sync(look)  # file reads and a process look, off the loop
         if st.stand is Stand.RUNNING:
             return True

@@ -1,6 +1,7 @@
-"""How a started resume stands, read from its folder and its process: still running (or
-still launching), never launched, ended with a status, or failed without one. A resume that
-got no model answer within the start timeout is stopped here."""
+"""How a started resume stands, read from its folder and its process group: still running
+(or still launching, or a process of its group still lives), never launched, ended with a
+status, or failed without one. A resume that got no model answer within the start timeout is
+stopped here, its whole group: SIGTERM, then SIGKILL after a grace."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import structlog
 
-from fedhpc.bridge.runtimes import Outcome, collect, kill, model_answered, process_alive, tail_of
+from fedhpc.bridge.group import KILL_GRACE_S, end_group, group_alive, settle_group
+from fedhpc.bridge.runtimes import Outcome, collect, model_answered, tail_of, why_silent
 from fedhpc.ops.continuations import ContinuationSpec
 
 __all__ = ["LAUNCH_S", "Stand", "Standing", "standing"]
@@ -34,26 +36,42 @@ class Standing:
     reason: str = ""
 
 
+def _pid(pid_file: Path) -> int:
+    try:
+        return int(pid_file.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return 0
+
+
 def standing(
-    spec: ContinuationSpec, folder: Path, *, now: float, start_timeout_s: float
+    spec: ContinuationSpec,
+    folder: Path,
+    *,
+    now: float,
+    start_timeout_s: float,
+    grace_s: float = KILL_GRACE_S,
 ) -> Standing:
-    """Where the resume in `folder` stands at `now` (epoch seconds). Blocking file reads: run it
-    off the event loop."""
+    """Where the resume in `folder` stands at `now` (epoch seconds). It runs while any process
+    of its group lives, also after its wrapper wrote the status: a next try never starts
+    beside a survivor of this one. Blocking file reads: run it off the event loop."""
     done = collect(folder)
     pid_file = folder / "pid"
-    if done is None:
-        if pid_file.exists() and process_alive(pid := int(pid_file.read_text() or "0")):
+    stopped = folder / "stopped"
+    pid = _pid(pid_file)
+    if pid and group_alive(pid) and (done is None or settle_group(pid)):
+        if done is None and not stopped.exists():
             age = now - pid_file.stat().st_mtime
             if age > start_timeout_s and not model_answered(spec, folder):
                 log.warning("resume got no model answer; stopping it", resume=folder.name)
-                (folder / "stopped").write_text(
-                    f"no answer from the model within {start_timeout_s:g} s"
+                stopped.write_text(
+                    f"no answer from the model within {start_timeout_s:g} s{why_silent(folder)}"
                 )
-                kill(pid)
-            return Standing(Stand.RUNNING)
-        # It may have written its status and ended between the two looks: read it again.
-        done = collect(folder)
-    if done is not None:
+        if done is not None or stopped.exists():  # stragglers, or a stopped resume
+            end_group(pid, folder, now=now, grace_s=grace_s)
+        return Standing(Stand.RUNNING)
+    # It may have written its status and ended between the two looks: read it again.
+    done = done or collect(folder)
+    if done is not None and not stopped.exists():  # a stopped one failed, whatever its status
         return Standing(Stand.ENDED, outcome=done)
     if not folder.exists():
         return Standing(Stand.UNLAUNCHED)
@@ -62,11 +80,10 @@ def standing(
     # before re-sending anything (never a second resume with the same events).
     if not pid_file.exists() and now - folder.stat().st_mtime < LAUNCH_S:
         return Standing(Stand.RUNNING)
-    why = folder / "stopped"
     tails = Outcome(-1, tail_of(folder / "out"), tail_of(folder / "err")).reason()
     reason = (
-        why.read_text()
-        if why.exists()
+        stopped.read_text()
+        if stopped.exists()
         else (
             "the resume ended without a status"
             if pid_file.exists()
