@@ -71,15 +71,15 @@ def _dispatched(db: Path, group_id: str) -> int:
     return int(row[0])
 
 
-def _cancel(db: Path, groups: list[str]) -> int:
-    """scancel our groups' jobs, by id, per site: never anyone else's."""
+def _cancel(db: Path, groups: list[str] | None = None) -> int:
+    """scancel our jobs (those of `groups`, or every job of this run's daemon), by id, per
+    site: never anyone else's."""
+    query = "SELECT a.site, a.job_id FROM attempts a JOIN tasks t ON a.task_id = t.id "
+    query += "WHERE a.job_id IS NOT NULL"
+    if groups is not None:
+        query += f" AND t.group_id IN ({','.join('?' * len(groups))})"
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        marks = ",".join("?" * len(groups))
-        rows = conn.execute(
-            "SELECT a.site, a.job_id FROM attempts a JOIN tasks t ON a.task_id = t.id "  # noqa: S608
-            f"WHERE t.group_id IN ({marks}) AND a.job_id IS NOT NULL",
-            groups,
-        ).fetchall()
+        rows = conn.execute(query, groups or ()).fetchall()
     by_site: dict[str, list[str]] = {}
     for site, job in rows:
         by_site.setdefault(site, []).append(job)
@@ -258,19 +258,9 @@ async def _sessions(args: argparse.Namespace) -> list[dict[str, Any]]:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
             if args.sites == "slurm":
-                _cancel_tasks(settings.db_path)
+                _cancel(settings.db_path)
             shutil.rmtree(home, ignore_errors=True)
     return rows
-
-
-def _cancel_tasks(db: Path) -> None:
-    """scancel every job this run's daemon submitted, by id, per site."""
-    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        rows = conn.execute("SELECT site, job_id FROM attempts WHERE job_id IS NOT NULL").fetchall()
-    for site in {r[0] for r in rows}:
-        jobs = [r[1] for r in rows if r[0] == site]
-        env = {**os.environ, "SLURM_CONF": str(devfed_root() / site / "slurm.conf")}
-        subprocess.run(["scancel", *jobs], env=env, check=False, capture_output=True)
 
 
 def main() -> int:
