@@ -1,22 +1,30 @@
-"""A slow or dead site costs only itself: no scheduler call runs under the orchestrator's lock.
-A submission that hangs at one site holds up neither the lock nor another site's job, a
-control cycle never takes it for an intent a crash lost, and what it answers is merged into
-the attempt as stored then (a cancel meanwhile stays a cancel). A real store and real
-placement; each site's adapter is a fake whose calls can be held until the test lets them go."""
+"""A slow or dead site costs only itself: no submission and no observation runs under the
+orchestrator's lock. A submission that hangs at one site holds up neither the lock nor another
+site's job, a control cycle never takes it for an intent a crash lost, and what it answers is
+merged into the attempt as stored then (a cancel meanwhile stays a cancel). Likewise a squeue
+that hangs: the other sites are observed at the same time and merged at once, placement goes
+on, and what it answers late never undoes a cancel. Every scheduler command carries the
+adapter's deadline (FEDHPC_COMMAND_TIMEOUT_S). A real store and real placement; each site's
+adapter is a fake whose calls can be held until the test lets them go."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, cast
+from unittest import mock
 
 import anyio
 import pytest
 
-from fedhpc.adapters.site import SubmittedJob
+from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.site import SiteAdapter, SubmittedJob
+from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site
-from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec, JobState
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec, JobState, Shape
+from fedhpc.domain.site import SiteState
 from fedhpc.ops.tasks import CancelRequest
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
@@ -25,8 +33,8 @@ from fedhpc.store import Store
 from tests.unit.test_placement_world import cpu_partition, profile, site, state
 from tests.unit.test_submit_accept import Clock, _req
 
-SLOW = site(profile("slow", cpu_partition("p")))
-FAST = site(profile("fast", cpu_partition("p")))
+SLOW = site(profile("slow", cpu_partition("p"), min_refresh_s=1))  # refreshed every 60 s
+FAST = site(profile("fast", cpu_partition("p"), min_refresh_s=1))
 LIMIT_S = 10  # every wait of these tests; none is a timing assertion
 
 
@@ -55,6 +63,7 @@ class _Site:
         self.name = s.name
         self.calls: Counter[str] = Counter()
         self.gates: dict[str, _Gate] = {}
+        self.failing: set[str] = set()  # kinds of call that raise a transport error
         self.submitted: list[str] = []  # job names, in the order sent
         self.cancelled: list[str] = []
 
@@ -65,6 +74,12 @@ class _Site:
         self.calls[kind] += 1
         if (gate := self.gates.get(kind)) is not None:
             await gate()
+        if kind in self.failing:
+            raise TransportError(f"{self.name} does not answer")
+
+    async def probe(self, *, timeout_s: float) -> SiteState:
+        self.calls["probe"] += 1
+        return state(self.site.profile)
 
     async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
         self.submitted.append(spec.name)
@@ -105,7 +120,9 @@ def _world(store: Store, *, intent_grace_s: float = 45.0) -> tuple[Orchestrator,
 
 
 async def _submit(o: Orchestrator, where: str) -> str:
-    req = _req(policy=PolicyKind.FIXED_SITE, fixed_site=where)
+    """A new task for `where` (its own command: never taken for a retry of another)."""
+    n = await o.book.store.count("tasks")
+    req = _req(command=("echo", str(n)), policy=PolicyKind.FIXED_SITE, fixed_site=where)
     return (await o.intake.submit_task(req, wait_s=0)).task_id
 
 
@@ -159,8 +176,8 @@ async def test_a_control_cycle_never_takes_an_intent_being_submitted_for_a_lost_
         async with anyio.create_task_group() as tg:
             tg.start_soon(o.place_queued)
             await held.entered.wait()
-            await o.tick()  # the scheduler does not know the job yet: find answers nothing
-            assert slow.calls["find"] == 1
+            await o.tick()  # the scheduler could not know the job yet
+            assert slow.calls["find"] == 0  # this process's own intent: not even looked up
             held.open.set()
     assert len(slow.submitted) == 1  # never submitted twice
     assert (await _bound(o, stuck)).state is JobState.SUBMITTED
@@ -184,3 +201,108 @@ async def test_a_task_cancelled_while_its_submission_hangs_stays_cancelled_and_i
     await o.tick()
     assert slow.cancelled == [att.job_id]
     assert (await o.book.load_task(stuck)).state is JobState.CANCELLED
+
+
+async def _running_at_both(o: Orchestrator) -> tuple[str, str]:
+    """A task with a job at slow and one at fast (bound, not yet observed)."""
+    at_slow, at_fast = await _submit(o, "slow"), await _submit(o, "fast")
+    await o.place_queued()
+    return at_slow, at_fast
+
+
+async def test_a_hanging_squeue_holds_no_lock_and_no_other_sites_observation_or_placement(
+    store: Store, held: _Gate
+) -> None:
+    o, slow, fast = _world(store)
+    at_slow, at_fast = await _running_at_both(o)
+    slow.gates["status"] = held
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tick)
+            await held.entered.wait()  # the cycle asks slow's squeue, which does not answer
+            async with o.lock:  # free for anyone else meanwhile
+                pass
+            while (await _attempt(o, at_fast)).state is not JobState.RUNNING:
+                await anyio.sleep(0.01)  # fast's answer merged while slow's is awaited
+            late = await _submit(o, "fast")
+            await o.place_queued()  # placement is not held up either
+            assert (await _bound(o, late)).site == "fast"
+            assert (await _attempt(o, at_slow)).state is JobState.SUBMITTED
+            held.open.set()
+    assert (await _attempt(o, at_slow)).state is JobState.RUNNING
+    assert len(fast.submitted) == 2
+
+
+async def test_every_site_is_asked_at_the_same_time(store: Store) -> None:
+    o, slow, fast = _world(store)
+    await _running_at_both(o)
+    slow.gates["status"], fast.gates["status"] = _Gate(), _Gate()
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tick)
+            await slow.gates["status"].entered.wait()  # asked one after the other, the second
+            await fast.gates["status"].entered.wait()  # would wait for the first to answer
+            slow.gates["status"].open.set()
+            fast.gates["status"].open.set()
+
+
+async def test_a_squeue_answer_that_arrives_after_a_cancel_leaves_the_task_cancelled(
+    store: Store, held: _Gate
+) -> None:
+    o, slow, _ = _world(store)
+    at_slow, _ = await _running_at_both(o)
+    slow.gates["status"] = held
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tick)
+            await held.entered.wait()  # squeue is asked while the job is still queued...
+            await o.tools.cancel(CancelRequest(task_id=at_slow))  # ...and cancelled meanwhile
+            held.open.set()  # squeue answers "running": older than the cancel
+    att = await _attempt(o, at_slow)
+    assert att.superseded and slow.cancelled == [att.job_id]
+    assert (await o.book.load_task(at_slow)).state is JobState.CANCELLED
+    assert [e.kind for e in await store.events_after(0, limit=10)] == []
+
+
+class _Recording:
+    """A transport that answers every command at once (sbatch with a job id) and keeps it."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+
+    async def run(self, command: Command) -> CommandResult:
+        self.commands.append(command)
+        return CommandResult(0, "42\n" if "sbatch" in " ".join(command.argv) else "", "")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_every_scheduler_command_carries_the_sites_deadline() -> None:
+    transport = _Recording()
+    adapter = SiteAdapter(SLOW, cast(Any, transport), command_timeout_s=7.0)
+    spec = JobSpec(name="fedhpc-t-1", command=("true",), partition="p", shape=Shape(cpus=1))
+    await adapter.submit(spec, ensure_dirs=["/x"])  # recorded only: nothing runs
+    await adapter.status(["1"])
+    await adapter.accounting(["1"])
+    await adapter.find(["fedhpc-t-1"])
+    await adapter.cancel(["1"])
+    assert [c.timeout_s for c in transport.commands] == [7.0] * 5
+
+
+async def test_a_site_whose_squeue_fails_is_probed_again_as_soon_as_its_profile_allows(
+    store: Store,
+) -> None:
+    o, slow, fast = _world(store)
+    o.collector.adapters = {"slow": cast(Any, slow), "fast": cast(Any, fast)}
+    await _running_at_both(o)
+    await o.collector.refresh(force=True)  # next due in a refresh interval (60 s)
+    slow.failing.add("status")  # its controller died since
+    await o.tick()
+    assert fast.calls["status"] == 1  # observed all the same
+    later = time.monotonic() + SLOW.profile.min_refresh_s + 0.5  # the profile's floor only
+    with mock.patch("fedhpc.collector.service.time.monotonic", return_value=later):
+        await o.collector.refresh()
+    assert (slow.calls["probe"], fast.calls["probe"]) == (2, 1)

@@ -35,7 +35,7 @@ from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
 from fedhpc.errors import PermanentError, TransientError, UsageError
-from fedhpc.settings import fedhpc_home
+from fedhpc.settings import COMMAND_TIMEOUT_S, fedhpc_home
 
 __all__ = [
     "CommandFailed",
@@ -84,6 +84,7 @@ class StorageUnread(TransientError):
     default_hint = "fedhpc reads them again with the next probe; `fedhpc doctor SITE` shows why."
 
 
+COMMAND_TIMEOUT = float(str(COMMAND_TIMEOUT_S.default))  # the daemon passes its setting
 _LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
 _MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
 
@@ -104,9 +105,14 @@ class SiteAdapter:
         *,
         dialect: Dialect | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        command_timeout_s: float = COMMAND_TIMEOUT,
     ) -> None:
         self.site = site
         self.transport = transport
+        # The deadline of every scheduler command (status, accounting, find, submit, cancel) and
+        # of the roots read: each call is bounded (a transport retries a quick failure, never a
+        # timeout), so a dead site costs its own work that long at most.
+        self.command_timeout_s = command_timeout_s
         self.dialect = dialect or get_dialect(site.profile.dialect)
         self._clock = clock
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
@@ -131,6 +137,10 @@ class SiteAdapter:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
         self.calls[kind] += 1
         return await self.transport.run(command)
+
+    def _deadline(self, command: Command) -> Command:
+        """`command` bounded by the site's scheduler-command deadline."""
+        return replace(command, timeout_s=self.command_timeout_s)
 
     async def read_lines(
         self, command: Command, kind: str, on_lines: Callable[[list[str]], Awaitable[None]]
@@ -171,7 +181,7 @@ class SiteAdapter:
                 timeout_s=command.timeout_s,
                 idempotent=False,
             )
-        result = await self._run(command, "submit")
+        result = await self._run(self._deadline(command), "submit")
         if ensure_dirs and result.returncode == _MKDIR_FAILED and "mkdir" in result.stderr:
             why = result.stderr.strip().splitlines()[-1][:300]
             raise WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
@@ -183,19 +193,20 @@ class SiteAdapter:
         if not job_ids:
             return []
         return self.dialect.parse_status(
-            await self._run(self.dialect.status_command(job_ids), "status")
+            await self._run(self._deadline(self.dialect.status_command(job_ids)), "status")
         )
 
     async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
         if not job_ids:
             return []
-        result = await self._run(self.dialect.accounting_command(job_ids), "accounting")
+        command = self._deadline(self.dialect.accounting_command(job_ids))
+        result = await self._run(command, "accounting")
         return self.dialect.parse_accounting(result, now=self._clock())
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
         if not job_ids:
             return
-        result = await self._run(self.dialect.cancel_command(job_ids), "cancel")
+        result = await self._run(self._deadline(self.dialect.cancel_command(job_ids)), "cancel")
         if not result.ok:
             raise CommandFailed(f"cancel on {self.name} failed: {result.stderr.strip()}")
 
@@ -203,7 +214,8 @@ class SiteAdapter:
         """Job ids of our jobs by name (after a crash lost the id); absent names are unknown."""
         if not names:
             return {}
-        return self.dialect.parse_find(await self._run(self.dialect.find_command(names), "find"))
+        command = self._deadline(self.dialect.find_command(names))
+        return self.dialect.parse_find(await self._run(command, "find"))
 
     async def file_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
         """Sizes of files at the site in one call; None for a file that is not there."""
@@ -271,7 +283,8 @@ class SiteAdapter:
             return
         self._roots_tried = time.monotonic()
         try:
-            result = await self._run(Command(("bash", "-c", _EXPAND, "fedhpc", *names)), "roots")
+            command = Command(("bash", "-c", _EXPAND, "fedhpc", *names))
+            result = await self._run(self._deadline(command), "roots")
         except TransportError as exc:
             self._roots_error = exc.message
         else:
@@ -313,12 +326,13 @@ class SiteAdapter:
         )
 
 
-def open_adapter(site: Site) -> SiteAdapter:
-    """The adapter for `site`, with the transport its profile and the user's config name."""
+def open_adapter(site: Site, *, command_timeout_s: float = COMMAND_TIMEOUT) -> SiteAdapter:
+    """The adapter for `site`, with the transport its profile and the user's config name;
+    its scheduler commands are abandoned after `command_timeout_s`."""
 
     transport: Transport
     try:
         transport = make_transport(site.transport, state_dir=fedhpc_home(), name=site.name)
     except TransportUnavailable as exc:  # raised by its first call, so other sites still work
         transport = UnusableTransport(exc, name=site.name)
-    return SiteAdapter(site, transport)
+    return SiteAdapter(site, transport, command_timeout_s=command_timeout_s)

@@ -65,6 +65,7 @@ class Collector:
         self.latest: dict[str, SiteState] = {}
         self.remote_calls: Counter[str] = Counter()
         self._due: dict[str, float] = {}
+        self._probed: dict[str, float] = {}  # site -> time.monotonic() its last probe started
         self._failures: Counter[str] = Counter()
         self.wake = anyio.Event()
         self._changes: list[tuple[str, SiteState, Health | None]] = []
@@ -74,13 +75,23 @@ class Collector:
         base = max(self.refresh_s, float(self.sites[site].profile.min_refresh_s))
         return base * float(min(8, 2 ** self._failures[site]))
 
+    def probe_soon(self, site: str) -> None:
+        """Probe `site` as soon as its profile allows (`min_refresh_s` after the last probe),
+        whenever it was due: the control cycle could not observe it, and a dead controller is
+        then known within one probe, not one refresh interval (or a backoff)."""
+        if site not in self.sites:
+            return
+        allowed = self._probed.get(site, -1e18) + float(self.sites[site].profile.min_refresh_s)
+        self._due[site] = min(self._due.get(site, 0.0), allowed)
+        self.wake.set()
+
     async def load(self) -> None:
         """Start from the store's latest states, so a restarted daemon serves a view at once."""
         stored = await self.store.latest_site_states()
         self.latest = {k: sanitize_state(v) for k, v in stored.items() if k in self.sites}
 
     async def _probe(self, name: str, report: RefreshReport) -> None:
-        started = time.monotonic()
+        started = self._probed[name] = time.monotonic()
         at = self._clock()
         self.remote_calls[name] += 1
         state: SiteState | None = None

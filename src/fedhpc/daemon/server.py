@@ -95,7 +95,10 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
     with _single_instance(settings):
         store = await Store.open(settings.db_path)
         sites = load_federation()
-        adapters = {name: open_adapter(site) for name, site in sites.items()}
+        adapters = {
+            name: open_adapter(site, command_timeout_s=settings.command_timeout_s)
+            for name, site in sites.items()
+        }
         collector = Collector(
             sites,
             adapters,

@@ -1,12 +1,16 @@
-"""Observation in each control cycle: every active attempt is observed (one status call per
-site, accounting for the jobs that left the queue) and merged monotonically; an attempt that
-ended goes to `Adaptation`, work on an offline site to its `site_lost`."""
+"""Observation in each control cycle, every site at once and each on its own: its scheduler is
+asked without the orchestrator's lock (`find` for intents, one status call, accounting for the
+jobs that left the queue), and what it said is merged monotonically under the lock as soon as
+it answers, into the attempts as stored then. A slow or dead site delays only its own
+attempts. An attempt that ended goes to `Adaptation`, work on an offline site to its
+`site_lost`."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
@@ -16,6 +20,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
+from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claims, Ended
@@ -31,8 +36,24 @@ SETTLE_PAUSE_S = 0.2
 BACKFILL_S = 120.0  # how long to wait for slurmdbd to complete a final row
 
 
+@dataclass
+class _Answer:
+    """What one site's scheduler said in a cycle, asked without the lock, about `asked` (its
+    active attempts then): job ids found by name for the intents (`found_at`: when find was
+    asked; None when it was not), squeue's rows, and sacct's for the jobs that left the queue
+    and for those whose final row had not settled. `busy`: intents being submitted then."""
+
+    asked: list[AttemptRecord]
+    busy: frozenset[str] = frozenset()
+    found: dict[str, str] = field(default_factory=dict)
+    found_at: datetime | None = None
+    live: dict[str, JobObservation] = field(default_factory=dict)
+    records: dict[str, AccountingRecord] = field(default_factory=dict)
+
+
 class Control:
-    """Observes attempts at their sites and records what the schedulers say."""
+    """Observes attempts at their sites and records what the schedulers say; `lock` is the
+    orchestrator's, held for the merge and never for a scheduler call."""
 
     def __init__(
         self,
@@ -42,6 +63,7 @@ class Control:
         adaptation: Adaptation,
         claims: Claims,
         *,
+        lock: anyio.Lock,
         wake_placer: Callable[[], None],
         clock: Callable[[], datetime],
         intent_grace_s: float,
@@ -50,7 +72,9 @@ class Control:
         self.collector = collector
         self.adapters = adapters
         self.adaptation = adaptation
+        self.dispatcher = adaptation.dispatcher
         self.claims = claims
+        self.lock = lock
         self.wake_placer = wake_placer  # work held by a per-user limit may go now
         self.clock = clock
         # An intent (attempt written, job id unknown) younger than this may still be in sbatch:
@@ -61,55 +85,60 @@ class Control:
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
 
     async def observe(self) -> None:
-        """Observe every active attempt, site by site; one site's failure is its own."""
-        rows = await self.book.store.attempts_in(ACTIVE_STATES)
+        """Observe every active attempt, all sites concurrently; one site's failure or
+        slowness is its own (each scheduler command is bounded by FEDHPC_COMMAND_TIMEOUT_S).
+        Call it without the lock: each site takes it to merge what it said."""
         by_site: dict[str, list[AttemptRecord]] = defaultdict(list)
-        for row in rows:
-            by_site[row["site"]].append(AttemptRecord.from_row(row))
-        for site, atts in sorted(by_site.items()):
-            if offline(self.collector, site):
-                await self.adaptation.site_lost(site, atts)
-                continue
-            if not online(self.collector, site):
-                continue  # not probed yet: nothing to conclude
-            try:
-                await self._observe(site, atts)
-            except TransportError as exc:
-                log.warning("observe failed", site=site, error=exc.message)
-            except Exception:  # one site's bad answer must not stall the others
-                log.exception("observe failed", site=site)
-        for site in [s for s in self.unsettled if s not in by_site and online(self.collector, s)]:
-            try:
-                await self._backfill(site, None)
-            except Exception:  # accounting details only: never stalls the cycle
-                log.exception("accounting backfill failed", site=site)
+        for row in await self.book.store.attempts_in(ACTIVE_STATES):
+            with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
+                by_site[row["site"]].append(AttemptRecord.from_row(row))
+        sites = {*by_site, *(s for s in self.unsettled if self.unsettled[s])}
+        async with anyio.create_task_group() as tg:
+            for site in sorted(sites):
+                tg.start_soon(self._site, site, by_site.get(site, []), name=f"observe:{site}")
 
-    async def _observe(self, site: str, atts: list[AttemptRecord]) -> None:
+    async def _site(self, site: str, atts: list[AttemptRecord]) -> None:
+        """One site's observation: asked, then merged; or its work handed to `site_lost`."""
+        try:
+            if offline(self.collector, site):
+                if atts:
+                    async with self.lock:
+                        await self.adaptation.site_lost(site, await self._stored(site))
+            elif online(self.collector, site):  # else not probed yet: nothing to conclude
+                answer = await self._ask(site, atts)
+                async with self.lock:
+                    await self._merge_site(site, answer)
+        except Exception as exc:  # one site's bad answer must not stall the others
+            if isinstance(exc, TransportError):
+                log.warning("observe failed", site=site, error=exc.message)
+            else:
+                log.exception("observe failed", site=site)
+            self.collector.probe_soon(site)  # a dead site is known as such within one probe
+        await self.dispatcher.send_later()  # its retries and re-placements, without the lock
+
+    async def _stored(self, site: str) -> list[AttemptRecord]:
+        """The site's active attempts as stored now (under the lock)."""
+        out = []
+        for row in await self.book.store.attempts_in(ACTIVE_STATES, site=site):
+            with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
+                out.append(AttemptRecord.from_row(row))
+        return out
+
+    async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
+        """Without the lock: what the site's scheduler says about `atts`."""
         adapter = self.adapters[site]
-        now = self.clock()
-        intents = [a for a in atts if a.job_id is None]
+        answer = _Answer(asked=atts, busy=frozenset(self.dispatcher.in_flight))
+        intents = [a.job_name for a in atts if a.job_id is None and a.job_name not in answer.busy]
         if intents:
-            found = await adapter.find([a.job_name for a in intents])
-            for a in intents:
-                task = await self.book.load_task(a.task_id)
-                if a.job_name in found:  # sbatch ran before the crash: bind, never resubmit
-                    a.job_id, a.submitted_at = found[a.job_name], a.created_at
-                    async with self.book.store.transaction() as tx:
-                        await self.book.save(tx, task, a, at=now)
-                elif a.job_name in self.adaptation.dispatcher.in_flight:
-                    continue  # being submitted by this process now: never lost
-                elif (now - a.created_at).total_seconds() > self.intent_grace_s:
-                    await self.adaptation.resubmit_intent(task, a)
+            answer.found_at = self.clock()  # before find: the age it can vouch for
+            answer.found = await adapter.find(intents)
         bound = [a for a in atts if a.job_id is not None]
-        if not bound:
-            return
-        live = {ob.job_id: ob for ob in await adapter.status([a.job_id for a in bound if a.job_id])}
-        gone = [
-            a.job_id
-            for a in bound
-            if a.job_id and (a.job_id not in live or live[a.job_id].state.terminal)
-        ]
-        ask = sorted({*gone, *self.unsettled.get(site, {})})
+        if bound:
+            ids = [a.job_id for a in bound if a.job_id]
+            answer.live = {ob.job_id: ob for ob in await adapter.status(ids)}
+        live = answer.live
+        gone = {a.job_id for a in bound if a.job_id not in live or live[a.job_id].state.terminal}
+        ask = sorted({*(j for j in gone if j), *self.unsettled.get(site, {})})
         records = {r.job_id: r for r in await adapter.accounting(ask) if r.array_index is None}
         # A job that left the queue a moment ago may have no final accounting row yet (slurmctld
         # tells slurmdbd a fraction of a second later). Ask again briefly rather than a whole
@@ -127,30 +156,58 @@ class Control:
                 if r.array_index is None:
                     records[r.job_id] = r
             just_ended = {j for j in just_ended if j and not _final(records, j)}
-        for a in bound:
-            assert a.job_id is not None
-            await self._merge(a, live.get(a.job_id), records.get(a.job_id))
-        await self._backfill(site, records)
+        answer.records = records
+        return answer
 
-    async def _backfill(self, site: str, records: dict[str, AccountingRecord] | None) -> None:
+    async def _merge_site(self, site: str, answer: _Answer) -> None:
+        """Under the lock: `answer` merged into the site's attempts as stored now. One that
+        ended, was superseded or got its job id meanwhile is taken as it is now; the merge is
+        monotonic, so an answer older than what is stored never moves an attempt back."""
+        stored = {(a.task_id, a.n): a for a in await self._stored(site)}
+        for asked in answer.asked:
+            a = stored.get((asked.task_id, asked.n))
+            if a is None:
+                continue  # no longer active: its end was recorded meanwhile
+            with isolated("observing an attempt failed", task=a.task_id, attempt=a.n):
+                if asked.job_id is None:
+                    await self._intent(a, answer)
+                elif a.job_id == asked.job_id:
+                    await self._merge(a, answer.live.get(a.job_id), answer.records.get(a.job_id))
+        await self._backfill(site, answer.records)
+
+    async def _intent(self, a: AttemptRecord, answer: _Answer) -> None:
+        """An intent when the site was asked: bound to the job found by its name (sbatch ran
+        before a crash: never resubmitted), or submitted again when the scheduler does not know
+        it and it was written longer than the grace before find was asked."""
+        if a.job_id is not None or answer.found_at is None:
+            return  # bound meanwhile (its submission's outcome), or not asked about
+        if a.job_name in answer.busy or a.job_name in self.dispatcher.in_flight:
+            return  # being submitted by this process: never lost
+        task = await self.book.load_task(a.task_id)
+        if a.job_name in answer.found:
+            a.job_id, a.submitted_at = answer.found[a.job_name], a.created_at
+            async with self.book.store.transaction() as tx:
+                await self.book.save(tx, task, a, at=self.clock())
+        elif (answer.found_at - a.created_at).total_seconds() > self.intent_grace_s:
+            await self.adaptation.resubmit_intent(task, a)
+
+    async def _backfill(self, site: str, records: dict[str, AccountingRecord]) -> None:
         """Fill in what a final-but-unsettled row lacked (eligible time, hence the wait) once the
         row settles. Never changes a state and never emits: the outcome was already reported."""
         waiting = self.unsettled.get(site)
         if not waiting:
             return
-        if records is None:
-            got = await self.adapters[site].accounting(sorted(waiting))
-            records = {r.job_id: r for r in got if r.array_index is None}
         now = time.monotonic()
         for job_id, (task_id, n, since) in list(waiting.items()):
             rec = records.get(job_id)
             if rec is not None and rec.settled:
-                task = await self.book.load_task(task_id)
-                for a in await self.book.load_attempts(task_id):
-                    if a.n == n:
-                        _times(a, rec)
-                        async with self.book.store.transaction() as tx:
-                            await self.book.save(tx, task, a, at=self.clock())
+                with isolated("accounting backfill failed", task=task_id, attempt=n):
+                    task = await self.book.load_task(task_id)
+                    for a in await self.book.load_attempts(task_id):
+                        if a.n == n:
+                            _times(a, rec)
+                            async with self.book.store.transaction() as tx:
+                                await self.book.save(tx, task, a, at=self.clock())
             elif now - since < BACKFILL_S:
                 continue
             del waiting[job_id]

@@ -2,8 +2,9 @@
 only what it needs (the store, the adapters, the live view, one another), and drives them:
 accepting a submission durably (answered at once, `accept`, `groups`), placing and
 dispatching it (`placer`, `planner`, `dispatch`), then owning the remote lifecycle in control
-cycles (`control`, `adapt`, `staging`, `groups`). Placement and observation share one lock;
-accepting a submission does not wait for it."""
+cycles (`control`, `adapt`, `staging`, `groups`). Placement, the merge of observations and
+adaptation share one lock; no submission and no observation runs while it is held (a slow or
+dead site costs only itself); accepting a submission does not wait for it."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class Orchestrator:
         self.adapters = dict(adapters)
         self.cycle_s = cycle_s
         self.clock = clock
-        self.lock = anyio.Lock()  # placement, dispatch and observation: one at a time
+        self.lock = anyio.Lock()  # the writers (placement, merges, adaptation): one at a time
         self.wake = anyio.Event()  # starts the next control cycle now
         self.cycles = 0
         self._calls_seen: dict[str, int] = {}  # site -> remote calls counted at the last cycle
@@ -122,6 +123,7 @@ class Orchestrator:
             self.adapters,
             adaptation,
             claims,
+            lock=self.lock,
             wake_placer=placer.wake,
             clock=clock,
             intent_grace_s=self.INTENT_GRACE_S if intent_grace_s is None else intent_grace_s,
@@ -189,16 +191,17 @@ class Orchestrator:
         }
 
     async def tick(self) -> None:
-        """One control cycle: observe, then adapt. Holds the lock: one writer at a time.
-        Outside it, now and then, the user's jobs from each site's accounting (the learned
-        wait estimator)."""
+        """One control cycle: observe (every site at once, each merged under the lock as soon
+        as it answers), then adapt under the lock: one writer at a time, and no submission
+        while it is held (the jobs adaptation submits go after it). Outside it, now and then,
+        the user's jobs from each site's accounting (the learned wait estimator)."""
         self.count_cycle()
         try:
             await self.waits.learn_from_accounting()
         except Exception:  # estimates only: never stalls the cycle
             log.exception("reading the user's accounting failed")
+        await self.control.observe()
         async with self.lock:
-            await self.control.observe()
             self.waits.new_cycle()  # this cycle's finished attempts join the wait history
             await self.adaptation.adapt_pending()
             await staging.advance(self.book, self.placer.wake)  # stage-in done: queue them

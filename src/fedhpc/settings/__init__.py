@@ -163,6 +163,15 @@ ESTIMATE_TIMEOUT_S = _daemon(
     gt=0,
     le=60,
 )
+COMMAND_TIMEOUT_S = _daemon(
+    "COMMAND_TIMEOUT_S",
+    "seconds",
+    30.0,
+    "a scheduler command (squeue, sacct, a job looked up by name, sbatch, scancel) is "
+    "abandoned after this long",
+    gt=0,
+    le=600,
+)
 SUBMITS_PER_CYCLE = _daemon(
     "SUBMITS_PER_CYCLE",
     "int",

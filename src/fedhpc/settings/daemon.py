@@ -15,6 +15,7 @@ from fedhpc.settings import (
     BRIDGE_ATTEMPTS,
     BRIDGE_BACKOFF_S,
     BRIDGE_POLL_S,
+    COMMAND_TIMEOUT_S,
     CYCLE_S,
     ESTIMATE_TIMEOUT_S,
     EVENTS_KEEP_DAYS,
@@ -73,6 +74,7 @@ class DaemonSettings(BaseModel):
     intent_grace_s: float = _tunable(INTENT_GRACE_S)
     site_lost_s: float = _tunable(SITE_LOST_S)
     estimate_timeout_s: float = _tunable(ESTIMATE_TIMEOUT_S)
+    command_timeout_s: float = _tunable(COMMAND_TIMEOUT_S)
     submits_per_cycle: int = _tunable(SUBMITS_PER_CYCLE)
     events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
     retry_window_s: float = _tunable(RETRY_WINDOW_S)

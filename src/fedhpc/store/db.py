@@ -221,11 +221,17 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
         rows = await self._all("SELECT * FROM attempts WHERE task_id = ? ORDER BY n", (task_id,))
         return [_attempt(r) for r in rows]
 
-    async def attempts_in(self, states: Sequence[str]) -> list[dict[str, Any]]:
+    async def attempts_in(
+        self, states: Sequence[str], *, site: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Attempts in `states` (at `site` only, when given), by task and number."""
         marks = ",".join("?" * len(states))
+        where, args = f"state IN ({marks})", tuple(states)
+        if site is not None:
+            where, args = f"{where} AND site = ?", (*args, site)
         rows = await self._all(
-            f"SELECT * FROM attempts WHERE state IN ({marks}) ORDER BY task_id, n",  # noqa: S608
-            tuple(states),
+            f"SELECT * FROM attempts WHERE {where} ORDER BY task_id, n",  # noqa: S608
+            args,
         )
         return [_attempt(r) for r in rows]
 

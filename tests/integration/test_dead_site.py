@@ -1,0 +1,146 @@
+"""A slow or dead site costs only itself: with one cluster's controller unreachable, a task for
+the healthy clusters reaches Slurm as fast as with every controller up, while the control
+cycle's `squeue` against the dead one is still waiting for an answer.
+
+The dead cluster is the test's own: the daemon's devfed folder mirrors the real one, except that
+devvista's `slurm.conf` is a private copy. Rewriting its `SlurmctldPort` to a port where nothing
+listens is, to every Slurm client fedhpc runs, a stopped `slurmctld` (squeue retries for about
+18 s, sbatch 9 s, sacct still answers from slurmdbd), while the shared devvista keeps serving
+the other tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.domain import ResourceEnvelope
+from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
+from fedhpc.placement import PolicyKind
+from tests.integration.daemon_util import running
+
+pytestmark = pytest.mark.devfed
+
+DEAD = "devvista"
+
+
+def _mirror(devfed: Any, root: Path) -> Path:
+    """A devfed folder whose clusters are the real ones, DEAD's config a private copy."""
+    root.mkdir()
+    for site in devfed.sites:
+        if site != DEAD:
+            (root / site).symlink_to(devfed.root / site)
+            continue
+        (root / site).mkdir()
+        for name in ("slurm.conf", "gres.conf"):
+            shutil.copy(devfed.root / site / name, root / site / name)
+        (root / site / "storage").symlink_to(devfed.root / site / "storage")
+    return root / DEAD / "slurm.conf"
+
+
+def _kill_controller(conf: Path) -> None:
+    """Point the private config at a port nothing listens on: a stopped controller."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    lines = conf.read_text().splitlines()
+    out = [f"SlurmctldPort={free}" if ln.startswith("SlurmctldPort=") else ln for ln in lines]
+    conf.write_text("\n".join(out) + "\n")
+
+
+def _squeues_of(conf: Path) -> set[int]:
+    """Live `squeue` processes that Slurm points at `conf` (the daemon's, against DEAD)."""
+    found = set()
+    needle = f"SLURM_CONF={conf}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().strip() != "squeue":
+                continue
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.add(int(proc.name))
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+async def _job_id(client: DaemonClient, task_id: str) -> str:
+    with anyio.fail_after(120):
+        while True:
+            r = await client.get_result(ResultRequest(task_id=task_id))
+            if r.attempts and r.attempts[-1].job_id:
+                return r.attempts[-1].job_id
+            await anyio.sleep(0.05)
+
+
+def _healthy_task(n: int) -> SubmitTaskRequest:
+    envelope = ResourceEnvelope.model_validate(
+        {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}, "sites_exclude": [DEAD]}
+    )
+    return SubmitTaskRequest(command=("true",), envelope=envelope, name=f"healthy-{n}")
+
+
+async def _latency(client: DaemonClient, n: int) -> float:
+    """Seconds from submit_task to the job id Slurm gave it."""
+    began = time.monotonic()
+    handle = await client.submit_task(_healthy_task(n))
+    await _job_id(client, handle.task_id)
+    return time.monotonic() - began
+
+
+async def test_a_dead_controller_never_delays_a_task_for_the_healthy_clusters(
+    devfed: Any, tmp_path: Path
+) -> None:
+    conf = _mirror(devfed, tmp_path / "fed")
+    env = {
+        "FEDHPC_DEVFED_DIR": str(tmp_path / "fed"),
+        # No probe of DEAD during the test: every cycle still observes it as online, as in the
+        # first minute after a controller dies (the collector has not noticed yet).
+        "FEDHPC_REFRESH_S": "120",
+    }
+    pinned = ""
+    async with running(tmp_path / "h", **env) as client:
+        try:
+            # Work on DEAD, so that every control cycle asks DEAD's squeue about it.
+            env_dead = ResourceEnvelope.model_validate(
+                {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "10m"}}
+            )
+            handle = await client.submit_task(
+                SubmitTaskRequest(
+                    command=("sleep", "600"),
+                    envelope=env_dead,
+                    policy=PolicyKind.FIXED_SITE,
+                    fixed_site=DEAD,
+                )
+            )
+            pinned = await _job_id(client, handle.task_id)
+            up = [await _latency(client, n) for n in range(3)]
+            _kill_controller(conf)
+            with anyio.fail_after(30):  # a cycle is asking DEAD's squeue now
+                while not (stuck := _squeues_of(conf)):
+                    await anyio.sleep(0.05)
+            began = time.monotonic()
+            dead = await _latency(client, 3)
+            alive = stuck & _squeues_of(conf)  # that squeue is still waiting for DEAD
+            with anyio.fail_after(60):
+                while stuck & _squeues_of(conf):
+                    await anyio.sleep(0.1)
+            squeue_s = time.monotonic() - began
+            print(  # the figures benchmarks/README.md quotes
+                f"submit->job id: all up {', '.join(f'{x:.2f}' for x in up)} s; "
+                f"{DEAD} dead {dead:.2f} s; its squeue answered {squeue_s:.1f} s later"
+            )
+            assert alive, (
+                f"the healthy task waited for {DEAD}'s squeue: {dead:.2f} s "
+                f"(all up: {max(up):.2f} s)"
+            )
+        finally:
+            if pinned:
+                devfed.run(DEAD, "scancel", pinned)
