@@ -208,3 +208,58 @@ async def test_an_unreadable_queued_row_leaves_the_queue_as_failed_and_wakes_its
     assert "cannot be read" in row["body"]["reasons"][0]
     events = await store.events_after(0)
     assert [(e.kind, e.subject) for e in events] == [("task.retry_exhausted", "tbroken")]
+
+
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("envelope.gpus.min", {"envelope": {"gpus": {"min": True, "max": True}}}),
+        ("envelope.cpus.min", {"envelope": {"cpus": {"min": "10"}}}),
+        ("envelope.cpus.min", {"envelope": {"cpus": {"min": " 5 "}}}),
+        ("envelope.nodes.max", {"envelope": {"nodes": {"min": 1, "max": "010"}}}),
+        ("envelope.gpus.max", {"envelope": {"gpus": {"min": 1, "max": 2.0}}}),
+        ("envelope.memory.min", {"envelope": {"memory": {"min": 0.5}}}),
+        ("envelope.memory.min", {"envelope": {"memory": {"min": 5e-324}}}),
+        ("envelope.wall_time.min", {"envelope": {"wall_time": {"min": "99:99:99"}}}),
+        ("envelope.wall_time.min", {"envelope": {"wall_time": {"min": "1-25:00:00"}}}),
+        ("task_budget", {"envelope": {}, "task_budget": True}),
+        ("adaptation.max_retries", {"envelope": {}, "adaptation": {"max_retries": "3"}}),
+        (
+            "envelope.min_accelerator_memory_gib",
+            {"envelope": {"gpus": {"min": 1}, "min_accelerator_memory_gib": True}},
+        ),
+    ],
+)
+def test_booleans_strings_and_vanishing_fractions_are_not_numbers(
+    field: str, body: dict[str, Any]
+) -> None:
+    """gpus {min: true} was placed as 1 GPU, "10" read as 10, memory 0.5 became 0 MiB and
+    '99:99:99' was 4 days: each is a slip, refused naming the field."""
+    from pydantic import ValidationError
+
+    from fedhpc.ops.tasks import SubmitTaskRequest
+
+    with pytest.raises(ValidationError) as caught:
+        SubmitTaskRequest.model_validate({"command": ["true"], **body})
+    fields = {".".join(str(p) for p in e["loc"]) for e in caught.value.errors()}
+    assert field in fields, fields
+
+
+def test_whole_numbers_and_clock_times_still_read() -> None:
+    from fedhpc.ops.tasks import SubmitTaskRequest
+
+    req = SubmitTaskRequest.model_validate(
+        {
+            "command": ["true"],
+            "envelope": {
+                "gpus": {"min": 1, "max": 4},
+                "memory": {"min": 1.5, "max": "64G"},
+                "wall_time": {"min": "01:30:00", "max": "2-23:59:59"},
+            },
+            "task_budget": 10,
+        }
+    )
+    env = req.envelope
+    assert (env.gpus.min, env.gpus.max, env.memory.min, env.memory.max) == (1, 4, 2, 65536)
+    assert (env.wall_time.min, env.wall_time.max) == (5400, 259199)
+    assert req.task_budget == 10.0
