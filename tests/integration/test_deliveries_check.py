@@ -1,6 +1,7 @@
-"""`fedhpc deliveries check` against the real Claude Code CLI: it starts the runtime the way
-the daemon would (the `[resume]` binary and environment, no model request) and says what is
-missing, with the fix."""
+"""`fedhpc deliveries check` against the real Claude Code and Codex CLIs: it starts the
+runtime the way the daemon would (the `[resume]` binary and environment, no model request),
+and the commands the resumed CLI starts (Codex's registered MCP server, Claude's fedhpc
+hooks) under that environment, and says what is missing, with the fix."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.npm_tools import CLAUDE_CODE, npm_tool
+from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool
 
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -22,7 +23,7 @@ def claude() -> Path:
     return npm_tool(*CLAUDE_CODE)
 
 
-def _check(home: Path, config: str) -> tuple[int, dict[str, Any]]:
+def _check(home: Path, config: str, runtime: str = "claude-code") -> tuple[int, dict[str, Any]]:
     (home / "config.toml").write_text(config)
     env = {
         "PATH": "/usr/bin:/bin",
@@ -31,7 +32,7 @@ def _check(home: Path, config: str) -> tuple[int, dict[str, Any]]:
         "ANTHROPIC_API_KEY": "sk-in-the-callers-env-only",
     }
     out = subprocess.run(
-        [f"{VENV_BIN}/fedhpc", "deliveries", "check", "--runtime", "claude-code", "--json"],
+        [f"{VENV_BIN}/fedhpc", "deliveries", "check", "--runtime", runtime, "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -62,3 +63,38 @@ def test_check_reports_missing_credentials_with_the_fix_then_ok(
     (report,) = body["runtimes"]
     assert rc == 1 and "not found" in report["detail"]
     assert "[resume.claude-code]" in report["fix"][0]
+
+
+def test_check_starts_what_a_resume_starts_by_name_on_the_resume_path(
+    claude: Path, tmp_path: Path
+) -> None:
+    """Codex's registered server and Claude's fedhpc hooks are started under the resume
+    environment (its PATH lacks fedhpc's folder here): by name they run (the resume's PATH
+    starts with the daemon's own fedhpc); a command that cannot run is named, with the fix."""
+    codex = npm_tool(*CODEX)
+    home = tmp_path / "h"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".codex").mkdir()
+    claude_cfg = f'[resume.claude-code]\nbinary = "{claude}"\npath = "/usr/bin:/bin"\n'
+    claude_cfg += f'env_file = "{home / "k.env"}"\n'
+    (home / "k.env").write_text("ANTHROPIC_API_KEY=sk-fake-for-check\n")
+    codex_cfg = f'[resume.codex]\nbinary = "{codex}"\npath = "/usr/bin:/bin"\n'
+    for program, ok in (("fedhpc", True), ("/nonexistent/fedhpc", False)):
+        hook = {"type": "command", "command": f"{program} hook pre-tool-use"}
+        hooks = {"PreToolUse": [{"matcher": "mcp__fedhpc__.*", "hooks": [hook]}]}
+        (home / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+        rc, body = _check(home, claude_cfg)
+        (report,) = body["runtimes"]
+        assert report["ok"] is ok and rc == (0 if ok else 1), report
+        if not ok:
+            assert any(program in fix and "absolute path" in fix for fix in report["fix"])
+        (home / ".codex" / "config.toml").write_text(
+            'model_provider = "gw"\n[model_providers.gw]\nname = "gw"\n'
+            'base_url = "http://127.0.0.1:9/v1"\nwire_api = "responses"\n'
+            f'[mcp_servers.fedhpc]\ncommand = "{program}"\nargs = ["serve"]\n'
+        )
+        rc, body = _check(home, codex_cfg, "codex")
+        (report,) = body["runtimes"]
+        assert report["ok"] is ok and rc == (0 if ok else 1), report
+        if not ok:
+            assert any(program in fix and "codex mcp add" in fix for fix in report["fix"])

@@ -73,22 +73,29 @@ def codex() -> Path:
 
 
 def _config(
-    codex_home: Path, fedhome: Path, model_url: str, server_env: dict[str, str] | None = None
+    codex_home: Path,
+    fedhome: Path,
+    model_url: str,
+    server_env: dict[str, str] | None = None,
+    serve: list[str] | None = None,
 ) -> None:
-    """Codex on the fake model with fedhpc's server; `codex exec` may call submit_task and
-    cancel (approval policy never refuses every tool not read-only otherwise)."""
+    """Codex on the fake model with fedhpc's server (`serve`, default its absolute path);
+    `codex exec` may call submit_task and cancel (approval policy never refuses every tool
+    not read-only otherwise)."""
     env = {"FEDHPC_HOME": str(fedhome), **(server_env or {})}
-    serve = serve_argv()
-    codex_config(codex_home, model_url, serve=serve, server_env=env, approve=APPROVED)
+    argv = serve or serve_argv()
+    codex_config(codex_home, model_url, serve=argv, server_env=env, approve=APPROVED)
 
 
-def _resume_config(fedhome: Path, codex: Path, env: dict[str, str]) -> None:
+def _resume_config(
+    fedhome: Path, codex: Path, env: dict[str, str], path: str = f"{VENV_BIN}:/usr/bin:/bin"
+) -> None:
     """[resume.codex]: the binary and the whole environment of resumes (the key in an
     env_file); the daemon's own environment holds none of it."""
     secret = fedhome / "codex.env"
     secret.write_text(f"FAKE_OPENAI_API_KEY={CANARY_API_KEY}\n")
     secret.chmod(0o600)
-    write_config(fedhome, resume_section("codex", codex, env, env_file=secret))
+    write_config(fedhome, resume_section("codex", codex, env, env_file=secret, path=path))
 
 
 def _env(home: Path, fedhome: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -227,17 +234,23 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
 
 @asynccontextmanager
 async def _rig(
-    codex: Path, tmp_path: Path, **bridge: str
+    codex: Path,
+    tmp_path: Path,
+    *,
+    serve: list[str] | None = None,
+    resume_path: str = f"{VENV_BIN}:/usr/bin:/bin",
+    **bridge: str,
 ) -> AsyncIterator[tuple[FakeOpenAI, Path, Path, dict[str, str], DaemonClient]]:
     """A daemon on the local-process sites (no Slurm), started from a filtered environment,
-    resuming Codex from `[resume.codex]` only."""
+    resuming Codex from `[resume.codex]` only (`resume_path` its PATH), Codex's fedhpc
+    server registered as `serve`."""
     home, project, fedhome = tmp_path / "home", tmp_path / "project", tmp_path / "fedhpc"
     for folder in (home, project, fedhome):
         folder.mkdir()
     with FakeOpenAI() as fake:
-        _config(home / ".codex", fedhome, fake.url)
+        _config(home / ".codex", fedhome, fake.url, serve=serve)
         env = _env(home, fedhome, {})
-        _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex")})
+        _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex")}, resume_path)
         daemon = {
             **_daemon_env(home, fedhome, bridge),
             "FEDHPC_DEVFED": "process",
@@ -424,3 +437,40 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
     assert [e.phase for e in fake.exchanges].count("after_result") == 1  # one turn went on
     assert fake.seen_deliveries(thread) == [d.id]
     assert (d.state, d.attempts) == ("delivered", 1)
+
+
+async def test_codex_resumes_start_fedhpc_by_name_whatever_the_resume_path_says(
+    codex: Path, tmp_path: Path
+) -> None:
+    """Codex's server registered by name (`codex mcp add fedhpc -- fedhpc serve`, as the
+    README says) and a `[resume.codex]` path without fedhpc's folder: every resume used to
+    die ("required MCP servers failed to initialize: fedhpc: No such file or directory")
+    while `fedhpc deliveries check` said ok. The resume's PATH now starts with the daemon's
+    own fedhpc, and the check starts that very server under the resume environment."""
+    async with _rig(codex, tmp_path, serve=["fedhpc", "serve"], resume_path="/usr/bin:/bin") as (
+        fake,
+        project,
+        fedhome,
+        env,
+        client,
+    ):
+        thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
+        await _until(client, "delivered", limit=120)
+        (d,) = await client.deliveries()
+        check = subprocess.run(
+            [f"{VENV_BIN}/fedhpc", "deliveries", "check", "--runtime", "codex", "--json"],
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path / "home"),
+                "FEDHPC_HOME": str(fedhome),
+            },
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    assert (d.state, d.attempts) == ("delivered", 0), d.last_error
+    assert fake.errors == []
+    assert fake.phases(thread)[-2:] == ["resume", "after_result"]
+    (report,) = json.loads(check.stdout)["runtimes"]
+    assert check.returncode == 0 and report["ok"] is True, report

@@ -4,6 +4,8 @@ key, the session record check, and how a finished resume is judged (tools presen
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from fedhpc.bridge.runtimes import (
     Outcome,
     binary,
     check_result,
+    fedhpc_bin,
     model_answered,
     resume_env,
     why_silent,
@@ -40,13 +43,38 @@ def test_the_resume_environment_comes_from_the_config_never_from_the_daemon(
     env = resume_env(cfg, tmp_path)
     assert env["ANTHROPIC_API_KEY"] == "sk-from-file"
     assert env["ANTHROPIC_BASE_URL"] == "http://gw"
-    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"  # not the client's
+    assert env["PATH"] == f"{tmp_path / 'bin'}:/usr/local/bin:/usr/bin:/bin"  # not the client's
     assert env["FEDHPC_HOME"] == str(tmp_path)
     bare = resume_env(ResumeRuntime(), tmp_path)
     assert "ANTHROPIC_API_KEY" not in bare
     # a `command` continuation runs what its registrant named: it keeps the daemon's environment
     mine = resume_env(ResumeRuntime(env={"X": "1"}), tmp_path, inherit=True)
-    assert mine["PATH"] == "/some/client/path" and mine["X"] == "1"
+    assert mine["PATH"] == f"{tmp_path / 'bin'}:/some/client/path" and mine["X"] == "1"
+
+
+def test_a_resume_finds_the_daemons_own_fedhpc_whatever_its_path_says(tmp_path: Path) -> None:
+    """Claude's resumed turn runs `fedhpc hook pre-tool-use` and Codex starts `fedhpc serve`
+    by name, from the resume's PATH: a `[resume]` path without fedhpc's folder used to break
+    both (`fedhpc: not found`). The folder first on that PATH holds only `fedhpc`."""
+    bare = resume_env(ResumeRuntime(path="/usr/bin:/bin"), tmp_path / "h")
+    assert shutil.which("fedhpc", path=bare["PATH"]) is None  # until a launch makes it
+    folder = fedhpc_bin(tmp_path / "h")
+    for cfg in (ResumeRuntime(path="/usr/bin:/bin"), ResumeRuntime(env={"PATH": "/bin"})):
+        env = resume_env(cfg, tmp_path / "h")
+        assert shutil.which("fedhpc", path=env["PATH"]) == str(folder / "fedhpc")
+        assert [p.name for p in folder.iterdir()] == ["fedhpc"]  # no `python` put first
+        hook = '{"session_id":"s","cwd":"/","tool_use_id":"t","tool_name":"Bash"}'
+        for cmd in ("fedhpc --version", "fedhpc hook pre-tool-use"):
+            out = subprocess.run(
+                ["/bin/sh", "-c", cmd],
+                env=env,
+                input=hook,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert out.returncode == 0 and out.stderr == "", (cmd, out.stderr)
 
 
 def test_a_missing_env_file_or_binary_is_a_usage_error_with_the_fix(tmp_path: Path) -> None:

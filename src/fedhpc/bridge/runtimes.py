@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ __all__ = [
     "check_result",
     "codex_errors",
     "collect",
+    "fedhpc_bin",
     "launch",
     "mcp_config",
     "model_answered",
@@ -105,17 +107,43 @@ def _env_file(path: str) -> dict[str, str]:
     return found
 
 
-def resume_env(cfg: ResumeRuntime, home: Path, *, inherit: bool = False) -> dict[str, str]:
-    """The whole environment of a resume: identity (HOME, USER, LANG), PATH, FEDHPC_HOME, then
-    the config's env_file and env. Credentials come only from the config. `inherit` (the
-    `command` runtime: a program the daemon's own starter named, such as `fedhpc demo`'s
-    scripted agent) starts from the daemon's environment instead."""
+def fedhpc_bin(home: Path, folder: Path | None = None) -> Path:
+    """A folder holding only `fedhpc`: this very install (the daemon's own interpreter), first
+    on every resume's PATH, so what the resumed CLI starts by name (Claude's `fedhpc hook ...`,
+    Codex's registered `fedhpc serve`) runs whatever `[resume] path` says, and nothing else on
+    that PATH changes (a venv's folder would also put its `python` first). `<home>/bin` unless
+    `folder` is given (`fedhpc deliveries check`: never what a running daemon uses)."""
+    folder = folder or home / "bin"
+    exe = folder / "fedhpc"
+    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m fedhpc.cli.main "$@"\n'
+    try:
+        same = exe.read_text() == text
+    except OSError:
+        same = False
+    if not same:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = folder / ".fedhpc.tmp"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(exe)
+    return folder
+
+
+def resume_env(
+    cfg: ResumeRuntime, home: Path, *, inherit: bool = False, bin_dir: Path | None = None
+) -> dict[str, str]:
+    """The whole environment of a resume: identity (HOME, USER, LANG), PATH (`fedhpc_bin`
+    first: `bin_dir`, default `<home>/bin`), FEDHPC_HOME, then the config's env_file and
+    env. Credentials come only from the config. `inherit` (the `command` runtime: a program
+    the daemon's own starter named, such as `fedhpc demo`'s scripted agent) starts from the
+    daemon's environment instead."""
     env = dict(os.environ) if inherit else {k: os.environ[k] for k in _BASE_VARS if k in os.environ}
     env["PATH"] = cfg.path or (os.environ.get("PATH", DEFAULT_PATH) if inherit else DEFAULT_PATH)
     env[HOME.name] = str(home)
     if cfg.env_file:
         env.update(_env_file(cfg.env_file))
-    env.update(cfg.env)
+    env.update(cfg.env)  # a PATH set here too still comes after fedhpc's folder
+    env["PATH"] = f"{bin_dir or home / 'bin'}:{env['PATH']}"
     return env
 
 
@@ -214,6 +242,7 @@ def launch(
     piped = stdin_text if spec.runtime is Runtime.COMMAND else None
     (folder / "stdin").write_text(piped or "")
     env = resume_env(cfg, home, inherit=spec.runtime is Runtime.COMMAND)
+    fedhpc_bin(home)  # what the resume's PATH starts with: the daemon's own fedhpc
     if spec.runtime is Runtime.CLAUDE_CODE:
         # An `alwaysLoad` server is waited for only MCP_CONNECT_TIMEOUT_MS (default 5 s), then
         # the turn starts without it: a loaded machine starts `fedhpc serve` slower than that.
