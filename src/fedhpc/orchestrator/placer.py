@@ -6,7 +6,6 @@ the reason); `unschedulable` is for requests no known site can satisfy."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, typed_error
 from fedhpc.ops.task_views import TaskHandle
+from fedhpc.orchestrator.batching import Batch, child_key, hold, missing_data, unheld
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.claims import Claims
 from fedhpc.orchestrator.dispatch import Dispatcher
@@ -25,94 +25,15 @@ from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.offline_wait import OfflineWaits, offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
-from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.orchestrator.submitter import Submitter
-from fedhpc.placement import Category, Ledger, Outcome, Placement, Unschedulable
-from fedhpc.placement.estimators import WaitHistory
+from fedhpc.placement import Placement, Unschedulable
 
-__all__ = ["BATCH", "DATA_WAIT_S", "Placer", "child_key", "missing_data"]
+__all__ = ["BATCH", "DATA_WAIT_S", "Placer"]
 
 log = structlog.get_logger(__name__)
 
 BATCH = 32  # tasks placed per hold of the orchestrator's lock: control cycles interleave
 DATA_WAIT_S = 600.0  # a task waits this long for missing site data, then is unschedulable
-
-# What a probe can change: a candidate rejected only for these may fit once data arrives.
-_LIVE = frozenset(
-    {Category.HEALTH, Category.FRESHNESS, Category.CAPACITY, Category.USER_LIMITS, Category.CREDIT}
-)
-
-
-def missing_data(collector: Collector, u: Unschedulable) -> list[str]:
-    """Sites whose candidates failed only on what a probe can change, while the daemon has no
-    probe of the site or only a stale one: the request may fit once the data arrives."""
-    out: set[str] = set()
-    for c in u.trace.candidates:
-        if c.feasible or c.site in out or c.site not in collector.sites:
-            continue
-        never_probed = collector.latest.get(c.site) is None
-        # Before a first probe, accounts may still be discovered by it, too.
-        live = _LIVE | {Category.AUTHORIZATION} if never_probed else _LIVE
-        fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
-        if not fails or not all(f in live for f in fails):
-            continue  # something no probe can change rules this candidate out
-        if never_probed or Category.FRESHNESS in fails:
-            out.add(c.site)
-    return sorted(out)
-
-
-def child_key(task: TaskRecord) -> tuple[object, ...] | None:
-    """Group children with equal keys get the same decision inputs (None: not a child)."""
-    if task.group_id is None:
-        return None
-    req = task.request
-    return (
-        task.group_id,
-        req.envelope.model_dump_json(),
-        req.policy,
-        req.fixed_site,
-        req.fallback,
-        req.task_budget,
-        task.excluded_sites,
-        task.refused_sites,  # a child a scheduler refused never lends its siblings that
-        req.workdir,
-    )
-
-
-def _unheld(
-    tasks: list[TaskRecord], held: dict[str, str], holds: list[TaskRecord]
-) -> list[TaskRecord]:
-    """The tasks not held already in this pass; the others wait with their kind's reason."""
-    todo = []
-    for task in tasks:
-        if (key := hold_key(task)) in held:
-            _hold(task, held[key], holds)
-        else:
-            todo.append(task)
-    return todo
-
-
-def _hold(task: TaskRecord, reason: str, holds: list[TaskRecord]) -> None:
-    """The task stays queued with `reason`; written only when the reason changed."""
-    if task.decision != reason:
-        task.decision = reason
-        holds.append(task)
-
-
-@dataclass
-class _Batch:
-    """One batch's shared state: the pass's holds (by `hold_key`), one wait history and one
-    ledger of claims, the scheduler's answer, and what the batch decided so far."""
-
-    held: dict[str, str]
-    history: WaitHistory | None
-    ledger: Ledger
-    now: datetime
-    answer: SchedulerAnswer | None = None
-    holds: list[TaskRecord] = field(default_factory=list)  # to save: their reason changed
-    jobs: list[tuple[TaskRecord, Placement]] = field(default_factory=list)  # to dispatch
-    used: dict[str, set[str]] = field(default_factory=dict)  # group -> systems its children use
-    spread: dict[str, bool] = field(default_factory=dict)  # group -> spread across systems
 
 
 class Placer:
@@ -259,13 +180,13 @@ class Placer:
         """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
         the user's job limits: tasks held alike wait too, without a placement each. A task
         whose placement raises ends alone (`_failed`): the batch goes on with the others."""
-        b = _Batch(
+        b = Batch(
             held=held,
             history=await self.waits.history(),
             ledger=self.claims.ledger(),
             now=self.clock(),
         )
-        tasks = _unheld(tasks, held, b.holds)
+        tasks = unheld(tasks, held, b.holds)
         # One scheduler answer for the whole batch (a group's children share it): one call per
         # site. Only estimates: a failure leaves the batch without them, never unplaced.
         if tasks:
@@ -278,7 +199,7 @@ class Placer:
             task = tasks[i]
             i += 1
             if (key := hold_key(task)) in held:
-                _hold(task, held[key], b.holds)
+                hold(task, held[key], b.holds)
                 continue
             run = [task]  # what a failure ends: the task, or its run of equal siblings
             try:
@@ -302,7 +223,7 @@ class Placer:
         await self.submitter.prepare(b.jobs, b.history)  # intents now; submitted by `send`
         return len(b.jobs)
 
-    async def _run(self, run: list[TaskRecord], b: _Batch) -> None:
+    async def _run(self, run: list[TaskRecord], b: Batch) -> None:
         """A group's siblings with equal inputs, decided in one pass; each settled in order:
         held, unplaced, or on its way (place_group has claimed it in the ledger)."""
         decisions = await self.planner.decide_children(
@@ -311,7 +232,7 @@ class Placer:
         for child, decision in zip(run, decisions, strict=True):
             key = hold_key(child)
             if key in b.held:  # an earlier sibling is held: so is this one (the same inputs)
-                _hold(child, b.held[key], b.holds)
+                hold(child, b.held[key], b.holds)
             elif isinstance(decision, Unschedulable):
                 try:
                     await self._unplaced(child, decision, b)
@@ -321,7 +242,7 @@ class Placer:
                 self.planner.placed(decision.site, decision.partition)
                 b.jobs.append((child, decision))
 
-    async def _one(self, task: TaskRecord, b: _Batch) -> None:
+    async def _one(self, task: TaskRecord, b: Batch) -> None:
         """A task decided on its own (a spread group's child avoids its siblings' systems)."""
         gid = task.group_id
         if gid is not None:
@@ -374,7 +295,7 @@ class Placer:
                 await self.book.save(tx, task, at=self.clock())
                 await self.book.emit(tx, kind, task, reason=task.reasons[0])
 
-    async def _unplaced(self, task: TaskRecord, u: Unschedulable, b: _Batch) -> None:
+    async def _unplaced(self, task: TaskRecord, u: Unschedulable, b: Batch) -> None:
         """No placement now (`u`, decided without the sites at this cycle's submission bound):
         held when only the user's job limits stand in the way, or only the bound (it fits once
         the full sites count again: next cycle), its kind with it; waiting when only offline
@@ -386,7 +307,7 @@ class Placer:
             limits = held_by_limits(self.collector, u, b.ledger)
             if limits:  # waits in fedhpc, never in a scheduler's rejection
                 held[hold_key(task)] = reason = hold_reason(limits)
-                _hold(task, reason, holds)
+                hold(task, reason, holds)
                 return
             if attempt or not full:
                 break
@@ -395,7 +316,7 @@ class Placer:
             )
             if isinstance(again, Placement):  # only the bound is in the way
                 held[hold_key(task)] = reason = self._bound_reason(full)
-                _hold(task, reason, holds)
+                hold(task, reason, holds)
                 return
             u = again  # the full sites cannot run it either: their reasons count too
         sites = offline_sites(self.collector, u)
