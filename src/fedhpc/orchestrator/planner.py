@@ -240,7 +240,7 @@ class Planner:
         ledger: Ledger,
         answer: SchedulerAnswer | None,
     ) -> list[Placement | Unschedulable]:
-        """Children of one group with the same request (`placer.child_key`), placed in one
+        """Children of one group with the same request (`batching.child_key`), placed in one
         pass (`place_group`): each sees the earlier ones' claims, which `ledger` receives, no
         scheduler answer on a partition an earlier one took, and no site that reached its
         submissions for this cycle (as `decide` one by one). Not for spread groups: each child
