@@ -1,7 +1,7 @@
 """The warm resume MCP server never outlives the bridge that started it: a clean `fedhpc daemon
 stop`, a cancelled bridge run, and a recorded server that lives but does not answer (hung) all
-end it; a real `fedhpc serve --http` and, for the daemon, private process-mode sites (no Slurm
-federation)."""
+end it; a resumed turn's call made while the daemon restarts waits for it. A real `fedhpc
+serve --http` and, for the daemon, private process-mode sites (no Slurm federation)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from fedhpc.bridge.service import Bridge
-from fedhpc.bridge.warm import WarmServer, _alive, _free_port, spawn_detached
+from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer, _alive, _free_port, spawn_detached
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
@@ -104,3 +107,39 @@ async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert not _alive(pid)
+
+
+async def test_a_call_made_while_the_daemon_restarts_waits_for_it(tmp_path: Path) -> None:
+    """The warm server outlives a daemon crash; the resumed turn's `get_result` then came
+    while the restarted daemon was coming up (2.5 s seen) and was answered daemon_unavailable
+    at once: the turn went on without its result. It now waits (up to 30 s) for the daemon,
+    starting none itself."""
+    home = tmp_path / "h"
+    home.mkdir()
+    warm = WarmServer(home)
+    entry = await warm.entry()  # as a crashed daemon leaves it: up, no daemon behind it
+    assert entry is not None and DAEMON_WAIT_S >= 30
+    authed = httpx2.AsyncClient(headers=entry["headers"], timeout=60)
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "df")}
+    try:
+        async with (
+            authed,
+            Client(streamable_http_client(entry["url"], http_client=authed), mode="legacy") as c,
+        ):
+            answer: list[object] = []
+
+            async def call() -> None:
+                answer.append(await c.call_tool("list_events", {}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await anyio.sleep(2.5)  # the daemon restarting
+                assert answer == []  # still waiting, not answered daemon_unavailable
+                async with running(home, **env):
+                    with anyio.fail_after(DAEMON_WAIT_S):
+                        while not answer:
+                            await anyio.sleep(0.1)
+            (result,) = answer
+            assert not getattr(result, "is_error", True), getattr(result, "content", result)
+    finally:
+        await warm.stop()

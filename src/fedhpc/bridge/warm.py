@@ -27,6 +27,8 @@ __all__ = ["WarmServer", "spawn_detached"]
 
 log = structlog.get_logger(__name__)
 
+DAEMON_WAIT_S = 30  # a resumed turn's call waits this long for a restarting daemon
+
 
 def spawn_detached(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path) -> int:
     """Start `argv` in its own session, reparented away from us (no zombie to reap); its pid."""
@@ -154,7 +156,9 @@ class WarmServer:
             "127.0.0.1",
             "--port",
             str(port),
-            "--no-autostart",
+            "--no-autostart",  # a daemon it outlives is never restarted by it, but a
+            "--daemon-wait",  # daemon restarting (crash, `daemon restart`) is waited for
+            str(DAEMON_WAIT_S),
         ]
         log_path = self.home / "resume-mcp.log"
         # Off the loop (a fork and a shell: tens of ms on a busy machine), and shielded with

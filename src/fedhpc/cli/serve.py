@@ -25,7 +25,11 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is only needed by this command.
     from fedhpc.mcp_server import build_server, run_http, run_stdio
 
-    server = build_server(DaemonSettings.from_env(), autostart=not args.no_autostart)
+    server = build_server(
+        DaemonSettings.from_env(),
+        autostart=not args.no_autostart,
+        daemon_wait_s=args.daemon_wait,
+    )
     if args.http:
         token = MCP_TOKEN.read() or None
         anyio.run(functools.partial(run_http, server, args.host, args.port, token))
@@ -144,6 +148,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     s.add_argument(
         "--no-autostart", action="store_true", help="do not start the daemon when it is down"
+    )
+    s.add_argument(
+        "--daemon-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --no-autostart: wait up to S seconds for a daemon that does not answer "
+        "(one restarting) before answering daemon_unavailable (default 0)",
     )
     s.set_defaults(func=_serve)
     i = sub.add_parser(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -98,13 +99,17 @@ def _arguments_guard(tools: Mapping[str, Tool]) -> Any:
     return middleware
 
 
-def build_server(settings: DaemonSettings | None = None, *, autostart: bool = True) -> MCPServer:
-    """The server; each run (stdio connection, or the HTTP manager) opens one daemon link."""
+def build_server(
+    settings: DaemonSettings | None = None, *, autostart: bool = True, daemon_wait_s: float = 0.0
+) -> MCPServer:
+    """The server; each run (stdio connection, or the HTTP manager) opens one daemon link.
+    Without `autostart`, a call waits up to `daemon_wait_s` for a daemon to answer."""
     resolved = settings or DaemonSettings.from_env()
+    link_to = partial(open_link, resolved, autostart=autostart, wait_s=daemon_wait_s)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[DaemonLink]) -> AsyncIterator[DaemonLink]:
-        async with open_link(resolved, autostart=autostart) as link:
+        async with link_to() as link:
             yield link
 
     tools = build_tools()
@@ -117,7 +122,7 @@ def build_server(settings: DaemonSettings | None = None, *, autostart: bool = Tr
         log_level="WARNING",
         middleware=[_arguments_guard({t.name: t for t in tools})],
     )
-    _add_resources(server, resolved, autostart)
+    _add_resources(server, link_to)
     return server
 
 
@@ -142,7 +147,8 @@ def _checked_id(value: str, field: str, uri: str) -> str:
 
 
 def _add_resources(
-    server: MCPServer[DaemonLink], settings: DaemonSettings, autostart: bool
+    server: MCPServer[DaemonLink],
+    link_to: Callable[[], AbstractAsyncContextManager[DaemonLink]],
 ) -> None:
     def link(ctx: Context[DaemonLink, Any]) -> DaemonLink:
         value: DaemonLink = ctx.request_context.lifespan_context
@@ -165,7 +171,7 @@ def _add_resources(
     )
     async def federation() -> str:
         # Static resources get no Context in mcp 2.3, so this read opens its own link.
-        async with open_link(settings, autostart=autostart) as fresh:
+        async with link_to() as fresh:
             return await read(fresh, lambda c: c.federation(), "fedhpc://federation")
 
     @server.resource(
