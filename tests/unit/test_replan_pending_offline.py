@@ -33,7 +33,8 @@ async def test_a_pending_job_is_not_given_up_for_a_wait_and_the_refusal_says_so(
             await o.book.save(tx, task, att, at=NOW)
         return att
 
-    setattr(o.placer.submitter.dispatcher, "dispatch", scheduler)  # noqa: B010 (a scheduler)
+    # The dispatcher's first step answers at once, as a scheduler that took the job would.
+    setattr(o.placer.submitter.dispatcher, "prepare", scheduler)  # noqa: B010 (a scheduler)
     submitted = await o.intake.submit_task(_req(), wait_s=0)
     await o.place_queued()
     before = await o.book.load_task(submitted.task_id)
