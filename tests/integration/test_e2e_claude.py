@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 import pytest
 
+from fedhpc.bridge.group import group_members
 from fedhpc.bridge.payload import SINGLE_CAP, build_payload, prompt_text
 from fedhpc.bridge.runtimes import check_result, collect, launch
 from fedhpc.bridge.warm import WarmServer
@@ -363,6 +364,40 @@ async def test_the_model_endpoint_down_then_back_sees_the_event_once(
     assert fake.seen_deliveries(session) == [d.id]  # once, though it was sent before failing
     assert fake.phases(session)[-2:] == ["resume", "after_result"]
     assert d.attempts >= 2 and d.tools_verified
+
+
+async def test_a_resume_stopped_on_a_silent_endpoint_ends_whole_and_one_turn_goes_on(
+    claude: Path, tmp_path: Path
+) -> None:
+    """The endpoint takes the resume's request and never answers, so the try is stopped at
+    the start timeout. The stopped `claude` used to live on in `timeout`'s own process group:
+    when the model came back, it and the retry both ran their turn on the session (forked
+    transcript, "No response requested." turns). Now no process of the first try lives when
+    it counts as failed, and only the retry's turn goes on."""
+    session = str(uuid.uuid4())
+    bridge = {
+        "FEDHPC_RESUME_START_TIMEOUT_S": "6",
+        "FEDHPC_BRIDGE_BACKOFF_S": "1",
+        "FEDHPC_BRIDGE_ATTEMPTS": "6",
+    }
+    async with rig(claude, tmp_path, bridge=bridge) as (r, client):
+        release = r.fake.hold_resume()
+        await anyio.to_thread.run_sync(r.first_turn, session)
+        with anyio.fail_after(60):  # stopped at 6 s (+ the kill grace)
+            while not (tried := [d for d in await client.deliveries() if d.attempts >= 1]):
+                await anyio.sleep(0.3)
+        first = min((r.fedhome / "deliveries").glob("*/pid"), key=lambda f: f.stat().st_mtime)
+        assert group_members(int(first.read_text())) == []  # no process of it lives
+        release.set()
+        await _until(client, "delivered", limit=120)
+        await anyio.sleep(3)  # a survivor of the first try would answer by now
+        (d,) = await client.deliveries()
+    fake = r.fake
+    assert "no answer from the model within 6 s" in (tried[0].last_error or "")
+    assert fake.errors == []
+    assert [e.phase for e in fake.exchanges].count("after_result") == 1  # one turn went on
+    assert fake.seen_deliveries(session) == [d.id]
+    assert d.attempts == 1 and d.tools_verified
 
 
 async def test_a_dead_letter_redriven_after_the_fix_is_delivered_once(

@@ -62,7 +62,10 @@ _MCP_HELLO = [
 def _program(command: str, env: dict[str, str]) -> str | None:
     """What a shell would run for `command`'s first word under `env` (leading VAR=value
     assignments skipped), or None when it finds nothing."""
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: a shell would refuse it too
+        return None
     while words and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         words.pop(0)
     if not words:
