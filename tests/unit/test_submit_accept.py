@@ -14,8 +14,8 @@ from fedhpc.domain.job import JobState
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator import idem
 from fedhpc.orchestrator.accept import WAITING_FOR_PROBES
-from fedhpc.orchestrator.groups import group_id_for
 from fedhpc.orchestrator.batching import missing_data
+from fedhpc.orchestrator.groups import group_id_for
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Unschedulable
