@@ -16,10 +16,11 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.daemon import api
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
+from fedhpc.domain import ResourceEnvelope
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest
-from fedhpc.ops.tasks import CancelRequest, ResultRequest
+from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGroupRequest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.schema import SCHEMA_VERSION
@@ -78,6 +79,7 @@ async def test_the_client_reaches_each_read_route_of_the_app(
     assert health["schema"] == await store.schema_version() == SCHEMA_VERSION  # the file's
     assert (await client.federation()).sites == ()
     assert await client.tasks() == []
+    assert await client.groups() == []
     assert await client.events() == []
     assert await client.deliveries() == []
     assert (await client.history())["sites"] == {}
@@ -130,3 +132,25 @@ async def test_a_continuation_for_an_unknown_id_says_which_ids_it_can_wake_for(
     assert caught.value.code == "not_found"
     assert "fedhpc tasks" not in caught.value.hint  # it lists tasks, not groups or transfers
     assert "submit_group" in caught.value.hint and "move_data" in caught.value.hint
+
+
+async def test_groups_lists_the_newest_with_counts_over_every_child(client: DaemonClient) -> None:
+    """GET /v1/groups: the dashboard's group list, each group counted whole (in SQL) and none
+    of its children listed, whatever its size."""
+    one_cpu = ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}})
+    made = []
+    for size in (3, 250, 2):
+        children = tuple(GroupChild(command=("true",)) for _ in range(size))
+        req = SubmitGroupRequest(objective=f"{size} children", children=children, envelope=one_cpu)
+        made.append((await client.submit_group(req)).group_id)
+    listed = await client.groups()
+    assert [g.group_id for g in listed] == made[::-1]  # newest first
+    assert [(g.size, sum(g.counts.values()), g.children) for g in listed] == [
+        (2, 2, ()),
+        (250, 250, ()),
+        (3, 3, ()),
+    ]
+    assert [g.group_id for g in await client.groups(limit=1)] == [made[-1]]
+    with pytest.raises(FedError) as caught:
+        await client.groups(limit=0)
+    assert caught.value.code == "validation", caught.value.as_dict()

@@ -222,6 +222,12 @@ class DaemonClient:
         body = await self._call(api.GROUP, group_id, params=params or None)
         return GroupView.model_validate(body)
 
+    async def groups(self, limit: int = 20) -> list[GroupView]:
+        """The newest groups, newest first, each with its counts over all its children (no
+        child listed)."""
+        body = await self._call(api.GROUPS, params={"limit": limit})
+        return [GroupView.model_validate(g) for g in body["groups"]]
+
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         params: dict[str, Any] = {"max_bytes": req.max_bytes}
         if req.preview:

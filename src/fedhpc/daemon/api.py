@@ -35,6 +35,7 @@ __all__ = [
     "FEDERATION",
     "GET_RESULT",
     "GROUP",
+    "GROUPS",
     "HEALTH",
     "HISTORY",
     "MAX_POINTS",
@@ -51,6 +52,7 @@ __all__ = [
     "TRANSFER",
     "Endpoint",
     "GroupQuery",
+    "GroupsQuery",
     "HistoryQuery",
     "Redrive",
     "RegisterContinuation",
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 MAX_POINTS = 240  # per site and call: each probe is parsed (a few KB) then reduced to ~200 B
+MAX_GROUPS_LISTED = 100  # GET /v1/groups: each group's counts are one SQL read
 
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -98,6 +101,14 @@ class GroupQuery(BaseModel):
 
     after: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     limit: int = Field(default=GROUP_PAGE, ge=1, le=GROUP_PAGE_MAX)
+
+
+class GroupsQuery(BaseModel):
+    """GET /v1/groups: the newest groups, each with its counts (no child listed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=20, ge=1, le=MAX_GROUPS_LISTED)
 
 
 class HistoryQuery(BaseModel):
@@ -148,6 +159,7 @@ CANCEL = Endpoint("POST", "/v1/tasks/{task_id}/cancel", "cancel", None, TaskHand
 REPLAN = Endpoint("POST", "/v1/tasks/{task_id}/replan", "replan", ReplanRequest, TaskHandle)
 SUBMIT_GROUP = Endpoint("POST", "/v1/groups", "submit_group", SubmitGroupRequest, GroupView)
 GROUP = Endpoint("GET", "/v1/groups/{group_id}", "group", GroupQuery, GroupView)
+GROUPS = Endpoint("GET", "/v1/groups", "groups", GroupsQuery)
 DRAFT_ENVELOPE = Endpoint(
     "POST", "/v1/envelopes/draft", "draft_envelope", DraftRequest, EnvelopeDraft
 )
@@ -178,6 +190,7 @@ ROUTES: tuple[Endpoint, ...] = (
     REPLAN,
     SUBMIT_GROUP,
     GROUP,
+    GROUPS,
     DRAFT_ENVELOPE,
     ACK_EVENTS,
     HEALTH,

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from fedhpc.daemon import api
-from fedhpc.daemon.api import Endpoint, GroupQuery, TasksQuery
+from fedhpc.daemon.api import Endpoint, GroupQuery, GroupsQuery, TasksQuery
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.sitenames import check_request_sites
@@ -89,6 +89,15 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         view = await o.groups.view(request.path_params["group_id"], **page)
         return model_response(await o.answers.hinted_group(view, "group"))
 
+    async def groups(request: Request) -> Response:
+        # The newest groups with their counts over every child (in SQL), none of their
+        # children listed: the dashboard's group list, whatever a group's size.
+        q = GroupsQuery.model_validate(dict(request.query_params))
+        views = [
+            await o.groups.view(gid, limit=0) for gid in await state.store.recent_groups(q.limit)
+        ]
+        return JSONResponse({"groups": [v.model_dump(mode="json") for v in views]})
+
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await read_body(request))
         work = partial(
@@ -113,5 +122,6 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         api.REPLAN: replan_task,
         api.SUBMIT_GROUP: submit_group_,
         api.GROUP: group,
+        api.GROUPS: groups,
         api.DRAFT_ENVELOPE: draft,
     }

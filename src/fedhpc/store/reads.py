@@ -141,6 +141,14 @@ class GroupReads(Reads):
         )
         return _group(rows[0]) if rows else None
 
+    async def recent_groups(self, limit: int) -> list[str]:
+        """The ids of the newest `limit` groups, newest first (the dashboard's group list);
+        groups made in the same instant in the order they were written (rowid)."""
+        rows = await self._all(
+            "SELECT id FROM groups ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)
+        )
+        return [str(r["id"]) for r in rows]
+
     async def groups_in(self, states: Sequence[str]) -> list[str]:
         marks = ",".join("?" * len(states))
         rows = await self._all(
