@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -135,3 +136,58 @@ def test_status_shows_each_estimators_recent_error_under_the_federation() -> Non
     ]
     assert lines[3].split() == ["devdelta", "gpuA100x4", "scheduler", "4", "12s", "-3s"]
     assert lines[4].split() == ["devdelta", "gpuA100x4", "paper", "4", "250s", "+240s"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("status", "--watch", "--interval", "-1"),
+        ("status", "--watch", "--interval", "0"),
+        ("status", "--watch", "--interval", "nan"),
+        ("events", "--follow", "--interval", "0"),
+    ],
+)
+def test_a_wait_between_updates_that_is_none_is_a_usage_error(
+    argv: tuple[str, ...], tmp_path: Path
+) -> None:
+    """`--interval -1` crashed with a traceback (a negative sleep), 0 would poll the daemon in
+    a busy loop: both are refused before the daemon is asked anything."""
+    out = _run(*argv, env={"FEDHPC_HOME": str(tmp_path)})
+    assert out.returncode == 2, out.stderr  # usage (docs/errors.md)
+    assert out.stderr.startswith(f"error[usage]: --interval {argv[-1]} is not a wait"), out.stderr
+    assert "at least 0.1" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sites_list_fits_a_terminal_and_has_json() -> None:
+    table = _run("sites", "list")
+    assert table.returncode == 0, table.stderr
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100, table.stdout
+    listed = _run("sites", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    profiles = load_profiles()
+    assert {r["site"] for r in rows} == set(profiles)
+    delta = next(r for r in rows if r["site"] == "delta")
+    assert delta["partitions"] == [p.name for p in profiles["delta"].partitions]
+    assert delta["center"] == profiles["delta"].center  # whole, where the table cuts it
+    assert set(delta["blocked_partitions"]) == set(profiles["delta"].blocked_partitions)
+
+
+def test_an_event_line_cuts_its_payload_between_pairs_never_inside_a_key() -> None:
+    from fedhpc.cli.tasks import _event_line
+
+    payload = {
+        "reason": "re-placed to devdelta/gpuA100x4: it starts there sooner",
+        "site": "devanvil",
+        "attempt": 2,
+        "counts": {"completed": 3, "failed": 1},
+    }
+    event = {"seq": 7, "created_at": "2026-12-01T12:00:00+00:00", "kind": "task.moved"}
+    line = _event_line({**event, "subject": "t1-0", "payload": payload})
+    shown = line.split("t1-0", 1)[1].strip()
+    assert shown.startswith(f"reason={payload['reason']} site=devanvil attempt=2"), line
+    assert shown.endswith("(+1 more: --json)") and "counts" not in shown, line
+    short = _event_line({**event, "subject": "t1-0", "payload": {"state": "completed"}})
+    assert short.endswith("state=completed"), short
+    long = _event_line({**event, "subject": "t", "payload": {"why": "x" * 300, "n": 1}})
+    assert "why=xxx" in long and long.endswith("…  (+1 more: --json)"), long

@@ -221,8 +221,8 @@ def _status(args: argparse.Namespace) -> int:
             view, estimators = anyio.run(_view, settings, req, args.refresh)
     else:
         view, estimators = anyio.run(_view, settings, req, args.refresh)
-    if args.json:
-        print(view.model_dump_json(indent=2))
+    if args.json:  # the FederationView and, as the table shows it, each estimator's error
+        print(json.dumps({**view.model_dump(mode="json"), "estimators": estimators}, indent=2))
     else:
         print("\n".join(_table(view) + _estimator_table(estimators)))
     return 0
@@ -251,7 +251,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "daemon's store directly (the last stored probes, no estimator table)."
         ),
     )
-    s.add_argument("--json", action="store_true", help="the FederationView as JSON")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="the FederationView as JSON, with `estimators`: each estimator's recent error",
+    )
     s.add_argument("--site", action="append", default=[], help="only this site (repeatable)")
     s.add_argument("--accelerator", default=None, help="only partitions with this accelerator")
     s.add_argument("--arch", default=None, choices=["x86_64", "aarch64"])

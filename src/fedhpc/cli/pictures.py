@@ -6,19 +6,34 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 from datetime import UTC, datetime
 
 import anyio
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.errors import UsageError
 from fedhpc.ops.inspect import InspectRequest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.terminal import for_terminal
 from fedhpc.ui.data import MAX_CHILDREN, group_manifests, manifest
 from fedhpc.ui.timeline import bar_json, bars
 
-__all__ = ["add_parser", "task_timeline", "watch_status"]
+__all__ = ["MIN_INTERVAL_S", "add_parser", "poll_interval", "task_timeline", "watch_status"]
+
+MIN_INTERVAL_S = 0.1  # a poll more often than this only loads the daemon
+
+
+def poll_interval(seconds: float, flag: str = "--interval") -> float:
+    """`seconds` between polls, refused as a usage error unless finite and at least
+    MIN_INTERVAL_S (a negative sleep raised from anyio; 0 polled the daemon in a busy loop)."""
+    if not (math.isfinite(seconds) and seconds >= MIN_INTERVAL_S):
+        raise UsageError(
+            f"{flag} {seconds:g} is not a wait between updates",
+            hint=f"Give the seconds between updates: at least {MIN_INTERVAL_S:g} (default 2).",
+        )
+    return seconds
 
 
 def task_timeline(args: argparse.Namespace) -> int:
@@ -89,6 +104,7 @@ def _group(args: argparse.Namespace) -> int:
 
 def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.Namespace) -> int:
     """A live table of the federation until Ctrl-C (the daemon's view, every --interval s)."""
+    interval = poll_interval(args.interval)
     # startup: rich's terminal pictures only when one is drawn
     from rich.live import Live
     from rich.text import Text
@@ -102,7 +118,7 @@ def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.N
             view = await client.federation(req)
             with Live(federation_table(view), console=out, auto_refresh=False) as live:
                 while True:
-                    await anyio.sleep(args.interval)
+                    await anyio.sleep(interval)
                     try:
                         view = await client.federation(req)
                     except DaemonUnavailable as exc:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from fedhpc.cli.pictures import task_timeline
+from fedhpc.cli.pictures import poll_interval, task_timeline
 from fedhpc.cli.table import table_lines
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.task_views import ResultManifest, TaskHandle, TaskSummary
@@ -115,11 +115,34 @@ def _manifest_text(m: ResultManifest) -> str:
     return "\n".join(lines)
 
 
+PAYLOAD_WIDTH = 100  # an event line's payload: whole `key=value` pairs up to this width
+
+
+def _payload(payload: dict[str, Any], width: int = PAYLOAD_WIDTH) -> str:
+    """The payload as `key=value` pairs, whole pairs only, up to `width` characters; what did not
+    fit is counted (`--json` prints it all). A first value longer than the width is cut with
+    `…` inside the value (keys are short)."""
+    pairs = [
+        f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
+        for k, v in payload.items()
+    ]
+    shown = ""
+    for i, pair in enumerate(pairs):
+        joined = f"{shown} {pair}" if shown else pair
+        if len(joined) <= width:
+            shown = joined
+            continue
+        cut = not shown  # one long first value: cut inside it, never inside its key
+        if cut:
+            shown = pair[: width - 1] + "…"
+        left = len(pairs) - i - cut
+        return shown + (f"  (+{left} more: --json)" if left else "")
+    return shown
+
+
 def _event_line(e: dict[str, Any]) -> str:
-    payload = json.dumps(e.get("payload", {}), separators=(",", ":"))
-    if len(payload) > 100:
-        payload = payload[:97] + "..."
     kind, subject = for_terminal(str(e["kind"])), for_terminal(str(e["subject"]))
+    payload = for_terminal(_payload(e.get("payload") or {}))
     return f"{e['seq']:>6}  {e['created_at'][:19]}  {kind:<20}  {subject:<16}  {payload}"
 
 
@@ -134,10 +157,12 @@ async def _follow(args: argparse.Namespace) -> None:
             if not args.follow:
                 return
             if not rows:
-                await anyio.sleep(args.interval)
+                await anyio.sleep(poll_interval(args.interval))
 
 
 def _events(args: argparse.Namespace) -> int:
+    if args.follow:
+        poll_interval(args.interval)
     if not args.json and not args.follow:
         rows = _with_client(lambda c: c.events(after=args.after, limit=args.limit))
         print("\n".join(_event_line(e) for e in rows) if rows else "no events")
