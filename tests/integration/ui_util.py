@@ -164,8 +164,6 @@ def keep_demo(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 # -- terminal pictures ----------------------------------------------------------------------------
 
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
-# The red of failure, and the orange that reads as it, as `colours` names them.
-RED = {"31", "91", "38;5;1", "38;5;9", "38;5;124", "38;5;160", "38;5;196", "38;5;202", "38;5;208"}
 
 
 def colours(text: str) -> set[str]:
