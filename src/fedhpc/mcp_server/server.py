@@ -9,11 +9,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, SubscriptionsListenRequestParams
 from pydantic import BaseModel, ValidationError
 
 from fedhpc import __version__
@@ -23,6 +25,8 @@ from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
 from fedhpc.mcp_server.schema import compact_input, compact_output
+from fedhpc.mcp_server.task_ext import TasksExtension
+from fedhpc.mcp_server.task_stream import EventWatch, TaskListen
 from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.suggest import unknown_field_reason
@@ -106,11 +110,16 @@ def build_server(
     Without `autostart`, a call waits up to `daemon_wait_s` for a daemon to answer."""
     resolved = settings or DaemonSettings.from_env()
     link_to = partial(open_link, resolved, autostart=autostart, wait_s=daemon_wait_s)
+    bus = InMemorySubscriptionBus()
+    listen = TaskListen(bus)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[DaemonLink]) -> AsyncIterator[DaemonLink]:
-        async with link_to() as link:
+        async with link_to() as link, anyio.create_task_group() as tg:
+            listen.watch = EventWatch(link)  # the task stream's reader of the event log
+            tg.start_soon(listen.watch.run, name="fedhpc-event-watch")
             yield link
+            tg.cancel_scope.cancel()
 
     tools = build_tools()
     server: MCPServer[DaemonLink] = MCPServer(
@@ -121,6 +130,12 @@ def build_server(
         lifespan=lifespan,
         log_level="WARNING",
         middleware=[_arguments_guard({t.name: t for t in tools})],
+        extensions=[TasksExtension()],
+        subscriptions=bus,
+    )
+    # The SDK's listen handler knows no `taskIds` (Tasks extension): ours serves both.
+    server._lowlevel_server.add_request_handler(
+        "subscriptions/listen", SubscriptionsListenRequestParams, listen
     )
     _add_resources(server, link_to)
     return server

@@ -1,0 +1,233 @@
+"""`notifications/tasks` on the `subscriptions/listen` stream (Tasks extension, 2026-07-28).
+
+`EventWatch` follows the daemon's event log from the newest seq when the first stream opens,
+by that seq (durable in the daemon's store: a daemon restart loses nothing, the watch only
+waits for it to answer again), and hands each event to the streams watching its subject.
+`TaskListen` replaces the SDK's `subscriptions/listen` handler, whose filter knows no
+`taskIds`: it serves the SDK's resource events as before, and for every event the agent's
+continuation would wake for (DEFAULT_WAKE_EVENTS, a transfer's outcome) or that ends the work
+it sends the task's DetailedTask, stamped with the fedhpc event id (`_meta["fedhpc/event"]`,
+the id a continuation carries too, so a client with both can tell one event from two)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import anyio
+import structlog
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, event_matches, event_to_notification
+from mcp.types import (
+    INVALID_REQUEST,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    ServerNotification,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
+from pydantic import BaseModel
+
+from fedhpc.errors import FedError
+from fedhpc.mcp_server.link import DaemonLink
+from fedhpc.mcp_server.task_state import EXTENSION, Handle, detailed_task, owner_of, parse
+from fedhpc.mcp_server.tools import TRANSFER_EVENTS
+from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
+
+__all__ = ["EventWatch", "TaskListen", "declared"]
+
+log = structlog.get_logger(__name__)
+
+WAKE = frozenset(DEFAULT_WAKE_EVENTS) | frozenset(TRANSFER_EVENTS)
+EVENT_META_KEY = "fedhpc/event"
+_POLL_S = 0.5  # the daemon's event log, over its local socket: cheap
+_DOWN_S = 1.0  # the daemon does not answer (restarting): ask again after this
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+Listener = Callable[[dict[str, Any]], None]
+
+
+def declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return bool(caps and caps.extensions and EXTENSION in caps.extensions)
+
+
+def _subjects(event: dict[str, Any]) -> set[str]:
+    """The fedhpc ids an event is about: its subject, the group of a child (`<group>-<i>`),
+    and the ids its payload names."""
+    subject = str(event.get("subject", ""))
+    ids = {subject, subject.rsplit("-", 1)[0]}
+    payload = event.get("payload")
+    if isinstance(payload, dict):
+        ids |= {str(payload[k]) for k in ("group_id", "task_id", "transfer_id") if payload.get(k)}
+    return ids
+
+
+class EventWatch:
+    """One reader of the daemon's event log per server, running while any stream listens."""
+
+    def __init__(self, link: DaemonLink) -> None:
+        self.link = link
+        self.cursor: int | None = None
+        self._listeners: dict[object, tuple[frozenset[str], Listener]] = {}
+        self._wake = anyio.Event()
+
+    async def start_cursor(self) -> None:
+        """Fix the cursor at the newest event before a stream's first state check: whatever
+        happens after the check is read from the log."""
+        if self.cursor is None:
+            health = await self.link.call(lambda c: c.health())
+            self.cursor = int(health.get("last_event_seq") or 0)
+
+    def watch(self, fids: frozenset[str], listener: Listener) -> Callable[[], None]:
+        token = object()
+        self._listeners[token] = (fids, listener)
+        self._wake.set()
+        return lambda: self._listeners.pop(token, None) and None
+
+    async def run(self) -> None:
+        while True:
+            if not self._listeners or self.cursor is None:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            try:
+                rows = await self.link.client.events(after=self.cursor, limit=200)
+            except FedError as exc:  # down or restarting: the seq keeps our place
+                log.info("event log unreadable; retrying", code=exc.code)
+                await anyio.sleep(_DOWN_S)
+                continue
+            for row in rows:
+                self.cursor = max(self.cursor, int(row["seq"]))
+                about = _subjects(row)
+                for fids, listener in list(self._listeners.values()):
+                    if fids & about:
+                        listener(row)
+            if len(rows) < 200:
+                await anyio.sleep(_POLL_S)
+
+
+class _Note(BaseModel):
+    method: str
+    params: dict[str, Any]
+
+
+class TaskListen:
+    """`subscriptions/listen` with the Tasks extension's `taskIds`."""
+
+    def __init__(self, bus: SubscriptionBus) -> None:
+        self.bus = bus
+        self.watch: EventWatch | None = None  # set by the server's lifespan
+
+    async def __call__(
+        self, ctx: ServerRequestContext[DaemonLink, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        sid = ctx.request_id
+        if sid is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        asked = params.notifications
+        task_ids = (asked.model_extra or {}).get("taskIds") or []
+        if task_ids and not declared(ctx):
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "Missing required client capability",
+                data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+            )
+        owner = owner_of(ctx)
+        handles: dict[str, Handle] = {}
+        for tid in task_ids if isinstance(task_ids, list) else []:
+            try:
+                handles[str(tid)] = parse(str(tid), owner)
+            except MCPError:
+                continue  # not this session's: not honored (the ack lists what is)
+        honored = SubscriptionFilter(
+            tools_list_changed=asked.tools_list_changed or None,
+            prompts_list_changed=asked.prompts_list_changed or None,
+            resources_list_changed=asked.resources_list_changed or None,
+            resource_subscriptions=list(asked.resource_subscriptions or ()) or None,
+        )
+        if handles:
+            honored = honored.model_copy(update={"taskIds": list(handles)})
+        uris = frozenset(honored.resource_subscriptions or ())
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}
+        send, recv = anyio.create_memory_object_stream[Any](1024)
+
+        def put(item: Any) -> None:
+            try:
+                send.send_nowait(item)
+            except (anyio.WouldBlock, anyio.ClosedResourceError):
+                log.warning("listen stream backlog full; ending it", subscription=str(sid))
+                send.close()
+
+        by_fid: dict[str, list[str]] = {}
+        for tid, h in handles.items():
+            by_fid.setdefault(h.fid, []).append(tid)
+        stops = [self.bus.subscribe(lambda e: put(e) if event_matches(honored, uris, e) else None)]
+        if handles and self.watch is not None:
+            await self.watch.start_cursor()
+            stops.append(self.watch.watch(frozenset(by_fid), lambda row: _route(row, by_fid, put)))
+        try:
+            await ctx.session.send_notification(
+                SubscriptionsAcknowledgedNotification(
+                    params=SubscriptionsAcknowledgedNotificationParams(
+                        notifications=honored, _meta=meta
+                    )
+                ),
+                related_request_id=sid,
+            )
+            for tid in handles:  # work that ended before this stream opened says so now
+                put(("check", tid, None))
+            await self._forward(ctx, recv, handles, meta)
+        finally:
+            for stop in stops:
+                stop()
+            send.close()
+            recv.close()
+        return SubscriptionsListenResult(_meta=meta)
+
+    async def _forward(
+        self,
+        ctx: ServerRequestContext[DaemonLink, Any],
+        recv: Any,
+        handles: dict[str, Handle],
+        meta: dict[str, Any],
+    ) -> None:
+        sid = ctx.request_id
+        ended: set[str] = set()
+        async for item in recv:
+            if not isinstance(item, tuple):
+                note = event_to_notification(item, meta)
+                await ctx.session.send_notification(note, related_request_id=sid)
+                continue
+            why, tid, event = item
+            if tid in ended:
+                continue
+            try:
+                task = await detailed_task(ctx.lifespan_context, tid, handles[tid])
+            except (FedError, MCPError) as exc:
+                log.info("task state unreadable for a notification", task=tid, error=str(exc))
+                continue
+            terminal = task["status"] in _TERMINAL
+            if why != "wake" and not terminal:
+                continue  # not what a continuation wakes for, and nothing ended
+            if terminal:
+                ended.add(tid)
+            extra = {EVENT_META_KEY: event["id"]} if event else {}
+            status = _Note(
+                method="notifications/tasks", params={**task, "_meta": {**meta, **extra}}
+            )
+            await ctx.session.send_notification(
+                cast(ServerNotification, status), related_request_id=sid
+            )
+
+
+def _route(row: dict[str, Any], by_fid: dict[str, list[str]], put: Callable[[Any], None]) -> None:
+    about = _subjects(row)
+    why = "wake" if row.get("kind") in WAKE else "change"
+    for fid, tids in by_fid.items():
+        if fid in about:
+            for tid in tids:
+                put((why, tid, row))
