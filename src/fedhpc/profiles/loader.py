@@ -54,8 +54,19 @@ def devfed_root() -> Path:
 
 
 def devfed_mode() -> str | None:
-    """Which local federation `FEDHPC_DEVFED` enables: 'slurm' (=1), 'process' (=process)."""
-    return {"1": "slurm", "process": "process"}.get(DEVFED.read() or "")
+    """Which local federation `FEDHPC_DEVFED` enables: 'slurm' (=1), 'process' (=process),
+    'pbs' (=pbs: devpolaris only) or 'slurm+pbs' (=slurm+pbs: all five)."""
+    modes = {"1": "slurm", "process": "process", "pbs": "pbs", "slurm+pbs": "slurm+pbs"}
+    return modes.get(DEVFED.read() or "")
+
+
+def _devfed_enables(profile: SiteProfile, mode: str | None) -> bool:
+    """A local-test profile is enabled by the modes naming its scheduler (process mode runs
+    the Slurm ones as local processes; the PBS one, devpolaris, needs its real server)."""
+    if mode is None or not profile.local_test:
+        return False
+    kind = "pbs" if profile.dialect == "pbs" else "slurm"
+    return kind in mode.split("+") or (mode == "process" and kind == "slurm")
 
 
 def _writable(path: Path) -> bool:
@@ -179,7 +190,8 @@ def load_profile(path: Path) -> SiteProfile:
     """One profile; the file's stem must equal its `name`."""
     data = _read_toml(path)
     root = devfed_root()
-    if data.get("local_test") is True and devfed_mode() == "process":
+    slurm_test = data.get("local_test") is True and data.get("dialect", "slurm") == "slurm"
+    if slurm_test and devfed_mode() == "process":
         data, root = _as_process_site(data), devfed_process_root()
     elif (
         data.get("local_test") is True
@@ -254,11 +266,11 @@ def load_federation(
                 _unknown_site_hint(name, profiles),
             )
     out: dict[str, Site] = {}
-    devfed = devfed_mode() is not None
+    mode = devfed_mode()
     for name, profile in profiles.items():
         user = config.sites.get(name)
         if user is None:
-            if not (config.default_site_enabled or (devfed and profile.local_test)):
+            if not (config.default_site_enabled or _devfed_enables(profile, mode)):
                 continue
             user = UserSiteConfig()
         if user.enabled:

@@ -241,9 +241,10 @@ GLOBUS_CLIENT_ID = _reader("fedhpc login")(
 # The local test federation and its schedulers.
 DEVFED = _loader(
     "DEVFED",
-    "1|process",
+    "1|process|pbs|slurm+pbs",
     None,
-    "the four dev* sites without a user config: on Slurm (1) or as local processes (process)",
+    "the dev* sites without a user config: the four on Slurm (1) or as local processes "
+    "(process), devpolaris on OpenPBS (pbs), or all five (slurm+pbs)",
 )
 DEVFED_DIR = _reader("profiles loader, devfed")(
     "DEVFED_DIR",
@@ -271,6 +272,13 @@ LOGIN = _reader("devfed sshd")(
 )
 NO_PROGRESS = _reader("devfed")(
     "NO_PROGRESS", "flag", None, "any value turns the `fedhpc devfed up` progress bar off"
+)
+OPENPBS_TARBALL = _reader("devfed")(
+    "OPENPBS_TARBALL",
+    "path",
+    None,
+    "the OpenPBS source tarball devfed builds devpolaris from (unset: the newest "
+    "`openpbs-*.tar.gz` in the checkout's `../shared/vendor/`, when present)",
 )
 
 # The test suite, benchmarks and ./dev (read outside the package).

@@ -222,8 +222,11 @@ def _plan_cluster(profile: SiteProfile, root: Path, ctld_port: int) -> ClusterPl
 
 
 def plan_federation(profiles: Iterable[SiteProfile], root: Path, hostname: str) -> FederationPlan:
-    """The federation of every `local_test` profile, clusters in name order with fixed ports."""
-    local = sorted((p for p in profiles if p.local_test), key=lambda p: p.name)
+    """The Slurm federation of the `local_test` Slurm profiles, in name order with fixed ports
+    (the PBS one, devpolaris, is planned by `devfed.pbs`)."""
+    local = sorted(
+        (p for p in profiles if p.local_test and p.dialect == "slurm"), key=lambda p: p.name
+    )
     clusters = tuple(
         _plan_cluster(p, root, CTLD_PORT_BASE + i * PORTS_PER_CLUSTER) for i, p in enumerate(local)
     )
