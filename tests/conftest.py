@@ -50,6 +50,7 @@ PARALLEL_SAFE = frozenset(
         "test_isolation_daemon",
         "test_mcp_contract",
         "test_mcp_fuzz",
+        "test_mcp_tasks",
         "test_move_data_wake",
         "test_offline_wait",
         "test_site_lost",

@@ -1,0 +1,130 @@
+"""A Tasks-extension client on the MCP Python SDK (mcp 2.3 carries the types, not the client
+behaviour): it declares `io.modelcontextprotocol/tasks`, takes `resultType: "task"` answers
+as they are, listens with `taskIds` and collects `notifications/tasks`, counting every
+request it sends by method."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+from mcp import Client
+from mcp.client.extension import ClientExtension, NotificationBinding, ResultClaim
+from mcp.types import (
+    CallToolResult,
+    Request,
+    RequestParams,
+    Result,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+_ANY = TypeAdapter(dict[str, Any])
+
+
+class CreatedTask(Result):
+    """`CreateTaskResult`: a Task in lieu of the tool's result."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+
+
+class TaskNote(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _TaskParams(RequestParams):
+    task_id: str
+
+
+class _TaskRequest(Request[_TaskParams, str]):
+    method: str
+    params: _TaskParams
+    name_param = "taskId"
+
+
+async def _unresolved(created: CreatedTask, _: Any) -> CallToolResult:
+    raise RuntimeError(f"call with allow_claimed=True; got task {created.task_id}")
+
+
+class Tasks(ClientExtension):
+    identifier = EXTENSION
+
+    def __init__(self) -> None:
+        self.notes: list[dict[str, Any]] = []
+        self.arrived = anyio.Event()
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_unresolved)]
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [
+            NotificationBinding(
+                method="notifications/tasks", params_type=TaskNote, handler=self._on
+            )
+        ]
+
+    async def _on(self, note: TaskNote) -> None:
+        self.notes.append(note.model_dump(by_alias=True))
+        self.arrived.set()
+        self.arrived = anyio.Event()
+
+    async def terminal(self, task_id: str) -> dict[str, Any]:
+        """Wait for the notification that ends `task_id` (no request is sent)."""
+        while True:
+            for note in self.notes:
+                if note.get("taskId") == task_id and note.get("status") != "working":
+                    return note
+            await self.arrived.wait()
+
+
+class Counted:
+    """The SDK client with the extension, and a count of the requests sent per method."""
+
+    def __init__(self, client: Client, tasks: Tasks) -> None:
+        self.client, self.tasks, self.sent = client, tasks, Counter[str]()
+
+    async def call(self, tool: str, args: dict[str, Any]) -> CreatedTask | CallToolResult:
+        self.sent["tools/call:" + tool] += 1
+        return await self.client.session.call_tool(tool, args, allow_claimed=True)  # type: ignore[no-any-return]
+
+    async def task_request(self, method: str, task_id: str) -> dict[str, Any]:
+        self.sent[method] += 1
+        req = _TaskRequest(method=method, params=_TaskParams(task_id=task_id))
+        answer: dict[str, Any] = await self.client.session.send_request(req, _ANY)
+        return answer
+
+    @asynccontextmanager
+    async def listen(self, *task_ids: str) -> AsyncIterator[None]:
+        """A `subscriptions/listen` stream for these tasks, open while the block runs."""
+        self.sent["subscriptions/listen"] += 1
+        wanted = SubscriptionFilter.model_validate({"taskIds": list(task_ids)})
+        req = SubscriptionsListenRequest(
+            params=SubscriptionsListenRequestParams(notifications=wanted)
+        )
+        async with anyio.create_task_group() as tg:
+
+            async def stream() -> None:
+                await self.client.session.send_request(req, SubscriptionsListenResult, 3600)
+
+            tg.start_soon(stream)
+            yield
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def tasks_client(server: Any, **kw: Any) -> AsyncIterator[Counted]:
+    tasks = Tasks()
+    async with Client(server, extensions=[tasks], **kw) as client:
+        yield Counted(client, tasks)

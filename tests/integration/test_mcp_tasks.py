@@ -1,0 +1,191 @@
+"""The Tasks extension (`io.modelcontextprotocol/tasks`) at 2026-07-28, through the MCP Python
+SDK's client over stdio and streamable HTTP, against a real daemon on private local-process
+sites (dialect `process`: no Slurm). A client that declares the extension submits, then only
+listens: the terminal status arrives on the subscription stream with no tasks/get and no
+get_result, across a daemon restart; tasks/cancel on a group cancels its children; another
+session's handle is a typed "not found"; a 2025-11-25 client gets the plain answer."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp.types import CallToolResult
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.domain import JobState
+from fedhpc.ops.tasks import ResultRequest
+from fedhpc.settings.daemon import DaemonSettings
+from tests.integration.daemon_util import start, stop
+from tests.integration.mcp_support import serve_argv, serve_env, stdio_params
+from tests.integration.tasks_client import CreatedTask, tasks_client
+
+CPU = {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1}, "wall_time": {"min": "5m"}}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}
+
+
+@asynccontextmanager
+async def daemon(home: Path, env: dict[str, str]) -> AsyncIterator[DaemonClient]:
+    proc = start(home, **env)
+    try:
+        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+            yield client
+    finally:
+        stop(proc)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    port = _port()
+    with (tmp_path / "serve-http.err").open("wb") as err:
+        proc = subprocess.Popen(
+            serve_argv("--http", "--port", str(port), "--no-autostart"),
+            env=serve_env(tmp_path / "h", **env),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+async def _running(rest: DaemonClient, task_id: str) -> None:
+    """Until the job runs (its attempt says so; the daemon's REST API, not the MCP client)."""
+    with anyio.fail_after(60):
+        while True:
+            r = await rest.get_result(ResultRequest(task_id=task_id))
+            if r.attempts and r.attempts[-1].state is JobState.RUNNING:
+                return
+            assert not r.state.terminal, r
+            await anyio.sleep(0.2)
+
+
+def _created(answer: CreatedTask | CallToolResult) -> CreatedTask:
+    assert isinstance(answer, CreatedTask), answer
+    assert answer.status == "working"
+    assert answer.poll_interval_ms is not None and answer.poll_interval_ms >= 1000
+    return answer
+
+
+async def test_stdio_client_waits_on_the_stream_only_across_a_daemon_restart(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    home = tmp_path / "h"
+    proc = start(home, **env)
+    try:
+        async with (
+            DaemonClient(DaemonSettings.from_env(home=home)) as rest,
+            tasks_client(stdio_params(home, "--no-autostart", **env)) as c,
+        ):
+            await rest.wait_until_up(30)
+            await rest.refresh()
+            assert c.client.session.protocol_version == "2026-07-28"
+            created = _created(
+                await c.call("submit_task", {"command": ["sleep", "15"], "envelope": CPU})
+            )
+            fid = created.task_id.split(".")[1]
+            async with c.listen(created.task_id):
+                await _running(rest, fid)
+                stop(proc)  # the daemon goes away while the job runs, and comes back
+                proc = start(home, **env)
+                with anyio.fail_after(120):
+                    note = await c.tasks.terminal(created.task_id)
+            assert note["status"] == "completed"
+            assert note["result"]["isError"] is False
+            assert '"state":"completed"' in note["result"]["content"][0]["text"]
+            assert note["_meta"]["fedhpc/event"].startswith("ev_")
+            assert c.sent == {"tools/call:submit_task": 1, "subscriptions/listen": 1}
+    finally:
+        stop(proc)
+
+
+async def test_http_client_waits_on_the_stream_and_tasks_get_agrees(
+    tmp_path: Path, env: dict[str, str], http_server: str
+) -> None:
+    async with daemon(tmp_path / "h", env), tasks_client(http_server) as c:
+        assert c.client.session.protocol_version == "2026-07-28"
+        created = _created(
+            await c.call("submit_task", {"command": ["sleep", "1"], "envelope": CPU})
+        )
+        async with c.listen(created.task_id):
+            with anyio.fail_after(120):
+                note = await c.tasks.terminal(created.task_id)
+        assert c.sent == {"tools/call:submit_task": 1, "subscriptions/listen": 1}
+        got = await c.task_request("tasks/get", created.task_id)
+        assert got["status"] == note["status"] == "completed"
+        assert got["result"] == note["result"]
+
+
+async def test_tasks_cancel_on_a_group_cancels_its_children(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    home = tmp_path / "h"
+    children = [{"command": ["sleep", "300"], "name": f"c{i}"} for i in range(3)]
+    async with (
+        daemon(home, env) as rest,
+        tasks_client(stdio_params(home, "--no-autostart", **env)) as c,
+    ):
+        created = _created(
+            await c.call(
+                "submit_group", {"objective": "sweep", "children": children, "envelope": CPU}
+            )
+        )
+        gid = created.task_id.split(".")[1]
+        async with c.listen(created.task_id):
+            acked = await c.task_request("tasks/cancel", created.task_id)
+            assert acked["resultType"] == "complete"
+            with anyio.fail_after(120):
+                note = await c.tasks.terminal(created.task_id)
+        assert note["status"] == "cancelled"
+        view = await rest.group(gid)
+        assert view.counts == {"cancelled": 3}, view.counts
+        assert c.sent["tasks/get"] == 0
+
+
+async def test_another_sessions_task_is_not_found_and_a_legacy_client_gets_the_answer(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    home = tmp_path / "h"
+    params = stdio_params(home, "--no-autostart", **env)
+    async with daemon(home, env), tasks_client(params) as a, tasks_client(params) as b:
+        created = _created(await a.call("submit_task", {"command": ["true"], "envelope": CPU}))
+        fid = created.task_id.split(".")[1]
+        for stranger in (created.task_id, fid, f"t.{fid}.0000000000000000"):
+            with pytest.raises(MCPError) as missing:
+                await b.task_request("tasks/get", stranger)
+            assert missing.value.error.code == -32602
+            data = missing.value.error.data
+            assert isinstance(data, dict) and data["code"] == "not_found" and data["hint"]
+        assert (await a.task_request("tasks/get", created.task_id))["taskId"] == created.task_id
+        async with Client(params, mode="legacy") as legacy:
+            answer = await legacy.call_tool("submit_task", {"command": ["true"], "envelope": CPU})
+            assert isinstance(answer, CallToolResult) and not answer.is_error
+            assert answer.structured_content and answer.structured_content["task_id"]
