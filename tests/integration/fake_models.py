@@ -240,10 +240,11 @@ class FakeModel:
             return ex
         with self._lock:
             self._decide(turn, ex)
+            hold = self._hold  # taken before the test can see this resume and hold the next
             self.exchanges.append(ex)
         if ex.phase == "resume":
             self.resume_seen.set()
-            if self._hold is not None and not self._hold.wait(180):
+            if hold is not None and not hold.wait(180):
                 self.errors.append("the held resume was never released")
         return ex
 

@@ -146,17 +146,29 @@ def _line(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"))
 
 
-def prompt_text(payloads: Sequence[dict[str, Any]], *, seen: Sequence[str] = ()) -> str:
+def prompt_text(
+    payloads: Sequence[dict[str, Any]],
+    *,
+    seen: Sequence[str] = (),
+    unreached: Sequence[str] = (),
+) -> str:
     """The resumed agent's next user message: one JSON line per event not yet in the session
-    (event order), a pointer to those the session already holds (`seen` delivery ids), then
-    what to do. A subject's id is the argument of get_result."""
+    (event order), a pointer to those the session already holds (`seen` delivery ids: in a
+    turn that did not finish, or, all of them in `unreached`, in one whose fedhpc calls could
+    not reach the daemon), then what to do. A subject's id is the argument of get_result."""
     lines: list[str] = []
     fresh = [p for p in payloads if p["delivery"] not in seen]
     if seen:
+        how = (
+            "whose fedhpc calls could not reach the fedhpc daemon (it was down or restarting; "
+            "it answers now)"
+            if set(seen) <= set(unreached)
+            else "that did not finish (stopped, timed out or crashed)"
+        )
         lines.append(
             "fedhpc: the event(s) " + ", ".join(seen) + " in an earlier message of this "
-            "session reached you in a turn that did not finish (stopped, timed out or "
-            "crashed): check what that turn already did about them, then do the rest."
+            f"session reached you in a turn {how}: check what that turn already did about "
+            "them, then do the rest."
         )
     if fresh:
         lines.append("fedhpc events:" if len(fresh) > 1 else "fedhpc event:")

@@ -33,6 +33,7 @@ __all__ = [
     "launch",
     "mcp_config",
     "model_answered",
+    "out_lines",
     "resume_env",
     "tail_of",
     "why_silent",
@@ -298,7 +299,8 @@ def collect(folder: Path) -> Outcome | None:
     return Outcome(status, tail_of(folder / "out"), tail_of(folder / "err"))
 
 
-def _lines(folder: Path) -> list[dict[str, object]]:
+def out_lines(folder: Path) -> list[dict[str, object]]:
+    """The JSON objects a resume's CLI printed on stdout, one a line, in order."""
     out: list[dict[str, object]] = []
     path = folder / "out"
     if not path.exists():
@@ -323,7 +325,7 @@ def model_answered(spec: ContinuationSpec, folder: Path) -> bool:
         return True
     if spec.runtime is Runtime.CLAUDE_CODE:
         return '"type":"assistant"' in path.read_text(errors="replace")
-    for x in _lines(folder):
+    for x in out_lines(folder):
         item = x.get("item")
         if x.get("type") == "turn.completed" or (
             str(x.get("type", "")).startswith("item.")
@@ -337,7 +339,7 @@ def model_answered(spec: ContinuationSpec, folder: Path) -> bool:
 def codex_errors(folder: Path) -> list[str]:
     """The messages of Codex's `error` items and events in a resume's output, in order."""
     said: list[str] = []
-    for x in _lines(folder):
+    for x in out_lines(folder):
         item = x.get("item")
         if isinstance(item, dict) and item.get("type") == "error":
             said.append(str(item.get("message", "")))
@@ -359,7 +361,7 @@ def check_result(spec: ContinuationSpec, folder: Path, done: Outcome) -> bool | 
     if done.status in (124, 137, 143):
         raise TransientError(f"{spec.runtime.value} timed out or was stopped; {done.reason()}")
     if spec.runtime is Runtime.CLAUDE_CODE:
-        lines = _lines(folder)
+        lines = out_lines(folder)
         result = next((x for x in reversed(lines) if x.get("type") == "result"), None)
         if done.status != 0 or result is None or result.get("is_error"):
             said = str(result.get("result"))[:300] if result else ""
@@ -389,7 +391,7 @@ def check_result(spec: ContinuationSpec, folder: Path, done: Outcome) -> bool | 
     if done.status != 0:
         raise TransientError(f"{spec.runtime.value} failed; {done.reason()}")
     if spec.runtime is Runtime.CODEX:
-        lines = _lines(folder)
+        lines = out_lines(folder)
         if any(x.get("type") == "turn.failed" for x in lines) or not any(
             x.get("type") == "turn.completed" for x in lines
         ):

@@ -22,11 +22,12 @@ from pydantic import ValidationError
 from fedhpc.bridge.direct import post, to_inbox
 from fedhpc.bridge.group import KILL_GRACE_S
 from fedhpc.bridge.payload import batch_size, prompt_text
+from fedhpc.bridge.reach import unreached
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.routing import SESSIONS, route_events
 from fedhpc.bridge.runtimes import binary, check_result, launch, resume_env
 from fedhpc.bridge.settle import Stand, standing
-from fedhpc.bridge.warm import WarmServer
+from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer
 from fedhpc.domain.config import ResumeConfig
 from fedhpc.errors import FedError
 from fedhpc.logs import isolated
@@ -61,6 +62,7 @@ class Bridge:
         resume: Callable[[], ResumeConfig] = ResumeConfig,
         warm_mcp: bool = False,
         kill_grace_s: float = KILL_GRACE_S,
+        daemon_wait_s: float = DAEMON_WAIT_S,
     ) -> None:
         self.store = store
         self.home = home
@@ -72,7 +74,7 @@ class Bridge:
         self.kill_grace_s = kill_grace_s  # a stopped resume's group: SIGTERM, then SIGKILL
         self.poll_s = poll_s
         self.resume = resume  # read at each launch: a fixed config needs no daemon restart
-        self.warm = WarmServer(home) if warm_mcp else None
+        self.warm = WarmServer(home, daemon_wait_s=daemon_wait_s) if warm_mcp else None
         self.wake = anyio.Event()
 
     def blocker(self, runtime: str) -> str:
@@ -160,7 +162,8 @@ class Bridge:
             if any(d["body"].get("launched") for d in ds):
                 ids = [d["id"] for d in ds]  # a long transcript is read off the event loop
                 held = await anyio.to_thread.run_sync(seen, spec, resume_env(cfg, self.home), ids)
-            text = prompt_text(payloads, seen=held)
+            unreached_ids = [d["id"] for d in ds if d["body"].get("unreached")]
+            text = prompt_text(payloads, seen=held, unreached=unreached_ids)
             for d in ds:
                 d["body"] = {**d["body"], "resume": rid, "launched": True, "held": d["id"] in held}
             await self._save_all(ds, "started")
@@ -221,11 +224,34 @@ class Bridge:
         except FedError as exc:
             await self._failed(ds, exc.message)
             return False
+        why = await anyio.to_thread.run_sync(unreached, spec, folder)
+        if why:
+            await self._unreached(ds, why)
+            return False
         for d in ds:
             d["body"] = {**d["body"], "tools_verified": tools}
         await self._save_all(ds, "delivered")
         log.info("resumed", resume=rid, runtime=spec.runtime.value, events=len(ds))
         return False
+
+    async def _unreached(self, ds: list[dict[str, Any]], why: str) -> None:
+        """The resumed turn ran but could not reach the daemon: its events are in the session,
+        yet the agent never read what they point at. Delivered again, once (the retry points
+        at them, never re-sends them); a second such turn makes them dead letters."""
+        for d in ds:
+            if d["body"].get("unreached"):
+                d["attempts"] += 1
+                d["body"] = {
+                    **d["body"],
+                    "last_error": f"{why}, in its delivery and in its one re-delivery. Once the "
+                    f"daemon runs (`fedhpc daemon status`): fedhpc deliveries retry {d['id']}",
+                }
+                log.warning("delivery dead: its resumes never reached fedhpc", delivery=d["id"])
+                await self._save_all([d], "dead")
+            else:
+                d["body"] = {**d["body"], "unreached": 1, "last_error": f"{why}; delivered again"}
+                log.warning("resume did not reach fedhpc; delivering again", delivery=d["id"])
+                await self._save_all([d], "pending")
 
     async def deliver(self) -> None:
         busy: set[str] = set()
@@ -275,7 +301,8 @@ class Bridge:
         chosen = [d for d in dead if ids is None or d["id"] in ids]
         for d in chosen:
             d["attempts"] = 0
-            d["body"] = {**d["body"], "redriven": int(d["body"].get("redriven", 0)) + 1}
+            body = {k: v for k, v in d["body"].items() if k != "unreached"}  # its one again
+            d["body"] = {**body, "redriven": int(d["body"].get("redriven", 0)) + 1}
         if chosen:
             await self._save_all(chosen, "pending")
             self.wake.set()

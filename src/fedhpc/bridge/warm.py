@@ -23,11 +23,11 @@ import structlog
 
 from fedhpc.settings import HOME, MCP_TOKEN
 
-__all__ = ["WarmServer", "spawn_detached"]
+__all__ = ["DAEMON_WAIT_S", "WarmServer", "spawn_detached"]
 
 log = structlog.get_logger(__name__)
 
-DAEMON_WAIT_S = 30  # a resumed turn's call waits this long for a restarting daemon
+DAEMON_WAIT_S = 30.0  # a resumed turn's call waits this long for a restarting daemon
 
 
 def spawn_detached(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path) -> int:
@@ -102,9 +102,10 @@ def _free_port() -> int:
 class WarmServer:
     """The bridge's resume MCP server; `entry()` is the `mcpServers.fedhpc` config to use."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, daemon_wait_s: float = DAEMON_WAIT_S) -> None:
         self.home = home
         self.record = home / "resume-mcp.json"
+        self.daemon_wait_s = daemon_wait_s
 
     def _recorded(self) -> dict[str, Any] | None:
         try:
@@ -158,7 +159,7 @@ class WarmServer:
             str(port),
             "--no-autostart",  # a daemon it outlives is never restarted by it, but a
             "--daemon-wait",  # daemon restarting (crash, `daemon restart`) is waited for
-            str(DAEMON_WAIT_S),
+            f"{self.daemon_wait_s:g}",
         ]
         log_path = self.home / "resume-mcp.log"
         # Off the loop (a fork and a shell: tens of ms on a busy machine), and shielded with

@@ -148,6 +148,7 @@ async def _serve(
         start_timeout_s=settings.resume_start_timeout_s,
         resume=lambda: load_user_config().resume,
         warm_mcp=settings.resume_warm_mcp,
+        daemon_wait_s=settings.resume_daemon_wait_s,
     )
     state.bridge = bridge
 

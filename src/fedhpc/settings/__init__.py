@@ -142,6 +142,15 @@ RESUME_WARM_MCP = _daemon(
     True,
     "Claude resumes use the warm loopback HTTP MCP server (0: a stdio server per resume)",
 )
+RESUME_DAEMON_WAIT_S = _daemon(
+    "RESUME_DAEMON_WAIT_S",
+    "seconds",
+    30.0,
+    "a resumed Claude turn's fedhpc call (warm MCP server) waits this long for a restarting "
+    "daemon; a turn whose calls still could not reach it is delivered again, once",
+    ge=0,
+    le=600,
+)
 RESUME_START_TIMEOUT_S = _daemon(
     "RESUME_START_TIMEOUT_S",
     "seconds",

@@ -25,6 +25,7 @@ from fedhpc.settings import (
     LOOP_WATCH_S,
     PROBE_TIMEOUT_S,
     REFRESH_S,
+    RESUME_DAEMON_WAIT_S,
     RESUME_START_TIMEOUT_S,
     RESUME_TIMEOUT_S,
     RESUME_WARM_MCP,
@@ -70,6 +71,7 @@ class DaemonSettings(BaseModel):
     bridge_backoff_s: float = _tunable(BRIDGE_BACKOFF_S)
     resume_timeout_s: float = _tunable(RESUME_TIMEOUT_S)
     resume_warm_mcp: bool = _tunable(RESUME_WARM_MCP)
+    resume_daemon_wait_s: float = _tunable(RESUME_DAEMON_WAIT_S)
     resume_start_timeout_s: float = _tunable(RESUME_START_TIMEOUT_S)
     intent_grace_s: float = _tunable(INTENT_GRACE_S)
     site_lost_s: float = _tunable(SITE_LOST_S)
