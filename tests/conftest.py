@@ -48,6 +48,7 @@ PARALLEL_SAFE = frozenset(
         "test_hostile_mcp",
         "test_input_surface",
         "test_isolation_daemon",
+        "test_mcp_conformance",
         "test_mcp_contract",
         "test_mcp_fuzz",
         "test_mcp_tasks",
