@@ -22,11 +22,14 @@ import anyio
 import pytest
 
 from tests.integration.daemon_util import sbatch
+from tests.integration.test_ui_views import BLOCKS, OVERLAPS
 from tests.integration.ui_util import (
     CHROMIUM,
     FLAGS,
+    RED,
     SITES,
     Kept,
+    Troubles,
     colours,
     estimators,
     gpus,
@@ -92,23 +95,13 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
         expected = {s: (n, n - (1 if s == "devdelta" else 0)) for s, n in total.items()}
         shots = tmp_path / "screenshots"
         shots.mkdir()
-        errors: list[str] = []
         # The daemon's own rows (its loop, before Playwright's holds this thread).
         judged = anyio.run(estimators, kept.home)
         assert judged, "the demo's finished jobs were not judged"
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on(
-                "console",
-                lambda m: (
-                    errors.append(f"console.{m.type}: {m.text}")
-                    if m.type in ("error", "warning")
-                    else None
-                ),
-            )
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+            troubles = Troubles(page)
 
             # 1. Federation: every site with its free/total GPUs, refreshed live.
             page.goto(url)
@@ -155,7 +148,7 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             shot(page, shots, "federation")
 
             # 2. The group's timeline: five attempts, one superseded on devanvil and re-placed.
-            page.goto(f"{url}#/tasks/group/{gid}")
+            troubles.leave(lambda: page.goto(f"{url}#/tasks/group/{gid}"))
             page.wait_for_selector("#timeline[data-attempts='5']", timeout=20_000)
             attempts = page.locator(".vis-item.attempt")
             expect(attempts).to_have_count(5)
@@ -169,16 +162,43 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             expect(page.locator("#tl-summary")).to_contain_text("round 1, completed")
             # devanvil's row holds the moved attempt (vis-timeline puts items in group rows).
             expect(page.locator(".vis-label", has_text="devanvil")).to_have_count(1)
+            # The moved attempt only ever waited in devanvil's queue: drawn all queue wait
+            # (it looked like as much work as the others); each other one ran.
+            expect(moved).to_have_class(re.compile(r"\bnever-started\b"))
+            assert moved.get_attribute("data-wait") == "1.0000"
+            ran = page.locator(".vis-item.attempt:not(.superseded)")
+            assert all(
+                float(w or 1) < 1
+                for w in ran.evaluate_all("(items) => items.map((i) => i.dataset.wait)")
+            ), ran.evaluate_all("(items) => items.map((i) => i.dataset.wait)")
             moved.hover()
             expect(page.locator(".vis-tooltip")).to_contain_text("re-placed to")
+            expect(page.locator(".vis-tooltip")).to_contain_text("never started")
+            look = (
+                "(e) => [getComputedStyle(e).backgroundColor, getComputedStyle(e).backgroundImage]"
+            )
+            unselected = replaced.evaluate(look)
             replaced.click()
+            # Selected, a finished attempt keeps its colours (it turned running's yellow).
+            expect(replaced).to_have_class(re.compile(r"\bvis-selected\b"))
+            assert replaced.evaluate(look) == unselected, unselected
             detail = page.locator("#attempt-detail")
             expect(detail).to_contain_text("why: re-placed")
             expect(detail).to_contain_text("placement:")
+            expect(detail).to_contain_text("UTC")
             shot(page, shots, "timeline")
+            # A phone: one column, the Gantt the screen's width, no two boxes overlapping.
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            phone.goto(f"{url}#/tasks/group/{gid}")
+            phone.wait_for_selector("#timeline[data-attempts='5']", timeout=20_000)
+            phone.wait_for_timeout(500)
+            laid = phone.evaluate(OVERLAPS, BLOCKS)
+            assert laid["found"] == [] and laid["scroll"] <= 390, laid
+            shot(phone, shots, "timeline-phone")
+            phone.close()
 
             # 3. Events and deliveries: the round's event and the resume it caused.
-            page.goto(f"{url}#/events")
+            troubles.leave(lambda: page.goto(f"{url}#/events"))
             page.wait_for_selector("body[data-ready=events]")
             row = page.locator(
                 "#deliveries tr[data-status=delivered][data-event='group.round_terminal']"
@@ -189,7 +209,7 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             # The token left the address bar for sessionStorage: a reload still reads; no cookie.
             assert "token=" not in page.url, page.url
             assert page.context.cookies() == []
-            page.reload()
+            troubles.leave(page.reload)
             page.wait_for_selector("body[data-ready=events]")
             expect(row.first).to_contain_text(gid)
             expect(page.locator("#banner")).to_be_hidden()
@@ -199,11 +219,12 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             stranger.wait_for_selector("body[data-ready=federation]")
             expect(stranger.locator("#banner")).to_contain_text("needs its token")
             expect(stranger.locator("tr.site-row")).to_have_count(0)
-            browser.close()
-        assert errors == [], errors
+            troubles.leave(browser.close)
+        assert troubles.found == [], troubles.found
         assert sorted(p.name for p in shots.iterdir()) == [
             "ui-deliveries.png",
             "ui-federation.png",
+            "ui-timeline-phone.png",
             "ui-timeline.png",
         ]
     finally:
@@ -219,6 +240,8 @@ def test_terminal_timeline_of_the_group_and_task_in_colour_and_without(kept: Kep
     code, shown = in_pty([*fedhpc, "group", kept.group_id, "--timeline"], kept.env)
     assert code == 0, shown
     assert colours(shown), repr(shown[:400])  # a terminal gets colour
+    # Every task done: nothing in the red (or orange) of failure, not a site, not a move.
+    assert not colours(shown) & RED, colours(shown)
     text = unstyled(shown)
     assert f"group {kept.group_id}: completed, round 1 (completed 4)" in text, text
     rows = timeline_rows(text)
@@ -268,6 +291,25 @@ def test_status_watch_is_a_live_table_until_ctrl_c(kept: Kept) -> None:
     for site in SITES:
         assert site in text
     assert colours(shown)
+    assert " offline" not in text and not colours(shown) & RED, colours(shown)
+
+
+def test_status_json_carries_the_estimator_table(kept: Kept) -> None:
+    """`fedhpc status --json`: the federation and, as the table prints it, each wait
+    estimator's recent error (the JSON lacked it)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "fedhpc.cli.main", "status", "--json"],
+        env=kept.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert {s["site"] for s in body["sites"]} == set(SITES)
+    judged = anyio.run(estimators, kept.home)
+    assert judged and body["estimators"] == judged
 
 
 def test_devfed_up_shows_its_steps_on_a_terminal_and_plain_lines_on_a_pipe(kept: Kept) -> None:

@@ -8,103 +8,28 @@ terminal timeline of an unknown id."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
-import sys
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
-import anyio
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest, SubmitTaskRequest
-from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import start, stop, wait_terminal
+from tests.integration.daemon_util import stop, wait_terminal
+from tests.integration.ui_served import FEDHPC, Dashboard, serve_dashboard
 from tests.integration.ui_util import CHROMIUM, FLAGS, need_browser
 
-FEDHPC = [sys.executable, "-m", "fedhpc.cli.main"]
 ONE_CPU = ResourceEnvelope.model_validate(
     {"gpus": {"min": 0, "max": 0}, "cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
 )
-T = TypeVar("T")
-
-
-@dataclass
-class Dashboard:
-    home: Path
-    env: dict[str, str]
-    url: str
-    daemon: subprocess.Popen[bytes]
-    ui: subprocess.Popen[str]
-
-    def restart_daemon(self) -> None:
-        self.daemon = start(self.home, **self.env)
-
-    def client(self, work: Callable[[DaemonClient], Awaitable[T]]) -> T:
-        """`work` with a client of the daemon, run to its end on its own thread (the browser's
-        sync API keeps an event loop on this one)."""
-
-        async def run() -> T:
-            async with DaemonClient(DaemonSettings.from_env(home=self.home)) as client:
-                await client.wait_until_up(30)
-                await client.refresh()  # placement sees the sites from the start
-                return await work(client)
-
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(anyio.run, run).result(timeout=180)
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FEDHPC_")}
-    # The local-process sites in a private folder: the Slurm federation is never looked at.
-    return {
-        **env,
-        "FEDHPC_DEVFED": "process",
-        "FEDHPC_DEVFED_DIR": str(tmp / "devfed"),
-        "FEDHPC_HOME": str(tmp / "home"),
-    }
 
 
 @pytest.fixture
 def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
-    env = _env(tmp_path)
-    home = Path(env["FEDHPC_HOME"])
-    daemon = start(home, **env)
-    ui = subprocess.Popen(
-        [*FEDHPC, "ui", "--port", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    running: Dashboard | None = None
-    try:
-        assert ui.stdout is not None and ui.stderr is not None
-        first = ui.stdout.readline()
-        found = re.match(r"fedhpc ui: (http://127\.0\.0\.1:\d+/\?token=\S+)$", first.strip())
-        assert found, first + (ui.stderr.read() if ui.poll() is not None else "")
-        running = Dashboard(home, env, found.group(1), daemon, ui)
-        # Up, and every site probed once (in the history too): a test that starts at once
-        # met "no daemon at ..." or a scatter without a site on a loaded machine.
-        running.client(lambda client: client.health())
-        yield running
-    finally:
-        if ui.poll() is None:
-            ui.send_signal(signal.SIGINT)
-            ui.wait(timeout=30)
-        for stream in (ui.stdout, ui.stderr):
-            if stream is not None:
-                stream.close()
-        stop(daemon)
-        if running is not None:  # the test may have restarted it
-            stop(running.daemon)
+    yield from serve_dashboard(tmp_path)
 
 
 def test_a_second_dashboard_on_the_same_port_is_refused_and_the_first_keeps_serving(
@@ -193,14 +118,24 @@ def test_the_page_says_what_went_wrong_and_recovers(dashboard: Dashboard) -> Non
         expect(page.locator("#status")).to_contain_text("live")
         expect(page.locator("tr.site-row")).to_have_count(4)
 
-        # A wrong token (another run's URL): the page loads, reads nothing, and says why.
+        # A wrong token (another run's URL): the page loads, reads nothing, and says why,
+        # naming where this run left its URL (the hint printed `<home>/ui.url` literally).
         stranger = browser.new_context().new_page()
         stranger.on("pageerror", lambda e: page_errors.append(str(e)))
         stranger.goto(base + "/?token=not-this-one")
         stranger.wait_for_selector("body[data-ready=federation]")
-        expect(stranger.locator("#banner")).to_contain_text("this dashboard needs its token")
-        expect(stranger.locator("#status")).to_have_text("token missing")
+        wrong = stranger.locator("#banner")
+        expect(wrong).to_contain_text("this dashboard does not take that token")
+        expect(wrong).to_contain_text(f"also in {dashboard.home / 'ui.url'}")
+        expect(stranger.locator("#status")).to_have_text("wrong token")
         expect(stranger.locator("tr.site-row")).to_have_count(0)
+        # No token at all (a new tab opened without the printed URL): said as that.
+        bare = browser.new_context().new_page()
+        bare.goto(base + "/")
+        bare.wait_for_selector("body[data-ready=federation]")
+        expect(bare.locator("#banner")).to_contain_text("this dashboard needs its token")
+        expect(bare.locator("#banner")).to_contain_text(str(dashboard.home / "ui.url"))
+        expect(bare.locator("#status")).to_have_text("token missing")
 
         # The dashboard's own server stops (Ctrl-C): not blamed on the daemon.
         dashboard.ui.send_signal(signal.SIGINT)
@@ -211,6 +146,40 @@ def test_the_page_says_what_went_wrong_and_recovers(dashboard: Dashboard) -> Non
         browser.close()
     assert page_errors == [], page_errors
     assert not (dashboard.home / "ui.url").exists()  # removed by the dashboard that wrote it
+
+
+def test_every_page_says_the_daemon_is_down(dashboard: Dashboard) -> None:
+    """With the daemon stopped, each page shows the banner and `daemon unreachable`. The Tasks
+    page read "live" with no banner: with nothing selected its timeline poll read nothing,
+    "succeeded", and cleared the banner of the lists' failed read."""
+    sync_playwright, expect = need_browser()
+    page_errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda e: page_errors.append(str(e)))
+        page.goto(dashboard.url + "#/tasks")  # no task yet: nothing is selected
+        page.wait_for_selector("body[data-ready=tasks]")
+        expect(page.locator("#status")).to_contain_text("live")
+        stop(dashboard.daemon)
+        banner = page.locator("#banner")
+        expect(banner).to_contain_text("The daemon could not be read: no daemon at")
+        for name in ("federation", "events", "tasks"):
+            page.evaluate(f"location.hash = '#/{name}'")
+            page.wait_for_selector(f"body[data-ready={name}]")
+            # Said from the page's first reads on and all the time, not only between two
+            # polls: looked at over two polls of each read.
+            seen = []
+            for _ in range(14):
+                page.wait_for_timeout(500)
+                seen.append((banner.is_visible(), page.locator("#status").inner_text()))
+            assert set(seen) == {(True, "daemon unreachable")}, (name, seen)
+        expect(banner).to_contain_text("The daemon could not be read: no daemon at")
+        dashboard.restart_daemon()
+        expect(banner).to_be_hidden(timeout=30_000)
+        expect(page.locator("#status")).to_contain_text("live")
+        browser.close()
+    assert page_errors == [], page_errors
 
 
 async def _several_done(client: DaemonClient) -> tuple[str, list[str], int]:

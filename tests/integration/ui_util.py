@@ -59,6 +59,40 @@ def need_browser() -> Any:
     return sync_playwright, expect
 
 
+class Troubles:
+    """A page's console errors and warnings, page errors and failed requests, as it is used.
+
+    A read still in flight when the test itself leaves the page (`goto` to another URL,
+    `reload`) is cut by Chromium (`net::ERR_ABORTED`): that is the navigation, not a failure of
+    the dashboard, and `leave` does such moves. Any other failed request counts, and so does an
+    abort at any other time (the page never aborts its own reads)."""
+
+    def __init__(self, page: Any) -> None:
+        self.found: list[str] = []
+        self.leaving = False
+        page.on("console", self.console)
+        page.on("pageerror", lambda e: self.found.append(f"page error: {e}"))
+        page.on("requestfailed", self.request_failed)
+
+    def console(self, m: Any) -> None:
+        if m.type in ("error", "warning"):
+            self.found.append(f"console.{m.type}: {m.text}")
+
+    def request_failed(self, r: Any) -> None:
+        if self.leaving and r.failure == "net::ERR_ABORTED":
+            return
+        self.found.append(f"request failed: {r.url} ({r.failure})")
+
+    def leave(self, go: Callable[[], object]) -> None:
+        """Navigate away with `go` (its requestfailed events arrive before it returns: the
+        old document's reads are cut when the new one commits, before it loads)."""
+        self.leaving = True
+        try:
+            go()
+        finally:
+            self.leaving = False
+
+
 def gpus(devfed: Any, site: str) -> int:
     """The site's GPUs as its Slurm reports them (`sinfo`), in the partitions a job may use
     (the profile's blocked partitions, e.g. interactive ones, are not offered)."""
@@ -164,6 +198,8 @@ def keep_demo(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 # -- terminal pictures ----------------------------------------------------------------------------
 
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
+# The red of failure, and the orange that reads as it, as `colours` names them.
+RED = {"31", "91", "38;5;1", "38;5;9", "38;5;124", "38;5;160", "38;5;196", "38;5;202", "38;5;208"}
 
 
 def colours(text: str) -> set[str]:

@@ -102,13 +102,20 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
 ) -> None:
     settings = DaemonSettings.from_env(home=tmp_path / "nodaemon")
     async with DaemonClient(settings) as client:
-        app = build_ui_app(client, token="s3cret", port=8790)
+        saved = tmp_path / "home" / "ui.url"
+        app = build_ui_app(client, token="s3cret", port=8790, url_file=saved)
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
-            # The API wants the token in its header: not in the URL, not in a cookie.
-            assert (await h.get("/api/federation")).status_code == 403
+            # The API wants the token in its header: not in the URL, not in a cookie. A
+            # refusal is typed, tells a missing token from a wrong one, and names the file
+            # holding this run's URL (the page printed `<home>/ui.url` literally).
+            missing = await h.get("/api/federation")
+            assert missing.status_code == 403 and missing.json()["code"] == "no_token"
+            assert missing.json()["hint"].endswith(f"(also in {saved})")
             wrong = {"X-Fedhpc-Token": "wrong"}
-            assert (await h.get("/api/federation", headers=wrong)).status_code == 403
+            refused = await h.get("/api/federation", headers=wrong)
+            assert refused.status_code == 403 and refused.json()["code"] == "wrong_token"
+            assert str(saved) in refused.json()["hint"]
             assert (await h.get("/api/federation?token=s3cret")).status_code == 403
             h.cookies.set("fedhpc_ui_8790", "s3cret")
             assert (await h.get("/api/federation")).status_code == 403
@@ -116,6 +123,7 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
             assert (await h.get("/api/nothing")).status_code == 403
             evil = await h.get("/", headers={"Host": "evil.example:8790"})
             assert evil.status_code == 403  # DNS rebinding: another name for this address
+            assert evil.json()["code"] == "forbidden_host"
             evil = await h.get("/static/app.js", headers={"Host": "evil.example:8790"})
             assert evil.status_code == 403
             # The page and its files hold no data: served without the token, and no cookie
@@ -195,3 +203,86 @@ def test_terminal_timeline_draws_waits_runs_and_the_move(monkeypatch: pytest.Mon
     assert first.index("✕") <= second.index("█") < second.rindex("█"), text
     empty = timeline_table([], title="task b", now=T0)
     assert "no attempt has been submitted yet" in str(empty)
+
+
+RED = {"31", "91", "38;5;1", "38;5;9", "38;5;124", "38;5;160", "38;5;196", "38;5;202", "38;5;208"}
+
+
+def _painted(picture: object) -> set[str]:
+    """The foreground colours `picture` is drawn with on a 256-colour terminal."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, color_system="256", width=200).print(picture)
+    found = set()
+    for params in re.findall(r"\x1b\[([0-9;]*)m", buf.getvalue()):
+        codes = params.split(";")
+        for i, c in enumerate(codes):
+            if c == "38" and i + 2 < len(codes) and codes[i + 1] == "5":
+                found.add(f"38;5;{codes[i + 2]}")
+            elif c in {str(n) for n in (*range(30, 38), *range(90, 98))}:
+                found.add(c)
+    return found
+
+
+def test_the_terminal_keeps_red_for_failures() -> None:
+    """Red (and the orange that reads as red) means failed or offline: never a site's own
+    colour, a move, or a partition whose GPUs are all taken (busy is yellow)."""
+    from fedhpc.ops.inspect import FederationView
+    from fedhpc.ui.term import federation_table, timeline_table
+
+    sites = [f"site{i}" for i in range(7)]
+    done = [
+        _m(f"t{i}", _att(1, s, JobState.CANCELLED, sup=True), _att(2, s, JobState.COMPLETED))
+        for i, s in enumerate(sites)
+    ]
+    part = {
+        "name": "gpu",
+        "arch": "x86_64",
+        "accelerator": "a100",
+        "accelerator_memory_gib": 40,
+        "gpus_per_node": 4,
+        "cpus_per_node": 64,
+        "memory_mib_per_node": 1,
+        "max_wall_s": 60,
+        "max_nodes_per_job": 1,
+        "blocked": False,
+        "available": True,
+        "nodes_usable": 1,
+        "nodes_total": 1,
+        "free_gpus": 0,  # every GPU taken: busy
+        "total_gpus": 4,
+        "free_cpus": 0,
+        "total_cpus": 64,
+        "max_free_gpus_on_node": 0,
+        "pending_jobs": 3,
+        "running_jobs": 1,
+        "user_pending_jobs": 0,
+        "user_running_jobs": 0,
+    }
+    site = {
+        "site": "devdelta",
+        "title": "t",
+        "dialect": "slurm",
+        "health": "ok",
+        "stale": False,
+        "collected_at": T0.isoformat(),
+        "age_s": 1.0,
+        "error": None,
+        "accounts": [],
+        "credit": [],
+        "partitions": [part],
+    }
+    full = FederationView.model_validate({"taken_at": T0.isoformat(), "sites": [site]})
+    for picture in (
+        timeline_table(bars(done), title="seven sites, every task done", now=T0),
+        federation_table(full),
+    ):
+        assert _painted(picture), picture  # drawn in colour
+        assert not _painted(picture) & RED, _painted(picture)
+    down = {**site, "health": "offline"}
+    offline = FederationView.model_validate({"taken_at": T0.isoformat(), "sites": [down]})
+    assert _painted(federation_table(offline)) & RED  # an offline site is said in red

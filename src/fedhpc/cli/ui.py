@@ -56,10 +56,10 @@ async def _serve(args: argparse.Namespace, sock: socket.socket, token: str) -> N
     port = sock.getsockname()[1]
     url = f"http://{HOST}:{port}/?token={token}"
     async with DaemonClient(settings) as client:
-        app = build_ui_app(client, token=token, port=port)
+        saved = url_file(settings.home)
+        app = build_ui_app(client, token=token, port=port, url_file=saved)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
-        saved = url_file(settings.home)
         try:
             saved.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -27,8 +27,11 @@ __all__ = [
     "GroupIdemKey",
     "GroupPolicy",
     "IdemKey",
+    "OptArgv",
+    "OptEnvelope",
     "OtherEnvelope",
     "Policy",
+    "Script",
     "TaskId",
     "Workdir",
 ]
@@ -41,8 +44,8 @@ _STRS = {"type": "array", "items": {"type": "string"}}
 ENVELOPE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
-        "{min: viable, max: useful}; gpus, cpus, memory per node; memory in MiB or '64G', "
-        "wall_time in s or '2h'"
+        "{min: viable, max: useful}; per node: gpus, cpus, memory (MiB or '64G'); "
+        "wall_time s or '2h'"
     ),
     "properties": {
         "gpus": _RANGE,
@@ -74,6 +77,9 @@ ADAPTATION_SCHEMA: dict[str, Any] = {
 }
 
 Envelope = Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
+# With a job script, the envelope and the command may come from it (ops/scripts.py).
+OptEnvelope = Annotated[ResourceEnvelope | None, WithJsonSchema(ENVELOPE_SCHEMA)]
+Script = Annotated[str | None, Field(description="#SBATCH/#PBS/#BSUB job script")]
 GroupEnvelope = Annotated[
     ResourceEnvelope,
     WithJsonSchema({"type": "object", "description": "shared by all children, as in submit_task"}),
@@ -90,6 +96,9 @@ GroupAdapt = Annotated[
 Argv = Annotated[
     list[str], Field(min_length=1, description="argv, each element verbatim (no shell)")
 ]
+OptArgv = Annotated[
+    list[str] | None, Field(min_length=1, description="argv, each element verbatim (no shell)")
+]
 # Ids are a prefix and hex digits; the pattern also keeps '/', '?' and control characters out
 # of the daemon's URL paths.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
@@ -105,12 +114,10 @@ GroupPolicy = Annotated[
     PolicyKind,
     WithJsonSchema({"enum": ["best-feasible", "shortest-queue"], "type": "string"}),
 ]
-Workdir = Annotated[
-    str | None, Field(description="relative to the task folder, or inside a storage root")
-]
+Workdir = Annotated[str | None, Field(description="in the task folder or a storage root")]
 Env = dict[str, str]
 # An empty key is refused, not read as "no key" (it would lose the retry window's protection).
 # The 200-character cap is left to the request models (a typed error names it): advertised in
 # three tools it cost ~75 bytes of the model-read budget for a limit no agent key comes near.
 GroupIdemKey = Annotated[str | None, Field(min_length=1, description="as in submit_task")]
-IdemKey = Annotated[str | None, Field(min_length=1, description="same key, same task, at any age")]
+IdemKey = Annotated[str | None, Field(min_length=1, description="same key, same task")]

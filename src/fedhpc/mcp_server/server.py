@@ -51,7 +51,9 @@ Data moves site to site with move_data (never through you); a task's stage_in wa
 # In answers these nested records stay plain objects: an envelope has the shape of
 # submit_task's `envelope` parameter, and the keys of a shape, a provenance or a transfer speak
 # for themselves. Typing them in full would cost ~3 KB of tools/list (see docs/mcp.md).
-OPAQUE_IN_ANSWERS = frozenset({"ResourceEnvelope", "Shape", "Provenance", "TransferProvenance"})
+OPAQUE_IN_ANSWERS = frozenset(
+    {"ResourceEnvelope", "Shape", "Provenance", "TransferProvenance", "ScriptReading"}
+)
 
 
 def build_tools() -> list[Tool]:

@@ -22,16 +22,17 @@ from fedhpc.mcp_server.calls import (
 from fedhpc.mcp_server.event_tools import ack_events, list_events
 from fedhpc.mcp_server.params import (
     Adapt,
-    Argv,
     Env,
-    Envelope,
     GroupAdapt,
     GroupEnvelope,
     GroupIdemKey,
     GroupPolicy,
     IdemKey,
+    OptArgv,
+    OptEnvelope,
     OtherEnvelope,
     Policy,
+    Script,
     TaskId,
     Workdir,
 )
@@ -39,7 +40,7 @@ from fedhpc.mcp_server.results import guarded
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
-from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
+from fedhpc.ops.task_views import GroupView, ResultManifest, SubmitAnswer, TaskHandle
 from fedhpc.ops.tasks import (
     PREVIEW_BYTES,
     AdaptationPolicy,
@@ -95,24 +96,26 @@ async def draft_envelope(
             max_length=MAX_CODE_CONTEXT_ITEMS,
         ),
     ] = [],  # noqa: B006
-    proposed: Annotated[
-        dict[str, Any] | None, Field(description="your own envelope to check")
-    ] = None,
+    proposed: Annotated[dict[str, Any] | None, Field(description="your envelope to check")] = None,
     source: Annotated[
         Literal["user", "assistant"] | None, Field(description="who wrote `proposed`")
     ] = None,
     rationale: Annotated[str, Field(description="why these bounds", max_length=4000)] = "",
-    confidence: Annotated[float | None, Field(description="0..1", ge=0, le=1)] = None,
+    confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
+    script: str | None = None,
 ) -> EnvelopeDraft:
     """Plan: draft min-viable/max-useful bounds from a description and code, or check
-    yours; pass its `envelope` to submit_task."""
-    req = DraftRequest(
-        description=description,
-        code_context=tuple(code_context),
-        proposed=proposed,
-        source=DraftSource(source) if source else None,
-        rationale=rationale,
-        confidence=confidence,
+    yours or a job `script`'s; pass its `envelope` to submit_task."""
+    req = DraftRequest.model_validate(
+        {
+            "description": description,
+            "code_context": tuple(code_context),
+            "proposed": proposed,
+            "source": DraftSource(source) if source else None,
+            "rationale": rationale,
+            "confidence": confidence,
+            "script": script,
+        }
     )
     return await daemon_link(ctx).call(lambda c: c.draft_envelope(req))
 
@@ -121,33 +124,29 @@ async def draft_envelope(
 async def submit_task(
     ctx: Ctx,
     *,
-    command: Argv,
-    envelope: Envelope,
+    command: OptArgv = None,
+    envelope: OptEnvelope = None,
+    script: Script = None,
     name: str | None = None,
     policy: Policy = None,
-    fixed_site: Annotated[
-        str | None, Field(description="run only here (policy fixed-site)")
-    ] = None,
-    fallback: Annotated[
-        bool, Field(description="fixed_site may fall back; decision says so")
-    ] = False,
+    fixed_site: Annotated[str | None, Field(description="run only here")] = None,
+    fallback: Annotated[bool, Field(description="fixed_site may fall back")] = False,
     workdir: Workdir = None,
     env: Env = {},  # noqa: B006
     container_image: str | None = None,
-    outputs: Annotated[
-        list[str], Field(description="files it writes: relative, or in a root")
-    ] = [],  # noqa: B006
-    task_budget: Annotated[float | None, Field(description="credits for this task")] = None,
+    outputs: Annotated[list[str], Field(description="files it writes")] = [],  # noqa: B006
+    task_budget: Annotated[float | None, Field(description="credits")] = None,
     adaptation: Adapt = None,
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
-) -> TaskHandle:
+) -> SubmitAnswer:
     """Act: place one job within `envelope` on the best feasible site. Then follow `next`."""
     wake, unbound = await continuation_for(ctx, "submit_task")
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,
             "envelope": envelope,
+            "script": script,
             "name": name,
             "policy": policy,
             "fixed_site": fixed_site,
@@ -164,7 +163,8 @@ async def submit_task(
         }
     )
     handle = await daemon_link(ctx).call(lambda c: c.submit_task(req))
-    return with_unbound_note(handle, unbound, handle.task_id)
+    noted = with_unbound_note(handle, unbound, handle.task_id)
+    return SubmitAnswer(**dict(noted), script=req.script_reading)
 
 
 @guarded("Read resource fedhpc://groups/{group_id} for the whole group.")

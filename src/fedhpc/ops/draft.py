@@ -9,11 +9,19 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from fedhpc.domain.envelope import DraftInfo, DraftSource, ResourceEnvelope
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import ValidationFailed
+from fedhpc.ops.scripts import MAX_SCRIPT_CHARS, ScriptReading, check_script, with_script_draft
 from fedhpc.placement.draft import (
     MAX_CODE_CONTEXT_CHARS,
     MAX_CODE_CONTEXT_ITEMS,
@@ -53,6 +61,20 @@ class DraftRequest(BaseModel):
     )
     rationale: str = Field(default="", max_length=4000)
     confidence: float | None = Field(default=None, ge=0, le=1)
+    script: Annotated[str, AfterValidator(check_script)] | None = Field(
+        default=None,
+        max_length=MAX_SCRIPT_CHARS,
+        description="a #SBATCH, #PBS or #BSUB job script: its header is read as `proposed` "
+        "(the fields `proposed` sets win), written by the user",
+    )
+    script_reading: ScriptReading | None = Field(
+        default=None, description="set by fedhpc from `script`: what its header gave"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _script(cls, data: object) -> object:
+        return with_script_draft(data)
 
     @model_validator(mode="after")
     def _total(self) -> Self:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.job import JobState, Shape
 from fedhpc.ops.data import TransferProvenance
+from fedhpc.ops.scripts import ScriptReading
 
 __all__ = [
     "GROUP_PAGE",
@@ -20,6 +21,7 @@ __all__ = [
     "OutputRef",
     "Provenance",
     "ResultManifest",
+    "SubmitAnswer",
     "TaskHandle",
     "TaskSummary",
 ]
@@ -47,6 +49,12 @@ class TaskHandle(_Out):
         default=None, description="set when this call matched an earlier submission"
     )
     next: str = Field(default="", description="what to do now (empty on a group's children)")
+
+
+class SubmitAnswer(TaskHandle):
+    """submit_task's answer: the handle, and what a job script's header gave (if one came)."""
+
+    script: ScriptReading | None = None
 
 
 class AttemptView(_Out):

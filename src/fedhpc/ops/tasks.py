@@ -20,6 +20,7 @@ from fedhpc.domain.job import EnvName, EnvValue, SafePath
 from fedhpc.domain.units import MAX_CREDITS, MAX_GROUP_CHILDREN, MAX_SECONDS
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import StageOut
+from fedhpc.ops.scripts import MAX_SCRIPT_CHARS, ScriptReading, check_script, with_script
 from fedhpc.ops.sitecheck import SiteName
 from fedhpc.ops.workdir import check_output, check_workdir
 from fedhpc.placement.policy import PolicyKind
@@ -82,9 +83,22 @@ class SubmitTaskRequest(_In):
     """One job: what to run, within which bounds, and how much autonomy fedhpc has."""
 
     command: tuple[str, ...] = Field(
-        min_length=1, max_length=1024, description="argv; every element is passed verbatim"
+        min_length=1,
+        max_length=1024,
+        description="argv; every element is passed verbatim (default with `script`: its body)",
     )
-    envelope: ResourceEnvelope = Field(description="min/max resources and constraints")
+    envelope: ResourceEnvelope = Field(
+        description="min/max resources and constraints (with `script`: over its header's)"
+    )
+    script: Annotated[str, AfterValidator(check_script)] | None = Field(
+        default=None,
+        max_length=MAX_SCRIPT_CHARS,
+        description="a #SBATCH, #PBS or #BSUB job script: its header gives the envelope's "
+        "fields the request does not set; its body runs unchanged unless `command` is given",
+    )
+    script_reading: ScriptReading | None = Field(
+        default=None, description="set by fedhpc from `script`: what its header gave"
+    )
     name: str | None = Field(
         default=None,
         max_length=64,
@@ -144,6 +158,12 @@ class SubmitTaskRequest(_In):
     caller: str | None = Field(
         default=None, max_length=200, description="who asks (an agent session): scopes the window"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _script(cls, data: object) -> object:
+        """A job script fills in the envelope fields and the command the request leaves out."""
+        return with_script(data)
 
     @model_validator(mode="before")
     @classmethod

@@ -3,15 +3,18 @@ through the daemon's REST API (bounded: at most MAX_CHILDREN children of a group
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.task_views import GroupView, ResultManifest
 from fedhpc.ops.tasks import ResultRequest
 
-__all__ = ["MAX_CHILDREN", "group_manifests", "manifest"]
+__all__ = ["MAX_CHILDREN", "MAX_GROUPS", "group_manifests", "group_summaries", "manifest"]
 
 MAX_CHILDREN = 64  # a group's timeline shows at most this many children (the rest are counted)
+MAX_GROUPS = 20  # the dashboard's group list: the newest groups, at most this many
 
 
 async def manifest(client: DaemonClient, task_id: str) -> ResultManifest:
@@ -34,3 +37,10 @@ async def group_manifests(
         for child in shown:
             tg.start_soon(one, child.task_id)
     return group, [found[c.task_id] for c in shown], group.size - len(shown)
+
+
+async def group_summaries(client: DaemonClient, *, limit: int = MAX_GROUPS) -> list[dict[str, Any]]:
+    """The newest groups, newest first, each with the daemon's own counts over all its children
+    (`GET /v1/groups`: counted in SQL, no child read)."""
+    fields = {"group_id", "objective", "state", "round", "size", "counts"}
+    return [g.model_dump(mode="json", include=fields) for g in await client.groups(limit)]

@@ -27,7 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import HTTP_STATUS, typed_error
-from fedhpc.ui.data import group_manifests, manifest
+from fedhpc.ops.tasks import ResultRequest
+from fedhpc.ui.data import group_manifests, group_summaries, manifest
 from fedhpc.ui.estimators import with_auto
 from fedhpc.ui.timeline import bar_json, bars
 
@@ -37,6 +38,7 @@ log = structlog.get_logger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 EVENTS_TAIL = 200
+OUTPUT_TAIL = 4096  # bytes of a task's output the page shows, when asked
 
 # The page's own files and the vendored libraries: nothing else is served.
 _FILES = {
@@ -62,32 +64,51 @@ _HEADERS = {
 
 class Gate:
     """ASGI middleware: a request for another host, or a read of /api/ without the token in the
-    `X-Fedhpc-Token` header, is refused (403). The page and its static files are public."""
+    `X-Fedhpc-Token` header, is refused (403, a typed `{code, message, hint}`: `no_token`,
+    `wrong_token` or `forbidden_host`). The page and its static files are public. `url_file`
+    is where this run left its URL: the hint names it."""
 
-    def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str, port: int, url_file: Path | None = None
+    ) -> None:
         self.app, self.token, self.port = app, token, port
         self.hosts = {f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")}
+        also = f" (also in {url_file})" if url_file is not None else ""
+        self.hint = f"open the URL this run of `fedhpc ui` printed{also}"
 
-    def allowed(self, request: Request) -> bool:
+    def refusal(self, request: Request) -> dict[str, str] | None:
+        """Why this request is refused, or None when it may go on."""
         if request.headers.get("host", "") not in self.hosts:
-            return False
+            return {
+                "code": "forbidden_host",
+                "message": "this dashboard answers only for 127.0.0.1, localhost or [::1]",
+                "hint": self.hint,
+            }
         path = request.url.path
         if path == "/" or path.startswith("/static/"):
-            return True  # no data: the page, its script, styles and libraries
+            return None  # no data: the page, its script, styles and libraries
         given = request.headers.get("x-fedhpc-token") or ""
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            return None
+        if not given:
+            return {
+                "code": "no_token",
+                "message": "this dashboard needs its token",
+                "hint": self.hint,
+            }
+        return {
+            "code": "wrong_token",
+            "message": "this dashboard does not take that token (another run's `fedhpc ui`?)",
+            "hint": self.hint,
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self.allowed(Request(scope)):
-            refuse = PlainTextResponse(
-                "fedhpc ui: this dashboard needs its token: open the URL `fedhpc ui` printed\n",
-                status_code=403,
-                headers=_HEADERS,
-            )
-            await refuse(scope, receive, send)
+        refused = self.refusal(Request(scope))
+        if refused is not None:
+            await JSONResponse(refused, status_code=403, headers=_HEADERS)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -112,7 +133,9 @@ def delivery_status(d: dict[str, Any]) -> str:
 Api = Callable[[Request, DaemonClient], Awaitable[Any]]
 
 
-def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
+def build_ui_app(
+    client: DaemonClient, *, token: str, port: int, url_file: Path | None = None
+) -> ASGIApp:
     """The dashboard: pages, static files, and /api/ (reads of the daemon through `client`)."""
 
     def api(fn: Api) -> Callable[[Request], Awaitable[Response]]:
@@ -156,11 +179,25 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
     async def tasks(request: Request, c: DaemonClient) -> Any:
         q = _Page.model_validate(dict(request.query_params))
         rows = await c.tasks(state=q.state, limit=q.limit)
-        return {"tasks": [t.model_dump(mode="json") for t in rows]}
+        return {"tasks": [t.model_dump(mode="json") for t in rows], "limit": q.limit}
+
+    async def groups(request: Request, c: DaemonClient) -> Any:
+        return {"groups": await group_summaries(c)}
 
     async def task_timeline(request: Request, c: DaemonClient) -> Any:
         m = await manifest(c, request.path_params["task_id"])
         return {"task": m.model_dump(mode="json"), "bars": [bar_json(b) for b in bars([m])]}
+
+    async def task_output(request: Request, c: DaemonClient) -> Any:
+        # The tail of stdout (and of stderr on failure), read from the site: only when the
+        # person asks for it, never by the 3-second poll.
+        req = ResultRequest(
+            task_id=request.path_params["task_id"], preview="stdout", max_bytes=OUTPUT_TAIL
+        )
+        m = await c.get_result(req)
+        return m.model_dump(
+            mode="json", include={"task_id", "preview", "truncated", "stderr", "unreadable"}
+        )
 
     async def group_timeline(request: Request, c: DaemonClient) -> Any:
         group, found, omitted = await group_manifests(c, request.path_params["group_id"])
@@ -194,10 +231,12 @@ def build_ui_app(client: DaemonClient, *, token: str, port: int) -> ASGIApp:
         Route("/api/federation", api(federation)),
         Route("/api/history", api(history)),
         Route("/api/tasks", api(tasks)),
+        Route("/api/groups", api(groups)),
         Route("/api/tasks/{task_id}/timeline", api(task_timeline)),
+        Route("/api/tasks/{task_id}/output", api(task_output)),
         Route("/api/groups/{group_id}/timeline", api(group_timeline)),
         Route("/api/events", api(events)),
         Route("/api/deliveries", api(deliveries)),
         Route("/api/estimators", api(estimators)),
     ]
-    return Gate(Starlette(routes=routes), token=token, port=port)
+    return Gate(Starlette(routes=routes), token=token, port=port, url_file=url_file)

@@ -22,7 +22,9 @@ from fedhpc.ui.timeline import Bar, span, why
 
 __all__ = ["axis_width", "console", "federation_table", "steps", "timeline_table", "waiting"]
 
-SITE_STYLES = ("blue", "dark_orange", "green", "magenta", "red", "cyan", "yellow")
+# A site's colour never says a state: no red (failed, offline), yellow (running, busy) or
+# green (completed, free GPUs) among them.
+SITE_STYLES = ("blue", "magenta", "cyan", "bright_blue", "bright_magenta", "bright_cyan", "white")
 STATE_STYLES = {
     "completed": "green",
     "failed": "red",
@@ -63,7 +65,7 @@ def _axis(b: Bar, t0: datetime, t1: datetime, width: int, now: datetime) -> Text
         text.append("█" * max(0, z + 1 - r), style=STATE_STYLES.get(b.state.value, ""))
     if b.superseded and len(text) > a:
         text.right_crop(1)
-        text.append("✕", style="bold red")
+        text.append("✕", style="bold")  # moved, not failed: no red
     text.append(" " * max(0, width - len(text)))
     return text
 
@@ -126,8 +128,11 @@ def federation_table(view: FederationView) -> Table:
         first = s.site != previous
         previous = s.site
         p = next((x for x in s.partitions if x.name == cells[1]), None)
+        # Every GPU taken is busy, not broken: yellow; red is kept for an offline site.
         tone = (
-            "dim" if p is None else ("green" if p.free_gpus else ("red" if p.total_gpus else "dim"))
+            "dim"
+            if p is None
+            else ("green" if p.free_gpus else ("yellow" if p.total_gpus else "dim"))
         )
         health = Text(cells[-1], style=HEALTH_STYLES.get(s.health.value, ""))
         table.add_row(

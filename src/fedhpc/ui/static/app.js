@@ -4,10 +4,13 @@
 
 const POLL_MS = 3000;
 const HISTORY_MS = 15000;
-const SITE_COLORS = ["#2f6fde", "#d94f04", "#2a9d4b", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"];
+
+// No red among the sites' colours: red means failure on this page (failed bars, offline sites).
+const SITE_COLORS = ["#2f6fde", "#b7791f", "#8e44ad", "#16a085", "#7f8c8d", "#1d4ed8", "#2a9d4b"];
 
 const state = { page: null, timers: [], chart: null, timeline: null, selected: null,
-                eventSeq: null, events: [], siteColor: {} };
+                eventSeq: null, events: [], siteColor: {}, failures: new Map(),
+                tz: localStorage.getItem("fedhpc_tz") === "local" ? "local" : "utc" };
 
 function $(sel) { return document.querySelector(sel); }
 
@@ -49,14 +52,14 @@ async function api(path) {
     err.code = "ui_stopped";
     throw err;
   }
-  if (resp.status === 403) {
-    const err = new Error("this dashboard needs its token");
-    err.hint = "open the URL `fedhpc ui` printed (also in <home>/ui.url)";
-    err.code = "no_token";
-    throw err;
-  }
   let body = null;
   try { body = await resp.json(); } catch (e) { body = { message: `HTTP ${resp.status}` }; }
+  if (resp.status === 403) {  // the gate's own answer: no token, or another run's
+    const err = new Error(body.message || "this dashboard needs its token");
+    err.hint = body.hint || "open the URL `fedhpc ui` printed";
+    err.code = body.code || "no_token";
+    throw err;
+  }
   if (!resp.ok) {  // the typed error {code, message, hint}, as the daemon answered it
     const err = new Error(body.message || `HTTP ${resp.status}`);
     err.hint = body.hint || "";
@@ -82,6 +85,7 @@ function banner(err) {
 
 function statusOf(err) {
   if (err.code === "no_token") return "token missing";
+  if (err.code === "wrong_token") return "wrong token";
   if (err.code === "ui_stopped") return "dashboard stopped";
   if (daemonDown(err)) return "daemon unreachable";
   return `error: ${err.code}`;
@@ -89,10 +93,60 @@ function statusOf(err) {
 
 function setStatus(text) { $("#status").textContent = text; }
 
-function when(iso) {
+// One time zone everywhere, named with every time: UTC by default, the browser's own when
+// the person picks "local" (kept in localStorage: a preference, not data).
+function pad(n) { return String(n).padStart(2, "0"); }
+
+function offsetName(d) {  // the browser's zone at d, as "UTC-05:00"
+  const m = -d.getTimezoneOffset();
+  return `UTC${m < 0 ? "-" : "+"}${pad(Math.floor(Math.abs(m) / 60))}:${pad(Math.abs(m) % 60)}`;
+}
+
+function fields(d) {
+  return state.tz === "utc"
+    ? [d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()]
+    : [d.getFullYear(), d.getMonth() + 1, d.getDate(), d.getHours(), d.getMinutes(), d.getSeconds()];
+}
+
+function zoneOf(d) { return state.tz === "utc" ? "UTC" : offsetName(d); }
+
+function when(iso) {  // "2026-12-01 12:03:04 UTC"
   if (!iso) return "-";
   const d = new Date(iso);
-  return d.toISOString().replace("T", " ").slice(0, 19);
+  const [y, mo, da, h, mi, se] = fields(d);
+  return `${y}-${pad(mo)}-${pad(da)} ${pad(h)}:${pad(mi)}:${pad(se)} ${zoneOf(d)}`;
+}
+
+function clock(d) {  // "12:03:04 UTC"
+  const [, , , h, mi, se] = fields(d);
+  return `${pad(h)}:${pad(mi)}:${pad(se)} ${zoneOf(d)}`;
+}
+
+function duration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+// The Gantt's axis in the same zone, the zone named in its date labels.
+function axisOptions() {
+  const zone = state.tz === "utc" ? "[UTC]" : "[UTC]Z";
+  const moment = state.tz === "utc" ? (d) => vis.moment(d).utc() : (d) => vis.moment(d);
+  return { moment, format: { majorLabels: {
+    millisecond: `HH:mm:ss ${zone}`, second: `D MMMM HH:mm ${zone}`, minute: `ddd D MMMM ${zone}`,
+    hour: `ddd D MMMM ${zone}`, weekday: "MMMM YYYY", day: "MMMM YYYY", week: "MMMM YYYY",
+    month: "YYYY", year: "" } } };
+}
+
+function setZone(tz) {
+  state.tz = tz === "local" ? "local" : "utc";
+  localStorage.setItem("fedhpc_tz", state.tz);
+  document.body.dataset.tz = state.tz;
+  $("#tz").value = state.tz;
+  for (const z of document.querySelectorAll(".zone")) z.textContent = zoneOf(new Date());
+  if (state.timeline) state.timeline.setOptions(axisOptions());
+  for (const [fn] of PAGES[state.page] || []) tick(fn, state.page);  // redrawn at once
 }
 
 function age(seconds) {
@@ -141,7 +195,7 @@ async function refreshFederation() {
     }
     if (s.error) body.append(el("tr", {}, el("td", { colspan: 9, class: "wrap" }, `${s.site}: ${s.error}`)));
   }
-  $("#fed-taken").textContent = `taken ${when(view.taken_at)} UTC`;
+  $("#fed-taken").textContent = `taken ${when(view.taken_at)}`;
 }
 
 function median(values) {
@@ -162,8 +216,15 @@ async function refreshScatter() {
       return { x: gpu.reduce((n, p) => n + p.free_gpus, 0), y: gpu.reduce((n, p) => n + p.pending_jobs, 0) };
     });
     if (xy.length) newest[site] = xy[xy.length - 1];
+    // Probes that saw the same numbers are one point, its area growing with their count.
+    const seen = new Map();
+    for (const p of xy) {
+      const key = `${p.x},${p.y}`;
+      seen.set(key, { ...p, probes: ((seen.get(key) || {}).probes || 0) + 1 });
+    }
     const color = colorOf(site);
-    datasets.push({ label: site, data: xy, backgroundColor: color + "55", borderColor: color, pointRadius: 3 });
+    datasets.push({ label: site, data: [...seen.values()], backgroundColor: color + "55", borderColor: color,
+                    pointRadius: (c) => 3 + 2 * Math.sqrt(((c.raw || {}).probes || 1) - 1) });
     if (xy.length) {
       datasets.push({ label: `${site} median`, data: [{ x: median(xy.map((p) => p.x)), y: median(xy.map((p) => p.y)) }],
                       backgroundColor: color, borderColor: "#000", pointRadius: 9, pointStyle: "rectRot" });
@@ -175,7 +236,9 @@ async function refreshScatter() {
       options: { animation: false, maintainAspectRatio: false,
         scales: { x: { title: { display: true, text: "free GPUs" }, beginAtZero: true },
                   y: { title: { display: true, text: "pending jobs" }, beginAtZero: true } },
-        plugins: { legend: { position: "right", labels: { filter: (i) => !i.text.endsWith(" median") } } } },
+        plugins: { legend: { position: "bottom", labels: { filter: (i) => !i.text.endsWith(" median") } },
+                   tooltip: { callbacks: { label: (c) => `${c.dataset.label}: ${c.raw.x} free GPUs, ${c.raw.y} pending` +
+                     (c.raw.probes ? ` (${c.raw.probes} probe${c.raw.probes === 1 ? "" : "s"})` : " (median)") } } } },
     });
   } else {
     state.chart.data.datasets = datasets;
@@ -208,23 +271,26 @@ async function refreshEstimators() {
 
 // ---------------------------------------------------------------------------- tasks and groups
 async function refreshTaskLists() {
-  const { tasks } = await api("/api/tasks?limit=200");
-  const groups = new Map();
-  for (const t of tasks) {
-    if (!t.group_id) continue;
-    const g = groups.get(t.group_id) || { n: 0, states: {} };
-    g.n += 1; g.states[t.state] = (g.states[t.state] || 0) + 1;
-    groups.set(t.group_id, g);
-  }
+  // Groups with their counts as the daemon keeps them (every child, however many), and the
+  // newest tasks (a page: a big group's children are not all listed).
+  const only = $("#task-state").value;
+  const [{ groups }, { tasks: listed, limit }] = await Promise.all([
+    api("/api/groups"), api(`/api/tasks?limit=200${only ? `&state=${encodeURIComponent(only)}` : ""}`)]);
+  const find = $("#task-find").value.trim().toLowerCase();
+  const tasks = find ? listed.filter((t) => [t.task_id, t.name, t.site, t.group_id]
+    .some((v) => (v || "").toLowerCase().includes(find))) : listed;
   const gbody = $("#group-list tbody");
   gbody.replaceChildren();
-  for (const [gid, g] of groups) {
+  for (const g of groups) {
+    const gid = g.group_id;
     const sel = state.selected && state.selected.kind === "group" && state.selected.id === gid;
-    gbody.append(el("tr", { class: "clickable" + (sel ? " selected" : ""), dataset: { group: gid },
+    gbody.append(el("tr", { class: "clickable" + (sel ? " selected" : ""), dataset: { group: gid }, title: g.objective,
                             onclick: () => { location.hash = `#/tasks/group/${gid}`; } },
-      el("td", {}, gid), el("td", { class: "num" }, g.n),
-      el("td", {}, Object.entries(g.states).map(([k, v]) => `${k} ${v}`).join(", "))));
+      el("td", {}, gid), el("td", { class: "num size" }, g.size),
+      el("td", { class: "wrap counts" }, Object.entries(g.counts).map(([k, v]) => `${k} ${v}`).join(", "))));
   }
+  $("#task-count").textContent = (listed.length >= limit ? `the newest ${limit}` : `${listed.length}`) +
+    (only ? ` ${only}` : "") + (find ? `, ${tasks.length} matching “${find}”` : "");
   const tbody = $("#task-list tbody");
   tbody.replaceChildren();
   for (const t of tasks) {
@@ -238,38 +304,126 @@ async function refreshTaskLists() {
   // group or task is not listed any more (the daemon restarted on another store), the newest
   // is shown instead. A person's own choice stays, and says when it is not known.
   const sel = state.selected;
-  if (sel && !sel.chosen && !(sel.kind === "group" ? groups.has(sel.id) : tasks.some((t) => t.task_id === sel.id))) {
-    state.selected = null;
-  }
+  const known = (s) => (s.kind === "group" ? groups.some((g) => g.group_id === s.id) : listed.some((t) => t.task_id === s.id));
+  if (sel && !sel.chosen && !known(sel)) state.selected = null;
   if (!state.selected) {  // show the newest group (or task) by default
-    const first = groups.keys().next();
-    if (!first.done) state.selected = { kind: "group", id: first.value, chosen: false };
+    if (groups.length) state.selected = { kind: "group", id: groups[0].group_id, chosen: false };
     else if (tasks.length) state.selected = { kind: "task", id: tasks[0].task_id, chosen: false };
   }
 }
 
+// An attempt's time in the queue and its run, in seconds (null: not started / not ended).
+function phases(b, now) {
+  const t0 = Date.parse(b.submitted || b.started);
+  const t1 = b.ended ? Date.parse(b.ended) : now.getTime();
+  const ts = b.started ? Date.parse(b.started) : null;
+  return { waited: ((ts ?? t1) - t0) / 1000, ran: ts === null ? null : (t1 - ts) / 1000, t0, t1, ts };
+}
+
+function phaseText(b, now) {
+  const { waited, ran } = phases(b, now);
+  const queue = `waited ${duration(waited)} in the queue`;
+  if (ran === null) return b.ended ? `${queue}, never started` : `${queue} so far`;
+  return `${queue}, ran ${duration(ran)}` + (b.ended ? "" : " so far");
+}
+
 function barItem(b, now) {
-  const start = b.submitted || b.started;
-  const end = b.ended || now.toISOString();
+  // One bar per attempt: its queue wait drawn pale and dotted (the terminal's ·), then its
+  // run in its state's colour (█); --wait is the waiting share of the bar's length.
+  const { t0, t1, ts } = phases(b, now);
+  const wait = t1 > t0 ? Math.min(1, Math.max(0, ((ts ?? t1) - t0) / (t1 - t0))) : (ts === null ? 1 : 0);
   const marks = { "re-placed": "↪ re-placed ", replanned: "↪ replanned ", retry: "⟳ retry ", extension: "⧗ longer wall ", placed: "" };
   const content = el("span", {}, (b.superseded ? "✕ moved · " : "") + marks[b.cause] + b.label + ` · ${b.state}`);
   const title = [`${b.label} on ${b.site}/${b.partition} (job ${b.job_id || "-"}): ${b.state}`,
+                 phaseText(b, now),
                  `submitted ${when(b.submitted)}, started ${when(b.started)}, ended ${when(b.ended)}`,
                  b.why].join("\n");
   const cls = ["attempt", `state-${b.state}`, `cause-${b.cause}`];
   if (b.superseded) cls.push("superseded");
-  return { id: `${b.task_id}#${b.n}`, group: b.site, start, end, content, title: escapeHtml(title).replace(/\n/g, "<br>"),
-           className: cls.join(" "), bar: b };
+  if (ts === null) cls.push("never-started");
+  return { id: `${b.task_id}#${b.n}`, group: b.site, start: new Date(t0), end: new Date(Math.max(t1, t0 + 1)), content,
+           title: escapeHtml(title).replace(/\n/g, "<br>"), className: cls.join(" "),
+           style: `--wait: ${(wait * 100).toFixed(2)}%`, task: b.task_id, n: b.n, wait: wait.toFixed(4), bar: b };
 }
 
 function escapeHtml(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
+// A task's page: what `fedhpc task ID` prints (each attempt's wait, run and exit, the
+// placement's why, reasons, outputs by reference, what to do next); the output's tail is read
+// from the site only when asked.
+function taskDetail(t) {
+  $("#task-detail").hidden = !t;
+  if (!t) return;
+  const secs = (v) => (v === null || v === undefined ? "-" : duration(v));
+  $("#attempts tbody").replaceChildren(...t.attempts.map((a) => el("tr", { dataset: { n: a.n } },
+    el("td", { class: "num" }, a.n + (a.superseded ? " ✕" : "")), el("td", {}, a.site), el("td", {}, a.partition),
+    el("td", {}, a.job_id || "-"), el("td", {}, a.state), el("td", { class: "num waited" }, secs(a.wait_s)),
+    el("td", { class: "num ran" }, secs(a.runtime_s)), el("td", { class: "num" }, a.exit_code ?? "-"),
+    el("td", { class: "wrap" }, a.reason || ""))));
+  const facts = [];
+  if (t.created_at) facts.push(`submitted to fedhpc ${when(t.created_at)}`);
+  if (t.provenance) facts.push(`placement: ${t.provenance.decision} (${t.provenance.feasible} of ${t.provenance.candidates} feasible; envelope from ${t.provenance.envelope_source})`);
+  for (const r of t.reasons || []) facts.push(`reason: ${r}`);
+  if (t.waiting) facts.push(t.waiting);
+  if (t.unreadable) facts.push(`output unreadable now: ${t.unreadable}`);
+  if (t.next) facts.push(`next: ${t.next}`);
+  $("#task-facts").replaceChildren(...facts.map((f) => el("span", { class: "fact" }, f)));
+  $("#outputs tbody").replaceChildren(...(t.outputs || []).map((o) => el("tr", {},
+    el("td", {}, o.kind), el("td", {}, o.site || "-"), el("td", { class: "wrap" }, o.path), el("td", { class: "num" }, o.bytes ?? "-"))));
+  if ($("#output-tail").dataset.task !== t.task_id) {  // another task: its own tail, once asked
+    $("#output-tail").hidden = true;
+    $("#output-tail").textContent = "";
+  }
+  $("#read-output").onclick = () => readOutput(t.task_id);
+  const why = whyPending(t, new Date());
+  $("#why-pending").hidden = !why;
+  $("#why-pending").textContent = why || "";
+}
+
+// Why it is not running yet, and when it may start: fedhpc's own hold (`waiting`), or the
+// scheduler's pending reason for the live attempt, with the wait fedhpc predicted when it
+// placed it ("est. wait Ns" in the placement's decision) as a start time.
+function whyPending(t, now) {
+  if (t.state === "queued") return `Not at a scheduler yet: ${t.waiting || "fedhpc is placing it"}.`;
+  const a = [...t.attempts].reverse().find((x) => !x.superseded);
+  if (!a || a.started_at || !["submitted", "pending"].includes(a.state)) return null;
+  const since = a.submitted_at ? (now - Date.parse(a.submitted_at)) / 1000 : null;
+  const parts = [`Waiting in ${a.site}/${a.partition}'s queue` + (since === null ? "" : ` for ${duration(since)}`) +
+    (a.job_id ? ` (job ${a.job_id})` : "")];
+  parts.push(a.reason ? `the scheduler's reason: ${a.reason}` : "the scheduler gave no reason yet");
+  const est = /est\. wait (\d+)s/.exec((t.provenance || {}).decision || "");
+  if (est && a.submitted_at) {
+    const start = new Date(Date.parse(a.submitted_at) + 1000 * Number(est[1]));
+    const late = (now - start) / 1000;
+    parts.push(`fedhpc predicted a ${duration(Number(est[1]))} wait when it placed it: a start around ${when(start.toISOString())}` +
+      (late > 0 ? ` (${duration(late)} ago: later than predicted)` : ""));
+  }
+  return parts.join("; ") + ".";
+}
+
+async function readOutput(taskId) {
+  const out = $("#output-tail");
+  out.hidden = false;
+  out.dataset.task = taskId;
+  out.textContent = "reading…";
+  try {
+    const m = await api(`/api/tasks/${encodeURIComponent(taskId)}/output`);
+    const parts = [];
+    if (m.preview !== null) parts.push((m.truncated ? "[...]\n" : "") + m.preview);
+    if (m.stderr) parts.push(`stderr (tail):\n${m.stderr}`);
+    out.textContent = parts.join("\n\n") || (m.unreadable ? `unreadable now: ${m.unreadable}` : "(no output yet)");
+  } catch (err) {
+    out.textContent = `${err.message}` + (err.hint ? ` (${err.hint})` : "");
+  }
+}
+
 function clearTimeline(title, summary) {
   $("#tl-title").textContent = title;
   $("#tl-summary").textContent = summary;
   $("#attempt-detail").textContent = "";
+  taskDetail(null);
   if (state.timeline) state.timeline.setData({ groups: new vis.DataSet([]), items: new vis.DataSet([]) });
   state.itemCount = 0;
   $("#timeline").dataset.attempts = "0";
@@ -315,8 +469,9 @@ async function refreshTimeline() {
     const t = body.task;
     $("#tl-title").textContent = `Task ${t.task_id}` + (t.name ? ` (${t.name})` : "");
     $("#tl-summary").textContent = `${t.state}; ${body.bars.length} attempts` +
-      (t.provenance ? `; placement: ${t.provenance.decision}` : "");
+      (t.group_id ? `; group ${t.group_id}` : "");
   }
+  taskDetail(sel.kind === "task" ? body.task : null);
   state.itemCount = items.length;
   const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
   const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
@@ -325,18 +480,23 @@ async function refreshTimeline() {
   if (!state.timeline) {
     state.timeline = new vis.Timeline($("#timeline"), new vis.DataSet(itemsWithoutBar), new vis.DataSet(groups), {
       stack: true, orientation: "top", zoomKey: "ctrlKey", tooltip: { followMouse: true, overflowMethod: "cap" },
-      margin: { item: 6 }, showCurrentTime: true, ...(fit || {}),
+      margin: { item: 6 }, showCurrentTime: true, dataAttributes: ["task", "n", "wait"], ...axisOptions(), ...(fit || {}),
     });
     // Drawn: the count a reader (or a test) can rely on appears once the items are on screen.
     state.timeline.on("changed", () => { $("#timeline").dataset.attempts = String(state.itemCount); });
     state.timeline.on("select", (props) => {
-      const b = state.byId[props.items[0]];
-      $("#attempt-detail").textContent = b ? detail(b) : "";
+      state.picked = props.items[0];
+      const b = state.byId[state.picked];
+      $("#attempt-detail").textContent = b ? detail(b, new Date()) : "";
     });
   } else {
     state.timeline.setData({ groups: new vis.DataSet(groups), items: new vis.DataSet(itemsWithoutBar) });
   }
   state.byId = byId;
+  if (state.picked in byId) {  // the person's pick stays selected over the refresh, its detail fresh
+    state.timeline.setSelection([state.picked]);
+    $("#attempt-detail").textContent = detail(byId[state.picked], now);
+  }
   if (fit) {  // the whole span once per selection; then the person's zoom is kept
     state.timeline.setWindow(fit.start, fit.end, { animation: false });
     state.fitted = key;
@@ -345,16 +505,17 @@ async function refreshTimeline() {
 
 function span(items) {
   // Every attempt, with room on the right for the last bar's label.
-  const t0 = Math.min(...items.map((i) => Date.parse(i.start)));
-  const t1 = Math.max(...items.map((i) => Date.parse(i.end)));
+  const t0 = Math.min(...items.map((i) => i.start.getTime()));
+  const t1 = Math.max(...items.map((i) => i.end.getTime()));
   const pad = Math.max(5000, (t1 - t0) * 0.08);
   return { start: new Date(t0 - pad), end: new Date(t1 + 3 * pad) };
 }
 
-function detail(b) {
+function detail(b, now) {
   return [`${b.label}  (task ${b.task_id}, attempt ${b.n})`,
           `site ${b.site}, partition ${b.partition}, job ${b.job_id || "-"}, state ${b.state}` +
             (b.wall_s ? `, wall ${b.wall_s}s` : ""),
+          phaseText(b, now),
           `submitted ${when(b.submitted)}  started ${when(b.started)}  ended ${when(b.ended)}`,
           `why: ${b.why}`].join("\n");
 }
@@ -367,6 +528,15 @@ function eventDetail(e) {
     if (p[k] !== undefined) bits.push(`${k}: ${typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]}`);
   }
   return bits.join("; ");
+}
+
+// An event's subject is a task or a group: a link to its timeline (other subjects, e.g. a
+// site or a transfer, are plain text).
+function subjectLink(kind, subject) {
+  if (!subject) return "-";
+  const what = kind.startsWith("task.") ? "task" : kind.startsWith("group.") ? "group" : null;
+  if (!what) return subject;
+  return el("a", { href: `#/tasks/${what}/${encodeURIComponent(subject)}` }, subject);
 }
 
 async function readEvents() {
@@ -392,11 +562,11 @@ async function refreshEvents() {
   const body = $("#events tbody");
   body.replaceChildren(...state.events.map((e) => el("tr", { dataset: { kind: e.kind } },
     el("td", { class: "num" }, e.seq), el("td", {}, when(e.created_at)), el("td", {}, e.kind),
-    el("td", {}, e.subject), el("td", {}, (e.payload || {}).state || ""),
+    el("td", { class: "subject" }, subjectLink(e.kind, e.subject)), el("td", {}, (e.payload || {}).state || ""),
     el("td", { class: "wrap" }, eventDetail(e)))));
   const { deliveries } = await api("/api/deliveries");
   $("#deliveries tbody").replaceChildren(...deliveries.map((d) => el("tr", { dataset: { status: d.status, event: d.event || "" } },
-    el("td", {}, when(d.updated_at)), el("td", {}, d.event || "-"), el("td", {}, d.subject || "-"),
+    el("td", {}, when(d.updated_at)), el("td", {}, d.event || "-"), el("td", { class: "subject" }, subjectLink(d.event || "", d.subject)),
     el("td", {}, d.runtime), el("td", {}, d.session || "-"),
     el("td", {}, el("span", { class: `badge ${d.status}` }, d.status)), el("td", { class: "num" }, d.attempts),
     el("td", { class: "wrap" }, d.last_error || (d.status === "delivered" ? `resumed${d.resume ? " (" + d.resume + ")" : ""}` : "")))));
@@ -409,15 +579,21 @@ const PAGES = {
   events: [[refreshEvents, POLL_MS]],
 };
 
-async function tick(fn) {
+// Each poll's last failure, kept until that same poll succeeds: a poll that read nothing
+// (the timeline with nothing selected) never clears another's banner.
+async function tick(fn, page) {
+  let failed = null;
   try {
     await fn();
-    banner(null);
-    setStatus(`live · updated ${new Date().toLocaleTimeString()}`);
   } catch (err) {
-    banner(err);
-    setStatus(statusOf(err));
+    failed = err;
   }
+  if (page !== state.page) return;  // a read of the page left meanwhile
+  if (failed) state.failures.set(fn, failed);
+  else state.failures.delete(fn);
+  const [first] = state.failures.values();
+  banner(first || null);
+  setStatus(first ? statusOf(first) : `live · updated ${clock(new Date())}`);
 }
 
 async function route() {
@@ -429,14 +605,26 @@ async function route() {
   for (const t of state.timers) clearInterval(t);
   state.timers = [];
   state.page = page;
+  state.failures.clear();
+  const gen = state.routeGen = (state.routeGen || 0) + 1;
   for (const s of document.querySelectorAll(".page")) s.hidden = s.id !== `page-${page}`;
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
   for (const [fn, ms] of PAGES[page]) {
-    await tick(fn);
-    state.timers.push(setInterval(() => tick(fn), ms));
+    await tick(fn, page);
+    if (state.routeGen !== gen) return;  // routed again while reading: that route polls
+    state.timers.push(setInterval(() => tick(fn, page), ms));
   }
   document.body.dataset.ready = page;
 }
 
 window.addEventListener("hashchange", route);
-window.addEventListener("DOMContentLoaded", route);
+window.addEventListener("DOMContentLoaded", () => {
+  $("#tz").addEventListener("change", (e) => setZone(e.target.value));
+  for (const f of ["#task-state", "#task-find"]) {  // the task list follows its filters at once
+    $(f).addEventListener(f === "#task-find" ? "input" : "change", () => { if (state.page === "tasks") tick(refreshTaskLists, "tasks"); });
+  }
+  document.body.dataset.tz = state.tz;
+  $("#tz").value = state.tz;
+  for (const z of document.querySelectorAll(".zone")) z.textContent = zoneOf(new Date());
+  route();
+});
