@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.fake_models import FakeOpenAI
 from tests.integration.npm_tools import CLAUDE_CODE, CODEX, npm_tool
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -88,13 +89,52 @@ def test_check_starts_what_a_resume_starts_by_name_on_the_resume_path(
         assert report["ok"] is ok and rc == (0 if ok else 1), report
         if not ok:
             assert any(program in fix and "absolute path" in fix for fix in report["fix"])
-        (home / ".codex" / "config.toml").write_text(
-            'model_provider = "gw"\n[model_providers.gw]\nname = "gw"\n'
-            'base_url = "http://127.0.0.1:9/v1"\nwire_api = "responses"\n'
-            f'[mcp_servers.fedhpc]\ncommand = "{program}"\nargs = ["serve"]\n'
-        )
-        rc, body = _check(home, codex_cfg, "codex")
+        with FakeOpenAI() as model:  # the endpoint answers: only the server is judged here
+            (home / ".codex" / "config.toml").write_text(
+                'model_provider = "gw"\n[model_providers.gw]\nname = "gw"\n'
+                f'base_url = "{model.url}/v1"\nwire_api = "responses"\n'
+                f'[mcp_servers.fedhpc]\ncommand = "{program}"\nargs = ["serve"]\n'
+            )
+            rc, body = _check(home, codex_cfg, "codex")
         (report,) = body["runtimes"]
         assert report["ok"] is ok and rc == (0 if ok else 1), report
         if not ok:
             assert any(program in fix and "codex mcp add" in fix for fix in report["fix"])
+
+
+def test_check_names_a_codex_model_it_does_not_know_and_an_endpoint_it_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    """Codex prints "Model metadata for `<name>` not found" before every turn for a model
+    name it does not know (a note: gateways name their own models); an endpoint that does not
+    answer makes every resume fail (a fix). Nothing but the endpoint's model list is asked."""
+    codex = npm_tool(*CODEX)
+    home = tmp_path / "h"
+    (home / ".codex").mkdir(parents=True)
+    codex_cfg = f'[resume.codex]\nbinary = "{codex}"\n'
+
+    def config(model: str, url: str) -> None:
+        (home / ".codex" / "config.toml").write_text(
+            f'model = "{model}"\nmodel_provider = "gw"\n[model_providers.gw]\nname = "gw"\n'
+            f'base_url = "{url}/v1"\nwire_api = "responses"\n'
+            '[mcp_servers.fedhpc]\ncommand = "fedhpc"\nargs = ["serve"]\n'
+        )
+
+    with FakeOpenAI() as endpoint:
+        config("fake-model", endpoint.url)
+        rc, body = _check(home, codex_cfg, "codex")
+        (report,) = body["runtimes"]
+        assert rc == 0 and report["ok"] is True, report
+        assert "model fake-model" in report["detail"]
+        (note,) = report["notes"]
+        assert "does not know the model `fake-model`" in note and "Model metadata" in note
+        assert ("GET", "/v1/models") in endpoint.extra  # its list, never a model request
+        assert endpoint.exchanges == []
+        config("gpt-5.5", endpoint.url)  # a model in Codex's catalog
+        rc, body = _check(home, codex_cfg, "codex")
+        assert rc == 0 and body["runtimes"][0]["notes"] == []
+    config("gpt-5.5", "http://127.0.0.1:9")  # nothing listens there
+    rc, body = _check(home, codex_cfg, "codex")
+    (report,) = body["runtimes"]
+    assert rc == 1 and report["ok"] is False
+    assert any("cannot be reached" in f and "127.0.0.1:9" in f for f in report["fix"])

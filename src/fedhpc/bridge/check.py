@@ -1,7 +1,8 @@
 """`fedhpc deliveries check`: start each resume runtime the way the daemon would (its binary,
 the `[resume]` environment, no model request), and the very commands the resumed CLI would
 start under that environment (Codex's registered MCP server, asked for its tools; Claude's
-fedhpc hooks), and say what is missing, with the fix."""
+fedhpc hooks), and say what is missing, with the fix. For Codex also its model: a name it
+does not know (a note) and an endpoint that does not answer (`codex_model`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import IO, Any
 
+from fedhpc.bridge.codex_model import check_model
 from fedhpc.bridge.runtimes import binary, fedhpc_bin, mcp_config, resume_env
 from fedhpc.domain.config import ResumeRuntime
 from fedhpc.errors import FedError
@@ -216,7 +218,9 @@ def _claude(exe: str, env: dict[str, str], home: Path, tmp: Path) -> tuple[bool,
     return not fixes, f"{exe} ({out.stdout and 'auth ' + str(how)})", fixes
 
 
-def _codex(exe: str, env: dict[str, str], home: Path) -> tuple[bool, str, list[str]]:
+def _codex(
+    exe: str, env: dict[str, str], home: Path, notes: list[str]
+) -> tuple[bool, str, list[str]]:
     fixes: list[str] = []
     base = Path(CODEX_HOME.read(env) or Path(env.get("HOME", "~")).expanduser() / ".codex")
     try:
@@ -231,14 +235,16 @@ def _codex(exe: str, env: dict[str, str], home: Path) -> tuple[bool, str, list[s
         )
     elif "url" not in entry:
         fixes += _codex_server(entry, env, home)
-    provider = config.get("model_provider")
+    model = check_model(exe, env, config, str(base / "config.toml"))
     login = _run([exe, "login", "status"], env)
-    if login.returncode != 0 and provider in (None, "openai"):
+    if login.returncode != 0 and model.provider == "openai":
         fixes.append(
             "log in as this user (`codex login`) or set OPENAI_API_KEY in [resume.codex] env_file"
         )
+    fixes += model.fixes
+    notes += model.notes
     logged = "logged in" if login.returncode == 0 else "not logged in"
-    detail = f"{exe} (provider {provider or 'openai'}, {logged})"
+    detail = f"{exe} (provider {model.provider}, model {model.model or 'default'}, {logged})"
     return not fixes, detail, fixes
 
 
@@ -254,6 +260,7 @@ def check_runtimes(home: Path, only: tuple[str, ...] = ()) -> list[dict[str, Any
                 "ok": False,
                 "detail": exc.message,
                 "fix": [f"fix [resume] in {user_config_path()}"],
+                "notes": [],
             }
         ]
     with tempfile.TemporaryDirectory(prefix="fedhpc-check-") as tmp:
@@ -266,7 +273,8 @@ def check_runtimes(home: Path, only: tuple[str, ...] = ()) -> list[dict[str, Any
 
 def _report(runtime: Runtime, cfg: ResumeRuntime, home: Path, tmp: Path) -> dict[str, Any]:
     """One runtime's report. Its PATH starts with a `fedhpc` made in `tmp` as a launch makes
-    `<home>/bin/fedhpc`: nothing a running daemon uses is written."""
+    `<home>/bin/fedhpc`: nothing a running daemon uses is written. `notes` inform only."""
+    notes: list[str] = []
     try:
         env = resume_env(cfg, home, bin_dir=fedhpc_bin(home, tmp / "bin"))
         exe = binary(runtime, cfg, env)
@@ -277,7 +285,7 @@ def _report(runtime: Runtime, cfg: ResumeRuntime, home: Path, tmp: Path) -> dict
         elif runtime is Runtime.CLAUDE_CODE:
             ok, detail, fixes = _claude(exe, env, home, tmp)
         else:
-            ok, detail, fixes = _codex(exe, env, home)
+            ok, detail, fixes = _codex(exe, env, home, notes)
         if version.returncode == 0:
             detail = f"{version.stdout.strip()[:60]} at {detail}"
     except FedError as exc:
@@ -285,4 +293,4 @@ def _report(runtime: Runtime, cfg: ResumeRuntime, home: Path, tmp: Path) -> dict
     except (OSError, subprocess.TimeoutExpired) as exc:
         ok, detail = False, f"{type(exc).__name__}: {exc}"
         fixes = [f"set binary under [resume.{runtime.value}] in {user_config_path()}"]
-    return {"runtime": runtime.value, "ok": ok, "detail": detail, "fix": fixes}
+    return {"runtime": runtime.value, "ok": ok, "detail": detail, "fix": fixes, "notes": notes}

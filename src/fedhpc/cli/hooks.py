@@ -163,6 +163,8 @@ def _check_cmd(args: argparse.Namespace) -> int:
             print(f"{r['runtime']:<11} {'ok' if r['ok'] else 'PROBLEM'}  {r['detail']}")
             for fix in r["fix"]:
                 print(f"    fix: {fix}")
+            for note in r.get("notes", []):
+                print(f"    note: {note}")
     return 0 if all(r["ok"] for r in reports) else 1
 
 
