@@ -68,6 +68,8 @@ def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if "integration/" not in path:
         return nodeid
+    if Path(path).stem.startswith("test_pbs_"):
+        return "pbs"  # devpolaris (OpenPBS) only: one at a time, beside the Slurm tests
     return path if Path(path).stem in PARALLEL_SAFE else "slurm"
 
 

@@ -241,6 +241,8 @@ def test_state_table_follows_qstat_man_page(letter: str, expected: JobState | No
         ({"Exit_status": -29, "stime": "x"}, JobState.TIMEOUT),
         ({"Exit_status": 271, "comment": "walltime 70 exceeded limit 60"}, JobState.TIMEOUT),
         ({"Exit_status": 271, "substate": 91}, JobState.CANCELLED),
+        # OpenPBS 23.06 (devpolaris): a job qdel'd as it started ends with Exit_status 0.
+        ({"Exit_status": 0, "substate": 91}, JobState.CANCELLED),
         ({"Exit_status": 265}, JobState.CANCELLED),
         ({"Exit_status": 1}, JobState.FAILED),
         ({"Exit_status": -27}, JobState.FAILED),
@@ -301,7 +303,9 @@ def test_probe_sections_are_identifiers_with_the_balance_command(profile: SitePr
     cmds = PbsDialect().probe_sections(profile, "alice")
     assert set(cmds) == {"nodes", "queues", "jobs", "balance"}
     assert cmds["nodes"].argv == ("pbsnodes", "-a", "-F", "json")
-    assert cmds["jobs"].argv[-2:] == ("-u", "alice")
+    # qstat refuses -f with -u: qselect -u finds the user's ids (the name as its own argv).
+    assert cmds["jobs"].argv[0] == "sh" and cmds["jobs"].argv[-1] == "alice"
+    assert 'qselect -u "$1"' in cmds["jobs"].argv[2]
     assert cmds["balance"].argv == ("sbank", "balance")
     with pytest.raises(ValueError, match="user"):
         PbsDialect().probe_sections(profile, "-x")

@@ -8,8 +8,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fedhpc.profiles import load_profiles
 from fedhpc.settings import NO_PROGRESS
 from fedhpc_dev.devfed import DevfedError, manager
+from fedhpc_dev.devfed.pbs import pbs_status
 from fedhpc_dev.devfed.sshd import start_front
 from fedhpc_dev.devfed.status import format_status
 
@@ -35,12 +37,18 @@ def _up(args: argparse.Namespace) -> int:
         f"devfed up: {len(plan.clusters)} clusters, {nodes} nodes idle ({what}) in "
         f"{report.elapsed_s:.1f}s; folder {plan.root}"
     )
+    if report.pbs is not None:
+        word = "up" if report.pbs.up else "ABSENT"
+        print(f"devfed up: devpolaris (OpenPBS) {word}: {report.pbs.detail}")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    state = manager.status(manager.default_plan())
+    plan = manager.default_plan()
+    state = manager.status(plan)
     sys.stdout.write(format_status(state))
+    pbs = pbs_status(plan.root, plan.hostname, load_profiles().values())
+    print(f"devpolaris: OpenPBS {'up' if pbs.up else 'DOWN'} ({pbs.detail})")
     return 0 if state.healthy else 1
 
 

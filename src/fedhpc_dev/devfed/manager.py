@@ -21,6 +21,7 @@ from fedhpc.profiles.loader import devfed_root
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
 from fedhpc_dev.devfed.daemons import start_daemon, start_mariadb, start_munge, start_slurmdbd
+from fedhpc_dev.devfed.pbs import PbsOutcome, pbs_down, pbs_up
 from fedhpc_dev.devfed.plan import ACCOUNTS, ClusterPlan, FederationPlan, plan_federation
 from fedhpc_dev.devfed.procs import (
     alive_pid,
@@ -45,6 +46,7 @@ class UpReport:
     started: list[str] = field(default_factory=list)
     registered: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    pbs: PbsOutcome | None = None  # devpolaris (OpenPBS): up, or why it is absent
 
 
 def default_plan() -> FederationPlan:
@@ -138,6 +140,7 @@ UP_STEPS = (
     "accounts",
     "controllers and nodes",
     "every node idle",
+    "OpenPBS devpolaris",
 )
 
 
@@ -190,6 +193,10 @@ def up(
     step(UP_STEPS[6])
     left = max(10.0, timeout_s - (time.monotonic() - t0))
     wait_for(lambda: _nodes_ready(plan, resumed), "every node to be idle", left, step_s=0.5)
+    phase("slurm")
+    step(UP_STEPS[7])
+    # After Slurm, and never raising: a PBS failure leaves the four clusters up and says why.
+    report.pbs = pbs_up(plan.root, plan.hostname, load_profiles().values())
     report.elapsed_s = time.monotonic() - t0
     log.info("devfed.up", started=len(report.started), elapsed_s=round(report.elapsed_s, 1))
     return report
@@ -238,6 +245,7 @@ def down(plan: FederationPlan, *, purge: bool = False) -> list[int]:
         raise DevfedError(f"{plan.root} was not made by `fedhpc devfed up`; not touching it")
     stopped: list[int] = []
     try:
+        pbs_down(plan.root, plan.hostname, load_profiles().values())
         _cancel_jobs(plan)
         # Order: nodes, controllers (they flush accounting to slurmdbd), slurmdbd, its db, munge.
         groups = [[p for c in plan.clusters for p in _cluster_pids(c)]]

@@ -32,6 +32,11 @@ __all__ = ["PbsDialect"]
 _JOB_ID = re.compile(r"^\d+(?:\[\d*\])?(?:\.[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 # Full status with history (-x) and every subjob of an array (-t): qstat(1B).
 _QSTAT_JOBS = ("qstat", "-f", "-F", "json", "-x", "-t")
+# The probe's jobs of one user ($1): ids from the scheduler, split on purpose; none: '{}'.
+_USER_JOBS = (
+    'ids=$(qselect -u "$1") || exit; [ -n "$ids" ] || { echo "{}"; exit 0; }; '
+    "exec qstat -f -F json -x $ids"
+)
 
 
 class PbsDialect:
@@ -136,7 +141,9 @@ class PbsDialect:
             # Jobs before nodes: a job qstat saw running is then allocated (or freed) there.
             "queues": Command(("qstat", "-Q", "-f", "-F", "json")),
             # The user's own jobs only: global counts come from each queue's state_count.
-            "jobs": Command(("qstat", "-f", "-F", "json", "-u", check_user(user))),
+            # `qstat -f -u` is refused ("conflicting options", OpenPBS 23.06): qselect finds
+            # the ids, -x keeps one that ends in between from failing the whole call.
+            "jobs": Command(("sh", "-c", _USER_JOBS, "fedhpc", check_user(user))),
             "nodes": Command(("pbsnodes", "-a", "-F", "json")),
         }
         return with_balance(sections, profile)

@@ -69,10 +69,11 @@ def finished_state(job: dict[str, Any]) -> JobState:
         status is not None and status > _SIGNALLED and "walltime" in comment
     ):
         return JobState.TIMEOUT
+    if as_int(job.get("substate")) == _SUBSTATE_TERMINATED:
+        # Before Exit_status 0: OpenPBS 23.06 reports 0 for a job qdel'd just as it started.
+        return JobState.CANCELLED
     if status == 0:
         return JobState.COMPLETED
-    if as_int(job.get("substate")) == _SUBSTATE_TERMINATED:
-        return JobState.CANCELLED
     if status is None:
         # Never reported an exit status: deleted before it ran.
         return JobState.CANCELLED if "stime" not in job else JobState.FAILED
@@ -243,10 +244,14 @@ def queue_selectors(queue: dict[str, Any]) -> dict[str, str]:
 
 def in_queue(node: dict[str, Any], queue: str, selectors: dict[str, str]) -> bool:
     """A vnode serves a queue if its `queue` attribute names it, its resources match the
-    queue's default_chunk selectors, or (untagged) it serves every queue."""
+    queue's default_chunk selectors, or (untagged) it serves every queue. A vnode that offers
+    no CPUs serves none: the natural vnode of a multi-vnode host (HPE/Cray, or OpenPBS's
+    `pbs_mom -s insert` vnodes as on devpolaris) has ncpus 0 and runs no job."""
+    avail = node.get("resources_available", {}) or {}
+    if "ncpus" in avail and as_int(avail.get("ncpus")) == 0:
+        return False
     if node.get("queue"):
         return bool(node["queue"] == queue)
-    avail = node.get("resources_available", {}) or {}
     if selectors:
         return all(v in str(avail.get(k, "")).split(",") for k, v in selectors.items())
     if "Qlist" in avail:
