@@ -56,6 +56,7 @@ PARALLEL_SAFE = frozenset(
         "test_offline_wait",
         "test_site_lost",
         "test_skills_listing",
+        "test_store_engines",
         "test_transport_ssh",
         "test_ui_failures",
     }

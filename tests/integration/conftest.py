@@ -1,6 +1,6 @@
 """The `devfed` fixture: the running local Slurm federation, or a failure saying how to start it;
 `devfed_ssh`: the same clusters behind a real sshd (one Host alias per cluster); `sshd`: a bare
-sshd on loopback for transport tests."""
+sshd on loopback for transport tests; `pg_server`: a private PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import pytest
 
 from fedhpc.profiles import load_profiles
 from fedhpc.profiles.loader import devfed_root
-from fedhpc.settings import DEVFED_TEST_LOCK
+from fedhpc.settings import DEVFED_TEST_LOCK, REQUIRE_REAL
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.plan import plan_federation
 from fedhpc_dev.devfed.sshd import SshFront, start_front
+from fedhpc_dev.postgres import PgServer, PostgresUnavailable
+from fedhpc_dev.postgres import start as start_postgres
 
 HINT = "start it with `sudo fedhpc devfed up` (check with `fedhpc devfed status`)"
 
@@ -138,3 +140,20 @@ def over_ssh(devfed_ssh: SshFront, monkeypatch: pytest.MonkeyPatch) -> SshFront:
     for key, value in devfed_ssh.env().items():
         monkeypatch.setenv(key, value)
     return devfed_ssh
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A private PostgreSQL server (its own folder, a free loopback port; as root, run by the
+    `postgres` user); each test makes its own database (`create_database`). Without
+    PostgreSQL: a failure under FEDHPC_REQUIRE_REAL=1 (./dev test installs it), else a skip."""
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        if REQUIRE_REAL.read():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

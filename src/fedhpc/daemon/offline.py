@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 from fedhpc.ops.inspect import FederationView, InspectRequest, inspect_federation
 from fedhpc.profiles import load_federation
 from fedhpc.settings.daemon import DaemonSettings
-from fedhpc.store import Store
+from fedhpc.store import open_store
 
 __all__ = ["stored_federation"]
 
 
 async def stored_federation(settings: DaemonSettings, req: InspectRequest) -> FederationView:
     """The view from the newest stored probes of each enabled site; nothing is probed."""
-    store = await Store.open_readonly(settings.db_path)
+    store = await open_store(settings.db_path, readonly=True)
     try:
         states = await store.latest_site_states()
     finally:

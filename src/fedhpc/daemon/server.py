@@ -29,7 +29,7 @@ from fedhpc.orchestrator import Orchestrator
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
 from fedhpc.settings.daemon import DaemonSettings
-from fedhpc.store import Store
+from fedhpc.store import Store, open_store
 from fedhpc.store.archive import archive_events
 from fedhpc.transfer.service import TransferService
 
@@ -93,7 +93,7 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
 
 async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
     with _single_instance(settings):
-        store = await Store.open(settings.db_path)
+        store = await open_store(settings.db_path)
         sites = load_federation()
         adapters = {
             name: open_adapter(site, command_timeout_s=settings.command_timeout_s)

@@ -100,6 +100,13 @@ HOME = _every(
     "profiles, Globus tokens (unset: `$XDG_STATE_HOME/fedhpc`, i.e. `~/.local/state/fedhpc`)",
 )
 CONFIG = _loader("CONFIG", "path", None, "the user config (unset: `$FEDHPC_HOME/config.toml`)")
+STORE_URL = _reader("daemon, `fedhpc store`")(
+    "STORE_URL",
+    "url",
+    None,
+    "the store: unset, SQLite at `$FEDHPC_HOME/fedhpc.db`; `postgresql://USER@HOST:PORT/DB`, "
+    "that PostgreSQL database (docs/store.md; a password belongs in `~/.pgpass`)",
+)
 LOG_LEVEL = _every(
     "LOG_LEVEL", "level", "WARNING", "structlog level on stderr (an unknown name means WARNING)"
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio
 
+from fedhpc.store import sql_pg
 from fedhpc.store.db import Store
 from fedhpc.store.tx import iso
 
@@ -75,7 +76,11 @@ async def archive_events(
     after = 0
     while True:
         async with store.transaction() as tx:
-            rows = await tx.fetch(_ELIGIBLE, (cutoff, BRIDGE, after, BATCH))
+            if tx.dialect == "postgresql":
+                args: tuple[object, ...] = (cutoff, BRIDGE, cutoff, after, BATCH)
+                rows = await tx.fetch(sql_pg.ARCHIVE_ELIGIBLE, args)
+            else:
+                rows = await tx.fetch(_ELIGIBLE, (cutoff, BRIDGE, after, BATCH))
             if not rows:
                 break
             after = int(rows[-1]["seq"])

@@ -1,4 +1,5 @@
-"""The daemon's SQLite store (WAL, migrations) and its transactions; one writer: the daemon."""
+"""The daemon's store and its transactions: SQLite (WAL, migrations; one writer: the daemon) or,
+with a `postgresql://` URL, PostgreSQL (store/pg.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import anyio
 
 from fedhpc.domain.site import SiteState
+from fedhpc.store import sql_pg
+from fedhpc.store.engine import Row, SqliteConn
 from fedhpc.store.events import Event
 from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads, ListingReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
+
+if TYPE_CHECKING:
+    from fedhpc.store.pg import PgDatabase
 
 __all__ = ["READER_CACHE_SIZE", "WAIT_SAMPLES", "Store", "Tx", "WaitSample"]
 
@@ -46,6 +52,12 @@ _LAST_SEQ = (
     "(SELECT user_version FROM pragma_user_version) AS schema"
 )
 
+_PENDING_BUDGETS = (
+    "SELECT id, json_extract(body, '$.request.adaptation') AS adaptation, "
+    "json_extract(body, '$.replacements_used') AS used FROM tasks "
+    "WHERE id IN (SELECT task_id FROM attempts WHERE state = 'pending')"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class WaitSample:
@@ -64,14 +76,35 @@ class WaitSample:
 
 
 class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
-    """One connection, one writer, and a reader for REST requests (`quick_reads`).
-    Reads may run any time; writes go through `transaction()`."""
+    """SQLite: one connection, one writer, and a reader for REST requests (`quick_reads`).
+    PostgreSQL: a pool (`pg`). Reads may run any time; writes go through `transaction()`."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
-        self._conn = conn
+    def __init__(
+        self, conn: aiosqlite.Connection | None, path: Path, *, pg: PgDatabase | None = None
+    ) -> None:
+        self._conn = conn  # type: ignore[assignment]  # None only beside `pg`
         self._quick: aiosqlite.Connection | None = None
+        self._pg = pg
+        self.dialect = "postgresql" if pg is not None else "sqlite"
         self.path = path
         self._write = anyio.Lock()
+
+    @classmethod
+    async def open_url(cls, url: str, *, migrate: bool = True) -> Store:
+        """The store in the PostgreSQL database at `url` (postgresql://...), its schema
+        brought to this fedhpc's version unless `migrate` is False."""
+        from fedhpc.store.pg import PgDatabase  # psycopg loads only for a PostgreSQL store
+
+        return cls(None, Path(), pg=await PgDatabase.open(url, migrate=migrate))
+
+    @property
+    def location(self) -> str:
+        """Where the store is (a file, or the database URL without its password)."""
+        if self._pg is None:
+            return str(self.path)
+        from fedhpc.store.pg import redacted  # psycopg loads only for a PostgreSQL store
+
+        return redacted(self._pg.url)
 
     @classmethod
     async def open_readonly(cls, path: Path) -> Store:
@@ -117,10 +150,15 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
             )
 
     async def schema_version(self) -> int:
+        if self._pg is not None:
+            return await self._pg.schema_version()
         rows = await self._all("PRAGMA user_version")
         return int(rows[0][0]) if rows else 0
 
     async def close(self) -> None:
+        if self._pg is not None:
+            await self._pg.close()
+            return
         try:
             if self._quick is not None:
                 await self._quick.close()
@@ -129,11 +167,19 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
+        if self._pg is not None:
+            async with self._write, self._pg.transaction() as conn:
+                writing = WRITING.set(conn)  # this task's reads see its own writes
+                try:
+                    yield Tx(conn)
+                finally:
+                    WRITING.reset(writing)
+            return
         async with self._write:
             await self._conn.execute("BEGIN IMMEDIATE")
             writing = WRITING.set(self._conn)  # this task's reads see its own writes
             try:
-                yield Tx(self._conn)
+                yield Tx(SqliteConn(self._conn))
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self._conn.execute("ROLLBACK")
@@ -167,12 +213,12 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
     async def last_seq(self) -> int:
         """The newest seq ever given to an event, kept or archived (store/archive.py may move
         the newest rows out; a reader's cursor at an archived seq is still a real one)."""
-        rows = await self._all(_LAST_SEQ)
+        rows = await self._all(self._pick(_LAST_SEQ, sql_pg.LAST_SEQ))
         return int(rows[0]["seq"])
 
     async def schema_and_last_seq(self) -> tuple[int, int]:
         """The file's schema version and the newest event's seq, in one read (GET /v1/health)."""
-        rows = await self._all(_LAST_SEQ)
+        rows = await self._all(self._pick(_LAST_SEQ, sql_pg.LAST_SEQ))
         return int(rows[0]["schema"]), int(rows[0]["seq"])
 
     async def cursor(self, consumer: str) -> int:
@@ -239,11 +285,7 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
         """Per task with an attempt pending: its adaptation policy (a dict, or None) and its
         re-placements used, a few fields in SQL (never the bodies): what adapt_pending checks
         before it loads a task."""
-        rows = await self._all(
-            "SELECT id, json_extract(body, '$.request.adaptation') AS adaptation, "
-            "json_extract(body, '$.replacements_used') AS used FROM tasks "
-            "WHERE id IN (SELECT task_id FROM attempts WHERE state = 'pending')"
-        )
+        rows = await self._all(self._pick(_PENDING_BUDGETS, sql_pg.PENDING_BUDGETS))
         return {
             str(r["id"]): {
                 "adaptation": json.loads(r["adaptation"]) if r["adaptation"] else None,
@@ -256,7 +298,7 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
         """The newest `limit` completed attempts as the learned wait estimator and the
         estimators' error record read them: a few fields, never the bodies (each body read in
         costs some kilobytes, and every control cycle reads up to `limit` of them)."""
-        rows = await self._all(WAIT_SAMPLES, (limit,))
+        rows = await self._all(self._pick(WAIT_SAMPLES, sql_pg.WAIT_SAMPLES), (limit,))
         # Every control cycle: made on a worker thread, so the event loop takes the GIL back
         # every switch interval and answers REST requests meanwhile.
         return await anyio.to_thread.run_sync(_samples, rows)
@@ -295,7 +337,8 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
         skip = ""
         if skip_groups:
             marks = ",".join("?" * len(skip_groups))
-            skip = f" AND NOT (coalesce(group_id IN ({marks}), 0) AND {AS_SUBMITTED})"
+            same = self._pick(AS_SUBMITTED, sql_pg.AS_SUBMITTED)
+            skip = f" AND NOT (coalesce(group_id IN ({marks}), false) AND {same})"
         rows = await self._all(
             "SELECT * FROM tasks WHERE state = 'queued' AND (created_at > ? OR "  # noqa: S608
             f"(created_at = ? AND id > ?)){skip} ORDER BY created_at, id LIMIT ?",
@@ -344,11 +387,11 @@ async def _reader(path: Path) -> aiosqlite.Connection:
     return reader
 
 
-def _samples(rows: list[aiosqlite.Row]) -> list[WaitSample]:
+def _samples(rows: list[Row]) -> list[WaitSample]:
     return [_sample(r) for r in rows]
 
 
-def _sample(r: aiosqlite.Row) -> WaitSample:
+def _sample(r: Row) -> WaitSample:
     return WaitSample(
         site=r[0],
         partition=r[1],
@@ -362,7 +405,7 @@ def _sample(r: aiosqlite.Row) -> WaitSample:
     )
 
 
-def _attempt(row: aiosqlite.Row) -> dict[str, Any]:
+def _attempt(row: Row) -> dict[str, Any]:
     return {
         "task_id": row["task_id"],
         "n": row["n"],
@@ -377,7 +420,7 @@ def _attempt(row: aiosqlite.Row) -> dict[str, Any]:
     }
 
 
-def _task(row: aiosqlite.Row) -> dict[str, Any]:
+def _task(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "idempotency_key": row["idempotency_key"],

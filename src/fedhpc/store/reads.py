@@ -9,16 +9,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
+from fedhpc.store import sql_pg
+from fedhpc.store.engine import Row
 from fedhpc.store.tx import iso
+
+if TYPE_CHECKING:
+    from fedhpc.store.pg import PgDatabase
 
 __all__ = ["WRITING", "DeliveryReads", "GroupReads", "HistoryReads", "Reads", "quick_reads"]
 
 _QUICK: ContextVar[bool] = ContextVar("fedhpc_store_quick_reads", default=False)
-WRITING: ContextVar[aiosqlite.Connection | None] = ContextVar("fedhpc_store_writing", default=None)
+# The connection of the transaction this task is in (SQLite: the writer; PostgreSQL: the
+# transaction's pg.PgConn), so its reads see its own writes.
+WRITING: ContextVar[object | None] = ContextVar("fedhpc_store_writing", default=None)
 
 
 @contextmanager
@@ -42,8 +49,18 @@ class Reads:
 
     _conn: aiosqlite.Connection  # the writer: transactions and, outside `quick_reads`, reads
     _quick: aiosqlite.Connection | None  # reads in `quick_reads` (None: a read-only store)
+    _pg: PgDatabase | None  # PostgreSQL's pool (then no `_conn` nor `_quick`)
 
-    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+    def _pick(self, sqlite: str, postgresql: str) -> str:
+        """The statement in this store's engine's words."""
+        return sqlite if self._pg is None else postgresql
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        if self._pg is not None:
+            writing = WRITING.get()
+            if writing is not None and getattr(writing, "db", None) is self._pg:
+                return await writing.rows(sql, params)  # type: ignore[attr-defined, no-any-return]
+            return await self._pg.read(sql, params)
         quick = _QUICK.get() and WRITING.get() is not self._conn
         conn = self._quick if quick and self._quick is not None else self._conn
         # One round trip to the connection's thread (execute + fetchall + close would be three):
@@ -76,7 +93,11 @@ class GroupReads(Reads):
         or `limit`: one page, children in id order after the id `after`. With `acting` (the
         terminal states): only the children a control cycle may act on, those not in one of
         them or with an attempt still pending (the rest are never read)."""
-        rows = await self._all(*children_query(group_id, after=after, limit=limit, acting=acting))
+        rows = await self._all(
+            *children_query(
+                group_id, after=after, limit=limit, acting=acting, pg=self._pg is not None
+            )
+        )
         out: dict[str, dict[str, Any]] = {}
         accepted: dict[str, int | None] = {}
         for r in rows:
@@ -167,15 +188,8 @@ class ListingReads(Reads):
         """Newest tasks first, each with its label and current attempt, in one query and
         without loading bodies into Python (a listing page at any store size)."""
         where, params = ("WHERE state = ? ", [state]) if state else ("", [])
-        rows = await self._all(
-            "SELECT t.id, t.state, t.group_id, t.updated_at, "  # noqa: S608 (fixed text)
-            "json_extract(t.body, '$.request.name') AS name, "
-            "json_extract(t.body, '$.accepted_attempt') AS accepted, "
-            "a.n, a.site, a.partition, a.job_id, json_extract(a.body, '$.superseded') AS sup "
-            f"FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
-            "LEFT JOIN attempts a ON a.task_id = t.id ORDER BY t.created_at DESC, t.id, a.n",
-            [*params, limit],
-        )
+        sql = self._pick(TASK_LISTING, sql_pg.TASK_LISTING).format(where=where)
+        rows = await self._all(sql, [*params, limit])
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
             row = out.setdefault(
@@ -202,6 +216,17 @@ class ListingReads(Reads):
             row["attempt"] = row["attempt"] or row.pop("last")
             row.pop("last", None)
         return list(out.values())
+
+
+# ListingReads.task_listing (`{where}`: the optional state filter, fixed text).
+TASK_LISTING = (
+    "SELECT t.id, t.state, t.group_id, t.updated_at, "
+    "json_extract(t.body, '$.request.name') AS name, "
+    "json_extract(t.body, '$.accepted_attempt') AS accepted, "
+    "a.n, a.site, a.partition, a.job_id, json_extract(a.body, '$.superseded') AS sup "
+    "FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
+    "LEFT JOIN attempts a ON a.task_id = t.id ORDER BY t.created_at DESC, t.id, a.n"
+)
 
 
 class DeliveryReads(Reads):
@@ -262,7 +287,7 @@ GROUP_SITES = (
 # and the GIL when the machine is busy, as it is during the sweeps this view is watched in).
 GROUP_SUMMARY = (
     "SELECT 'state' AS kind, state AS key, n, first, last FROM ("  # noqa: S608 (fixed text)
-    f"{GROUP_COUNTS}) UNION ALL SELECT 'site', site, n, NULL, NULL FROM ({GROUP_SITES})"
+    f"{GROUP_COUNTS}) AS c UNION ALL SELECT 'site', site, n, NULL, NULL FROM ({GROUP_SITES}) AS s"
 )
 
 
@@ -274,10 +299,16 @@ _ATTEMPT_FIELDS = "'$.superseded', '$.pending_since', '$.account', '$.shape'"
 
 
 def children_query(
-    group_id: str, *, after: str | None, limit: int | None, acting: Sequence[str]
+    group_id: str,
+    *,
+    after: str | None,
+    limit: int | None,
+    acting: Sequence[str],
+    pg: bool = False,
 ) -> tuple[str, list[object]]:
     """`GroupReads.group_children`'s statement and parameters: the page of the group's tasks
-    (schema 9's index walks their ids in order), each joined with its attempts."""
+    (schema 9's index walks their ids in order), each joined with its attempts (in
+    PostgreSQL's words with `pg`)."""
     page = "SELECT * FROM tasks WHERE group_id = ?"
     params: list[object] = [group_id]
     if acting:
@@ -291,13 +322,18 @@ def children_query(
         page, params = page + " AND id > ?", [*params, after]
     if limit is not None:
         page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
+    # Several paths in one json_extract: each body is parsed once per row, not once per
+    # field, and the fields come as one JSON array (one decode per row in Python).
+    task, attempt = (
+        sql_pg.children_fields()
+        if pg
+        else (f"json_extract(t.body, {_TASK_FIELDS})", f"json_extract(a.body, {_ATTEMPT_FIELDS})")
+    )
     sql = (
         "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
-        # Several paths in one json_extract: each body is parsed once per row, not once per
-        # field, and the fields come as one JSON array (one decode per row in Python).
-        f"json_extract(t.body, {_TASK_FIELDS}) AS task, "
+        f"{task} AS task, "
         "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
-        f"json_extract(a.body, {_ATTEMPT_FIELDS}) AS attempt "
+        f"{attempt} AS attempt "
         f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
         "ORDER BY t.id, a.n"
     )
@@ -310,7 +346,7 @@ def _child_index(task_id: str, key: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _group(r: aiosqlite.Row) -> dict[str, Any]:
+def _group(r: Row) -> dict[str, Any]:
     return {
         "id": r["id"],
         "state": r["state"],
@@ -320,7 +356,7 @@ def _group(r: aiosqlite.Row) -> dict[str, Any]:
     }
 
 
-def _delivery(r: aiosqlite.Row) -> dict[str, Any]:
+def _delivery(r: Row) -> dict[str, Any]:
     return {
         "id": r["id"],
         "event_id": r["event_id"],
@@ -359,7 +395,7 @@ class HistoryReads(Reads):
         each {at, health, partitions: [{name, pending_jobs, running_jobs, free_gpus,
         total_gpus}]}. No `SiteState` is built: a dashboard asks for 120 probes of every site
         every few seconds, and validating whole snapshots grew the daemon's heap by megabytes."""
-        sql, params = HISTORY_POINTS, [site]
+        sql, params = self._pick(HISTORY_POINTS, sql_pg.HISTORY_POINTS), [site]
         if before is not None:
             sql, params = sql + " AND s.collected_at < ?", [site, iso(before)]
         rows = await self._all(sql + " ORDER BY s.seq DESC LIMIT ?", (*params, limit))

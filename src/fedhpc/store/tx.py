@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import aiosqlite
-
 from fedhpc.domain.site import SiteState
+from fedhpc.store import sql_pg
+from fedhpc.store.engine import Conn, Row
 from fedhpc.store.events import Event, event_id
 
 __all__ = ["Tx", "iso"]
@@ -25,6 +25,13 @@ AS_SUBMITTED = (
 )
 
 
+SET_QUEUED_DECISION = (
+    "UPDATE tasks SET body = json_set(body, '$.decision', ?), updated_at = ? "  # noqa: S608
+    f"WHERE group_id = ? AND state = 'queued' AND {AS_SUBMITTED} "
+    "AND coalesce(json_extract(body, '$.decision'), '') != ?"
+)
+
+
 def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
@@ -32,16 +39,21 @@ def iso(at: datetime) -> str:
 class Tx:
     """One write transaction. Effects and their bookkeeping commit together or not at all."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
+    def __init__(self, conn: Conn) -> None:
+        self._c = conn
+        self.dialect = conn.dialect
+        self.conn: Any = getattr(conn, "raw", conn)  # the driver's own connection
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cur = await self.conn.execute(sql, params)
-        return cur.rowcount
+        return await self._c.run(sql, params)
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Rows read inside this transaction (they see its own writes)."""
-        return list(await self.conn.execute_fetchall(sql, params))  # one round trip
+        return await self._c.rows(sql, params)
+
+    def pick(self, sqlite: str, postgresql: str) -> str:
+        """The statement in this transaction's engine's words."""
+        return postgresql if self.dialect == "postgresql" else sqlite
 
     async def append_event(
         self,
@@ -55,32 +67,37 @@ class Tx:
         """Append one event. With a `key`, the id is derived from it, so appending the same
         fact twice returns None instead of writing a duplicate."""
         eid = event_id(key)
-        cur = await self.conn.execute(
-            "INSERT OR IGNORE INTO events (id, kind, subject, created_at, payload) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (eid, kind, subject, iso(at), json.dumps(payload, sort_keys=True)),
-        )
-        if cur.rowcount == 0:
+        values = (eid, kind, subject, iso(at), json.dumps(payload, sort_keys=True))
+        if self.dialect == "postgresql":
+            rows = await self._c.rows(sql_pg.APPEND_EVENT, (*values, eid))
+        else:
+            rows = await self._c.rows(
+                "INSERT INTO events (id, kind, subject, created_at, payload) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING seq",
+                values,
+            )
+        if not rows:
             return None
-        seq = cur.lastrowid
-        assert seq is not None
+        seq = int(rows[0][0])
         return Event(seq=seq, id=eid, kind=kind, subject=subject, created_at=at, payload=payload)
 
     async def set_cursor(self, consumer: str, seq: int, *, at: datetime) -> None:
-        await self.conn.execute(
+        await self._c.run(
             "INSERT INTO consumers (name, cursor, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET cursor = max(cursor, excluded.cursor), "
+            "ON CONFLICT (name) DO UPDATE SET cursor = CASE WHEN excluded.cursor > "
+            "consumers.cursor THEN excluded.cursor ELSE consumers.cursor END, "
             "updated_at = excluded.updated_at",
             (consumer, seq, iso(at)),
         )
 
     async def mark_consumed(self, consumer: str, event_ids: Iterable[str], *, at: datetime) -> None:
-        await self.conn.execute(
-            "INSERT OR IGNORE INTO consumers (name, cursor, updated_at) VALUES (?, 0, ?)",
+        await self._c.run(
+            "INSERT INTO consumers (name, cursor, updated_at) VALUES (?, 0, ?) "
+            "ON CONFLICT DO NOTHING",
             (consumer, iso(at)),
         )
-        await self.conn.executemany(
-            "INSERT OR IGNORE INTO consumed (consumer, event_id) VALUES (?, ?)",
+        await self._c.run_many(
+            "INSERT INTO consumed (consumer, event_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(consumer, e) for e in event_ids],
         )
 
@@ -96,26 +113,30 @@ class Tx:
         dedupe: str | None = None,
     ) -> bool:
         """Insert a task, or update its state and body; False if the key belongs to another."""
-        cur = await self.conn.execute(
+        if self.dialect == "postgresql":
+            body_text, stamp = json.dumps(body), iso(at)
+            insert = (task_id, idempotency_key, group_id, stamp, stamp, state, body_text, dedupe)
+            if await self._c.run(sql_pg.PUT_TASK_INSERT, insert):
+                return True
+            update = (state, body_text, stamp, dedupe, task_id)
+            return await self._c.run(sql_pg.PUT_TASK_UPDATE, update) > 0
+        n = await self._c.run(
             "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body,"
             " dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at, "
             "dedupe = coalesce(excluded.dedupe, tasks.dedupe) ON CONFLICT DO NOTHING",
             (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body), dedupe),
         )
-        return cur.rowcount > 0
+        return n > 0
 
     async def set_queued_decision(self, group_id: str, decision: str, *, at: datetime) -> int:
         """Every still-queued child of a group as submitted (`AS_SUBMITTED`: not one replan
         changed) gets `decision` (one statement, only rows whose decision differs): a held
         group's children are not loaded one by one."""
-        cur = await self.conn.execute(
-            "UPDATE tasks SET body = json_set(body, '$.decision', ?), updated_at = ? "  # noqa: S608
-            f"WHERE group_id = ? AND state = 'queued' AND {AS_SUBMITTED} "
-            "AND coalesce(json_extract(body, '$.decision'), '') != ?",
+        return await self._c.run(
+            self.pick(SET_QUEUED_DECISION, sql_pg.SET_QUEUED_DECISION),
             (decision, iso(at), group_id, decision),
         )
-        return cur.rowcount
 
     async def insert_tasks(
         self, rows: Iterable[tuple[str, str, str | None, str, dict[str, Any]]], *, at: datetime
@@ -123,7 +144,7 @@ class Tx:
         """Insert new tasks (id, idempotency key, group id, state, body) in one statement: a
         group's children, written as they are produced rather than all held at once."""
         stamp = iso(at)
-        await self.conn.executemany(
+        await self._c.run_many(
             "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
@@ -146,7 +167,7 @@ class Tx:
         at: datetime,
     ) -> None:
         """Insert or update one attempt (the intent is written before the job is submitted)."""
-        await self.conn.execute(
+        await self._c.run(
             "INSERT INTO attempts (task_id, n, site, partition, job_name, job_id, state, "
             "created_at, updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (task_id, n) DO UPDATE SET job_id = excluded.job_id, "
@@ -175,7 +196,7 @@ class Tx:
         at: datetime,
         dedupe: str | None = None,
     ) -> None:
-        await self.conn.execute(
+        await self._c.run(
             "INSERT INTO groups (id, created_at, state, round, body, dedupe) "
             "VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET state = excluded.state, round = excluded.round, "
@@ -186,9 +207,9 @@ class Tx:
     async def put_continuation(
         self, cid: str, *, subject: str, runtime: str, body: dict[str, Any], at: datetime
     ) -> None:
-        await self.conn.execute(
-            "INSERT OR IGNORE INTO continuations (id, subject, runtime, created_at, body) "
-            "VALUES (?, ?, ?, ?, ?)",
+        await self._c.run(
+            "INSERT INTO continuations (id, subject, runtime, created_at, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (cid, subject, runtime, iso(at), json.dumps(body)),
         )
 
@@ -204,7 +225,7 @@ class Tx:
         body: dict[str, Any],
         at: datetime,
     ) -> None:
-        await self.conn.execute(
+        await self._c.run(
             "INSERT INTO deliveries (id, event_id, continuation_id, state, attempts, next_at, "
             "updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "state = excluded.state, attempts = excluded.attempts, next_at = excluded.next_at, "
@@ -232,8 +253,8 @@ class Tx:
     ) -> None:
         """Record which session made a tool call; forget bindings older than `keep_after`
         (a submit reads its binding within seconds of the hook)."""
-        await self.conn.execute("DELETE FROM bindings WHERE reported_at < ?", (iso(keep_after),))
-        await self.conn.execute(
+        await self._c.run("DELETE FROM bindings WHERE reported_at < ?", (iso(keep_after),))
+        await self._c.run(
             "INSERT INTO bindings (tool_use_id, session_id, reported_at, body) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (tool_use_id) DO UPDATE SET session_id = excluded.session_id, "
             "reported_at = excluded.reported_at, body = excluded.body",
@@ -243,11 +264,11 @@ class Tx:
     async def save_site_states(self, states: Iterable[SiteState], *, keep: int) -> None:
         """Record one refresh; keep at most `keep` snapshots per site (bounded history)."""
         for st in states:
-            await self.conn.execute(
+            await self._c.run(
                 "INSERT INTO snapshots (site, collected_at, health, state) VALUES (?, ?, ?, ?)",
                 (st.site, iso(st.collected_at), st.health.value, st.model_dump_json()),
             )
-            await self.conn.execute(
+            await self._c.run(
                 "DELETE FROM snapshots WHERE site = ? AND seq NOT IN "
                 "(SELECT seq FROM snapshots WHERE site = ? ORDER BY seq DESC LIMIT ?)",
                 (st.site, st.site, keep),

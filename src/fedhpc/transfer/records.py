@@ -22,7 +22,7 @@ from fedhpc.ops.data import (
     TransferView,
     transfer_next,
 )
-from fedhpc.store import Tx
+from fedhpc.store import Tx, sql_pg
 
 __all__ = [
     "TransferRecord",
@@ -136,6 +136,13 @@ def _iso(at: datetime) -> str:
 
 async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
     """Insert or update; False when the idempotency key already belongs to another transfer."""
+    if tx.dialect == "postgresql":  # one ON CONFLICT clause there: insert, else update
+        stamp = (_iso(rec.created_at), _iso(at))
+        insert = (rec.id, rec.idempotency_key, *stamp, rec.state.value, rec.model_dump_json())
+        if await tx.execute(sql_pg.PUT_TRANSFER_INSERT, insert):
+            return True
+        update = (rec.state.value, rec.model_dump_json(), _iso(at), rec.id)
+        return await tx.execute(sql_pg.PUT_TRANSFER_UPDATE, update) > 0
     n = await tx.execute(
         "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
@@ -153,11 +160,10 @@ async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
 
 
 async def _select(tx: Tx, where: str, params: Sequence[object]) -> list[TransferRecord]:
-    async with tx.conn.execute(
+    rows = await tx.fetch(
         f"SELECT body FROM transfers WHERE {where} ORDER BY created_at, id",  # noqa: S608 (fixed clauses)
         tuple(params),
-    ) as cur:
-        rows = await cur.fetchall()
+    )
     return [TransferRecord.model_validate(json.loads(r[0])) for r in rows]
 
 

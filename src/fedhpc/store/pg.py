@@ -1,0 +1,184 @@
+"""The store on PostgreSQL: psycopg 3 connections from a pool, `?` marks as psycopg's, writers
+serialized by one advisory lock, and the versioned schema (store/schema_pg.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from fedhpc.store.engine import Dialect, Row
+from fedhpc.store.schema import SCHEMA_VERSION
+from fedhpc.store.schema_pg import BASELINE, BASELINE_VERSION, MIGRATIONS_PG
+
+__all__ = ["WRITE_LOCK", "PgConn", "PgDatabase", "PgRow", "placeholders", "redacted"]
+
+# Every write transaction of every fedhpc process on one database takes this advisory lock
+# first (released at COMMIT or ROLLBACK): writers run one at a time, as SQLite's BEGIN
+# IMMEDIATE makes them. So an event's seq is given and committed before the next writer's
+# (a reader's cursor never passes a seq a slower transaction has yet to commit), and a
+# transaction's read-then-write (an idempotency key, a cursor) sees no other writer between.
+WRITE_LOCK = 0x66656468_7063  # "fedhpc"
+
+
+class PgRow:
+    """A row by position or by column name, as sqlite3.Row reads."""
+
+    __slots__ = ("_names", "_values")
+
+    def __init__(self, values: Sequence[Any], names: dict[str, int]) -> None:
+        self._values = values
+        self._names = names
+
+    def __getitem__(self, key: int | str, /) -> Any:
+        return self._values[self._names[key] if isinstance(key, str) else key]
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], PgRow]:
+    names = {c.name: i for i, c in enumerate(cursor.description or ())}
+    return lambda values: PgRow(values, names)
+
+
+@lru_cache(maxsize=2048)
+def placeholders(sql: str) -> str:
+    """`sql` with each `?` outside quoted text as psycopg's `%s`, and every `%` doubled
+    (psycopg reads `%` anywhere in a statement with parameters as a mark). The store's
+    statements are fixed text: values only ever arrive as parameters."""
+    out: list[str] = []
+    quote = ""
+    for ch in sql:
+        if ch == "%":
+            out.append("%%")
+        elif quote:
+            out.append(ch)
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        else:
+            out.append("%s" if ch == "?" else ch)
+    return "".join(out)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password (for status lines and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class PgConn:
+    """One pooled connection inside a write transaction, as a `Conn`."""
+
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, raw: psycopg.AsyncConnection[Any], db: PgDatabase) -> None:
+        self.raw = raw
+        self.db = db
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cur = await self.raw.execute(placeholders(sql), tuple(params))
+        return cur.rowcount
+
+    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cur = await self.raw.execute(placeholders(sql), tuple(params))
+        return list(await cur.fetchall())
+
+    async def run_many(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        async with self.raw.cursor() as cur:
+            await cur.executemany(placeholders(sql), [tuple(p) for p in params])
+
+
+class PgDatabase:
+    """A pool of connections to one PostgreSQL database holding one fedhpc store."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], url: str) -> None:
+        self.pool = pool
+        self.url = url
+
+    @classmethod
+    async def open(cls, url: str, *, max_size: int = 8, migrate: bool = True) -> PgDatabase:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True, "row_factory": _row_factory},
+            name="fedhpc-store",
+        )
+        await pool.open(wait=True, timeout=30)
+        db = cls(pool, url)
+        try:
+            if migrate:
+                await db.migrate()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pool.close()
+            raise
+        return db
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """A read outside any transaction: it sees the last commit of every process."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(placeholders(sql), tuple(params))
+            return list(await cur.fetchall())
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PgConn]:
+        async with self.pool.connection() as conn:
+            await conn.execute("BEGIN")
+            try:
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                yield PgConn(conn, self)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("ROLLBACK")
+                raise
+            else:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("COMMIT")
+
+    async def schema_version(self) -> int:
+        rows = await self.read(
+            "SELECT CASE WHEN to_regclass('fedhpc_schema') IS NULL THEN 0 "
+            "ELSE (SELECT coalesce(max(version), 0) FROM fedhpc_schema) END"
+        )
+        return int(rows[0][0])
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema to this fedhpc's version in one transaction (PostgreSQL's DDL is
+        transactional: a failed step leaves the previous version); (from, to)."""
+        async with self.transaction() as c:
+            await c.raw.execute("CREATE TABLE IF NOT EXISTS fedhpc_schema (version integer)")
+            rows = await c.rows("SELECT coalesce(max(version), 0) FROM fedhpc_schema")
+            start = version = int(rows[0][0])
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{redacted(self.url)} has schema {version}, "
+                    f"newer than this fedhpc ({SCHEMA_VERSION})"
+                )
+            if version == 0:
+                await c.raw.execute(BASELINE)  # no parameters: one script, several statements
+                version = BASELINE_VERSION
+            for n in range(version, SCHEMA_VERSION):
+                await c.raw.execute(MIGRATIONS_PG[n - BASELINE_VERSION])
+                version = n + 1
+            if version != start:
+                await c.run("DELETE FROM fedhpc_schema")
+                await c.run("INSERT INTO fedhpc_schema (version) VALUES (?)", (version,))
+        return start, version
