@@ -89,7 +89,7 @@ def _partition(
                 Confirm(
                     f"{key}.node.accelerator.memory_gib",
                     shown,
-                    f"Slurm names the GPU ({p.gpu_type}) but not its memory",
+                    f"the scheduler names the GPU ({p.gpu_type}) but not its memory",
                     "the center's hardware / system architecture page",
                 )
             )

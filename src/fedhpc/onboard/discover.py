@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,23 +71,31 @@ def discover_dialect(name: str) -> DiscoverDialect:
 
 
 DIALECTS = ("slurm", "pbs", "lsf")
-# The command that tells which scheduler a login node has, in the order tried.
+# The command that tells which schedulers' clients a login node has, in the order tried.
 _SNIFF = (
-    'for c in sbatch qsub bsub; do command -v "$c" >/dev/null 2>&1 && { echo "$c"; exit 0; }; '
-    "done; exit 1"
+    'found=1; for c in sbatch qsub bsub; do command -v "$c" >/dev/null 2>&1 && '
+    '{ echo "$c"; found=0; }; done; exit "$found"'
 )
 _SNIFFED = {"sbatch": "slurm", "qsub": "pbs", "bsub": "lsf"}
 
 
 async def _which_dialect(transport: Transport) -> str:
+    """The scheduler whose client is on PATH; with several (a host with Slurm and PBS
+    clients, as this machine's devfed), the first whose server answers its ping."""
     result = await transport.run(Command(("bash", "-c", _SNIFF), timeout_s=30.0))
-    found = _SNIFFED.get(result.stdout.strip())
-    if found is None:
+    found = [_SNIFFED[w] for w in result.stdout.split() if w in _SNIFFED]
+    if not found:
         raise DiscoverFailed(
             "no scheduler command (sbatch, qsub, bsub) is on the site's PATH",
             hint="Check the login environment (modules, PATH), or pass --dialect.",
         )
-    return found
+    if len(found) > 1:
+        for name in found:
+            d = discover_dialect(name)
+            with suppress(TransportTimeout):
+                if d.ping_problem(await transport.run(d.ping)) is None:
+                    return name
+    return found[0]
 
 
 def _check_local(name: str, spec: TransportSpec) -> None:
