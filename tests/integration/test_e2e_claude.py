@@ -427,7 +427,10 @@ async def test_a_dead_letter_redriven_after_the_fix_is_delivered_once(
         (d,) = await client.deliveries()
     assert r.fake.errors == []
     assert r.fake.seen_deliveries(session) == [d.id]
-    assert len(r.fake.resumes()) == 1
+    (resume,) = r.fake.resumes()
+    assert resume.payload is not None  # it says it is late, and from when
+    assert "delivered late" in resume.payload["late"]["note"]
+    assert resume.payload["late"]["event_at"] < resume.payload["late"]["redriven_at"]
 
 
 async def test_twenty_consecutive_resumes_all_have_fedhpcs_tools(

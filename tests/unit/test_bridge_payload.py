@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedhpc.bridge import HARD_CAP, SINGLE_CAP, TARGET, build_payload, prompt_text
-from fedhpc.bridge.payload import nudge_text
+from fedhpc.bridge.payload import late_payload, nudge_text
 from fedhpc.cli.hooks import user_prompt_submit
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 
@@ -215,3 +215,26 @@ def test_a_failed_transfer_says_why_as_well_as_how_to_fix_it() -> None:
     p = build_payload(event, [], delivery_id="d2")
     assert p["reason"] == "no such file: in.dat"
     assert p["hint"] == "Check the source path."
+
+
+def test_a_late_payload_says_when_its_event_was_and_which_came_after() -> None:
+    event = {
+        "kind": "task.terminal",
+        "subject": "t1",
+        "payload": {"task_id": "t1", "state": "failed"},
+    }
+    payload = build_payload(event, [], delivery_id="d3-c1")
+    after = [f"d{n}-c1" for n in range(4, 11)]
+    late = late_payload(
+        payload,
+        event_at="2026-12-01T09:30:00+00:00",
+        redriven_at="2026-12-02T08:00:00+00:00",
+        after=after,
+    )
+    assert late["late"]["event_at"] == "2026-12-01T09:30:00+00:00"
+    assert late["late"]["after"] == after[:5] and late["late"]["after_more"] == 2
+    assert "delivered late" in late["late"]["note"]
+    assert {k: v for k, v in late.items() if k != "late"} == payload  # the rest unchanged
+    again = late_payload(late, event_at=None, redriven_at="2026-12-03T08:00:00+00:00")
+    assert again["late"]["redriven_at"].startswith("2026-12-03") and "after" not in again["late"]
+    assert len(json.dumps(late).encode()) < TARGET

@@ -17,6 +17,7 @@ __all__ = [
     "TARGET",
     "batch_size",
     "build_payload",
+    "late_payload",
     "nudge_text",
     "prompt_text",
 ]
@@ -196,3 +197,28 @@ def batch_size(
 def nudge_text(seen: Sequence[str]) -> str:
     """A retry whose events are all in the session already: point at them, never re-send."""
     return prompt_text([], seen=seen)
+
+
+def late_payload(
+    payload: dict[str, Any],
+    *,
+    event_at: str | None,
+    redriven_at: str,
+    after: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A redriven dead letter's payload: it says the event is from `event_at`, delivered late
+    after a failure, and which of the session's later events (`after`, delivery ids, event
+    order) reached the agent before it, so an older state is never taken for the newest."""
+    late: dict[str, Any] = {
+        "event_at": event_at,
+        "redriven_at": redriven_at,
+        "note": "delivered late, after its delivery failed: newer events may have reached "
+        "you already; check the current state before acting",
+    }
+    if after:
+        late["after"] = list(after[:5])
+        if len(after) > 5:
+            late["after_more"] = len(after) - 5
+    out = {k: v for k, v in payload.items() if k != "late"}
+    out["late"] = late
+    return out

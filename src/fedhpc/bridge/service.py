@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from fedhpc.bridge.direct import post, to_inbox
 from fedhpc.bridge.group import KILL_GRACE_S
-from fedhpc.bridge.payload import batch_size, prompt_text
+from fedhpc.bridge.payload import batch_size, late_payload, prompt_text
 from fedhpc.bridge.reach import unreached
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.routing import SESSIONS, route_events
@@ -296,12 +296,28 @@ class Bridge:
             await self._launch(ds)
 
     async def redrive(self, ids: list[str] | None) -> list[str]:
-        """Dead deliveries (these ids, or all) back to pending with a fresh retry budget."""
+        """Dead deliveries (these ids, or all) back to pending with a fresh retry budget; each
+        payload says it is late: the event's time, and the session's events delivered since."""
         dead = await self.store.deliveries(states=("dead",), limit=5000)
         chosen = [d for d in dead if ids is None or d["id"] in ids]
+        delivered = await self.store.deliveries(states=("delivered",), limit=5000) if chosen else []
+        now = self.clock().isoformat()
         for d in chosen:
             d["attempts"] = 0
             body = {k: v for k, v in d["body"].items() if k != "unreached"}  # its one again
+            event = await self.store.event(d["event_id"])
+            seq = int(body.get("seq", 0))
+            after = sorted(
+                (int(x["body"].get("seq", 0)), x["id"])
+                for x in delivered
+                if x["body"].get("key") == body.get("key") and int(x["body"].get("seq", 0)) > seq
+            )
+            body["payload"] = late_payload(
+                body["payload"],
+                event_at=event.created_at.isoformat() if event else None,
+                redriven_at=now,
+                after=[i for _, i in after],
+            )
             d["body"] = {**body, "redriven": int(d["body"].get("redriven", 0)) + 1}
         if chosen:
             await self._save_all(chosen, "pending")
