@@ -1,0 +1,81 @@
+"""devpolaris as data: vnodes and queues from the shipped profile, the files PBS reads, and the
+build's package list kept in step with ./dev (no PBS needed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fedhpc.profiles import load_profiles
+from fedhpc_dev.devfed.pbs_build import BUILD_PACKAGES, prefix_for
+from fedhpc_dev.devfed.pbs_plan import (
+    DATA_PORT,
+    PbsPlan,
+    pbs_profile,
+    plan_pbs,
+    qmgr_script,
+    render_pbs_conf,
+    render_vnodes,
+)
+from fedhpc_dev.devfed.plan import plan_federation
+
+ROOT = Path("/var/tmp/fedhpc-devfed")
+
+
+def _plan() -> PbsPlan:
+    profile = pbs_profile(load_profiles().values())
+    assert profile is not None and profile.name == "devpolaris"
+    return plan_pbs(profile, ROOT, "vm")
+
+
+def test_the_slurm_federation_never_plans_the_pbs_site() -> None:
+    plan = plan_federation(load_profiles().values(), ROOT, "vm")
+    assert "devpolaris" not in {c.name for c in plan.clusters}
+    assert len(plan.clusters) == 4
+
+
+def test_a_vnode_per_profile_node_tied_to_its_queue() -> None:
+    plan = _plan()
+    assert [(v.name, v.queue, v.gpus, v.gpu_type) for v in plan.vnodes] == [
+        ("prod-1", "prod", 4, "a100"),
+        ("prod-2", "prod", 4, "a100"),
+        ("debug-1", "debug", 4, "a100"),
+    ]
+    text = render_vnodes(plan)
+    assert text.startswith("$configversion 2\n")
+    # The natural vnode runs nothing; each vnode is its own host so place=scatter can spread.
+    assert "devpolaris: resources_available.ncpus = 0" in text
+    assert "prod-2: resources_available.host = prod-2" in text
+    assert "debug-1: resources_available.ngpus = 4" in text
+
+
+def test_queues_carry_the_profile_wall_and_node_caps() -> None:
+    lines = qmgr_script(_plan())
+    assert "set queue prod resources_max.walltime = 04:00:00" in lines
+    assert "set queue debug resources_max.walltime = 01:00:00" in lines
+    assert "set queue prod resources_max.nodect = 2" in lines
+    assert "set server default_queue = prod" in lines
+    assert "set server job_history_enable = True" in lines
+
+
+def test_pbs_conf_names_the_cluster_not_a_loopback_host() -> None:
+    plan = _plan()
+    conf = render_pbs_conf(plan, Path("/opt/fedhpc-openpbs-0123456789ab"))
+    assert "PBS_SERVER=devpolaris\n" in conf and "PBS_MOM_NODE_NAME=devpolaris\n" in conf
+    assert f"PBS_DATA_SERVICE_PORT={DATA_PORT}\n" in conf
+    # PBS_HOME below a world-writable folder (/var/tmp) is refused by pbs_mom.
+    assert not str(plan.home).startswith(("/var/tmp", "/tmp"))
+
+
+def test_the_prefix_is_keyed_by_the_tarball_content(tmp_path: Path) -> None:
+    a, b = tmp_path / "openpbs-a.tar.gz", tmp_path / "openpbs-b.tar.gz"
+    a.write_bytes(b"one")
+    b.write_bytes(b"two")
+    assert prefix_for(a) != prefix_for(b)
+    assert re.fullmatch(r"/opt/fedhpc-openpbs-[0-9a-f]{12}", str(prefix_for(a)))
+
+
+def test_dev_installs_every_build_package() -> None:
+    dev = (Path(__file__).parents[2] / "dev").read_text()
+    words = set(re.sub(r"\\\n", " ", dev).split())
+    assert set(BUILD_PACKAGES) - {"postgresql"} <= words
