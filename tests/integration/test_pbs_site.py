@@ -15,7 +15,7 @@ import pytest
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.dialects import SchedulerRejected
 from fedhpc.adapters.site import SiteAdapter, open_adapter
-from fedhpc.domain.job import AccountingRecord, JobSpec, JobState, Shape
+from fedhpc.domain.job import AccountingRecord, ArraySpec, JobSpec, JobState, Shape
 from fedhpc.domain.site import Health
 from fedhpc.profiles import load_federation
 from tests.integration.pbs_support import SITE, Devpolaris, devpolaris
@@ -165,3 +165,27 @@ async def test_qsub_refusals_are_typed_errors_with_the_servers_words(site: SiteA
 async def test_an_unknown_job_id_is_simply_absent(site: SiteAdapter) -> None:
     assert await site.status(["999999.nosuchserver"]) == []
     assert await site.accounting(["999999"]) == []
+
+
+async def test_an_array_reports_each_subjob_and_their_accounting(site: SiteAdapter) -> None:
+    spec = _spec(
+        "fedhpc-pbs-array",
+        ["bash", "-c", "exit $(( PBS_ARRAY_INDEX == 2 ? 4 : 0 ))"],
+        gpus=0,
+        array=ArraySpec(start=1, stop=3, limit=2),
+    )
+    job = await site.submit(spec)
+    assert job.job_id.split(".")[0].endswith("[]")  # qsub -J answers '123[].server'
+    with anyio.fail_after(120):
+        while True:
+            recs = await site.accounting([job.job_id])
+            done = {r.array_index: r for r in recs if r.array_index and r.settled}
+            if len(done) == 3:
+                break
+            await anyio.sleep(0.5)
+    assert {i: r.state for i, r in done.items()} == {
+        "1": JobState.COMPLETED,
+        "2": JobState.FAILED,
+        "3": JobState.COMPLETED,
+    }
+    assert done["2"].exit_code == 4
