@@ -91,8 +91,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register `devfed` and its subcommands; each sets `func(args) -> exit code`."""
     parser = subparsers.add_parser(
         "devfed",
-        help="the local test federation (four real Slurm clusters on this machine)",
-        description="Run four real Slurm clusters on this machine for tests and demos.",
+        help="the local test federation (four real Slurm clusters and an OpenPBS one here)",
+        description="Run four real Slurm clusters and one OpenPBS cluster (devpolaris) on this "
+        "machine for tests and demos.",
     )
     sub = parser.add_subparsers(dest="devfed_command", required=True, metavar="ACTION")
     up = sub.add_parser("up", help="install (as root), start and wait until every node is idle")
