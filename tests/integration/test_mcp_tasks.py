@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -189,3 +190,19 @@ async def test_another_sessions_task_is_not_found_and_a_legacy_client_gets_the_a
             answer = await legacy.call_tool("submit_task", {"command": ["true"], "envelope": CPU})
             assert isinstance(answer, CallToolResult) and not answer.is_error
             assert answer.structured_content and answer.structured_content["task_id"]
+
+
+async def test_the_example_waits_without_hooks(tmp_path: Path, env: dict[str, str]) -> None:
+    """examples/wait_without_hooks.py, as a user runs it: its call_tool returns the result."""
+    home = tmp_path / "h"
+    script = Path(__file__).resolve().parents[2] / "examples" / "wait_without_hooks.py"
+    async with daemon(home, env):
+        done = await anyio.run_process(
+            [sys.executable, str(script)],
+            env={**serve_env(home, **env)},
+            check=False,
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert '"state":"completed"' in out
+    assert '"preview":"hello\\n"' in out

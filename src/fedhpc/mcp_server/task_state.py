@@ -142,7 +142,8 @@ def _tool_result(answer: Any, failed: bool) -> dict[str, Any]:
     )
     if failed:
         body["isError"] = True
-    body.pop("structuredContent", None)  # the text carries it; sent once, not twice
+    # structuredContent stays: the tool declares an output schema, and clients (the SDK's)
+    # refuse a result without it; the answer's fields fit the schema of the submit tool's.
     body.pop("resultType", None)
     return body
 
