@@ -284,3 +284,104 @@ async def test_both_engines_have_the_same_tables_columns_and_indexes(
     finally:
         await lite.close()
         await pg.close()
+
+
+async def _history(store: Store) -> dict[str, Any]:
+    """What people and the daemon read of a store: enough to tell two stores apart."""
+    return {
+        "children": await store.group_children("g1"),
+        "listing": await store.task_listing(limit=100),
+        "events": await store.events_after(0, limit=100),
+        "cursor": await store.cursor("bridge"),
+        "last_seq": await store.last_seq(),
+        "groups": await store.recent_groups(10),
+        "deliveries": await store.deliveries(),
+        "points": await store.site_points("a"),
+    }
+
+
+@pytest.mark.parametrize("direction", ["sqlite->postgresql", "postgresql->sqlite"])
+async def test_an_export_imports_into_the_other_engine_with_its_seqs_and_cursors(
+    direction: str, tmp_path: Path, pg_server: PgServer
+) -> None:
+    from fedhpc.domain import Health, SiteState
+    from fedhpc.store.dump import DumpError, export_rows, import_rows
+
+    lite, pg = str(tmp_path / "a.db"), pg_server.create_database()
+    source_url, target_url = (lite, pg) if direction.startswith("sqlite") else (pg, lite)
+    source = await _open(source_url)
+    await _group_of_children(source)
+    async with source.transaction() as tx:
+        await tx.put_group("g0", state="done", round_=1, body={}, at=T0)  # written after g1
+        for i in range(5):
+            await tx.append_event("task.terminal", f"t{i}", {"i": i}, at=T0, key=f"k{i}")
+        await tx.set_cursor("bridge", 3, at=T0)
+        await tx.mark_consumed("bridge", ["ev_x"], at=T0)
+        await tx.put_delivery(
+            "d1", event_id="ev_x", continuation_id="c1", state="pending", attempts=0,
+            next_at=T0, body={}, at=T0,
+        )  # fmt: skip
+        await tx.save_site_states([SiteState(site="a", health=Health.OK, collected_at=T0)], keep=5)
+        await tx.execute("DELETE FROM events WHERE seq = 0")  # a no-op the trigger allows
+    lines = [line async for line in export_rows(source)]
+    before = await _history(source)
+    await source.close()
+
+    target = await _open(target_url)
+    try:
+        counts = await import_rows(target, lines)
+        assert (counts["tasks"], counts["events"], counts["groups"]) == (12, 5, 2)
+        assert await _history(target) == before
+        async with target.transaction() as tx:  # seqs go on after the imported ones
+            ev = await tx.append_event("x", "s", {}, at=T0)
+        assert ev is not None and ev.seq == 6
+        with pytest.raises(DumpError, match="not empty"):
+            await import_rows(target, lines)
+    finally:
+        await target.close()
+
+
+async def test_the_store_command_migrates_reports_and_moves_a_store(
+    tmp_path: Path, pg_server: PgServer
+) -> None:
+    """`fedhpc store migrate|status|export|import`, the real CLI, on the engine
+    FEDHPC_STORE_URL names (unset: the SQLite file in FEDHPC_HOME)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    base = {**os.environ, "FEDHPC_HOME": str(home)}
+    base.pop("FEDHPC_STORE_URL", None)
+    url = pg_server.create_database()
+
+    def fedhpc(*argv: str, pg: bool = False) -> str:
+        env = {**base, "FEDHPC_STORE_URL": url} if pg else base
+        out = subprocess.run(
+            [sys.executable, "-m", "fedhpc.cli.main", "store", *argv],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert json.loads(fedhpc("status", "--json"))["exists"] is False
+    assert json.loads(fedhpc("migrate", "--json"))["to"] == SCHEMA_VERSION
+    status = json.loads(fedhpc("status", "--json", pg=True))
+    assert (status["engine"], status["schema"]) == ("postgresql", 0)
+    migrated = json.loads(fedhpc("migrate", "--json", pg=True))
+    assert (migrated["from"], migrated["to"]) == (0, SCHEMA_VERSION)
+    assert "fedhpc@127.0.0.1" in migrated["location"]
+    s = await Store.open(home / "fedhpc.db")
+    async with s.transaction() as tx:
+        await tx.append_event("x", "s", {"a": 1}, at=T0)
+    await s.close()
+    dump = tmp_path / "store.jsonl"
+    fedhpc("export", str(dump))
+    assert json.loads(fedhpc("import", str(dump), "--json", pg=True))["events"] == 1
+    status = json.loads(fedhpc("status", "--json", pg=True))
+    assert (status["schema"], status["last_seq"], status["rows"]["events"]) == (
+        SCHEMA_VERSION,
+        1,
+        1,
+    )

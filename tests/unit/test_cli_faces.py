@@ -22,8 +22,18 @@ AROUND_THE_DAEMON = (
     "fedhpc.transfer",
 )
 # Modules that reach a site or the store themselves, for a command that must bypass the daemon.
-BYPASS = ("fedhpc.onboard", "fedhpc.daemon.offline")
-GO_AROUND = ("probe", "doctor", "connect", "sites discover", "status")
+BYPASS = ("fedhpc.onboard", "fedhpc.daemon.offline", "fedhpc.daemon.store_admin")
+GO_AROUND = (
+    "probe",
+    "doctor",
+    "connect",
+    "sites discover",
+    "status",
+    "store status",
+    "store migrate",
+    "store export",
+    "store import",
+)
 SAYS_SO = ("not through the daemon", "reads the daemon's store directly")
 
 

@@ -18,6 +18,7 @@ from fedhpc.cli import (
     probe,
     serve,
     sites,
+    store,
     tasks,
     ui,
 )
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_parser(sub)
     pictures.add_parser(sub)
     ui.add_parser(sub)
+    store.add_parser(sub)
     _add_registered(sub)
     return parser
 

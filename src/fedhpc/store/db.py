@@ -7,20 +7,18 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import anyio
 
-from fedhpc.domain.site import SiteState
 from fedhpc.store import sql_pg
 from fedhpc.store.engine import Row, SqliteConn
-from fedhpc.store.events import Event
+from fedhpc.store.log_reads import LogReads
 from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads, ListingReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
-from fedhpc.store.tx import AS_SUBMITTED, Tx, iso
+from fedhpc.store.tx import AS_SUBMITTED, Tx
 
 if TYPE_CHECKING:
     from fedhpc.store.pg import PgDatabase
@@ -42,15 +40,6 @@ SELECT site, partition, coalesce(json_extract(body, '$.shape.gpus'), 0),
     json_extract(body, '$.predicted_waits')
 FROM attempts WHERE state = 'completed' ORDER BY updated_at DESC LIMIT ?
 """
-
-# The newest event seq ever given, and the schema version: events.seq is AUTOINCREMENT, so
-# sqlite_sequence keeps the seq after archiving moved the newest rows out (max(seq) would then
-# go back, even to 0).
-_LAST_SEQ = (
-    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
-    "(SELECT coalesce(max(seq), 0) FROM events)) AS seq, "
-    "(SELECT user_version FROM pragma_user_version) AS schema"
-)
 
 _PENDING_BUDGETS = (
     "SELECT id, json_extract(body, '$.request.adaptation') AS adaptation, "
@@ -75,7 +64,7 @@ class WaitSample:
     predicted_waits: dict[str, float]
 
 
-class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
+class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
     """SQLite: one connection, one writer, and a reader for REST requests (`quick_reads`).
     PostgreSQL: a pool (`pg`). Reads may run any time; writes go through `transaction()`."""
 
@@ -149,6 +138,14 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
                 f"BEGIN IMMEDIATE;\n{MIGRATIONS[n]}\nPRAGMA user_version = {n + 1};\nCOMMIT;"
             )
 
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema to this fedhpc's version (SQLite's open already did); (from, to)."""
+        if self._pg is not None:
+            return await self._pg.migrate()
+        version = await self.schema_version()
+        await self._migrate()
+        return version, await self.schema_version()
+
     async def schema_version(self) -> int:
         if self._pg is not None:
             return await self._pg.schema_version()
@@ -189,70 +186,6 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
                     await self._conn.execute("COMMIT")
             finally:
                 WRITING.reset(writing)
-
-    # -- events ---------------------------------------------------------------------------
-    async def events_after(
-        self, cursor: int, *, limit: int = 100, kinds: Sequence[str] = ()
-    ) -> list[Event]:
-        sql = "SELECT * FROM events WHERE seq > ?"
-        params: list[Any] = [cursor]
-        if kinds:
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            params.extend(kinds)
-        rows = await self._all(sql + " ORDER BY seq LIMIT ?", [*params, limit])
-        return [Event.from_row(r) for r in rows]
-
-    async def last_event(self, kind: str, subject: str) -> Event | None:
-        """The newest event of `kind` about `subject` (e.g. when a site last went offline)."""
-        rows = await self._all(
-            "SELECT * FROM events WHERE kind = ? AND subject = ? ORDER BY seq DESC LIMIT 1",
-            (kind, subject),
-        )
-        return Event.from_row(rows[0]) if rows else None
-
-    async def last_seq(self) -> int:
-        """The newest seq ever given to an event, kept or archived (store/archive.py may move
-        the newest rows out; a reader's cursor at an archived seq is still a real one)."""
-        rows = await self._all(self._pick(_LAST_SEQ, sql_pg.LAST_SEQ))
-        return int(rows[0]["seq"])
-
-    async def schema_and_last_seq(self) -> tuple[int, int]:
-        """The file's schema version and the newest event's seq, in one read (GET /v1/health)."""
-        rows = await self._all(self._pick(_LAST_SEQ, sql_pg.LAST_SEQ))
-        return int(rows[0]["schema"]), int(rows[0]["seq"])
-
-    async def cursor(self, consumer: str) -> int:
-        rows = await self._all("SELECT cursor FROM consumers WHERE name = ?", (consumer,))
-        return int(rows[0]["cursor"]) if rows else 0
-
-    async def consumed(self, consumer: str, event_ids: Sequence[str]) -> set[str]:
-        if not event_ids:
-            return set()
-        marks = ",".join("?" * len(event_ids))
-        rows = await self._all(
-            f"SELECT event_id FROM consumed WHERE consumer = ? AND event_id IN ({marks})",  # noqa: S608 (placeholders only)
-            (consumer, *event_ids),
-        )
-        return {str(r["event_id"]) for r in rows}
-
-    # -- snapshots ------------------------------------------------------------------------
-    async def latest_site_states(self) -> dict[str, SiteState]:
-        rows = await self._all(
-            "SELECT state FROM snapshots "
-            "WHERE seq IN (SELECT max(seq) FROM snapshots GROUP BY site)"
-        )
-        states = [SiteState.model_validate_json(r["state"]) for r in rows]
-        return {s.site: s for s in states}
-
-    async def site_history(
-        self, site: str, *, limit: int = 100, before: datetime | None = None
-    ) -> list[SiteState]:
-        """The newest `limit` snapshots of `site` (older than `before`, if given), oldest first."""
-        sql, params = "SELECT state FROM snapshots WHERE site = ?", [site]
-        if before is not None:
-            sql, params = sql + " AND collected_at < ?", [site, iso(before)]
-        rows = await self._all(sql + " ORDER BY seq DESC LIMIT ?", (*params, limit))
-        return [SiteState.model_validate_json(r["state"]) for r in reversed(rows)]
 
     # -- tasks ----------------------------------------------------------------------------
     async def get_task(self, task_id: str) -> dict[str, Any] | None:
@@ -345,10 +278,6 @@ class Store(GroupReads, ListingReads, DeliveryReads, HistoryReads):
             (after[0], after[0], after[1], *skip_groups, limit),
         )
         return [_task(r) for r in rows]
-
-    async def event(self, event_id: str) -> Event | None:
-        rows = await self._all("SELECT * FROM events WHERE id = ?", (event_id,))
-        return Event.from_row(rows[0]) if rows else None
 
     async def count(self, table: str) -> int:
         if table not in {

@@ -154,10 +154,10 @@ class PgDatabase:
                     await conn.execute("COMMIT")
 
     async def schema_version(self) -> int:
-        rows = await self.read(
-            "SELECT CASE WHEN to_regclass('fedhpc_schema') IS NULL THEN 0 "
-            "ELSE (SELECT coalesce(max(version), 0) FROM fedhpc_schema) END"
-        )
+        exists = await self.read("SELECT to_regclass('fedhpc_schema') IS NOT NULL")
+        if not exists[0][0]:
+            return 0  # a new database: nothing migrated yet
+        rows = await self.read("SELECT coalesce(max(version), 0) FROM fedhpc_schema")
         return int(rows[0][0])
 
     async def migrate(self) -> tuple[int, int]:
