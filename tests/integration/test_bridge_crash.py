@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 
+from fedhpc.bridge.delivery import Delivery
 from fedhpc.bridge.service import Bridge
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.store import Store
@@ -68,10 +69,11 @@ async def test_a_launch_that_never_recorded_a_pid_is_a_failed_attempt_after_the_
             )
         bridge = Bridge(store, home)
         await bridge.route()
-        (d,) = await store.deliveries()
+        (row,) = await store.deliveries()
         folder = home / "deliveries" / "r1-dead00"
         folder.mkdir(parents=True)  # the launch got this far; its shell never ran
-        d["body"] = {**d["body"], "resume": "r1-dead00", "launched": True}
+        d = Delivery.from_row(row)
+        d.body.resume, d.body.launched = "r1-dead00", True
         await bridge._save_all([d], "started")
         await bridge.deliver()
         assert [x["state"] for x in await store.deliveries()] == ["started"]  # may still run

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import structlog
 from pydantic import ValidationError
 
+from fedhpc.bridge.delivery import Delivery
 from fedhpc.bridge.direct import post, to_inbox
 from fedhpc.bridge.group import KILL_GRACE_S
 from fedhpc.bridge.payload import batch_size, late_payload, prompt_text
@@ -98,74 +98,79 @@ class Bridge:
         return await route_events(self.store, self.CONSUMER, self.clock)
 
     # -- records ----------------------------------------------------------------------------
+    async def _deliveries(self, *states: str, limit: int = 1000) -> list[Delivery]:
+        return [
+            Delivery.from_row(r) for r in await self.store.deliveries(states=states, limit=limit)
+        ]
+
     async def _save_all(
-        self, ds: list[dict[str, Any]], state: str, *, next_at: datetime | None = None
+        self, ds: list[Delivery], state: str, *, next_at: datetime | None = None
     ) -> None:
         """One transaction for a resume's deliveries: they change state together."""
         async with self.store.transaction() as tx:
             for d in ds:
                 await tx.put_delivery(
-                    d["id"],
-                    event_id=d["event_id"],
-                    continuation_id=d["continuation_id"],
+                    d.id,
+                    event_id=d.event_id,
+                    continuation_id=d.continuation_id,
                     state=state,
-                    attempts=d["attempts"],
+                    attempts=d.attempts,
                     next_at=next_at or self.clock(),
-                    body=d["body"],
+                    body=d.body.dump(),
                     at=self.clock(),
                 )
 
-    async def _failed(self, ds: list[dict[str, Any]], error: str) -> None:
+    async def _failed(self, ds: list[Delivery], error: str) -> None:
         now = self.clock()
         for d in ds:
-            d["attempts"] += 1
-            d["body"] = {**d["body"], "last_error": error[:2000]}
-            if d["attempts"] >= self.max_attempts:
-                log.warning("delivery dead", delivery=d["id"], error=error[:300])
+            d.attempts += 1
+            d.body.last_error = error[:2000]
+            if d.attempts >= self.max_attempts:
+                log.warning("delivery dead", delivery=d.id, error=error[:300])
                 await self._save_all([d], "dead")
                 continue
-            delay = min(300.0, self.backoff_s * 2 ** (d["attempts"] - 1))
-            log.info("delivery retry", delivery=d["id"], in_s=delay, error=error[:200])
+            delay = min(300.0, self.backoff_s * 2 ** (d.attempts - 1))
+            log.info("delivery retry", delivery=d.id, in_s=delay, error=error[:200])
             await self._save_all([d], "pending", next_at=now + timedelta(seconds=delay))
 
     def _folder(self, resume_id: str) -> Path:
         return self.home / "deliveries" / resume_id
 
     # -- delivery ---------------------------------------------------------------------------
-    async def _deliver_direct(self, d: dict[str, Any], spec: ContinuationSpec) -> None:
-        payload: dict[str, Any] = d["body"]["payload"]
+    async def _deliver_direct(self, d: Delivery, spec: ContinuationSpec) -> None:
+        payload = d.body.payload
         try:
             if spec.runtime is Runtime.INBOX:
                 to_inbox(self.home, spec, payload)
             else:
-                await post(spec, payload, d["id"])
+                await post(spec, payload, d.id)
         except FedError as exc:
             await self._failed([d], exc.message)
             return
         await self._save_all([d], "delivered")
 
-    async def _launch(self, ds: list[dict[str, Any]]) -> None:
+    async def _launch(self, ds: list[Delivery]) -> None:
         """One resume for the session's oldest pending deliveries (event order, at most
         BATCH_EVENTS and BATCH_BYTES of prompt), marked `started`
         (committed before the process exists: after a crash, a started resume with an rc file
         is finished, one with a live pid is waited for)."""
-        spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
+        spec = ContinuationSpec.model_validate(ds[-1].body.spec)
         if spec.runtime not in SESSIONS:
             ds = ds[:1]  # a command gets one payload on stdin
         else:  # capped: the rest wait (the session is busy) and ride the next resume, in order
-            ds = ds[: batch_size([d["body"]["payload"] for d in ds])]
-        rid = f"r{ds[0]['body'].get('seq', 0)}-{secrets.token_hex(3)}"
+            ds = ds[: batch_size([d.body.payload for d in ds])]
+        rid = f"r{ds[0].body.seq}-{secrets.token_hex(3)}"
         try:
             cfg = self.resume().get(spec.runtime.value)
-            payloads = [d["body"]["payload"] for d in ds]
+            payloads = [d.body.payload for d in ds]
             held: list[str] = []
-            if any(d["body"].get("launched") for d in ds):
-                ids = [d["id"] for d in ds]  # a long transcript is read off the event loop
+            if any(d.body.launched for d in ds):
+                ids = [d.id for d in ds]  # a long transcript is read off the event loop
                 held = await anyio.to_thread.run_sync(seen, spec, resume_env(cfg, self.home), ids)
-            unreached_ids = [d["id"] for d in ds if d["body"].get("unreached")]
+            unreached_ids = [d.id for d in ds if d.body.unreached]
             text = prompt_text(payloads, seen=held, unreached=unreached_ids)
             for d in ds:
-                d["body"] = {**d["body"], "resume": rid, "launched": True, "held": d["id"] in held}
+                d.body.resume, d.body.launched, d.body.held = rid, True, d.id in held
             await self._save_all(ds, "started")
             stdin = json.dumps(payloads[0], separators=(",", ":"))
             entry = None
@@ -195,10 +200,10 @@ class Bridge:
         except OSError as exc:
             await self._failed(ds, f"{type(exc).__name__}: {exc}")
 
-    async def _check(self, rid: str, ds: list[dict[str, Any]]) -> bool:
+    async def _check(self, rid: str, ds: list[Delivery]) -> bool:
         """Settle a started resume if it ended; True while it still runs."""
         folder = self._folder(rid)
-        spec = ContinuationSpec.model_validate(ds[-1]["body"]["spec"])
+        spec = ContinuationSpec.model_validate(ds[-1].body.spec)
         at = self.clock().timestamp()
         look = partial(
             standing,
@@ -213,7 +218,7 @@ class Bridge:
             return True
         if st.stand is Stand.UNLAUNCHED:
             for d in ds:  # crashed before launch: launch again (nothing reached the session)
-                d["body"] = {k: v for k, v in d["body"].items() if k != "resume"}
+                d.body = d.body.without("resume")
             await self._save_all(ds, "pending")
             return False
         if st.outcome is None:
@@ -229,68 +234,66 @@ class Bridge:
             await self._unreached(ds, why)
             return False
         for d in ds:
-            d["body"] = {**d["body"], "tools_verified": tools}
+            d.body.tools_verified = tools
         await self._save_all(ds, "delivered")
         log.info("resumed", resume=rid, runtime=spec.runtime.value, events=len(ds))
         return False
 
-    async def _unreached(self, ds: list[dict[str, Any]], why: str) -> None:
+    async def _unreached(self, ds: list[Delivery], why: str) -> None:
         """The resumed turn ran but could not reach the daemon: its events are in the session,
         yet the agent never read what they point at. Delivered again, once (the retry points
         at them, never re-sends them); a second such turn makes them dead letters."""
         for d in ds:
-            if d["body"].get("unreached"):
-                d["attempts"] += 1
-                d["body"] = {
-                    **d["body"],
-                    "last_error": f"{why}, in its delivery and in its one re-delivery. Once the "
-                    f"daemon runs (`fedhpc daemon status`): fedhpc deliveries retry {d['id']}",
-                }
-                log.warning("delivery dead: its resumes never reached fedhpc", delivery=d["id"])
+            if d.body.unreached:
+                d.attempts += 1
+                d.body.last_error = (
+                    f"{why}, in its delivery and in its one re-delivery. Once the daemon runs "
+                    f"(`fedhpc daemon status`): fedhpc deliveries retry {d.id}"
+                )
+                log.warning("delivery dead: its resumes never reached fedhpc", delivery=d.id)
                 await self._save_all([d], "dead")
             else:
-                d["body"] = {**d["body"], "unreached": 1, "last_error": f"{why}; delivered again"}
-                log.warning("resume did not reach fedhpc; delivering again", delivery=d["id"])
+                d.body.unreached, d.body.last_error = 1, f"{why}; delivered again"
+                log.warning("resume did not reach fedhpc; delivering again", delivery=d.id)
                 await self._save_all([d], "pending")
 
     async def deliver(self) -> None:
         busy: set[str] = set()
-        started: dict[str, list[dict[str, Any]]] = {}
-        for d in await self.store.deliveries(states=("started",)):
-            started.setdefault(str(d["body"].get("resume", d["id"])), []).append(d)
+        started: dict[str, list[Delivery]] = {}
+        for d in await self._deliveries("started"):
+            started.setdefault(str(d.body.resume or d.id), []).append(d)
         for rid, ds in started.items():
-            key = str(ds[0]["body"].get("key"))
+            key = str(ds[0].body.key)
             busy.add(key)  # until its check says it ended: a check that raises keeps it busy
-            with isolated("checking a resume failed", resume=rid, delivery=ds[0]["id"]):
+            with isolated("checking a resume failed", resume=rid, delivery=ds[0].id):
                 if not await self._check(rid, ds):
                     busy.discard(key)
         now = self.clock().isoformat()
-        queues: dict[str, list[dict[str, Any]]] = {}
-        for d in await self.store.deliveries(states=("pending",), limit=5000):
-            key = str(d["body"].get("key") or f"continuation:{d['continuation_id']}")
-            queues.setdefault(key, []).append(d)
+        queues: dict[str, list[Delivery]] = {}
+        for d in await self._deliveries("pending", limit=5000):
+            queues.setdefault(d.queue, []).append(d)
         for key, ds in queues.items():
             if key in busy:
                 continue  # one resume in flight per session; these ride the next one
-            with isolated("delivering failed", delivery=ds[0]["id"]):  # never the others'
+            with isolated("delivering failed", delivery=ds[0].id):  # never the others'
                 await self._deliver_queue(ds, now)
 
-    async def _deliver_queue(self, ds: list[dict[str, Any]], now: str) -> None:
+    async def _deliver_queue(self, ds: list[Delivery], now: str) -> None:
         """One session's pending deliveries, oldest first (one resume carries several)."""
-        ds.sort(key=lambda x: (int(x["body"].get("seq", 0)), x["id"]))
-        if ds[0]["next_at"] > now:
+        ds.sort(key=lambda x: (x.body.seq, x.id))
+        if ds[0].next_at > now:
             return  # the oldest waits out its backoff; later events keep their order
         try:
-            spec = ContinuationSpec.model_validate(ds[0]["body"]["spec"])
+            spec = ContinuationSpec.model_validate(ds[0].body.spec)
         except ValidationError as exc:  # recorded by an older fedhpc (no bound session)
             for d in ds:
-                d["attempts"] = self.max_attempts
-                d["body"] = {**d["body"], "last_error": f"unusable continuation: {exc}"[:500]}
+                d.attempts = self.max_attempts
+                d.body.last_error = f"unusable continuation: {exc}"[:500]
             await self._save_all(ds, "dead")
             return
         if spec.runtime in (Runtime.INBOX, Runtime.WEBHOOK):
             for d in ds:
-                with isolated("delivering failed", delivery=d["id"]):
+                with isolated("delivering failed", delivery=d.id):
                     await self._deliver_direct(d, spec)
         else:
             await self._launch(ds)
@@ -298,31 +301,31 @@ class Bridge:
     async def redrive(self, ids: list[str] | None) -> list[str]:
         """Dead deliveries (these ids, or all) back to pending with a fresh retry budget; each
         payload says it is late: the event's time, and the session's events delivered since."""
-        dead = await self.store.deliveries(states=("dead",), limit=5000)
-        chosen = [d for d in dead if ids is None or d["id"] in ids]
-        delivered = await self.store.deliveries(states=("delivered",), limit=5000) if chosen else []
+        dead = await self._deliveries("dead", limit=5000)
+        chosen = [d for d in dead if ids is None or d.id in ids]
+        delivered = await self._deliveries("delivered", limit=5000) if chosen else []
         now = self.clock().isoformat()
         for d in chosen:
-            d["attempts"] = 0
-            body = {k: v for k, v in d["body"].items() if k != "unreached"}  # its one again
-            event = await self.store.event(d["event_id"])
-            seq = int(body.get("seq", 0))
+            d.attempts = 0
+            body = d.body.without("unreached")  # its one re-delivery again
+            event = await self.store.event(d.event_id)
             after = sorted(
-                (int(x["body"].get("seq", 0)), x["id"])
+                (x.body.seq, x.id)
                 for x in delivered
-                if x["body"].get("key") == body.get("key") and int(x["body"].get("seq", 0)) > seq
+                if x.body.key == body.key and x.body.seq > body.seq
             )
-            body["payload"] = late_payload(
-                body["payload"],
+            body.payload = late_payload(
+                body.payload,
                 event_at=event.created_at.isoformat() if event else None,
                 redriven_at=now,
                 after=[i for _, i in after],
             )
-            d["body"] = {**body, "redriven": int(d["body"].get("redriven", 0)) + 1}
+            body.redriven += 1
+            d.body = body
         if chosen:
             await self._save_all(chosen, "pending")
             self.wake.set()
-        return [d["id"] for d in chosen]
+        return [d.id for d in chosen]
 
     async def cycle(self) -> None:
         await self.route()
