@@ -12,6 +12,12 @@ stores the payload; then it reads the result with one `get_result`. Measured:
   one child's result);
 - the continuation payload (the JSON the resume carries, and the whole resume prompt).
 
+A third loop is a client with no continuation at all, at 2026-07-28 with the Tasks extension
+(docs/mcp.md): raw JSON-RPC lines over stdio, so the bytes are the wire's. It submits, opens
+`subscriptions/listen` for the task and reads until the terminal `notifications/tasks`:
+the task handle plus that notification is everything it receives (no tasks/get, no
+get_result); the text the model reads is the result's text.
+
 Run: .venv/bin/python benchmarks/economy.py [--sites slurm|process] [--json]
 """
 
@@ -131,6 +137,71 @@ async def group(agent: Agent, resumed: Path, limit: float) -> dict[str, Any]:
     }
 
 
+_ENVELOPE_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "economy", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    },
+}
+
+
+async def tasks_extension(env: dict[str, str], limit: float) -> dict[str, Any]:
+    """A Tasks-extension client's whole wait, in wire bytes: handle + terminal notification."""
+    proc = await anyio.open_process(
+        [sys.executable, "-m", "fedhpc.cli.main", "serve", "--no-autostart"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None
+    assert stdout is not None
+    received: list[tuple[str, int]] = []
+    buffer = b""
+
+    async def send(rid: int, method: str, params: dict[str, Any]) -> None:
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        msg["params"] = {**params, "_meta": _ENVELOPE_META}
+        await stdin.send(json.dumps(msg).encode() + b"\n")
+
+    async def line() -> dict[str, Any]:
+        nonlocal buffer
+        while b"\n" not in buffer:
+            buffer += await stdout.receive()
+        raw, buffer = buffer.split(b"\n", 1)
+        msg: dict[str, Any] = json.loads(raw)
+        received.append((str(msg.get("method") or "result"), len(raw)))
+        return msg
+
+    try:
+        with anyio.fail_after(limit):
+            args = {"command": ["bash", "-c", "echo hello"], "envelope": ENVELOPE}
+            await send(1, "tools/call", {"name": "submit_task", "arguments": args})
+            created = (await line())["result"]
+            assert created["resultType"] == "task", created
+            watch = {"notifications": {"taskIds": [created["taskId"]]}}
+            await send(2, "subscriptions/listen", watch)
+            while True:
+                msg = await line()
+                params = msg.get("params") or {}
+                if msg.get("method") == "notifications/tasks" and params["status"] != "working":
+                    break
+    finally:
+        proc.terminate()
+        await proc.wait()
+    text = params["result"]["content"][0]["text"]
+    assert '"preview":"hello\\n"' in text, text
+    handle, note = received[0][1], received[-1][1]
+    return {
+        "requests": ["tools/call", "subscriptions/listen"],
+        "received": received,
+        "handle_bytes": handle,
+        "terminal_bytes": note,
+        "wire_bytes": handle + note,
+        "text_bytes": len(text.encode()),
+    }
+
+
 async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
     resumed = home / "resumed"
     resumed.mkdir(parents=True)
@@ -155,11 +226,12 @@ async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
         agent_env = {**env, "FEDHPC_CONTINUATION": json.dumps(continuation)}
         one = await single(Agent(agent_env), resumed, limit)
         four = await group(Agent(agent_env), resumed, limit)
+        tasks = await tasks_extension(env, limit)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    return {"sites": sites, "single": one, "group": four}
+    return {"sites": sites, "single": one, "group": four, "tasks": tasks}
 
 
 def _row(label: str, value: int, target: int | None, unit: str = "B") -> str:
@@ -198,6 +270,13 @@ def main() -> int:
     print(_row("  tool-result text read, submit + one result", four["bytes"], 2048))
     print(_row("  continuation payload (JSON)", four["payload_bytes"], 2048))
     print(_row("  resume prompt (payload + instruction)", four["prompt_bytes"], None))
+    t = r["tasks"]
+    print("one job, a client without hooks: Tasks extension at 2026-07-28, stdio wire bytes")
+    print(_row("  requests sent (tools/call, subscriptions/listen)", len(t["requests"]), 2, "reqs"))
+    print(_row("    task handle (CreateTaskResult line)", t["handle_bytes"], None))
+    print(_row("    terminal notifications/tasks line", t["terminal_bytes"], None))
+    print(_row("  received, handle + terminal status", t["wire_bytes"], None))
+    print(_row("  result text the model reads (get_result's)", t["text_bytes"], 512))
     print("  (issue 14 before: 2,193 B for submit + get_result(preview) of a 6-byte output;")
     print("   srunx: 708-804 B over 6-7 calls)")
     return 0

@@ -17,6 +17,7 @@ from mcp.types import (
     CallToolResult,
     Request,
     RequestParams,
+    ResourceUpdatedNotification,
     Result,
     SubscriptionFilter,
     SubscriptionsListenRequest,
@@ -94,6 +95,7 @@ class Counted:
 
     def __init__(self, client: Client, tasks: Tasks) -> None:
         self.client, self.tasks, self.sent = client, tasks, Counter[str]()
+        self.updated: list[str] = []  # resources/updated URIs, in order
 
     async def call(self, tool: str, args: dict[str, Any]) -> CreatedTask | CallToolResult:
         self.sent["tools/call:" + tool] += 1
@@ -106,10 +108,14 @@ class Counted:
         return answer
 
     @asynccontextmanager
-    async def listen(self, *task_ids: str) -> AsyncIterator[None]:
-        """A `subscriptions/listen` stream for these tasks, open while the block runs."""
+    async def listen(self, *task_ids: str, uris: tuple[str, ...] = ()) -> AsyncIterator[None]:
+        """A `subscriptions/listen` stream for these tasks (and resources), open while the
+        block runs."""
         self.sent["subscriptions/listen"] += 1
-        wanted = SubscriptionFilter.model_validate({"taskIds": list(task_ids)})
+        asked: dict[str, Any] = {"taskIds": list(task_ids)} if task_ids else {}
+        if uris:
+            asked["resourceSubscriptions"] = list(uris)
+        wanted = SubscriptionFilter.model_validate(asked)
         req = SubscriptionsListenRequest(
             params=SubscriptionsListenRequestParams(notifications=wanted)
         )
@@ -126,5 +132,13 @@ class Counted:
 @asynccontextmanager
 async def tasks_client(server: Any, **kw: Any) -> AsyncIterator[Counted]:
     tasks = Tasks()
-    async with Client(server, extensions=[tasks], **kw) as client:
-        yield Counted(client, tasks)
+    updated: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            updated.append(message.params.uri)
+
+    async with Client(server, extensions=[tasks], message_handler=on_message, **kw) as client:
+        counted = Counted(client, tasks)
+        counted.updated = updated
+        yield counted

@@ -206,3 +206,20 @@ async def test_the_example_waits_without_hooks(tmp_path: Path, env: dict[str, st
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert '"state":"completed"' in out
     assert '"preview":"hello\\n"' in out
+
+
+async def test_a_subscribed_task_resource_is_updated_on_the_stream(
+    tmp_path: Path, env: dict[str, str], http_server: str
+) -> None:
+    """Resources that subscribe (2026-07-28): fedhpc://tasks/{id} gets resources/updated on
+    each event about the task, without the extension's notifications."""
+    async with daemon(tmp_path / "h", env), tasks_client(http_server) as c:
+        created = _created(
+            await c.call("submit_task", {"command": ["sleep", "1"], "envelope": CPU})
+        )
+        uri = f"fedhpc://tasks/{created.task_id.split('.')[1]}"
+        async with c.listen(uris=(uri,)):
+            with anyio.fail_after(120):
+                while uri not in c.updated:
+                    await anyio.sleep(0.1)
+        assert c.tasks.notes == []  # no taskIds asked: no task notifications

@@ -24,7 +24,7 @@ from mcp.types import INVALID_PARAMS
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.job import JobState
-from fedhpc.errors import FedError
+from fedhpc.errors import ErrorKind, FedError
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.results import answer_result
 from fedhpc.ops.data import TransferRequest, TransferState
@@ -58,6 +58,7 @@ STATUS = Literal["working", "completed", "failed", "cancelled"]
 
 class TaskNotFound(FedError):
     code = "not_found"
+    kind = ErrorKind.NOT_FOUND
     default_hint = (
         "Pass a taskId this session received from a task-augmented tools/call; fedhpc ids "
         "(task_id, group_id, transfer_id) are read with get_result or the fedhpc:// resources."

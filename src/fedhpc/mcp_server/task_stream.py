@@ -11,6 +11,7 @@ the id a continuation carries too, so a client with both can tell one event from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -19,7 +20,12 @@ import structlog
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, event_matches, event_to_notification
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ResourceUpdated,
+    event_matches,
+    event_to_notification,
+)
 from mcp.types import (
     INVALID_REQUEST,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -72,19 +78,20 @@ class EventWatch:
     def __init__(self, link: DaemonLink) -> None:
         self.link = link
         self.cursor: int | None = None
-        self._listeners: dict[object, tuple[frozenset[str], Listener]] = {}
+        self._listeners: dict[object, Listener] = {}
         self._wake = anyio.Event()
 
     async def start_cursor(self) -> None:
         """Fix the cursor at the newest event before a stream's first state check: whatever
         happens after the check is read from the log."""
-        if self.cursor is None:
+        if self.cursor is None or not self._listeners:  # nobody read on: start from now
             health = await self.link.call(lambda c: c.health())
             self.cursor = int(health.get("last_event_seq") or 0)
 
-    def watch(self, fids: frozenset[str], listener: Listener) -> Callable[[], None]:
+    def watch(self, listener: Listener) -> Callable[[], None]:
+        """`listener` gets every event from now on (it filters); returns the unsubscribe."""
         token = object()
-        self._listeners[token] = (fids, listener)
+        self._listeners[token] = listener
         self._wake.set()
         return lambda: self._listeners.pop(token, None) and None
 
@@ -102,10 +109,8 @@ class EventWatch:
                 continue
             for row in rows:
                 self.cursor = max(self.cursor, int(row["seq"]))
-                about = _subjects(row)
-                for fids, listener in list(self._listeners.values()):
-                    if fids & about:
-                        listener(row)
+                for listener in list(self._listeners.values()):
+                    listener(row)
             if len(rows) < 200:
                 await anyio.sleep(_POLL_S)
 
@@ -162,13 +167,11 @@ class TaskListen:
                 log.warning("listen stream backlog full; ending it", subscription=str(sid))
                 send.close()
 
-        by_fid: dict[str, list[str]] = {}
-        for tid, h in handles.items():
-            by_fid.setdefault(h.fid, []).append(tid)
+        route = _Route(handles, uris, put)
         stops = [self.bus.subscribe(lambda e: put(e) if event_matches(honored, uris, e) else None)]
-        if handles and self.watch is not None:
+        if route.wanted and self.watch is not None:
             await self.watch.start_cursor()
-            stops.append(self.watch.watch(frozenset(by_fid), lambda row: _route(row, by_fid, put)))
+            stops.append(self.watch.watch(route))
         try:
             await ctx.session.send_notification(
                 SubscriptionsAcknowledgedNotification(
@@ -224,10 +227,34 @@ class TaskListen:
             )
 
 
-def _route(row: dict[str, Any], by_fid: dict[str, list[str]], put: Callable[[Any], None]) -> None:
-    about = _subjects(row)
-    why = "wake" if row.get("kind") in WAKE else "change"
-    for fid, tids in by_fid.items():
-        if fid in about:
-            for tid in tids:
-                put((why, tid, row))
+_RESOURCE = re.compile(r"^fedhpc://(tasks|groups|transfers)/([A-Za-z0-9_-]{1,64})$")
+FEDERATION_URI = "fedhpc://federation"
+SITE_EVENTS = frozenset({"site.offline", "site.online"})
+
+
+class _Route:
+    """One stream's share of the event log: its tasks' statuses, and `resources/updated` for
+    the fedhpc:// resources it subscribed to (a task, group or transfer on any event about
+    it; the federation when a site goes offline or comes back)."""
+
+    def __init__(
+        self, handles: dict[str, Handle], uris: frozenset[str], put: Callable[[Any], None]
+    ) -> None:
+        self.put = put
+        self.tasks: dict[str, list[str]] = {}
+        for tid, h in handles.items():
+            self.tasks.setdefault(h.fid, []).append(tid)
+        self.resources = {m[2]: uri for uri in uris if (m := _RESOURCE.match(uri))}
+        self.federation = FEDERATION_URI in uris
+        self.wanted = bool(self.tasks or self.resources or self.federation)
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        about = _subjects(row)
+        why = "wake" if row.get("kind") in WAKE else "change"
+        for fid in about & self.tasks.keys():
+            for tid in self.tasks[fid]:
+                self.put((why, tid, row))
+        for fid in about & self.resources.keys():
+            self.put(ResourceUpdated(uri=self.resources[fid]))
+        if self.federation and row.get("kind") in SITE_EVENTS:
+            self.put(ResourceUpdated(uri=FEDERATION_URI))
