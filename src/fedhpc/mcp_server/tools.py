@@ -87,7 +87,7 @@ async def draft_envelope(
     *,
     description: Annotated[
         str, Field(description="what the task does, in words", max_length=MAX_DESCRIPTION_CHARS)
-    ],
+    ] = "",  # may be left out with a `script`
     code_context: Annotated[
         list[str],
         Field(

@@ -118,12 +118,14 @@ def with_script_draft(data: object) -> object:
     try:
         _, reading = read_script(text)
     except ValueError:
-        data.setdefault("description", "a job script")  # the script's own error is the answer
+        if not data.get("description"):  # the script's own error is the answer
+            data["description"] = "a job script"
         return data
     proposed = data.get("proposed")
     if isinstance(proposed, Mapping) or proposed is None:
         data["proposed"] = {**reading.envelope, **(proposed or {})}
-    data.setdefault("description", f"a {reading.scheduler} job script")
+    if not data.get("description"):
+        data["description"] = f"a {reading.scheduler} job script"
     if data.get("source") is None:
         data["source"] = "user"
     data["rationale"] = _rationale(str(data.get("rationale") or ""), reading)
