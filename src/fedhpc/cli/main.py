@@ -3,36 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from fedhpc import __version__
-from fedhpc.cli import (
-    connect,
-    daemon,
-    doctor,
-    hooks,
-    login,
-    pictures,
-    probe,
-    serve,
-    sites,
-    store,
-    tasks,
-    ui,
-)
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
 
-__all__ = ["COMMANDS_GROUP", "build_parser", "main"]
+__all__ = ["COMMANDS_GROUP", "LEAN", "build_parser", "main"]
 
 # Commands that live outside the runtime package (the development tooling's `fedhpc devfed` and
 # `fedhpc demo`, pyproject.toml) register here: each entry point names an `add_parser(sub)`.
 COMMANDS_GROUP = "fedhpc.commands"
+# The modules of fedhpc.cli whose `add_parser(sub)` adds the commands, in the help's order.
+_MODULES = (
+    "sites",
+    "probe",
+    "doctor",
+    "connect",
+    "daemon",
+    "hooks",
+    "login",
+    "serve",
+    "tasks",
+    "pictures",
+    "ui",
+    "store",
+)
+# Commands agents start at every turn or tool call (`fedhpc serve` for a resumed Codex turn,
+# `fedhpc hook ...`): only their own module is loaded, none of the other commands' imports
+# (connect's discovery, the transports, the dev tooling's entry points): their start-up is
+# on the path from a job's end to the resumed turn's first model request.
+LEAN = {"serve": "serve", "hook": "hooks", "deliveries": "hooks"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `fedhpc` parser with every command; for a `command` of LEAN, with that one's
+    module alone."""
     parser = argparse.ArgumentParser(
         prog="fedhpc",
         description="Operate several supercomputers as one workspace (profiles, probes, devfed).",
@@ -40,20 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedhpc {__version__}")
     parser.add_argument("--log-level", default=None, help="stderr log level (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sites.add_parser(sub)
-    probe.add_parser(sub)
-    doctor.add_parser(sub)
-    connect.add_parser(sub)
-    daemon.add_parser(sub)
-    hooks.add_parser(sub)
-    login.add_parser(sub)
-    serve.add_parser(sub)
-    tasks.add_parser(sub)
-    pictures.add_parser(sub)
-    ui.add_parser(sub)
-    store.add_parser(sub)
-    _add_registered(sub)
+    lean = LEAN.get(command or "")
+    for name in (lean,) if lean else _MODULES:
+        importlib.import_module(f"fedhpc.cli.{name}").add_parser(sub)
+    if not lean:
+        _add_registered(sub)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first word that is no option or option value), or None
+    when help or the version is asked for first."""
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def _add_registered(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,8 +85,9 @@ def _add_registered(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(words))
+    args = parser.parse_args(words)
     configure_logging(args.log_level)
     return run_command(args)
 
