@@ -62,10 +62,13 @@ def declared(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 
 def _subjects(event: dict[str, Any]) -> set[str]:
-    """The fedhpc ids an event is about: its subject, the group of a child (`<group>-<i>`),
-    and the ids its payload names."""
+    """The fedhpc ids an event is about: its subject, the group of a child (child `t<x>-<i>`
+    of group `g<x>`, orchestrator/groups.py), and the ids its payload names."""
     subject = str(event.get("subject", ""))
-    ids = {subject, subject.rsplit("-", 1)[0]}
+    ids = {subject}
+    head = subject.rsplit("-", 1)[0]
+    if head != subject and head.startswith("t"):
+        ids.add("g" + head[1:])
     payload = event.get("payload")
     if isinstance(payload, dict):
         ids |= {str(payload[k]) for k in ("group_id", "task_id", "transfer_id") if payload.get(k)}
