@@ -52,17 +52,20 @@ class PgServer:
     bindir: Path
     user: str | None  # the OS user it runs as (None: this process's)
 
-    def url(self, database: str = "postgres") -> str:
+    def url(self, database: str = "postgres", *, socket: bool = False) -> str:
+        """The database over TCP on loopback, or over the server's Unix socket."""
+        if socket:
+            return f"postgresql://{ROLE}@/{database}?host={self.folder}&port={self.port}"
         return f"postgresql://{ROLE}@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self) -> str:
+    def create_database(self, *, socket: bool = False) -> str:
         """A new empty database; its URL."""
         import psycopg  # only where a database is made: starting the server needs no driver
 
         name = "t_" + uuid.uuid4().hex[:16]
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')  # a name made here, never input
-        return self.url(name)
+        return self.url(name, socket=socket)
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.folder / "data"), "-m", "immediate", "stop")
