@@ -123,6 +123,7 @@ async def test_stdio_client_waits_on_the_stream_only_across_a_daemon_restart(
             assert note["result"]["isError"] is False
             assert '"state":"completed"' in note["result"]["content"][0]["text"]
             assert note["_meta"]["fedhpc/event"].startswith("ev_")
+            assert isinstance(note["_meta"]["fedhpc/seq"], int)
             assert c.sent == {"tools/call:submit_task": 1, "subscriptions/listen": 1}
     finally:
         stop(proc)
@@ -223,3 +224,23 @@ async def test_a_subscribed_task_resource_is_updated_on_the_stream(
                 while uri not in c.updated:
                     await anyio.sleep(0.1)
         assert c.tasks.notes == []  # no taskIds asked: no task notifications
+
+
+async def test_a_group_ends_on_the_stream_when_its_round_ends(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    home = tmp_path / "h"
+    children = [{"command": ["true"], "name": f"c{i}"} for i in range(2)]
+    async with daemon(home, env), tasks_client(stdio_params(home, "--no-autostart", **env)) as c:
+        created = _created(
+            await c.call(
+                "submit_group", {"objective": "pair", "children": children, "envelope": CPU}
+            )
+        )
+        async with c.listen(created.task_id):
+            with anyio.fail_after(120):
+                note = await c.tasks.terminal(created.task_id)
+        assert note["status"] == "completed"
+        assert note["result"]["isError"] is False
+        assert note["result"]["structuredContent"]["counts"] == {"completed": 2}
+        assert c.sent == {"tools/call:submit_group": 1, "subscriptions/listen": 1}

@@ -6,8 +6,9 @@ waits for it to answer again), and hands each event to the streams watching its 
 `TaskListen` replaces the SDK's `subscriptions/listen` handler, whose filter knows no
 `taskIds`: it serves the SDK's resource events as before, and for every event the agent's
 continuation would wake for (DEFAULT_WAKE_EVENTS, a transfer's outcome) or that ends the work
-it sends the task's DetailedTask, stamped with the fedhpc event id (`_meta["fedhpc/event"]`,
-the id a continuation carries too, so a client with both can tell one event from two)."""
+it sends the task's DetailedTask, stamped with the fedhpc event's id and seq
+(`_meta["fedhpc/event"]`, `_meta["fedhpc/seq"]`): a continuation's delivery id is
+`d<seq>-<continuation>`, so a client woken both ways can tell one event from two."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ log = structlog.get_logger(__name__)
 
 WAKE = frozenset(DEFAULT_WAKE_EVENTS) | frozenset(TRANSFER_EVENTS)
 EVENT_META_KEY = "fedhpc/event"
+SEQ_META_KEY = "fedhpc/seq"  # a continuation's delivery id is d<seq>-<continuation id>
 _POLL_S = 0.5  # the daemon's event log, over its local socket: cheap
 _DOWN_S = 1.0  # the daemon does not answer (restarting): ask again after this
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -221,7 +223,7 @@ class TaskListen:
                 continue  # not what a continuation wakes for, and nothing ended
             if terminal:
                 ended.add(tid)
-            extra = {EVENT_META_KEY: event["id"]} if event else {}
+            extra = {EVENT_META_KEY: event["id"], SEQ_META_KEY: event["seq"]} if event else {}
             status = _Note(
                 method="notifications/tasks", params={**task, "_meta": {**meta, **extra}}
             )
