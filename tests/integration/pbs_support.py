@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,4 +69,19 @@ def devpolaris() -> Iterator[Devpolaris]:
         state = pbs_status(root, socket.gethostname(), load_profiles().values())
         if not state.up:
             pytest.fail(f"the local OpenPBS cluster devpolaris is not up ({state.detail}); {HINT}")
-        yield Devpolaris(root)
+        fed = Devpolaris(root)
+        drain_pbs(fed)
+        yield fed
+
+
+def drain_pbs(fed: Devpolaris) -> None:
+    """Delete every queued or running job on devpolaris (left by an earlier run) and wait
+    until none is left; finished ones stay in `qstat -x`."""
+    ids = fed.run("qselect").stdout.split()
+    if ids:
+        fed.run("qdel", "-W", "force", *ids)
+    deadline = time.monotonic() + 60
+    while fed.run("qselect").stdout.strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"devpolaris jobs did not drain: {fed.run('qselect').stdout.split()}")
+        time.sleep(0.3)

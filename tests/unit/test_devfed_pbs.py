@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fedhpc.profiles import load_profiles
+import pytest
+
+from fedhpc.domain.config import UserConfig
+from fedhpc.profiles import load_federation, load_profiles
+from fedhpc_dev.devfed.pbs import pbs_up
 from fedhpc_dev.devfed.pbs_build import BUILD_PACKAGES, prefix_for
 from fedhpc_dev.devfed.pbs_plan import (
     DATA_PORT,
@@ -79,3 +83,39 @@ def test_dev_installs_every_build_package() -> None:
     dev = (Path(__file__).parents[2] / "dev").read_text()
     words = set(re.sub(r"\\\n", " ", dev).split())
     assert set(BUILD_PACKAGES) - {"postgresql"} <= words
+
+
+def test_devfed_modes_enable_the_schedulers_they_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = {"devanvil", "devdelta", "devdeltaai", "devvista"}
+    expected = {
+        "1": slurm,
+        "process": slurm,
+        "pbs": {"devpolaris"},
+        "slurm+pbs": {*slurm, "devpolaris"},
+    }
+    for value, sites in expected.items():
+        monkeypatch.setenv("FEDHPC_DEVFED", value)
+        assert set(load_federation(UserConfig())) == sites, value
+    # Process mode runs the Slurm sites as local processes; devpolaris is never swapped.
+    monkeypatch.setenv("FEDHPC_DEVFED", "process")
+    assert load_profiles()["devpolaris"].dialect == "pbs"
+
+
+def test_devpolaris_without_a_config_entry_charges_its_profiles_account(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PBS has no associations the probe could read: the account comes from the profile.
+    monkeypatch.setenv("FEDHPC_DEVFED", "pbs")
+    site = load_federation(UserConfig())["devpolaris"]
+    assert [a.name for a in site.user.accounts] == ["fedhpc-gpu"]
+    assert site.profile.transport.env["PBS_CONF_FILE"].endswith("/devpolaris/pbs.conf")
+
+
+def test_pbs_up_says_why_when_the_tarball_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEDHPC_OPENPBS_TARBALL", str(tmp_path / "no-such.tar.gz"))
+    out = pbs_up(tmp_path, "vm", load_profiles().values())
+    assert out.up is False
+    assert "no-such.tar.gz" in out.detail or "root" in out.detail
+    assert not (tmp_path / "devpolaris").exists()  # nothing was written

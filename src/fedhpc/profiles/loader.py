@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from fedhpc.domain.config import Site, UserConfig, UserSiteConfig
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.config import AccountConfig, Site, UserConfig, UserSiteConfig
+from fedhpc.domain.site import SAFE_NAME, SiteProfile
 from fedhpc.errors import ProfileError
 from fedhpc.settings import (
     CONFIG,
@@ -58,6 +58,16 @@ def devfed_mode() -> str | None:
     'pbs' (=pbs: devpolaris only) or 'slurm+pbs' (=slurm+pbs: all five)."""
     modes = {"1": "slurm", "process": "process", "pbs": "pbs", "slurm+pbs": "slurm+pbs"}
     return modes.get(DEVFED.read() or "")
+
+
+def _devfed_user(profile: SiteProfile) -> UserSiteConfig:
+    """A local-test site enabled without a config entry. PBS keeps no account associations
+    the probe could read (Slurm's sshare does), so devpolaris gets the one account its profile
+    names, as a user's `[[sites.NAME.accounts]]` would give it."""
+    name = profile.conventions.account_pattern
+    if profile.dialect == "pbs" and name and SAFE_NAME.match(name):
+        return UserSiteConfig(accounts=(AccountConfig(name=name),))
+    return UserSiteConfig()
 
 
 def _devfed_enables(profile: SiteProfile, mode: str | None) -> bool:
@@ -272,7 +282,7 @@ def load_federation(
         if user is None:
             if not (config.default_site_enabled or _devfed_enables(profile, mode)):
                 continue
-            user = UserSiteConfig()
+            user = _devfed_user(profile) if _devfed_enables(profile, mode) else UserSiteConfig()
         if user.enabled:
             out[name] = Site(profile, user)
     return out

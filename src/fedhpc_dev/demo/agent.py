@@ -40,7 +40,7 @@ async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, An
     return dict(body)
 
 
-async def plan(out: Path) -> None:
+async def plan(out: Path, children: int = 4) -> None:
     resume = [sys.executable, "-m", "fedhpc_dev.demo.agent", "resume", "--out", str(out)]
     continuation = json.dumps({"runtime": "command", "command": resume})
     async with Client(_server({CONTINUATION.name: continuation}), mode="legacy") as client:
@@ -72,7 +72,7 @@ async def plan(out: Path) -> None:
             client,
             "submit_group",
             {
-                "objective": "evaluate four checkpoints on distinct systems",
+                "objective": f"evaluate {children} checkpoints on distinct systems",
                 "children": [
                     {
                         "command": [
@@ -82,7 +82,7 @@ async def plan(out: Path) -> None:
                         ],
                         "name": f"ckpt{i}",
                     }
-                    for i in range(4)
+                    for i in range(children)
                 ],
                 "envelope": env,
                 "spread": True,
@@ -142,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedhpc_dev.demo.agent")
     parser.add_argument("step", choices=["plan", "resume"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--children", type=int, default=4, help="checkpoints to evaluate")
     args = parser.parse_args(argv)
     if args.step == "plan":
-        anyio.run(plan, args.out)
+        anyio.run(plan, args.out, args.children)
     else:
         anyio.run(resume, args.out, json.loads(sys.stdin.read()))
     return 0

@@ -31,7 +31,7 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation, load_profiles
-from fedhpc.profiles.loader import devfed_process_root
+from fedhpc.profiles.loader import devfed_process_root, devfed_root
 from fedhpc.settings import BRIDGE_POLL_S, CYCLE_S, DEVFED, DEVFED_SSH_CONFIG, HOME, REFRESH_S
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc_dev.devfed.sshd import start_front
@@ -79,8 +79,28 @@ def _slurm_problem() -> str | None:
     return None
 
 
+def _pbs_problem() -> str | None:
+    """None when devpolaris (OpenPBS) answers; else why not (`devfed up` says more)."""
+    from fedhpc_dev.devfed.pbs import pbs_status
+
+    state = pbs_status(devfed_root(), socket.gethostname(), load_profiles().values())
+    if state.up:
+        _say(f"local federation: devpolaris (OpenPBS) up, {state.detail}")
+        return None
+    return state.detail
+
+
 def _choose_sites(wanted: str) -> str:
-    """'slurm' or 'process': the sites the demo runs on, saying why when it falls back."""
+    """'slurm', 'slurm+pbs' or 'process': the sites the demo runs on, saying why when it falls
+    back."""
+    if wanted == "slurm+pbs":
+        problem = _slurm_problem() or _pbs_problem()
+        if problem is not None:
+            raise UsageError(
+                f"the local Slurm and OpenPBS federation is not usable: {problem}",
+                hint="Run `sudo fedhpc devfed up` (it says why devpolaris is absent).",
+            )
+        return "slurm+pbs"
     if wanted == "process":
         _say("sites: 4 sites that run jobs as local processes (--sites process)")
         return "process"
@@ -173,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
             hint="Run `sudo fedhpc devfed up` first, or drop --ssh.",
         )
     # The daemon, the agent and the MCP servers it starts all inherit this.
-    os.environ[DEVFED.name] = "1" if mode == "slurm" else "process"
+    os.environ[DEVFED.name] = {"slurm": "1", "slurm+pbs": "slurm+pbs"}.get(mode, "process")
     if mode == "process":
         _prepare_process_sites()
     front = _open_front(over_ssh) if over_ssh else None
@@ -221,8 +241,13 @@ def _loop(args: argparse.Namespace) -> int:
         _say(f"devanvil's H100s are now busy with background jobs {', '.join(load)}")
         out = home / "agent-resumed.txt"
         started = time.monotonic()
+        # Five sites with Slurm+PBS: a child each, one of them on devanvil's busy H100s.
+        children = "5" if os.environ.get(DEVFED.name) == "slurm+pbs" else "4"
         agent = subprocess.run(
-            [sys.executable, "-m", "fedhpc_dev.demo.agent", "plan", "--out", str(out)],
+            [
+                *(sys.executable, "-m", "fedhpc_dev.demo.agent", "plan", "--out", str(out)),
+                *("--children", children),
+            ],
             env=os.environ.copy(),
             check=False,
         )
@@ -341,10 +366,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--home", default=None, help="state folder (default: a new temporary one)")
     p.add_argument(
         "--sites",
-        choices=("auto", "slurm", "process"),
+        choices=("auto", "slurm", "slurm+pbs", "process"),
         default="auto",
         help="auto: the Slurm federation when it is up or can be brought up (root), else "
-        "four sites that run jobs as local processes",
+        "four sites that run jobs as local processes; slurm+pbs: the four Slurm clusters and "
+        "devpolaris (OpenPBS), five children",
     )
     p.add_argument(
         "--ssh",
