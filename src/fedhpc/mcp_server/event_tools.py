@@ -57,8 +57,7 @@ async def list_events(
         str | None, Field(max_length=64, description="skip what it acknowledged")
     ] = None,
 ) -> EventsPage:
-    """Pull clients: events after `after` (task ended, decision needed, site offline);
-    old ones no consumer holds get archived."""
+    """Pull clients: events after `after` (task ended, decision needed, site offline)."""
     rows = await daemon_link(ctx).call(
         lambda c: c.events(after=after, limit=limit + 1, consumer=consumer)
     )

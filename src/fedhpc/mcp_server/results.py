@@ -25,6 +25,7 @@ __all__ = [
     "compact",
     "error_result",
     "guarded",
+    "project",
     "validation_failed",
 ]
 
@@ -115,6 +116,27 @@ def compact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [compact(v) for v in value]
     return to_jsonable_python(value)
+
+
+def project(answer: T, fields: list[str]) -> T:
+    """Only the named fields of an answer (and its required ones, which name it): the others
+    are reset to their defaults, which `compact` leaves out. No fields: the whole answer."""
+    if not fields:
+        return answer
+    model = type(answer).model_fields
+    unknown = [(i, f) for i, f in enumerate(fields) if f not in model]
+    if unknown:
+        names = ", ".join(model)
+        issues = [
+            FieldIssue(f"fields[{i}]", f"no field {f[:64]!r}; fields: {names}") for i, f in unknown
+        ]
+        raise ValidationFailed(issues, hint="Name fields of the answer, or pass no fields.")
+    reset = {
+        name: info.get_default(call_default_factory=True)
+        for name, info in model.items()
+        if name not in fields and not info.is_required()
+    }
+    return answer.model_copy(update=reset)
 
 
 def answer_result(answer: BaseModel) -> CallToolResult:

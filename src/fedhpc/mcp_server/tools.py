@@ -36,7 +36,7 @@ from fedhpc.mcp_server.params import (
     TaskId,
     Workdir,
 )
-from fedhpc.mcp_server.results import guarded
+from fedhpc.mcp_server.results import guarded, project
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
@@ -214,11 +214,12 @@ async def get_result(
         Field(description="default stdout"),
     ] = None,
     max_bytes: Annotated[int, Field(ge=1, le=65536, description="per tail")] = PREVIEW_BYTES,
+    fields: Annotated[list[str], Field(description="only these fields")] = [],  # noqa: B006
 ) -> ResultManifest:
-    """Resume: a task's state, attempts, outputs by reference, stdout's tail (`preview`)
-    and, if it failed, stderr's. Do not poll."""
+    """Resume: a task's state, attempts, outputs by reference, stdout's tail (stderr's on
+    failure). Do not poll."""
     req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes, brief=True)
-    return await daemon_link(ctx).call(lambda c: c.get_result(req))
+    return project(await daemon_link(ctx).call(lambda c: c.get_result(req)), fields)
 
 
 @guarded()
