@@ -39,10 +39,12 @@ PARALLEL_SAFE = frozenset(
     {
         "test_bridge_crash",
         "test_bridge_group",
+        "test_bridge_late",
         "test_bridge_warm",
         "test_daemon_control",
         "test_deliveries_check",
         "test_demo_process",
+        "test_e2e_unreached",
         "test_hostile_answers",
         "test_hostile_holes",
         "test_hostile_mcp",
