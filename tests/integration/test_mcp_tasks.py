@@ -244,3 +244,33 @@ async def test_a_group_ends_on_the_stream_when_its_round_ends(
         assert note["result"]["isError"] is False
         assert note["result"]["structuredContent"]["counts"] == {"completed": 2}
         assert c.sent == {"tools/call:submit_group": 1, "subscriptions/listen": 1}
+
+
+async def test_move_data_is_a_task_that_ends_on_the_stream(tmp_path: Path) -> None:
+    """A transfer's outcome, succeeded or failed, ends its task: `completed`, the failure as
+    the tool's error (`isError`), never the JSON-RPC `failed`."""
+    fed, home = tmp_path / "devfed", tmp_path / "h"
+    (fed / "devanvil" / "storage" / "run").mkdir(parents=True)
+    (fed / "devanvil" / "storage" / "run" / "in.dat").write_text("twelve bytes")
+    (fed / "devvista" / "storage").mkdir(parents=True)
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(fed)}
+    async with daemon(home, env), tasks_client(stdio_params(home, "--no-autostart", **env)) as c:
+        ids = []
+        for name in ("in.dat", "missing.dat"):
+            move = {
+                "source": f"devanvil:scratch/run/{name}",
+                "destination": f"devvista:scratch/{name}",
+            }
+            created = await c.call("move_data", move)
+            assert isinstance(created, CreatedTask), created
+            assert created.task_id.startswith("x.")
+            ids.append(created.task_id)
+        async with c.listen(*ids):
+            with anyio.fail_after(120):
+                good, bad = [await c.tasks.terminal(i) for i in ids]
+        assert (good["status"], good["result"]["isError"]) == ("completed", False)
+        assert good["result"]["structuredContent"]["state"] == "succeeded"
+        assert (bad["status"], bad["result"]["isError"]) == ("completed", True)
+        assert bad["result"]["structuredContent"]["state"] == "failed"
+        assert c.sent["tasks/get"] == 0
+    assert (fed / "devvista" / "storage" / "in.dat").read_text() == "twelve bytes"
