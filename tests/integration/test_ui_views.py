@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
@@ -23,7 +24,8 @@ from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGro
 from fedhpc.ui.data import group_manifests
 from fedhpc.ui.timeline import bar_json, bars
 from tests.integration.daemon_util import wait_terminal
-from tests.integration.ui_served import Dashboard, serve_dashboard
+from tests.integration.mcp_support import stdio_params
+from tests.integration.ui_served import FEDHPC, Dashboard, serve_dashboard
 from tests.integration.ui_util import CHROMIUM, FLAGS, need_browser
 
 # Two GPUs each on devanvil's 2-GPU partition: one runs while the others wait in its queue.
@@ -403,7 +405,7 @@ def test_a_pending_task_says_why_and_when_it_may_start(dashboard: Dashboard) -> 
         group = await client.submit_group(
             SubmitGroupRequest(
                 objective="two for one partition",
-                children=tuple(GroupChild(command=("sleep", "60")) for _ in range(2)),
+                children=tuple(GroupChild(command=("sleep", "300")) for _ in range(2)),
                 envelope=QUEUED,
             )
         )
@@ -420,18 +422,40 @@ def test_a_pending_task_says_why_and_when_it_may_start(dashboard: Dashboard) -> 
     async def cancel(client: DaemonClient) -> None:
         await client.cancel(CancelRequest(task_id=gid))
 
+    async def told(client: DaemonClient) -> tuple[str, str, str]:
+        """The same sentence from `fedhpc task` (a person's shell) and get_result (a real MCP
+        client over stdio): the daemon words it once for every face."""
+        shown = await anyio.run_process([*FEDHPC, "task", task_id], env=dashboard.env)
+        params = stdio_params(dashboard.home, "--no-autostart", **dashboard.env)
+        async with Client(params, mode="legacy") as mcp:
+            got = await mcp.call_tool("get_result", {"task_id": task_id, "preview": "none"})
+        assert not got.is_error and got.structured_content is not None, got.content
+        direct = await client.get_result(ResultRequest(task_id=task_id, preview="none"))
+        return (
+            shown.stdout.decode(),
+            str(got.structured_content.get("waiting")),
+            str(direct.waiting),
+        )
+
     gid, task_id = dashboard.client(one_waits)
     try:
+        cli, mcp, rest = dashboard.client(told)
+        for said in (cli, mcp, rest):
+            assert re.search(r"pending in devanvil/ai's queue \(job \d+\) for \d+ \w+", said), said
+            assert re.search(r"scheduler's reason: (Resources|Priority) \(", said), said
+            assert re.search(r"fedhpc predicted a \d+ \w+ wait \([^)]+\): start about ", said), said
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(f"{dashboard.url}#/tasks/task/{task_id}")
             page.wait_for_selector("#timeline[data-attempts='1']", timeout=20_000)
             why = page.locator("#why-pending")
-            expect(why).to_contain_text("Waiting in devanvil/ai's queue for")
-            expect(why).to_contain_text("the scheduler's reason: ")
+            expect(why).to_contain_text(
+                re.compile(r"Pending in devanvil/ai's queue \(job \d+\) for")
+            )
+            expect(why).to_contain_text(re.compile(r"scheduler's reason: (Resources|Priority) \("))
             expect(why).to_contain_text("fedhpc predicted a")
-            expect(why).to_contain_text(re.compile(r"a start around \d{4}-\d\d-\d\d \S+ UTC"))
+            expect(why).to_contain_text(re.compile(r"start about \d{4}-\d\d-\d\d \S+ UTC"))
             browser.close()
     finally:
         dashboard.client(cancel)

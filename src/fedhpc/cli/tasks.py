@@ -86,7 +86,7 @@ def _manifest_text(m: ResultManifest) -> str:
         lines.append(f"placement: {t(m.provenance.decision)}")
     lines.extend(f"reason: {t(r)}" for r in m.reasons)
     if m.waiting:
-        lines.append(t(m.waiting))  # why a queued task is not at a scheduler yet
+        lines.append(t(m.waiting))  # why it has not started, and when it may
     if m.attempts:
         head = ("#", "SITE", "PARTITION", "JOB", "STATE", "WAIT", "RUNTIME", "EXIT")
         body = [

@@ -3,6 +3,7 @@ envelope drafter."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import partial
 from typing import TypeVar
 
@@ -15,8 +16,11 @@ from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
+from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.ops.draft import DraftRequest, draft_envelope
+from fedhpc.ops.pending import pending_note
+from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -24,6 +28,7 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
+from fedhpc.orchestrator import Orchestrator
 
 __all__ = ["handlers"]
 
@@ -47,6 +52,19 @@ def _sites_checked(state: DaemonState, req: R) -> R:
     return req
 
 
+async def _with_pending(o: Orchestrator, req: ResultRequest, m: ResultManifest) -> ResultManifest:
+    """At a scheduler, not started: why (its reason) and when fedhpc predicted it would start,
+    in `waiting` (which said so only for fedhpc's own holds; every face reads it). The brief
+    form has neither the attempt's times nor the decision: they are read in full for it."""
+    if m.waiting or m.state not in (JobState.SUBMITTED, JobState.PENDING):
+        return m
+    full = m
+    if req.brief:
+        full = await o.tools.get_result(req.model_copy(update={"brief": False, "preview": "none"}))
+    note = pending_note(full, datetime.now(UTC))
+    return m.model_copy(update={"waiting": note}) if note is not None else m
+
+
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
 
@@ -65,7 +83,8 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         req = ResultRequest.model_validate(
             {"task_id": request.path_params["task_id"], **dict(request.query_params)}
         )
-        return model_response(await o.answers.hinted_result(await o.tools.get_result(req)))
+        manifest = await o.answers.hinted_result(await o.tools.get_result(req))
+        return model_response(await _with_pending(o, req, manifest))
 
     async def cancel_task(request: Request) -> Response:
         handle = await o.tools.cancel(CancelRequest(task_id=request.path_params["task_id"]))

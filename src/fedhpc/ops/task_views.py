@@ -124,8 +124,8 @@ class ResultManifest(_Out):
     reasons: tuple[str, ...] = ()
     waiting: str | None = Field(
         default=None,
-        description="a queued task: why fedhpc holds it (a per-user job limit, missing site "
-        "data) and when it goes on",
+        description="not started: why (fedhpc's hold, the scheduler's reason) and when it "
+        "may start",
     )
     data: tuple[TransferProvenance, ...] = Field(default=(), description="stage-in/out transfers")
     unreadable: str | None = Field(

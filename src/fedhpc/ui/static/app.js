@@ -366,7 +366,6 @@ function taskDetail(t) {
   if (t.created_at) facts.push(`submitted to fedhpc ${when(t.created_at)}`);
   if (t.provenance) facts.push(`placement: ${t.provenance.decision} (${t.provenance.feasible} of ${t.provenance.candidates} feasible; envelope from ${t.provenance.envelope_source})`);
   for (const r of t.reasons || []) facts.push(`reason: ${r}`);
-  if (t.waiting) facts.push(t.waiting);
   if (t.unreadable) facts.push(`output unreadable now: ${t.unreadable}`);
   if (t.next) facts.push(`next: ${t.next}`);
   $("#task-facts").replaceChildren(...facts.map((f) => el("span", { class: "fact" }, f)));
@@ -377,30 +376,18 @@ function taskDetail(t) {
     $("#output-tail").textContent = "";
   }
   $("#read-output").onclick = () => readOutput(t.task_id);
-  const why = whyPending(t, new Date());
+  const why = whyPending(t);
   $("#why-pending").hidden = !why;
   $("#why-pending").textContent = why || "";
 }
 
-// Why it is not running yet, and when it may start: fedhpc's own hold (`waiting`), or the
-// scheduler's pending reason for the live attempt, with the wait fedhpc predicted when it
-// placed it ("est. wait Ns" in the placement's decision) as a start time.
-function whyPending(t, now) {
+// Why it is not running yet, and when it may start: fedhpc's own hold, or at a scheduler its
+// pending reason and the start fedhpc predicted, as the daemon words it for every face
+// (`waiting`: `fedhpc task` and get_result read the same sentence).
+function whyPending(t) {
   if (t.state === "queued") return `Not at a scheduler yet: ${t.waiting || "fedhpc is placing it"}.`;
-  const a = [...t.attempts].reverse().find((x) => !x.superseded);
-  if (!a || a.started_at || !["submitted", "pending"].includes(a.state)) return null;
-  const since = a.submitted_at ? (now - Date.parse(a.submitted_at)) / 1000 : null;
-  const parts = [`Waiting in ${a.site}/${a.partition}'s queue` + (since === null ? "" : ` for ${duration(since)}`) +
-    (a.job_id ? ` (job ${a.job_id})` : "")];
-  parts.push(a.reason ? `the scheduler's reason: ${a.reason}` : "the scheduler gave no reason yet");
-  const est = /est\. wait (\d+)s/.exec((t.provenance || {}).decision || "");
-  if (est && a.submitted_at) {
-    const start = new Date(Date.parse(a.submitted_at) + 1000 * Number(est[1]));
-    const late = (now - start) / 1000;
-    parts.push(`fedhpc predicted a ${duration(Number(est[1]))} wait when it placed it: a start around ${when(start.toISOString())}` +
-      (late > 0 ? ` (${duration(late)} ago: later than predicted)` : ""));
-  }
-  return parts.join("; ") + ".";
+  if (!["submitted", "pending"].includes(t.state) || !t.waiting) return null;
+  return t.waiting.charAt(0).toUpperCase() + t.waiting.slice(1) + ".";
 }
 
 async function readOutput(taskId) {

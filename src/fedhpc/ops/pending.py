@@ -1,0 +1,100 @@
+"""Why a task at a scheduler has not started, and when fedhpc predicted it would (pure)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from fedhpc.domain.job import JobState
+from fedhpc.ops.task_views import AttemptView, ResultManifest
+
+__all__ = ["REASONS", "pending_note", "predicted_wait"]
+
+# What the common pending reasons mean (squeue(1) "JOB REASON CODES"; the process sites use
+# the same two first). A reason not listed here is quoted as the scheduler gave it.
+REASONS = {
+    "Priority": "jobs of higher priority are ahead in this partition",
+    "Resources": "next in line, waiting for nodes to free up",
+    "Dependency": "waiting for a job it depends on",
+    "BeginTime": "its earliest start time has not come",
+    "JobHeldUser": "held by its user",
+    "JobHeldAdmin": "held by an administrator",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "Reservation": "waiting for its reservation",
+    "PartitionTimeLimit": "its wall time exceeds the partition's limit",
+    "PartitionDown": "the partition is down",
+}
+_LIMIT_PREFIXES = ("QOS", "Assoc", "MaxJobs", "MaxCpu", "MaxGRES")
+
+# The placement's one-line decision says which wait it predicted and whose estimate it was:
+# "devanvil/ai (fastest): est. wait 60s (scheduler) + run ..." (orchestrator/planner.summary);
+# the source may go on ("learned:partition (n=12); no scheduler estimate: ...").
+_EST = re.compile(r"est\. wait (\d+(?:\.\d+)?)s \((.*?)\) \+ run")
+_BY = {"scheduler": "the scheduler's estimate", "learned": "learned from past waits"}
+
+
+def predicted_wait(decision: str) -> tuple[float, str] | None:
+    """The queue wait placement predicted (seconds) and, in words, whose estimate it was."""
+    found = _EST.search(decision)
+    if found is None:
+        return None
+    method = re.split(r"[:;( ]", found.group(2), maxsplit=1)[0]
+    return float(found.group(1)), _BY.get(method, "from the queue it saw")
+
+
+def _meaning(reason: str) -> str:
+    gloss = REASONS.get(reason)
+    if gloss is None and reason.startswith(_LIMIT_PREFIXES):
+        gloss = "a limit of its account or QOS holds it"
+    return f"{reason} ({gloss})" if gloss else reason
+
+
+def _span(seconds: float) -> str:
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _waiting_attempt(m: ResultManifest) -> AttemptView | None:
+    live = [a for a in m.attempts if not a.superseded]
+    a = live[-1] if live else None
+    if a is None or a.started_at is not None:
+        return None
+    return a if a.state in (JobState.SUBMITTED, JobState.PENDING) else None
+
+
+def pending_note(m: ResultManifest, now: datetime) -> str | None:
+    """One sentence for a task handed to a scheduler that has not started: where it waits and
+    since when, the scheduler's pending reason (with what it means), and the wait placement
+    predicted with the start that gives (and how late it is). None for any other task, and
+    for one that already says why it waits (`waiting`: fedhpc's own hold)."""
+    if m.waiting or m.state not in (JobState.SUBMITTED, JobState.PENDING):
+        return None
+    a = _waiting_attempt(m)
+    if a is None:
+        return None
+    parts = [
+        f"pending in {a.site}/{a.partition}'s queue" + (f" (job {a.job_id})" if a.job_id else "")
+    ]
+    since = a.submitted_at.astimezone(UTC) if a.submitted_at else None
+    if since is not None:
+        parts[0] += f" for {_span((now - since).total_seconds())}"
+    parts.append(
+        f"scheduler's reason: {_meaning(a.reason)}"
+        if a.reason
+        else "no reason from the scheduler yet"
+    )
+    est = predicted_wait(m.provenance.decision) if m.provenance else None
+    if est is not None and since is not None:
+        wait_s, source = est
+        start = datetime.fromtimestamp(since.timestamp() + wait_s, UTC)
+        late = (now - start).total_seconds()
+        parts.append(
+            f"fedhpc predicted a {_span(wait_s)} wait ({source}): start about "
+            f"{start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+            + (f", {_span(late)} late" if late >= 1 else "")
+        )
+    return "; ".join(parts)
