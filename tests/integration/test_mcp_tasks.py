@@ -18,7 +18,13 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, MCPError
-from mcp.types import CallToolResult
+from mcp.types import (
+    CallToolResult,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState
@@ -187,6 +193,15 @@ async def test_another_sessions_task_is_not_found_and_a_legacy_client_gets_the_a
             data = missing.value.error.data
             assert isinstance(data, dict) and data["code"] == "not_found" and data["hint"]
         assert (await a.task_request("tasks/get", created.task_id))["taskId"] == created.task_id
+        too_many = SubscriptionFilter.model_validate({"taskIds": [created.task_id] * 101})
+        with pytest.raises(MCPError) as refused:
+            await a.client.session.send_request(
+                SubscriptionsListenRequest(
+                    params=SubscriptionsListenRequestParams(notifications=too_many)
+                ),
+                SubscriptionsListenResult,
+            )
+        assert refused.value.error.code == -32602
         async with Client(params, mode="legacy") as legacy:
             answer = await legacy.call_tool("submit_task", {"command": ["true"], "envelope": CPU})
             assert isinstance(answer, CallToolResult) and not answer.is_error

@@ -28,6 +28,8 @@ from mcp.shared.subscriptions import (
     event_to_notification,
 )
 from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     ServerNotification,
@@ -55,6 +57,8 @@ SEQ_META_KEY = "fedhpc/seq"  # a continuation's delivery id is d<seq>-<continuat
 _POLL_S = 0.5  # the daemon's event log, over its local socket: cheap
 _DOWN_S = 1.0  # the daemon does not answer (restarting): ask again after this
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
+MAX_STREAMS = 256  # open listen streams per server (the SDK's own handler allows 1024)
+MAX_TASK_IDS = 100  # each is read at once when the stream opens
 Listener = Callable[[dict[str, Any]], None]
 
 
@@ -112,6 +116,10 @@ class EventWatch:
                 log.info("event log unreadable; retrying", code=exc.code)
                 await anyio.sleep(_DOWN_S)
                 continue
+            except Exception:  # the server's one watch must outlive a bad answer
+                log.exception("event log read failed; retrying")
+                await anyio.sleep(_DOWN_S)
+                continue
             for row in rows:
                 self.cursor = max(self.cursor, int(row["seq"]))
                 for listener in list(self._listeners.values()):
@@ -131,6 +139,7 @@ class TaskListen:
     def __init__(self, bus: SubscriptionBus) -> None:
         self.bus = bus
         self.watch: EventWatch | None = None  # set by the server's lifespan
+        self.open = 0
 
     async def __call__(
         self, ctx: ServerRequestContext[DaemonLink, Any], params: SubscriptionsListenRequestParams
@@ -138,8 +147,14 @@ class TaskListen:
         sid = ctx.request_id
         if sid is None:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        if self.open >= MAX_STREAMS:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
         asked = params.notifications
         task_ids = (asked.model_extra or {}).get("taskIds") or []
+        if isinstance(task_ids, list) and len(task_ids) > MAX_TASK_IDS:
+            raise MCPError(
+                INVALID_PARAMS, f"at most {MAX_TASK_IDS} taskIds per stream; open another"
+            )
         if task_ids and not declared(ctx):
             raise MCPError(
                 MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -173,10 +188,15 @@ class TaskListen:
                 send.close()
 
         route = _Route(handles, uris, put)
+        if route.wanted and self.watch is not None:
+            try:
+                await self.watch.start_cursor()
+            except FedError as exc:
+                raise MCPError(INTERNAL_ERROR, exc.message, data=exc.as_dict()) from exc
         stops = [self.bus.subscribe(lambda e: put(e) if event_matches(honored, uris, e) else None)]
         if route.wanted and self.watch is not None:
-            await self.watch.start_cursor()
             stops.append(self.watch.watch(route))
+        self.open += 1
         try:
             await ctx.session.send_notification(
                 SubscriptionsAcknowledgedNotification(
@@ -190,6 +210,7 @@ class TaskListen:
                 put(("check", tid, None))
             await self._forward(ctx, recv, handles, meta)
         finally:
+            self.open -= 1
             for stop in stops:
                 stop()
             send.close()
