@@ -50,6 +50,7 @@ PARALLEL_SAFE = frozenset(
         "test_hostile_mcp",
         "test_input_surface",
         "test_isolation_daemon",
+        "test_many_sessions",
         "test_mcp_conformance",
         "test_mcp_contract",
         "test_mcp_fuzz",
@@ -59,6 +60,7 @@ PARALLEL_SAFE = frozenset(
         "test_site_lost",
         "test_skills_listing",
         "test_store_engines",
+        "test_store_leader",
         "test_transport_ssh",
         "test_ui_failures",
     }

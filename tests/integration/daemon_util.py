@@ -82,6 +82,17 @@ async def wait_terminal(client: DaemonClient, task_id: str, limit: float = 120) 
             await anyio.sleep(0.5)
 
 
+async def job_id_of(client: DaemonClient, task_id: str, limit: float = 120) -> str:
+    """The scheduler's id of the task's latest attempt, once it has one: a submit is answered
+    on placement, its job id recorded when the site's submit call returns (issue 33)."""
+    with anyio.fail_after(limit):
+        while True:
+            r = await client.get_result(ResultRequest(task_id=task_id))
+            if r.attempts and r.attempts[-1].job_id:
+                return r.attempts[-1].job_id
+            await anyio.sleep(0.05)
+
+
 async def settled(
     client: DaemonClient, *, cycles: int = 0, limit: float = 90
 ) -> list[DeliveryView]:

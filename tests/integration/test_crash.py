@@ -5,6 +5,7 @@ written again under a new id."""
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.client.errors import AcceptedUnknown, DaemonUnavailable
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.ops.tasks import AdaptationPolicy, SubmitTaskRequest
@@ -107,3 +108,80 @@ async def test_kill_9_ten_times_during_a_50_task_workload(devfed: Any, tmp_path:
     assert len(events) == TASKS
     assert set(by_subject.values()) == {1}
     assert len({e["id"] for e in events}) == TASKS
+
+
+BURST_SESSIONS = 16
+BURST_EACH = 4
+BURST_KILLS = 4
+
+
+def _burst_request(k: int, i: int) -> SubmitTaskRequest:
+    return SubmitTaskRequest(
+        command=("sleep", "1"),
+        name=f"burst{k}-{i}",
+        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1}, "wall_time": {"min": "5m"}}),
+        adaptation=AdaptationPolicy(max_retries=0, replace_pending=False),
+        idempotency_key=f"burst-test-{k}-{i}",
+    )
+
+
+async def test_kill_9_during_a_sixteen_session_burst_loses_and_repeats_nothing(
+    devfed: Any, tmp_path: Path
+) -> None:
+    """Sixteen clients submit at once, so each site's jobs go several to a submit call (issue
+    33), while the daemon is killed with SIGKILL mid-burst, four times. Every task ends once,
+    every job name is in the clusters' accounting once, and no task is known by two ids."""
+    drain(devfed)
+    home = tmp_path / "h"
+    settings = DaemonSettings.from_env(home=home)
+    rng = random.Random(20261204)
+    handles: dict[tuple[int, int], TaskHandle] = {}
+    proc = start(home)
+
+    async def session(k: int) -> None:
+        async with DaemonClient(settings, timeout_s=20) as client:
+            for i in range(BURST_EACH):
+                while (k, i) not in handles:  # a call cut by a kill is simply sent again
+                    try:
+                        handles[k, i] = await client.submit_task(_burst_request(k, i))
+                    except (DaemonUnavailable, AcceptedUnknown):  # the same key again
+                        await anyio.sleep(0.2)
+
+    try:
+        async with DaemonClient(settings, timeout_s=20) as client:
+            await client.wait_until_up(30)
+            await client.refresh()
+            with anyio.fail_after(600):
+                async with anyio.create_task_group() as tg:
+                    for k in range(BURST_SESSIONS):
+                        tg.start_soon(session, k)
+                    for _ in range(BURST_KILLS):
+                        await anyio.sleep(rng.uniform(0.2, 1.2))
+                        stop(proc, kill=True)
+                        proc = start(home)
+                        await client.wait_until_up(30)
+            total = BURST_SESSIONS * BURST_EACH
+            with anyio.fail_after(300):
+                while True:
+                    tasks = await client.tasks(limit=1000)
+                    if len(tasks) == total and all(t.state.terminal for t in tasks):
+                        break
+                    await anyio.sleep(1)
+    finally:
+        stop(proc)
+    assert {t.state for t in tasks} == {JobState.COMPLETED}
+    assert {h.task_id for h in handles.values()} == {t.task_id for t in tasks}
+    ids = {t.task_id for t in tasks}
+    for _ in range(60):
+        if len(ours := _accounted(devfed, ids)) >= total:
+            break
+        await anyio.sleep(1)
+    assert max(ours.values()) == 1, {n: c for n, c in ours.items() if c > 1}
+    assert len(ours) == total
+    # The burst went several jobs to a call somewhere (each daemon logs its submit calls).
+    calls = [
+        int(m.group(1))
+        for log in tmp_path.glob("daemon-*.log")
+        for m in re.finditer(r"event='submit call' .*?jobs=(\d+)", log.read_text(errors="replace"))
+    ]
+    assert any(jobs > 1 for jobs in calls), calls

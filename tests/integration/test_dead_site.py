@@ -21,9 +21,9 @@ import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
-from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.placement import PolicyKind
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import job_id_of, running
 
 pytestmark = pytest.mark.devfed
 
@@ -71,15 +71,6 @@ def _squeues_of(conf: Path) -> set[int]:
     return found
 
 
-async def _job_id(client: DaemonClient, task_id: str) -> str:
-    with anyio.fail_after(120):
-        while True:
-            r = await client.get_result(ResultRequest(task_id=task_id))
-            if r.attempts and r.attempts[-1].job_id:
-                return r.attempts[-1].job_id
-            await anyio.sleep(0.05)
-
-
 def _healthy_task(n: int) -> SubmitTaskRequest:
     envelope = ResourceEnvelope.model_validate(
         {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}, "sites_exclude": [DEAD]}
@@ -91,7 +82,7 @@ async def _latency(client: DaemonClient, n: int) -> float:
     """Seconds from submit_task to the job id Slurm gave it."""
     began = time.monotonic()
     handle = await client.submit_task(_healthy_task(n))
-    await _job_id(client, handle.task_id)
+    await job_id_of(client, handle.task_id)
     return time.monotonic() - began
 
 
@@ -120,7 +111,7 @@ async def test_a_dead_controller_never_delays_a_task_for_the_healthy_clusters(
                     fixed_site=DEAD,
                 )
             )
-            pinned = await _job_id(client, handle.task_id)
+            pinned = await job_id_of(client, handle.task_id)
             up = [await _latency(client, n) for n in range(3)]
             _kill_controller(conf)
             with anyio.fail_after(30):  # a cycle is asking DEAD's squeue now

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import job_id_of, running
 from tests.integration.hostile_support import call_error, call_ok, serve
 from tests.integration.mcp_support import stdio_params
 
@@ -196,14 +196,15 @@ async def test_replan_asks_the_scheduler_before_killing_a_job_that_may_have_star
     slow = {"FEDHPC_REFRESH_S": "600", "FEDHPC_CYCLE_S": "600"}  # no probe sees it start
     home = tmp_path / "h"
     async with (
-        running(home, **where, **slow),
+        running(home, **where, **slow) as daemon,
         Client(stdio_params(home, "--no-autostart", **where), mode="legacy") as client,
     ):
         task = await call_ok(client, "submit_task", {"command": ["sleep", "60"], "envelope": ENV})
         assert task["state"] == "submitted", task
         jobs = tmp_path / "devfed" / task["site"] / "localsched"
+        job = await job_id_of(daemon, task["task_id"])  # answered on placement; then submitted
         with anyio.fail_after(30):  # the local scheduler has started it
-            while '"state": "RUNNING"' not in (jobs / f"jobs/{task['job_id']}.json").read_text():
+            while '"state": "RUNNING"' not in (jobs / f"jobs/{job}.json").read_text():
                 await anyio.sleep(0.2)
         body = await call_error(
             client, "replan", {"task_id": task["task_id"], "exclude_sites": [task["site"]]}

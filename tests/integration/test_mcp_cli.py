@@ -18,7 +18,7 @@ from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import start, stop, wait_terminal
+from tests.integration.daemon_util import job_id_of, start, stop, wait_terminal
 
 pytestmark = pytest.mark.devfed
 
@@ -64,6 +64,10 @@ def _submit(settings: DaemonSettings, script: str, wait: bool) -> TaskHandle:
             )
             if wait:
                 await wait_terminal(client, handle.task_id)
+                # Answered on placement; the job id as the daemon recorded it afterwards.
+                handle = handle.model_copy(
+                    update={"job_id": await job_id_of(client, handle.task_id)}
+                )
             return handle
 
     return anyio.run(go)

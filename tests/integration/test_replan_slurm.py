@@ -14,7 +14,7 @@ import pytest
 from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.errors import FedError
 from fedhpc.ops.tasks import ReplanRequest, ResultRequest, SubmitTaskRequest
-from tests.integration.daemon_util import drain, running
+from tests.integration.daemon_util import drain, job_id_of, running
 
 pytestmark = pytest.mark.devfed
 
@@ -48,10 +48,11 @@ async def test_replan_refuses_a_job_that_ended_between_two_probes(fed: Any, tmp_
             handle = await client.submit_task(
                 SubmitTaskRequest(command=("sleep", "1"), envelope=env, fixed_site="devanvil")
             )
+            job_id = await job_id_of(client, handle.task_id)  # answered on placement
         except BaseException:
             fed.run("devanvil", *update, "state=resume")
             raise
-    assert handle.state is JobState.SUBMITTED and handle.job_id, handle
+    assert handle.state is JobState.SUBMITTED, handle
     try:
         async with running(home, **SLOW) as client:
             with anyio.fail_after(60):  # the restarted daemon's first cycle asks devanvil
@@ -61,7 +62,7 @@ async def test_replan_refuses_a_job_that_ended_between_two_probes(fed: Any, tmp_
             seen = await client.get_result(ResultRequest(task_id=handle.task_id))
             assert seen.state in {JobState.SUBMITTED, JobState.PENDING}, seen  # never running
             fed.run("devanvil", *update, "state=resume")
-            await _ended_unseen(fed, client, handle.task_id, str(handle.job_id), env)
+            await _ended_unseen(fed, client, handle.task_id, job_id, env)
     finally:
         fed.run("devanvil", *update, "state=resume")
 

@@ -15,13 +15,14 @@ from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.store import Store
+from tests.unit.fake_submit import SubmitsOneByOne
 from tests.unit.test_placement_place import paper_world
 from tests.unit.test_placement_world import NOW, env
 
 SCOPE = "urn:globus:auth:scope:transfer.api.globus.org:all[*https://x/data_access]"
 
 
-class _NeedsConsent:
+class _NeedsConsent(SubmitsOneByOne):
     """The site adapter's surface dispatch uses; its transport answered 'consent required'."""
 
     login = "alice"

@@ -20,13 +20,14 @@ from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.store import Store
+from tests.unit.fake_submit import SubmitsOneByOne
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, state
 from tests.unit.test_submit_accept import Clock, _req
 
 ALPHA = site(profile("alpha", cpu_partition("cpu"), cpu_partition("big")))
 
 
-class _Accepts:
+class _Accepts(SubmitsOneByOne):
     """The adapter surface dispatch uses; every submission gets the next job id."""
 
     login = "alice"

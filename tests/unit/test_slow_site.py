@@ -30,6 +30,7 @@ from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import PolicyKind
 from fedhpc.store import Store
+from tests.unit.fake_submit import SubmitsOneByOne
 from tests.unit.test_placement_world import cpu_partition, profile, site, state
 from tests.unit.test_submit_accept import Clock, _req
 
@@ -50,7 +51,7 @@ class _Gate:
         await self.open.wait()
 
 
-class _Site:
+class _Site(SubmitsOneByOne):
     """The adapter surface dispatch and observation use. Submissions get the next job id;
     squeue says each job runs; `gates` holds a kind of call (submit, status) until opened."""
 

@@ -23,6 +23,13 @@ from fedhpc.adapters.command import (
     split_batch,
 )
 from fedhpc.adapters.dialects import Dialect, get_dialect
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.submit_batch import (
+    MKDIR_FAILED,
+    SubmitEntry,
+    split_submissions,
+    submissions_command,
+)
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import (
     LineTransport,
@@ -34,7 +41,7 @@ from fedhpc.adapters.transports.base import (
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import Health, SiteState
-from fedhpc.errors import PermanentError, TransientError, UsageError
+from fedhpc.errors import FedError, PermanentError, TransientError, UsageError
 from fedhpc.settings import COMMAND_TIMEOUT_S, fedhpc_home
 
 __all__ = [
@@ -86,7 +93,7 @@ class StorageUnread(TransientError):
 
 COMMAND_TIMEOUT = float(str(COMMAND_TIMEOUT_S.default))  # the daemon passes its setting
 _LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
-_MKDIR_FAILED = 97  # the submit wrapper's exit status when mkdir failed (sbatch never ran)
+_MKDIR_FAILED = MKDIR_FAILED  # the submit wrapper's exit status when mkdir failed (no sbatch)
 
 # A storage root given as an environment variable of the login shell (`$SCRATCH`, `$WORK/x`: TACC
 # sets them per user). The name is checked here and expanded remotely with `${!name}`: nothing
@@ -186,6 +193,57 @@ class SiteAdapter:
             why = result.stderr.strip().splitlines()[-1][:300]
             raise WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
         job_id = self.dialect.parse_submit(result)
+        log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
+        return SubmittedJob(self.name, job_id, script)
+
+    async def submit_many(
+        self, jobs: Sequence[tuple[JobSpec, Sequence[str]]]
+    ) -> list[SubmittedJob | FedError | None]:
+        """Submit several jobs in ONE remote call (`submit_batch`), each with the folders to
+        make first. Per job, in order: its job; why there is none (`SchedulerRejected`,
+        `WorkdirFailed`, a script that cannot be rendered); or None when its answer did not
+        arrive (whether it was submitted is unknown: resolved by name). A single job goes as
+        `submit` sends it. A transport failure raises `TransportError`: nothing is known."""
+        out: list[SubmittedJob | FedError | None] = [None] * len(jobs)
+        todo: list[tuple[int, JobSpec, str, SubmitEntry]] = []
+        for i, (spec, dirs) in enumerate(jobs):
+            try:
+                script = self.render(spec)
+            except UsageError as exc:  # this job's own: never its batch-mates'
+                out[i] = exc
+                continue
+            todo.append((i, spec, script, SubmitEntry(self.dialect.submit_command(script), dirs)))
+        if len(todo) == 1:
+            i, spec, _, entry = todo[0]
+            try:
+                out[i] = await self.submit(spec, ensure_dirs=entry.dirs)
+            except (SchedulerRejected, WorkdirFailed) as exc:
+                out[i] = exc
+            return out
+        if not todo:
+            return out
+        # The deadline grows with the batch: each job is one scheduler command at the site.
+        timeout_s = self.command_timeout_s * (1 + len(todo) / 10)
+        command, mark = submissions_command([t[3] for t in todo], timeout_s=timeout_s)
+        log.info("submit call", site=self.name, jobs=len(todo))
+        result = await self._run(command, "submit")
+        for (i, spec, script, _), one in zip(
+            todo, split_submissions(result.stdout, len(todo), mark), strict=True
+        ):
+            out[i] = None if one is None else self._submitted(spec, script, one)
+        return out
+
+    def _submitted(
+        self, spec: JobSpec, script: str, result: CommandResult
+    ) -> SubmittedJob | SchedulerRejected | WorkdirFailed:
+        """One job's part of a batched submission's answer."""
+        if result.returncode == MKDIR_FAILED:
+            why = (result.stderr.strip().splitlines() or ["mkdir failed"])[-1][:300]
+            return WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
+        try:
+            job_id = self.dialect.parse_submit(result)
+        except SchedulerRejected as exc:
+            return exc
         log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
         return SubmittedJob(self.name, job_id, script)
 

@@ -60,6 +60,13 @@ class UserSiteConfig(_Strict):
         default=None, ge=0, le=MAX_CREDITS, description="per-task ceiling"
     )
     transport: TransportOverride = Field(default_factory=TransportOverride)
+    submits_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="scheduler submit calls at once at this site (default 2); each call may "
+        "carry several jobs",
+    )
     workdir: str | None = Field(
         default=None,
         pattern=r"^/[A-Za-z0-9_./~+@=,:-]*$",

@@ -82,10 +82,17 @@ class Adaptation:
         ):
             await self.dispatcher.later(task, decision)
             return
-        a.state, a.reason, a.ended_at = JobState.FAILED, "never reached the scheduler", self.clock()
+        # Placed elsewhere now (or nowhere yet): the lost intent is set aside, never counted as
+        # a failed try (no job ever ran), and the task goes back to the queue to be placed like
+        # new work, under the next attempt's name (the lost one is never reused).
+        now = self.clock()
+        a.state, a.superseded, a.ended_at = JobState.FAILED, True, now
+        a.reason = "never reached the scheduler (its submission was lost); placed again"
+        task.attempts_made = a.n
+        task.state = JobState.QUEUED
+        task.decision = "queued: its submission was lost before the scheduler saw it; placing"
         async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, a, at=self.clock())
-        await self.after_end(task, a)
+            await self.book.save(tx, task, a, at=now)
 
     async def after_end(self, task: TaskRecord, a: AttemptRecord) -> None:
         """An attempt ended: accept it, retry, extend, or end the task with one event."""

@@ -12,7 +12,6 @@ from datetime import datetime
 import anyio
 import structlog
 
-from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.site import SiteAdapter, StorageUnread, SubmittedJob, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState
@@ -103,16 +102,20 @@ class Dispatcher:
             self.deferred.append(prepared)
 
     async def send_later(self) -> None:
-        """Without the lock: every intent `later` wrote, submitted concurrently, each recorded
-        under the lock; one's failure is its own (its intent stays for the cycle to find)."""
+        """Without the lock: every intent `later` wrote, each site's in one remote call, the
+        sites concurrently, each outcome recorded under the lock; one site's failure is its
+        own (its intents stay for the cycle to find)."""
         deferred, self.deferred = self.deferred, []
+        by_site: dict[str, list[Intent]] = {}
+        for intent in deferred:
+            by_site.setdefault(intent.att.site, []).append(intent)
         async with anyio.create_task_group() as tg:
-            for intent in deferred:
-                tg.start_soon(self._complete_alone, intent, name=f"submit:{intent.att.job_name}")
+            for site, intents in by_site.items():
+                tg.start_soon(self._complete_alone, intents, name=f"submit:{site}")
 
-    async def _complete_alone(self, intent: Intent) -> None:
-        with isolated("submission failed", task=intent.att.task_id, attempt=intent.att.n):
-            await self.complete(intent)
+    async def _complete_alone(self, intents: list[Intent]) -> None:
+        with isolated("submission failed", site=intents[0].att.site, jobs=len(intents)):
+            await self.complete_many(intents)
 
     async def prepare(self, task: TaskRecord, p: Placement) -> Intent | AttemptRecord:
         """Under the lock: the intent (attempt n, no job id yet) written before anything is
@@ -171,24 +174,51 @@ class Dispatcher:
     async def complete(self, intent: Intent) -> AttemptRecord:
         """Without the lock: submit a written intent, then record what came of it under the
         lock (`record`). The attempt as recorded."""
+        return (await self.complete_many([intent]))[0]
+
+    async def complete_many(self, intents: Sequence[Intent]) -> list[AttemptRecord]:
+        """Without the lock: written intents for ONE site, submitted in one remote call
+        (`send_many`), then each outcome recorded under the lock, alone: one that cannot be
+        recorded stays an intent (the control cycle looks its job up by name). The attempts as
+        recorded, in order."""
         try:
-            outcome = await self.send(intent)
+            outcomes = await self.send_many(intents)
+            out = []
             async with self.lock:
-                return await self.record(intent, outcome)
+                for intent, outcome in zip(intents, outcomes, strict=True):
+                    att = intent.att
+                    with isolated("recording a submission failed", task=att.task_id, n=att.n):
+                        att = await self.record(intent, outcome)
+                    out.append(att)
+            return out
         finally:
-            self.in_flight.discard(intent.att.job_name)
+            for intent in intents:
+                self.in_flight.discard(intent.att.job_name)
 
     async def send(self, intent: Intent) -> SubmittedJob | Exception:
-        """The scheduler call, never under the lock (a dead site's sbatch holds up nothing
-        else): the job, or the error that says why there is none (refused, its folder not
-        made, a login needed) or whether there is one is unknown (a transport error)."""
+        """One intent's submission (`send_many`)."""
+        return (await self.send_many([intent]))[0]
+
+    async def send_many(self, intents: Sequence[Intent]) -> list[SubmittedJob | Exception]:
+        """The scheduler call for intents of ONE site, one remote call for all of them, never
+        under the lock (a dead site's sbatch holds up nothing else). Per intent: the job, or
+        the error that says why there is none (refused, its folder not made, a login needed)
+        or that whether there is one is unknown (a transport error, or no answer for it)."""
+        site = intents[0].att.site
         try:
-            return await self.adapters[intent.att.site].submit(intent.spec, ensure_dirs=intent.dirs)
-        except (SchedulerRejected, WorkdirFailed, GlobusLoginRequired, TransportError) as exc:
-            return exc
-        except BaseException:  # whatever happened, the claim ends with the next probe
-            intent.claim.done = self.clock()
+            got = await self.adapters[site].submit_many([(i.spec, i.dirs) for i in intents])
+        except (GlobusLoginRequired, TransportError) as exc:
+            return [exc] * len(intents)
+        except BaseException:  # whatever happened, the claims end with the next probe
+            for intent in intents:
+                intent.claim.done = self.clock()
             raise
+        return [
+            TransportError(f"no answer for {i.att.job_name} from {site}'s batched submission")
+            if outcome is None
+            else outcome
+            for i, outcome in zip(intents, got, strict=True)
+        ]
 
     async def record(self, intent: Intent, outcome: SubmittedJob | Exception) -> AttemptRecord:
         """Under the lock: the outcome merged into the attempt as stored now, which may have

@@ -77,6 +77,7 @@ class Placer:
             lock=lock,
             clock=clock,
             unschedulable=self.unschedulable,
+            signal=self._signal,
         )
 
     def wake(self) -> None:
@@ -146,8 +147,8 @@ class Placer:
                 after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
                 tasks = [t for r in rows if (t := await self._record(r)) is not None]
                 dispatched += await self._batch(tasks, held)
+            self._signal()  # placed: their submits answer now, never after the submissions
             await self.submitter.send()  # the batch's jobs, submitted without the lock
-            self._signal()
         if held:
             async with self.book.store.transaction() as tx:
                 for gid, reason in sorted(held.items()):

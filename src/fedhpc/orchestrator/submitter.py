@@ -1,8 +1,9 @@
 """A placed task's submission, with fallback: a scheduler that refuses a candidate the rules
 accepted sends the task to the next feasible site (three tries in all; back to the queue when
-only offline sites are left), at most `PER_SITE`
-submissions in flight per site, none of them under the orchestrator's lock; a failure of the
-task's own never cancels its batch-mates."""
+only offline sites are left). Submissions go through per-site lanes: at most `PER_SITE` remote
+calls in flight per site (`submits_in_flight` in the site's config), each carrying every job
+for that site that is waiting when it starts (up to `BATCH_MAX`), none of them under the
+orchestrator's lock; a failure of the task's own never cancels its batch-mates."""
 
 from __future__ import annotations
 
@@ -28,14 +29,12 @@ from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
 
-__all__ = ["PER_SITE", "SEND_WAIT_S", "Submitter"]
+__all__ = ["BATCH_MAX", "PER_SITE", "Submitter"]
 
 log = structlog.get_logger(__name__)
 
-PER_SITE = 2  # scheduler submissions in flight per site
-# A placement batch waits this long for its submissions (so an answer usually carries the job
-# id), then the next goes on while a slow site's still run.
-SEND_WAIT_S = 2.0
+PER_SITE = 2  # submit calls in flight per site, unless its config says otherwise
+BATCH_MAX = 25  # jobs in one submit call (one remote call: a script that runs each sbatch)
 
 
 @dataclass
@@ -67,6 +66,7 @@ class Submitter:
         lock: anyio.Lock,
         clock: Callable[[], datetime],
         unschedulable: Callable[[TaskRecord, Unschedulable], Awaitable[TaskHandle]],
+        signal: Callable[[], None] = lambda: None,
     ) -> None:
         self.book = book
         self.planner = planner
@@ -75,14 +75,22 @@ class Submitter:
         self.lock = lock
         self.clock = clock
         self.unschedulable = unschedulable
+        self.signal = signal  # told after a submit call's outcomes are recorded
         self.limits: dict[str, anyio.CapacityLimiter] = {}
         self.ready: list[Prepared] = []  # intents written by `prepare`, for `send`
+        self.pending: dict[str, list[Prepared]] = {}  # site -> intents waiting for a lane
+        self.lanes: dict[str, int] = {}  # site -> lanes running
         self.background: TaskGroup | None = None  # the placer's, while it runs
+
+    def in_flight(self, site: str) -> int:
+        """Submit calls at once at `site`: its config's `submits_in_flight`, else `PER_SITE`."""
+        adapter = self.dispatcher.adapters.get(site)
+        return (adapter.site.user.submits_in_flight if adapter else None) or PER_SITE
 
     def _limiter(self, site: str) -> anyio.CapacityLimiter:
         limiter = self.limits.get(site)
         if limiter is None:
-            limiter = self.limits[site] = anyio.CapacityLimiter(PER_SITE)
+            limiter = self.limits[site] = anyio.CapacityLimiter(self.in_flight(site))
         return limiter
 
     async def prepare(
@@ -101,33 +109,61 @@ class Submitter:
             self.ready.append((task, p, prepared, history))
 
     async def send(self) -> None:
-        """Without the lock: what `prepare` wrote, submitted concurrently (at most `PER_SITE`
-        at a time per site), so a slow or dead site's sbatch holds up no other work. In the
-        daemon (`background` set) they run in the placer's task group and this returns once
-        they are done or after `SEND_WAIT_S`: the next batch never waits for a dead site."""
+        """Without the lock: what `prepare` wrote goes to its site's lane (`_lane`): sites
+        concurrently, a slow or dead site's calls holding up no other's. In the daemon
+        (`background` set) the lanes run in the placer's task group and this returns at once:
+        the next placement never waits for a submission; else it returns when all are done."""
         ready, self.ready = self.ready, []
         if self.background is None:
             async with anyio.create_task_group() as tg:
-                for item in ready:
-                    tg.start_soon(self._dispatch, *item, name=f"dispatch:{item[0].id}")
+                self._queue(ready, tg)
             return
-        left = len(ready)
-        done = anyio.Event()
+        self._queue(ready, self.background)
 
-        async def one(item: Prepared) -> None:
-            nonlocal left
-            try:
-                await self._dispatch(*item)
-            finally:
-                left -= 1
-                if not left:
-                    done.set()
-
+    def _queue(self, ready: list[Prepared], tg: TaskGroup) -> None:
+        """Intents join their site's queue; lanes start up to the site's limit. A task that
+        failed before any job existed goes straight to its fallback."""
         for item in ready:
-            self.background.start_soon(one, item, name=f"dispatch:{item[0].id}")
-        if ready:
-            with anyio.move_on_after(SEND_WAIT_S):
-                await done.wait()
+            task, p, prepared, history = item
+            if isinstance(prepared, Intent):
+                self.pending.setdefault(p.site, []).append(item)
+            else:
+                tg.start_soon(self._dispatch, task, p, prepared, history, prepared)
+        for site, queue in self.pending.items():
+            while queue and self.lanes.get(site, 0) < self.in_flight(site):
+                self.lanes[site] = self.lanes.get(site, 0) + 1
+                tg.start_soon(self._lane, site, tg, name=f"submit:{site}")
+
+    async def _lane(self, site: str, tg: TaskGroup) -> None:
+        """One lane of `site`: while intents wait, one submit call for a share of them (the
+        lanes split what waits; at most `BATCH_MAX`), then each refused job's fallback."""
+        try:
+            while queue := self.pending.get(site):
+                share = -(-len(queue) // max(1, self.lanes[site]))
+                size = max(1, min(BATCH_MAX, share))
+                items, self.pending[site] = queue[:size], queue[size:]
+                await self._call(items, tg)
+        finally:
+            self.lanes[site] -= 1
+
+    async def _call(self, items: list[Prepared], tg: TaskGroup) -> None:
+        """One submit call for `items` (one site's intents); a job refused there tries the
+        next site on its own (`_dispatch`); a call that fails outright fails its tasks."""
+        intents = [prepared for _, _, prepared, _ in items if isinstance(prepared, Intent)]
+        try:
+            async with self._limiter(items[0][1].site):
+                atts = await self.dispatcher.complete_many(intents)
+        except Exception as exc:  # typed or not: these tasks' failure, never the lane's
+            async with self.lock:
+                for task, p, _, _ in items:
+                    with isolated("recording a failed dispatch failed", task=task.id):
+                        await self._failed(task, p, exc)
+            self.signal()
+            return
+        for (task, p, prepared, history), att in zip(items, atts, strict=True):
+            if att.state is JobState.FAILED:
+                tg.start_soon(self._dispatch, task, p, prepared, history, att)
+        self.signal()
 
     async def _dispatch(
         self,
@@ -135,15 +171,18 @@ class Submitter:
         p: Placement,
         prepared: Intent | AttemptRecord,
         history: WaitHistory | None,
+        first: AttemptRecord | None = None,
     ) -> None:
-        """One task's submission; a failure of its own never cancels its batch-mates (they run in
-        one task group) nor blocks the queue behind it: the task fails with the reason."""
+        """One task's submission (`first`: the attempt its lane's call already recorded); a
+        failure of its own never cancels its batch-mates nor blocks the queue behind it: the
+        task fails with the reason."""
         try:
-            await self._submit(task, p, prepared, history)
+            await self._submit(task, p, prepared, history, first)
         except Exception as exc:  # typed or not: this task's failure, never the batch's
             async with self.lock:
                 with isolated("recording a failed dispatch failed", task=task.id):
                     await self._failed(task, p, exc)
+        self.signal()
 
     async def _failed(self, task: TaskRecord, p: Placement, exc: Exception) -> None:
         """Under the lock: the task, as stored now, fails with the reason (unless it ended)."""
@@ -166,13 +205,17 @@ class Submitter:
         p: Placement,
         prepared: Intent | AttemptRecord,
         history: WaitHistory | None,
+        first: AttemptRecord | None = None,
     ) -> None:
-        """Submit; a scheduler that refuses a candidate the rules accepted sends the task to the
-        next feasible site (three tries in all). Each refusal is weighed under the lock, on the
-        task as stored then: one cancelled or re-placed meanwhile is left as it is."""
+        """Submit (unless `first`, the first try's attempt, is given); a scheduler that refuses
+        a candidate the rules accepted sends the task to the next feasible site (three tries in
+        all). Each refusal is weighed under the lock, on the task as stored then: one cancelled
+        or re-placed meanwhile is left as it is."""
         tries = _Tries()
         for k in range(3):
-            if isinstance(prepared, Intent):
+            if first is not None:
+                att, first = first, None
+            elif isinstance(prepared, Intent):
                 async with self._limiter(p.site):
                     att = await self.dispatcher.complete(prepared)
             else:
