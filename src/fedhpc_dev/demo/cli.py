@@ -81,6 +81,7 @@ def _slurm_problem() -> str | None:
 
 def _pbs_problem() -> str | None:
     """None when devpolaris (OpenPBS) answers; else why not (`devfed up` says more)."""
+    # startup: every `fedhpc` command loads this plugin; the PBS code only for slurm+pbs
     from fedhpc_dev.devfed.pbs import pbs_status
 
     state = pbs_status(devfed_root(), socket.gethostname(), load_profiles().values())
@@ -242,7 +243,7 @@ def _loop(args: argparse.Namespace) -> int:
         out = home / "agent-resumed.txt"
         started = time.monotonic()
         # Five sites with Slurm+PBS: a child each, one of them on devanvil's busy H100s.
-        children = "5" if os.environ.get(DEVFED.name) == "slurm+pbs" else "4"
+        children = "5" if DEVFED.read() == "slurm+pbs" else "4"
         agent = subprocess.run(
             [
                 *(sys.executable, "-m", "fedhpc_dev.demo.agent", "plan", "--out", str(out)),
