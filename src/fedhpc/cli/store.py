@@ -31,6 +31,9 @@ def _status_cmd(args: argparse.Namespace) -> int:
     if out.get("rows"):
         print(f"newest event seq: {out['last_seq']}")
         print("rows: " + ", ".join(f"{t} {n}" for t, n in out["rows"].items()))
+    if lead := out.get("leader"):
+        state = "leads" if lead["live"] else "led (its lease lapsed)"
+        print(f"leader: {lead['holder']} {state}, token {lead['token']}")
     return 0
 
 

@@ -20,6 +20,7 @@ from fedhpc.adapters.transports.children import children_watched_by_pidfd
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.app import build_app
+from fedhpc.daemon.leader import keep_lease, release_lease, take_lease
 from fedhpc.daemon.loopwatch import LoopWatch
 from fedhpc.daemon.memory import trim_each_cycle
 from fedhpc.daemon.rest import RestServer
@@ -31,6 +32,7 @@ from fedhpc.profiles.loader import load_user_config
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store, open_store
 from fedhpc.store.archive import archive_events
+from fedhpc.store.lease import Lease
 from fedhpc.transfer.service import TransferService
 
 __all__ = ["run_daemon"]
@@ -93,7 +95,14 @@ async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
 
 async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
     with _single_instance(settings):
-        store = await open_store(settings.db_path)
+        # A paused daemon's open transaction (and the write lock) ends with its lease.
+        store = await open_store(settings.db_path, idle_s=settings.lease_s)
+        try:
+            lease = await take_lease(store, settings)  # PostgreSQL: one leader per store
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.close()
+            raise
         sites = load_federation()
         adapters = {
             name: open_adapter(site, command_timeout_s=settings.command_timeout_s)
@@ -127,15 +136,22 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
                 await Bridge(store, settings.home).cycle()
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
                 return
-            await _serve(settings, store, collector, orchestrator)
+            await _serve(settings, store, collector, orchestrator, lease)
         finally:
             await _close_adapters(adapters)
             with anyio.CancelScope(shield=True):
-                await store.close()
+                try:
+                    await release_lease(store, lease)
+                finally:
+                    await store.close()
 
 
 async def _serve(
-    settings: DaemonSettings, store: Store, collector: Collector, orchestrator: Orchestrator
+    settings: DaemonSettings,
+    store: Store,
+    collector: Collector,
+    orchestrator: Orchestrator,
+    lease: Lease,
 ) -> None:
     state = DaemonState(store, collector, datetime.now(UTC), orchestrator)
     bridge = Bridge(
@@ -194,6 +210,7 @@ async def _serve(
         async with anyio.create_task_group() as outer:
             async with anyio.create_task_group() as services:
                 outer.start_soon(watch_signals, services.cancel_scope, name="signals")
+                services.start_soon(keep_lease, store, lease, stopping, name="lease")
                 services.start_soon(collector.run, stopping, name="collector")
                 services.start_soon(orchestrator.run, stopping, name="orchestrator")
                 services.start_soon(bridge.run, stopping, name="bridge")

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import is_postgres_url, open_store, store_url
 from fedhpc.store.dump import COLUMNS, export_rows, import_rows
+from fedhpc.store.lease import holder_of
 from fedhpc.store.schema import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "export_store", "import_store", "migrate_store", "missing_store",
@@ -42,6 +43,7 @@ async def store_status() -> dict[str, Any]:
             "fedhpc_schema": SCHEMA_VERSION,
             "last_seq": await store.last_seq() if current else None,
             "rows": {t: await store.count(t) for t in COLUMNS} if current else {},
+            "leader": await holder_of(store),  # PostgreSQL: the daemon holding the lease
         }
     finally:
         await store.close()

@@ -203,6 +203,14 @@ LOOP_WATCH_S = _daemon(
     "diagnostic: log each event-loop stall longer than this, with where it was (0: off)",
     ge=0,
 )
+LEASE_S = _daemon(
+    "LEASE_S",
+    "seconds",
+    15.0,
+    "on a PostgreSQL store: the leader's lease, renewed every third of it; a daemon paused "
+    "past it may not write again once another has taken over (docs/store.md)",
+    gt=0,
+)
 EVENTS_KEEP_DAYS = _daemon(
     "EVENTS_KEEP_DAYS",
     "days",

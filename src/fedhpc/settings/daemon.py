@@ -22,6 +22,7 @@ from fedhpc.settings import (
     GRACE_S,
     HISTORY_KEEP,
     INTENT_GRACE_S,
+    LEASE_S,
     LOOP_WATCH_S,
     PROBE_TIMEOUT_S,
     REFRESH_S,
@@ -81,6 +82,7 @@ class DaemonSettings(BaseModel):
     events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
     retry_window_s: float = _tunable(RETRY_WINDOW_S)
     loop_watch_s: float = _tunable(LOOP_WATCH_S)
+    lease_s: float = _tunable(LEASE_S)
 
     @property
     def socket_path(self) -> Path:

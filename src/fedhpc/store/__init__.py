@@ -30,10 +30,13 @@ def is_postgres_url(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
-async def open_store(default: Path, *, readonly: bool = False, migrate: bool = True) -> Store:
+async def open_store(
+    default: Path, *, readonly: bool = False, migrate: bool = True, idle_s: float | None = None
+) -> Store:
     """The store FEDHPC_STORE_URL names, else the SQLite file `default`. `readonly`: a reader
-    for people's tools while the daemon is down (on PostgreSQL: no migration either)."""
+    for people's tools while the daemon is down (on PostgreSQL: no migration either).
+    `idle_s` (PostgreSQL): no session of this store stays inside a transaction longer."""
     url = store_url(default)
     if is_postgres_url(url):
-        return await Store.open_url(url, migrate=migrate and not readonly)
+        return await Store.open_url(url, migrate=migrate and not readonly, idle_s=idle_s)
     return await (Store.open_readonly(Path(url)) if readonly else Store.open(Path(url)))

@@ -74,17 +74,21 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
         self._conn = conn  # type: ignore[assignment]  # None only beside `pg`
         self._quick: aiosqlite.Connection | None = None
         self._pg = pg
+        self._fence: tuple[str, int] | None = None
         self.dialect = "postgresql" if pg is not None else "sqlite"
         self.path = path
         self._write = anyio.Lock()
 
     @classmethod
-    async def open_url(cls, url: str, *, migrate: bool = True) -> Store:
+    async def open_url(
+        cls, url: str, *, migrate: bool = True, idle_s: float | None = None
+    ) -> Store:
         """The store in the PostgreSQL database at `url` (postgresql://...), its schema
-        brought to this fedhpc's version unless `migrate` is False."""
+        brought to this fedhpc's version unless `migrate` is False; `idle_s`: how long the
+        server lets one of its sessions sit inside a transaction (pg.PgDatabase.open)."""
         from fedhpc.store.pg import PgDatabase  # psycopg loads only for a PostgreSQL store
 
-        return cls(None, Path(), pg=await PgDatabase.open(url, migrate=migrate))
+        return cls(None, Path(), pg=await PgDatabase.open(url, migrate=migrate, idle_s=idle_s))
 
     @property
     def location(self) -> str:
@@ -162,10 +166,17 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
         finally:
             await self._conn.close()
 
+    def fence(self, lease: str, token: int) -> None:
+        """From now on every write transaction runs only while this lease token leads the
+        store (store/lease.py), else fails with `Fenced` before writing anything."""
+        self._fence = (lease, token)
+
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Tx]:
+    async def transaction(self, *, fenced: bool = True) -> AsyncIterator[Tx]:
+        """One write transaction; `fenced=False` only for the lease's own bookkeeping."""
         if self._pg is not None:
-            async with self._write, self._pg.transaction() as conn:
+            fence = self._fence if fenced else None
+            async with self._write, self._pg.transaction(fence) as conn:
                 writing = WRITING.set(conn)  # this task's reads see its own writes
                 try:
                     yield Tx(conn)

@@ -13,9 +13,21 @@ from typing import Any, Literal, Protocol
 
 import aiosqlite
 
-__all__ = ["Conn", "Dialect", "Row", "SqliteConn"]
+from fedhpc.errors import TransientError
+
+__all__ = ["Conn", "Dialect", "Fenced", "Row", "SqliteConn"]
 
 Dialect = Literal["sqlite", "postgresql"]
+
+
+class Fenced(TransientError):
+    """This process's lease on the store lapsed or passed to another daemon (store/lease.py):
+    it may not write."""
+
+    default_hint = (
+        "Another fedhpc daemon leads this store now; this one stops. Its clients reconnect "
+        "to the leader."
+    )
 
 
 class Row(Protocol):

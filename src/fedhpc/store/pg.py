@@ -3,6 +3,7 @@ serialized by one advisory lock, and the versioned schema (store/schema_pg.py)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -13,7 +14,7 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from fedhpc.store.engine import Dialect, Row
+from fedhpc.store.engine import Dialect, Fenced, Row
 from fedhpc.store.schema import SCHEMA_VERSION
 from fedhpc.store.schema_pg import BASELINE, BASELINE_VERSION, MIGRATIONS_PG
 
@@ -28,6 +29,7 @@ WRITE_LOCK = 0x66656468_7063  # "fedhpc"
 
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_LEASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 class PgRow:
@@ -119,14 +121,19 @@ class PgDatabase:
         self._reading = anyio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, max_size: int = 8, migrate: bool = True) -> PgDatabase:
+    async def open(
+        cls, url: str, *, max_size: int = 8, migrate: bool = True, idle_s: float | None = None
+    ) -> PgDatabase:
+        """With `idle_s`, the server ends a session of this pool that sits inside a
+        transaction longer than that (idle_in_transaction_session_timeout): a daemon paused
+        mid-transaction (SIGSTOP, a frozen VM) releases the write lock within `idle_s` instead
+        of holding every other process's writes forever."""
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": _row_factory}
+        if idle_s is not None:
+            ms = max(1, int(idle_s * 1000))
+            kwargs["options"] = f"-c idle_in_transaction_session_timeout={ms}"
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            url,
-            min_size=1,
-            max_size=max_size,
-            open=False,
-            kwargs={"autocommit": True, "row_factory": _row_factory},
-            name="fedhpc-store",
+            url, min_size=1, max_size=max_size, open=False, kwargs=kwargs, name="fedhpc-store"
         )
         await pool.open(wait=True, timeout=30)
         db = cls(pool, url)
@@ -173,23 +180,41 @@ class PgDatabase:
             return list(await cur.fetchall())
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PgConn]:
+    async def transaction(self, fence: tuple[str, int] | None = None) -> AsyncIterator[PgConn]:
+        """One write transaction under the write lock; with `fence` (lease name, token), only
+        while that token leads (store/lease.py), else `Fenced` before anything is written."""
+        begin = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+        if fence is not None:
+            name, token = fence
+            if not _LEASE_NAME.fullmatch(name):
+                raise ValueError(f"not a lease name: {name!r}")
+            begin += f"; SELECT fedhpc_fence('{name}', {int(token)})"
         async with self._writing:
             conn = await self._conn("writer")
-            # BEGIN and the lock in one round trip (fixed text: no parameter).
-            await conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+            try:  # BEGIN, the lock and the fence in one round trip (fixed text: no parameter)
+                await conn.execute(begin)
+            except psycopg.Error as exc:
+                with anyio.CancelScope(shield=True):
+                    await self._abandon(conn)
+                if exc.sqlstate == "FH001":
+                    raise Fenced(exc.diag.message_primary or str(exc)) from None
+                raise
             try:
                 yield PgConn(conn, self)
             except BaseException:
                 with anyio.CancelScope(shield=True):
-                    try:
-                        await conn.execute("ROLLBACK")
-                    except psycopg.Error:  # the connection broke: the server rolls it back
-                        await conn.close()
+                    await self._abandon(conn)
                 raise
             else:
                 with anyio.CancelScope(shield=True):
                     await conn.execute("COMMIT")
+
+    @staticmethod
+    async def _abandon(conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            await conn.execute("ROLLBACK")
+        except psycopg.Error:  # the connection broke: the server rolls the transaction back
+            await conn.close()
 
     async def schema_version(self) -> int:
         exists = await self.read("SELECT to_regclass('fedhpc_schema') IS NOT NULL")

@@ -1,0 +1,195 @@
+"""One leader per store on PostgreSQL: a lease row with a fencing token (store/lease.py). A
+former leader's writes are refused once its lease lapsed, and for good once another took
+over; dispatch and delivery write (intent, delivery start) before they act, so the fence keeps
+a paused daemon from submitting or resuming twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.store import Store
+from fedhpc.store.lease import Fenced, acquire, holder_of, renew
+from fedhpc_dev.postgres import PgServer
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
+
+
+@pytest.fixture
+async def two(pg_server: PgServer) -> AsyncIterator[tuple[Store, Store]]:
+    """Two daemons' stores on one PostgreSQL database."""
+    url = pg_server.create_database()
+    a, b = await Store.open_url(url), await Store.open_url(url)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def _lapse(store: Store) -> None:
+    """The lease runs out (as it does while its holder is paused past it)."""
+    async with store.transaction(fenced=False) as tx:
+        await tx.execute("UPDATE fedhpc_lease SET expires_at = now() - interval '1 second'")
+
+
+async def test_a_former_leader_cannot_write_once_another_took_over(
+    two: tuple[Store, Store],
+) -> None:
+    a, b = two
+    lease_a = await acquire(a, "host-a:1", ttl_s=30)
+    assert lease_a is not None and lease_a.token == 1
+    assert await acquire(b, "host-b:2", ttl_s=30) is None  # a leads
+    async with a.transaction() as tx:
+        await tx.put_task("t1", state="queued", body={}, at=T0)
+
+    await _lapse(a)  # a is paused past its lease; b takes over with the next token
+    lease_b = await acquire(b, "host-b:2", ttl_s=30)
+    assert lease_b is not None and lease_b.token == 2
+    assert await holder_of(a) == {"holder": "host-b:2", "token": 2, "live": True}
+
+    with pytest.raises(Fenced) as refused:  # a resumes: its intent write is refused
+        async with a.transaction() as tx:
+            await tx.put_attempt(
+                "t1", 1, site="s", partition="p", job_name="j", job_id=None, state="pending",
+                body={}, at=T0,
+            )  # fmt: skip
+    assert refused.value.code == "transient" and "no longer held" in refused.value.message
+    assert await a.attempts("t1") == []
+    assert not await renew(a, lease_a)  # and it learns it no longer leads
+    async with b.transaction() as tx:  # the new leader writes
+        await tx.put_attempt(
+            "t1", 1, site="s", partition="p", job_name="j", job_id="7", state="pending",
+            body={}, at=T0,
+        )  # fmt: skip
+    assert [x["job_id"] for x in await a.attempts("t1")] == ["7"]
+
+
+async def test_a_lapsed_lease_nobody_took_refuses_writes_until_renewed(
+    two: tuple[Store, Store],
+) -> None:
+    a, _ = two
+    lease = await acquire(a, "host-a:1", ttl_s=30)
+    assert lease is not None
+    await _lapse(a)
+    with pytest.raises(Fenced):
+        async with a.transaction() as tx:
+            await tx.append_event("x", "s", {}, at=T0)
+    assert await a.count("events") == 0
+    assert await renew(a, lease)  # nobody acted meanwhile: it goes on leading
+    async with a.transaction() as tx:
+        await tx.append_event("x", "s", {}, at=T0)
+    assert await a.count("events") == 1
+
+
+async def test_reads_and_an_unfenced_store_are_not_held_back(two: tuple[Store, Store]) -> None:
+    """Only a store that took the lease is fenced; reads never are."""
+    a, b = two
+    assert await acquire(a, "host-a:1", ttl_s=30) is not None
+    await _lapse(a)
+    assert await a.get_task("nope") is None
+    async with b.transaction() as tx:  # b never led: tools that write (store import) still can
+        await tx.put_task("t1", state="queued", body={}, at=T0)
+    assert await a.get_task("t1") is not None
+
+
+def _daemon(home: Path, url: str, sites: Path) -> subprocess.Popen[bytes]:
+    """A real `fedhpc daemon` on the PostgreSQL store `url` and the private process sites
+    in `sites` (shared by the test's daemons), with a 3 s lease."""
+    home.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_STORE_URL": url,
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(sites),
+        "FEDHPC_CYCLE_S": "1",
+        "FEDHPC_REFRESH_S": "2",
+        "FEDHPC_LEASE_S": "3",
+        "FEDHPC_LOG_LEVEL": "info",
+    }
+    with (home / "daemon.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+        )  # fmt: skip
+
+
+async def _submit(home: Path, n: int, tag: str) -> list[str]:
+    async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+        await client.wait_until_up(60)
+        out = []
+        for i in range(n):
+            req = SubmitTaskRequest(command=("true",), envelope=ENVELOPE, name=f"{tag}{i}")
+            out.append((await client.submit_task(req)).task_id)
+        return out
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, within_s: float = 120) -> None:
+    """Poll `check` until true; fail naming `what` after `within_s` (a bound, not a goal)."""
+    try:
+        with anyio.fail_after(within_s):
+            while not await check():
+                await anyio.sleep(0.2)
+    except TimeoutError:
+        pytest.fail(f"not within {within_s} s: {what}")
+
+
+async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
+    tmp_path: Path, pg_server: PgServer
+) -> None:
+    """Daemon A leads; B waits. A is stopped (SIGSTOP) past its lease: B takes over (token 2)
+    and runs the work submitted meanwhile. A resumes (SIGCONT): its writes are refused, it
+    dispatches nothing and stops. Every task ran exactly once."""
+    url = pg_server.create_database()
+    store = await Store.open_url(url)
+    sites = tmp_path / "sites"
+    a = _daemon(tmp_path / "a", url, sites)
+    b: subprocess.Popen[bytes] | None = None
+
+    async def leader() -> dict[str, object] | None:
+        return await holder_of(store)
+
+    async def done(ids: list[str]) -> bool:
+        tasks = [await store.get_task(t) for t in ids]
+        return all(t is not None and t["state"] == "completed" for t in tasks)
+
+    try:
+        first = await _submit(tmp_path / "a", 3, "a")
+        assert (await leader() or {}).get("holder", "").endswith(f":{a.pid}")  # type: ignore[union-attr]
+        await _until(lambda: done(first), "A runs its tasks")
+        b = _daemon(tmp_path / "b", url, sites)
+        os.kill(a.pid, signal.SIGSTOP)
+        await _until(lambda: _leads(leader, b.pid if b else 0), "B takes over after A's lease", 60)
+        second = await _submit(tmp_path / "b", 3, "b")
+        os.kill(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=60) != 0  # A learns it lost the lease and stops
+        await _until(lambda: done(second), "B runs the tasks submitted to it")
+        for tid in first + second:
+            assert len(await store.attempts(tid)) == 1, tid  # dispatched once, by one leader
+        terminal = await store.events_after(0, kinds=["task.terminal"], limit=100)
+        assert sorted(e.subject for e in terminal) == sorted(first + second)
+        log_a = (tmp_path / "a" / "daemon.log").read_text()
+        assert "another daemon took over" in log_a or "no longer held" in log_a
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+        await store.close()
+
+
+async def _leads(leader: Callable[[], Awaitable[dict[str, object] | None]], pid: int) -> bool:
+    now = await leader()
+    return now is not None and str(now["holder"]).endswith(f":{pid}") and bool(now["live"])
