@@ -59,8 +59,9 @@ echo "body ran with $((2 + 3)) fingers"
 
 def _ok(result: CallToolResult) -> dict[str, Any]:
     assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] | None = result.structured_content
+    assert body is not None
+    return body
 
 
 def _error(result: CallToolResult) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import anyio
 import structlog
 
+from fedhpc.adapters.dialects.busy import SchedulerBusy
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
@@ -21,6 +22,10 @@ from fedhpc.store import Store, Tx
 __all__ = ["Collector", "RefreshReport"]
 
 log = structlog.get_logger(__name__)
+
+# Rate-limit answers in a row that keep a site's last view; one more is judged as any failed
+# probe (a hung controller can answer "Socket timed out" too: it must still be found lost).
+BUSY_LIMIT = 3
 
 
 def _utcnow() -> datetime:
@@ -67,6 +72,7 @@ class Collector:
         self._due: dict[str, float] = {}
         self._probed: dict[str, float] = {}  # site -> time.monotonic() its last probe started
         self._failures: Counter[str] = Counter()
+        self._busy: Counter[str] = Counter()  # rate-limit answers in a row, per site
         self.wake = anyio.Event()
         self._changes: list[tuple[str, SiteState, Health | None]] = []
         self.ready = anyio.Event()  # set after the first refresh of this process
@@ -79,11 +85,26 @@ class Collector:
         """Probe `site` as soon as its profile allows (`min_refresh_s` after the last probe),
         whenever it was due: the control cycle could not observe it, and a dead controller is
         then known within one probe, not one refresh interval (or a backoff)."""
-        if site not in self.sites:
+        if site not in self.sites or self._busy[site]:  # backing off: the probe is set
             return
         allowed = self._probed.get(site, -1e18) + float(self.sites[site].profile.min_refresh_s)
         self._due[site] = min(self._due.get(site, 0.0), allowed)
         self.wake.set()
+
+    def _back_off(self, name: str, busy: SchedulerBusy, started: float) -> bool:
+        """A scheduler shedding load is no lost site: keep its last view (degraded, saying
+        why) and ask again after a doubled interval. False (judge it as any failed probe)
+        without a live view, or after `BUSY_LIMIT` such answers in a row."""
+        self._busy[name] += 1
+        before = self.latest.get(name)
+        if before is None or before.health is Health.OFFLINE or self._busy[name] > BUSY_LIMIT:
+            return False
+        update = {"health": Health.DEGRADED, "error": busy.message}
+        self.latest[name] = before.model_copy(update=update)
+        wait = self.interval(name) * 2 ** self._busy[name]
+        self._due[name] = started + wait
+        log.warning("scheduler busy: backing off", site=name, seconds=wait, error=busy.message)
+        return True
 
     async def load(self) -> None:
         """Start from the store's latest states, so a restarted daemon serves a view at once."""
@@ -100,6 +121,9 @@ class Collector:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
                 typed = typed_error(exc)  # itself, or the typed error inside a task group
+                if isinstance(typed, SchedulerBusy) and self._back_off(name, typed, started):
+                    report.probed[name] = time.monotonic() - started
+                    return
                 if typed is None:  # not a site's answer we know: a bug, with its traceback
                     log.exception("probe error", site=name)
                 else:
@@ -128,7 +152,7 @@ class Collector:
         if state.health is Health.OFFLINE:
             self._failures[name] += 1
         else:
-            self._failures[name] = 0
+            self._failures[name] = self._busy[name] = 0
         before = self.latest.get(name)
         if before is None or (before.health is Health.OFFLINE) != (state.health is Health.OFFLINE):
             self._changes.append((name, state, before.health if before else None))

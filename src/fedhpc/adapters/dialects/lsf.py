@@ -6,9 +6,10 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import Command, CommandResult, batch
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
 from fedhpc.adapters.dialects import lsf_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     error_text,
@@ -23,7 +24,7 @@ from fedhpc.adapters.dialects.pbs_lsf_util import (
     directive,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_minutes
 
 __all__ = ["LsfDialect"]
@@ -103,6 +104,7 @@ class LsfDialect:
         return Command(("bsub",), stdin=script, idempotent=False)
 
     def parse_submit(self, result: CommandResult) -> str:
+        check_busy(result, self.name, "bsub")
         m = _SUBMITTED.search(result.stdout)
         if result.returncode != 0 or m is None:
             raise SchedulerRejected(
@@ -116,6 +118,7 @@ class LsfDialect:
         return Command(("bjobs", "-a", "-json", "-o", STATUS_FIELDS, *ids))
 
     def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        check_busy(result, self.name, "bjobs")
         return parse.parse_status(result)
 
     def accounting_command(self, job_ids: Sequence[str]) -> Command:
@@ -127,6 +130,7 @@ class LsfDialect:
     ) -> list[AccountingRecord]:
         """Records from bjobs. bjobs prints no year, so times are placed by `now` (when the
         command ran); without it only stamps that carry a year are kept."""
+        check_busy(result, self.name, "bjobs")
         return parse.parse_accounting(result, self.tz, now)
 
     def find_command(self, names: Sequence[str]) -> Command:
@@ -159,4 +163,12 @@ class LsfDialect:
         }
         return with_balance(sections, profile)
 
-    parse_probe = staticmethod(parse.parse_probe)
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        check_busy_sections(sections, self.name, ("hosts",))
+        return parse.parse_probe(sections, profile, user, collected_at)

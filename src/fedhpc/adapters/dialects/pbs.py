@@ -6,9 +6,10 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 
-from fedhpc.adapters.command import Command, CommandResult, batch
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
 from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     error_text,
@@ -23,7 +24,7 @@ from fedhpc.adapters.dialects.pbs_lsf_util import (
     directive,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
 __all__ = ["PbsDialect"]
@@ -90,6 +91,7 @@ class PbsDialect:
         return Command(("qsub",), stdin=script, idempotent=False)
 
     def parse_submit(self, result: CommandResult) -> str:
+        check_busy(result, self.name, "qsub")
         out = result.stdout.strip()
         last = out.splitlines()[-1].strip() if out else ""
         if result.returncode != 0 or not _JOB_ID.match(last):
@@ -102,6 +104,7 @@ class PbsDialect:
         return Command((*_QSTAT_JOBS, *check_ids(job_ids, _JOB_ID, "PBS")))
 
     def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        check_busy(result, self.name, "qstat")
         return parse.parse_status(result)
 
     def accounting_command(self, job_ids: Sequence[str]) -> Command:
@@ -111,6 +114,7 @@ class PbsDialect:
     def parse_accounting(
         self, result: CommandResult, *, now: datetime | None = None
     ) -> list[AccountingRecord]:
+        check_busy(result, self.name, "qstat -x")
         # PBS prints full dates in the server's zone (self.tz): `now` is not needed.
         return parse.parse_accounting(result, self.tz)
 
@@ -148,4 +152,12 @@ class PbsDialect:
         }
         return with_balance(sections, profile)
 
-    parse_probe = staticmethod(parse.parse_probe)
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        check_busy_sections(sections, self.name, ("nodes",))
+        return parse.parse_probe(sections, profile, user, collected_at)

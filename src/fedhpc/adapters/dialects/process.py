@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import process_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     directive,
@@ -29,7 +30,7 @@ from fedhpc.adapters.dialects.common import (
     with_balance,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SAFE_NAME, SiteProfile
+from fedhpc.domain.site import SAFE_NAME, SiteProfile, SiteState
 from fedhpc.settings import LOCALSCHED_ROOT
 
 __all__ = ["ROOT_ENV", "SCHEDULER_MODULE", "ProcessDialect", "accounts_of", "config_of"]
@@ -119,6 +120,7 @@ class ProcessDialect:
         return self._cmd("submit", stdin=script, idempotent=False)
 
     def parse_submit(self, result: CommandResult) -> str:
+        check_busy(result, self.name, "localsched submit")
         if not result.ok:
             raise SchedulerRejected(
                 error_text(result, last_line_only=True), hint="Check account and partition."
@@ -133,6 +135,7 @@ class ProcessDialect:
         return self._cmd("queue", "--jobs", _ids(job_ids))
 
     def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        check_busy(result, self.name, "localsched status")
         return parse.parse_queue(result)
 
     def accounting_command(self, job_ids: Sequence[str]) -> Command:
@@ -141,6 +144,7 @@ class ProcessDialect:
     def parse_accounting(
         self, result: CommandResult, *, now: datetime | None = None
     ) -> list[AccountingRecord]:
+        check_busy(result, self.name, "localsched acct")
         # Times are ISO 8601 with their zone: `now` is not needed.
         return parse.parse_acct(result)
 
@@ -158,4 +162,12 @@ class ProcessDialect:
         sections = {"probe": self._cmd("probe", f"--user={user}", f"--config={config}")}
         return with_balance(sections, profile)
 
-    parse_probe = staticmethod(parse.parse_probe)
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        check_busy_sections(sections, self.name, ("probe",))
+        return parse.parse_probe(sections, profile, user, collected_at)

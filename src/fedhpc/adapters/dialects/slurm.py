@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
-from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
+from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import slurm_parse as parse
 from fedhpc.adapters.dialects import slurm_probe
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     directive,
@@ -20,7 +21,7 @@ from fedhpc.adapters.dialects.common import (
     with_balance,
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
 __all__ = ["SlurmDialect", "StartPrediction"]
@@ -109,6 +110,7 @@ class SlurmDialect:
         return Command(("sbatch", "--parsable"), stdin=script, env=_ENV, idempotent=False)
 
     def parse_submit(self, result: CommandResult) -> str:
+        check_busy(result, self.name, "sbatch")
         if not result.ok:
             raise SchedulerRejected(
                 error_text(result, last_line_only=True), hint="Check account, partition, QoS."
@@ -131,6 +133,7 @@ class SlurmDialect:
         return Command((*argv, f"--format={SQUEUE_FORMAT}"), env=_ENV)
 
     def parse_status(self, result: CommandResult) -> list[JobObservation]:
+        check_busy(result, self.name, "squeue")
         return parse.parse_squeue(result)
 
     def accounting_command(self, job_ids: Sequence[str]) -> Command:
@@ -164,6 +167,7 @@ class SlurmDialect:
     def parse_accounting(
         self, result: CommandResult, *, now: datetime | None = None
     ) -> list[AccountingRecord]:
+        check_busy(result, self.name, "sacct")
         # Times are epoch seconds (SLURM_TIME_FORMAT=%s): `now` is not needed.
         return parse.parse_sacct(result)
 
@@ -225,4 +229,12 @@ class SlurmDialect:
         }
         return with_balance(sections, profile, _ENV)
 
-    parse_probe = staticmethod(slurm_probe.parse_probe)
+    def parse_probe(
+        self,
+        sections: dict[str, BatchSection],
+        profile: SiteProfile,
+        user: str,
+        collected_at: datetime,
+    ) -> SiteState:
+        check_busy_sections(sections, self.name, ("nodes", "sinfo"))
+        return slurm_probe.parse_probe(sections, profile, user, collected_at)

@@ -16,13 +16,8 @@ __all__ = [
     "UnusableTransport",
 ]
 
-from fedhpc.errors import ErrorKind, PermanentError, TransientError
-
-
-class TransportError(TransientError):
-    """The site could not be reached or the call did not finish (worth retrying)."""
-
-    code = "transport"
+from fedhpc.adapters.transport_error import TransportError
+from fedhpc.errors import ErrorKind, PermanentError
 
 
 class TransportUnavailable(PermanentError):
