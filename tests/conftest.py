@@ -61,7 +61,6 @@ PARALLEL_SAFE = frozenset(
         "test_skills_listing",
         "test_store_engines",
         "test_store_leader",
-        "test_store_leader",
         "test_transport_ssh",
         "test_ui_failures",
     }
