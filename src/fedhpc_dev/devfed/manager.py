@@ -245,7 +245,7 @@ def down(plan: FederationPlan, *, purge: bool = False) -> list[int]:
         raise DevfedError(f"{plan.root} was not made by `fedhpc devfed up`; not touching it")
     stopped: list[int] = []
     try:
-        pbs_down(plan.root, plan.hostname, load_profiles().values())
+        pbs_down(plan.root, plan.hostname, load_profiles().values(), purge=purge)
         _cancel_jobs(plan)
         # Order: nodes, controllers (they flush accounting to slurmdbd), slurmdbd, its db, munge.
         groups = [[p for c in plan.clusters for p in _cluster_pids(c)]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterable
@@ -233,7 +234,7 @@ def pbs_up(
     t0 = time.monotonic()
     try:
         started = _start(plan, timeout_s)
-    except (DevfedError, OSError) as exc:
+    except Exception as exc:  # whatever breaks PBS, the Slurm clusters stay up: say why
         log.warning("devfed.pbs.absent", reason=str(exc))
         return PbsOutcome(False, str(exc))
     took = time.monotonic() - t0
@@ -262,14 +263,18 @@ def pbs_status(root: Path, hostname: str, profiles: Iterable[SiteProfile]) -> Pb
     return PbsOutcome(True, f"{len(plan.vnodes)} vnodes up")
 
 
-def pbs_down(root: Path, hostname: str, profiles: Iterable[SiteProfile]) -> None:
-    """Stop devpolaris's daemons (pbs_init.d stop) when it was set up; keeps PBS_HOME."""
+def pbs_down(
+    root: Path, hostname: str, profiles: Iterable[SiteProfile], *, purge: bool = False
+) -> None:
+    """Stop devpolaris's daemons (pbs_init.d stop) when it was set up; `purge` also deletes
+    PBS_HOME (its datastore and job history). The build under /opt is always kept."""
     profile = pbs_profile(profiles)
     if profile is None:
         return
     plan = plan_pbs(profile, root, hostname)
-    if not plan.conf.exists() or not plan.bin.exists():
-        return
-    prefix = plan.bin.resolve().parent
-    with contextlib.suppress(DevfedError):
-        _init_d(plan, prefix, "stop", timeout_s=120)
+    if plan.conf.exists() and plan.bin.exists():
+        prefix = plan.bin.resolve().parent
+        with contextlib.suppress(DevfedError):
+            _init_d(plan, prefix, "stop", timeout_s=120)
+    if purge and (plan.home / "pbs_version").exists() and not port_open(SERVER_PORT):
+        shutil.rmtree(plan.home)
