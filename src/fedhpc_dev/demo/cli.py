@@ -156,7 +156,8 @@ def _ssh_sites(wanted: str | None) -> list[str]:
     """The sites `--ssh` names (all four for a bare `--ssh`), checked against the devfed ones."""
     if wanted is None:
         return []
-    known = sorted(n for n, p in load_profiles().items() if p.local_test)
+    # The SSH front serves the Slurm clusters (each login sets SLURM_CONF), not devpolaris.
+    known = sorted(n for n, p in load_profiles().items() if p.local_test and p.dialect == "slurm")
     chosen = known if wanted == "all" else [n.strip() for n in wanted.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in known]
     if unknown or not chosen:
