@@ -189,3 +189,19 @@ async def test_an_array_reports_each_subjob_and_their_accounting(site: SiteAdapt
         "3": JobState.COMPLETED,
     }
     assert done["2"].exit_code == 4
+
+
+async def test_a_held_job_is_pending_and_blocked_then_cancelled_unrun(site: SiteAdapter) -> None:
+    script = site.render(_spec("fedhpc-pbs-held", ["true"], partition="debug", gpus=0))
+    result = await site.transport.run(Command(("qsub", "-h"), stdin=script))  # a user hold
+    job_id = site.dialect.parse_submit(result)
+    try:
+        (obs,) = await site.status([job_id])
+        assert obs.state is JobState.PENDING and obs.native_state == "H"
+        debug = (await site.probe()).partition("debug")
+        assert debug is not None and debug.blocked_pending_jobs >= 1
+        assert debug.user_pending_jobs >= 1
+    finally:
+        await site.cancel([job_id])
+    rec = await _until_terminal(site, job_id)
+    assert rec.state is JobState.CANCELLED and rec.start is None
