@@ -136,6 +136,7 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
             assert (await h.get("/")).status_code == 200  # a reload, the token in sessionStorage
             for name in (
                 "app.js",
+                "views.js",
                 "app.css",
                 "vendor/chart.umd.min.js",
                 "vendor/vis-timeline-graph2d.min.js",

@@ -43,6 +43,7 @@ OUTPUT_TAIL = 4096  # bytes of a task's output the page shows, when asked
 # The page's own files and the vendored libraries: nothing else is served.
 _FILES = {
     "app.js": "text/javascript",
+    "views.js": "text/javascript",
     "app.css": "text/css",
     "vendor/vis-timeline-graph2d.min.js": "text/javascript",
     "vendor/vis-timeline-graph2d.min.css": "text/css",

@@ -196,6 +196,7 @@ async function refreshFederation() {
     if (s.error) body.append(el("tr", {}, el("td", { colspan: 9, class: "wrap" }, `${s.site}: ${s.error}`)));
   }
   $("#fed-taken").textContent = `taken ${when(view.taken_at)}`;
+  drawAllocation(view);  // views.js: the same read, another picture
 }
 
 function median(values) {
@@ -246,6 +247,8 @@ async function refreshScatter() {
   }
   // Drawn: each site's newest point {x: free GPUs, y: pending}, for a reader (or a test).
   $("#scatter").dataset.newest = JSON.stringify(newest);
+  state.history = hist;
+  drawQueueHistory(hist);  // views.js: the same probes, one partition over time
 }
 
 // Each wait estimator's recent error per site and partition (bias > 0: it predicts longer waits
@@ -607,6 +610,7 @@ async function route() {
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
   $("#tz").addEventListener("change", (e) => setZone(e.target.value));
+  $("#qh-pick").addEventListener("change", () => { if (state.history) drawQueueHistory(state.history); });
   for (const f of ["#task-state", "#task-find"]) {  // the task list follows its filters at once
     $(f).addEventListener(f === "#task-find" ? "input" : "change", () => { if (state.page === "tasks") tick(refreshTaskLists, "tasks"); });
   }

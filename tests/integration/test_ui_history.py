@@ -1,0 +1,157 @@
+"""The Federation page's queue history and allocation, in Debian's Chromium on a real daemon of
+the four local-process sites: one partition's pending jobs and free GPUs at each probe the daemon
+kept (a job made to wait shows up), and each site's accounts with the credit used and left as the
+daemon reports them."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.ops.inspect import FederationView
+from fedhpc.ops.tasks import CancelRequest, GroupChild, SubmitGroupRequest
+from tests.integration.test_ui_views import BLOCKS, OVERLAPS, QUEUED
+from tests.integration.ui_served import Dashboard, serve_dashboard
+from tests.integration.ui_util import CHROMIUM, FLAGS, Troubles, need_browser
+
+PARTITION = "devanvil/ai"  # QUEUED's partition: two GPUs, so a second 2-GPU job waits
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
+    yield from serve_dashboard(tmp_path)
+
+
+def _series(page: Any) -> dict[str, Any]:
+    raw = page.locator("#queue-history").get_attribute("data-series") or "{}"
+    found: dict[str, Any] = json.loads(raw)
+    return found
+
+
+def _probes(dashboard: Dashboard, key: str) -> dict[str, tuple[int, int]]:
+    """The daemon's kept probes of one partition: time -> (pending jobs, free GPUs)."""
+    site, partition = key.split("/")
+
+    async def read(client: DaemonClient) -> dict[str, Any]:
+        return await client.history((site,), limit=240)
+
+    hist = dashboard.client(read)
+    out = {}
+    for pt in hist["sites"][site]:
+        for p in pt["partitions"]:
+            if p["name"] == partition:
+                out[pt["at"]] = (p["pending_jobs"], p["free_gpus"])
+    return out
+
+
+def test_the_queue_history_draws_the_daemons_probes_and_a_job_made_to_wait(
+    dashboard: Dashboard,
+) -> None:
+    sync_playwright, expect = need_browser()
+
+    async def two_for_one(client: DaemonClient) -> str:
+        group = await client.submit_group(
+            SubmitGroupRequest(
+                objective="one waits for the other",
+                children=tuple(GroupChild(command=("sleep", "300")) for _ in range(2)),
+                envelope=QUEUED,
+            )
+        )
+        return group.group_id
+
+    async def cancel(client: DaemonClient) -> None:
+        await client.cancel(CancelRequest(task_id=gid))
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        troubles = Troubles(page)
+        page.goto(dashboard.url + "#/federation")
+        page.wait_for_selector("#queue-history[data-series^='{']", timeout=30_000)
+        # The default pick is a partition with GPUs; every offered partition can be picked.
+        first = _series(page)
+        options = page.locator("#qh-pick option").evaluate_all("(o) => o.map((x) => x.value)")
+        assert PARTITION in options and first["key"] in options, (first, options)
+        # What it draws is what the daemon kept: the newest probe's time and numbers.
+        page.select_option("#qh-pick", PARTITION)
+        drawn = _series(page)
+        assert drawn["key"] == PARTITION and drawn["probes"] >= 1, drawn
+        kept = _probes(dashboard, PARTITION)
+        assert drawn["newest"]["at"] in kept, (drawn, kept)
+        assert kept[drawn["newest"]["at"]] == (
+            drawn["newest"]["pending"],
+            drawn["newest"]["free"],
+        ), (kept, drawn)
+        assert drawn["newest"]["pending"] == 0  # nothing queued there yet
+
+        # Two 2-GPU jobs for the 2-GPU partition: one runs, one waits; the next probes say so
+        # and the chart follows (it redraws with each history read, every 15 s).
+        gid = dashboard.client(two_for_one)
+        try:
+            expect(page.locator("#queue-history")).to_have_attribute(
+                "data-series", _pending_at_least(1), timeout=60_000
+            )
+            drawn = _series(page)
+            assert drawn["newest"]["free"] == 0, drawn  # the running one holds both GPUs
+            assert page.locator("#qh-pick").input_value() == PARTITION  # the pick is kept
+            laid = page.evaluate(OVERLAPS, BLOCKS)
+            assert laid["found"] == [] and laid["scroll"] <= 1440, laid
+        finally:
+            dashboard.client(cancel)
+        troubles.leave(browser.close)
+    assert troubles.found == [], troubles.found
+
+
+def _pending_at_least(n: int) -> re.Pattern[str]:
+    return re.compile(r'"pending":\s*([' + str(n) + r"-9]|\d\d+)")
+
+
+def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
+    dashboard: Dashboard,
+) -> None:
+    sync_playwright, expect = need_browser()
+
+    async def read(client: DaemonClient) -> FederationView:
+        return await client.federation()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        troubles = Troubles(page)
+        page.goto(dashboard.url + "#/federation")
+        page.wait_for_selector("body[data-ready=federation]")
+        view = dashboard.client(read)
+        credit = [(s.site, c) for s in view.sites for c in s.credit]
+        assert credit, "the process sites report no credit"
+        rows = page.locator("#alloc-table tr.alloc-row")
+        expect(rows).to_have_count(len(credit))
+        for site, c in credit:
+            row = page.locator(
+                f"#alloc-table tr.alloc-row[data-site={site}][data-account='{c.account}']"
+            )
+            # Use grows as jobs run: a number in the site's unit, or "-" when not reported.
+            used = row.locator("td.used")
+            if c.used is None:
+                expect(used).to_have_text("-")
+            else:
+                expect(used).to_have_text(_unit_number(c.unit))
+            # Left is the domain's own `remaining` (budget minus use, or the site's balance).
+            if c.remaining is None:
+                expect(row.locator("td.left")).to_have_text("-")
+            else:
+                expect(row.locator("td.left")).to_have_text(_unit_number(c.unit, signed=True))
+        # A phone: the table scrolls in its own box, nothing overlaps.
+        laid = page.evaluate(OVERLAPS, BLOCKS)
+        assert laid["found"] == [] and laid["scroll"] <= 390, laid
+        troubles.leave(browser.close)
+    assert troubles.found == [], troubles.found
+
+
+def _unit_number(unit: str, *, signed: bool = False) -> re.Pattern[str]:
+    return re.compile(("^-?" if signed else "^") + r"\d+\.\d\d " + re.escape(unit) + "$")
