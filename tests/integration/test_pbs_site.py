@@ -4,6 +4,7 @@ cancel, find by name, and qsub's refusals as typed errors."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,14 @@ from fedhpc.profiles import load_federation
 from tests.integration.pbs_support import SITE, Devpolaris, devpolaris
 
 __all__ = ["devpolaris"]  # the fixture, imported for pytest
+
+OUT = Path(tempfile.gettempdir()) / "fedhpc-pbs-tests"
+
+
+@pytest.fixture(autouse=True)
+def _out_folder() -> None:
+    OUT.mkdir(exist_ok=True)
+    OUT.chmod(0o1777)
 
 
 @pytest.fixture
@@ -50,7 +59,9 @@ def _spec(
         partition=partition,
         account="fedhpc-gpu",
         shape=Shape(nodes=nodes, cpus=2, gpus=gpus, wall_time_s=seconds),
-        stdout=str(out) if out else None,
+        # A folder: PBS names the files in it (arrays too), never in the checkout (qsub's cwd).
+        stdout=str(out) if out else f"{OUT}/",
+        stderr=f"{OUT}/",
         **kw,
     )
 
