@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from fedhpc.adapters.command import BatchSection, CommandResult
+from fedhpc.adapters.command import BATCH_MARK, BatchSection, CommandResult
 from fedhpc.adapters.dialects import SchedulerRejected, get_dialect
 from fedhpc.adapters.dialects.busy import BUSY_PATTERNS, SchedulerBusy
 from fedhpc.adapters.transports.base import TransportError
@@ -139,3 +139,20 @@ async def test_a_site_busy_past_the_limit_is_judged_as_a_failed_probe(store: Sto
         assert collector.latest["busy"].health is Health.DEGRADED
     await collector.refresh(force=True)
     assert collector.latest["busy"].health is Health.OFFLINE
+
+
+def test_a_slurm_lookup_with_a_silent_part_proves_no_name_absent() -> None:
+    d = get_dialect("slurm")
+    mark = BATCH_MARK
+
+    def answer(live_rc: int, done_rc: int) -> CommandResult:
+        out = (
+            f"{mark} begin live\n42|fedhpc-t1-1\n{mark} end live {live_rc}\n"
+            f"{mark} begin done\n{mark} end done {done_rc}\n"
+        )
+        return CommandResult(0, out, "")
+
+    assert d.parse_find(answer(0, 0)) == {"fedhpc-t1-1": "42"}
+    for live, done in ((1, 0), (0, 1)):
+        with pytest.raises(TransportError, match="lookup did not answer"):
+            d.parse_find(answer(live, done))

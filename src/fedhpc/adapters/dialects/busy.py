@@ -6,10 +6,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from fedhpc.adapters.command import BatchSection, CommandResult
+from fedhpc.adapters.command import BatchSection, CommandResult, split_batch
 from fedhpc.adapters.transport_error import TransportError
 
-__all__ = ["BUSY_PATTERNS", "SchedulerBusy", "busy_reason", "check_busy", "check_busy_sections"]
+__all__ = [
+    "BUSY_PATTERNS",
+    "SchedulerBusy",
+    "busy_reason",
+    "check_busy",
+    "check_busy_lookup",
+    "check_busy_sections",
+]
 
 # What each scheduler prints when it is shedding load. A dead controller ("Unable to contact
 # slurm controller (connect failure)", "cannot connect to server") is not here: that is a lost
@@ -74,3 +81,14 @@ def check_busy_sections(
     reasons = [busy_reason(dialect, s.returncode, s.stdout, "") for s in failed]
     if failed and all(reasons):
         raise SchedulerBusy(f"probe: the {dialect} scheduler is busy: {reasons[0]}")
+
+
+def check_busy_lookup(result: CommandResult, dialect: str) -> None:
+    """A lookup by name (`find_command`) in which ANY part was refused as busy proves nothing
+    about the names it did not find: raise `SchedulerBusy` rather than let "not found" send
+    a job again that may be queued."""
+    check_busy(result, dialect, "find")
+    for section in split_batch(result.stdout).values():
+        reason = busy_reason(dialect, section.returncode, section.stdout, "")
+        if reason is not None:
+            raise SchedulerBusy(f"find: the {dialect} scheduler is busy: {reason}")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, tzinfo
 from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch
 from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     error_text,
@@ -135,6 +135,7 @@ class PbsDialect:
         return batch(sections)
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:
+        check_busy_lookup(result, self.name)
         return parse_found(result)
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:

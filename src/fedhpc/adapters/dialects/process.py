@@ -20,7 +20,7 @@ from typing import Any
 from fedhpc.adapters.command import BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects import process_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     directive,
@@ -155,6 +155,7 @@ class ProcessDialect:
         return self._cmd("find", *check_names(names))
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:
+        check_busy_lookup(result, self.name)
         return parse.parse_find(result)
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:

@@ -9,7 +9,7 @@ from fedhpc.adapters.command import BatchSection, Command, CommandResult, batch,
 from fedhpc.adapters.dialects import slurm_parse as parse
 from fedhpc.adapters.dialects import slurm_probe
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.dialects.busy import check_busy, check_busy_sections
+from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
     check_names,
     directive,
@@ -20,6 +20,7 @@ from fedhpc.adapters.dialects.common import (
     render_body,
     with_balance,
 )
+from fedhpc.adapters.transport_error import TransportError
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
@@ -206,12 +207,18 @@ class SlurmDialect:
         )
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:
+        """Names found by squeue or sacct. Either failing (a rate limiter's refusal comes
+        back as a bare non-zero status: batched sections drop stderr) proves nothing about a
+        name not found, which the caller would submit again: that is a TransportError."""
+        check_busy_lookup(result, self.name)
         sections = split_batch(result.stdout)
+        silent = [k for k in ("live", "done") if k not in sections or sections[k].returncode]
+        if silent:
+            raise TransportError(f"find: {' and '.join(silent)} lookup did not answer")
         found: dict[str, str] = {}
         for key in ("live", "done"):
-            if key in sections and sections[key].returncode == 0:
-                for name, job in parse_name_pairs(sections[key].stdout, "|").items():
-                    found.setdefault(name, job.split("_", 1)[0])
+            for name, job in parse_name_pairs(sections[key].stdout, "|").items():
+                found.setdefault(name, job.split("_", 1)[0])
         return found
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
