@@ -216,3 +216,12 @@ async def test_a_held_job_is_pending_and_blocked_then_cancelled_unrun(site: Site
         await site.cancel([job_id])
     rec = await _until_terminal(site, job_id)
     assert rec.state is JobState.CANCELLED and rec.start is None
+
+
+async def test_a_two_node_job_is_scattered_over_both_prod_vnodes(site: SiteAdapter) -> None:
+    # place=scatter needs a host per chunk: each devpolaris vnode is its own host.
+    job = await site.submit(_spec("fedhpc-pbs-two", ["true"], nodes=2, gpus=4))
+    rec = await _until_terminal(site, job.job_id)
+    assert rec.state is JobState.COMPLETED
+    assert rec.alloc_tres["select"] == "2:ncpus=2:ngpus=4"
+    assert rec.alloc_tres["nodect"] == "2"
