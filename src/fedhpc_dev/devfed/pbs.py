@@ -115,7 +115,8 @@ def _init_d(plan: PbsPlan, prefix: Path, action: str, timeout_s: float = 180) ->
     argv = [str(prefix / "libexec" / "pbs_init.d"), action]
     done = run(argv, plan.env(), check=False, timeout_s=timeout_s)
     out = (done.stdout + done.stderr).strip()
-    (plan.log_dir / "pbs_init.log").open("a").write(f"==> {action}\n{out}\n")
+    with (plan.log_dir / "pbs_init.log").open("a") as fh:
+        fh.write(f"==> {action}\n{out}\n")
     if done.returncode != 0 and action != "status":
         raise DevfedError(
             f"pbs_init.d {action} failed: {out.splitlines()[-1] if out else done.returncode}"
