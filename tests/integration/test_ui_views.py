@@ -21,7 +21,7 @@ from fedhpc.domain import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGroupRequest
-from fedhpc.ui.data import group_manifests
+from fedhpc.ui.data import MAX_CHILDREN, group_manifests
 from fedhpc.ui.timeline import bar_json, bars
 from tests.integration.daemon_util import wait_terminal
 from tests.integration.mcp_support import stdio_params
@@ -377,6 +377,10 @@ def test_a_5000_child_group_is_counted_whole(dashboard: Dashboard) -> None:
     async def counts(client: DaemonClient) -> dict[str, int]:
         return (await client.group(gid, limit=1)).counts
 
+    async def pages(client: DaemonClient) -> tuple[str, str]:
+        view = await client.group(gid, limit=MAX_CHILDREN + 1)
+        return view.children[0].task_id, view.children[MAX_CHILDREN].task_id
+
     gid = dashboard.client(submit)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
@@ -393,6 +397,19 @@ def test_a_5000_child_group_is_counted_whole(dashboard: Dashboard) -> None:
         assert dashboard.client(counts) == {"unschedulable": 5000}
         expect(page.locator("#task-count")).to_have_text("the newest 200")
         expect(page.locator("#tl-summary")).to_contain_text("children 5000: unschedulable 5000")
+        # Its children a page at a time (the page showed the first 64 and no way on).
+        first, second = dashboard.client(pages)
+        where = page.locator("#pg-where")
+        expect(where).to_have_text(f"children 1\u2013{MAX_CHILDREN} of 5000")
+        expect(where).to_have_attribute("data-first", first)
+        expect(page.locator("#pg-prev")).to_be_disabled()
+        page.click("#pg-next")
+        expect(where).to_have_text(f"children {MAX_CHILDREN + 1}\u2013{2 * MAX_CHILDREN} of 5000")
+        expect(where).to_have_attribute("data-first", second)
+        page.wait_for_timeout(3500)  # a refresh keeps the page
+        expect(where).to_have_attribute("data-first", second)
+        page.click("#pg-prev")
+        expect(where).to_have_attribute("data-first", first)
         browser.close()
 
 

@@ -15,6 +15,7 @@ from fedhpc.domain.job import JobState, Shape
 from fedhpc.errors import UsageError
 from fedhpc.ops.task_views import AttemptView, ResultManifest
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.ui.data import MAX_CHILDREN
 from fedhpc.ui.server import build_ui_app, delivery_status
 from fedhpc.ui.timeline import bar_json, bars, span, why
 
@@ -146,6 +147,7 @@ async def test_the_gate_wants_the_token_and_a_loopback_host_and_a_down_daemon_is
             js = (await h.get("/static/app.js")).text
             assert '"X-Fedhpc-Token"' in js and "sessionStorage" in js and "replaceState" in js
             assert "document.cookie" not in js and "credentials" not in js
+            assert f"const MAX_CHILDREN_SHOWN = {MAX_CHILDREN};" in js  # the page's size
             assert (await h.get("/static/../server.py")).status_code in (403, 404)
             assert (await h.get("/static/index.html")).status_code == 404
             down = await h.get("/api/federation", headers={"X-Fedhpc-Token": "s3cret"})

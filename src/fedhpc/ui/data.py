@@ -23,10 +23,11 @@ async def manifest(client: DaemonClient, task_id: str) -> ResultManifest:
 
 
 async def group_manifests(
-    client: DaemonClient, group_id: str, *, limit: int = MAX_CHILDREN
+    client: DaemonClient, group_id: str, *, limit: int = MAX_CHILDREN, after: str | None = None
 ) -> tuple[GroupView, list[ResultManifest], int]:
-    """The group, its first `limit` children's manifests in order, and how many were left out."""
-    group = await client.group(group_id, limit=limit)  # one page: the first `limit` children
+    """The group, one page of its children's manifests in order (the first `limit`, or those
+    after the child `after`), and how many children are not on this page."""
+    group = await client.group(group_id, limit=limit, after=after)  # one page of children
     shown = group.children[:limit]
     found: dict[str, ResultManifest] = {}
 

@@ -122,6 +122,12 @@ class _Page(BaseModel):
     state: str | None = Field(default=None, max_length=32)
 
 
+class _GroupPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    after: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 def delivery_status(d: dict[str, Any]) -> str:
     """What a person wants to know of a resume: delivered, retrying (failed, will try again),
     dead (gave up), pending (not tried yet) or started (running now)."""
@@ -201,11 +207,17 @@ def build_ui_app(
         )
 
     async def group_timeline(request: Request, c: DaemonClient) -> Any:
-        group, found, omitted = await group_manifests(c, request.path_params["group_id"])
+        # A big group's children a page at a time: `after` is the last child of the page
+        # before (the daemon's own paging, `next_after`), checked there like any other id.
+        after = _GroupPage.model_validate(dict(request.query_params)).after
+        gid = request.path_params["group_id"]
+        group, found, omitted = await group_manifests(c, gid, after=after)
         return {
             "group": group.model_dump(mode="json"),
             "bars": [bar_json(b) for b in bars(found)],
             "omitted": omitted,
+            "after": after,
+            "shown": [m.task_id for m in found],
         }
 
     async def events(request: Request, c: DaemonClient) -> Any:

@@ -4,6 +4,7 @@
 
 const POLL_MS = 3000;
 const HISTORY_MS = 15000;
+const MAX_CHILDREN_SHOWN = 64;  // a group's page of children (ui/data.py MAX_CHILDREN)
 
 // No red among the sites' colours: red means failure on this page (failed bars, offline sites).
 const SITE_COLORS = ["#2f6fde", "#b7791f", "#8e44ad", "#16a085", "#7f8c8d", "#1d4ed8", "#2a9d4b"];
@@ -428,8 +429,10 @@ async function refreshTimeline() {
   }
   let body;
   try {
+    const page = sel.kind === "group" ? groupPage(sel.id) : null;
     body = sel.kind === "group"
-      ? await api(`/api/groups/${encodeURIComponent(sel.id)}/timeline`)
+      ? await api(`/api/groups/${encodeURIComponent(sel.id)}/timeline` +
+                  (page.after ? `?after=${encodeURIComponent(page.after)}` : ""))
       : await api(`/api/tasks/${encodeURIComponent(sel.id)}/timeline`);
   } catch (err) {
     if (err.status !== 404 || state.selected !== sel) throw err;
@@ -455,12 +458,14 @@ async function refreshTimeline() {
     $("#tl-summary").textContent = `round ${g.round}, ${g.state}; children ${g.size}: ` +
       Object.entries(g.counts).map(([k, v]) => `${k} ${v}`).join(", ") +
       `; ${body.bars.length} attempts` + (body.omitted ? ` (${body.omitted} children not shown)` : "");
+    drawPager(g, body);
   } else {
     const t = body.task;
     $("#tl-title").textContent = `Task ${t.task_id}` + (t.name ? ` (${t.name})` : "");
     $("#tl-summary").textContent = `${t.state}; ${body.bars.length} attempts` +
       (t.group_id ? `; group ${t.group_id}` : "");
   }
+  if (sel.kind !== "group") $("#tl-pager").hidden = true;
   taskDetail(sel.kind === "task" ? body.task : null);
   state.itemCount = items.length;
   const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
@@ -491,6 +496,32 @@ async function refreshTimeline() {
     state.timeline.setWindow(fit.start, fit.end, { animation: false });
     state.fitted = key;
   }
+}
+
+// A big group's children, a page at a time (the daemon's pages: each names the child after
+// which the next begins). The pages seen are kept to go back; another group starts at its first.
+function groupPage(id) {
+  if (!state.groupPage || state.groupPage.id !== id) state.groupPage = { id, after: null, back: [] };
+  return state.groupPage;
+}
+
+function drawPager(g, body) {
+  const page = groupPage(g.group_id);
+  const first = page.back.length * MAX_CHILDREN_SHOWN + 1;
+  const last = first + body.shown.length - 1;
+  $("#tl-pager").hidden = g.size <= body.shown.length && !page.after;
+  $("#pg-where").textContent = body.shown.length ? `children ${first}–${last} of ${g.size}` : `no children after ${page.after}`;
+  $("#pg-where").dataset.first = body.shown[0] || "";
+  $("#pg-prev").disabled = !page.after;
+  $("#pg-next").disabled = !g.next_after;
+  $("#pg-prev").onclick = () => { page.after = page.back.pop() ?? null; state.fitted = null; tick(refreshTimeline, "tasks"); };
+  $("#pg-next").onclick = () => {
+    if (!g.next_after) return;
+    page.back.push(page.after);
+    page.after = g.next_after;
+    state.fitted = null;
+    tick(refreshTimeline, "tasks");
+  };
 }
 
 function span(items) {
