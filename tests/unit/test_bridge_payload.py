@@ -238,3 +238,12 @@ def test_a_late_payload_says_when_its_event_was_and_which_came_after() -> None:
     again = late_payload(late, event_at=None, redriven_at="2026-12-03T08:00:00+00:00")
     assert again["late"]["redriven_at"].startswith("2026-12-03") and "after" not in again["late"]
     assert len(json.dumps(late).encode()) < TARGET
+
+
+def test_a_late_event_the_session_already_holds_is_pointed_at_as_late() -> None:
+    payload = {"fedhpc": "continuation", "delivery": "d3-c1", "task_id": "t1"}
+    late = late_payload(payload, event_at="2026-12-01T09:30:00+00:00", redriven_at="x")
+    text = prompt_text([late], seen=["d3-c1"])
+    assert "d3-c1 come late" in text and "check the current state" in text
+    assert '"fedhpc":"continuation"' not in text  # still never re-sent
+    assert "come late" not in prompt_text([payload], seen=["d3-c1"])

@@ -156,7 +156,8 @@ def prompt_text(
     """The resumed agent's next user message: one JSON line per event not yet in the session
     (event order), a pointer to those the session already holds (`seen` delivery ids: in a
     turn that did not finish, or, all of them in `unreached`, in one whose fedhpc calls could
-    not reach the daemon), then what to do. A subject's id is the argument of get_result."""
+    not reach the daemon; a redriven one, `late`, says so), then what to do. A subject's id
+    is the argument of get_result."""
     lines: list[str] = []
     fresh = [p for p in payloads if p["delivery"] not in seen]
     if seen:
@@ -171,6 +172,13 @@ def prompt_text(
             f"session reached you in a turn {how}: check what that turn already did about "
             "them, then do the rest."
         )
+        late = [p["delivery"] for p in payloads if p["delivery"] in seen and p.get("late")]
+        if late:  # redriven dead letters: their own `late` is in the message, not re-sent
+            lines.append(
+                "fedhpc: " + ", ".join(late) + " come late (redriven after their delivery "
+                "failed): newer events may have reached you since; check the current state "
+                "before acting on them."
+            )
     if fresh:
         lines.append("fedhpc events:" if len(fresh) > 1 else "fedhpc event:")
         lines += [_line(p) for p in fresh]
