@@ -215,9 +215,11 @@ async def test_workdirs_are_confined_and_a_folder_that_cannot_be_made_is_one_cle
         blocker = (tmp_path / "devfed") / "devanvil/storage" / run
         blocker.parent.mkdir(parents=True, exist_ok=True)
         blocker.write_text("a file where a folder should go")
-        failed = await _ok(
+        placed = await _ok(
             client, "submit_task", command=["pwd"], envelope=SMALL, workdir=f"{blocker}/sub"
         )
+        # Answered on placement; the folder fails in the site's submit call, after it.
+        failed = await _terminal(client, placed["task_id"])
         assert failed["state"] == "failed"
         (reason,) = failed["reasons"]
         assert reason.startswith("cannot create the job's folder on devanvil: mkdir")

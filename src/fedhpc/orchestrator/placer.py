@@ -25,6 +25,7 @@ from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.offline_wait import OfflineWaits, offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
+from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.orchestrator.submitter import Submitter
 from fedhpc.placement import Placement, Unschedulable
 
@@ -136,17 +137,21 @@ class Placer:
         held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
         self.offline.forget()
         while True:
+            # A held group's younger children as submitted are not read again in this pass:
+            # one placement per held group and pass, whatever its size (a child that replan
+            # changed is read and placed on its own).
+            groups = sorted(k for k in held if not k.startswith("~"))
+            rows = await self.book.store.queued_tasks(BATCH, after=after, skip_groups=groups)
+            if not rows:
+                break
+            after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
+            tasks = [t for r in rows if (t := await self._record(r)) is not None]
+            # The schedulers' start estimates are asked without the lock (a round trip per
+            # site, up to FEDHPC_ESTIMATE_TIMEOUT_S): control cycles, cancels and replans go on
+            # meanwhile; the batch is then decided under it on its tasks as stored then.
+            answer = await self._ask(unheld(tasks, held, []))
             async with self.lock:
-                # A held group's younger children as submitted are not read again in this pass:
-                # one placement per held group and pass, whatever its size (a child that replan
-                # changed is read and placed on its own).
-                groups = sorted(k for k in held if not k.startswith("~"))
-                rows = await self.book.store.queued_tasks(BATCH, after=after, skip_groups=groups)
-                if not rows:
-                    break
-                after = (str(rows[-1]["created_at"]), str(rows[-1]["id"]))
-                tasks = [t for r in rows if (t := await self._record(r)) is not None]
-                dispatched += await self._batch(tasks, held)
+                dispatched += await self._batch(await self._still_queued(tasks), held, answer)
             self._signal()  # placed: their submits answer now, never after the submissions
             await self.submitter.send()  # the batch's jobs, submitted without the lock
         if held:
@@ -177,24 +182,44 @@ class Placer:
                 await tx.append_event("task.retry_exhausted", tid, event, at=now, key=key)
             return None
 
-    async def _batch(self, tasks: list[TaskRecord], held: dict[str, str]) -> int:
-        """Place one batch; `held` (shared by the pass, by `hold_key`) names work that waits for
-        the user's job limits: tasks held alike wait too, without a placement each. A task
-        whose placement raises ends alone (`_failed`): the batch goes on with the others."""
+    async def _ask(self, tasks: list[TaskRecord]) -> SchedulerAnswer | None:
+        """One scheduler answer for a batch (a group's children share it): one call per site.
+        Only estimates: a failure leaves the batch without them, never unplaced."""
+        if not tasks:
+            return None
+        try:
+            history = await self.waits.history()
+            return await self.planner.prefetch(tasks, history=history, ledger=self.claims.ledger())
+        except Exception:
+            log.exception("scheduler estimates failed; placing without them")
+            return None
+
+    async def _still_queued(self, tasks: list[TaskRecord]) -> list[TaskRecord]:
+        """Under the lock: the batch's tasks as stored now, those still queued (one cancelled
+        or placed by a replan while the schedulers were asked is left as it is)."""
+        out = []
+        for task in tasks:
+            row = await self.book.store.get_task(task.id)
+            queued = row is not None and row["state"] == JobState.QUEUED.value
+            if queued and row is not None and (now := await self._record(row)) is not None:
+                out.append(now)
+        return out
+
+    async def _batch(
+        self, tasks: list[TaskRecord], held: dict[str, str], answer: SchedulerAnswer | None
+    ) -> int:
+        """Place one batch, with the schedulers' `answer` asked for it; `held` (shared by the
+        pass, by `hold_key`) names work that waits for the user's job limits: tasks held alike
+        wait too, without a placement each. A task whose placement raises ends alone
+        (`_failed`): the batch goes on with the others."""
         b = Batch(
             held=held,
             history=await self.waits.history(),
             ledger=self.claims.ledger(),
             now=self.clock(),
+            answer=answer,
         )
         tasks = unheld(tasks, held, b.holds)
-        # One scheduler answer for the whole batch (a group's children share it): one call per
-        # site. Only estimates: a failure leaves the batch without them, never unplaced.
-        if tasks:
-            try:
-                b.answer = await self.planner.prefetch(tasks, history=b.history, ledger=b.ledger)
-            except Exception:
-                log.exception("scheduler estimates failed; placing without them")
         i = 0
         while i < len(tasks):
             task = tasks[i]
