@@ -22,6 +22,10 @@ def _pyplot() -> Any:
 
         matplotlib.use("Agg")  # files only: no display needed
         import matplotlib.pyplot as plt
+
+        # SVG text stays text (searchable, selectable, smaller), not glyphs drawn as paths;
+        # no hash salt, so a redraw of the same CSV gives the same file.
+        plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "fedhpc"})
     except ImportError as exc:  # the bench extra is optional
         raise SystemExit(
             "the benchmark figures need matplotlib: pip install -e '.[bench]'"
@@ -32,9 +36,11 @@ def _pyplot() -> Any:
 def matched_rounds_figure(
     rounds: Sequence[Any], policies: Iterable[str], *, title: str, out_stem: Path
 ) -> list[Path]:
-    """Left: completion of each policy's pick per round (black tick: the fastest observed).
-    Right: the queue shape per site at each round's snapshot (pending jobs vs free GPUs), when
-    the rounds carry their snapshots' queues (a CSV from before they were recorded does not)."""
+    """Left: completion of each policy's pick per round (black tick: the fastest finished job).
+    Rounds are separate experiments: points, never joined by lines. A job censored at the round
+    timeout (still pending or running) is drawn hollow with an up arrow: its completion is
+    only a lower bound. Right: the queue shape per site at each round's snapshot (pending jobs
+    vs free GPUs), when the rounds carry their snapshots' queues (an older CSV does not)."""
     plt = _pyplot()
     sites = sorted({s for r in rounds for s in r.queues})
     if sites:
@@ -42,17 +48,35 @@ def matched_rounds_figure(
     else:  # a CSV from before the queue snapshots were recorded: the completions only
         fig, left = plt.subplots(1, 1, figsize=(7, 4.8), constrained_layout=True)
     fig.suptitle(title, fontsize=10)
+    any_censored = False
     for i, name in enumerate(policies):
-        xs, ys = [], []
+        col = COLORS[i % len(COLORS)]
+        done: tuple[list[float], list[float]] = ([], [])
+        cut: tuple[list[float], list[float]] = ([], [])
         for ri, r in enumerate(rounds, start=1):
             job = r.jobs.get(r.picks.get(name, ""))
             if job is not None and job.completion is not None:
-                xs.append(ri + (i - 2) * 0.06)
-                ys.append(job.completion)
-        left.plot(xs, ys, marker="o", ms=4, lw=1.3, color=COLORS[i % len(COLORS)], label=name)
+                xy = cut if job.censored else done
+                xy[0].append(ri + (i - 2) * 0.06)
+                xy[1].append(job.completion)
+        left.plot(*done, ls="none", marker="o", ms=5, color=col, label=name, gid=f"done-{name}")
+        if cut[0]:
+            any_censored = True
+            left.plot(*cut, ls="none", marker="^", ms=7, mfc="none", mec=col, gid=f"cut-{name}")
+    if any_censored:  # one legend entry for every policy's censored points
+        left.plot(
+            [],
+            [],
+            ls="none",
+            marker="^",
+            ms=7,
+            mfc="none",
+            mec="gray",
+            label="censored at the round timeout (completion at least this)",
+        )
     best = []
     for ri, r in enumerate(rounds, start=1):
-        got = [j.completion for j in r.jobs.values() if j.completion is not None]
+        got = [j.completion for j in r.jobs.values() if j.completion is not None and not j.censored]
         if got:
             best.append((ri, min(got)))
     if best:
@@ -62,15 +86,17 @@ def matched_rounds_figure(
             s=220,
             color="black",
             lw=2,
-            label="fastest observed",
+            label="fastest finished job",
             zorder=5,
         )
     left.set(
         title="completion of each policy's pick per round", xlabel="round", ylabel="completion (s)"
     )
     left.set_ylim(bottom=0)
+    left.set_xticks(range(1, len(rounds) + 1))
     left.grid(alpha=0.3)
-    left.legend(fontsize=8)
+    # Below the axes: inside, it hid the censored points at the top.
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
 
     if sites:
         _queue_scatter(right, rounds, sites)
