@@ -40,6 +40,7 @@ SACCT_FIELDS = (
 NODE_STATE_FORMAT = "%R|%a|%T|%D"
 QUEUE_COUNT_FORMAT = "%P|%T|%u|%r"
 SSHARE_FIELDS = "Account,User,RawShares,RawUsage"
+_NONE = BatchSection("none", 0, "")
 
 
 def _ids(job_ids: Sequence[str]) -> str:
@@ -212,12 +213,12 @@ class SlurmDialect:
         name not found, which the caller would submit again: that is a TransportError."""
         check_busy_lookup(result, self.name)
         sections = split_batch(result.stdout)
-        silent = [k for k in ("live", "done") if k not in sections or sections[k].returncode]
+        silent = [k for k in ("live", "done") if k in sections and sections[k].returncode]
         if silent:
             raise TransportError(f"find: {' and '.join(silent)} lookup did not answer")
         found: dict[str, str] = {}
         for key in ("live", "done"):
-            for name, job in parse_name_pairs(sections[key].stdout, "|").items():
+            for name, job in parse_name_pairs(sections.get(key, _NONE).stdout, "|").items():
                 found.setdefault(name, job.split("_", 1)[0])
         return found
 
