@@ -324,18 +324,20 @@ def children_query(
         page, params = page + " ORDER BY id LIMIT ?", [*params, limit]
     # Several paths in one json_extract: each body is parsed once per row, not once per
     # field, and the fields come as one JSON array (one decode per row in Python).
-    task, attempt = (
+    task, attempt, joins = (
         sql_pg.children_fields()
         if pg
-        else (f"json_extract(t.body, {_TASK_FIELDS})", f"json_extract(a.body, {_ATTEMPT_FIELDS})")
+        else (
+            f"json_extract(t.body, {_TASK_FIELDS})",
+            f"json_extract(a.body, {_ATTEMPT_FIELDS})",
+            "FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id",
+        )
     )
     sql = (
-        "SELECT t.id, t.state, t.idempotency_key AS key, "  # noqa: S608 (fixed text)
+        "SELECT t.id, t.state, t.idempotency_key AS key, "
         f"{task} AS task, "
         "a.n, a.site, a.partition, a.job_id, a.state AS attempt_state, "
-        f"{attempt} AS attempt "
-        f"FROM ({page}) t LEFT JOIN attempts a ON a.task_id = t.id "
-        "ORDER BY t.id, a.n"
+        f"{attempt} AS attempt " + joins.format(page=page) + " ORDER BY t.id, a.n"
     )
     return sql, params
 

@@ -87,31 +87,40 @@ PUT_TRANSFER_INSERT = (
 )
 PUT_TRANSFER_UPDATE = "UPDATE transfers SET state = ?, body = ?, updated_at = ? WHERE id = ?"
 
-# reads.children_query's fields of a task's and of an attempt's body, as one JSON array each.
+# reads.children_query's fields of a task's and of an attempt's body, as one JSON array each,
+# and the joins that parse each body once per row (`tj.b`, `aj.b`): `body::jsonb` written in
+# each field would parse it once per field (a 200-child page of 5,000: 13.8 -> 6.6 ms).
 _TASK_FIELDS = (
-    "json_build_array(t.body::jsonb #> '{request,name}', t.body::jsonb -> 'decision', "
-    "t.body::jsonb -> 'reasons', t.body::jsonb -> 'accepted_attempt', "
-    "t.body::jsonb -> 'spread_relaxed')::text"
+    "json_build_array(tj.b #> '{request,name}', tj.b -> 'decision', tj.b -> 'reasons', "
+    "tj.b -> 'accepted_attempt', tj.b -> 'spread_relaxed')::text"
 )
 _ATTEMPT_FIELDS = (
-    "CASE WHEN a.body IS NULL THEN NULL ELSE json_build_array(a.body::jsonb -> 'superseded', "
-    "a.body::jsonb -> 'pending_since', a.body::jsonb -> 'account', "
-    "a.body::jsonb -> 'shape')::text END"
+    "CASE WHEN a.body IS NULL THEN NULL ELSE json_build_array(aj.b -> 'superseded', "
+    "aj.b -> 'pending_since', aj.b -> 'account', aj.b -> 'shape')::text END"
+)
+_CHILDREN_FROM = (
+    "FROM ({page}) t CROSS JOIN LATERAL (SELECT t.body::jsonb AS b) tj "
+    "LEFT JOIN attempts a ON a.task_id = t.id "
+    "LEFT JOIN LATERAL (SELECT a.body::jsonb AS b) aj ON true"
 )
 
 
-def children_fields() -> tuple[str, str]:
-    return _TASK_FIELDS, _ATTEMPT_FIELDS
+def children_fields() -> tuple[str, str, str]:
+    """The task fields, the attempt fields and the FROM clause (`{page}`: the page's query)."""
+    return _TASK_FIELDS, _ATTEMPT_FIELDS, _CHILDREN_FROM
 
 
-# ListingReads.task_listing (`{where}`: the optional state filter, fixed text).
+# ListingReads.task_listing (`{where}`: the optional state filter, fixed text); each body
+# parsed once per row (`tj.b`, `aj.b`).
 TASK_LISTING = (
     "SELECT t.id, t.state, t.group_id, t.updated_at, "
-    "t.body::jsonb #>> '{{request,name}}' AS name, "
-    "(t.body::jsonb ->> 'accepted_attempt')::bigint AS accepted, "
-    "a.n, a.site, a.partition, a.job_id, fedhpc_truthy(a.body::jsonb -> 'superseded') AS sup "
+    "tj.b #>> '{{request,name}}' AS name, (tj.b ->> 'accepted_attempt')::bigint AS accepted, "
+    "a.n, a.site, a.partition, a.job_id, fedhpc_truthy(aj.b -> 'superseded') AS sup "
     "FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
-    "LEFT JOIN attempts a ON a.task_id = t.id ORDER BY t.created_at DESC, t.id, a.n"
+    "CROSS JOIN LATERAL (SELECT t.body::jsonb AS b) tj "
+    "LEFT JOIN attempts a ON a.task_id = t.id "
+    "LEFT JOIN LATERAL (SELECT a.body::jsonb AS b) aj ON true "
+    "ORDER BY t.created_at DESC, t.id, a.n"
 )
 
 # reads.HISTORY_POINTS: JSON null fields read as 0, as SQLite's coalesce(json_extract) does.
