@@ -172,6 +172,9 @@ async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
         os.kill(a.pid, signal.SIGSTOP)
         await _until(lambda: _leads(leader, b.pid if b else 0), "B takes over after A's lease", 60)
         second = await _submit(tmp_path / "b", 3, "b")
+        async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "b")) as client:
+            health = await client.health()  # `fedhpc daemon status` says who leads
+        assert health["store"] == {"engine": "postgresql", "lease_token": 2}
         os.kill(a.pid, signal.SIGCONT)
         assert a.wait(timeout=60) != 0  # A learns it lost the lease and stops
         await _until(lambda: done(second), "B runs the tasks submitted to it")

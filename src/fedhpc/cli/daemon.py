@@ -119,6 +119,11 @@ def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[s
         f"{health.get('cycles', 0)} control cycles of {health.get('cycle_s', '?')} s, "
         f"sites: {', '.join(health.get('sites', [])) or 'none'}"
     ]
+    store = health.get("store") or {}
+    if store.get("engine") == "postgresql":
+        lines.append(
+            f"store: PostgreSQL, this daemon leads it (lease token {store.get('lease_token')})"
+        )
     errors = list(health.get("errors") or [])
     if not errors:
         lines.append("no errors logged since it started")

@@ -44,6 +44,8 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
                 "last_event_seq": last_seq,
+                # PostgreSQL: this daemon leads the store with this lease token (docs/store.md)
+                "store": {"engine": state.store.dialect, "lease_token": state.store.lease_token},
                 "requests": state.request_times.summary(),
                 "errors": recent_errors(),  # the newest errors each loop logged, with counts
             }

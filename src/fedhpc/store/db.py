@@ -166,6 +166,12 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
         finally:
             await self._conn.close()
 
+    @property
+    def lease_token(self) -> int | None:
+        """The lease token this store's writes are fenced with (None: not leading a store
+        on PostgreSQL)."""
+        return self._fence[1] if self._fence is not None else None
+
     def fence(self, lease: str, token: int) -> None:
         """From now on every write transaction runs only while this lease token leads the
         store (store/lease.py), else fails with `Fenced` before writing anything."""
