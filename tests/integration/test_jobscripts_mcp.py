@@ -154,6 +154,16 @@ async def test_a_slurm_script_lands_on_a_process_site_with_that_schedulers_heade
         assert "body ran with 5 fingers" in done["preview"]
         job_id = done["attempts"][-1]["job_id"]
         rendered = (fed / "devanvil" / "localsched" / "jobs" / f"{job_id}.sh").read_text()
+        # The same script by its path in the site's storage root: read there, same reading.
+        stored = fed / "devanvil" / "storage" / "byo" / "cpu.sh"
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        stored.write_text(CPU_SCRIPT)
+        by_path = _ok(await c.call_tool("submit_task", {**args, "script": str(stored)}))
+        assert by_path["script"] == answer["script"]
+        again = await _terminal(c, by_path["task_id"])
+        assert "body ran with 5 fingers" in again["preview"]
+        outside = _error(await c.call_tool("submit_task", {"script": "/etc/passwd"}))
+        assert outside["code"] == "script_unread" and "storage root" in outside["message"]
     header = [line for line in rendered.splitlines()[1:] if line.startswith("#")]
     assert header and all(line.startswith("#LOCALSCHED ") for line in header)
     assert "#LOCALSCHED --cpus=2" in header and "#LOCALSCHED --time=300" in header

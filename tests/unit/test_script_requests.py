@@ -75,3 +75,10 @@ def test_draft_envelope_reads_a_script_as_the_users_bounds_and_says_what_it_left
     )
     assert mine.proposed is not None and mine.proposed["nodes"] == {"min": 1}
     assert mine.proposed["cpus"] == {"min": 128}
+
+
+def test_a_path_reaches_the_request_models_only_as_text() -> None:
+    with pytest.raises(ValidationError) as info:
+        SubmitTaskRequest.model_validate({"script": "/scratch/me/run.sbatch"})
+    assert [e["loc"] for e in info.value.errors()] == [("script",)]
+    assert "/v1/scripts/read" in str(info.value)

@@ -16,6 +16,7 @@ from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.scripts import ScriptFile, ScriptFileRequest
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import (
     CancelRequest,
@@ -186,6 +187,14 @@ class DaemonClient:
             api.DRAFT_ENVELOPE, content=req.model_dump_json(), limit_s=TIMEOUTS["draft"]
         )
         return EnvelopeDraft.model_validate(body)
+
+    async def read_script(self, path: str) -> ScriptFile:
+        """A job script from the storage root of the site that holds `path`."""
+        req = ScriptFileRequest(path=path)
+        body = await self._call(
+            api.READ_SCRIPT, content=req.model_dump_json(), limit_s=TIMEOUTS["read"]
+        )
+        return ScriptFile.model_validate(body)
 
     async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
         body = await self._call(

@@ -20,6 +20,7 @@ from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, Tr
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.scripts import ScriptFile, ScriptFileRequest
 from fedhpc.ops.task_views import GROUP_PAGE, GROUP_PAGE_MAX, GroupView, ResultManifest, TaskHandle
 from fedhpc.ops.tasks import ReplanRequest, ResultRequest, SubmitGroupRequest, SubmitTaskRequest
 
@@ -40,6 +41,7 @@ __all__ = [
     "HISTORY",
     "MAX_POINTS",
     "MOVE_DATA",
+    "READ_SCRIPT",
     "REFRESH",
     "REGISTER_CONTINUATION",
     "REPLAN",
@@ -163,6 +165,7 @@ GROUPS = Endpoint("GET", "/v1/groups", "groups", GroupsQuery)
 DRAFT_ENVELOPE = Endpoint(
     "POST", "/v1/envelopes/draft", "draft_envelope", DraftRequest, EnvelopeDraft
 )
+READ_SCRIPT = Endpoint("POST", "/v1/scripts/read", "read_script", ScriptFileRequest, ScriptFile)
 # Events, health, the federation.
 ACK_EVENTS = Endpoint("POST", "/v1/events/ack", "ack_events", AckRequest)
 HEALTH = Endpoint("GET", "/v1/health", "health")
@@ -192,6 +195,7 @@ ROUTES: tuple[Endpoint, ...] = (
     GROUP,
     GROUPS,
     DRAFT_ENVELOPE,
+    READ_SCRIPT,
     ACK_EVENTS,
     HEALTH,
     FEDERATION,

@@ -14,12 +14,14 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint, GroupQuery, GroupsQuery, TasksQuery
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
+from fedhpc.daemon.scripts import read_script_file
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.ops.draft import DraftRequest, draft_envelope
 from fedhpc.ops.pending import pending_note
+from fedhpc.ops.scripts import ScriptFileRequest
 from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import (
     CancelRequest,
@@ -133,7 +135,12 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         answer = await run_bounded(work, budget_s=DRAFT_BUDGET_S, what="draft_envelope")
         return model_response(answer)
 
+    async def read_script(request: Request) -> Response:
+        req = ScriptFileRequest.model_validate_json(await read_body(request))
+        return model_response(await read_script_file(state, req.path))
+
     return {
+        api.READ_SCRIPT: read_script,
         api.SUBMIT_TASK: submit_task,
         api.TASKS: tasks,
         api.GET_RESULT: result,

@@ -79,7 +79,7 @@ ADAPTATION_SCHEMA: dict[str, Any] = {
 Envelope = Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
 # With a job script, the envelope and the command may come from it (ops/scripts.py).
 OptEnvelope = Annotated[ResourceEnvelope | None, WithJsonSchema(ENVELOPE_SCHEMA)]
-Script = Annotated[str | None, Field(description="#SBATCH/#PBS/#BSUB job script")]
+Script = Annotated[str | None, Field(description="#SBATCH/#PBS/#BSUB job script, or path")]
 GroupEnvelope = Annotated[
     ResourceEnvelope,
     WithJsonSchema({"type": "object", "description": "shared by all children, as in submit_task"}),

@@ -40,6 +40,7 @@ from fedhpc.mcp_server.results import guarded, project
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.scripts import is_script_path
 from fedhpc.ops.task_views import GroupView, ResultManifest, SubmitAnswer, TaskHandle
 from fedhpc.ops.tasks import (
     PREVIEW_BYTES,
@@ -61,6 +62,15 @@ from fedhpc.placement.policy import PolicyKind
 __all__ = ["ANNOTATIONS", "TOOLS", "TRANSFER_EVENTS"]
 
 log = structlog.get_logger(__name__)
+
+
+async def _script_text(ctx: Ctx, script: str | None) -> str | None:
+    """`script` as text: a path is read from the storage root of the site that holds it."""
+    if script is None or not is_script_path(script):
+        return script
+    path = script
+    got = await daemon_link(ctx).call(lambda c: c.read_script(path))
+    return got.text
 
 
 @guarded("Filter with sites=[...], accelerator or arch, or read resource fedhpc://federation.")
@@ -106,6 +116,7 @@ async def draft_envelope(
 ) -> EnvelopeDraft:
     """Plan: draft min-viable/max-useful bounds from a description and code, or check
     yours or a job `script`'s; pass its `envelope` to submit_task."""
+    script = await _script_text(ctx, script)
     req = DraftRequest.model_validate(
         {
             "description": description,
@@ -142,6 +153,7 @@ async def submit_task(
 ) -> SubmitAnswer:
     """Act: place one job within `envelope` on the best feasible site. Then follow `next`."""
     wake, unbound = await continuation_for(ctx, "submit_task")
+    script = await _script_text(ctx, script)
     req = SubmitTaskRequest.model_validate(
         {
             "command": command,

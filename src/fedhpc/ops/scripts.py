@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.envelope import ResourceEnvelope
+from fedhpc.domain.job import SafePath
 from fedhpc.domain.jobscript import (
     MAX_SCRIPT_CHARS,
     JobScript,
@@ -20,8 +21,11 @@ from fedhpc.domain.jobscript import (
 
 __all__ = [
     "MAX_SCRIPT_CHARS",
+    "ScriptFile",
+    "ScriptFileRequest",
     "ScriptReading",
     "check_script",
+    "is_script_path",
     "read_script",
     "with_script",
     "with_script_draft",
@@ -57,6 +61,11 @@ def _reading(script: JobScript) -> ScriptReading:
 
 def check_script(text: str) -> str:
     """A field validator: the text is a job script (ValueError naming why not)."""
+    if is_script_path(text):
+        raise ValueError(
+            "a path: send the script's text (the MCP tools read a path through the daemon's "
+            "POST /v1/scripts/read)"
+        )
     parse_script(text)
     return text
 
@@ -143,3 +152,26 @@ def _rationale(given: str, reading: ScriptReading) -> str:
     parts.extend(reading.notes)
     text = ". ".join(parts)
     return text if len(text) <= 4000 else text[:3999] + "…"
+
+
+def is_script_path(text: str) -> bool:
+    """`script` names a file rather than holding one: a single absolute path, no directive."""
+    return text.startswith("/") and "\n" not in text and "#" not in text and len(text) <= 1024
+
+
+class ScriptFileRequest(BaseModel):
+    """Read a job script from a site's storage root (submit_task's `script` as a path)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: SafePath = Field(description="absolute, inside an enabled site's storage root")
+
+
+class ScriptFile(BaseModel):
+    """A job script as read from a site."""
+
+    model_config = ConfigDict(frozen=True)
+
+    site: str
+    path: str
+    text: str
