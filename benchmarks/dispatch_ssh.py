@@ -182,6 +182,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "FEDHPC_LOG_LEVEL": "info",
     }
     daemon = _start_daemon(root / "daemon.log", env)
+    (root / "daemon.pid").write_text(f"{daemon.pid}\n")  # for a profiler (py-spy --pid)
     settings = DaemonSettings.from_env(home=home)
     envelope = ResourceEnvelope.model_validate(
         {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}

@@ -14,7 +14,7 @@ daemon's store), unless --complete waits for every child to finish first.
 Run: .venv/bin/python benchmarks/submit_latency.py [--sizes 100,1000,5000] [--settle 10]
      [--complete] [--json]
 
-Many sessions (issue 33): `--sessions 1,8,16 [--per-session 10] [--sites process|slurm]` starts,
+Many sessions (issue 33): `--sessions 1,8,16,32 [--per-session 10] [--sites process|slurm]` starts,
 per count, a fresh daemon and that many `fedhpc serve` processes (each its own MCP session over
 stdio), then every session submits `--per-session` single tasks (`sleep 1`, 1 CPU) one after
 another, all sessions at once. Per count it prints the answer's median and p99 on the client,
