@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from fedhpc.domain.site import SafeName, SiteProfile, TransportSpec
 from fedhpc.domain.units import MAX_CREDITS
@@ -21,6 +21,10 @@ __all__ = [
     "UserConfig",
     "UserSiteConfig",
 ]
+
+
+# One shell line each, written by the user in their own config (never by an agent).
+PrologueLine = Annotated[str, StringConstraints(max_length=1000, pattern=r"^[^\x00\n\r]*$")]
 
 
 class _Strict(BaseModel):
@@ -66,6 +70,18 @@ class UserSiteConfig(_Strict):
         le=16,
         description="scheduler submit calls at once at this site (default 2); each call may "
         "carry several jobs",
+    )
+    prologue: tuple[PrologueLine, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="shell lines run before every task here, instead of the profile's (module "
+        "loads that differ between your centers); a job script's body runs after them",
+    )
+    min_refresh_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description="probe this site at most this often; only raises the profile's floor",
     )
     workdir: str | None = Field(
         default=None,
@@ -141,6 +157,7 @@ class Site:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.profile.name)
+        object.__setattr__(self, "profile", _as_configured(self.profile, self.user))
 
     @property
     def transport(self) -> TransportSpec:
@@ -155,3 +172,14 @@ class Site:
                 "options": {**base.options, **o.options},
             }
         )
+
+
+def _as_configured(profile: SiteProfile, user: UserSiteConfig) -> SiteProfile:
+    """The profile as this user runs it: their prologue instead of the profile's, and their
+    probe floor where it is higher (never lower: the center's floor stands)."""
+    update: dict[str, object] = {}
+    if user.prologue is not None and user.prologue != profile.conventions.prologue:
+        update["conventions"] = profile.conventions.model_copy(update={"prologue": user.prologue})
+    if user.min_refresh_s is not None and user.min_refresh_s > profile.min_refresh_s:
+        update["min_refresh_s"] = user.min_refresh_s
+    return profile.model_copy(update=update) if update else profile
