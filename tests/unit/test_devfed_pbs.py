@@ -119,3 +119,27 @@ def test_pbs_up_says_why_when_the_tarball_is_missing(
     assert out.up is False
     assert "no-such.tar.gz" in out.detail or "root" in out.detail
     assert not (tmp_path / "devpolaris").exists()  # nothing was written
+
+
+def test_without_a_tarball_the_newest_finished_build_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout with no ../shared/vendor beside it (CI's, elsewhere on a machine that built
+    OpenPBS before) runs the build under /opt; a half-finished one never counts."""
+    from fedhpc_dev.devfed import DevfedError, pbs_build
+
+    monkeypatch.delenv("FEDHPC_OPENPBS_TARBALL", raising=False)
+    monkeypatch.setattr(pbs_build, "PREFIX_ROOT", tmp_path / "opt")
+    monkeypatch.setattr(pbs_build, "_vendor_dir", lambda: tmp_path / "no-vendor")
+    with pytest.raises(DevfedError, match="no OpenPBS tarball"):
+        pbs_build.ready_prefix(tmp_path / "log")
+    done = tmp_path / "opt" / "fedhpc-openpbs-aaaaaaaaaaaa"
+    (done / "sbin").mkdir(parents=True)
+    (done / "sbin" / "pbs_server.bin").write_text("")
+    (done / pbs_build.DONE).write_text("tarball=openpbs-x.tar.gz\n")
+    half = tmp_path / "opt" / "fedhpc-openpbs-bbbbbbbbbbbb"
+    (half / "sbin").mkdir(parents=True)  # a build that never finished
+    assert pbs_build.ready_prefix(tmp_path / "log") == done
+    monkeypatch.setenv("FEDHPC_OPENPBS_TARBALL", str(tmp_path / "named.tar.gz"))
+    with pytest.raises(DevfedError, match="is not a file"):  # a named tarball must exist
+        pbs_build.ready_prefix(tmp_path / "log")

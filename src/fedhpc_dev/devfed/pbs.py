@@ -17,7 +17,7 @@ import structlog
 
 from fedhpc.domain.site import SiteProfile
 from fedhpc_dev.devfed import DevfedError
-from fedhpc_dev.devfed.pbs_build import ensure_built, find_tarball
+from fedhpc_dev.devfed.pbs_build import ready_prefix
 from fedhpc_dev.devfed.pbs_plan import (
     GPU_MODEL,
     SERVER_PORT,
@@ -200,7 +200,7 @@ def _start(plan: PbsPlan, timeout_s: float) -> bool:
     t0 = time.monotonic()
     if not is_root():
         raise DevfedError("starting OpenPBS needs root (run it with sudo)", hint="")
-    prefix = ensure_built(find_tarball(), plan.log_dir)
+    prefix = ready_prefix(plan.log_dir)
     mom_changed = _prepare(plan, prefix)
     was_up = port_open(SERVER_PORT)
     _init_d(plan, prefix, "start")

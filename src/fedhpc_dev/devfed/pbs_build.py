@@ -21,10 +21,12 @@ from fedhpc_dev.devfed.setup import is_root
 __all__ = [
     "BUILD_PACKAGES",
     "PREFIX_ROOT",
+    "cached_build",
     "ensure_build_packages",
     "ensure_built",
     "find_tarball",
     "prefix_for",
+    "ready_prefix",
 ]
 
 log = structlog.get_logger(__name__)
@@ -173,6 +175,28 @@ def _run_logged(argv: list[str], cwd: Path, out: IO[str]) -> int:
         argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=3600, check=False
     )
     return proc.returncode
+
+
+def cached_build() -> Path | None:
+    """The newest finished build under /opt, whatever tarball it came from (None: none)."""
+    done = [p for p in PREFIX_ROOT.glob("fedhpc-openpbs-*") if p.is_dir() and built(p)]
+    return max(done, key=lambda p: (p / DONE).stat().st_mtime) if done else None
+
+
+def ready_prefix(log_dir: Path) -> Path:
+    """The prefix to run: the tarball's build (made first when absent); without a tarball (a
+    checkout with no ../shared/vendor beside it, on a machine that built OpenPBS before), the
+    newest finished build under /opt, said in the log (never in place of a tarball named by
+    $FEDHPC_OPENPBS_TARBALL). Raises `DevfedError` when neither."""
+    try:
+        tarball = find_tarball()
+    except DevfedError:
+        prefix = None if OPENPBS_TARBALL.read() else cached_build()  # a named one must exist
+        if prefix is None:
+            raise
+        log.info("devfed.pbs.cached", prefix=str(prefix), why="no OpenPBS tarball found")
+        return prefix
+    return ensure_built(tarball, log_dir)
 
 
 def ensure_built(tarball: Path, log_dir: Path) -> Path:
