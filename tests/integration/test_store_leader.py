@@ -5,6 +5,7 @@ a paused daemon from submitting or resuming twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -196,3 +197,74 @@ async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
 async def _leads(leader: Callable[[], Awaitable[dict[str, object] | None]], pid: int) -> bool:
     now = await leader()
     return now is not None and str(now["holder"]).endswith(f":{pid}") and bool(now["live"])
+
+
+async def _submit_to_leader(homes: dict[int, Path], store: Store, i: int) -> str:
+    """Submit task `w<i>` to whichever daemon leads now, retrying through a takeover with
+    the same idempotency key (a retry of an accepted submit returns the same task)."""
+    req = SubmitTaskRequest(
+        command=("true",), envelope=ENVELOPE, name=f"w{i}", idempotency_key=f"w{i}"
+    )
+    with anyio.fail_after(120):
+        while True:
+            now = await holder_of(store)
+            pid = int(str(now["holder"]).rsplit(":", 1)[1]) if now and now["live"] else 0
+            if pid in homes:
+                try:
+                    async with DaemonClient(DaemonSettings.from_env(home=homes[pid])) as c:
+                        return (await c.submit_task(req)).task_id
+                except Exception:  # the leader died under the call: retry with the key
+                    pass
+            await anyio.sleep(0.2)
+
+
+async def test_killing_the_leader_thrice_runs_every_task_once(
+    tmp_path: Path, pg_server: PgServer
+) -> None:
+    """Issue 35's workload in small (60 tasks, three kill -9 of the leader, on process
+    sites): every task completes once, no job name reaches a scheduler twice, and one
+    terminal event per task."""
+    url = pg_server.create_database()
+    store = await Store.open_url(url)
+    sites = tmp_path / "sites"
+    procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    try:
+        for name in ("a", "b"):
+            procs[name] = (_daemon(tmp_path / name, url, sites), tmp_path / name)
+        ids: list[str] = []
+        for k in range(3):
+            homes = {p.pid: home for p, home in procs.values() if p.poll() is None}
+            ids += [await _submit_to_leader(homes, store, 20 * k + i) for i in range(20)]
+            now = await holder_of(store)
+            assert now is not None
+            leader = next(
+                n for n, (p, _) in procs.items() if str(now["holder"]).endswith(f":{p.pid}")
+            )
+            killed = procs[leader][0]
+            os.kill(killed.pid, signal.SIGKILL)  # mid-dispatch, likely
+            killed.wait()
+            home = tmp_path / f"{leader}{k}"
+            procs[leader] = (_daemon(home, url, sites), home)  # the new standby
+        assert len(set(ids)) == 60
+
+        async def all_done() -> bool:
+            tasks = [await store.get_task(t) for t in ids]
+            return all(t is not None and t["state"] == "completed" for t in tasks)
+
+        await _until(all_done, "every task completes under the surviving leaders", 300)
+        names = [
+            json.loads(p.read_text())["name"]
+            for p in sites.rglob("jobs/*.json")
+            if not p.name.endswith(".env.json")
+        ]
+        assert len(names) == len(set(names)), "a job was submitted twice"
+        per_task = sorted(n.rsplit("-", 1)[0].removeprefix("fedhpc-") for n in names)
+        assert per_task == sorted(ids), "a task ran more (or less) than once"
+        terminal = await store.events_after(0, kinds=["task.terminal"], limit=1000)
+        assert sorted(e.subject for e in terminal) == sorted(ids)
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+        await store.close()
