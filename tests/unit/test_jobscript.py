@@ -195,3 +195,9 @@ def test_unreadable_values_are_reported_not_guessed() -> None:
 def test_text_that_is_no_job_script_is_refused_with_the_reason(text: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         parse_script(text)
+
+
+def test_a_body_that_looks_for_its_own_file_is_told_it_has_none() -> None:
+    script = parse_script('#!/bin/bash\n#SBATCH -t 5\ncd "$(dirname "${BASH_SOURCE[0]}")"\n')
+    assert any("BASH_SOURCE" in n for n in script.notes)
+    assert not parse_script("#SBATCH -t 5\necho $10\n").notes

@@ -31,6 +31,7 @@ _DIRECTIVE = re.compile(r"^(#SBATCH|#PBS|#BSUB)(?:\s+(.*))?$")
 _FOREIGN_VARS = re.compile(r"\$\{?((?:SLURM|PBS|LSB)_[A-Z_]+)")
 _LAUNCHERS = re.compile(r"(?m)^\s*(srun|jsrun|aprun)\b")
 _OWNER = {"SLURM": "slurm", "PBS": "pbs", "LSB": "lsf"}
+_SELF = re.compile(r"\$\{?(?:0\b|BASH_SOURCE)")
 
 
 @dataclass(frozen=True)
@@ -114,4 +115,6 @@ def _body_notes(body: str) -> tuple[str, ...]:
         notes.append(f"the body reads {shown}: set only on {owner} sites")
     for launcher in sorted(set(_LAUNCHERS.findall(body))):
         notes.append(f"the body runs {launcher}: present only where its scheduler is")
+    if _SELF.search(body):
+        notes.append("the body reads $0 or BASH_SOURCE: it runs as '-c BODY', not from a file")
     return tuple(notes)
