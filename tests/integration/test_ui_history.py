@@ -11,11 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.inspect import FederationView
-from fedhpc.ops.tasks import CancelRequest, GroupChild, SubmitGroupRequest
+from fedhpc.ops.task_views import ResultManifest
+from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGroupRequest
+from fedhpc.placement.credit import predict_charge
+from fedhpc.profiles import load_profiles
 from tests.integration.test_ui_views import BLOCKS, OVERLAPS, QUEUED
 from tests.integration.ui_served import Dashboard, serve_dashboard
 from tests.integration.ui_util import CHROMIUM, FLAGS, Troubles, need_browser
@@ -112,6 +116,16 @@ def _pending_at_least(n: int) -> re.Pattern[str]:
     return re.compile(r'"pending":\s*([' + str(n) + r"-9]|\d\d+)")
 
 
+def _charge(m: ResultManifest) -> tuple[str, str, str, float, str]:
+    """The live attempt's (site, account, state, worst-case charge) by the placement's rule."""
+    a = next(x for x in reversed(m.attempts) if not x.superseded)
+    assert a.shape is not None and a.account is not None, a
+    profile = load_profiles()[a.site]
+    spec = next(p for p in profile.partitions if p.name == a.partition)
+    charge = predict_charge(profile, spec, a.shape)
+    return a.site, a.account, a.state.value, charge.amount, charge.unit
+
+
 def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
     dashboard: Dashboard,
 ) -> None:
@@ -119,6 +133,30 @@ def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
 
     async def read(client: DaemonClient) -> FederationView:
         return await client.federation()
+
+    async def one_runs_one_waits(client: DaemonClient) -> tuple[str, list[ResultManifest]]:
+        group = await client.submit_group(
+            SubmitGroupRequest(
+                objective="what live work will charge",
+                children=tuple(GroupChild(command=("sleep", "300")) for _ in range(2)),
+                envelope=QUEUED,
+            )
+        )
+        with anyio.fail_after(120):
+            while True:
+                found = [
+                    await client.get_result(ResultRequest(task_id=c.task_id, preview="none"))
+                    for c in group.children
+                ]
+                now = sorted(m.attempts[-1].state.value for m in found if m.attempts)
+                if now == ["pending", "running"]:
+                    return group.group_id, found
+                await anyio.sleep(1)
+
+    async def cancel(client: DaemonClient) -> None:
+        await client.cancel(CancelRequest(task_id=gid))
+
+    gid, live = dashboard.client(one_runs_one_waits)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
@@ -146,6 +184,18 @@ def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
                 expect(row.locator("td.left")).to_have_text("-")
             else:
                 expect(row.locator("td.left")).to_have_text(_unit_number(c.unit, signed=True))
+        # What the live work will charge at most: the running job's and the waiting one's
+        # whole wall time at the partition's rate, on their site and account's row.
+        charges = [_charge(m) for m in live]
+        ((site, account),) = {(c[0], c[1]) for c in charges}  # one site, one account
+        unit = charges[0][4]
+        row = page.locator(f"#alloc-table tr.alloc-row[data-site={site}][data-account='{account}']")
+        for column in ("running", "queued"):
+            amount = sum(c[3] for c in charges if (c[2] == "running") == (column == "running"))
+            assert amount > 0, charges
+            expect(row.locator(f"td.{column}")).to_have_text(f"{amount:.2f} {unit}", timeout=60_000)
+        expect(page.locator("#alloc-live")).to_have_text("running and queued: all 2 live tasks")
+        dashboard.client(cancel)
         # A phone: the table scrolls in its own box, nothing overlaps.
         laid = page.evaluate(OVERLAPS, BLOCKS)
         assert laid["found"] == [] and laid["scroll"] <= 390, laid

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import HTTP_STATUS, typed_error
 from fedhpc.ops.tasks import ResultRequest
+from fedhpc.ui.charges import charges_route
 from fedhpc.ui.data import group_manifests, group_summaries, manifest
 from fedhpc.ui.estimators import with_auto
 from fedhpc.ui.timeline import bar_json, bars
@@ -245,6 +246,7 @@ def build_ui_app(
         Route("/api/history", api(history)),
         Route("/api/tasks", api(tasks)),
         Route("/api/groups", api(groups)),
+        Route("/api/charges", api(charges_route())),
         Route("/api/tasks/{task_id}/timeline", api(task_timeline)),
         Route("/api/tasks/{task_id}/output", api(task_output)),
         Route("/api/groups/{group_id}/timeline", api(group_timeline)),

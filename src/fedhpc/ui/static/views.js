@@ -1,7 +1,8 @@
 // fedhpc dashboard, Federation page: the queue history of one site/partition over the daemon's
-// recent probes, and the allocation (credit used and left) per site and account. Both draw
-// what app.js already read (/api/history for the scatter, /api/federation for the table): no
-// read of their own. Loaded after app.js (its helpers: $, el, api, when, clock, state).
+// recent probes, and the allocation (credit used and left, and what the live work will charge)
+// per site and account. They draw what app.js already read (/api/history for the scatter,
+// /api/federation for the table); the charges are one read every 15 s (/api/charges).
+// Loaded after app.js (its helpers: $, el, api, when, clock, state, PAGES).
 "use strict";
 
 // -------------------------------------------------------------------------------- queue history
@@ -84,24 +85,56 @@ function creditLeft(c) {
 function amount(v, unit) { return v === null || v === undefined ? "-" : `${Number(v).toFixed(2)} ${unit}`; }
 
 function drawAllocation(view) {
+  state.fedView = view;
+  renderAllocation();
+}
+
+// What the live work will charge at most (its whole granted wall time), per site and account:
+// the daemon's newest live tasks, read every 15 s (one read per task: not every 3 s).
+async function refreshCharges() {
+  state.charges = await api("/api/charges");
+  renderAllocation();
+}
+PAGES.federation.push([refreshCharges, HISTORY_MS]);
+
+function renderAllocation() {
+  const view = state.fedView;
+  if (!view) return;
+  const charges = new Map(((state.charges || {}).charges || []).map((c) => [`${c.site} ${c.account}`, c]));
   const rows = [];
+  const seen = new Set();
+  const row = (site, c, ch) => {
+    const left = c ? creditLeft(c) : null;
+    const unit = (c || ch).unit;
+    const of = c ? (c.budget ?? (c.balance !== null && c.used !== null ? c.balance + c.used : null)) : null;
+    const share = of ? Math.max(0, Math.min(1, (c.used || 0) / of)) : null;
+    const bar = share === null ? "" : el("span", { class: "meter", title: `${(share * 100).toFixed(0)}% used` },
+      el("span", { class: "meter-used", style: `width: ${(share * 100).toFixed(1)}%` }));
+    const live = ch ? ch.running + ch.queued : 0;
+    let note = "";
+    if (c && c.unusable) note = `not trusted: ${c.unusable}`;
+    else if (left !== null && left <= 0) note = "spent: placement skips it";
+    else if (left !== null && live > 0) note = `after the live work at most: ${amount(left - live, unit)}`;
+    return el("tr", { class: "alloc-row", dataset: { site, account: (c || ch).account } },
+      el("td", {}, site), el("td", {}, (c || ch).account),
+      el("td", { class: "num used" }, c ? amount(c.used, unit) : "-"),
+      el("td", { class: "num budget" }, c ? amount(c.budget, unit) : "-"),
+      el("td", { class: "num left" }, amount(left, unit)),
+      el("td", { class: "num running" }, ch ? amount(ch.running, unit) : "-"),
+      el("td", { class: "num queued" }, ch ? amount(ch.queued, unit) : "-"),
+      el("td", { class: "share" }, bar), el("td", { class: "wrap" }, note));
+  };
   for (const s of view.sites) {
     for (const c of s.credit) {
-      const left = creditLeft(c);
-      const of = c.budget ?? (c.balance !== null && c.used !== null ? c.balance + c.used : null);
-      const share = of ? Math.max(0, Math.min(1, (c.used || 0) / of)) : null;
-      const bar = share === null ? "" : el("span", { class: "meter", title: `${(share * 100).toFixed(0)}% used` },
-        el("span", { class: "meter-used", style: `width: ${(share * 100).toFixed(1)}%` }));
-      rows.push(el("tr", { class: "alloc-row", dataset: { site: s.site, account: c.account } },
-        el("td", {}, s.site), el("td", {}, c.account),
-        el("td", { class: "num used" }, amount(c.used, c.unit)),
-        el("td", { class: "num budget" }, amount(c.budget, c.unit)),
-        el("td", { class: "num left" }, amount(left, c.unit)),
-        el("td", { class: "share" }, bar),
-        el("td", { class: "wrap" }, c.unusable ? `not trusted: ${c.unusable}` : (left !== null && left <= 0 ? "spent: placement skips it" : ""))));
+      const key = `${s.site} ${c.account}`;
+      seen.add(key);
+      rows.push(row(s.site, c, charges.get(key)));
     }
   }
+  for (const [key, ch] of charges) if (!seen.has(key)) rows.push(row(ch.site, null, ch));
   const body = $("#alloc-table tbody");
-  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "alloc-empty" }, el("td", { colspan: 7, class: "wrap" },
+  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "alloc-empty" }, el("td", { colspan: 9, class: "wrap" },
     "No site reports credit for your accounts (set accounts and a budget per site in config.toml)."))]));
+  const c = state.charges;
+  $("#alloc-live").textContent = !c ? "" : c.more ? `running and queued: the newest ${c.read} live tasks` : `running and queued: all ${c.read} live tasks`;
 }
