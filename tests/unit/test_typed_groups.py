@@ -165,7 +165,7 @@ def test_fedhpc_probe_help_documents_its_exit_status() -> None:
 class _GoneChildren:
     """A daemon that lists a group whose children have all gone (every read: not_found)."""
 
-    async def group(self, group_id: str, limit: int = 0) -> GroupView:
+    async def group(self, group_id: str, limit: int = 0, after: str | None = None) -> GroupView:
         kids = tuple(ChildView(task_id=f"{group_id}-{i}", state=JobState.QUEUED) for i in (1, 2))
         return GroupView(
             group_id=group_id,
