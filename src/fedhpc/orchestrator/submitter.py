@@ -135,13 +135,17 @@ class Submitter:
                 tg.start_soon(self._lane, site, tg, name=f"submit:{site}")
 
     async def _lane(self, site: str, tg: TaskGroup) -> None:
-        """One lane of `site`: while intents wait, one submit call for a share of them (the
-        lanes split what waits; at most `BATCH_MAX`), then each refused job's fallback."""
+        """One lane of `site`: while intents wait, one submit call for a share of them, then
+        each refused job's fallback. The lanes deal what waits like cards (lane one the 1st,
+        3rd, 5th..., lane two the 2nd, 4th...; at most `BATCH_MAX` each), so that jobs reach
+        the scheduler in the order they were placed, neighbours at most swapped."""
         try:
             while queue := self.pending.get(site):
-                share = -(-len(queue) // max(1, self.lanes[site]))
-                size = max(1, min(BATCH_MAX, share))
-                items, self.pending[site] = queue[:size], queue[size:]
+                stride = max(1, self.lanes[site])
+                size = max(1, min(BATCH_MAX, -(-len(queue) // stride)))
+                taken = set(range(0, len(queue), stride)[:size])
+                items = [queue[i] for i in sorted(taken)]
+                self.pending[site] = [q for i, q in enumerate(queue) if i not in taken]
                 await self._call(items, tg)
         finally:
             self.lanes[site] -= 1
