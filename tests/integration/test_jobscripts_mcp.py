@@ -14,6 +14,8 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
+from fedhpc.ops.task_views import SubmitAnswer
+from fedhpc.ops.tasks import SubmitTaskRequest
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import stdio_params
 
@@ -142,7 +144,7 @@ async def test_a_slurm_script_lands_on_a_process_site_with_that_schedulers_heade
     home, fed = tmp_path / "h", tmp_path / "devfed"
     env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(fed)}
     async with (
-        running(home, **env),
+        running(home, **env) as daemon,
         Client(stdio_params(home, "--no-autostart", **env), mode="legacy") as c,
     ):
         args = {"script": CPU_SCRIPT, "fixed_site": "devanvil"}
@@ -162,6 +164,13 @@ async def test_a_slurm_script_lands_on_a_process_site_with_that_schedulers_heade
         assert by_path["script"] == answer["script"]
         again = await _terminal(c, by_path["task_id"])
         assert "body ran with 5 fingers" in again["preview"]
+        # The REST face answers with the same reading.
+        rest = await daemon.submit_task(
+            SubmitTaskRequest.model_validate({**args, "idempotency_key": "over-rest"})
+        )
+        assert isinstance(rest, SubmitAnswer) and rest.script is not None
+        assert rest.script.envelope == answer["script"]["envelope"]
+        assert list(rest.script.not_carried) == answer["script"]["not_carried"]
         outside = _error(await c.call_tool("submit_task", {"script": "/etc/passwd"}))
         assert outside["code"] == "script_unread" and "storage root" in outside["message"]
     header = [line for line in rendered.splitlines()[1:] if line.startswith("#")]

@@ -17,7 +17,13 @@ from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, Tr
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
 from fedhpc.ops.inspect import FederationView, InspectRequest
 from fedhpc.ops.scripts import ScriptFile, ScriptFileRequest
-from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle, TaskSummary
+from fedhpc.ops.task_views import (
+    GroupView,
+    ResultManifest,
+    SubmitAnswer,
+    TaskHandle,
+    TaskSummary,
+)
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -205,7 +211,7 @@ class DaemonClient:
             key=req.idempotency_key,
             what="submit_task",
         )
-        return TaskHandle.model_validate(body)
+        return SubmitAnswer.model_validate(body)
 
     async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
         limit = TIMEOUTS["submit"] + TIMEOUTS["per_child"] * len(req.children)

@@ -22,7 +22,7 @@ from fedhpc.errors import UsageError
 from fedhpc.ops.draft import DraftRequest, draft_envelope
 from fedhpc.ops.pending import pending_note
 from fedhpc.ops.scripts import ScriptFileRequest
-from fedhpc.ops.task_views import ResultManifest
+from fedhpc.ops.task_views import ResultManifest, SubmitAnswer
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -72,9 +72,9 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def submit_task(request: Request) -> Response:
         req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await read_body(request)))
-        return model_response(
-            await o.answers.hinted(await o.intake.submit_task(req), "submit_task")
-        )
+        handle = await o.answers.hinted(await o.intake.submit_task(req), "submit_task")
+        # What a job script's header gave, in the answer of every face (MCP, REST, CLI).
+        return model_response(SubmitAnswer(**{**dict(handle), "script": req.script_reading}))
 
     async def tasks(request: Request) -> Response:
         q = TasksQuery.model_validate(dict(request.query_params))
