@@ -195,10 +195,6 @@ class Dispatcher:
             for intent in intents:
                 self.in_flight.discard(intent.att.job_name)
 
-    async def send(self, intent: Intent) -> SubmittedJob | Exception:
-        """One intent's submission (`send_many`)."""
-        return (await self.send_many([intent]))[0]
-
     async def send_many(self, intents: Sequence[Intent]) -> list[SubmittedJob | Exception]:
         """The scheduler call for intents of ONE site, one remote call for all of them, never
         under the lock (a dead site's sbatch holds up nothing else). Per intent: the job, or

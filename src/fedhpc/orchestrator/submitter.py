@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import anyio
 import structlog
@@ -121,14 +122,13 @@ class Submitter:
         self._queue(ready, self.background)
 
     def _queue(self, ready: list[Prepared], tg: TaskGroup) -> None:
-        """Intents join their site's queue; lanes start up to the site's limit. A task that
-        failed before any job existed goes straight to its fallback."""
+        """Intents join their site's queue; lanes start up to the site's limit."""
         for item in ready:
             task, p, prepared, history = item
             if isinstance(prepared, Intent):
                 self.pending.setdefault(p.site, []).append(item)
-            else:
-                tg.start_soon(self._dispatch, task, p, prepared, history, prepared)
+            else:  # failed before any job existed: straight to its fallback
+                tg.start_soon(self._dispatch, task, p, prepared, history)
         for site, queue in self.pending.items():
             while queue and self.lanes.get(site, 0) < self.in_flight(site):
                 self.lanes[site] = self.lanes.get(site, 0) + 1
@@ -143,8 +143,8 @@ class Submitter:
             while queue := self.pending.get(site):
                 stride = max(1, self.lanes[site])
                 size = max(1, min(BATCH_MAX, -(-len(queue) // stride)))
-                taken = set(range(0, len(queue), stride)[:size])
-                items = [queue[i] for i in sorted(taken)]
+                taken = range(0, len(queue), stride)[:size]
+                items = [queue[i] for i in taken]
                 self.pending[site] = [q for i, q in enumerate(queue) if i not in taken]
                 await self._call(items, tg)
         finally:
@@ -153,7 +153,7 @@ class Submitter:
     async def _call(self, items: list[Prepared], tg: TaskGroup) -> None:
         """One submit call for `items` (one site's intents); a job refused there tries the
         next site on its own (`_dispatch`); a call that fails outright fails its tasks."""
-        intents = [prepared for _, _, prepared, _ in items if isinstance(prepared, Intent)]
+        intents = [cast(Intent, prepared) for _, _, prepared, _ in items]  # `_queue` put them
         try:
             async with self._limiter(items[0][1].site):
                 atts = await self.dispatcher.complete_many(intents)
