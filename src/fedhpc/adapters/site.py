@@ -93,7 +93,6 @@ class StorageUnread(TransientError):
 
 COMMAND_TIMEOUT = float(str(COMMAND_TIMEOUT_S.default))  # the daemon passes its setting
 _LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
-_MKDIR_FAILED = MKDIR_FAILED  # the submit wrapper's exit status when mkdir failed (no sbatch)
 
 # A storage root given as an environment variable of the login shell (`$SCRATCH`, `$WORK/x`: TACC
 # sets them per user). The name is checked here and expanded remotely with `${!name}`: nothing
@@ -176,11 +175,15 @@ class SiteAdapter:
     async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
         """Submit one job; returns once the scheduler accepted it. `ensure_dirs` are created
         first in the same remote call (the job's working and output folders)."""
-        script = self.render(spec)
+        return await self._submit_one(spec, self.render(spec), ensure_dirs)
+
+    async def _submit_one(
+        self, spec: JobSpec, script: str, ensure_dirs: Sequence[str]
+    ) -> SubmittedJob:
         command = self.dialect.submit_command(script)
         if ensure_dirs:
             # The folders travel as positional arguments, never inside the script text.
-            line = f'mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec {shell_line(command.argv)}'
+            line = f'mkdir -p -- "$@" || exit {MKDIR_FAILED}; exec {shell_line(command.argv)}'
             command = Command(
                 ("bash", "-c", line, "fedhpc", *ensure_dirs),
                 stdin=command.stdin,
@@ -188,13 +191,10 @@ class SiteAdapter:
                 timeout_s=command.timeout_s,
                 idempotent=False,
             )
-        result = await self._run(self._deadline(command), "submit")
-        if ensure_dirs and result.returncode == _MKDIR_FAILED and "mkdir" in result.stderr:
-            why = result.stderr.strip().splitlines()[-1][:300]
-            raise WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
-        job_id = self.dialect.parse_submit(result)
-        log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
-        return SubmittedJob(self.name, job_id, script)
+        got = self._submitted(spec, script, await self._run(self._deadline(command), "submit"))
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     async def submit_many(
         self, jobs: Sequence[tuple[JobSpec, Sequence[str]]]
@@ -214,9 +214,9 @@ class SiteAdapter:
                 continue
             todo.append((i, spec, script, SubmitEntry(self.dialect.submit_command(script), dirs)))
         if len(todo) == 1:
-            i, spec, _, entry = todo[0]
+            i, spec, script, entry = todo[0]
             try:
-                out[i] = await self.submit(spec, ensure_dirs=entry.dirs)
+                out[i] = await self._submit_one(spec, script, entry.dirs)
             except (SchedulerRejected, WorkdirFailed) as exc:
                 out[i] = exc
             return out
@@ -236,9 +236,9 @@ class SiteAdapter:
     def _submitted(
         self, spec: JobSpec, script: str, result: CommandResult
     ) -> SubmittedJob | SchedulerRejected | WorkdirFailed:
-        """One job's part of a batched submission's answer."""
-        if result.returncode == MKDIR_FAILED:
-            why = (result.stderr.strip().splitlines() or ["mkdir failed"])[-1][:300]
+        """One job's answer (alone, or its part of a batched call's): its job, or why none."""
+        if result.returncode == MKDIR_FAILED and "mkdir" in result.stderr:
+            why = result.stderr.strip().splitlines()[-1][:300]
             return WorkdirFailed(f"{WorkdirFailed.PREFIX} on {self.name}: {why}")
         try:
             job_id = self.dialect.parse_submit(result)
