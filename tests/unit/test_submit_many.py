@@ -136,3 +136,24 @@ def test_each_script_travels_intact_whatever_its_lines() -> None:
     first, second = split_submissions(done.stdout, 2, mark)
     assert first is not None and first.stdout == "#!/bin/bash\necho one\n"
     assert second is not None and second.stdout == texts[1]
+
+
+def test_a_call_whose_input_stops_part_way_submits_nothing(tmp_path: Path) -> None:
+    """The daemon killed while it writes a batched call leaves bash a prefix of the call: at
+    every cut, no job reaches the scheduler (`tee` stands in for sbatch and keeps a file per
+    job it is given), never a job script cut short."""
+    got = tmp_path / "got"
+    got.mkdir()
+    entries = [
+        SubmitEntry(Command(("tee", str(got / f"job{i}")), stdin=f"#!/bin/bash\necho {i}\n"))
+        for i in range(3)
+    ]
+    command, _ = submissions_command(entries, timeout_s=10)
+    text = command.stdin or ""
+    # Every cut before the last line is whole (all but its newline is the whole call).
+    cuts = sorted({*range(0, len(text) - 1, 7), len(text) - 2, len(text) - 3})
+    for cut in cuts:
+        subprocess.run(["bash", "-s"], input=text[:cut].encode(), capture_output=True, check=False)
+        assert not any(got.iterdir()), f"a job was submitted from a call cut at {cut}"
+    subprocess.run(["bash", "-s"], input=text, capture_output=True, text=True, check=True)
+    assert sorted(p.name for p in got.iterdir()) == ["job0", "job1", "job2"]

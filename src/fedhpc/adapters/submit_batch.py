@@ -49,7 +49,12 @@ def submissions_command(entries: Sequence[SubmitEntry], *, timeout_s: float) -> 
         raise ValueError("a batched submission needs at least one job")
     texts = [e.command.stdin or "" for e in entries]
     eof, mark = f"fedhpc_eof_{_word(texts)}", f"{JOB_MARK}-{_word(texts)}"
-    lines = ["set +e", "e=$(mktemp) || exit 1", "trap 'rm -f \"$e\"' EXIT"]
+    # The whole body is one function, called on the last line: bash parses a function whole
+    # before running any of it, so a call whose input stops part-way (the daemon killed while
+    # writing it) submits nothing rather than a job cut short. The name carries the call's
+    # word, so no prefix of the last line names a command.
+    run = f"fedhpc_submit_{mark.rsplit('-', 1)[1]}"
+    lines = [f"{run}() {{", "set +e", "e=$(mktemp) || exit 1", "trap 'rm -f \"$e\"' EXIT"]
     for i, entry in enumerate(entries):
         cmd = entry.command
         lines.append(f"echo '{mark} begin {i}'")
@@ -66,6 +71,7 @@ def submissions_command(entries: Sequence[SubmitEntry], *, timeout_s: float) -> 
             lines.append(submit)
         lines.append(f"echo; echo '{mark} stderr {i}'; cat \"$e\"")
         lines.append(f'echo; echo "{mark} end {i} $rc"')
+    lines += ["}", run]
     script = "\n".join(lines) + "\n"
     return Command(("bash", "-s"), stdin=script, timeout_s=timeout_s, idempotent=False), mark
 
