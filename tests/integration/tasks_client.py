@@ -20,6 +20,7 @@ from mcp.types import (
     ResourceUpdatedNotification,
     Result,
     SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
     SubscriptionsListenRequest,
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
@@ -96,6 +97,7 @@ class Counted:
     def __init__(self, client: Client, tasks: Tasks) -> None:
         self.client, self.tasks, self.sent = client, tasks, Counter[str]()
         self.updated: list[str] = []  # resources/updated URIs, in order
+        self.acked = anyio.Event()  # the open stream's acknowledgment arrived
 
     async def call(self, tool: str, args: dict[str, Any]) -> CreatedTask | CallToolResult:
         self.sent["tools/call:" + tool] += 1
@@ -109,8 +111,8 @@ class Counted:
 
     @asynccontextmanager
     async def listen(self, *task_ids: str, uris: tuple[str, ...] = ()) -> AsyncIterator[None]:
-        """A `subscriptions/listen` stream for these tasks (and resources), open while the
-        block runs."""
+        """A `subscriptions/listen` stream for these tasks (and resources), open (the server
+        acknowledged it) when the block starts, while the block runs."""
         self.sent["subscriptions/listen"] += 1
         asked: dict[str, Any] = {"taskIds": list(task_ids)} if task_ids else {}
         if uris:
@@ -124,7 +126,10 @@ class Counted:
             async def stream() -> None:
                 await self.client.session.send_request(req, SubscriptionsListenResult, 3600)
 
+            self.acked = anyio.Event()
             tg.start_soon(stream)
+            with anyio.fail_after(60):
+                await self.acked.wait()
             yield
             tg.cancel_scope.cancel()
 
@@ -134,9 +139,13 @@ async def tasks_client(server: Any, **kw: Any) -> AsyncIterator[Counted]:
     tasks = Tasks()
     updated: list[str] = []
 
+    counted: Counted | None = None
+
     async def on_message(message: Any) -> None:
         if isinstance(message, ResourceUpdatedNotification):
             updated.append(message.params.uri)
+        elif isinstance(message, SubscriptionsAcknowledgedNotification) and counted is not None:
+            counted.acked.set()
 
     async with Client(server, extensions=[tasks], message_handler=on_message, **kw) as client:
         counted = Counted(client, tasks)

@@ -152,7 +152,7 @@ async def test_http_client_waits_on_the_stream_and_tasks_get_agrees(
         assert got["result"] == note["result"]
 
 
-async def test_tasks_cancel_on_a_group_cancels_its_children(
+async def test_tasks_cancel_ends_a_group_and_a_task_on_an_open_stream(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     home = tmp_path / "h"
@@ -167,12 +167,19 @@ async def test_tasks_cancel_on_a_group_cancels_its_children(
             )
         )
         gid = created.task_id.split(".")[1]
-        async with c.listen(created.task_id):
-            acked = await c.task_request("tasks/cancel", created.task_id)
-            assert acked["resultType"] == "complete"
+        one = _created(
+            await c.call("submit_task", {"command": ["sleep", "300"], "envelope": CPU})
+        )
+        # The stream is open (acknowledged) before each cancel: a cancel on request wakes
+        # no continuation, yet every stream following the work hears that it ended.
+        async with c.listen(created.task_id, one.task_id):
+            for handle in (created.task_id, one.task_id):
+                acked = await c.task_request("tasks/cancel", handle)
+                assert acked["resultType"] == "complete"
             with anyio.fail_after(120):
                 note = await c.tasks.terminal(created.task_id)
-        assert note["status"] == "cancelled"
+                alone = await c.tasks.terminal(one.task_id)
+        assert note["status"] == alone["status"] == "cancelled"
         view = await rest.group(gid)
         assert view.counts == {"cancelled": 3}, view.counts
         assert c.sent["tasks/get"] == 0

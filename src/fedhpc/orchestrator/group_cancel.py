@@ -44,7 +44,8 @@ async def cancel_group(
 ) -> TaskHandle:
     """Cancel every live child of `group` (the caller holds the orchestrator's lock, so no
     child is placed or submitted meanwhile). The group is closed as cancelled with the last
-    chunk: no round event follows and nothing wakes the agent (it asked). A group whose
+    chunk, with a `group.cancelled` event: it wakes nobody (the agent asked; no round event
+    follows) but tells every stream following the group that it ended. A group whose
     children had all ended is left as it was, and the answer says nothing was cancelled."""
     store = book.store
     terminal = sorted(s.value for s in TERMINAL)
@@ -80,6 +81,13 @@ async def cancel_group(
                     round_=int(group["round"]),
                     body=group["body"],
                     at=clock(),
+                )
+                await tx.append_event(
+                    "group.cancelled",
+                    group_id,
+                    {"group_id": group_id, "state": JobState.CANCELLED.value, "reason": REASON},
+                    at=clock(),
+                    key=f"group.cancelled:{group_id}:{group['round']}",
                 )
     ended = size - len(live)
     log.info("group cancelled", group=group_id, children=len(live), jobs=jobs, ended=ended)

@@ -259,7 +259,8 @@ class TaskTools:
         return out
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
-        """Cancel every live attempt; the task ends cancelled (the caller already knows: no event).
+        """Cancel every live attempt; the task ends cancelled, with a `task.cancelled` event that
+        wakes nobody (the caller asked) but tells every stream following the task that it ended.
         A task that had already ended stays as it was, and the answer says nothing was cancelled."""
         async with self.lock:
             if (group := await group_named(self.book.store, req.task_id)) is not None:
@@ -278,6 +279,7 @@ class TaskTools:
             task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
             async with self.book.store.transaction() as tx:
                 await self.book.save(tx, task, *live, at=self.clock())
+                await self.book.emit(tx, "task.cancelled", task, reason=task.reasons[0])
             hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
             return handle(task, _current(atts, task)).model_copy(update={"next": hint})
 
