@@ -410,9 +410,10 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
     `error` item first ("Model metadata for `fake-model` not found": a name it does not
     know), which is no model answer: the try is stopped at the start timeout, all of it
     (the CLI lives in the group fedhpc kills), and the retry is the only turn that
-    continues once the endpoint answers again."""
+    continues once the endpoint answers again. Under load a retry can be stopped too (Codex
+    and its MCP server slow to start), so the counts are of tries, not a fixed number."""
     bridge = {
-        "FEDHPC_RESUME_START_TIMEOUT_S": "8",
+        "FEDHPC_RESUME_START_TIMEOUT_S": "12",
         "FEDHPC_BRIDGE_BACKOFF_S": "1",
         "FEDHPC_BRIDGE_ATTEMPTS": "6",
     }
@@ -420,7 +421,7 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
         fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
         release = fake.hold_resume()
         thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
-        # stopped at 8 s (+ the kill grace), not at FEDHPC_RESUME_TIMEOUT_S (90 s)
+        # stopped at 12 s (+ the kill grace), not at FEDHPC_RESUME_TIMEOUT_S (90 s)
         with anyio.fail_after(60):
             while not (tried := [d for d in await client.deliveries() if d.attempts >= 1]):
                 await anyio.sleep(0.3)
@@ -430,13 +431,16 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
         await _until(client, "delivered", limit=120)
         await anyio.sleep(3)  # a survivor of the first try would answer by now
         (d,) = await client.deliveries()
-    assert "no answer from the model within 8 s" in (tried[0].last_error or "")
+        tries = list((fedhome / "deliveries").glob("*/pid"))
+        assert all(group_members(int(f.read_text())) == [] for f in tries)  # none lives on
+    assert "no answer from the model within 12 s" in (tried[0].last_error or "")
     assert "Model metadata for `fake-model` not found" in (tried[0].last_error or "")
     assert fake.errors == []
-    assert len(fake.resumes()) == 2  # the stopped try's request, and the retry's
+    assert d.state == "delivered" and d.attempts >= 1, d.last_error
+    # each stopped try sent at most its one request, and the try that delivered sent one
+    assert 2 <= len(fake.resumes()) <= d.attempts + 1
     assert [e.phase for e in fake.exchanges].count("after_result") == 1  # one turn went on
     assert fake.seen_deliveries(thread) == [d.id]
-    assert (d.state, d.attempts) == ("delivered", 1)
 
 
 async def test_codex_resumes_start_fedhpc_by_name_whatever_the_resume_path_says(
