@@ -10,7 +10,7 @@ import pytest
 
 from fedhpc.domain.config import UserConfig
 from fedhpc.profiles import load_federation, load_profiles
-from fedhpc_dev.devfed.pbs import pbs_up
+from fedhpc_dev.devfed.pbs import HOSTS_MARK, pbs_up, without_our_alias
 from fedhpc_dev.devfed.pbs_build import BUILD_PACKAGES, prefix_for
 from fedhpc_dev.devfed.pbs_plan import (
     DATA_PORT,
@@ -143,3 +143,16 @@ def test_without_a_tarball_the_newest_finished_build_is_used(
     monkeypatch.setenv("FEDHPC_OPENPBS_TARBALL", str(tmp_path / "named.tar.gz"))
     with pytest.raises(DevfedError, match="is not a file"):  # a named tarball must exist
         pbs_build.ready_prefix(tmp_path / "log")
+
+
+def test_a_purge_takes_out_only_the_hosts_line_up_added() -> None:
+    text = (
+        "127.0.0.1 localhost\n"
+        "10.0.0.5 devpolaris  # the person's own line for the name\n"
+        f"10.0.0.7 devpolaris  {HOSTS_MARK}\n"
+        f"10.0.0.7 otherhost  {HOSTS_MARK}\n"
+        "::1 localhost ip6-localhost\n"
+    )
+    kept = without_our_alias(text, "devpolaris")
+    assert kept == text.replace(f"10.0.0.7 devpolaris  {HOSTS_MARK}\n", "")
+    assert without_our_alias(kept, "devpolaris") == kept

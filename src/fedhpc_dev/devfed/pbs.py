@@ -38,6 +38,7 @@ __all__ = ["PbsOutcome", "pbs_down", "pbs_status", "pbs_up"]
 log = structlog.get_logger(__name__)
 
 HOSTS = Path("/etc/hosts")
+HOSTS_MARK = "# fedhpc devfed: OpenPBS needs a non-loopback name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +154,29 @@ def _ensure_host_alias(name: str) -> None:
     address = _host_address()
     with HOSTS.open("a") as fh:
         sep = "" if text.endswith("\n") or not text else "\n"
-        fh.write(f"{sep}{address} {name}  # fedhpc devfed: OpenPBS needs a non-loopback name\n")
+        fh.write(f"{sep}{address} {name}  {HOSTS_MARK}\n")
     log.info("devfed.pbs.hosts", name=name, address=address)
+
+
+def without_our_alias(text: str, name: str) -> str:
+    """`text` (an /etc/hosts) without the line `_ensure_host_alias` added for `name`; every
+    other line, a person's own for the same name included, is kept as written."""
+    lines = text.splitlines(keepends=True)
+    kept = [
+        line
+        for line in lines
+        if not (line.rstrip().endswith(HOSTS_MARK) and name in line.split("#", 1)[0].split()[1:])
+    ]
+    return "".join(kept)
+
+
+def _drop_host_alias(name: str) -> None:
+    """Undo `_ensure_host_alias` (a purge): the file is rewritten in place only if it changes."""
+    with contextlib.suppress(OSError):
+        text = HOSTS.read_text()
+        if (kept := without_our_alias(text, name)) != text:
+            HOSTS.write_text(kept)  # in place: /etc/hosts may be a bind mount (containers)
+            log.info("devfed.pbs.hosts_removed", name=name)
 
 
 def _prepare(plan: PbsPlan, prefix: Path) -> bool:
@@ -279,3 +301,5 @@ def pbs_down(
             _init_d(plan, prefix, "stop", timeout_s=120)
     if purge and (plan.home / "pbs_version").exists() and not port_open(SERVER_PORT):
         shutil.rmtree(plan.home)
+    if purge and not port_open(SERVER_PORT):
+        _drop_host_alias(plan.name)
