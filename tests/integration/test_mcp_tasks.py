@@ -167,9 +167,7 @@ async def test_tasks_cancel_ends_a_group_and_a_task_on_an_open_stream(
             )
         )
         gid = created.task_id.split(".")[1]
-        one = _created(
-            await c.call("submit_task", {"command": ["sleep", "300"], "envelope": CPU})
-        )
+        one = _created(await c.call("submit_task", {"command": ["sleep", "300"], "envelope": CPU}))
         # The stream is open (acknowledged) before each cancel: a cancel on request wakes
         # no continuation, yet every stream following the work hears that it ended.
         async with c.listen(created.task_id, one.task_id):
