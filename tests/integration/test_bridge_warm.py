@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from fedhpc.bridge.service import Bridge
-from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer, _alive, _free_port, spawn_detached
+from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer, _free_port, alive, spawn_detached
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
@@ -38,12 +38,12 @@ async def test_a_cancelled_bridge_run_leaves_no_warm_server(tmp_path: Path) -> N
         assert bridge.warm is not None
         assert await bridge.warm.entry() is not None
         pid = _pid(home)
-        assert _alive(pid)
+        assert alive(pid)
         async with anyio.create_task_group() as tg:
             tg.start_soon(bridge.run, anyio.Event())  # never set: only the cancel ends it
             await anyio.sleep(0.5)
             tg.cancel_scope.cancel()
-        assert not _alive(pid)
+        assert not alive(pid)
         assert not (home / "resume-mcp.json").exists()
     finally:
         await store.close()
@@ -70,12 +70,12 @@ async def test_a_hung_recorded_server_is_ended_never_a_second_beside_it(tmp_path
     warm = WarmServer(home)
     assert await warm.entry() is not None
     fresh = _pid(home)
-    assert fresh != hung and _alive(fresh)
-    assert not _alive(hung)
+    assert fresh != hung and alive(fresh)
+    assert not alive(hung)
     # stop() ends the recorded one even when it ignores SIGTERM (stopped: SIGKILL after 3 s)
     os.kill(fresh, signal.SIGSTOP)
     await warm.stop()
-    assert not _alive(fresh)
+    assert not alive(fresh)
 
 
 async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
             while not (home / "resume-mcp.json").exists():
                 await anyio.sleep(0.3)
         pid = _pid(home)
-        assert _alive(pid)
+        assert alive(pid)
         done = subprocess.run(
             [sys.executable, "-m", "fedhpc.cli.main", "daemon", "stop"],
             env={"FEDHPC_HOME": str(home), "PATH": "/usr/bin:/bin"},
@@ -106,7 +106,7 @@ async def test_fedhpc_daemon_stop_leaves_no_warm_server(tmp_path: Path) -> None:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        assert not _alive(pid)
+        assert not alive(pid)
 
 
 async def test_a_call_made_while_the_daemon_restarts_waits_for_it(tmp_path: Path) -> None:

@@ -476,5 +476,7 @@ async def test_codex_resumes_start_fedhpc_by_name_whatever_the_resume_path_says(
     assert (d.state, d.attempts) == ("delivered", 0), d.last_error
     assert fake.errors == []
     assert fake.phases(thread)[-2:] == ["resume", "after_result"]
+    # the resume's server was the bridge's preloaded one (fedhpc/cli/preload.py)
+    assert "serve handed over" in (fedhome / "serve-host.log").read_text()
     (report,) = json.loads(check.stdout)["runtimes"]
     assert check.returncode == 0 and report["ok"] is True, report

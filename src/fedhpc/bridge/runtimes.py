@@ -116,7 +116,9 @@ def fedhpc_bin(home: Path, folder: Path | None = None) -> Path:
     `folder` is given (`fedhpc deliveries check`: never what a running daemon uses)."""
     folder = folder or home / "bin"
     exe = folder / "fedhpc"
-    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m fedhpc.cli.main "$@"\n'
+    # The relay: a stdio `fedhpc serve` goes to the bridge's preloaded host (ServeHost),
+    # anything else runs as `fedhpc.cli.main`.
+    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m fedhpc.cli.relay "$@"\n'
     try:
         same = exe.read_text() == text
     except OSError:

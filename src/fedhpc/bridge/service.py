@@ -26,6 +26,7 @@ from fedhpc.bridge.reach import unreached
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.routing import SESSIONS, route_events
 from fedhpc.bridge.runtimes import binary, check_result, launch, resume_env
+from fedhpc.bridge.serve_host import ServeHost
 from fedhpc.bridge.settle import Stand, standing
 from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer
 from fedhpc.domain.config import ResumeConfig
@@ -75,6 +76,7 @@ class Bridge:
         self.poll_s = poll_s
         self.resume = resume  # read at each launch: a fixed config needs no daemon restart
         self.warm = WarmServer(home, daemon_wait_s=daemon_wait_s) if warm_mcp else None
+        self.host = ServeHost(home) if warm_mcp else None  # Codex's stdio server, preloaded
         self.wake = anyio.Event()
 
     def blocker(self, runtime: str) -> str:
@@ -176,6 +178,8 @@ class Bridge:
             entry = None
             if self.warm is not None and spec.runtime is Runtime.CLAUDE_CODE:
                 entry = await self.warm.entry()
+            if self.host is not None and spec.runtime is Runtime.CODEX:
+                await self.host.ensure()  # else the resume starts its own `fedhpc serve`
             start = partial(
                 launch,
                 spec,
@@ -344,3 +348,5 @@ class Bridge:
         finally:  # also when cancelled (the daemon's grace ran out): no warm server is left
             if self.warm is not None:
                 await self.warm.stop()  # shielded
+            if self.host is not None:
+                await self.host.stop()  # shielded

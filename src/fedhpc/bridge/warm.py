@@ -23,7 +23,7 @@ import structlog
 
 from fedhpc.settings import HOME, MCP_TOKEN
 
-__all__ = ["DAEMON_WAIT_S", "WarmServer", "spawn_detached"]
+__all__ = ["DAEMON_WAIT_S", "WarmServer", "alive", "signal_all", "spawn_detached"]
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +49,7 @@ def spawn_detached(argv: list[str], *, env: dict[str, str], cwd: str, log_path: 
     return pid
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
     except OSError:
@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
     return ") Z " not in stat
 
 
-def _signal(pid: int, sig: signal.Signals) -> None:
+def signal_all(pid: int, sig: signal.Signals) -> None:
     """The server's process group, and the process itself (it may not lead a group)."""
     for send in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -68,7 +68,7 @@ def _ours(found: dict[str, Any]) -> int:
     """The recorded server's pid while that process lives and is still our server (not a
     recycled pid), else 0: it is ended whether or not it answers."""
     pid, port = int(found.get("pid", 0)), str(found.get("port", ""))
-    if pid <= 0 or not _alive(pid):
+    if pid <= 0 or not alive(pid):
         return 0
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -86,7 +86,7 @@ def _answers(port: int) -> bool:
 async def _wait_up(pid: int, port: int) -> None:
     with anyio.move_on_after(30):
         while not _answers(port):
-            if not _alive(pid):
+            if not alive(pid):
                 raise OSError("the resume MCP server exited at start (resume-mcp.log)")
             await anyio.sleep(0.1)
     if not _answers(port):
@@ -132,12 +132,12 @@ class WarmServer:
         found = self._recorded()
         pid = _ours(found) if found is not None else 0
         if pid:
-            _signal(pid, signal.SIGTERM)
+            signal_all(pid, signal.SIGTERM)
             for i in range(80):  # SIGKILL after 3 s, then up to 1 s for it to go
-                if not _alive(pid):
+                if not alive(pid):
                     break
                 if i == 60:
-                    _signal(pid, signal.SIGKILL)
+                    signal_all(pid, signal.SIGKILL)
                 await anyio.sleep(0.05)
             log.info("resume mcp server stopped", pid=pid)
         self.record.unlink(missing_ok=True)

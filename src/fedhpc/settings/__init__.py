@@ -147,7 +147,8 @@ RESUME_WARM_MCP = _daemon(
     "RESUME_WARM_MCP",
     "bool",
     True,
-    "Claude resumes use the warm loopback HTTP MCP server (0: a stdio server per resume)",
+    "Claude resumes use the warm loopback HTTP MCP server, Codex resumes the preloaded "
+    "stdio server host (0: each resume starts its own `fedhpc serve`)",
 )
 RESUME_DAEMON_WAIT_S = _daemon(
     "RESUME_DAEMON_WAIT_S",
