@@ -70,6 +70,7 @@ def _child(
             os._exit(1)
 
         threading.Thread(target=watch, daemon=True).start()
+        # Already imported by the host (serve_forever); named here, where the child runs it.
         from fedhpc.cli.main import main
 
         try:

@@ -55,6 +55,7 @@ def main() -> int:
     code = _hand_over(argv)
     if code is not None:
         return code
+    # Only now: a hand-over never loads the CLI (its start-up is the point of the relay).
     from fedhpc.cli.main import main as run
 
     return run(argv)
