@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, get_type_hints
 
 import pytest
 from mcp import Client
+from pydantic import BaseModel
 
 from fedhpc.mcp_server import build_server
-from fedhpc.mcp_server.tools import TRANSFER_EVENTS
+from fedhpc.mcp_server.tools import TOOLS, TRANSFER_EVENTS
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
 from fedhpc.settings.daemon import DaemonSettings
 from tests.skill_claims import (
@@ -39,6 +41,18 @@ LISTING_MAX = 1600
 BODY_MAX = 2500
 
 
+_NAMES = {fn.__name__ for fn in TOOLS}
+
+
+def _answer_schema(fn: Any) -> dict[str, Any]:
+    answer = get_type_hints(fn).get("return")
+    return (
+        answer.model_json_schema()
+        if isinstance(answer, type) and issubclass(answer, BaseModel)
+        else {}
+    )
+
+
 @pytest.fixture
 async def vocab(tmp_path: Path) -> Vocabulary:
     server = build_server(DaemonSettings(home=tmp_path / "nodaemon"), autostart=False)
@@ -50,7 +64,10 @@ async def vocab(tmp_path: Path) -> Vocabulary:
         }
     return Vocabulary(
         inputs={t.name: t.input_schema for t in tools},
-        outputs={t.name: t.output_schema or {} for t in tools},
+        # The answers' full models: tools/list types only an answer's own fields (its nested
+        # records are plain objects there), but a skill may name a partition's or attempt's.
+        outputs={fn.__name__: _answer_schema(fn) for fn in TOOLS}
+        | {t.name: t.output_schema or {} for t in tools if t.name not in _NAMES},
         resources=fixed | templates,
         extra=state_values() | payload_keys(WAKES)[1],
     )

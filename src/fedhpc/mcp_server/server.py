@@ -48,12 +48,10 @@ Errors come back as {code, message, hint}; a validation error names the field.
 Data moves site to site with move_data (never through you); a task's stage_in waits for it."""
 
 
-# In answers these nested records stay plain objects: an envelope has the shape of
-# submit_task's `envelope` parameter, and the keys of a shape, a provenance or a transfer speak
-# for themselves. Typing them in full would cost ~3 KB of tools/list (see docs/mcp.md).
-OPAQUE_IN_ANSWERS = frozenset(
-    {"ResourceEnvelope", "Shape", "Provenance", "TransferProvenance", "ScriptReading"}
-)
+# In answers the nested records (a site's partitions, an attempt, an envelope, ...) are plain
+# objects: the answer's own fields are typed, the records' keys speak for themselves (and the
+# text content carries them), and typing them in full cost ~6 KB of tools/list, the room the
+# tools' parameters need (see docs/mcp.md).
 
 
 def build_tools() -> list[Tool]:
@@ -64,9 +62,10 @@ def build_tools() -> list[Tool]:
         tool = Tool.from_function(fn, description=description, annotations=ANNOTATIONS[fn.__name__])
         tool.parameters = compact_input(tool.parameters)
         if tool.fn_metadata.output_schema is not None:
-            tool.fn_metadata.output_schema = compact_output(
-                tool.fn_metadata.output_schema, OPAQUE_IN_ANSWERS
-            )
+            schema = tool.fn_metadata.output_schema
+            records = schema.get("$defs", {}).items()
+            nested = frozenset(n for n, d in records if "properties" in d)  # not enums
+            tool.fn_metadata.output_schema = compact_output(schema, nested)
         tools.append(tool)
     return tools
 
