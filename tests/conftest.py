@@ -54,6 +54,7 @@ PARALLEL_SAFE = frozenset(
         "test_mcp_conformance",
         "test_mcp_contract",
         "test_mcp_fuzz",
+        "test_mcp_inspect_fields",
         "test_mcp_tasks",
         "test_move_data_wake",
         "test_offline_wait",

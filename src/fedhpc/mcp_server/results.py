@@ -22,6 +22,7 @@ __all__ = [
     "UnknownTool",
     "answer_result",
     "arguments_error",
+    "check_fields",
     "compact",
     "error_result",
     "guarded",
@@ -118,19 +119,25 @@ def compact(value: Any) -> Any:
     return to_jsonable_python(value)
 
 
+def check_fields(model: type[BaseModel], fields: list[str]) -> None:
+    """A `validation` error naming each of `fields` that `model` does not have."""
+    known = model.model_fields
+    unknown = [(i, f) for i, f in enumerate(fields) if f not in known]
+    if unknown:
+        names = ", ".join(known)
+        issues = [
+            FieldIssue(f"fields[{i}]", f"no field {f[:64]!r}; fields: {names}") for i, f in unknown
+        ]
+        raise ValidationFailed(issues, hint="Name fields of the answer, or pass no fields.")
+
+
 def project(answer: T, fields: list[str]) -> T:
     """Only the named fields of an answer (and its required ones, which name it): the others
     are reset to their defaults, which `compact` leaves out. No fields: the whole answer."""
     if not fields:
         return answer
+    check_fields(type(answer), fields)
     model = type(answer).model_fields
-    unknown = [(i, f) for i, f in enumerate(fields) if f not in model]
-    if unknown:
-        names = ", ".join(model)
-        issues = [
-            FieldIssue(f"fields[{i}]", f"no field {f[:64]!r}; fields: {names}") for i, f in unknown
-        ]
-        raise ValidationFailed(issues, hint="Name fields of the answer, or pass no fields.")
     reset = {
         name: info.get_default(call_default_factory=True)
         for name, info in model.items()

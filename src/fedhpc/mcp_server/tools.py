@@ -36,10 +36,10 @@ from fedhpc.mcp_server.params import (
     TaskId,
     Workdir,
 )
-from fedhpc.mcp_server.results import guarded, project
+from fedhpc.mcp_server.results import check_fields, guarded, project
 from fedhpc.ops.data import MoveDataRequest, SyncLevel, TransferHandle, TransferMode
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
-from fedhpc.ops.inspect import FederationView, InspectRequest
+from fedhpc.ops.inspect import FederationView, InspectRequest, SiteView
 from fedhpc.ops.scripts import is_script_path
 from fedhpc.ops.task_views import GroupView, ResultManifest, SubmitAnswer, TaskHandle
 from fedhpc.ops.tasks import (
@@ -82,13 +82,18 @@ async def inspect_federation(
     arch: Annotated[Arch | None, Field(description="only this CPU architecture")] = None,
     include_blocked: Annotated[bool, Field(description="also list blocked partitions")] = False,
     refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
+    fields: Annotated[list[str], Field(description="only these fields of each site")] = [],  # noqa: B006
 ) -> FederationView:
     """Observe: each site's health, freshness, partitions, free GPUs/CPUs, queues and credit.
     Start here."""
     req = InspectRequest(
         sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
     )
-    return await daemon_link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
+    check_fields(SiteView, fields)  # before asking: a misspelt field is never a silent no-op
+    got = await daemon_link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
+    if not fields:
+        return got
+    return got.model_copy(update={"sites": tuple(project(s, fields) for s in got.sites)})
 
 
 @guarded()

@@ -86,17 +86,19 @@ class SiteView(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    # Required: what names a site and says whether to trust it. The rest has an "empty"
+    # default, so an agent's `fields` projection (inspect_federation) can leave it out.
     site: str
-    title: str
-    dialect: str
     health: Health
     stale: bool = Field(description="the last probe is older than the site's staleness bound")
-    collected_at: datetime | None
-    age_s: float | None
-    error: str | None
-    accounts: tuple[str, ...]
-    credit: tuple[Credit, ...]
-    partitions: tuple[PartitionView, ...]
+    title: str = ""
+    dialect: str = ""
+    collected_at: datetime | None = None
+    age_s: float | None = None
+    error: str | None = None
+    accounts: tuple[str, ...] = ()
+    credit: tuple[Credit, ...] = ()
+    partitions: tuple[PartitionView, ...] = ()
 
 
 class FederationView(BaseModel):
