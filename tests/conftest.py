@@ -8,6 +8,35 @@ from typing import Any
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+# What a run may leave in the checkout's root: tools' caches (git ignores them).
+_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__", ".venv"}
+_BEFORE = pytest.StashKey[set[str]]()
+
+
+def _root_entries() -> set[str]:
+    return {p.name for p in ROOT.iterdir()} - _CACHES
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        session.config.stash[_BEFORE] = _root_entries()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it left new files in the checkout's root (a job whose output path
+    was not given writes slurm-<id>.out into the cwd): the tests clean up after themselves."""
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    left = sorted(_root_entries() - before)
+    if left:
+        shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"FAILED: the run left files in the checkout's root: {shown}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(

@@ -127,6 +127,9 @@ def drain(devfed: Any) -> None:
 
 
 def sbatch(devfed: Any, site: str, *args: str) -> str:
-    out = devfed.run(site, "sbatch", "--parsable", *args)
+    """Submit a job the way a person would; its output goes nowhere unless `args` say where
+    (Slurm's default, slurm-<id>.out in the cwd, would litter the checkout)."""
+    quiet = () if {"-o", "--output"} & set(args) else ("-o", "/dev/null")
+    out = devfed.run(site, "sbatch", "--parsable", *quiet, *args)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]

@@ -134,6 +134,8 @@ async def test_refresh_after_sbatch_shows_exact_free_gpus_and_pending(
             f"--gres=gpu:gh200:{gpus}",
             "-t",
             "5",
+            "-o",
+            "/dev/null",
             "--wrap",
             "sleep 120",
         )

@@ -85,6 +85,7 @@ def _job(name: str, partition: str, *, gpus: int = 0, array: ArraySpec | None = 
         account="fedhpc-gpu" if gpus or partition.startswith("gh") else "fedhpc-cpu",
         shape=Shape(cpus=1, gpus=gpus, memory_mib=128, wall_time_s=300),
         array=array,
+        stdout="/dev/null",  # not slurm-<id>.out in the checkout
     )
 
 

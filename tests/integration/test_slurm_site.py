@@ -54,7 +54,7 @@ def _spec(
         partition=partition,
         account=account or ("fedhpc-gpu" if gpus else "fedhpc-cpu"),
         shape=Shape(cpus=1, gpus=gpus, memory_mib=128, wall_time_s=seconds),
-        stdout=str(out) if out else None,
+        stdout=str(out) if out else "/dev/null",
         **kw,
     )
 
