@@ -133,9 +133,13 @@ def test_status_shows_each_estimators_recent_error_under_the_federation() -> Non
         "|ERROR|",
         "MEDIAN",
         "BIAS",
+        "P10-P90",
+        "HELD",
     ]
-    assert lines[3].split() == ["devdelta", "gpuA100x4", "scheduler", "4", "12s", "-3s"]
-    assert lines[4].split() == ["devdelta", "gpuA100x4", "paper", "4", "250s", "+240s"]
+    assert lines[3].split() == ["devdelta", "gpuA100x4", "scheduler", "4", "12s", "-3s", "-"]
+    assert lines[4].split() == ["devdelta", "gpuA100x4", "paper", "4", "250s", "+240s", "-"]
+    rows[0] |= {"coverage": 0.75, "scored": 8}
+    assert _estimator_table(rows)[3].split()[-3:] == ["75%", "of", "8"]
 
 
 @pytest.mark.parametrize(

@@ -185,13 +185,18 @@ async def _view(
 
 
 def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Per site and partition, each estimator's recent median |predicted - observed| wait."""
+    """Per site and partition, each estimator's recent median |predicted - observed| wait and
+    how often its p10-p90 band held (goal 80 %; placement.calibration)."""
     if not rows:
         return []
-    table = [("SITE", "PARTITION", "ESTIMATOR", "JOBS", "MEDIAN |ERROR|", "MEDIAN BIAS")]
+    table = [
+        ("SITE", "PARTITION", "ESTIMATOR", "JOBS", "MEDIAN |ERROR|", "MEDIAN BIAS", "P10-P90 HELD")
+    ]
     for r in rows:
         err, bias = f"{r['median_abs_error_s']:.0f}s", f"{r['median_bias_s']:+.0f}s"
-        table.append((r["site"], r["partition"], r["method"], str(r["n"]), err, bias))
+        cov = r.get("coverage")
+        held = "-" if cov is None else f"{cov:.0%} of {r.get('scored', 0)}"
+        table.append((r["site"], r["partition"], r["method"], str(r["n"]), err, bias, held))
     head = ["", "Wait estimators (predicted at placement vs the wait accounting reported):"]
     return head + table_lines(table)
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fedhpc.placement.calibration import Calibration, calibrate
+
 __all__ = ["ErrorObservation", "EstimatorError", "EstimatorErrors"]
 
 
@@ -36,6 +38,12 @@ class EstimatorError:
     n: int
     median_abs_s: float
     median_bias_s: float
+    # The p10-p90 band from its residuals and how often it held (placement.calibration).
+    calibration: Calibration | None = None
+
+    @property
+    def weight(self) -> float:
+        return self.calibration.weight if self.calibration is not None else 1.0
 
 
 class EstimatorErrors:
@@ -55,17 +63,18 @@ class EstimatorErrors:
         oldest = now.timestamp() - window_s
         keep = [o for o in observations if oldest <= o.at.timestamp() <= now.timestamp()]
         keep.sort(key=lambda o: o.at, reverse=True)
-        by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        by: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
         for o in keep:
             key = (o.site, o.partition, o.method)
             if len(by[key]) < recent:
-                by[key].append(o.predicted_s - o.observed_s)
-        self._errors = {
-            k: EstimatorError(
-                *k, len(v), statistics.median(abs(e) for e in v), statistics.median(v)
+                by[key].append((o.predicted_s, o.observed_s))
+        self._errors = {}
+        for k, v in by.items():
+            e = [p - w for p, w in v]
+            cal = calibrate(v[::-1], min_samples=min_samples)  # oldest first
+            self._errors[k] = EstimatorError(
+                *k, len(e), statistics.median(abs(x) for x in e), statistics.median(e), cal
             )
-            for k, v in by.items()
-        }
 
     def get(self, site: str, partition: str, method: str) -> EstimatorError | None:
         """The estimator's recent error there, or None below `min_samples` observations."""
@@ -73,10 +82,11 @@ class EstimatorErrors:
         return e if e is not None and e.n >= self.min_samples else None
 
     def prefer(self, site: str, partition: str, first: str, second: str) -> str | None:
-        """Why `second` should be used instead of `first` there (its recent error is smaller),
-        or None when `first` is at least as good or either lacks enough observations."""
+        """Why `second` should be used instead of `first` there (its recent error, divided by
+        its calibration weight, is smaller), or None when `first` is at least as good or either
+        lacks enough observations."""
         a, b = self.get(site, partition, first), self.get(site, partition, second)
-        if a is None or b is None or b.median_abs_s >= a.median_abs_s:
+        if a is None or b is None or b.median_abs_s / b.weight >= a.median_abs_s / a.weight:
             return None
         return (
             f"{second} preferred: recent error {b.median_abs_s:.0f} s vs {first} "
@@ -111,6 +121,32 @@ class EstimatorErrors:
                 "median_abs_error_s": round(e.median_abs_s, 1),
                 "median_bias_s": round(e.median_bias_s, 1),
                 "auto_prefers": self.auto_prefers(e),
+                **_calibration_fields(e.calibration),
             }
             for e in self.rows()
         ]
+
+    def band(
+        self, site: str, partition: str, method: str, predicted_s: float
+    ) -> tuple[float, float, float] | None:
+        """p10/p50/p90 for a new prediction from this estimator's recent residuals there, or
+        None below `min_samples` observations."""
+        e = self.get(site, partition, method)
+        if e is None or e.calibration is None:
+            return None
+        return e.calibration.band(predicted_s)
+
+
+def _calibration_fields(c: Calibration | None) -> dict[str, Any]:
+    """`coverage`: share of jobs inside the p10-p90 band built from the jobs before them (None
+    until enough were scored; goal 0.8); `band_s`: the residual p10/p50/p90 a new prediction
+    is shifted by; `weight`: 1 within 0.8 +- 0.1, less the further coverage drifts."""
+    if c is None:
+        return {}
+    cov = c.coverage
+    return {
+        "coverage": None if cov is None else round(cov, 2),
+        "scored": c.scored,
+        "band_s": [round(c.lo_s, 1), round(c.mid_s, 1), round(c.hi_s, 1)],
+        "weight": round(c.weight, 2),
+    }

@@ -1,0 +1,81 @@
+"""Quantile forecasts judged prequentially: each job against the p10-p90 band its estimator's
+earlier jobs gave (placement.calibration), and an estimator whose band stops holding loses
+weight in `auto`'s choice (placement.errors)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fedhpc.placement import ErrorObservation, EstimatorErrors
+from fedhpc.placement.calibration import calibrate, quantile
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def test_quantile_interpolates_between_ranks() -> None:
+    assert quantile([0.0, 10.0], 0.5) == 5.0
+    assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1) == 1.4
+    assert quantile([7.0], 0.9) == 7.0
+
+
+def test_a_biased_but_steady_estimator_is_calibrated_by_its_residuals() -> None:
+    # Predicts 100 s; the jobs wait 140-180 s: its band learns the shift and holds.
+    pairs = [(100.0, 140.0 + (i * 37) % 41) for i in range(30)]
+    cal = calibrate(pairs, min_samples=5)
+    assert (cal.n, cal.scored) == (30, 25)
+    assert cal.coverage is not None and 0.7 <= cal.coverage <= 0.9
+    assert cal.weight == 1.0
+    p10, p50, p90 = cal.band(100.0)
+    assert 140.0 <= p10 < p50 < p90 <= 180.0
+    assert cal.band(-500.0) == (0.0, 0.0, 0.0)  # a wait is never negative
+
+
+def test_too_few_jobs_say_nothing_and_keep_full_weight() -> None:
+    cal = calibrate([(10.0, 12.0), (10.0, 30.0)], min_samples=3)
+    assert cal.scored == 0 and cal.coverage is None and cal.weight == 1.0
+
+
+def test_an_estimator_that_drifts_loses_weight_and_auto_turns_to_the_other() -> None:
+    obs: list[ErrorObservation] = []
+    # 12 jobs, oldest first. `learned` was within 15 s for six jobs, then its errors grew every
+    # job (its band, built on the past, stops covering the next one); `paper` is off by a
+    # steady 40-54 s, and its band holds.
+    for i in range(12):
+        at = NOW - timedelta(minutes=60 - i)
+        observed = 300.0 + i
+        learned = observed + (15 if i % 2 else -15) if i < 6 else observed - 30.0 * (i - 5)
+        paper = observed - 40.0 - (i * 7) % 21
+        obs += [
+            ErrorObservation("a", "p", "learned", learned, observed, at),
+            ErrorObservation("a", "p", "paper", paper, observed, at),
+        ]
+    errors = EstimatorErrors(obs, now=NOW, window_s=86400.0)
+    lrn, pap = errors.get("a", "p", "learned"), errors.get("a", "p", "paper")
+    assert lrn is not None and pap is not None and lrn.calibration is not None
+    assert lrn.median_abs_s < pap.median_abs_s  # by raw error, learned still looks better
+    assert lrn.calibration.coverage is not None and lrn.calibration.coverage < 0.5
+    assert lrn.weight < 0.5 and pap.weight == 1.0
+    why = errors.prefer("a", "p", "learned", "paper")
+    assert why is not None and why.startswith("paper preferred")
+    rows = {r["method"]: r for r in errors.as_rows()}
+    assert rows["paper"]["auto_prefers"] and not rows["learned"]["auto_prefers"]
+    assert rows["learned"]["weight"] < 0.5 and rows["paper"]["coverage"] >= 0.7
+    assert len(rows["paper"]["band_s"]) == 3 and rows["paper"]["scored"] == 9
+    band = errors.band("a", "p", "paper", 250.0)
+    assert band is not None and 250.0 < band[0] < band[1] < band[2]
+    assert errors.band("a", "q", "paper", 250.0) is None
+
+
+def test_a_new_realised_start_moves_the_calibration() -> None:
+    base = [
+        ErrorObservation("a", "p", "scheduler", 100.0, 100.0 + i, NOW - timedelta(minutes=30 - i))
+        for i in range(8)
+    ]
+    before = EstimatorErrors(base, now=NOW, window_s=86400.0).get("a", "p", "scheduler")
+    late = ErrorObservation("a", "p", "scheduler", 100.0, 900.0, NOW - timedelta(minutes=1))
+    after = EstimatorErrors([*base, late], now=NOW, window_s=86400.0).get("a", "p", "scheduler")
+    assert before is not None and after is not None
+    assert before.calibration is not None and after.calibration is not None
+    assert after.calibration.scored == before.calibration.scored + 1
+    assert after.calibration.covered == before.calibration.covered  # 900 s was outside
+    assert after.calibration.hi_s > before.calibration.hi_s
