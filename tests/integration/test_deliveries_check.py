@@ -5,6 +5,7 @@ hooks) under that environment, and says what is missing, with the fix."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -138,3 +139,43 @@ def test_check_names_a_codex_model_it_does_not_know_and_an_endpoint_it_cannot_re
     (report,) = body["runtimes"]
     assert rc == 1 and report["ok"] is False
     assert any("cannot be reached" in f and "127.0.0.1:9" in f for f in report["fix"])
+
+
+def test_check_asks_the_chatgpt_backend_when_codex_is_signed_in_with_chatgpt(
+    tmp_path: Path,
+) -> None:
+    """Codex signed in with ChatGPT (auth.json holds tokens, no API key) sends its model
+    requests to the ChatGPT backend, not to api.openai.com: the check asks that endpoint (here
+    the fake, through `chatgpt_base_url`), never sends the login's token, and says so."""
+    codex = npm_tool(*CODEX)
+    home = tmp_path / "h"
+    (home / ".codex").mkdir(parents=True)
+    token = "canary-chatgpt-access-token"
+
+    def part(doc: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
+
+    claims = {
+        "email": "someone@example.org",
+        "exp": 4102444800,
+        "https://api.openai.com/auth": {"chatgpt_plan_type": "plus", "chatgpt_account_id": "a1"},
+    }
+    id_token = f"{part({'alg': 'none'})}.{part(claims)}.sig"  # what Codex reads of a login
+    tokens = {"id_token": id_token, "access_token": token, "refresh_token": "r", "account_id": "a1"}
+    (home / ".codex" / "auth.json").write_text(
+        json.dumps(
+            {"OPENAI_API_KEY": None, "tokens": tokens, "last_refresh": "2026-12-05T00:00:00Z"}
+        )
+    )
+    with FakeOpenAI() as backend:
+        (home / ".codex" / "config.toml").write_text(
+            f'model = "gpt-5.5"\nchatgpt_base_url = "{backend.url}/backend-api/codex"\n'
+            '[mcp_servers.fedhpc]\ncommand = "fedhpc"\nargs = ["serve"]\n'
+        )
+        rc, body = _check(home, f'[resume.codex]\nbinary = "{codex}"\n', "codex")
+    (report,) = body["runtimes"]
+    assert rc == 0 and report["ok"] is True, report
+    assert ("GET", "/backend-api/codex/models") in backend.extra  # not the platform API
+    assert backend.exchanges == []
+    assert any("signed in with ChatGPT" in n for n in report["notes"]), report
+    assert token not in json.dumps(body)

@@ -235,7 +235,7 @@ def _codex(
         )
     elif "url" not in entry:
         fixes += _codex_server(entry, env, home)
-    model = check_model(exe, env, config, str(base / "config.toml"))
+    model = check_model(exe, env, config, str(base / "config.toml"), base)
     login = _run([exe, "login", "status"], env)
     if login.returncode != 0 and model.provider == "openai":
         fixes.append(

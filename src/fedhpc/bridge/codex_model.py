@@ -15,12 +15,15 @@ import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["OPENAI_BASE_URL", "ModelReport", "check_model", "model_settings"]
+__all__ = ["CHATGPT_BASE_URL", "OPENAI_BASE_URL", "ModelReport", "check_model", "model_settings"]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+CHATGPT_BASE_URL = "https://chatgpt.com/backend-api/codex"  # Codex signed in with ChatGPT
+API_KEY = "OPENAI_API_KEY"
 _TIMEOUT_S = 10.0
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -134,11 +137,34 @@ def _ask_endpoint(report: ModelReport, key: str | None, env: dict[str, str], whe
         )
 
 
-def check_model(exe: str, env: dict[str, str], config: dict[str, Any], where: str) -> ModelReport:
+def _chatgpt_login(codex_home: Path) -> bool:
+    """Codex is signed in with ChatGPT (`codex login`): its auth.json holds `tokens` and no
+    API key. Its model requests then go to the ChatGPT backend, not the platform API."""
+    try:
+        auth = json.loads((codex_home / "auth.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(auth, dict) and isinstance(auth.get("tokens"), dict) and not auth.get(API_KEY)
+
+
+def check_model(
+    exe: str, env: dict[str, str], config: dict[str, Any], where: str, codex_home: Path
+) -> ModelReport:
     """Codex's model and endpoint as a resume would use them (`where`: the config's path)."""
     model, provider, table = model_settings(config)
     base_url = str(table.get("base_url") or env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL)
+    chatgpt = (
+        provider == "openai" and not table.get("base_url") and not env.get(API_KEY)
+    ) and _chatgpt_login(codex_home)
+    if chatgpt:
+        base_url = str(config.get("chatgpt_base_url") or CHATGPT_BASE_URL)
     report = ModelReport(model, provider, base_url)
+    if chatgpt:
+        report.notes.append(
+            f"Codex is signed in with ChatGPT: resumes use {base_url}, which this check found "
+            "reachable or not (below); the login itself is Codex's to refresh: if a resume "
+            "says it expired, run `codex login` as the daemon's user"
+        )
     if model:
         known = _known_models(exe, env)
         if known is not None and model not in known:
@@ -147,6 +173,6 @@ def check_model(exe: str, env: dict[str, str], config: dict[str, Any], where: st
                 f'`{model}` not found" before each resumed turn and uses fallback metadata '
                 f"(fine for a gateway's own model names; otherwise fix `model` in {where})"
             )
-    key_var = str(table.get("env_key") or ("OPENAI_API_KEY" if provider == "openai" else ""))
+    key_var = str(table.get("env_key") or (API_KEY if provider == "openai" else ""))
     _ask_endpoint(report, env.get(key_var) if key_var else None, env, where)
     return report
