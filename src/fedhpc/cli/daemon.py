@@ -120,7 +120,12 @@ def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[s
         f"sites: {', '.join(health.get('sites', [])) or 'none'}"
     ]
     store = health.get("store") or {}
-    if store.get("engine") == "postgresql":
+    if store.get("engine") == "postgresql" and store.get("lease_token") is None:
+        lines.append(
+            "store: PostgreSQL, this daemon follows: it answers, another daemon leads "
+            "(fedhpc store status names it)"
+        )
+    elif store.get("engine") == "postgresql":
         lines.append(
             f"store: PostgreSQL, this daemon leads it (lease token {store.get('lease_token')})"
         )

@@ -356,13 +356,17 @@ class DaemonClient:
         return TransferView.model_validate(body)
 
     async def events(
-        self, after: int = 0, limit: int = 100, consumer: str | None = None
+        self, after: int = 0, limit: int = 100, consumer: str | None = None, wait_s: float = 0
     ) -> list[dict[str, Any]]:
-        """Events after `after` and, with `consumer`, after what it acknowledged."""
+        """Events after `after` and, with `consumer`, after what it acknowledged; with
+        `wait_s`, when there are none yet, the daemon answers as soon as some land (any
+        daemon's on one PostgreSQL store), or empty after `wait_s`."""
         params: dict[str, Any] = {"after": after, "limit": limit}
         if consumer is not None:
             params["consumer"] = consumer
-        body = await self._call(api.EVENTS, params=params)
+        if wait_s > 0:
+            params["wait_s"] = wait_s
+        body = await self._call(api.EVENTS, params=params, limit_s=TIMEOUTS["read"] + wait_s)
         events: list[dict[str, Any]] = body["events"]
         return events
 

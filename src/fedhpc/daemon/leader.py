@@ -18,16 +18,25 @@ __all__ = ["keep_lease", "release_lease", "take_lease"]
 log = structlog.get_logger("fedhpc.daemon.leader")
 
 
-async def take_lease(store: Store, settings: DaemonSettings) -> Lease:
+async def take_lease(
+    store: Store, settings: DaemonSettings, stopping: anyio.Event | None = None
+) -> Lease | None:
     """The lease, once this daemon leads (at once on SQLite, where the file lock decides);
-    fences the store with its token."""
+    fences the store with its token. None if `stopping` came first. Meanwhile the daemon
+    follows: it answers requests, and the leader does the work."""
     me = f"{socket.gethostname()}:{os.getpid()}"
     told = False
     while (lease := await acquire(store, me, ttl_s=settings.lease_s)) is None:
         if not told:
-            log.warning("another daemon leads this store: waiting", leader=await holder_of(store))
+            log.info("another daemon leads this store: following", leader=await holder_of(store))
             told = True
-        await anyio.sleep(settings.lease_s / 3)
+        if stopping is None:
+            await anyio.sleep(settings.lease_s / 3)
+            continue
+        with anyio.move_on_after(settings.lease_s / 3):
+            await stopping.wait()
+        if stopping.is_set():
+            return None
     if lease.token:
         log.info("leading the store", holder=me, token=lease.token, lease_s=lease.ttl_s)
     return lease

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -34,6 +35,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         if q.consumer is not None:  # what the consumer acknowledged is not listed again
             after = max(after, await state.store.cursor(q.consumer))
         rows = await state.store.events_after(after, limit=q.limit)
+        if not rows and q.wait_s > 0:  # a long poll: woken by events of this or another daemon
+            with anyio.move_on_after(q.wait_s):
+                while not rows:
+                    landed = state.landed
+                    rows = await state.store.events_after(after, limit=q.limit)
+                    if not rows:
+                        await landed.wait()
         if not rows and q.after > 0:
             # Seqs only grow and archiving keeps the newest one (store.last_seq), so an `after`
             # beyond it was never given out by this store.

@@ -7,7 +7,7 @@ import fcntl
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
@@ -33,6 +33,7 @@ from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store, open_store
 from fedhpc.store.archive import archive_events
 from fedhpc.store.lease import Lease
+from fedhpc.store.listen import listen_events
 from fedhpc.transfer.service import TransferService
 
 __all__ = ["run_daemon"]
@@ -97,12 +98,6 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
     with _single_instance(settings):
         # A paused daemon's open transaction (and the write lock) ends with its lease.
         store = await open_store(settings.db_path, idle_s=settings.lease_s)
-        try:
-            lease = await take_lease(store, settings)  # PostgreSQL: one leader per store
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await store.close()
-            raise
         sites = load_federation()
         adapters = {
             name: open_adapter(site, command_timeout_s=settings.command_timeout_s)
@@ -127,21 +122,24 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
             estimate_timeout_s=settings.estimate_timeout_s,
             submits_per_cycle=settings.submits_per_cycle,
         )
+        lease: Lease | None = None
         try:
             await collector.load()
             if once:
+                lease = await take_lease(store, settings)  # PostgreSQL: one leader per store
                 report = await collector.refresh(force=True)
                 await orchestrator.place_queued()
                 await orchestrator.tick()
                 await Bridge(store, settings.home).cycle()
                 log.info("cycle done", sites=len(report.probed), seconds=round(report.wall_s, 3))
                 return
-            await _serve(settings, store, collector, orchestrator, lease)
+            await _serve(settings, store, collector, orchestrator)
         finally:
             await _close_adapters(adapters)
             with anyio.CancelScope(shield=True):
                 try:
-                    await release_lease(store, lease)
+                    if lease is not None:
+                        await release_lease(store, lease)
                 finally:
                     await store.close()
 
@@ -151,8 +149,10 @@ async def _serve(
     store: Store,
     collector: Collector,
     orchestrator: Orchestrator,
-    lease: Lease,
 ) -> None:
+    """Answer REST (and MCP through it) at once, leader or follower; run the single loops
+    (collector, control cycle, placer, bridge, transfers, archiver) only while leading the
+    store (PostgreSQL; on SQLite at once). Every daemon listens for the others' events."""
     state = DaemonState(store, collector, datetime.now(UTC), orchestrator)
     bridge = Bridge(
         store,
@@ -168,10 +168,8 @@ async def _serve(
     )
     state.bridge = bridge
 
-    def wake_bridge() -> None:  # not `bridge.wake.set`: Bridge.run replaces its Event each cycle
-        bridge.wake.set()
-
-    orchestrator.notify = wake_bridge
+    landed, woken = _wakers(state, orchestrator, bridge)
+    orchestrator.notify = landed
     orchestrator.resume_blocker = bridge.blocker
 
     def changed() -> None:
@@ -210,12 +208,8 @@ async def _serve(
         async with anyio.create_task_group() as outer:
             async with anyio.create_task_group() as services:
                 outer.start_soon(watch_signals, services.cancel_scope, name="signals")
-                services.start_soon(keep_lease, store, lease, stopping, name="lease")
-                services.start_soon(collector.run, stopping, name="collector")
-                services.start_soon(orchestrator.run, stopping, name="orchestrator")
-                services.start_soon(bridge.run, stopping, name="bridge")
-                services.start_soon(transfers.run, stopping, name="transfers")
-                services.start_soon(_archiver, store, settings, stopping, name="archiver")
+                services.start_soon(_lead, settings, store, state, stopping, name="lead")
+                services.start_soon(listen_events, store, woken, stopping, name="listen")
                 services.start_soon(trim_each_cycle, settings.cycle_s, stopping, name="trim")
                 services.start_soon(server.serve, [sock], name="rest")
                 if settings.loop_watch_s > 0:
@@ -227,6 +221,48 @@ async def _serve(
         with contextlib.suppress(FileNotFoundError):
             settings.socket_path.unlink()
         log.info("daemon down")
+
+
+def _wakers(
+    state: DaemonState, orchestrator: Orchestrator, bridge: Bridge
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Who to wake for events of this process (`landed`) and of another daemon on the same
+    store (`woken`, store/listen.py)."""
+
+    def landed() -> None:  # events of this process: the bridge and REST readers of the log
+        bridge.wake.set()  # not `bridge.wake.set` bound once: Bridge.run replaces its Event
+        state.events_landed()
+
+    def woken() -> None:  # another daemon's events (store/listen.py): queued work, placements
+        orchestrator.placer.wake()
+        progress, orchestrator.placer.progress = orchestrator.placer.progress, anyio.Event()
+        progress.set()  # a follower's submit waiting for the leader's placement
+        landed()
+
+    return landed, woken
+
+
+async def _lead(
+    settings: DaemonSettings, store: Store, state: DaemonState, stopping: anyio.Event
+) -> None:
+    """Once this daemon leads the store, the loops that must be single, until stopping (or
+    `Fenced`: another daemon took over, and this one stops)."""
+    lease = await take_lease(store, settings, stopping)  # PostgreSQL: one leader per store
+    if lease is None:
+        return
+    assert state.bridge is not None
+    assert state.transfers is not None
+    try:
+        async with anyio.create_task_group() as single:
+            single.start_soon(keep_lease, store, lease, stopping, name="lease")
+            single.start_soon(state.collector.run, stopping, name="collector")
+            single.start_soon(state.orchestrator.run, stopping, name="orchestrator")
+            single.start_soon(state.bridge.run, stopping, name="bridge")
+            single.start_soon(state.transfers.run, stopping, name="transfers")
+            single.start_soon(_archiver, store, settings, stopping, name="archiver")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await release_lease(store, lease)
 
 
 ARCHIVE_EVERY_S = 3600.0

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
+
 from fedhpc.bridge import Bridge
 from fedhpc.collector import Collector
 from fedhpc.daemon.timings import RequestTimes
@@ -35,6 +37,12 @@ class DaemonState:
         self.bridge: Bridge | None = None
         self.archive_path: Path | None = None  # where archived events go (the daemon's home)
         self.request_times = RequestTimes()  # how long the REST answers took (GET /v1/health)
+        self.landed = anyio.Event()  # set (and replaced) when events may have landed
+
+    def events_landed(self) -> None:
+        """Wake the readers waiting for new events (GET /v1/events?wait_s=)."""
+        landed, self.landed = self.landed, anyio.Event()
+        landed.set()
 
     def view(self, request: InspectRequest | None = None) -> FederationView:
         return inspect_federation(

@@ -41,6 +41,9 @@ class EventsQuery(BaseModel):
     after: int = Field(default=0, ge=0, le=2**62, description="the last event seq already seen")
     limit: int = Field(default=100, ge=1, le=1000)
     consumer: str | None = Field(default=None, min_length=1, max_length=100, pattern=_CONSUMER)
+    wait_s: float = Field(
+        default=0, ge=0, le=300, description="with nothing after `after`: wait this long for it"
+    )
 
 
 class ArchiveRequest(BaseModel):

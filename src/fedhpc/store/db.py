@@ -99,6 +99,11 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
 
         return redacted(self._pg.url)
 
+    def url_for_listen(self) -> str | None:
+        """PostgreSQL: the database URL, for the connection that LISTENs for other daemons'
+        events (store/listen.py); None on SQLite."""
+        return self._pg.url if self._pg is not None else None
+
     @classmethod
     async def open_readonly(cls, path: Path) -> Store:
         """A reader for people's tools while the daemon is down; it never writes."""

@@ -11,6 +11,7 @@ __all__ = [
     "AS_SUBMITTED",
     "HISTORY_POINTS",
     "LAST_SEQ",
+    "NOTIFY_EVENTS",
     "PENDING_BUDGETS",
     "PUT_TASK_INSERT",
     "PUT_TASK_UPDATE",
@@ -47,6 +48,9 @@ APPEND_EVENT = (
     "INSERT INTO events (id, kind, subject, created_at, payload) "
     "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM events WHERE id = ?) RETURNING seq"
 )
+
+# Tx.append_event: the other daemons learn of the new events at commit (store/listen.py).
+NOTIFY_EVENTS = "SELECT pg_notify('fedhpc_events', ?)"
 
 # Store.pending_budgets
 PENDING_BUDGETS = (

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fedhpc.domain.site import SiteState
-from fedhpc.store import sql_pg
+from fedhpc.store import listen, sql_pg
 from fedhpc.store.engine import Conn, Row
 from fedhpc.store.events import Event, event_id
 
@@ -43,6 +43,7 @@ class Tx:
         self._c = conn
         self.dialect = conn.dialect
         self.conn: Any = getattr(conn, "raw", conn)  # the driver's own connection
+        self._told = False  # PostgreSQL: the other daemons are told of this commit's events
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return await self._c.run(sql, params)
@@ -70,6 +71,9 @@ class Tx:
         values = (eid, kind, subject, iso(at), json.dumps(payload, sort_keys=True))
         if self.dialect == "postgresql":
             rows = await self._c.rows(sql_pg.APPEND_EVENT, (*values, eid))
+            if rows and not self._told:  # one NOTIFY per transaction, sent at its commit
+                await self._c.rows(sql_pg.NOTIFY_EVENTS, (listen.ORIGIN,))
+                self._told = True
         else:
             rows = await self._c.rows(
                 "INSERT INTO events (id, kind, subject, created_at, payload) "

@@ -1,0 +1,136 @@
+"""Followers answer: a second daemon on one PostgreSQL store that does not lead still serves
+REST (and MCP through it). A submit through it is a durable write the leader's placer picks
+up, woken by NOTIFY (store/listen.py); its reads and event waits answer like the leader's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fedhpc.cli.daemon import _status_lines
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.ops.tasks import ResultRequest, SubmitTaskRequest
+from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.store import Store
+from fedhpc.store.lease import holder_of
+from fedhpc_dev.postgres import PgServer
+
+ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
+
+
+def _daemon(home: Path, url: str, sites: Path) -> subprocess.Popen[bytes]:
+    """A real `fedhpc daemon` on the store `url` and the private process sites `sites`."""
+    home.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_STORE_URL": url,
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(sites),
+        "FEDHPC_CYCLE_S": "2",
+        "FEDHPC_REFRESH_S": "2",
+        "FEDHPC_LEASE_S": "10",
+        "FEDHPC_LOG_LEVEL": "info",
+    }
+    with (home / "daemon.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            cwd=home,  # a job without an output path writes there, not in the checkout
+        )  # fmt: skip
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, within_s: float = 120) -> None:
+    """Poll `check` until true; fail naming `what` after `within_s` (a bound, not a goal)."""
+    try:
+        with anyio.fail_after(within_s):
+            while not await check():
+                await anyio.sleep(0.2)
+    except TimeoutError:
+        pytest.fail(f"not within {within_s} s: {what}")
+
+
+Pair = tuple[Store, DaemonClient, DaemonClient, int]
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Pair]:
+    """Daemon A leads (its loops run), then daemon B follows on the same database: the
+    store, a client of A, a client of B, and A's pid."""
+    url = pg_server.create_database()
+    store = await Store.open_url(url)
+    sites = tmp_path / "sites"
+    a = _daemon(tmp_path / "a", url, sites)
+    procs = [a]
+    try:
+        async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "a")) as ca:
+            await ca.wait_until_up(120)
+
+            async def a_leads() -> bool:
+                now = await holder_of(store)
+                return now is not None and str(now["holder"]).endswith(f":{a.pid}")
+
+            await _until(a_leads, "A leads the store")
+            procs.append(_daemon(tmp_path / "b", url, sites))
+            async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "b")) as cb:
+                await cb.wait_until_up(120)  # B answers although A leads
+                yield store, ca, cb, a.pid
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+        await store.close()
+
+
+async def test_a_follower_takes_submits_the_leader_places_and_answers_reads(pair: Pair) -> None:
+    store, ca, cb, a_pid = pair
+    health = await cb.health()
+    assert health["store"] == {"engine": "postgresql", "lease_token": None}
+    assert any("this daemon follows" in line for line in _status_lines(health, 1, now=0.0))
+    assert (await ca.health())["store"]["lease_token"] == 1
+    req = SubmitTaskRequest(command=("true",), envelope=ENVELOPE, name="via-b")
+    tid = (await cb.submit_task(req)).task_id
+
+    async def completed() -> bool:
+        return (await cb.get_result(ResultRequest(task_id=tid))).state.value == "completed"
+
+    await _until(completed, "the task submitted through the follower completes")
+    attempts = await store.attempts(tid)
+    assert len(attempts) == 1  # placed and dispatched once, by the leader
+    now = await holder_of(store)
+    assert now is not None and str(now["holder"]).endswith(f":{a_pid}")  # B never led
+    assert (await ca.get_result(ResultRequest(task_id=tid))).state.value == "completed"
+    assert tid in {t.task_id for t in await cb.tasks(limit=50)}
+
+
+async def test_a_followers_event_wait_wakes_on_the_leaders_events(pair: Pair) -> None:
+    """A long poll of the follower's event log (GET /v1/events?wait_s=) answers with the
+    events the leader writes, woken by NOTIFY, well before its wait ends."""
+    _, ca, cb, _ = pair
+    newest = max([0, *(e["seq"] for e in await cb.events(after=0, limit=1000))])
+    got: list[dict[str, object]] = []
+    took: list[float] = []
+
+    async def wait_on_b() -> None:
+        t0 = time.monotonic()
+        got.extend(await cb.events(after=newest, wait_s=240))
+        took.append(time.monotonic() - t0)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_on_b)
+        await anyio.sleep(0.5)  # the poll is (most likely) waiting; if not, it reads at once
+        req = SubmitTaskRequest(command=("true",), envelope=ENVELOPE, name="via-a")
+        tid = (await ca.submit_task(req)).task_id
+    assert got, "the follower's wait ended with no event"
+    assert tid in {e["subject"] for e in got}
+    # Woken, not timed out: the wait would have lasted 240 s without the notification.
+    assert took[0] < 200
