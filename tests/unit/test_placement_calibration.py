@@ -79,3 +79,27 @@ def test_a_new_realised_start_moves_the_calibration() -> None:
     assert after.calibration.scored == before.calibration.scored + 1
     assert after.calibration.covered == before.calibration.covered  # 900 s was outside
     assert after.calibration.hi_s > before.calibration.hi_s
+
+
+def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
+    from fedhpc.domain.site import Health
+    from fedhpc.ops.inspect import FederationView, SiteView, with_calibration
+
+    view = FederationView(
+        taken_at=NOW,
+        sites=(
+            SiteView(site="a", health=Health.OK, stale=False),
+            SiteView(site="b", health=Health.OK, stale=False),
+        ),
+    )
+    obs = [
+        ErrorObservation("a", "p", "paper", 100.0, 100.0 + i, NOW - timedelta(minutes=30 - i))
+        for i in range(8)
+    ]
+    rows = EstimatorErrors(obs, now=NOW, window_s=86400.0).as_rows()
+    shown = with_calibration(view, rows)
+    a, b = shown.sites
+    assert b.calibration == ()
+    (row,) = a.calibration
+    assert row["partition"] == "p" and row["method"] == "paper" and "site" not in row
+    assert row["coverage"] is not None and row["scored"] == 5 and len(row["band_s"]) == 3

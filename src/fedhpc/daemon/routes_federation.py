@@ -13,7 +13,7 @@ from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.logs import recent_errors
-from fedhpc.ops.inspect import InspectRequest
+from fedhpc.ops.inspect import FederationView, InspectRequest, with_calibration
 
 __all__ = ["handlers"]
 
@@ -51,12 +51,16 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             }
         )
 
+    async def calibrated(view: FederationView) -> Response:
+        """The view with how each estimator's forecasts held per site (placement.calibration)."""
+        return model_response(with_calibration(view, (await o.waits.errors()).as_rows()))
+
     async def federation(request: Request) -> Response:
-        return model_response(state.view(_inspect_request(request)))
+        return await calibrated(state.view(_inspect_request(request)))
 
     async def refresh(request: Request) -> Response:
         await state.collector.refresh(force=True)
-        return model_response(state.view(_inspect_request(request)))
+        return await calibrated(state.view(_inspect_request(request)))
 
     async def estimators(request: Request) -> Response:
         errors = await o.waits.errors()

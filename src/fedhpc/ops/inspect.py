@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +26,7 @@ __all__ = [
     "federation_rows",
     "inspect_federation",
     "stale_after_s",
+    "with_calibration",
 ]
 
 
@@ -99,6 +101,9 @@ class SiteView(BaseModel):
     accounts: tuple[str, ...] = ()
     credit: tuple[Credit, ...] = ()
     partitions: tuple[PartitionView, ...] = ()
+    # Per partition and wait estimator: how its forecasts held here (the rows of
+    # /v1/estimators: coverage of the p10-p90 band, bias, error, weight; placement.calibration).
+    calibration: tuple[dict[str, Any], ...] = ()
 
 
 class FederationView(BaseModel):
@@ -153,6 +158,17 @@ def federation_rows(view: FederationView) -> list[tuple[SiteView, tuple[str, ...
             )
             rows.append((s, cells))
     return rows
+
+
+def with_calibration(view: FederationView, rows: list[dict[str, Any]]) -> FederationView:
+    """The view with each site's estimator rows (`/v1/estimators`) under `calibration`."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(str(r["site"]), []).append({k: v for k, v in r.items() if k != "site"})
+    sites = tuple(
+        s.model_copy(update={"calibration": tuple(by.get(s.site, ()))}) for s in view.sites
+    )
+    return view.model_copy(update={"sites": sites})
 
 
 def stale_after_s(site: Site, refresh_s: float) -> float:
