@@ -71,23 +71,29 @@ class Calibration:
 
 
 def calibrate(
-    pairs: Sequence[tuple[float, float]], *, min_samples: int, min_scored: int | None = None
+    pairs: Sequence[tuple[float, float]],
+    *,
+    min_samples: int,
+    min_scored: int | None = None,
+    window: int | None = None,
 ) -> Calibration:
     """`pairs`: (predicted, observed), oldest first. A job is scored once `min_samples`
     earlier jobs exist; coverage is reported from `min_scored` scored jobs (default
-    `min_samples`)."""
+    `min_samples`). `window`: the band uses only the last `window` residuals (all by default;
+    the daemon already keeps the most recent 20)."""
     need = max(1, min_samples)
+    keep = len(pairs) if window is None else max(need, window)
     residuals: list[float] = []
     scored = covered = 0
     for predicted, observed in pairs:
         if len(residuals) >= need:
-            past = sorted(residuals)
+            past = sorted(residuals[-keep:])
             lo = max(0.0, predicted + quantile(past, 0.1))
             hi = max(0.0, predicted + quantile(past, 0.9))
             scored += 1
             covered += lo <= observed <= hi
         residuals.append(observed - predicted)
-    ordered = sorted(residuals) or [0.0]
+    ordered = sorted(residuals[-keep:]) or [0.0]
     return Calibration(
         n=len(residuals),
         scored=scored,
