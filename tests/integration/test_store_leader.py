@@ -123,6 +123,7 @@ def _daemon(home: Path, url: str, sites: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
             env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            cwd=home,  # a job without an output path writes there, not in the checkout
         )  # fmt: skip
 
 
