@@ -103,3 +103,37 @@ def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
     (row,) = a.calibration
     assert row["partition"] == "p" and row["method"] == "paper" and "site" not in row
     assert row["coverage"] is not None and row["scored"] == 5 and len(row["band_s"]) == 3
+
+
+def test_a_placement_carries_the_chosen_estimators_calibrated_wait_band() -> None:
+    from fedhpc.placement import Placement, PlacementInputs, Policy, place
+    from fedhpc.placement.errors import method_of
+    from tests.unit.test_placement_place import paper_world
+    from tests.unit.test_placement_world import NOW as WORLD_NOW
+    from tests.unit.test_placement_world import env
+
+    sites, snap = paper_world()
+    four = env(gpus=4, cpus=8, wall_time="1h")
+    plain = place(four, PlacementInputs(snap, sites, Policy(), now=WORLD_NOW))
+    assert isinstance(plain, Placement) and plain.estimates.wait_band is None
+    method = method_of(plain.estimates.wait_source)
+    assert method in {"scheduler", "learned", "paper"}
+    # The chosen estimator ran 30-70 s late on that partition on its last 8 jobs.
+    obs = [
+        ErrorObservation(
+            plain.site,
+            plain.partition,
+            method,
+            100.0,
+            130.0 + 5 * i,
+            WORLD_NOW - timedelta(minutes=30 - i),
+        )
+        for i in range(9)
+    ]
+    errors = EstimatorErrors(obs, now=WORLD_NOW, window_s=86400.0)
+    judged = place(four, PlacementInputs(snap, sites, Policy(), now=WORLD_NOW, errors=errors))
+    assert isinstance(judged, Placement) and judged.site == plain.site
+    band = judged.estimates.wait_band
+    w = judged.estimates.wait_s
+    assert band is not None and w + 30.0 <= band[0] < band[1] < band[2] <= w + 70.0
+    assert method_of("scheduler:free-now; x") == "scheduler"

@@ -12,7 +12,7 @@ from typing import Any
 
 from fedhpc.placement.calibration import Calibration, calibrate
 
-__all__ = ["ErrorObservation", "EstimatorError", "EstimatorErrors"]
+__all__ = ["ErrorObservation", "EstimatorError", "EstimatorErrors", "method_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +135,11 @@ class EstimatorErrors:
         if e is None or e.calibration is None:
             return None
         return e.calibration.band(predicted_s)
+
+
+def method_of(source: str) -> str:
+    """The estimator a wait's source names: "scheduler:free-now" -> "scheduler"."""
+    return source.split(";", 1)[0].split(":", 1)[0].strip()
 
 
 def _calibration_fields(c: Calibration | None) -> dict[str, Any]:

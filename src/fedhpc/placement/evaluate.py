@@ -3,6 +3,7 @@ for each feasible candidate its estimates and sort key."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -12,7 +13,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.placement.candidates import AccountChoice, account_choices, candidate_id
 from fedhpc.placement.context import CandidateContext, PartitionContext, shape_key
 from fedhpc.placement.credit import Budgets, predict_charge
-from fedhpc.placement.errors import EstimatorErrors
+from fedhpc.placement.errors import EstimatorErrors, method_of
 from fedhpc.placement.estimators import (
     EnvCache,
     RuntimeModel,
@@ -85,7 +86,17 @@ def _estimates(x: CandidateContext, key: str, inputs: Inputs) -> Estimates:
         credit_fraction=_credit_fraction(x),
         waste=waste(x.shape.gpus, x.shape.nodes, acc.count if acc else 0, model.whole_node),
         wait_by=w.by_method,
+        wait_band=_band(inputs.errors, p.site.name, p.spec.name, w.source, w.wait_s),
     )
+
+
+def _band(
+    errors: EstimatorErrors | None, site: str, partition: str, source: str, wait_s: float
+) -> tuple[float, float, float] | None:
+    if errors is None or not math.isfinite(wait_s):
+        return None
+    band = errors.band(site, partition, method_of(source), wait_s)
+    return None if band is None else (round(band[0], 1), round(band[1], 1), round(band[2], 1))
 
 
 def _credit_fraction(x: CandidateContext) -> float:

@@ -50,6 +50,9 @@ class Estimates:
     # What each estimator with data predicted for the wait (recorded with the job, to judge
     # the estimators against the observed wait later).
     wait_by: tuple[tuple[str, float], ...] = ()
+    # p10/p50/p90 wait from the chosen estimator's recent residuals on this partition
+    # (placement.calibration); None until it was judged on enough jobs there.
+    wait_band: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
