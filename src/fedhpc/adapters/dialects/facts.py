@@ -42,6 +42,8 @@ class PartitionFacts:
     available: bool = True
     preemptible: bool = False
     other_shapes: tuple[str, ...] = ()  # node shapes besides the most common one
+    # Slurm `TRESBillingWeights`: (TRES, weight per unit-hour), memory per GiB; empty: not set
+    billing_weights: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

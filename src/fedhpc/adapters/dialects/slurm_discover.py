@@ -25,8 +25,10 @@ from fedhpc.domain.units import parse_duration
 __all__ = [
     "ASSOC_FIELDS",
     "QOS_FIELDS",
+    "billing_per_hour",
     "discover_sections",
     "parse_associations",
+    "parse_billing_weights",
     "parse_discovery",
     "parse_partitions",
     "parse_qos",
@@ -97,6 +99,50 @@ def _names(value: str) -> tuple[str, ...]:
 
 
 _KV = re.compile(r"(\w+)=(\S*)")
+
+
+_MEM_PER_GIB = {"K": 1024.0 * 1024.0, "M": 1024.0, "G": 1.0, "T": 1.0 / 1024.0}
+
+
+def parse_billing_weights(value: str) -> tuple[tuple[str, float], ...]:
+    """A partition's `TRESBillingWeights` (slurm.conf(5)): "CPU=1.0,Mem=0.25G,GRES/gpu=2.0"
+    -> (("CPU", 1.0), ("GRES/gpu", 2.0), ("Mem", 0.25)), sorted by TRES. A memory weight is per
+    MB unless suffixed K/M/G/T; it is returned per GiB. Unparsable entries are left out."""
+    out: dict[str, float] = {}
+    for item in value.split(","):
+        tres, _, raw = item.strip().partition("=")
+        if not tres or not raw:
+            continue
+        unit = raw[-1].upper() if raw[-1].isalpha() else "M"
+        try:
+            w = float(raw[:-1] if raw[-1].isalpha() else raw)
+        except ValueError:
+            continue
+        if tres.lower() == "mem":
+            if unit not in _MEM_PER_GIB:
+                continue
+            tres, w = "Mem", w * _MEM_PER_GIB[unit]
+        out[tres] = w
+    return tuple(sorted(out.items()))
+
+
+def billing_per_hour(
+    weights: tuple[tuple[str, float], ...], *, cpus: int, memory_mib: int, gpus: int, nodes: int
+) -> float:
+    """Billing units one hour of the allocation costs: the weighted sum of its TRES (Slurm's
+    default; PriorityFlags=MAX_TRES is not modelled). GPUs match any `GRES/gpu` or
+    `GRES/gpu:TYPE` weight; TRES without a weight cost nothing."""
+    per_node = 0.0
+    for tres, w in weights:
+        t = tres.lower()
+        if t == "cpu":
+            per_node += w * cpus
+        elif t == "mem":
+            per_node += w * memory_mib / 1024.0
+        elif t.startswith("gres/gpu"):
+            per_node += w * gpus
+    nodes_w = dict(weights).get("Node", 0.0)
+    return nodes * (per_node + nodes_w)
 
 
 def parse_qos(text: str) -> dict[str, dict[str, int | None]]:
@@ -212,6 +258,7 @@ def parse_partitions(
                 available=f.get("State", "UP").upper() == "UP",
                 preemptible=f.get("PreemptMode", "OFF").upper() not in ("OFF", ""),
                 other_shapes=others,
+                billing_weights=parse_billing_weights(f.get("TRESBillingWeights", "")),
             )
         )
     return tuple(out)

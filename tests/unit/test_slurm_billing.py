@@ -1,0 +1,52 @@
+"""What a Slurm partition charges (issue 42): `TRESBillingWeights` read from
+`scontrol show partition -o` (slurm.conf(5)) and the billing units an allocation costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedhpc.adapters.dialects.slurm_discover import (
+    billing_per_hour,
+    parse_billing_weights,
+    parse_partitions,
+)
+
+FIX = Path(__file__).parent.parent / "fixtures" / "slurm"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("CPU=1.0,Mem=0.25G,GRES/gpu=2.0", (("CPU", 1.0), ("GRES/gpu", 2.0), ("Mem", 0.25))),
+        ("CPU=0.5,Mem=1", (("CPU", 0.5), ("Mem", 1024.0))),  # memory per MB by default
+        ("Mem=2048K,GRES/gpu:a100=4", (("GRES/gpu:a100", 4.0), ("Mem", 2048.0 * 1024 * 1024))),
+        ("Mem=1T", (("Mem", 1.0 / 1024),)),
+        ("", ()),
+        ("CPU=x,GRES/gpu=,=3,Mem=1Q", ()),  # nothing parsable
+    ],
+)
+def test_billing_weights_parse_with_memory_per_gib(
+    value: str, expected: tuple[tuple[str, float], ...]
+) -> None:
+    assert parse_billing_weights(value) == expected
+
+
+def test_an_allocation_costs_the_weighted_sum_of_its_tres() -> None:
+    w = parse_billing_weights("CPU=1.0,Mem=0.25G,GRES/gpu=16.0")
+    # 2 nodes x (8 CPUs + 64 GiB x 0.25 + 2 GPUs x 16) = 2 x 56
+    assert billing_per_hour(w, cpus=8, memory_mib=64 * 1024, gpus=2, nodes=2) == 112.0
+    assert billing_per_hour((), cpus=8, memory_mib=1024, gpus=1, nodes=1) == 0.0
+
+
+def test_discovery_reads_each_partitions_weights_and_none_where_unset() -> None:
+    partitions = (FIX / "scontrol_show_partition.txt").read_text()
+    nodes = (FIX / "scontrol_show_node.txt").read_text()
+    plain = parse_partitions(partitions, nodes, {})
+    assert plain and all(p.billing_weights == () for p in plain)  # the devfed sets none
+    first = partitions.splitlines()[0]
+    weighted = first.replace(" State=UP", " TRESBillingWeights=CPU=1.0,GRES/gpu=8.0 State=UP")
+    (gh, *_) = parse_partitions("\n".join([weighted, *partitions.splitlines()[1:]]), nodes, {})
+    assert gh.name == plain[0].name
+    assert gh.billing_weights == (("CPU", 1.0), ("GRES/gpu", 8.0))
