@@ -50,3 +50,34 @@ def test_discovery_reads_each_partitions_weights_and_none_where_unset() -> None:
     (gh, *_) = parse_partitions("\n".join([weighted, *partitions.splitlines()[1:]]), nodes, {})
     assert gh.name == plain[0].name
     assert gh.billing_weights == (("CPU", 1.0), ("GRES/gpu", 8.0))
+
+
+def test_a_discovered_profile_charges_what_the_billing_weights_say() -> None:
+    from fedhpc.adapters.command import BatchSection
+    from fedhpc.adapters.dialects.slurm_discover import parse_discovery
+    from fedhpc.domain.site import TransportSpec
+    from fedhpc.onboard.build import build_discovery
+
+    partitions = (FIX / "scontrol_show_partition.txt").read_text().splitlines()
+    partitions[0] = partitions[0].replace(
+        " State=UP", " TRESBillingWeights=CPU=1.0,GRES/gpu=8.0 State=UP"
+    )
+    sections = {
+        "config": "ClusterName             = devvista\n",
+        "partitions": "\n".join(partitions) + "\n",
+        "nodes": (FIX / "scontrol_show_node.txt").read_text(),
+        "assoc": (FIX / "sacctmgr_assoc.txt").read_text(),
+        "qos": (FIX / "sacctmgr_qos.txt").read_text(),
+        "login": "user=root\narch=x86_64\nstorage.HOME=/root\nruntime=apptainer\n",
+    }
+    facts = parse_discovery({k: BatchSection(k, 0, v) for k, v in sections.items()})
+    local = TransportSpec(kind="local", env={"SLURM_CONF": "/etc/slurm/slurm.conf"})
+    found = build_discovery(facts, name="devvista", transport=local)
+    gh_facts = facts.partitions[0]
+    gh = found.profile.partition(gh_facts.name)
+    assert gh is not None and gh.charge is not None
+    # one node: its CPUs x 1.0 + its GPUs x 8.0 billing units an hour, shared per GPU
+    expected = (gh_facts.cpus * 1.0 + gh_facts.gpus * 8.0) / gh_facts.gpus
+    assert gh.charge.kind.value == "gpu-hours" and gh.charge.rate == round(expected, 4)
+    (charge,) = [c for c in found.confirm if c.field == "charge"]
+    assert "TRESBillingWeights" in charge.why and gh_facts.name in charge.why

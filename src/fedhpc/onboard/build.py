@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts
+from fedhpc.adapters.dialects.slurm_discover import billing_per_hour
 from fedhpc.domain.accelerators import GPU_MEMORY_GIB
 from fedhpc.domain.config import AccountConfig, UserSiteConfig
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
@@ -172,6 +173,20 @@ def _user_entry(facts: ClusterFacts, names: set[str], login: str | None) -> User
     return UserSiteConfig(user=login, accounts=tuple(configs))
 
 
+def _billed_charge(p: PartitionFacts) -> dict[str, Any] | None:
+    """The partition's charge from its Slurm billing weights: a whole node's billing units per
+    hour shared over its GPUs (gpu-hours) or, without GPUs, its cores (core-hours)."""
+    if not p.billing_weights:
+        return None
+    per_node = billing_per_hour(
+        p.billing_weights, cpus=p.cpus, memory_mib=p.memory_mib, gpus=p.gpus, nodes=1
+    )
+    units = p.gpus or p.cpus
+    if per_node <= 0 or units <= 0:
+        return None
+    return {"kind": "gpu-hours" if p.gpus else "core-hours", "rate": round(per_node / units, 4)}
+
+
 def build_discovery(
     facts: ClusterFacts,
     *,
@@ -211,11 +226,23 @@ def build_discovery(
         if gpu and kind == "core-hours" and "accelerator" in spec["node"]:
             spec["charge"] = {"kind": "gpu-hours", "rate": 1.0}
     mixed = " (GPU partitions: gpu-hours)" if gpu and kind == "core-hours" else ""
+    billed = []
+    for facts_p, spec in zip(facts.partitions, partitions, strict=True):
+        charge = _billed_charge(facts_p)
+        if charge is not None:
+            spec["charge"] = charge
+            billed.append(facts_p.name)
+    why = "schedulers do not know what a center charges"
+    if billed:
+        why = (
+            f"{', '.join(billed)}: from Slurm TRESBillingWeights (a node's billing per GPU or "
+            "core); the center's allocation unit may differ"
+        )
     confirm.append(
         Confirm(
             "charge",
             f"{kind}, rate 1.0 per unit-hour{mixed}",
-            "schedulers do not know what a center charges",
+            why,
             "the center's 'job accounting' / 'charging' page (charge factors per partition)",
         )
     )
