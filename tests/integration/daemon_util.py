@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -133,3 +133,40 @@ def sbatch(devfed: Any, site: str, *args: str) -> str:
     out = devfed.run(site, "sbatch", "--parsable", *quiet, *args)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
+
+
+def store_daemon(
+    home: Path, url: str, sites: Path, *, cycle_s: float = 1, lease_s: float = 3
+) -> subprocess.Popen[bytes]:
+    """A real `fedhpc daemon` on the store `url` (PostgreSQL: several may share it) and the
+    private process sites in `sites`, run in `home` (a job without an output path writes
+    there, not in the checkout)."""
+    home.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "FEDHPC_HOME": str(home),
+        "FEDHPC_STORE_URL": url,
+        "FEDHPC_DEVFED": "process",
+        "FEDHPC_DEVFED_DIR": str(sites),
+        "FEDHPC_CYCLE_S": f"{cycle_s:g}",
+        "FEDHPC_REFRESH_S": "2",
+        "FEDHPC_LEASE_S": f"{lease_s:g}",
+        "FEDHPC_LOG_LEVEL": "info",
+    }
+    with (home / "daemon.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, cwd=home,
+        )  # fmt: skip
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[bool]], what: str, within_s: float = 120
+) -> None:
+    """Poll `check` until true; fail naming `what` after `within_s` (a bound, not a goal)."""
+    try:
+        with anyio.fail_after(within_s):
+            while not await check():
+                await anyio.sleep(0.2)
+    except TimeoutError:
+        pytest.fail(f"not within {within_s} s: {what}")

@@ -4,12 +4,9 @@ up, woken by NOTIFY (store/listen.py); its reads and event waits answer like the
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -22,40 +19,9 @@ from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.lease import holder_of
 from fedhpc_dev.postgres import PgServer
+from tests.integration.daemon_util import poll_until, store_daemon
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
-
-
-def _daemon(home: Path, url: str, sites: Path) -> subprocess.Popen[bytes]:
-    """A real `fedhpc daemon` on the store `url` and the private process sites `sites`."""
-    home.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "FEDHPC_HOME": str(home),
-        "FEDHPC_STORE_URL": url,
-        "FEDHPC_DEVFED": "process",
-        "FEDHPC_DEVFED_DIR": str(sites),
-        "FEDHPC_CYCLE_S": "2",
-        "FEDHPC_REFRESH_S": "2",
-        "FEDHPC_LEASE_S": "10",
-        "FEDHPC_LOG_LEVEL": "info",
-    }
-    with (home / "daemon.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-            cwd=home,  # a job without an output path writes there, not in the checkout
-        )  # fmt: skip
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, within_s: float = 120) -> None:
-    """Poll `check` until true; fail naming `what` after `within_s` (a bound, not a goal)."""
-    try:
-        with anyio.fail_after(within_s):
-            while not await check():
-                await anyio.sleep(0.2)
-    except TimeoutError:
-        pytest.fail(f"not within {within_s} s: {what}")
 
 
 Pair = tuple[Store, DaemonClient, DaemonClient, int]
@@ -68,7 +34,7 @@ async def pair(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Pair]:
     url = pg_server.create_database()
     store = await Store.open_url(url)
     sites = tmp_path / "sites"
-    a = _daemon(tmp_path / "a", url, sites)
+    a = store_daemon(tmp_path / "a", url, sites, cycle_s=2, lease_s=10)
     procs = [a]
     try:
         async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "a")) as ca:
@@ -78,8 +44,8 @@ async def pair(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Pair]:
                 now = await holder_of(store)
                 return now is not None and str(now["holder"]).endswith(f":{a.pid}")
 
-            await _until(a_leads, "A leads the store")
-            procs.append(_daemon(tmp_path / "b", url, sites))
+            await poll_until(a_leads, "A leads the store")
+            procs.append(store_daemon(tmp_path / "b", url, sites, cycle_s=2, lease_s=10))
             async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "b")) as cb:
                 await cb.wait_until_up(120)  # B answers although A leads
                 yield store, ca, cb, a.pid
@@ -103,7 +69,7 @@ async def test_a_follower_takes_submits_the_leader_places_and_answers_reads(pair
     async def completed() -> bool:
         return (await cb.get_result(ResultRequest(task_id=tid))).state.value == "completed"
 
-    await _until(completed, "the task submitted through the follower completes", 240)
+    await poll_until(completed, "the task submitted through the follower completes", 240)
     attempts = await store.attempts(tid)
     assert len(attempts) == 1  # placed and dispatched once, by the leader
     now = await holder_of(store)

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.lease import Fenced, acquire, holder_of, renew
 from fedhpc_dev.postgres import PgServer
+from tests.integration.daemon_util import poll_until, store_daemon
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
@@ -104,29 +104,6 @@ async def test_reads_and_an_unfenced_store_are_not_held_back(two: tuple[Store, S
     assert await a.get_task("t1") is not None
 
 
-def _daemon(home: Path, url: str, sites: Path) -> subprocess.Popen[bytes]:
-    """A real `fedhpc daemon` on the PostgreSQL store `url` and the private process sites
-    in `sites` (shared by the test's daemons), with a 3 s lease."""
-    home.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "FEDHPC_HOME": str(home),
-        "FEDHPC_STORE_URL": url,
-        "FEDHPC_DEVFED": "process",
-        "FEDHPC_DEVFED_DIR": str(sites),
-        "FEDHPC_CYCLE_S": "1",
-        "FEDHPC_REFRESH_S": "2",
-        "FEDHPC_LEASE_S": "3",
-        "FEDHPC_LOG_LEVEL": "info",
-    }
-    with (home / "daemon.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
-            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-            cwd=home,  # a job without an output path writes there, not in the checkout
-        )  # fmt: skip
-
-
 async def _submit(home: Path, n: int, tag: str) -> list[str]:
     async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
         await client.wait_until_up(60)
@@ -135,16 +112,6 @@ async def _submit(home: Path, n: int, tag: str) -> list[str]:
             req = SubmitTaskRequest(command=("true",), envelope=ENVELOPE, name=f"{tag}{i}")
             out.append((await client.submit_task(req)).task_id)
         return out
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, within_s: float = 120) -> None:
-    """Poll `check` until true; fail naming `what` after `within_s` (a bound, not a goal)."""
-    try:
-        with anyio.fail_after(within_s):
-            while not await check():
-                await anyio.sleep(0.2)
-    except TimeoutError:
-        pytest.fail(f"not within {within_s} s: {what}")
 
 
 async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
@@ -156,7 +123,7 @@ async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
     url = pg_server.create_database()
     store = await Store.open_url(url)
     sites = tmp_path / "sites"
-    a = _daemon(tmp_path / "a", url, sites)
+    a = store_daemon(tmp_path / "a", url, sites)
     b: subprocess.Popen[bytes] | None = None
 
     async def leader() -> dict[str, object] | None:
@@ -169,17 +136,19 @@ async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
     try:
         first = await _submit(tmp_path / "a", 3, "a")
         assert (await leader() or {}).get("holder", "").endswith(f":{a.pid}")  # type: ignore[union-attr]
-        await _until(lambda: done(first), "A runs its tasks")
-        b = _daemon(tmp_path / "b", url, sites)
+        await poll_until(lambda: done(first), "A runs its tasks")
+        b = store_daemon(tmp_path / "b", url, sites)
         os.kill(a.pid, signal.SIGSTOP)
-        await _until(lambda: _leads(leader, b.pid if b else 0), "B takes over after A's lease", 60)
+        await poll_until(
+            lambda: _leads(leader, b.pid if b else 0), "B takes over after A's lease", 60
+        )
         second = await _submit(tmp_path / "b", 3, "b")
         async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "b")) as client:
             health = await client.health()  # `fedhpc daemon status` says who leads
         assert health["store"] == {"engine": "postgresql", "lease_token": 2}
         os.kill(a.pid, signal.SIGCONT)
         assert a.wait(timeout=60) != 0  # A learns it lost the lease and stops
-        await _until(lambda: done(second), "B runs the tasks submitted to it")
+        await poll_until(lambda: done(second), "B runs the tasks submitted to it")
         for tid in first + second:
             assert len(await store.attempts(tid)) == 1, tid  # dispatched once, by one leader
         terminal = await store.events_after(0, kinds=["task.terminal"], limit=100)
@@ -231,7 +200,7 @@ async def test_killing_the_leader_thrice_runs_every_task_once(
     procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     try:
         for name in ("a", "b"):
-            procs[name] = (_daemon(tmp_path / name, url, sites), tmp_path / name)
+            procs[name] = (store_daemon(tmp_path / name, url, sites), tmp_path / name)
         ids: list[str] = []
         for k in range(3):
             homes = {p.pid: home for p, home in procs.values() if p.poll() is None}
@@ -245,14 +214,14 @@ async def test_killing_the_leader_thrice_runs_every_task_once(
             os.kill(killed.pid, signal.SIGKILL)  # mid-dispatch, likely
             killed.wait()
             home = tmp_path / f"{leader}{k}"
-            procs[leader] = (_daemon(home, url, sites), home)  # the new standby
+            procs[leader] = (store_daemon(home, url, sites), home)  # the new standby
         assert len(set(ids)) == 60
 
         async def all_done() -> bool:
             tasks = [await store.get_task(t) for t in ids]
             return all(t is not None and t["state"] == "completed" for t in tasks)
 
-        await _until(all_done, "every task completes under the surviving leaders", 300)
+        await poll_until(all_done, "every task completes under the surviving leaders", 300)
         names = [
             json.loads(p.read_text())["name"]
             for p in sites.rglob("jobs/*.json")
