@@ -10,7 +10,7 @@ from typing import Any
 
 from mcp import Client
 
-from tests.integration.daemon_util import start, stop
+from tests.integration.daemon_util import running
 from tests.integration.mcp_support import stdio_params
 
 
@@ -25,14 +25,13 @@ async def test_fields_keep_each_sites_named_fields_and_a_misspelt_one_is_refused
 ) -> None:
     env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed")}
     home = tmp_path / "h"
-    proc = start(home, **env)
-    try:
-        async with Client(stdio_params(home, "--no-autostart", **env), mode="legacy") as client:
-            whole = _body(await client.call_tool("inspect_federation", {}))
-            small = await client.call_tool("inspect_federation", {"fields": ["partitions"]})
-            bad = await client.call_tool("inspect_federation", {"fields": ["health", "queue"]})
-    finally:
-        stop(proc)
+    async with (  # the daemon answers before the first call: no autostart, no wait
+        running(home, **env),
+        Client(stdio_params(home, "--no-autostart", **env), mode="legacy") as client,
+    ):
+        whole = _body(await client.call_tool("inspect_federation", {}))
+        small = await client.call_tool("inspect_federation", {"fields": ["partitions"]})
+        bad = await client.call_tool("inspect_federation", {"fields": ["health", "queue"]})
     assert whole["sites"] and all("dialect" in s and "partitions" in s for s in whole["sites"])
     sites = _body(small)["sites"]
     assert [s["site"] for s in sites] == [s["site"] for s in whole["sites"]]
