@@ -286,7 +286,7 @@ async def test_every_scheduler_command_carries_the_sites_deadline() -> None:
     transport = _Recording()
     adapter = SiteAdapter(SLOW, cast(Any, transport), command_timeout_s=7.0)
     spec = JobSpec(name="fedhpc-t-1", command=("true",), partition="p", shape=Shape(cpus=1))
-    await adapter.submit(spec, ensure_dirs=["/x"])  # recorded only: nothing runs
+    await adapter.submit_many([(spec, ["/x"])])  # recorded only: nothing runs, no answer
     await adapter.status(["1"])
     await adapter.accounting(["1"])
     await adapter.find(["fedhpc-t-1"])

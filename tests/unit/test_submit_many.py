@@ -90,7 +90,7 @@ async def test_one_call_submits_each_job_and_answers_for_each_alone(
         await adapter.transport.aclose()
 
 
-async def test_a_job_alone_goes_as_a_single_submission(process_mode: Path) -> None:
+async def test_a_job_alone_goes_in_the_same_cut_proof_call(process_mode: Path) -> None:
     site = load_federation()["devanvil"]
     out = Path(site.profile.storage[0].path) / "w"
     adapter = open_adapter(site)
@@ -138,15 +138,16 @@ def test_each_script_travels_intact_whatever_its_lines() -> None:
     assert second is not None and second.stdout == texts[1]
 
 
-def test_a_call_whose_input_stops_part_way_submits_nothing(tmp_path: Path) -> None:
-    """The daemon killed while it writes a batched call leaves bash a prefix of the call: at
-    every cut, no job reaches the scheduler (`tee` stands in for sbatch and keeps a file per
-    job it is given), never a job script cut short."""
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_call_whose_input_stops_part_way_submits_nothing(tmp_path: Path, jobs: int) -> None:
+    """The daemon killed while it writes a submission call (of one job or several) leaves bash
+    a prefix of the call: at every cut, no job reaches the scheduler (`tee` stands in for
+    sbatch and keeps a file per job it is given), never a job script cut short."""
     got = tmp_path / "got"
     got.mkdir()
     entries = [
         SubmitEntry(Command(("tee", str(got / f"job{i}")), stdin=f"#!/bin/bash\necho {i}\n"))
-        for i in range(3)
+        for i in range(jobs)
     ]
     command, _ = submissions_command(entries, timeout_s=10)
     text = command.stdin or ""
@@ -156,4 +157,4 @@ def test_a_call_whose_input_stops_part_way_submits_nothing(tmp_path: Path) -> No
         subprocess.run(["bash", "-s"], input=text[:cut].encode(), capture_output=True, check=False)
         assert not any(got.iterdir()), f"a job was submitted from a call cut at {cut}"
     subprocess.run(["bash", "-s"], input=text, capture_output=True, text=True, check=True)
-    assert sorted(p.name for p in got.iterdir()) == ["job0", "job1", "job2"]
+    assert sorted(p.name for p in got.iterdir()) == [f"job{i}" for i in range(jobs)]

@@ -19,7 +19,6 @@ from fedhpc.adapters.command import (
     CommandResult,
     batch,
     iter_lines,
-    shell_line,
     split_batch,
 )
 from fedhpc.adapters.dialects import Dialect, get_dialect
@@ -175,35 +174,23 @@ class SiteAdapter:
     async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
         """Submit one job; returns once the scheduler accepted it. `ensure_dirs` are created
         first in the same remote call (the job's working and output folders)."""
-        return await self._submit_one(spec, self.render(spec), ensure_dirs)
-
-    async def _submit_one(
-        self, spec: JobSpec, script: str, ensure_dirs: Sequence[str]
-    ) -> SubmittedJob:
-        command = self.dialect.submit_command(script)
-        if ensure_dirs:
-            # The folders travel as positional arguments, never inside the script text.
-            line = f'mkdir -p -- "$@" || exit {MKDIR_FAILED}; exec {shell_line(command.argv)}'
-            command = Command(
-                ("bash", "-c", line, "fedhpc", *ensure_dirs),
-                stdin=command.stdin,
-                env=command.env,
-                timeout_s=command.timeout_s,
-                idempotent=False,
-            )
-        got = self._submitted(spec, script, await self._run(self._deadline(command), "submit"))
-        if isinstance(got, Exception):
+        (got,) = await self.submit_many([(spec, ensure_dirs)])
+        if got is None:
+            raise TransportError(f"no answer for {spec.name} from {self.name}'s submission")
+        if isinstance(got, FedError):
             raise got
         return got
 
     async def submit_many(
         self, jobs: Sequence[tuple[JobSpec, Sequence[str]]]
     ) -> list[SubmittedJob | FedError | None]:
-        """Submit several jobs in ONE remote call (`submit_batch`), each with the folders to
-        make first. Per job, in order: its job; why there is none (`SchedulerRejected`,
+        """Submit jobs in ONE remote call (`submit_batch`), each with the folders to make
+        first. Per job, in order: its job; why there is none (`SchedulerRejected`,
         `WorkdirFailed`, a script that cannot be rendered); or None when its answer did not
-        arrive (whether it was submitted is unknown: resolved by name). A single job goes as
-        `submit` sends it. A transport failure raises `TransportError`: nothing is known."""
+        arrive (whether it was submitted is unknown: resolved by name). A single job goes the
+        same way: a call cut short (the daemon killed while writing it) submits nothing, where
+        a scheduler reading a script from stdin would take the cut script for the whole one.
+        A transport failure raises `TransportError`: nothing is known."""
         out: list[SubmittedJob | FedError | None] = [None] * len(jobs)
         todo: list[tuple[int, JobSpec, str, SubmitEntry]] = []
         for i, (spec, dirs) in enumerate(jobs):
@@ -213,17 +200,10 @@ class SiteAdapter:
                 out[i] = exc
                 continue
             todo.append((i, spec, script, SubmitEntry(self.dialect.submit_command(script), dirs)))
-        if len(todo) == 1:
-            i, spec, script, entry = todo[0]
-            try:
-                out[i] = await self._submit_one(spec, script, entry.dirs)
-            except (SchedulerRejected, WorkdirFailed) as exc:
-                out[i] = exc
-            return out
         if not todo:
             return out
         # The deadline grows with the batch: each job is one scheduler command at the site.
-        timeout_s = self.command_timeout_s * (1 + len(todo) / 10)
+        timeout_s = self.command_timeout_s * (1 + (len(todo) - 1) / 10)
         command, mark = submissions_command([t[3] for t in todo], timeout_s=timeout_s)
         log.info("submit call", site=self.name, jobs=len(todo))
         result = await self._run(command, "submit")
