@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -19,7 +20,7 @@ from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.lease import holder_of
 from fedhpc_dev.postgres import PgServer
-from tests.integration.daemon_util import poll_until, store_daemon
+from tests.integration.daemon_util import poll_until, start, stop, store_daemon
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 
@@ -106,3 +107,48 @@ async def test_a_followers_event_wait_wakes_on_the_leaders_events(pair: Pair) ->
         submitted.append((await ca.submit_task(req)).task_id)
     # Woken, not timed out: each wait would have lasted 240 s without a notification.
     assert max(took) < 200
+
+
+async def test_a_followers_view_is_the_leaders_probes_and_it_never_probes(
+    pair: Pair, tmp_path: Path
+) -> None:
+    """A follower's inspect_federation shows the leader's probes as they are stored (fresh,
+    not the snapshot it loaded at start), and the follower sends no scheduler command."""
+    _, _, cb, _ = pair
+    never = datetime.min.replace(tzinfo=UTC)
+    first = {s.site: s.collected_at or never for s in (await cb.federation()).sites}
+
+    async def newer() -> bool:
+        now = {s.site: s.collected_at or never for s in (await cb.federation()).sites}
+        return all(now[k] > v for k, v in first.items())
+
+    await poll_until(newer, "the follower's view has each site's newer probe", 120)
+    log = (tmp_path / "b" / "daemon.log").read_text()
+    assert "following" in log and "probed" not in log  # `probed`: each probe's log line
+
+
+async def test_a_long_poll_answers_at_once_when_its_daemon_stops(tmp_path: Path) -> None:
+    """A reader waiting on GET /v1/events?wait_s= does not hold its daemon's stop up: it is
+    answered (with what there is) and the daemon exits well inside the wait."""
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(tmp_path / "sites")}
+    proc = start(tmp_path / "h", **env)
+    try:
+        async with DaemonClient(DaemonSettings.from_env(home=tmp_path / "h")) as client:
+            await client.wait_until_up(120)
+            after = max([0, *(e["seq"] for e in await client.events(after=0, limit=1000))])
+            pages: list[list[dict[str, object]]] = []
+
+            async def wait() -> None:
+                pages.append(await client.events(after=after, wait_s=240))
+
+            t0 = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(1)  # the poll is (most likely) waiting
+                proc.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(proc.wait, 120)
+            took = time.monotonic() - t0
+    finally:
+        stop(proc, kill=True)
+    assert len(pages) == 1  # answered, not failed: the daemon was still up to answer
+    assert took < 120  # the wait was 240 s: answered at the stop, not at its end

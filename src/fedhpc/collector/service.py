@@ -201,6 +201,18 @@ class Collector:
             key=f"{kind}:{name}:{state.collected_at.isoformat()}",
         )
 
+    async def follow(self) -> None:
+        """A follower's view (a daemon that does not lead a shared store): the leader's probes
+        as it stores them, read again every refresh interval; never a scheduler command, so a
+        site sees one daemon's probes however many serve. Cancelled once this daemon leads."""
+        while True:
+            await anyio.sleep(self.refresh_s)  # the first view was loaded at start
+            try:
+                await self.load()
+                self.ready.set()
+            except Exception:  # the store out of reach: the view ages, says so, and is retried
+                log.exception("reading the leader's site states failed")
+
     async def run(self, stopping: anyio.Event) -> None:
         """Refresh until `stopping` is set; `wake` forces an early refresh."""
         while not stopping.is_set():

@@ -37,7 +37,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         rows = await state.store.events_after(after, limit=q.limit)
         if not rows and q.wait_s > 0:  # a long poll: woken by events of this or another daemon
             with anyio.move_on_after(q.wait_s):
-                while not rows:
+                while not rows and not state.stopping.is_set():
                     landed = state.landed
                     rows = await state.store.events_after(after, limit=q.limit)
                     if not rows:

@@ -195,6 +195,7 @@ async def _serve(
             async for signum in signals:
                 log.info("stopping", signal=signal.Signals(signum).name, grace_s=settings.grace_s)
                 stopping.set()  # stop claiming new work
+                state.stop()  # long polls answer now
                 collector.wake.set()
                 orchestrator.wake.set()
                 bridge.wake.set()
@@ -247,7 +248,11 @@ async def _lead(
 ) -> None:
     """Once this daemon leads the store, the loops that must be single, until stopping (or
     `Fenced`: another daemon took over, and this one stops)."""
-    lease = await take_lease(store, settings, stopping)  # PostgreSQL: one leader per store
+    async with anyio.create_task_group() as waiting:
+        # Until it leads, the view is the leader's (a follower never probes a site itself).
+        waiting.start_soon(state.collector.follow, name="follow")
+        lease = await take_lease(store, settings, stopping)  # PostgreSQL: one leader per store
+        waiting.cancel_scope.cancel()
     if lease is None:
         return
     assert state.bridge is not None

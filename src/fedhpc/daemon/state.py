@@ -38,6 +38,12 @@ class DaemonState:
         self.archive_path: Path | None = None  # where archived events go (the daemon's home)
         self.request_times = RequestTimes()  # how long the REST answers took (GET /v1/health)
         self.landed = anyio.Event()  # set (and replaced) when events may have landed
+        self.stopping = anyio.Event()  # set at stop: long polls answer what they have
+
+    def stop(self) -> None:
+        """The daemon stops: every long poll answers now rather than hold the stop up."""
+        self.stopping.set()
+        self.events_landed()
 
     def events_landed(self) -> None:
         """Wake the readers waiting for new events (GET /v1/events?wait_s=)."""
