@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -294,3 +295,30 @@ async def test_move_data_is_a_task_that_ends_on_the_stream(tmp_path: Path) -> No
         assert bad["result"]["structuredContent"]["state"] == "failed"
         assert c.sent["tasks/get"] == 0
     assert (fed / "devvista" / "storage" / "in.dat").read_text() == "twelve bytes"
+
+
+def _event_reads(health: dict[str, Any]) -> int:
+    by_route = health.get("requests", {}).get("by_route", {})
+    return int(by_route.get("GET /v1/events", {}).get("n", 0))
+
+
+async def test_an_open_stream_long_polls_the_event_log(tmp_path: Path, env: dict[str, str]) -> None:
+    """While a stream waits, the server asks the daemon's log once per batch of events that
+    land (a long poll answered when they do), never on a timer: over a job's whole run the
+    reads are at most the events written meanwhile, plus the one waiting at each end."""
+    home = tmp_path / "h"
+    async with (
+        daemon(home, env) as rest,
+        tasks_client(stdio_params(home, "--no-autostart", **env)) as c,
+    ):
+        created = _created(
+            await c.call("submit_task", {"command": ["sleep", "4"], "envelope": CPU})
+        )
+        async with c.listen(created.task_id):
+            before = await rest.health()
+            with anyio.fail_after(120):
+                await c.tasks.terminal(created.task_id)
+            after = await rest.health()
+    landed = int(after["last_event_seq"]) - int(before["last_event_seq"])
+    reads = _event_reads(after) - _event_reads(before)
+    assert 1 <= reads <= landed + 2, (reads, landed)  # a 0.5 s poll read ~10 times here

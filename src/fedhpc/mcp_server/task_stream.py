@@ -54,7 +54,9 @@ log = structlog.get_logger(__name__)
 WAKE = frozenset(DEFAULT_WAKE_EVENTS) | frozenset(TRANSFER_EVENTS)
 EVENT_META_KEY = "fedhpc/event"
 SEQ_META_KEY = "fedhpc/seq"  # a continuation's delivery id is d<seq>-<continuation id>
-_POLL_S = 0.5  # the daemon's event log, over its local socket: cheap
+# A long poll of the daemon's event log: answered as soon as an event lands (of any daemon on
+# a shared store), else empty after this; a stream hears an event without polling for it.
+_WAIT_S = 25.0
 _DOWN_S = 1.0  # the daemon does not answer (restarting): ask again after this
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 MAX_STREAMS = 256  # open listen streams per server (the SDK's own handler allows 1024)
@@ -111,7 +113,7 @@ class EventWatch:
                 self._wake = anyio.Event()
                 continue
             try:
-                rows = await self.link.client.events(after=self.cursor, limit=200)
+                rows = await self.link.client.events(after=self.cursor, limit=200, wait_s=_WAIT_S)
             except FedError as exc:  # down or restarting: the seq keeps our place
                 log.info("event log unreadable; retrying", code=exc.code)
                 await anyio.sleep(_DOWN_S)
@@ -124,8 +126,6 @@ class EventWatch:
                 self.cursor = max(self.cursor, int(row["seq"]))
                 for listener in list(self._listeners.values()):
                     listener(row)
-            if len(rows) < 200:
-                await anyio.sleep(_POLL_S)
 
 
 class _Note(BaseModel):
