@@ -208,8 +208,7 @@ class Collector:
         while True:
             await anyio.sleep(self.refresh_s)  # the first view was loaded at start
             try:
-                await self.load()
-                self.ready.set()
+                await self.load()  # `ready` stays for this process's own first probes
             except Exception:  # the store out of reach: the view ages, says so, and is retried
                 log.exception("reading the leader's site states failed")
 

@@ -80,6 +80,10 @@ class Control:
         # An intent (attempt written, job id unknown) younger than this may still be in sbatch:
         # only older intents that the scheduler does not know are submitted again.
         self.intent_grace_s = intent_grace_s
+        # When this process began to lead: an intent another process wrote (a leader killed
+        # mid-submit) may have a scheduler command of that process still running, whatever its
+        # age, so the grace counts from here for it.
+        self.leading_since: datetime | None = None
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
         # but not yet settled accounting row; their eligible time is filled in when it settles.
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
@@ -178,7 +182,8 @@ class Control:
     async def _intent(self, a: AttemptRecord, answer: _Answer) -> None:
         """An intent when the site was asked: bound to the job found by its name (sbatch ran
         before a crash: never resubmitted), or submitted again when the scheduler does not know
-        it and it was written longer than the grace before find was asked."""
+        it and it was written (or this process began to lead, if later) longer than the grace
+        before find was asked."""
         if a.job_id is not None or answer.found_at is None:
             return  # bound meanwhile (its submission's outcome), or not asked about
         if a.job_name in answer.busy or a.job_name in self.dispatcher.in_flight:
@@ -188,7 +193,9 @@ class Control:
             a.job_id, a.submitted_at = answer.found[a.job_name], a.created_at
             async with self.book.store.transaction() as tx:
                 await self.book.save(tx, task, a, at=self.clock())
-        elif (answer.found_at - a.created_at).total_seconds() > self.intent_grace_s:
+            return
+        since = max(a.created_at, self.leading_since or a.created_at)
+        if (answer.found_at - since).total_seconds() > self.intent_grace_s:
             await self.adaptation.resubmit_intent(task, a)
 
     async def _backfill(self, site: str, records: dict[str, AccountingRecord]) -> None:

@@ -215,6 +215,7 @@ class Orchestrator:
 
     async def run(self, stopping: anyio.Event) -> None:
         """Control cycles and the placer, until `stopping` is set."""
+        self.control.leading_since = self.clock()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.placer.run, stopping, name="placer")
             tg.start_soon(self._cycles, stopping, name="control")
