@@ -88,6 +88,7 @@ PARALLEL_SAFE = frozenset(
         "test_move_data_wake",
         "test_offline_wait",
         "test_serve_preload",
+        "test_service_oauth",
         "test_site_lost",
         "test_skills_listing",
         "test_store_engines",

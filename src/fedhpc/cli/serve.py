@@ -24,13 +24,20 @@ __all__ = ["add_parser", "main", "skills_source"]
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is only needed by this command.
     from fedhpc.mcp_server import build_server, run_http, run_stdio
+    from fedhpc.mcp_server.service_http import run_service_http
+    from fedhpc.service import load_service
 
+    # Service mode: `--http` with a [service] section in the config (docs/service.md).
+    service = load_service() if args.http else None
     server = build_server(
         DaemonSettings.from_env(),
         autostart=not args.no_autostart,
         daemon_wait_s=args.daemon_wait,
+        service=service,
     )
-    if args.http:
+    if service is not None:
+        anyio.run(run_service_http, server, args.host, args.port, service)
+    elif args.http:
         token = MCP_TOKEN.read() or None
         anyio.run(functools.partial(run_http, server, args.host, args.port, token))
     else:

@@ -9,6 +9,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from fedhpc.domain.service import ServiceConfig
 from fedhpc.domain.site import SafeName, SiteProfile, TransportSpec
 from fedhpc.domain.units import MAX_CREDITS
 
@@ -143,6 +144,10 @@ class UserConfig(_Strict):
     resume: ResumeConfig = Field(default_factory=ResumeConfig)
     default_site_enabled: bool = Field(
         default=False, description="use sites the config does not mention (no accounts known)"
+    )
+    service: ServiceConfig | None = Field(
+        default=None,
+        description="`fedhpc serve --http` as an OAuth resource server (docs/service.md)",
     )
 
 

@@ -25,12 +25,14 @@ from fedhpc.mcp_server.link import DaemonLink, open_link
 from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
 from fedhpc.mcp_server.schema import compact_input, compact_output
+from fedhpc.mcp_server.service_http import scope_guard
 from fedhpc.mcp_server.task_ext import TasksExtension
 from fedhpc.mcp_server.task_stream import EventWatch, TaskListen
 from fedhpc.mcp_server.tools import ANNOTATIONS, TOOLS
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.suggest import unknown_field_reason
 from fedhpc.ops.tasks import ResultRequest
+from fedhpc.service import ServiceAuth
 from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["INSTRUCTIONS", "build_server", "build_tools"]
@@ -105,10 +107,15 @@ def _arguments_guard(tools: Mapping[str, Tool]) -> Any:
 
 
 def build_server(
-    settings: DaemonSettings | None = None, *, autostart: bool = True, daemon_wait_s: float = 0.0
+    settings: DaemonSettings | None = None,
+    *,
+    autostart: bool = True,
+    daemon_wait_s: float = 0.0,
+    service: ServiceAuth | None = None,
 ) -> MCPServer:
     """The server; each run (stdio connection, or the HTTP manager) opens one daemon link.
-    Without `autostart`, a call waits up to `daemon_wait_s` for a daemon to answer."""
+    Without `autostart`, a call waits up to `daemon_wait_s` for a daemon to answer. With
+    `service`, HTTP callers need a provider's token and each tool its scope (docs/service.md)."""
     resolved = settings or DaemonSettings.from_env()
     link_to = partial(open_link, resolved, autostart=autostart, wait_s=daemon_wait_s)
     bus = InMemorySubscriptionBus()
@@ -130,7 +137,12 @@ def build_server(
         tools=tools,
         lifespan=lifespan,
         log_level="WARNING",
-        middleware=[_arguments_guard({t.name: t for t in tools})],
+        middleware=[
+            *([scope_guard] if service else []),
+            _arguments_guard({t.name: t for t in tools}),
+        ],
+        auth=service.settings if service else None,
+        token_verifier=service.verifier if service else None,
         extensions=[TasksExtension()],
         subscriptions=bus,
     )

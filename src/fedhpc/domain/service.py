@@ -1,0 +1,86 @@
+"""The user config's `[service]` section: the HTTP MCP face as an OAuth resource server."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+__all__ = ["SCOPES", "ServiceConfig"]
+
+# Scopes per capability (docs/service.md): read < submit, data; admin holds every other one.
+SCOPES = ("fedhpc:read", "fedhpc:submit", "fedhpc:data", "fedhpc:admin")
+
+Scope = Literal["fedhpc:read", "fedhpc:submit", "fedhpc:data", "fedhpc:admin"]
+Domain = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$", max_length=253)
+]
+Subject = Annotated[
+    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f]+$")
+]
+# JWS algorithms a provider may sign with: asymmetric only (a shared-secret HS256 token would be
+# forgeable by anyone holding the provider's client secret).
+Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
+
+
+def _is_loopback_http(url: str) -> bool:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme != "http":
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_url(name: str, url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"{name} must be an absolute URL without query or fragment: {url!r}")
+    if parts.scheme != "https" and not _is_loopback_http(url):
+        raise ValueError(f"{name} must be https (plain http only on loopback): {url!r}")
+    return url
+
+
+class ServiceConfig(BaseModel):
+    """Who may call fedhpc's HTTP MCP endpoint, and with which provider's tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    issuer: str = Field(description="the OIDC provider's issuer URL (its discovery document's)")
+    resource: str = Field(
+        description="fedhpc's own public MCP URL, e.g. https://fedhpc.example.org/mcp: the "
+        "audience (RFC 8707) every token must name"
+    )
+    allowed_domains: tuple[Domain, ...] = Field(
+        default=(), description="email domains whose people may call (the token's email claim)"
+    )
+    allowed_subjects: tuple[Subject, ...] = Field(
+        default=(), description="provider subjects (`sub`) that may call, whatever their email"
+    )
+    required_scopes: tuple[Scope, ...] = Field(
+        default=("fedhpc:read",), description="scopes every request needs, on top of per-tool ones"
+    )
+    algorithms: tuple[Algorithm, ...] = Field(
+        default=("RS256", "ES256", "PS256", "EdDSA"), min_length=1
+    )
+    leeway_s: int = Field(default=30, ge=0, le=300, description="clock skew allowed on exp/nbf")
+    jwks_min_refresh_s: float = Field(
+        default=30.0, ge=0, le=3600, description="fetch the JWKS at most this often on unknown kids"
+    )
+
+    @model_validator(mode="after")
+    def _checked(self) -> Self:
+        _check_url("issuer", self.issuer)
+        _check_url("resource", self.resource)
+        if not self.allowed_domains and not self.allowed_subjects:
+            # Any account of a public provider (Globus Auth, CILogon) would otherwise get in.
+            raise ValueError(
+                "name who may call: allowed_domains (email domains) or allowed_subjects"
+            )
+        return self

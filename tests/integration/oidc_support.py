@@ -1,0 +1,128 @@
+"""A real OpenID provider for the service-mode tests (`oidc_provider.mjs`: panva's certified
+`oidc-provider` from npm, pinned and cached like the MCP CLIs), and its two sign-in paths: the
+client-credentials grant (a token per person, no browser) and the authorization-code flow with
+PKCE through the provider's own login and consent forms (for the MCP SDK's OAuth client)."""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import httpx2
+
+from tests.integration.npm_tools import CACHE, unavailable
+
+PACKAGE, VERSION = "oidc-provider", "9.13.3"
+SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def provider_lib() -> Path:
+    """The installed package's entry module, installing it once into the npm cache."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            unavailable(f"{tool} is not installed")
+    folder = CACHE / f"{PACKAGE}@{VERSION}"
+    lib = folder / "node_modules" / PACKAGE / "lib" / "index.js"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test runs install once
+        if not lib.exists():
+            argv = ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund"]
+            out = subprocess.run(
+                [*argv, "--loglevel=error", f"{PACKAGE}@{VERSION}"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            if out.returncode != 0 or not lib.exists():
+                unavailable(f"npm install {PACKAGE}@{VERSION} failed: {out.stderr[-400:]}")
+    return lib
+
+
+@dataclass(frozen=True)
+class Provider:
+    issuer: str
+
+    def mint(self, person: str, scope: str, resource: str) -> str:
+        """`person`'s access token (client credentials) with `scope`, bound to `resource`."""
+        answer = httpx2.post(
+            f"{self.issuer}/token",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": person,
+                "client_secret": f"{person}-secret-for-tests-only",
+                "scope": scope,
+                "resource": resource,
+            },
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        token: str = answer.json()["access_token"]
+        return token
+
+
+@contextmanager
+def oidc_provider(log: Path) -> Iterator[Provider]:
+    """The provider on a free loopback port, its output in `log`, stopped at exit."""
+    lib = provider_lib()
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["node", str(SCRIPT), str(port)],
+            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "OIDC_PROVIDER_LIB": str(lib)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        issuer = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while b"ready " not in log.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the OIDC provider did not start: {log.read_text()[-800:]}")
+            time.sleep(0.1)
+        yield Provider(issuer)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+_PROMPT = re.compile(r'name="prompt" value="(\w+)"')
+
+
+async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict[str, str]:
+    """Walk the provider's own login and consent forms as `login`, as a person's browser
+    would, up to the redirect back to the client; the redirect's query parameters."""
+    async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as browser:
+        url = authorization_url
+        for _ in range(12):
+            if url.startswith(redirect_uri):
+                query = parse_qs(urlsplit(url).query)
+                return {k: v[0] for k, v in query.items()}
+            page = await browser.get(url)
+            if page.is_redirect:
+                url = urljoin(url, page.headers["location"])
+                continue
+            found = _PROMPT.search(page.text)
+            assert page.status_code == 200 and found, page.text[:400]
+            form = {"prompt": found.group(1), "login": login, "password": "any"}
+            posted = await browser.post(url, data=form)
+            assert posted.is_redirect, posted.text[:400]
+            url = urljoin(url, posted.headers["location"])
+    raise AssertionError("the sign-in did not come back to the client")

@@ -1,0 +1,281 @@
+"""Service mode (issue 34): `fedhpc serve --http` with a `[service]` section is an OAuth 2.1
+resource server for a real OpenID provider (oidc_support.py), tried through the MCP SDK's own
+HTTP client and OAuth client against a real serve process and daemon on private process sites."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import jwt
+import pytest
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+
+from tests.integration.daemon_util import start, stop
+from tests.integration.mcp_support import serve_argv, serve_env
+from tests.integration.oidc_support import Provider, free_port, oidc_provider, sign_in
+
+CANARY = "canary-bearer-" + "c4n4ry" * 8
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+
+
+@dataclass
+class Service:
+    provider: Provider
+    resource: str
+    logs: list[Path]
+    tokens: list[str] = field(default_factory=list)  # every token minted: none may be logged
+
+    @property
+    def metadata_url(self) -> str:
+        return self.resource.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+
+    def mint(self, person: str, scope: str, resource: str | None = None) -> str:
+        token = self.provider.mint(person, scope, resource or self.resource)
+        self.tokens.append(token)
+        return token
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"serve exited {proc.returncode}: {log.read_text()[-1500:]}")
+        try:
+            httpx2.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp")
+        except httpx2.TransportError:
+            time.sleep(0.2)
+            continue
+        return
+    pytest.fail("serve did not start listening")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    base = tmp_path_factory.mktemp("service")
+    env = {"FEDHPC_DEVFED": "process", "FEDHPC_DEVFED_DIR": str(base / "devfed")}
+    home = base / "h"
+    with oidc_provider(base / "provider.log") as provider:
+        port = free_port()
+        resource = f"http://127.0.0.1:{port}/mcp"
+        config = base / "service.toml"
+        config.write_text(
+            "[service]\n"
+            f'issuer = "{provider.issuer}"\n'
+            f'resource = "{resource}"\n'
+            'allowed_domains = ["lab.example"]\n'
+            "leeway_s = 0\n"
+        )
+        daemon = start(home, **env)
+        serve_log = base / "serve.log"
+        with serve_log.open("wb") as err:
+            argv = serve_argv("--http", "--port", str(port), "--no-autostart")
+            serve = subprocess.Popen(
+                [*argv, "--daemon-wait", "60"],
+                env=serve_env(home, FEDHPC_CONFIG=str(config), **env),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            _wait_listening(serve, port, serve_log)
+            logs = [serve_log, *base.glob("daemon-*.log")]
+            yield Service(provider=provider, resource=resource, logs=logs)
+        finally:
+            stop(serve)
+            stop(daemon)
+
+
+@asynccontextmanager
+async def _client(url: str, token: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as c:
+        yield c
+
+
+async def _initialize(url: str, token: str | None) -> httpx2.Response:
+    headers = {"accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    async with httpx2.AsyncClient(timeout=60) as http:
+        return await http.post(url, json=INITIALIZE, headers=headers)
+
+
+def _body(result: Any) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(result.content[0].text)
+    return body
+
+
+async def test_without_a_token_the_401_points_to_the_protected_resource_metadata(
+    service: Service,
+) -> None:
+    denied = await _initialize(service.resource, None)
+    assert denied.status_code == 401
+    challenge = denied.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{service.metadata_url}"' in challenge
+    async with httpx2.AsyncClient(timeout=60) as http:
+        meta = (await http.get(service.metadata_url)).json()
+    assert meta["resource"] == service.resource
+    assert meta["authorization_servers"] == [service.provider.issuer]  # exactly: RFC 8414 3.3
+    assert meta["scopes_supported"] == ["fedhpc:read"]
+
+
+async def test_a_read_token_lists_and_inspects_but_may_not_submit_or_move_data(
+    service: Service,
+) -> None:
+    token = service.mint("alice", "fedhpc:read")
+    async with _client(service.resource, token) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        inspect = await client.call_tool("inspect_federation", {})
+        submit = await client.call_tool("submit_task", {"command": "true"})
+        move = await client.call_tool("move_data", {})
+    assert {"inspect_federation", "submit_task", "move_data"} <= names
+    assert not inspect.is_error, inspect.content
+    assert inspect.structured_content and inspect.structured_content["sites"]
+    for refused, scope in ((submit, "fedhpc:submit"), (move, "fedhpc:data")):
+        assert refused.is_error
+        body = _body(refused)
+        assert body["code"] == "insufficient_scope"
+        assert scope in body["message"] and scope in body["hint"]
+
+
+async def test_a_submit_token_passes_the_scope_guard_to_the_argument_checks(
+    service: Service,
+) -> None:
+    token = service.mint("alice", "fedhpc:read fedhpc:submit")
+    async with _client(service.resource, token) as client:
+        submit = await client.call_tool("submit_task", {})
+        move = await client.call_tool("move_data", {})
+    assert _body(submit)["code"] == "validation"  # past the scope guard: the arguments are next
+    assert _body(move)["code"] == "insufficient_scope"
+
+
+async def test_wrong_audience_forged_stranger_and_expired_tokens_get_401(
+    service: Service,
+) -> None:
+    good = service.mint("alice", "fedhpc:read")
+    other = service.mint("alice", "fedhpc:read", "http://127.0.0.1:9/elsewhere")
+    forged = good.rsplit(".", 1)[0] + "." + other.rsplit(".", 1)[1]  # another token's signature
+    stranger = service.mint("mallory", "fedhpc:read")  # a domain the config does not allow
+    short = service.mint("bob", "fedhpc:read")  # the provider gives bob 2-second tokens
+    expiry = jwt.decode(short, options={"verify_signature": False})["exp"]
+    assert (await _initialize(service.resource, good)).status_code == 200
+    with anyio.fail_after(60):
+        while time.time() <= expiry + 1:  # the token's own clock: wait until it has expired
+            await anyio.sleep(0.2)
+    for token in (other, forged, stranger, short, CANARY):
+        denied = await _initialize(service.resource, token)
+        assert denied.status_code == 401, denied.text
+        assert f'resource_metadata="{service.metadata_url}"' in denied.headers["www-authenticate"]
+
+
+async def test_a_token_without_the_read_scope_gets_403_insufficient_scope(
+    service: Service,
+) -> None:
+    denied = await _initialize(service.resource, service.mint("alice", "fedhpc:data"))
+    assert denied.status_code == 403
+    assert 'error="insufficient_scope"' in denied.headers["www-authenticate"]
+
+
+class _Memory:
+    """The OAuth client's token storage (a real client keeps it in a keyring or a file)."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+async def test_the_sdk_oauth_client_discovers_registers_and_signs_in_with_pkce(
+    service: Service,
+) -> None:
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
+    answers: list[dict[str, str]] = []
+    asked: list[str] = []
+
+    async def redirect_handler(url: str) -> None:  # the person's browser
+        asked.append(url)
+        answers.append(await sign_in(url, "carol@lab.example", redirect))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        got = answers[-1]
+        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
+
+    storage = _Memory()
+    oauth = OAuthClientProvider(
+        server_url=service.resource,
+        client_metadata=OAuthClientMetadata(
+            client_name="fedhpc test agent",
+            redirect_uris=[redirect],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+            scope="fedhpc:read",
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    http = httpx2.AsyncClient(auth=oauth, timeout=60)
+    async with http, Client(streamable_http_client(service.resource, http_client=http)) as c:
+        inspect = await c.call_tool("inspect_federation", {})
+        submit = await c.call_tool("submit_task", {})
+    assert not inspect.is_error, inspect.content
+    assert _body(submit)["code"] == "insufficient_scope"
+    [url] = asked
+    assert "code_challenge_method=S256" in url and "resource=" in url
+    assert storage.tokens is not None
+    service.tokens.append(storage.tokens.access_token)
+    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
+    assert claims["aud"] == service.resource
+    assert claims["sub"] == "carol@lab.example"
+
+
+async def test_no_token_ever_reaches_the_serve_or_daemon_logs(service: Service) -> None:
+    token = service.mint("alice", "fedhpc:read")
+    async with _client(service.resource, token) as client:
+        await client.call_tool("inspect_federation", {})
+    assert (await _initialize(service.resource, CANARY)).status_code == 401
+    secrets = [CANARY, *service.tokens]
+    signatures = [t.rsplit(".", 1)[-1] for t in service.tokens]  # a token cut in two, too
+    for log in service.logs:
+        text = log.read_text(errors="replace")
+        assert text, log  # the logs are written (else the check proves nothing)
+        for secret in [*secrets, *signatures]:
+            assert secret not in text, f"a bearer token reached {log.name}"
