@@ -49,6 +49,8 @@ class Service:
     provider: Provider
     resource: str
     logs: list[Path]
+    home: Path
+    env: dict[str, str]
     tokens: list[str] = field(default_factory=list)  # every token minted: none may be logged
 
     @property
@@ -104,7 +106,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         try:
             _wait_listening(serve, port, serve_log)
             logs = [serve_log, *base.glob("daemon-*.log")]
-            yield Service(provider=provider, resource=resource, logs=logs)
+            yield Service(provider=provider, resource=resource, logs=logs, home=home, env=env)
         finally:
             stop(serve)
             stop(daemon)
@@ -279,3 +281,32 @@ async def test_no_token_ever_reaches_the_serve_or_daemon_logs(service: Service) 
         assert text, log  # the logs are written (else the check proves nothing)
         for secret in [*secrets, *signatures]:
             assert secret not in text, f"a bearer token reached {log.name}"
+
+
+async def test_without_a_service_section_http_serves_as_before(service: Service) -> None:
+    """No [service] in the config: loopback HTTP needs no token and serves no OAuth metadata."""
+    port = free_port()
+    log = service.home.parent / "serve-plain.log"
+    with log.open("wb") as err:
+        argv = serve_argv("--http", "--port", str(port), "--no-autostart", "--daemon-wait", "60")
+        plain = subprocess.Popen(
+            argv, env=serve_env(service.home, **service.env), stdout=subprocess.DEVNULL, stderr=err
+        )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        with anyio.fail_after(90):
+            while True:
+                try:
+                    answer = await _initialize(url, None)
+                    break
+                except httpx2.TransportError:
+                    assert plain.poll() is None, log.read_text()[-1500:]
+                    await anyio.sleep(0.2)
+        assert answer.status_code == 200, answer.text
+        async with httpx2.AsyncClient(timeout=60) as http:
+            meta = await http.get(
+                f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+            )
+        assert meta.status_code == 404
+    finally:
+        stop(plain)
