@@ -12,12 +12,17 @@ import httpx2
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import Context
 from pydantic import ValidationError
+from starlette.requests import Request
 
 from fedhpc.domain.config import UserConfig
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.errors import ProfileError
+from fedhpc.mcp_server.service_http import caller
 from fedhpc.mcp_server.tools import TOOLS
 from fedhpc.service import (
     TOOL_SCOPES,
@@ -175,3 +180,26 @@ async def test_unverified_emails_and_strangers_are_refused_but_listed_subjects_p
     assert listed is not None and listed.subject == "svc-7"
     assert await verifier.verify_token(provider.token(aud="https://other.example/mcp")) is None
     await http.aclose()
+
+
+def test_a_tool_reads_its_signed_in_caller_from_its_context() -> None:
+    token = AccessToken(
+        token="t", client_id="agent", scopes=["fedhpc:read"], subject="u-9", claims={}
+    )
+    who = caller(_tool_context(Request({"type": "http", "user": AuthenticatedUser(token)})))
+    assert who is not None and who.subject == "u-9" and who.scopes == {"fedhpc:read"}
+    # stdio, or the shared token: nobody signed in
+    assert caller(_tool_context(Request({"type": "http"}))) is None
+
+
+def _tool_context(request: Request) -> Context[Any, Any]:
+    """The context the SDK hands a tool for one HTTP request (no session is needed here)."""
+    return Context(
+        request_context=ServerRequestContext(
+            session=None,  # type: ignore[arg-type]
+            lifespan_context=None,
+            protocol_version="2025-11-25",
+            method="tools/call",
+            request=request,
+        )
+    )
