@@ -84,3 +84,72 @@ async def test_a_launch_that_never_recorded_a_pid_is_a_failed_attempt_after_the_
         assert "no pid recorded" in d["body"]["last_error"]
     finally:
         await store.close()
+
+
+async def _one_resume(store: Store, log: Path, *, sleep_s: float = 2) -> None:
+    spec = ContinuationSpec(
+        runtime=Runtime.COMMAND,
+        command=("bash", "-c", f'sleep {sleep_s}; cat >> "$1"; echo >> "$1"', "agent", str(log)),
+    )
+    async with store.transaction() as tx:
+        at = datetime.now(UTC)
+        await tx.put_continuation(
+            "ct", subject="t1", runtime="command", body=spec.model_dump(mode="json"), at=at
+        )
+        await tx.append_event("task.terminal", "t1", {"task_id": "t1", "state": "completed"}, at=at)
+
+
+async def test_a_daemon_taking_over_settles_the_resume_in_the_folder_it_ran_in(
+    tmp_path: Path,
+) -> None:
+    """On a shared store the next leader has a home of its own: a resume the killed leader
+    started is settled where it runs (recorded at launch), never launched a second time."""
+    log = tmp_path / "agent.log"
+    store = await Store.open(tmp_path / "fedhpc.db")
+    try:
+        await _one_resume(store, log)
+        await Bridge(store, tmp_path / "a").cycle()  # the first leader launches, then dies
+        other = Bridge(store, tmp_path / "b")
+        with anyio.fail_after(30):
+            while not all(d["state"] == "delivered" for d in await store.deliveries()):
+                await other.cycle()
+                await anyio.sleep(0.2)
+        (line,) = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+        assert line["task_id"] == "t1"
+        assert not (tmp_path / "b" / "deliveries").exists()  # nothing launched from b
+    finally:
+        await store.close()
+
+
+async def test_a_resume_started_on_another_host_is_a_failed_try_not_a_second_resume(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "agent.log"
+    store = await Store.open(tmp_path / "fedhpc.db")
+    try:
+        await _one_resume(store, log, sleep_s=0)
+        bridge = Bridge(store, tmp_path / "a", backoff_s=3600)
+        await bridge.cycle()
+        (row,) = await store.deliveries()
+        d = Delivery.from_row(row)
+        assert d.state == "started" and d.body.folder and d.body.host
+        d.body.host = "another-host.example"  # as if that daemon ran elsewhere
+        async with store.transaction() as tx:
+            at = datetime.now(UTC)
+            await tx.put_delivery(
+                d.id,
+                event_id=d.event_id,
+                continuation_id=d.continuation_id,
+                state="started",
+                attempts=d.attempts,
+                next_at=at,
+                body=d.body.dump(),
+                at=at,
+            )
+        await bridge.cycle()
+        (row,) = await store.deliveries()
+        assert row["state"] == "pending" and row["attempts"] == 1  # retried later, not now
+        assert "another-host.example" in row["body"]["last_error"]
+        assert len(list((tmp_path / "a" / "deliveries").iterdir())) == 1  # one launch only
+    finally:
+        await store.close()

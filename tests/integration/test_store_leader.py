@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
@@ -169,11 +170,23 @@ async def _leads(leader: Callable[[], Awaitable[dict[str, object] | None]], pid:
     return now is not None and str(now["holder"]).endswith(f":{pid}") and bool(now["live"])
 
 
-async def _submit_to_leader(homes: dict[int, Path], store: Store, i: int) -> str:
+async def _submit_to_leader(
+    homes: dict[int, Path], store: Store, i: int, woken: Path | None = None
+) -> str:
     """Submit task `w<i>` to whichever daemon leads now, retrying through a takeover with
-    the same idempotency key (a retry of an accepted submit returns the same task)."""
+    the same idempotency key (a retry of an accepted submit returns the same task); with
+    `woken`, its end resumes a command "agent" that appends what it was given there."""
+    resume = None
+    if woken is not None:
+        script = 'cat >> "$1"; echo >> "$1"'
+        argv = ("bash", "-c", script, "agent", str(woken))
+        resume = ContinuationSpec(runtime=Runtime.COMMAND, command=argv)
     req = SubmitTaskRequest(
-        command=("true",), envelope=ENVELOPE, name=f"w{i}", idempotency_key=f"w{i}"
+        command=("true",),
+        envelope=ENVELOPE,
+        name=f"w{i}",
+        idempotency_key=f"w{i}",
+        continuation=resume,
     )
     with anyio.fail_after(120):
         while True:
@@ -192,11 +205,12 @@ async def test_killing_the_leader_thrice_runs_every_task_once(
     tmp_path: Path, pg_server: PgServer
 ) -> None:
     """Issue 35's workload in small (60 tasks, three kill -9 of the leader, on process
-    sites): every task completes once, no job name reaches a scheduler twice, and one
-    terminal event per task."""
+    sites): every task completes once, no job name reaches a scheduler twice, one terminal
+    event per task, and each task's end resumes its agent once."""
     url = pg_server.create_database()
     store = await Store.open_url(url)
     sites = tmp_path / "sites"
+    woken = tmp_path / "woken.jsonl"
     procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     try:
         for name in ("a", "b"):
@@ -204,7 +218,7 @@ async def test_killing_the_leader_thrice_runs_every_task_once(
         ids: list[str] = []
         for k in range(3):
             homes = {p.pid: home for p, home in procs.values() if p.poll() is None}
-            ids += [await _submit_to_leader(homes, store, 20 * k + i) for i in range(20)]
+            ids += [await _submit_to_leader(homes, store, 20 * k + i, woken) for i in range(20)]
             now = await holder_of(store)
             assert now is not None
             leader = next(
@@ -232,6 +246,16 @@ async def test_killing_the_leader_thrice_runs_every_task_once(
         assert per_task == sorted(ids), "a task ran more (or less) than once"
         terminal = await store.events_after(0, kinds=["task.terminal"], limit=1000)
         assert sorted(e.subject for e in terminal) == sorted(ids)
+
+        def resumed() -> list[str]:
+            lines = woken.read_text().splitlines() if woken.exists() else []
+            return [json.loads(x)["task_id"] for x in lines if x.strip()]
+
+        async def all_resumed() -> bool:
+            return len(set(resumed())) == len(ids)
+
+        await poll_until(all_resumed, "every task's end resumes its agent", 300)
+        assert sorted(resumed()) == sorted(ids), "an event was delivered twice"
     finally:
         for proc, _ in procs.values():
             if proc.poll() is None:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import select
 import signal
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -145,3 +146,24 @@ async def test_a_stopped_resume_ends_its_whole_group_before_the_next_try(
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_wrapper_not_yet_leading_its_own_group_is_still_launching(tmp_path: Path) -> None:
+    """Between the launch's fork and the wrapper's `setsid`, its pid leads no group yet: the
+    resume is running (a look there once took it for one that ended without a status, and a
+    second resume ran the same event)."""
+    spec = ContinuationSpec(runtime=Runtime.COMMAND, command=("true",))
+    folder = tmp_path / "r1"
+    folder.mkdir()
+    child = subprocess.Popen(["sleep", "60"])  # in this process's group, as before setsid
+    try:
+        (folder / "pid").write_text(f"{child.pid}\n")
+        assert not group_alive(child.pid)
+        now = datetime.now(UTC).timestamp()
+        look = settle.standing(spec, folder, now=now, start_timeout_s=30)
+        assert look.stand is settle.Stand.RUNNING
+    finally:
+        child.kill()
+        child.wait()
+    look = settle.standing(spec, folder, now=now, start_timeout_s=30)
+    assert look.stand is settle.Stand.FAILED and "without a status" in look.reason

@@ -27,6 +27,10 @@ class DeliveryBody(BaseModel):
     subject: str | None = None
     key: str | None = None  # the queue: the session (routing.session_key)
     resume: str | None = None  # the resume it was last launched in (absent: none yet)
+    # Where that resume runs: its folder, on this host. A daemon that takes over a shared
+    # store settles it there, not in a folder of its own home that never saw it.
+    folder: str | None = None
+    host: str | None = None
     launched: bool = False  # a resume was started with it: the session may hold it
     held: bool = False  # the session held it when the last resume started
     tools_verified: bool | None = None  # the resumed turn had fedhpc's tools (None: unknown)

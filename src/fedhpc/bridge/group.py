@@ -10,7 +10,14 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["KILL_GRACE_S", "end_group", "group_alive", "group_members", "settle_group"]
+__all__ = [
+    "KILL_GRACE_S",
+    "end_group",
+    "group_alive",
+    "group_members",
+    "process_alive",
+    "settle_group",
+]
 
 KILL_GRACE_S = 5.0  # SIGTERM, then SIGKILL of the whole group this long after
 _TERM = "term"  # the file, in the resume's folder, whose mtime says when SIGTERM was sent
@@ -44,6 +51,17 @@ def group_members(pgid: int, proc: Path = Path("/proc")) -> list[int]:
 
 def group_alive(pgid: int) -> bool:
     return bool(group_members(pgid))
+
+
+def process_alive(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether process `pid` lives (not a zombie), whatever its group: a wrapper that has not
+    yet made its own session (`setsid` forked, not yet run) leads no group so far."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] != "Z"
 
 
 def _signal(pgid: int, sig: signal.Signals) -> None:

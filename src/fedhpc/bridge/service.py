@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -138,6 +139,14 @@ class Bridge:
     def _folder(self, resume_id: str) -> Path:
         return self.home / "deliveries" / resume_id
 
+    def _launched_in(self, rid: str, d: Delivery) -> Path | None:
+        """The folder of the resume `rid` of `d`: where it was recorded at launch (another
+        daemon's home, on a shared store), else this home's; None when it runs on another
+        host, whose processes and files this daemon cannot see."""
+        if d.body.host is not None and d.body.host != socket.gethostname():
+            return None
+        return Path(d.body.folder) if d.body.folder else self._folder(rid)
+
     # -- delivery ---------------------------------------------------------------------------
     async def _deliver_direct(self, d: Delivery, spec: ContinuationSpec) -> None:
         payload = d.body.payload
@@ -171,8 +180,10 @@ class Bridge:
                 held = await anyio.to_thread.run_sync(seen, spec, resume_env(cfg, self.home), ids)
             unreached_ids = [d.id for d in ds if d.body.unreached]
             text = prompt_text(payloads, seen=held, unreached=unreached_ids)
+            host, folder = socket.gethostname(), str(self._folder(rid))
             for d in ds:
                 d.body.resume, d.body.launched, d.body.held = rid, True, d.id in held
+                d.body.folder, d.body.host = folder, host
             await self._save_all(ds, "started")
             stdin = json.dumps(payloads[0], separators=(",", ":"))
             entry = None
@@ -206,7 +217,11 @@ class Bridge:
 
     async def _check(self, rid: str, ds: list[Delivery]) -> bool:
         """Settle a started resume if it ended; True while it still runs."""
-        folder = self._folder(rid)
+        folder = self._launched_in(rid, ds[0])
+        if folder is None:  # never a second resume beside one that may run: a failed try
+            why = f"its resume was started by the daemon on {ds[0].body.host}; its outcome "
+            await self._failed(ds, why + "cannot be read on this host")
+            return False
         spec = ContinuationSpec.model_validate(ds[-1].body.spec)
         at = self.clock().timestamp()
         look = partial(

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import structlog
 
-from fedhpc.bridge.group import KILL_GRACE_S, end_group, group_alive, settle_group
+from fedhpc.bridge.group import (
+    KILL_GRACE_S,
+    end_group,
+    group_alive,
+    process_alive,
+    settle_group,
+)
 from fedhpc.bridge.runtimes import Outcome, collect, model_answered, tail_of, why_silent
 from fedhpc.ops.continuations import ContinuationSpec
 
@@ -71,6 +77,9 @@ def standing(
         return Standing(Stand.RUNNING)
     # It may have written its status and ended between the two looks: read it again.
     done = done or collect(folder)
+    young = pid_file.exists() and now - pid_file.stat().st_mtime < LAUNCH_S
+    if done is None and pid and young and process_alive(pid):
+        return Standing(Stand.RUNNING)  # launched, not yet the leader of its own session
     if done is not None and not stopped.exists():  # a stopped one failed, whatever its status
         return Standing(Stand.ENDED, outcome=done)
     if not folder.exists():
