@@ -22,7 +22,7 @@ from starlette.requests import Request
 from fedhpc.domain.config import UserConfig
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.errors import ProfileError
-from fedhpc.mcp_server.service_http import caller
+from fedhpc.mcp_server.service_http import caller, scope_guard
 from fedhpc.mcp_server.tools import TOOLS
 from fedhpc.service import (
     TOOL_SCOPES,
@@ -192,14 +192,37 @@ def test_a_tool_reads_its_signed_in_caller_from_its_context() -> None:
     assert caller(_tool_context(Request({"type": "http"}))) is None
 
 
+def _request_context(
+    method: str, params: dict[str, Any], request: Request | None
+) -> ServerRequestContext[Any, Any]:
+    return ServerRequestContext(
+        session=None,  # type: ignore[arg-type]
+        lifespan_context=None,
+        protocol_version="2025-11-25",
+        method=method,
+        params=params,
+        request=request,
+    )
+
+
+async def test_the_scope_guard_fails_closed_on_a_call_that_acts_without_a_caller() -> None:
+    passed: list[str] = []
+
+    async def call_next(ctx: ServerRequestContext[Any, Any]) -> Any:
+        passed.append(ctx.method)
+        return "answered"
+
+    act = _request_context("tools/call", {"name": "cancel", "arguments": {}}, None)
+    refused = await scope_guard(act, call_next)
+    assert refused.is_error and json.loads(refused.content[0].text)["code"] == "insufficient_scope"
+    assert await scope_guard(_request_context("tools/list", {}, None), call_next) == "answered"
+    token = AccessToken(token="t", client_id="a", scopes=["fedhpc:submit"], subject="u")
+    signed_in = Request({"type": "http", "user": AuthenticatedUser(token)})
+    act = _request_context("tools/call", {"name": "cancel", "arguments": {}}, signed_in)
+    assert await scope_guard(act, call_next) == "answered"
+    assert passed == ["tools/list", "tools/call"]
+
+
 def _tool_context(request: Request) -> Context[Any, Any]:
     """The context the SDK hands a tool for one HTTP request (no session is needed here)."""
-    return Context(
-        request_context=ServerRequestContext(
-            session=None,  # type: ignore[arg-type]
-            lifespan_context=None,
-            protocol_version="2025-11-25",
-            method="tools/call",
-            request=request,
-        )
-    )
+    return Context(request_context=_request_context("tools/call", {}, request))

@@ -20,7 +20,8 @@ from starlette.types import ASGIApp
 
 from fedhpc.mcp_server.results import error_result
 from fedhpc.mcp_server.transport import BodyLimit
-from fedhpc.service import Caller, ServiceAuth, caller_of, needed_scope
+from fedhpc.service import Caller, InsufficientScope, ServiceAuth, caller_of, needed_scope
+from fedhpc.service.access import READ
 
 __all__ = ["caller", "run_service_http", "scope_guard"]
 
@@ -36,13 +37,19 @@ async def scope_guard(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
     """Refuse a request whose caller lacks the scope it needs: a tool call gets the typed
     `insufficient_scope` result, any other method a JSON-RPC error carrying the same body."""
     who = caller_of(ctx.request)
-    if who is None:  # the HTTP layer admits no request without a verified token
-        return await call_next(ctx)
     scope, what = needed_scope(ctx.method, ctx.params)
-    if who.may(scope):
+    if who is not None and who.may(scope):
         return await call_next(ctx)
-    refusal = who.refuse(scope, what)
-    log.info("call refused for its scope", method=ctx.method, needs=scope, sub=who.subject)
+    if who is None and scope == READ:
+        return await call_next(ctx)  # the HTTP layer already required READ of every request
+    # No verified caller on a call that acts: fail closed (the HTTP layer should never let
+    # one through, but a transport path without the request must not open the tools).
+    refusal = (
+        who.refuse(scope, what)
+        if who is not None
+        else InsufficientScope(f"{what} needs a signed-in caller with {scope}")
+    )
+    log.info("call refused for its scope", method=ctx.method, needs=scope, sub=who and who.subject)
     if ctx.method == "tools/call":
         return error_result(refusal)
     raise MCPError(code=INVALID_REQUEST, message=refusal.message, data=refusal.as_dict())

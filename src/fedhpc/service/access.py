@@ -14,7 +14,10 @@ from fedhpc.errors import UsageError
 
 __all__ = [
     "ADMIN",
+    "DATA",
     "METHOD_SCOPES",
+    "READ",
+    "SUBMIT",
     "TOOL_SCOPES",
     "Caller",
     "InsufficientScope",
