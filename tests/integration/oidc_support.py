@@ -6,6 +6,7 @@ PKCE through the provider's own login and consent forms (for the MCP SDK's OAuth
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import shutil
 import socket
@@ -85,8 +86,8 @@ def oidc_provider(log: Path) -> Iterator[Provider]:
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["node", str(SCRIPT), str(port)],
-            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "OIDC_PROVIDER_LIB": str(lib)},
+            [shutil.which("node") or "node", str(SCRIPT), str(port)],
+            env={"PATH": os.environ.get("PATH", os.defpath), "OIDC_PROVIDER_LIB": str(lib)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
