@@ -12,12 +12,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx2
 import jwt
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import (
@@ -144,26 +145,28 @@ async def test_without_a_token_the_401_points_to_the_protected_resource_metadata
         meta = (await http.get(service.metadata_url)).json()
     assert meta["resource"] == service.resource
     assert meta["authorization_servers"] == [service.provider.issuer]  # exactly: RFC 8414 3.3
-    assert meta["scopes_supported"] == ["fedhpc:read"]
+    # What a client asks for at sign-in: the everyday capabilities (admin is granted apart).
+    assert meta["scopes_supported"] == ["fedhpc:read", "fedhpc:submit", "fedhpc:data"]
 
 
 async def test_a_read_token_lists_and_inspects_but_may_not_submit_or_move_data(
     service: Service,
 ) -> None:
     token = service.mint("alice", "fedhpc:read")
+    refusals = []
     async with _client(service.resource, token) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         inspect = await client.call_tool("inspect_federation", {})
-        submit = await client.call_tool("submit_task", {"command": "true"})
-        move = await client.call_tool("move_data", {})
+        for tool in ("submit_task", "move_data"):
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(tool, {"command": "true"})
+            refusals.append(refused.value)
     assert {"inspect_federation", "submit_task", "move_data"} <= names
     assert not inspect.is_error, inspect.content
     assert inspect.structured_content and inspect.structured_content["sites"]
-    for refused, scope in ((submit, "fedhpc:submit"), (move, "fedhpc:data")):
-        assert refused.is_error
-        body = _body(refused)
-        assert body["code"] == "insufficient_scope"
-        assert scope in body["message"] and scope in body["hint"]
+    for refused, scope in zip(refusals, ("fedhpc:submit", "fedhpc:data"), strict=True):
+        assert refused.data["code"] == "insufficient_scope"  # the typed body, through the SDK
+        assert scope in refused.data["message"] and scope in refused.data["hint"]
 
 
 async def test_a_submit_token_passes_the_scope_guard_to_the_argument_checks(
@@ -172,9 +175,35 @@ async def test_a_submit_token_passes_the_scope_guard_to_the_argument_checks(
     token = service.mint("alice", "fedhpc:read fedhpc:submit")
     async with _client(service.resource, token) as client:
         submit = await client.call_tool("submit_task", {})
-        move = await client.call_tool("move_data", {})
+        with pytest.raises(MCPError) as move:
+            await client.call_tool("move_data", {})
     assert _body(submit)["code"] == "validation"  # past the scope guard: the arguments are next
-    assert _body(move)["code"] == "insufficient_scope"
+    assert move.value.data["code"] == "insufficient_scope"
+
+
+async def test_a_missing_tool_scope_is_a_403_scope_challenge(service: Service) -> None:
+    """MCP authorization's scope challenge: 403, error="insufficient_scope", the scopes to ask
+    for (held plus needed) and the metadata pointer; nothing reaches the tool."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "cancel", "arguments": {"task_id": "t1"}},
+    }
+    token = service.mint("alice", "fedhpc:read fedhpc:data")
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "authorization": f"Bearer {token}",
+    }
+    async with httpx2.AsyncClient(timeout=60) as http:
+        denied = await http.post(service.resource, json=call, headers=headers)
+    assert denied.status_code == 403
+    challenge = denied.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge
+    assert 'scope="fedhpc:data fedhpc:read fedhpc:submit"' in challenge
+    assert f'resource_metadata="{service.metadata_url}"' in challenge
+    body = denied.json()
+    assert body["id"] == 7 and body["error"]["data"]["code"] == "insufficient_scope"
 
 
 async def test_wrong_audience_forged_stranger_and_expired_tokens_get_401(
@@ -237,6 +266,7 @@ async def test_the_sdk_oauth_client_discovers_registers_and_signs_in_with_pkce(
 
     async def callback_handler() -> AuthorizationCodeResult:
         got = answers[-1]
+        assert "code" in got, got
         return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
 
     storage = _Memory()
@@ -259,14 +289,19 @@ async def test_the_sdk_oauth_client_discovers_registers_and_signs_in_with_pkce(
         inspect = await c.call_tool("inspect_federation", {})
         submit = await c.call_tool("submit_task", {})
     assert not inspect.is_error, inspect.content
-    assert _body(submit)["code"] == "insufficient_scope"
-    [url] = asked
-    assert "code_challenge_method=S256" in url and "resource=" in url
+    assert _body(submit)["code"] == "validation"  # signed in with submit: the arguments are next
+    [url] = asked  # one sign-in, asking for what the metadata lists
+    query = parse_qs(urlsplit(url).query)
+    assert query["code_challenge_method"] == ["S256"] and query["resource"] == [service.resource]
+    # (the SDK adds offline_access for a refresh token: the provider offers it)
+    assert set(query["scope"][0].split()) >= {"fedhpc:read", "fedhpc:submit", "fedhpc:data"}
+    assert "fedhpc:admin" not in query["scope"][0]
     assert storage.tokens is not None
     service.tokens.append(storage.tokens.access_token)
     claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
     assert claims["aud"] == service.resource
     assert claims["sub"] == "carol@lab.example"
+    assert set(claims["scope"].split()) == {"fedhpc:read", "fedhpc:submit", "fedhpc:data"}
 
 
 async def test_no_token_ever_reaches_the_serve_or_daemon_logs(service: Service) -> None:

@@ -3,27 +3,41 @@
 The SDK serves the protected-resource metadata (RFC 9728), answers 401 with
 `WWW-Authenticate: Bearer resource_metadata=...` and 403 for a missing required scope, and hands
 each request's verified token to the handlers. This module adds the per-tool scopes
-(`fedhpc.service.access`) and the HTTP server around it."""
+(`fedhpc.service.access`): a 403 scope challenge at the HTTP layer (`ScopeChallenge`), the
+same refusal as a typed tool error inside the MCP server (`scope_guard`), the metadata's
+sign-in scopes, and the HTTP server around it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
-from starlette.types import ASGIApp
+from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedhpc.mcp_server.results import error_result
 from fedhpc.mcp_server.transport import BodyLimit
-from fedhpc.service import Caller, InsufficientScope, ServiceAuth, caller_of, needed_scope
-from fedhpc.service.access import READ
+from fedhpc.service import (
+    SCOPES,
+    Caller,
+    InsufficientScope,
+    ServiceAuth,
+    caller_of,
+    needed_scope,
+)
+from fedhpc.service.access import DATA, READ, SUBMIT
 
-__all__ = ["caller", "run_service_http", "scope_guard"]
+__all__ = ["ScopeChallenge", "caller", "run_service_http", "scope_guard"]
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +69,123 @@ async def scope_guard(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
     raise MCPError(code=INVALID_REQUEST, message=refusal.message, data=refusal.as_dict())
 
 
+class ScopeChallenge:
+    """ASGI middleware inside the SDK's authentication: a tools/call (or Tasks method) whose
+    signed-in caller lacks the scope it needs gets `403` with `WWW-Authenticate: Bearer
+    error="insufficient_scope", scope="...", resource_metadata="..."` (MCP authorization's
+    scope challenge), so an OAuth client can ask the person for the extra scope and retry
+    (step-up); the body carries the same refusal as the typed tool error."""
+
+    def __init__(self, app: ASGIApp, resource_metadata_url: str) -> None:
+        self.app = app
+        self.metadata_url = resource_metadata_url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        who = caller_of(_Scoped(scope))
+        if scope["type"] != "http" or scope.get("method") != "POST" or who is None:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:  # BodyLimit, outside, already bounded and joined it
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        missing = _missing_scope(who, body)
+        if missing is not None:
+            await self._challenge(send, who, *missing)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _challenge(
+        self, send: Send, who: Caller, needed: str, what: str, request_id: object
+    ) -> None:
+        refusal = who.refuse(needed, what)
+        log.info("call refused for its scope", needs=needed, sub=who.subject, http=403)
+        # What it holds plus what it lacks: a client that does not union scopes itself keeps
+        # the ones it had (MCP authorization, scope challenge).
+        wanted = " ".join(sorted({READ, needed} | (who.scopes & set(SCOPES))))
+        header = (
+            f'Bearer error="insufficient_scope", scope="{wanted}", '
+            f'resource_metadata="{self.metadata_url}", error_description="{what} needs {needed}"'
+        )
+        # A JSON-RPC error as the body: the SDK's client hands it to the caller as the call's
+        # error (message, and data = {code, message, hint}) when it does not step up itself.
+        rid = request_id if isinstance(request_id, int | str) else None
+        error = {"code": INVALID_REQUEST, "message": refusal.message, "data": refusal.as_dict()}
+        data = json.dumps({"jsonrpc": "2.0", "id": rid, "error": error}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", header.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data})
+
+
+class _Scoped:
+    """An ASGI scope seen as a request (`caller_of` reads `.scope`)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+
+def _missing_scope(who: Caller, body: bytes) -> tuple[str, str, object] | None:
+    """(scope, what, request id) of the first message in `body` needing a scope `who` lacks;
+    None when none does (or the body is not JSON-RPC: the SDK answers that)."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return None
+    messages = decoded if isinstance(decoded, list) else [decoded]
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            continue
+        params = message.get("params")
+        needed, what = needed_scope(message["method"], params if isinstance(params, dict) else None)
+        if not who.may(needed):
+            return needed, what, message.get("id")
+    return None
+
+
+# What the metadata tells clients to ask for at sign-in: the everyday capabilities, not admin
+# (an operator grants that deliberately). The SDK would list only the required scopes; a client
+# then registers for fedhpc:read alone, and a provider that holds a client to its registered
+# scopes refuses every later step-up to fedhpc:submit (seen with oidc-provider).
+SIGN_IN_SCOPES = (READ, SUBMIT, DATA)
+
+
+def _advertise_scopes(app: Starlette, resource: AnyHttpUrl, auth: ServiceAuth) -> None:
+    """Replace the SDK's protected-resource metadata route with one (built by the SDK's own
+    function) whose `scopes_supported` is SIGN_IN_SCOPES."""
+    [route] = create_protected_resource_routes(
+        resource_url=resource,
+        authorization_servers=[auth.settings.issuer_url],
+        scopes_supported=list(SIGN_IN_SCOPES),
+    )
+    path = getattr(route, "path", None)
+    app.router.routes[:] = [
+        route,
+        *(r for r in app.router.routes if getattr(r, "path", None) != path),
+    ]
+
+
 def _security(resource: str, host: str) -> TransportSecuritySettings:
     """DNS-rebinding protection that admits the public name of the resource URL (a reverse
     proxy forwards it as Host) besides the listening address."""
@@ -75,13 +206,17 @@ async def run_service_http(server: MCPServer[Any], host: str, port: int, auth: S
     import uvicorn
 
     path = urlsplit(auth.config.resource).path or "/mcp"
-    app: ASGIApp = BodyLimit(
-        server.streamable_http_app(
-            streamable_http_path=path,
-            host=host,
-            transport_security=_security(auth.config.resource, host),
-        )
+    security = _security(auth.config.resource, host)
+    starlette = server.streamable_http_app(
+        streamable_http_path=path, host=host, transport_security=security
     )
+    # Innermost of the app's middleware: after the SDK's authentication set the caller.
+    resource = auth.settings.resource_server_url
+    assert resource is not None  # ServiceAuth always sets it
+    metadata_url = str(build_resource_metadata_url(resource))
+    _advertise_scopes(starlette, resource, auth)
+    starlette.user_middleware.append(Middleware(ScopeChallenge, resource_metadata_url=metadata_url))
+    app: ASGIApp = BodyLimit(starlette)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     log.warning(
         "serving MCP as an OAuth resource server",
