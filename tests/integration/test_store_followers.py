@@ -61,8 +61,10 @@ async def pair(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Pair]:
 async def test_a_follower_takes_submits_the_leader_places_and_answers_reads(pair: Pair) -> None:
     store, ca, cb, a_pid = pair
     health = await cb.health()
-    assert health["store"] == {"engine": "postgresql", "lease_token": None}
-    assert any("this daemon follows" in line for line in _status_lines(health, 1, now=0.0))
+    assert (health["store"]["engine"], health["store"]["lease_token"]) == ("postgresql", None)
+    lines = _status_lines(health, 1, now=0.0)
+    assert any("this daemon follows" in x and x.endswith(f":{a_pid}") for x in lines), lines
+    assert health["store"]["leader"]["live"] is True
     assert (await ca.health())["store"]["lease_token"] == 1
     req = SubmitTaskRequest(command=("true",), envelope=ENVELOPE, name="via-b")
     tid = (await cb.submit_task(req)).task_id

@@ -111,6 +111,21 @@ def _plain(text: str) -> str:
     return for_terminal(text)[:500]
 
 
+def store_lines(health: dict[str, Any]) -> list[str]:
+    """On a shared (PostgreSQL) store: whether this daemon leads it or follows, and who
+    leads; nothing on SQLite, where the one daemon does all."""
+    store = health.get("store") or {}
+    if store.get("engine") != "postgresql":
+        return []
+    if store.get("lease_token") is not None:
+        return [f"store: PostgreSQL, this daemon leads it (lease token {store['lease_token']})"]
+    leader = store.get("leader") or {}
+    who = leader.get("holder") or "no daemon yet"
+    if leader and not leader.get("live"):
+        who = f"{who}, whose lease lapsed: another daemon takes over"
+    return [f"store: PostgreSQL, this daemon follows: it answers; the leader is {who}"]
+
+
 def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[str]:
     """The running daemon for people: since when, how many cycles, its newest errors (one
     line per kind, with its count and age; the traceback is in the daemon's log)."""
@@ -119,16 +134,7 @@ def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[s
         f"{health.get('cycles', 0)} control cycles of {health.get('cycle_s', '?')} s, "
         f"sites: {', '.join(health.get('sites', [])) or 'none'}"
     ]
-    store = health.get("store") or {}
-    if store.get("engine") == "postgresql" and store.get("lease_token") is None:
-        lines.append(
-            "store: PostgreSQL, this daemon follows: it answers, another daemon leads "
-            "(fedhpc store status names it)"
-        )
-    elif store.get("engine") == "postgresql":
-        lines.append(
-            f"store: PostgreSQL, this daemon leads it (lease token {store.get('lease_token')})"
-        )
+    lines += store_lines(health)
     errors = list(health.get("errors") or [])
     if not errors:
         lines.append("no errors logged since it started")
@@ -239,8 +245,18 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:  # the FederationView and, as the table shows it, each estimator's error
         print(json.dumps({**view.model_dump(mode="json"), "estimators": estimators}, indent=2))
     else:
-        print("\n".join(_table(view) + _estimator_table(estimators)))
+        leads = anyio.run(_leader_lines, settings)
+        print("\n".join(_table(view) + _estimator_table(estimators) + leads))
     return 0
+
+
+async def _leader_lines(settings: DaemonSettings) -> list[str]:
+    """Who leads a shared store (`store_lines`); nothing when no daemon answers."""
+    async with DaemonClient(settings) as client:
+        try:
+            return store_lines(await client.health())
+        except DaemonUnavailable:
+            return []
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

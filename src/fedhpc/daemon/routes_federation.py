@@ -14,6 +14,7 @@ from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.logs import recent_errors
 from fedhpc.ops.inspect import FederationView, InspectRequest, with_calibration
+from fedhpc.store.lease import holder_of
 
 __all__ = ["handlers"]
 
@@ -44,8 +45,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
                 "last_event_seq": last_seq,
-                # PostgreSQL: this daemon leads the store with this lease token (docs/store.md)
-                "store": {"engine": state.store.dialect, "lease_token": state.store.lease_token},
+                # PostgreSQL: this daemon leads the store with this lease token, and who leads
+                # it now (host:pid, and whether its lease is live; docs/store.md)
+                "store": {
+                    "engine": state.store.dialect,
+                    "lease_token": state.store.lease_token,
+                    "leader": await holder_of(state.store),
+                },
                 "requests": state.request_times.summary(),
                 "errors": recent_errors(),  # the newest errors each loop logged, with counts
             }
