@@ -238,11 +238,27 @@ async def test_killing_the_leader_five_times_runs_every_task_once(
             procs[leader] = (store_daemon(home, url, sites), home)  # the new standby
         assert len(set(ids)) == KILLS * PER_ROUND
 
+        left: list[str] = []
+
         async def all_done() -> bool:
             tasks = [await store.get_task(t) for t in ids]
-            return all(t is not None and t["state"] == "completed" for t in tasks)
+            left[:] = [
+                t for t, r in zip(ids, tasks, strict=True) if not r or r["state"] != "completed"
+            ]
+            return not left
 
-        await poll_until(all_done, "every task completes under the surviving leaders", 300)
+        try:
+            await poll_until(all_done, "every task completes under the surviving leaders", 300)
+        except pytest.fail.Exception as exc:  # say which tasks, and where their attempts stand
+            said = []
+            for t in left[:5]:
+                row = await store.get_task(t)
+                atts = [
+                    {k: a.get(k) for k in ("n", "site", "job_id", "state", "superseded")}
+                    for a in await store.attempts(t)
+                ]
+                said.append(f"{t}: {row and row['state']}, attempts {atts}")
+            pytest.fail(f"{exc}; unfinished: {'; '.join(said)}")
         names = [
             json.loads(p.read_text())["name"]
             for p in sites.rglob("jobs/*.json")

@@ -88,6 +88,23 @@ class Control:
         # but not yet settled accounting row; their eligible time is filled in when it settles.
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
 
+    async def finish_ends(self) -> int:
+        """Under the lock, once this process leads: a task whose last attempt ended while the
+        task's own end was never written (the leader killed between the two writes) would
+        wait forever, since only live attempts are observed. Each is taken through its end
+        now (accepted, retried or failed, as if just observed); the count of them."""
+        done = 0
+        for task_id in await self.book.store.tasks_left_open(ACTIVE_STATES):
+            with isolated("finishing a task's end failed", task=task_id):
+                task = await self.book.load_task(task_id)
+                last = max(await self.book.load_attempts(task_id), key=lambda a: a.n, default=None)
+                if last is None or not last.state.terminal or last.superseded:
+                    continue  # never dispatched, or set aside for another: not an end
+                log.warning("finishing the end of a task its attempt left", task=task_id)
+                await self.adaptation.after_end(task, last)
+                done += 1
+        return done
+
     async def observe(self) -> None:
         """Observe every active attempt, all sites concurrently; one site's failure or
         slowness is its own (each scheduler command is bounded by FEDHPC_COMMAND_TIMEOUT_S).

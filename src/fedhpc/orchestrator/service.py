@@ -223,6 +223,11 @@ class Orchestrator:
     async def _cycles(self, stopping: anyio.Event) -> None:
         """Control cycles until `stopping` is set; `wake` starts one early."""
         await self.collector.ready.wait()  # never act on a view from before this process
+        try:  # what a leader killed mid-way left: ends whose task never heard of them
+            async with self.lock:
+                await self.control.finish_ends()
+        except Exception:  # logged; the cycles run all the same
+            log.exception("finishing ends left half-done failed")
         while not stopping.is_set():
             started = anyio.current_time()
             try:

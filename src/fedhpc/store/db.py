@@ -222,6 +222,17 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
         rows = await self._all("SELECT * FROM attempts WHERE task_id = ? ORDER BY n", (task_id,))
         return [_attempt(r) for r in rows]
 
+    async def tasks_left_open(self, states: Sequence[str]) -> list[str]:
+        """Ids of tasks in `states` none of whose attempts is in `states`: a task whose last
+        attempt ended while its own end was never written (a daemon killed between)."""
+        marks = ",".join("?" * len(states))
+        rows = await self._all(
+            f"SELECT id FROM tasks t WHERE t.state IN ({marks}) AND NOT EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.state IN ({marks}))",
+            (*states, *states),
+        )
+        return [str(r["id"]) for r in rows]
+
     async def attempts_in(
         self, states: Sequence[str], *, site: str | None = None
     ) -> list[dict[str, Any]]:
