@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import math
+import signal
 from datetime import UTC, datetime
 
 import anyio
@@ -113,7 +114,7 @@ def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.N
 
     out = console(args.no_color)
 
-    async def run() -> None:
+    async def draw() -> None:
         async with DaemonClient(settings) as client:
             view = await client.federation(req)
             with Live(federation_table(view), console=out, auto_refresh=False) as live:
@@ -127,7 +128,18 @@ def watch_status(settings: DaemonSettings, req: InspectRequest, args: argparse.N
                         continue
                     live.update(federation_table(view), refresh=True)
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch: not an error
+    async def run() -> None:
+        # Ctrl-C ends the watch: heard by the loop and turned into a cancellation, never a
+        # KeyboardInterrupt raised wherever the main thread happens to be (inside the HTTP
+        # client's cleanup one was swallowed, and the watch went on).
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(draw)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    break
+
+    with contextlib.suppress(KeyboardInterrupt):  # one that came before the loop listened
         anyio.run(run)
     return 0
 
