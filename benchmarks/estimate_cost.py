@@ -132,7 +132,7 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
         for ask in (True, False):
             clock = [0.0]  # a control cycle of 10 s every `cycle` decisions
             o.waits.cache = EstimateCache(ttl_s=10.0, clock=lambda c=clock: c[0])
-            o.waits.placed_at = {}
+            o.waits.placed = {}
             for i in range(n):
                 if i and i % cycle == 0:
                     clock[0] += 10.0

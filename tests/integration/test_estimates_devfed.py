@@ -168,10 +168,19 @@ async def test_a_decision_asks_each_candidate_site_once_and_reuses_the_answer_in
         assert isinstance(again, Placement)
         assert sum(c.test_only_calls() for c in counted.values()) == len(asked)
         assert again.estimates.wait_source == d.estimates.wait_source
-        # A job placed on the chosen partition makes its earlier answer stale: asked again.
-        o.waits.mark_placed(d.site, d.partition)
+        # A job placed on the chosen partition leaves its "start now" answer standing while
+        # the probe's free GPUs hold that job and the next: no call.
+        o.waits.mark_placed(d.site, d.partition, d.shape, "placed-0")
         third = await o.planner.decide(_task(GPU1))
         assert isinstance(third, Placement)
+        assert counted[d.site].test_only_calls() == 1
+        # Once the jobs placed there take the room it was told about: stale, asked again.
+        state = o.collector.latest[d.site].partition(d.partition)
+        assert state is not None and state.free_gpus >= 1
+        for i in range(state.free_gpus):
+            o.waits.mark_placed(d.site, d.partition, d.shape, f"placed-{i}")
+        fourth = await o.planner.decide(_task(GPU1))
+        assert isinstance(fourth, Placement)
         assert counted[d.site].test_only_calls() == 2
 
 
@@ -188,7 +197,7 @@ async def test_a_batch_of_children_shares_one_call_per_site(fed: Any, tmp_path: 
             d = await o.planner.decide(t, ledger=ledger, answer=answer)
             assert isinstance(d, Placement)
             ledger.claim(d.site, d.partition, d.account, d.shape, d.estimates.charge)
-            o.waits.mark_placed(d.site, d.partition)
+            o.waits.mark_placed(d.site, d.partition, d.shape, t.id)
         assert {n: c.test_only_calls() for n, c in counted.items() if c.test_only_calls()} == calls
 
 

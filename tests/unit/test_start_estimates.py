@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fedhpc.adapters.command import Command, CommandResult
@@ -10,7 +10,13 @@ from fedhpc.adapters.dialects.lsf import LsfDialect
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain import Shape
 from fedhpc.domain.config import Site, UserSiteConfig
-from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
+from fedhpc.domain.site import PartitionState
+from fedhpc.orchestrator.start_estimates import (
+    EstimateCache,
+    EstimateRequest,
+    ask_scheduler,
+    still_holds,
+)
 from fedhpc.profiles import load_profiles
 
 
@@ -127,3 +133,22 @@ def test_accounting_rows_become_wait_observations_by_size_and_fedhpcs_own_are_le
     argv = SlurmDialect().user_jobs_command("alice", 86400).argv
     assert argv[:4] == ("sacct", "--noheader", "--parsable2", "--allocations")
     assert "--user=alice" in argv and "--starttime=now-86400seconds" in argv
+
+
+def test_a_start_now_answer_holds_while_the_probe_has_room_for_what_was_placed_since() -> None:
+    asked = datetime(2026, 1, 1, tzinfo=UTC)
+    one = Shape(cpus=4, gpus=1)
+    part = PartitionState(
+        name="p", free_cpus=16, free_gpus=2, total_cpus=32, total_gpus=4, max_free_cpus_on_node=8
+    )
+    assert still_holds(asked, asked, one, part, [one])  # 8 CPUs, 2 GPUs of 16 and 2
+    assert not still_holds(asked, asked, one, part, [one, one])  # a third GPU: none left
+    later = asked + timedelta(minutes=5)  # a queued start moves once a job goes before it
+    assert not still_holds(later, asked, one, part, [Shape(cpus=1)])
+    assert not still_holds(asked, asked, Shape(nodes=2, cpus=4), part, [])  # one node only
+    assert not still_holds(asked, asked, Shape(cpus=12), part, [])  # no node has 12 free
+    assert not still_holds(asked, asked, one, None, [])  # a partition the probe lacks
+    down = part.model_copy(update={"available": False})
+    assert not still_holds(asked, asked, one, down, [])
+    assert still_holds(asked, asked, Shape(cpus=2), part, [Shape(cpus=2)] * 7)  # 16 of 16
+    assert not still_holds(asked, asked, Shape(cpus=2), part, [Shape(cpus=2)] * 8)

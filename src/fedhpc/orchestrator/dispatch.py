@@ -154,7 +154,7 @@ class Dispatcher:
             await self.book.save(tx, task, att, at=now)
         claim = Claim(now, p.site, p.partition, p.account, p.shape, p.estimates.charge)
         self.claims.dispatched.append(claim)
-        self.waits.mark_placed(p.site, p.partition)
+        self.waits.mark_placed(p.site, p.partition, p.shape, task.id)
         spec = JobSpec(
             name=att.job_name,
             command=req.command,

@@ -18,7 +18,7 @@ import structlog
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
-from fedhpc.domain.job import AccountingRecord
+from fedhpc.domain.job import AccountingRecord, Shape
 from fedhpc.errors import FedError
 from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.records import is_own_job
@@ -27,6 +27,7 @@ from fedhpc.orchestrator.start_estimates import (
     SchedulerAnswer,
     ask_scheduler,
     requests_from_trace,
+    still_holds,
 )
 from fedhpc.placement import Placement, Policy, SchedulerKey, Unschedulable, WaitObservation
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
@@ -177,9 +178,9 @@ class WaitInputs:
         # site asked for at most `timeout_s` per decision (then learned, then paper).
         self.cache = EstimateCache(ttl_s=cycle_s)
         self.timeout_s = timeout_s
-        # (site, partition) -> monotonic time fedhpc last placed a job there: an estimate asked
-        # before it no longer holds (the job may take the slot it predicted).
-        self.placed_at: dict[tuple[str, str], float] = {}
+        # (site, partition) -> task -> (monotonic time, shape) placed there lately: an answer
+        # asked before holds while the room it was told about remains (`holds`).
+        self.placed: dict[tuple[str, str], dict[str, tuple[float, Shape]]] = {}
         # The user's other jobs' waits per site, from the schedulers' accounting, and when each
         # site's accounting was last read (monotonic): `learn_from_accounting`.
         self.user_waits: dict[str, list[WaitObservation]] = {}
@@ -201,10 +202,15 @@ class WaitInputs:
         self._errors = None
         self._wait_samples = None
 
-    def mark_placed(self, site: str, partition: str) -> None:
-        """A job goes to (site, partition): earlier scheduler answers there are stale."""
-        self.placed_at[(site, partition)] = self.cache.clock()
-        self.cache.drop_partition(site, partition)
+    def mark_placed(self, site: str, partition: str, shape: Shape, task: str) -> None:
+        """`task` goes to (site, partition) with `shape` (marked at its decision and again at
+        its dispatch: counted once): earlier scheduler answers there hold only while there is
+        room for it too. Marks older than any answer kept are forgotten."""
+        now = self.cache.clock()
+        here = self.placed.setdefault((site, partition), {})
+        here[task] = (now, shape)
+        for name in [k for k, (t, _) in here.items() if now - t > self.cache.ttl_s]:
+            del here[name]
 
     async def _samples(self) -> list[WaitSample]:
         """The newest finished attempts' waits, read once per control cycle for the index and
@@ -239,15 +245,26 @@ class WaitInputs:
                 self._index = (index,)
         return self._index[0]
 
+    def holds(self, key: SchedulerKey, start: datetime, asked: float, shape: Shape | None) -> bool:
+        """Whether a start asked at `asked` (monotonic) still holds: no job fedhpc placed on
+        its partition since, or room left for those jobs and this one (`still_holds`)."""
+        since = [s for t, s in self.placed.get(key[:2], {}).values() if t >= asked]
+        if not since:
+            return True
+        state = self.collector.latest.get(key[0])
+        partition = state.partition(key[1]) if state is not None else None
+        asked_wall = self.clock() - timedelta(seconds=self.cache.clock() - asked)
+        return still_holds(start, asked_wall, shape, partition, since)
+
     def fresh(self, answer: SchedulerAnswer) -> tuple[dict[SchedulerKey, datetime], dict[str, str]]:
-        """The answers not older than a job fedhpc placed on their partition since, and the
-        notes (per site: why some candidates have none)."""
+        """The answers that still hold (`holds`), and the notes (per site: why some
+        candidates have none)."""
         starts = {}
         notes = dict(answer.notes)
         for key, start in answer.starts.items():
-            placed = self.placed_at.get(key[:2])
-            if placed is not None and placed >= answer.asked_at.get(key, 0.0):
+            if not self.holds(key, start, answer.asked_at.get(key, 0.0), answer.shapes.get(key)):
                 notes.setdefault(key[0], "asked before fedhpc placed a job on that partition")
+                self.cache.drop(key)  # the next decision asks again
                 continue
             starts[key] = start
         return starts, notes
@@ -257,6 +274,10 @@ class WaitInputs:
         batched remote call per site, all sites at once, answers reused within the cycle.
         Sites known to be offline are not asked."""
         reqs = [r for f in firsts if isinstance(f, Placement) for r in requests_from_trace(f.trace)]
+        for req in reqs:  # a kept answer that no longer holds is asked again now
+            hit = self.cache.get(req)
+            if hit and hit[0] and not self.holds(req.key, hit[0], hit[1], req.shape):
+                self.cache.drop(req.key)
         skip = {
             s: "offline (its last probe failed)"
             for s in self.collector.sites

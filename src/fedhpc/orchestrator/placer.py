@@ -265,7 +265,7 @@ class Placer:
                 except Exception as exc:  # this child's, not its siblings'
                     await self._failed([child], exc)
             else:
-                self.planner.placed(decision.site, decision.partition)
+                self.planner.placed(child, decision)
                 b.jobs.append((child, decision))
 
     async def _one(self, task: TaskRecord, b: Batch) -> None:
@@ -283,7 +283,7 @@ class Placer:
             return
         p = decision
         b.ledger.claim(p.site, p.partition, p.account, p.shape, p.estimates.charge)
-        self.planner.placed(p.site, p.partition)
+        self.planner.placed(task, p)
         if gid is not None and gid in b.used:
             b.used[gid].add(p.site)
         b.jobs.append((task, p))

@@ -97,10 +97,10 @@ class Planner:
             sorted(s for s, n in self.placed_this_cycle.items() if n >= self.submits_per_cycle)
         )
 
-    def placed(self, site: str, partition: str) -> None:
-        """A new job goes to (site, partition) in this cycle."""
-        self.placed_this_cycle[site] += 1
-        self.waits.mark_placed(site, partition)
+    def placed(self, task: TaskRecord, p: Placement) -> None:
+        """`task`'s new job goes to (site, partition) in this cycle."""
+        self.placed_this_cycle[p.site] += 1
+        self.waits.mark_placed(p.site, p.partition, p.shape, task.id)
 
     def envelope(
         self, task: TaskRecord, exclude: tuple[str, ...] = (), wall_s: int | None = None

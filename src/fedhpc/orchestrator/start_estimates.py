@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -21,6 +21,7 @@ import structlog
 from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain.job import JobSpec, Shape
+from fedhpc.domain.site import PartitionState
 from fedhpc.errors import FedError
 from fedhpc.placement.context import shape_key
 from fedhpc.placement.estimators import SchedulerKey
@@ -34,6 +35,7 @@ __all__ = [
     "ask_scheduler",
     "requests_from_trace",
     "scheduler_estimates",
+    "still_holds",
 ]
 
 log = structlog.get_logger(__name__)
@@ -77,14 +79,22 @@ class SchedulerAnswer:
 
     `starts`: predicted start per candidate key; `asked_at`: when each was asked (monotonic
     seconds), so an answer that predates a job fedhpc placed there since can be dropped;
-    `notes`: per site, why some or all of its candidates have no estimate; `calls`: remote
-    calls made for this answer (cache hits cost none)."""
+    `shapes`: the shape each was asked for; `notes`: per site, why some or all of its
+    candidates have no estimate; `calls`: remote calls made for this answer (cache hits cost
+    none)."""
 
     starts: dict[Key, datetime] = field(default_factory=dict)
     asked_at: dict[Key, float] = field(default_factory=dict)
+    shapes: dict[Key, Shape] = field(default_factory=dict)  # what each start was asked for
     notes: dict[str, str] = field(default_factory=dict)
     calls: int = 0
     hits: int = 0
+
+    def take(self, req: EstimateRequest, start: datetime | None, at: float) -> None:
+        """A start for `req` asked at `at` (the first one per candidate is kept)."""
+        if start is not None and req.key not in self.starts:
+            self.starts[req.key], self.asked_at[req.key] = start, at
+            self.shapes[req.key] = req.shape
 
 
 @runtime_checkable
@@ -133,6 +143,10 @@ class EstimateCache:
         pause = self.ttl_s * min(2 ** (n - 1), self.MAX_BACKOFF)
         self._failed[site] = (why, self.clock() + pause)
 
+    def drop(self, key: Key) -> None:
+        """That answer no longer holds: the next decision asks again."""
+        self._answers.pop(key, None)
+
     def drop_partition(self, site: str, partition: str) -> None:
         """A job was placed there: the scheduler's earlier answers no longer hold."""
         for k in [k for k in self._answers if k[0] == site and k[1] == partition]:
@@ -141,6 +155,37 @@ class EstimateCache:
     def prune(self) -> None:
         self._answers = {k: v for k, v in self._answers.items() if self._fresh(v[1])}
         self._failed = {k: v for k, v in self._failed.items() if self.clock() < v[1]}
+
+
+IMMEDIATE_S = 60.0  # a start this close to when it was asked: "now", while there is room
+
+
+def still_holds(
+    start: datetime,
+    asked_wall: datetime,
+    shape: Shape | None,
+    partition: PartitionState | None,
+    placed_since: Sequence[Shape],
+) -> bool:
+    """Whether a scheduler's start answer, asked before fedhpc placed `placed_since` on the
+    same partition, still holds: only an immediate start of a one-node shape, when the
+    partition's free CPUs and GPUs in the latest probe hold those jobs and this one too. Any
+    other answer is stale once a job went there (the job may take the slot it predicted), so
+    a burst re-asks only once the room it was told about is taken: over a slow link each
+    re-ask is a round trip per placement pass. Conservative: a probe newer than some of
+    those jobs counts them twice."""
+    if shape is None or partition is None or shape.nodes != 1 or not partition.available:
+        return False
+    if start > asked_wall + timedelta(seconds=IMMEDIATE_S):
+        return False
+    cpus = shape.cpus + sum(s.nodes * s.cpus for s in placed_since)
+    gpus = shape.gpus + sum(s.nodes * s.gpus for s in placed_since)
+    fits_gpus = gpus <= partition.free_gpus if shape.gpus else True
+    return (
+        cpus <= partition.free_cpus
+        and shape.cpus <= partition.max_free_cpus_on_node
+        and (fits_gpus)
+    )
 
 
 def requests_from_trace(
@@ -260,9 +305,8 @@ async def ask_scheduler(
         if hit is not None:
             answer.hits += 1
             start, at = hit
-            if start is not None and req.key not in answer.starts:
-                answer.starts[req.key], answer.asked_at[req.key] = start, at
-            elif start is None:
+            answer.take(req, start, at)
+            if start is None:
                 answer.notes.setdefault(
                     req.site, "no start for a test submission (refused, or unreadable)"
                 )
@@ -287,8 +331,7 @@ async def ask_scheduler(
             start = got.get(i)
             if cache is not None and i in got:
                 cache.put(req, start, at)
-            if start is not None and req.key not in answer.starts:
-                answer.starts[req.key], answer.asked_at[req.key] = start, at
+            answer.take(req, start, at)
         refused = sum(1 for i in range(len(reqs)) if got.get(i) is None)
         if refused:
             answer.notes[site] = (
