@@ -125,6 +125,15 @@ def _prepare_process_sites() -> None:
     _say(f"local-process sites ready under {devfed_process_root()}")
 
 
+# The site whose GPUs background jobs keep busy, so that the child placed there is stuck and
+# moved: devanvil's H100s (Slurm), or with PBS in the federation (slurm+pbs) devpolaris's A100s,
+# so that the move crosses schedulers (PBS -> Slurm). Keyed by "PBS in the federation".
+BUSY = {
+    False: ("devanvil", "ai", 2, "H100s"),
+    True: ("devpolaris", "prod", 4, "A100s (PBS)"),
+}
+
+
 async def _saturate(site_name: str, partition: str, gpus: int) -> list[str]:
     site = load_federation()[site_name]
     adapter = open_adapter(site)
@@ -228,6 +237,8 @@ def _loop(args: argparse.Namespace) -> int:
         stderr=log,
         start_new_session=args.keep,  # a kept daemon outlives this terminal
     )
+    # With PBS in the federation the stuck child is the PBS one, moved to a Slurm site.
+    busy, partition, gpus, what = BUSY[DEVFED.read() == "slurm+pbs"]
     load: list[str] = []
     kept = False
     try:
@@ -239,11 +250,11 @@ def _loop(args: argparse.Namespace) -> int:
 
         anyio.run(ready)
         _say(f"daemon up (pid {daemon.pid}, home {home})")
-        load = anyio.run(_saturate, "devanvil", "ai", 2)
-        _say(f"devanvil's H100s are now busy with background jobs {', '.join(load)}")
+        load = anyio.run(_saturate, busy, partition, gpus)
+        _say(f"{busy}'s {what} are now busy with background jobs {', '.join(load)}")
         out = home / "agent-resumed.txt"
         started = time.monotonic()
-        # Five sites with Slurm+PBS: a child each, one of them on devanvil's busy H100s.
+        # Five sites with Slurm+PBS: a child each, one of them on the busy GPUs.
         children = "5" if DEVFED.read() == "slurm+pbs" else "4"
         agent = subprocess.run(
             [
@@ -274,7 +285,7 @@ def _loop(args: argparse.Namespace) -> int:
         return 0
     finally:
         if load:
-            anyio.run(_cancel, "devanvil", load)
+            anyio.run(_cancel, busy, load)
         if not kept:
             daemon.terminate()
             daemon.wait(timeout=30)
@@ -356,8 +367,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the whole loop on the local federation (a few minutes)",
         description="The whole loop on the local federation: a daemon of its own, a scripted "
         "agent over MCP, a resume. Development tooling (fedhpc_dev): to make one site busy it "
-        "submits two background jobs to devanvil's scheduler itself, not through the daemon, "
-        "as another user of that cluster would.",
+        "submits two background jobs to devanvil's scheduler (devpolaris's with --sites "
+        "slurm+pbs) itself, not through the daemon, as another user of that cluster would.",
     )
     p.add_argument("--deadline", default=300, type=float, help="seconds to wait for the resume")
     p.add_argument(
