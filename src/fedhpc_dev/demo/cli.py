@@ -147,7 +147,8 @@ async def _saturate(site_name: str, partition: str, gpus: int) -> list[str]:
                 partition=partition,
                 account="fedhpc-gpu",
                 shape=Shape(gpus=gpus, cpus=1, wall_time_s=1200),
-                stdout=f"{root}/demo-load-%j.out",
+                stdout=f"{root}/demo-load-{i}.out",
+                stderr=f"{root}/demo-load-{i}.err",  # PBS would write it where the demo runs
             )
         )
         ids.append(job.job_id)
