@@ -51,6 +51,7 @@ class PgServer:
     port: int
     bindir: Path
     user: str | None  # the OS user it runs as (None: this process's)
+    options: str = ""  # the server's command-line options (pg_ctl -o), for `start_again`
 
     def url(self, database: str = "postgres", *, socket: bool = False) -> str:
         """The database over TCP on loopback, or over the server's Unix socket."""
@@ -70,6 +71,20 @@ class PgServer:
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.folder / "data"), "-m", "immediate", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def shut_down(self) -> None:
+        """Stop the server as an operator's restart does (`fast`: sessions are ended), keeping
+        its data and port for `start_again`."""
+        out = self._run("pg_ctl", "-D", str(self.folder / "data"), "-m", "fast", "-w", "stop")
+        if out.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl stop failed: {out.stderr.strip()[-300:]}")
+
+    def start_again(self) -> None:
+        """Start the server `shut_down` stopped, on the same port and data."""
+        data, log = str(self.folder / "data"), str(self.folder / "server.log")
+        out = self._run("pg_ctl", "-D", data, "-l", log, "-o", self.options, "-w", "start")
+        if out.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl start failed: {out.stderr.strip()[-300:]}")
 
     def _run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
         return _run(self.bindir / program, args, self.user, self.folder)
@@ -146,7 +161,7 @@ def start(*, durable: bool = False, attempts: int = 3) -> PgServer:
             folder,
         )
         if out.returncode == 0:
-            return PgServer(folder, port, programs, user)
+            return PgServer(folder, port, programs, user, opts)
         log = folder / "server.log"
         last = log.read_text(errors="replace")[-500:] if log.exists() else out.stderr
     shutil.rmtree(folder, ignore_errors=True)

@@ -115,6 +115,8 @@ def store_lines(health: dict[str, Any]) -> list[str]:
     """On a shared (PostgreSQL) store: whether this daemon leads it or follows, and who
     leads; nothing on SQLite, where the one daemon does all."""
     store = health.get("store") or {}
+    if store.get("error"):
+        return [f"store: {for_terminal(str(store['error']))} (the daemon retries by itself)"]
     if store.get("engine") != "postgresql":
         return []
     if store.get("lease_token") is not None:

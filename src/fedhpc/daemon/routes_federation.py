@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -14,6 +15,7 @@ from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.logs import recent_errors
 from fedhpc.ops.inspect import FederationView, InspectRequest, with_calibration
+from fedhpc.store.engine import StoreUnavailable
 from fedhpc.store.lease import holder_of
 
 __all__ = ["handlers"]
@@ -30,11 +32,25 @@ def _inspect_request(request: Request) -> InspectRequest:
     return InspectRequest.model_validate(data)
 
 
+STORE_LOOK_S = 2.0  # how long health waits on the store before it says the store is out
+
+
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
 
     async def health(request: Request) -> Response:
-        schema, last_seq = await state.store.schema_and_last_seq()  # as its store file says
+        store: dict[str, Any] = {"engine": state.store.dialect}
+        schema = last_seq = None
+        try:  # the daemon answers for itself also while its store does not (a database restart)
+            with anyio.fail_after(STORE_LOOK_S):
+                schema, last_seq = await state.store.schema_and_last_seq()  # as its store says
+                store["leader"] = await holder_of(state.store)
+        except (StoreUnavailable, TimeoutError) as exc:
+            why = exc.message if isinstance(exc, StoreUnavailable) else "no answer in time"
+            store["error"] = f"the store does not answer: {why}"
+        # PostgreSQL: this daemon leads the store with this lease token, and who leads it now
+        # (host:pid, and whether its lease is live; docs/store.md)
+        store["lease_token"] = state.store.lease_token
         return JSONResponse(
             {
                 "version": __version__,
@@ -45,13 +61,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
                 "cycles": o.cycles,
                 "remote_calls": o.remote_calls(),
                 "last_event_seq": last_seq,
-                # PostgreSQL: this daemon leads the store with this lease token, and who leads
-                # it now (host:pid, and whether its lease is live; docs/store.md)
-                "store": {
-                    "engine": state.store.dialect,
-                    "lease_token": state.store.lease_token,
-                    "leader": await holder_of(state.store),
-                },
+                "store": store,
                 "requests": state.request_times.summary(),
                 "errors": recent_errors(),  # the newest errors each loop logged, with counts
             }

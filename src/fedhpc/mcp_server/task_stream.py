@@ -41,7 +41,7 @@ from mcp.types import (
 )
 from pydantic import BaseModel
 
-from fedhpc.errors import FedError
+from fedhpc.errors import FedError, TransientError
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.task_state import EXTENSION, Handle, detailed_task, owner_of, parse
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
@@ -97,7 +97,11 @@ class EventWatch:
         happens after the check is read from the log."""
         if self.cursor is None or not self._listeners:  # nobody read on: start from now
             health = await self.link.call(lambda c: c.health())
-            self.cursor = int(health.get("last_event_seq") or 0)
+            newest = health.get("last_event_seq")
+            if newest is None:  # its store does not answer: no "now" to start from
+                why = (health.get("store") or {}).get("error") or "the store does not answer"
+                raise TransientError(f"the daemon cannot open a stream now: {why}")
+            self.cursor = int(newest)
 
     def watch(self, listener: Listener) -> Callable[[], None]:
         """`listener` gets every event from now on (it filters); returns the unsubscribe."""

@@ -15,7 +15,7 @@ import aiosqlite
 
 from fedhpc.errors import TransientError
 
-__all__ = ["Conn", "Dialect", "Fenced", "Row", "SqliteConn"]
+__all__ = ["Conn", "Dialect", "Fenced", "Row", "SqliteConn", "StoreUnavailable"]
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -27,6 +27,17 @@ class Fenced(TransientError):
     default_hint = (
         "Another fedhpc daemon leads this store now; this one stops. Its clients reconnect "
         "to the leader."
+    )
+
+
+class StoreUnavailable(TransientError):
+    """The store's database server is out of reach (stopped, restarting, the network): the
+    daemon keeps running, answers this, and works again once the server is back."""
+
+    code = "store_unavailable"
+    default_hint = (
+        "The daemon's PostgreSQL store does not answer (restarting or down); the daemon retries "
+        "by itself and answers again once it is back. `fedhpc store status` checks it."
     )
 
 

@@ -4,17 +4,18 @@ serialized by one advisory lock, and the versioned schema (store/schema_pg.py)."
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+import structlog
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from fedhpc.store.engine import Dialect, Fenced, Row
+from fedhpc.store.engine import Dialect, Fenced, Row, StoreUnavailable
 from fedhpc.store.schema import SCHEMA_VERSION
 from fedhpc.store.schema_pg import BASELINE, BASELINE_VERSION, MIGRATIONS_PG
 
@@ -84,6 +85,27 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+log = structlog.get_logger(__name__)
+
+POOL_WAIT_S = 10.0  # with the server gone, a read answers `store_unavailable` after this
+
+
+def _unavailable(exc: Exception) -> StoreUnavailable:
+    said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailable(f"the store's PostgreSQL server is out of reach: {said}")
+
+
+@contextmanager
+def unreachable_as_typed() -> Iterator[None]:
+    """A lost or refused connection (the server stopped, restarting, the network), or no
+    pooled connection within the pool's wait, raised as `StoreUnavailable`: a transient,
+    typed answer, never an `internal` one."""
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise _unavailable(exc) from exc
+
+
 class PgConn:
     """One pooled connection inside a write transaction, as a `Conn`."""
 
@@ -133,7 +155,14 @@ class PgDatabase:
             ms = max(1, int(idle_s * 1000))
             kwargs["options"] = f"-c idle_in_transaction_session_timeout={ms}"
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            url, min_size=1, max_size=max_size, open=False, kwargs=kwargs, name="fedhpc-store"
+            url,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            kwargs=kwargs,
+            name="fedhpc-store",
+            timeout=POOL_WAIT_S,  # a request waits this long for a connection, then is told
+            check=AsyncConnectionPool.check_connection,  # none the server ended (a restart)
         )
         await pool.open(wait=True, timeout=30)
         db = cls(pool, url)
@@ -170,14 +199,24 @@ class PgDatabase:
 
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """A read outside any transaction: it sees the last commit of every process."""
-        if self._reading.locked():
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(placeholders(sql), tuple(params))
-                return list(await cur.fetchall())
-        async with self._reading:
-            conn = await self._conn("reader")
-            cur = await conn.execute(placeholders(sql), tuple(params))
-            return list(await cur.fetchall())
+        with unreachable_as_typed():
+            if self._reading.locked():
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(placeholders(sql), tuple(params))
+                    return list(await cur.fetchall())
+            async with self._reading:
+                for retry in (True, False):
+                    conn = await self._conn("reader")
+                    try:
+                        cur = await conn.execute(placeholders(sql), tuple(params))
+                        return list(await cur.fetchall())
+                    except psycopg.OperationalError:
+                        # A held connection the server ended (it restarted): a read is asked
+                        # again once on a new one; the second failure is the server's state.
+                        if not retry or not conn.broken:
+                            raise
+                        log.info("the store's connection was lost: reading again", role="reader")
+                raise AssertionError("unreachable")  # the loop returns or raises
 
     @asynccontextmanager
     async def transaction(self, fence: tuple[str, int] | None = None) -> AsyncIterator[PgConn]:
@@ -190,24 +229,43 @@ class PgDatabase:
                 raise ValueError(f"not a lease name: {name!r}")
             begin += f"; SELECT fedhpc_fence('{name}', {int(token)})"
         async with self._writing:
-            conn = await self._conn("writer")
-            try:  # BEGIN, the lock and the fence in one round trip (fixed text: no parameter)
+            conn = await self._begin(begin)
+            try:
+                yield PgConn(conn, self)
+            except psycopg.OperationalError as exc:  # the server went away mid-transaction
+                with anyio.CancelScope(shield=True):
+                    await self._abandon(conn)
+                raise _unavailable(exc) from exc
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._abandon(conn)
+                raise
+            else:
+                with anyio.CancelScope(shield=True), unreachable_as_typed():
+                    await conn.execute("COMMIT")
+
+    async def _begin(self, begin: str) -> psycopg.AsyncConnection[Any]:
+        """The writer, in a transaction begun by `begin` (BEGIN, the lock and the fence in one
+        round trip: fixed text, no parameter). A held connection the server ended (it
+        restarted) is replaced and the BEGIN sent once more: nothing was written on it."""
+        for retry in (True, False):
+            with unreachable_as_typed():
+                conn = await self._conn("writer")
+            try:
                 await conn.execute(begin)
             except psycopg.Error as exc:
                 with anyio.CancelScope(shield=True):
                     await self._abandon(conn)
                 if exc.sqlstate == "FH001":
                     raise Fenced(exc.diag.message_primary or str(exc)) from None
-                raise
-            try:
-                yield PgConn(conn, self)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._abandon(conn)
-                raise
+                if not isinstance(exc, psycopg.OperationalError):
+                    raise
+                if not retry or not conn.broken:
+                    raise _unavailable(exc) from exc
+                log.info("the store's connection was lost: beginning again", role="writer")
             else:
-                with anyio.CancelScope(shield=True):
-                    await conn.execute("COMMIT")
+                return conn
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     @staticmethod
     async def _abandon(conn: psycopg.AsyncConnection[Any]) -> None:

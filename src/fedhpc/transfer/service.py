@@ -181,7 +181,10 @@ class TransferService:
 
     async def run(self, stopping: anyio.Event) -> None:
         while not stopping.is_set():
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception:  # the store out of reach (a database restart): the next cycle
+                log.exception("transfer cycle failed")  # tries again; never fatal to the daemon
             with anyio.move_on_after(self.cycle_s):
                 await self.wake.wait()
             self.wake = anyio.Event()

@@ -225,7 +225,7 @@ def build_ui_app(
         q = _Page.model_validate(dict(request.query_params))
         after = q.after
         if after is None:  # the newest events
-            after = max(0, int((await c.health()).get("last_event_seq", 0)) - EVENTS_TAIL)
+            after = max(0, int((await c.health()).get("last_event_seq") or 0) - EVENTS_TAIL)
         return {"events": await c.events(after=after, limit=q.limit)}
 
     async def deliveries(request: Request, c: DaemonClient) -> Any:
