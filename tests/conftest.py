@@ -92,7 +92,9 @@ PARALLEL_SAFE = frozenset(
         "test_site_lost",
         "test_skills_listing",
         "test_store_engines",
+        "test_store_followers",
         "test_store_leader",
+        "test_store_outage",
         "test_transport_ssh",
         "test_ui_failures",
     }
