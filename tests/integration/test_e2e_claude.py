@@ -52,7 +52,7 @@ from tests.integration.agent_cli import (
     resume_section,
     write_config,
 )
-from tests.integration.daemon_util import FAST, start_from, stop
+from tests.integration.daemon_util import FAST, settled, start_from, stop, wait_terminal
 from tests.integration.fake_models import (
     CANARY_API_KEY,
     SUBMIT_ARGS,
@@ -245,8 +245,7 @@ async def test_claude_is_resumed_once_with_the_payload_and_reads_the_result(
             await client.wait_until_up(30)
             release.set()
         await _until(client, "delivered")
-        await anyio.sleep(3)  # more bridge cycles: still one resume
-        deliveries = await client.deliveries()
+        deliveries = await settled(client, cycles=2)  # more cycles: still one resume
         events = await client.events(after=0, limit=1000)
     # (4) the model saw the payload in the same session, with fedhpc's tools, and read the result
     assert fake.errors == []
@@ -286,8 +285,7 @@ async def test_two_sessions_in_one_folder_are_each_resumed_with_their_own_event(
         await anyio.to_thread.run_sync(r.first_turn, b)  # B opens while A's job runs
         task_a, task_b = r.submitted(a)["task_id"], r.submitted(b)["task_id"]
         await _until(client, "delivered", 2)
-        await anyio.sleep(2)
-        assert len(await client.deliveries()) == 2
+        assert len(await settled(client, cycles=2)) == 2
     fake = r.fake
     assert fake.errors == []
     for session, task in ((a, task_a), (b, task_b)):
@@ -303,8 +301,8 @@ async def test_a_submit_without_the_hook_says_nobody_will_resume_it(
     async with rig(claude, tmp_path) as (r, client):
         await anyio.to_thread.run_sync(lambda: r.first_turn(session, hook=False))
         handle = r.submitted(session)
-        await anyio.sleep(8)  # the job ends; nothing may be resumed
-        assert await client.deliveries() == []
+        await wait_terminal(client, handle["task_id"])  # the job ends; nothing may be resumed
+        assert await settled(client, cycles=2) == []
     assert "will NOT resume" in handle["next"] and "PreToolUse" in handle["next"]
     assert r.fake.phases() == ["start", "after_submit"]
 
@@ -326,8 +324,7 @@ async def test_jobs_ending_together_reach_the_model_once_each_in_order_without_a
                 SubmitTaskRequest(command=("bash", "-c", body), envelope=ENV, continuation=spec)
             )
         await _until(client, "delivered", jobs + 1, limit=240)
-        await anyio.sleep(2)
-        rows = await client.deliveries()
+        rows = await settled(client, cycles=2)
     fake = r.fake
     assert fake.errors == []
     assert all(d.state == "delivered" and d.tools_verified for d in rows)
@@ -356,8 +353,7 @@ async def test_the_model_endpoint_down_then_back_sees_the_event_once(
                 await anyio.sleep(0.3)
         r.fake.down = False
         await _until(client, "delivered", limit=120)
-        await anyio.sleep(2)
-        (d,) = await client.deliveries()
+        (d,) = await settled(client, cycles=2)
     fake = r.fake
     assert fake.errors == []
     assert [e for e in fake.exchanges if e.phase == "down"]  # the tries did reach the endpoint
@@ -423,8 +419,7 @@ async def test_a_dead_letter_redriven_after_the_fix_is_delivered_once(
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["retried"] == [dead.id]
         await _until(client, "delivered")
-        await anyio.sleep(2)
-        (d,) = await client.deliveries()
+        (d,) = await settled(client, cycles=2)
     assert r.fake.errors == []
     assert r.fake.seen_deliveries(session) == [d.id]
     (resume,) = r.fake.resumes()

@@ -19,7 +19,7 @@ from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS, ContinuationSpec, Runt
 from fedhpc.ops.data import MoveDataRequest, StageOut
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.placement import PolicyKind
-from tests.integration.daemon_util import running, wait_terminal
+from tests.integration.daemon_util import running, settled, wait_terminal
 from tests.skill_claims import resume_claims
 
 pytestmark = pytest.mark.devfed
@@ -43,12 +43,12 @@ def _woken(log: Path) -> list[dict[str, Any]]:
 
 
 async def _settled(client: DaemonClient, n: int, limit: float = 90) -> None:
-    """`n` deliveries done, then a few more cycles: nothing else arrives."""
+    """`n` deliveries done, then two more whole cycles and the bridge idle: nothing else
+    arrives (`settled`, not a fixed sleep a slow daemon outlasts)."""
     with anyio.fail_after(limit):
         while len([d for d in await client.deliveries() if d.state == "delivered"]) < n:
             await anyio.sleep(0.3)
-    await anyio.sleep(3)
-    assert len(await client.deliveries()) == n
+    assert len(await settled(client, cycles=2)) == n
 
 
 async def test_a_stage_out_that_fails_wakes_the_waiting_tasks_agent_once(
