@@ -195,8 +195,19 @@ async def test_rq4_group_spreads_then_replaces_the_stalled_child(fed: Any, tmp_p
         assert moved.site != "devanvil"  # re-placed after its siblings finished
         result = await client.get_result(ResultRequest(task_id=stalled.task_id))
         assert [a.superseded for a in result.attempts] == [True, False]
-        # Exactly the registered events: one for the round, nothing per child.
-        assert await _events(client) == [("group.round_terminal", group.group_id)]
+        # Exactly the registered events: the move (where from, where to, why; it wakes
+        # nobody) and one for the round.
+        events = await client.events(limit=1000)
+        assert [(e["kind"], e["subject"]) for e in events] == [
+            ("task.moved", stalled.task_id),
+            ("group.round_terminal", group.group_id),
+        ]
+        went = events[0]["payload"]
+        assert (went["moved_from"], went["moved_to"]) == (
+            "devanvil/ai",
+            f"{moved.site}/{result.attempts[1].partition}",
+        )
+        assert "finishes sooner" in went["reason"] and went["group_id"] == group.group_id
 
 
 async def test_lost_controller_replaces_pending_work_and_accepts_one_result(

@@ -22,6 +22,7 @@ from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement
+from fedhpc.store import Tx
 
 __all__ = ["ACTIVE_STATES", "Adaptation"]
 
@@ -226,6 +227,7 @@ class Adaptation:
                         a.reason = f"re-placed: {a.site} offline"
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
+                            await self._moved(tx, task, a, decision, f"{a.site} offline")
                         await self.dispatcher.later(task, decision)
                         log.info(
                             "re-placed from lost site", task=task.id, old=a.site, new=decision.site
@@ -317,6 +319,24 @@ class Adaptation:
             return
         await self.replace_if_better(task, a, margin_s=budget.replace_margin_s)
 
+    async def _moved(
+        self, tx: Tx, task: TaskRecord, a: AttemptRecord, to: Placement, why: str
+    ) -> None:
+        """`task.moved`, in the transaction that supersedes the attempt: from where, to where
+        and why (once per attempt; it wakes nobody by default: the task goes on elsewhere)."""
+        await self.book.emit(
+            tx,
+            "task.moved",
+            task,
+            key=f"{a.n}",
+            site=a.site,
+            attempt=a.n,
+            job_id=a.job_id,
+            moved_from=f"{a.site}/{a.partition}",
+            moved_to=f"{to.site}/{to.partition}",
+            reason=why,
+        )
+
     async def replace_if_better(
         self, task: TaskRecord, a: AttemptRecord, *, margin_s: float
     ) -> bool:
@@ -338,8 +358,13 @@ class Adaptation:
         task.replacements_used += 1
         a.superseded, a.reason = True, f"re-placed to {decision.site}/{decision.partition}"
         await self.cancel_attempt(a)
+        to = f"{decision.site}/{decision.partition}"
+        why = f"pending on {a.site}/{a.partition}; {to} finishes sooner"
+        if stay:
+            why += f" (~{decision.estimates.completion_s:.0f} s vs ~{min(stay):.0f} s staying)"
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, a, at=self.clock())
+            await self._moved(tx, task, a, decision, why)
         await self.dispatcher.later(task, decision)
         log.info("re-placed pending", task=task.id, old=a.site, new=decision.site)
         return True
