@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -144,6 +144,10 @@ class UserConfig(_Strict):
     resume: ResumeConfig = Field(default_factory=ResumeConfig)
     default_site_enabled: bool = Field(
         default=False, description="use sites the config does not mention (no accounts known)"
+    )
+    goal: Literal["fastest", "cheapest", "balanced"] = Field(
+        default="fastest",
+        description="placement goal of a task or group that names none (read at daemon start)",
     )
     service: ServiceConfig | None = Field(
         default=None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -119,6 +119,11 @@ class Preferences(BaseModel):
     sites: tuple[str, ...] = Field(default=(), description="preferred sites, best first")
     partitions: tuple[str, ...] = Field(default=(), description="preferred 'site/partition'")
     spread: bool = Field(default=False, description="spread related tasks across systems")
+    goal: Literal["fastest", "cheapest", "balanced"] | None = Field(
+        default=None,
+        description="what the pick spends: time, the allocation (least charge) or both; "
+        "None: the request's goal, else the user config's",
+    )
 
 
 class DraftSource(StrEnum):

@@ -23,7 +23,7 @@ from fedhpc.ops.data import StageOut
 from fedhpc.ops.scripts import MAX_SCRIPT_CHARS, ScriptReading, check_script, with_script
 from fedhpc.ops.sitecheck import SiteName
 from fedhpc.ops.workdir import check_output, check_workdir
-from fedhpc.placement.policy import PolicyKind
+from fedhpc.placement.policy import Goal, PolicyKind
 
 __all__ = [
     "PREVIEW_BYTES",
@@ -109,6 +109,10 @@ class SubmitTaskRequest(_In):
         default=PolicyKind.BEST_FEASIBLE, description="fixed_site alone implies fixed-site"
     )
     fixed_site: SiteName | None = Field(default=None, description="run only on this site")
+    goal: Goal | None = Field(
+        default=None,
+        description="fastest | cheapest (least charge) | balanced; default: the user's config",
+    )
     fallback: bool = Field(
         default=False,
         description="with fixed_site: if that site cannot run the task, place it elsewhere "
@@ -272,6 +276,10 @@ class SubmitGroupRequest(_In):
     children: tuple[GroupChild, ...] = Field(min_length=1, max_length=MAX_GROUP_CHILDREN)
     envelope: ResourceEnvelope
     policy: PolicyKind = PolicyKind.BEST_FEASIBLE
+    goal: Goal | None = Field(
+        default=None,
+        description="fastest | cheapest (least charge) | balanced; default: the user's config",
+    )
     spread: bool = Field(default=True, description="prefer distinct systems (soft)")
     workdir: SafePath | None = None
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)

@@ -164,6 +164,7 @@ class Groups:
                 envelope=req.envelope,
                 name=first.name,
                 policy=req.policy,
+                goal=req.goal,
                 workdir=req.workdir,
                 env=req.env,
                 adaptation=req.adaptation,

@@ -21,6 +21,7 @@ from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.placement import (
+    Goal,
     Ledger,
     Placement,
     PlacementInputs,
@@ -47,10 +48,17 @@ def summary(p: Placement) -> str:
     e = p.estimates
     return (
         workdirs.fallback_note(p)
-        + f"{p.site}/{p.partition} ({p.trace.policy.kind.value}): est. wait {e.wait_s:.0f}s "
-        f"({e.wait_source}) + run {e.runtime_s:.0f}s; {p.trace.feasible} feasible of "
+        + f"{p.site}/{p.partition} ({_policy(p)}): est. wait {e.wait_s:.0f}s "
+        f"({e.wait_source}) + run {e.runtime_s:.0f}s, charge {e.charge:.3g} {e.charge_unit}; "
+        f"{p.trace.feasible} feasible of "
         f"{len(p.trace.candidates)} candidates" + _pruned(p)
     )
+
+
+def _policy(p: Placement) -> str:
+    policy = p.trace.policy
+    goal = policy.goal
+    return policy.kind.value if goal is Goal.FASTEST else f"{policy.kind.value}, {goal.value}"
 
 
 def provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
@@ -78,8 +86,10 @@ class Planner:
         *,
         clock: Callable[[], datetime],
         submits_per_cycle: int,
+        default_goal: Goal = Goal.FASTEST,
     ) -> None:
         self.collector = collector
+        self.default_goal = default_goal  # the user config's `goal`: for requests naming none
         self.waits = waits
         self.clock = clock
         # Good citizenship: at most this many new jobs placed for one site per control cycle
@@ -150,7 +160,12 @@ class Planner:
         added per attempt: `WaitInputs.fresh`)."""
         req = task.request
         snapshot = ResourceSnapshot(taken_at=self.clock(), sites=dict(self.collector.latest))
-        policy = Policy(kind=req.policy, site=req.fixed_site, fallback=req.fallback)
+        policy = Policy(
+            kind=req.policy,
+            site=req.fixed_site,
+            fallback=req.fallback,
+            goal=req.goal or req.envelope.preferences.goal or self.default_goal,
+        )
         return PlacementInputs(
             snapshot,
             self.sites,

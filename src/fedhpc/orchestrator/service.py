@@ -31,6 +31,8 @@ from fedhpc.orchestrator.placer import Placer
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.task_tools import TaskTools
+from fedhpc.placement import Goal
+from fedhpc.profiles import load_user_config
 from fedhpc.store import Store
 
 __all__ = ["Orchestrator"]
@@ -64,7 +66,10 @@ class Orchestrator:
         clock: Callable[[], datetime] = _utcnow,
         estimate_timeout_s: float = 2.0,
         submits_per_cycle: int = 100,
+        default_goal: Goal | None = None,
     ) -> None:
+        if default_goal is None:  # the user config's placement goal, read once at start
+            default_goal = Goal(load_user_config().goal)
         self.store = store
         self.collector = collector
         self.adapters = dict(adapters)
@@ -90,7 +95,11 @@ class Orchestrator:
             timeout_s=estimate_timeout_s,
         )
         self.planner = planner = Planner(
-            collector, waits, clock=clock, submits_per_cycle=submits_per_cycle
+            collector,
+            waits,
+            clock=clock,
+            submits_per_cycle=submits_per_cycle,
+            default_goal=default_goal,
         )
         self.dispatcher = dispatcher = Dispatcher(
             book, self.adapters, claims, waits, lock=self.lock, clock=clock

@@ -22,7 +22,7 @@ from fedhpc.placement.group import place_group
 from fedhpc.placement.inputs import TOP, PlacementInputs
 from fedhpc.placement.normalize import known_accelerator_types, normalize_envelope, parse_envelope
 from fedhpc.placement.place import place
-from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings, WaitMethod
+from fedhpc.placement.policy import Goal, Objective, Policy, PolicyKind, Settings, WaitMethod
 from fedhpc.placement.rules import RULES, Category, Outcome, RuleResult
 from fedhpc.placement.sizing import joint_shapes, size_shape
 from fedhpc.placement.trace import (
@@ -50,6 +50,7 @@ __all__ = [
     "Estimates",
     "EstimatorError",
     "EstimatorErrors",
+    "Goal",
     "HeuristicDraft",
     "Ledger",
     "Live",

@@ -27,7 +27,7 @@ from fedhpc.placement.evaluate import Evaluated, Inputs, Known, evaluate, minimu
 from fedhpc.placement.hints import relax_hint
 from fedhpc.placement.inputs import PlacementInputs
 from fedhpc.placement.normalize import normalize_envelope
-from fedhpc.placement.policy import Policy, PolicyKind
+from fedhpc.placement.policy import Goal, Policy, PolicyKind
 from fedhpc.placement.prune import (
     Entry,
     context,
@@ -131,7 +131,8 @@ class Request:
         self.survivors, self.static = (
             prune_static(self.index, self._context, self.minimum) if prune else (every, [])
         )
-        self.top = top if prune else 0
+        # The dominance bounds are on completion: a goal that ranks by charge scores all.
+        self.top = top if prune and policy.goal is Goal.FASTEST else 0
         self.bounds = Bounds.of(
             policy=policy,
             env=env,

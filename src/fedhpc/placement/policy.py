@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedhpc.domain.units import MAX_COUNT, MAX_SECONDS
 
-__all__ = ["Objective", "Policy", "PolicyKind", "Settings", "WaitMethod"]
+__all__ = ["Goal", "Objective", "Policy", "PolicyKind", "Settings", "WaitMethod"]
 
 
 class PolicyKind(StrEnum):
@@ -24,6 +24,14 @@ class Objective(StrEnum):
 
     EXPECTED = "expected"  # typical wait
     P90 = "p90"  # 90th-percentile wait: trades a little median for a shorter tail
+
+
+class Goal(StrEnum):
+    """What best-feasible spends: time or the allocation (each candidate's estimated charge)."""
+
+    FASTEST = "fastest"  # earliest completion; charge only breaks ties through credit share
+    CHEAPEST = "cheapest"  # lowest estimated charge; earliest completion among equal charges
+    BALANCED = "balanced"  # completion + charge x Settings.balanced_s_per_unit
 
 
 class WaitMethod(StrEnum):
@@ -73,6 +81,12 @@ class Settings(BaseModel):
     max_shapes: int = Field(
         default=4, ge=1, le=64, description="joint sizing: shapes per partition"
     )
+    balanced_s_per_unit: float = Field(
+        default=3600.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="goal balanced: seconds of completion one unit of charge is worth",
+    )
     wall_margin: float = Field(
         default=0.1, ge=0, le=10, description="a shape's wall time covers runtime x (1 + this)"
     )
@@ -89,6 +103,9 @@ class Policy(BaseModel):
         default=True, description="FIXED_SITE: use other sites when the fixed one is infeasible"
     )
     objective: Objective = Objective.EXPECTED
+    goal: Goal = Field(
+        default=Goal.FASTEST, description="best-feasible: fastest, cheapest or balanced"
+    )
     wait: WaitMethod = WaitMethod.AUTO
     joint_sizing: bool = Field(
         default=True, description="best-feasible: evaluate several legal shapes per partition"

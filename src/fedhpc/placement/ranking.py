@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedhpc.domain.envelope import Preferences
-from fedhpc.placement.policy import Objective, Policy, PolicyKind
+from fedhpc.placement.policy import Goal, Objective, Policy, PolicyKind
 from fedhpc.placement.trace import Estimates
 
 __all__ = [
@@ -50,7 +50,16 @@ def primary_fields(policy: Policy) -> tuple[str, ...]:
         return ("queue_depth",)
     if policy.kind is PolicyKind.FIXED_SITE:
         return ("not_fixed_site", completion)
+    if policy.goal is Goal.CHEAPEST:
+        return ("charge", completion)
+    if policy.goal is Goal.BALANCED:
+        return (f"{completion}+charge*{policy.settings.balanced_s_per_unit:g}s", completion)
     return (completion,)
+
+
+def _charge(value: float) -> float:
+    """A charge for sorting: rounded (estimates are coarse), unknown or absurd ranks last."""
+    return round(value, 3) if math.isfinite(value) and value >= 0 else math.inf
 
 
 def preference_rank(prefs: Preferences, site: str, partition: str) -> tuple[int, int]:
@@ -97,6 +106,12 @@ def sort_key(
         primary = (c.queue_depth,)
     elif policy.kind is PolicyKind.FIXED_SITE:
         primary = (0 if c.site == policy.site else 1, whole_seconds(completion))
+    elif policy.goal is Goal.CHEAPEST:
+        primary = (_charge(est.charge), whole_seconds(completion))
+    elif policy.goal is Goal.BALANCED:
+        cost = _charge(est.charge) * policy.settings.balanced_s_per_unit
+        both = whole_seconds(completion) + cost if math.isfinite(cost) else math.inf
+        primary = (whole_seconds(both), whole_seconds(completion))
     else:
         primary = (whole_seconds(completion),)
     ps, pp = preference_rank(prefs, c.site, c.partition)

@@ -1,0 +1,104 @@
+"""The placement goal: fastest, cheapest or balanced changes which feasible candidate
+best-feasible picks, by each candidate's estimated charge; the trace says so (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedhpc.domain import ChargeKind, ChargeModel, ResourceSnapshot
+from fedhpc.domain.config import Site
+from fedhpc.placement import (
+    Goal,
+    Placement,
+    PlacementInputs,
+    Policy,
+    PolicyKind,
+    Settings,
+    Unschedulable,
+    place,
+    place_group,
+)
+from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
+
+# "quick" starts now and charges 10 per core-hour; "thrifty" has ten jobs queued ahead (the
+# paper estimator: 10 x 120 s) and charges 1.
+QUICK = profile(
+    "quick", cpu_partition("cpu"), charge=ChargeModel(kind=ChargeKind.CORE_HOURS, rate=10)
+)
+THRIFTY = profile(
+    "thrifty", cpu_partition("cpu"), charge=ChargeModel(kind=ChargeKind.CORE_HOURS, rate=1)
+)
+ONE_CPU_HOUR = env(cpus=1, wall_time="1h")
+
+
+def world() -> tuple[dict[str, Site], ResourceSnapshot]:
+    sites = {p.name: site(p) for p in (QUICK, THRIFTY)}
+    busy = {"pending_jobs": 10, "free_cpus": 0, "max_free_cpus_on_node": 0}
+    return sites, snapshot(state(QUICK), state(THRIFTY, cpu=busy))
+
+
+def placed(decision: Placement | Unschedulable) -> Placement:
+    assert isinstance(decision, Placement), getattr(decision, "hint", decision)
+    return decision
+
+
+def pick(policy: Policy) -> Placement:
+    sites, snap = world()
+    return placed(place(ONE_CPU_HOUR, PlacementInputs(snap, sites, policy, now=NOW)))
+
+
+def test_fastest_is_the_default_and_takes_the_earliest_completion_whatever_it_charges() -> None:
+    assert Policy().goal is Goal.FASTEST
+    p = pick(Policy())
+    assert p.site == "quick"
+    assert p.estimates.charge > pick(Policy(goal=Goal.CHEAPEST)).estimates.charge
+
+
+def test_cheapest_takes_the_least_charge_and_the_trace_shows_each_candidates_charge() -> None:
+    p = pick(Policy(goal=Goal.CHEAPEST))
+    assert p.site == "thrifty"
+    assert p.trace.key_fields[0] == "charge"
+    charges = {c.site: c.estimates.charge for c in p.trace.candidates if c.estimates is not None}
+    assert charges["thrifty"] < charges["quick"]
+
+
+@pytest.mark.parametrize(("per_unit_s", "winner"), [(3600.0, "thrifty"), (60.0, "quick")])
+def test_balanced_weighs_a_unit_of_charge_as_so_many_seconds(
+    per_unit_s: float, winner: str
+) -> None:
+    # quick: ~10 s + 10 units; thrifty: ~1,200 s + 1 unit. At an hour a unit the saving of 9
+    # units wins; at a minute a unit the 20 minutes saved win.
+    settings = Settings(balanced_s_per_unit=per_unit_s)
+    p = pick(Policy(goal=Goal.BALANCED, settings=settings))
+    assert p.site == winner
+    assert "charge" in p.trace.key_fields[0]
+
+
+def test_equal_charges_fall_back_to_the_earliest_completion() -> None:
+    sites = {
+        p.name: site(p) for p in (QUICK, profile("twin", *QUICK.partitions, charge=QUICK.charge))
+    }
+    busy = {"pending_jobs": 10, "free_cpus": 0, "max_free_cpus_on_node": 0}
+    snap = snapshot(state(QUICK, cpu=busy), state(sites["twin"].profile))
+    inputs = PlacementInputs(snap, sites, Policy(goal=Goal.CHEAPEST), now=NOW)
+    assert placed(place(ONE_CPU_HOUR, inputs)).site == "twin"
+
+
+def test_the_goal_never_overrides_a_fixed_site_or_the_shortest_queue() -> None:
+    fixed = Policy(kind=PolicyKind.FIXED_SITE, site="quick", goal=Goal.CHEAPEST)
+    assert pick(fixed).site == "quick"
+    shortest = Policy(kind=PolicyKind.SHORTEST_QUEUE, goal=Goal.CHEAPEST)
+    assert pick(shortest).site == "quick"
+
+
+def test_a_group_under_cheapest_places_every_child_on_the_cheaper_site() -> None:
+    sites, snap = world()
+    inputs = PlacementInputs(snap, sites, Policy(goal=Goal.CHEAPEST), now=NOW)
+    decisions = place_group([ONE_CPU_HOUR] * 3, inputs)
+    assert [placed(d).site for d in decisions] == ["thrifty"] * 3
+
+
+def test_the_same_inputs_give_the_same_pick_under_every_goal() -> None:
+    for goal in Goal:
+        a, b = pick(Policy(goal=goal)), pick(Policy(goal=goal))
+        assert (a.site, a.trace.key_fields) == (b.site, b.trace.key_fields)
