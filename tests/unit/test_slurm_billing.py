@@ -9,6 +9,7 @@ import pytest
 
 from fedhpc.adapters.dialects.slurm_discover import (
     billing_per_hour,
+    gpu_weight,
     parse_billing_weights,
     parse_partitions,
 )
@@ -38,6 +39,27 @@ def test_an_allocation_costs_the_weighted_sum_of_its_tres() -> None:
     # 2 nodes x (8 CPUs + 64 GiB x 0.25 + 2 GPUs x 16) = 2 x 56
     assert billing_per_hour(w, cpus=8, memory_mib=64 * 1024, gpus=2, nodes=2) == 112.0
     assert billing_per_hour((), cpus=8, memory_mib=1024, gpus=1, nodes=1) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("value", "gpu_type", "per_gpu"),
+    [
+        ("GRES/gpu=2.0,GRES/gpu:a100=3.0", "a100", 3.0),  # its type's weight, not 2 + 3
+        ("GRES/gpu=2.0,GRES/gpu:a100=3.0", "a40", 2.0),  # another type's weight is not its
+        ("GRES/gpu=2.0,GRES/gpu:a100=3.0", None, 2.0),
+        ("GRES/gpu:a100=3.0", None, 3.0),  # the only typed weight, type unknown
+        ("GRES/gpu:a100=3.0,GRES/gpu:h100=5.0", None, 0.0),  # which one: unknown
+        ("GRES/gpu:A100=3.0", "a100", 3.0),
+        ("CPU=1.0", "a100", 0.0),
+    ],
+)
+def test_a_gpu_is_billed_once_at_one_weight(
+    value: str, gpu_type: str | None, per_gpu: float
+) -> None:
+    w = parse_billing_weights(value)
+    assert gpu_weight(w, gpu_type) == per_gpu
+    cost = billing_per_hour(w, cpus=0, memory_mib=0, gpus=4, nodes=2, gpu_type=gpu_type)
+    assert cost == 2 * 4 * per_gpu
 
 
 def test_discovery_reads_each_partitions_weights_and_none_where_unset() -> None:

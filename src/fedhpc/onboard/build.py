@@ -179,7 +179,12 @@ def _billed_charge(p: PartitionFacts) -> dict[str, Any] | None:
     if not p.billing_weights:
         return None
     per_node = billing_per_hour(
-        p.billing_weights, cpus=p.cpus, memory_mib=p.memory_mib, gpus=p.gpus, nodes=1
+        p.billing_weights,
+        cpus=p.cpus,
+        memory_mib=p.memory_mib,
+        gpus=p.gpus,
+        nodes=1,
+        gpu_type=p.gpu_type,
     )
     units = p.gpus or p.cpus
     if per_node <= 0 or units <= 0:

@@ -27,6 +27,7 @@ __all__ = [
     "QOS_FIELDS",
     "billing_per_hour",
     "discover_sections",
+    "gpu_weight",
     "parse_associations",
     "parse_billing_weights",
     "parse_discovery",
@@ -127,22 +128,48 @@ def parse_billing_weights(value: str) -> tuple[tuple[str, float], ...]:
 
 
 def billing_per_hour(
-    weights: tuple[tuple[str, float], ...], *, cpus: int, memory_mib: int, gpus: int, nodes: int
+    weights: tuple[tuple[str, float], ...],
+    *,
+    cpus: int,
+    memory_mib: int,
+    gpus: int,
+    nodes: int,
+    gpu_type: str | None = None,
 ) -> float:
     """Billing units one hour of the allocation costs: the weighted sum of its TRES (Slurm's
-    default; PriorityFlags=MAX_TRES is not modelled). GPUs match any `GRES/gpu` or
-    `GRES/gpu:TYPE` weight; TRES without a weight cost nothing."""
-    per_node = 0.0
+    default; PriorityFlags=MAX_TRES is not modelled). GPUs are billed once, at one weight
+    (`gpu_weight`); TRES without a weight cost nothing."""
+    per_node = gpu_weight(weights, gpu_type) * gpus
     for tres, w in weights:
         t = tres.lower()
         if t == "cpu":
             per_node += w * cpus
         elif t == "mem":
             per_node += w * memory_mib / 1024.0
-        elif t.startswith("gres/gpu"):
-            per_node += w * gpus
     nodes_w = dict(weights).get("Node", 0.0)
     return nodes * (per_node + nodes_w)
+
+
+def gpu_weight(weights: tuple[tuple[str, float], ...], gpu_type: str | None) -> float:
+    """The one weight a GPU of `gpu_type` is billed at: `GRES/gpu:TYPE` for its type, else
+    `GRES/gpu`, else (type unknown) the only typed weight there is; 0 without any. A
+    partition that weighs both `GRES/gpu` and `GRES/gpu:TYPE` states one price twice, and
+    summing them billed each GPU twice (issue 42)."""
+    generic: float | None = None
+    typed: dict[str, float] = {}
+    for tres, w in weights:
+        t = tres.lower()
+        if t == "gres/gpu":
+            generic = w
+        elif t.startswith("gres/gpu:"):
+            typed[t.removeprefix("gres/gpu:")] = w
+    if gpu_type is not None and gpu_type.lower() in typed:
+        return typed[gpu_type.lower()]
+    if generic is not None:
+        return generic
+    if gpu_type is None and len(typed) == 1:
+        return next(iter(typed.values()))
+    return 0.0
 
 
 def parse_qos(text: str) -> dict[str, dict[str, int | None]]:
