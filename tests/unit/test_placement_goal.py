@@ -4,9 +4,11 @@ best-feasible picks, by each candidate's estimated charge; the trace says so (pu
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from fedhpc.domain import ChargeKind, ChargeModel, ResourceSnapshot
-from fedhpc.domain.config import Site
+from fedhpc.domain.config import Site, UserConfig
+from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.placement import (
     Goal,
     Placement,
@@ -102,3 +104,21 @@ def test_the_same_inputs_give_the_same_pick_under_every_goal() -> None:
     for goal in Goal:
         a, b = pick(Policy(goal=goal)), pick(Policy(goal=goal))
         assert (a.site, a.trace.key_fields) == (b.site, b.trace.key_fields)
+
+
+def test_the_goal_is_typed_wherever_it_is_given() -> None:
+    assert ONE_CPU_HOUR.preferences.goal is None
+    assert env(cpus=1, preferences={"goal": "cheapest"}).preferences.goal == "cheapest"
+    assert UserConfig().goal == "fastest"
+    assert UserConfig.model_validate({"goal": "balanced"}).goal == "balanced"
+    req = SubmitTaskRequest(command=("true",), envelope=ONE_CPU_HOUR, goal=Goal.CHEAPEST)
+    assert req.goal is Goal.CHEAPEST
+    for bad in (
+        lambda: env(cpus=1, preferences={"goal": "free"}),
+        lambda: UserConfig.model_validate({"goal": "slowest"}),
+        lambda: SubmitTaskRequest.model_validate(
+            {"command": ["true"], "envelope": {}, "goal": "cheap"}
+        ),
+    ):
+        with pytest.raises(ValidationError):
+            bad()
