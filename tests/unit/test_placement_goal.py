@@ -11,6 +11,7 @@ from fedhpc.domain.config import Site, UserConfig
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.placement import (
     Goal,
+    Outcome,
     Placement,
     PlacementInputs,
     Policy,
@@ -122,3 +123,39 @@ def test_the_goal_is_typed_wherever_it_is_given() -> None:
     ):
         with pytest.raises(ValidationError):
             bad()
+
+
+def _refusal(decision: Placement | Unschedulable, where: str) -> str:
+    trace = decision.trace
+    (c,) = [c for c in trace.candidates if c.site == where]
+    failed = [r.reason for r in c.rules if r.outcome is Outcome.FAIL]
+    assert failed, c
+    return failed[0]
+
+
+def test_a_charge_that_would_breach_the_accounts_reserve_is_refused_with_what_to_do() -> None:
+    sites, snap = world()
+    # 10 credits, 9.5 kept: the 1-credit core-hour on thrifty no longer fits, quick's 10 neither.
+    kept = {"name": "proj", "budget": 10.0, "reserve": 9.5}
+    sites = {n: site(s.profile, accounts=[kept]) for n, s in sites.items()}
+    decision = place(
+        ONE_CPU_HOUR, PlacementInputs(snap, sites, Policy(goal=Goal.CHEAPEST), now=NOW)
+    )
+    assert isinstance(decision, Unschedulable)
+    why = _refusal(decision, "thrifty")
+    assert "reserve 9.5" in why and "lower `reserve`" in why, why
+    # A reserve the charge leaves intact changes nothing.
+    sites = {n: site(s.profile, accounts=[{**kept, "reserve": 5.0}]) for n, s in sites.items()}
+    inputs = PlacementInputs(snap, sites, Policy(goal=Goal.CHEAPEST), now=NOW)
+    assert placed(place(ONE_CPU_HOUR, inputs)).site == "thrifty"
+
+
+def test_an_expired_allocation_is_charged_nothing_and_the_reason_names_its_date() -> None:
+    sites, snap = world()
+    old = {"name": "proj", "budget": 100.0, "expires": "2001-01-31"}
+    sites = {**sites, "thrifty": site(THRIFTY, accounts=[old])}
+    p = placed(
+        place(ONE_CPU_HOUR, PlacementInputs(snap, sites, Policy(goal=Goal.CHEAPEST), now=NOW))
+    )
+    assert p.site == "quick"
+    assert "expired on 2001-01-31" in _refusal(p, "thrifty")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -41,6 +42,12 @@ class AccountConfig(_Strict):
         default=None, ge=0, le=MAX_CREDITS, description="credits fedhpc may spend"
     )
     qos: SafeName | None = None
+    reserve: float = Field(
+        default=0, ge=0, le=MAX_CREDITS, description="credits fedhpc leaves unspent"
+    )
+    expires: date | None = Field(
+        default=None, description="the allocation's last day: nothing is charged to it after"
+    )
 
 
 class TransportOverride(_Strict):

@@ -116,6 +116,8 @@ class Allowance:
             acct.append((row.budget - used_acct, label))
         if row is not None and row.balance is not None:
             acct.append((row.balance, f"balance {row.balance:g}"))
+        if config is not None:
+            acct = _kept(acct, config, state)
         whole: tuple[float, str] | None = None
         if site.user.budget is not None:
             used_site = sum((c.used or 0.0) for c in state.credit) if state else 0.0
@@ -142,6 +144,32 @@ class Allowance:
             return Budget(None, f"not a finite budget: {bad}", None, unusable=bad)
         value, label = min(bounds, key=lambda b: b[0])
         return Budget(round(max(value, 0.0), 4), label, site_remaining)
+
+
+def _kept(
+    bounds: list[tuple[float, str]], config: AccountConfig, state: SiteState | None
+) -> list[tuple[float, str]]:
+    """The account's bounds less the reserve its config keeps, and none left once its
+    allocation expired (judged at the probe's time: placement reads no clock)."""
+    name = config.name
+    last = config.expires
+    if last is not None and state is not None and state.collected_at.date() > last:
+        why = (
+            f"account {name}'s allocation expired on {last.isoformat()}: "
+            "use another account or site, or update `expires` in your config"
+        )
+        return [(0.0, why)]
+    if not config.reserve:
+        return bounds
+    keep = config.reserve
+    return [
+        (
+            value - keep,
+            f"{label} - reserve {keep:g} your config keeps on account {name}; "
+            "to spend it lower `reserve`, or use goal cheapest or a smaller envelope",
+        )
+        for value, label in bounds
+    ]
 
 
 def _spent(ledger: Ledger | None, site: str, account: str | None) -> tuple[float, float]:
