@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from fedhpc.domain import ChargeKind, ChargeModel, ResourceSnapshot
 from fedhpc.domain.config import Site, UserConfig
 from fedhpc.ops.tasks import SubmitTaskRequest
+from fedhpc.orchestrator.planner import summary
 from fedhpc.placement import (
     Goal,
     Outcome,
@@ -159,3 +160,13 @@ def test_an_expired_allocation_is_charged_nothing_and_the_reason_names_its_date(
     )
     assert p.site == "quick"
     assert "expired on 2001-01-31" in _refusal(p, "thrifty")
+
+
+def test_the_decision_line_names_the_goal_where_it_ranked_and_the_charge() -> None:
+    cheap = summary(pick(Policy(goal=Goal.CHEAPEST)))
+    assert cheap.startswith("thrifty/cpu (best-feasible, cheapest):"), cheap
+    assert "charge 1 SU" in cheap, cheap
+    fast = summary(pick(Policy()))
+    assert fast.startswith("quick/cpu (best-feasible):") and "charge 10 SU" in fast, fast
+    fixed = Policy(kind=PolicyKind.FIXED_SITE, site="quick", goal=Goal.CHEAPEST)
+    assert summary(pick(fixed)).startswith("quick/cpu (fixed-site):")

@@ -26,6 +26,7 @@ from fedhpc.placement import (
     Placement,
     PlacementInputs,
     Policy,
+    PolicyKind,
     Unschedulable,
     place,
     place_group,
@@ -56,9 +57,11 @@ def summary(p: Placement) -> str:
 
 
 def _policy(p: Placement) -> str:
-    policy = p.trace.policy
-    goal = policy.goal
-    return policy.kind.value if goal is Goal.FASTEST else f"{policy.kind.value}, {goal.value}"
+    """The policy, and the goal where it ranked (best-feasible, other than fastest)."""
+    policy, goal = p.trace.policy, p.trace.policy.goal
+    if policy.kind is not PolicyKind.BEST_FEASIBLE or goal is Goal.FASTEST:
+        return policy.kind.value
+    return f"{policy.kind.value}, {goal.value}"
 
 
 def provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
