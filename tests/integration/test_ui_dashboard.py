@@ -34,6 +34,7 @@ from tests.integration.ui_util import (
     estimators,
     gpus,
     in_pty,
+    judged_jobs,
     keep_demo,
     need_browser,
     shot,
@@ -97,6 +98,8 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
         shots.mkdir()
         # The daemon's own rows (its loop, before Playwright's holds this thread).
         judged = anyio.run(estimators, kept.home)
+        jobs = anyio.run(judged_jobs, kept.home)
+        assert jobs, "the daemon lists no judged jobs"
         assert judged, "the demo's finished jobs were not judged"
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
@@ -144,6 +147,28 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
                 else:
                     expect(auto).to_have_text("")
             expect(page.locator("#est-table .est-empty")).to_have_count(0)
+            # Queue history: the newest judged job's partition shows, at each judged job's
+            # start, the wait it had beside the wait placement predicted (the daemon's jobs).
+            newest_job = max(jobs, key=lambda j: j["at"])
+            key = f"{newest_job['site']}/{newest_job['partition']}"
+            page.select_option("#qh-pick", key)
+            page.wait_for_function(
+                "k => { const s = document.querySelector('#queue-history').dataset.series;"
+                " return s && JSON.parse(s).key === k && JSON.parse(s).judged.length > 0; }",
+                arg=key,
+            )
+            series = json.loads(page.locator("#queue-history").get_attribute("data-series") or "")
+            theirs = {
+                (j["at"], j["observed_s"]): j["predicted_s"]
+                for j in jobs
+                if f"{j['site']}/{j['partition']}" == key
+            }
+            for j in series["judged"]:
+                p = theirs[(j["at"], j["observed_s"])]
+                assert j["predicted_s"] == p.get("scheduler", p.get("learned", p.get("paper"))), j
+            assert (newest_job["at"], newest_job["observed_s"]) in {
+                (j["at"], j["observed_s"]) for j in series["judged"]
+            }, (series, newest_job)
             page.wait_for_timeout(500)
             shot(page, shots, "federation")
 
@@ -205,6 +230,16 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
             )
             expect(row.first).to_contain_text(gid)
             expect(page.locator("#events tr[data-kind='group.round_terminal']")).to_have_count(1)
+            # The child fedhpc moved off the busy devanvil is an event of its own: from where,
+            # to where and why, its subject a link to the task's timeline (the stream showed
+            # one row, the round, for the whole demo).
+            went = page.locator("#events tr[data-kind='task.moved']")
+            expect(went).to_have_count(1)
+            expect(went).to_contain_text(re.compile(r"moved devanvil/ai → dev\w+/\S+"))
+            expect(went).to_contain_text("finishes sooner")
+            expect(went.locator("td.subject a")).to_have_attribute(
+                "href", re.compile(r"^#/tasks/task/t")
+            )
             shot(page, shots, "deliveries")
             # The token left the address bar for sessionStorage: a reload still reads; no cookie.
             assert "token=" not in page.url, page.url

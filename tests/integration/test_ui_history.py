@@ -195,6 +195,23 @@ def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
             assert amount > 0, charges
             expect(row.locator(f"td.{column}")).to_have_text(f"{amount:.2f} {unit}", timeout=60_000)
         expect(page.locator("#alloc-live")).to_have_text("running and queued: all 2 live tasks")
+        # Credit over time: each site and account drawn over the daemon's probes, the newest
+        # point one the daemon kept, with its numbers (used, and left as `remaining` counts).
+        page.wait_for_selector("#credit-history[data-series]")
+        drawn = json.loads(page.locator("#credit-history").get_attribute("data-series") or "{}")
+
+        async def credit_history(client: DaemonClient) -> dict[str, Any]:
+            return await client.history(limit=240, credit=True)
+
+        kept = dashboard.client(credit_history)["sites"]
+        assert set(drawn) == {f"{site} {c.account}" for site, c in credit}, drawn
+        for key, d in drawn.items():
+            site, account = key.split(" ", 1)
+            probe = next(p for p in kept[site] if p["at"] == d["newest"]["at"])
+            (c,) = [c for c in probe["credit"] if c["account"] == account]
+            assert (d["newest"]["used"], d["newest"]["left"]) == (c["used"], c["remaining"])
+            assert d["probes"] >= 1
+        expect(page.locator("#ch-empty")).to_be_hidden()
         dashboard.client(cancel)
         # A phone: the table scrolls in its own box, nothing overlaps.
         laid = page.evaluate(OVERLAPS, BLOCKS)

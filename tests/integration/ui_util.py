@@ -115,6 +115,13 @@ async def estimators(home: Path) -> list[dict[str, Any]]:
         return rows
 
 
+async def judged_jobs(home: Path) -> list[dict[str, Any]]:
+    """The daemon's judged jobs (each one's realised wait and the estimators' predictions)."""
+    async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+        rows: list[dict[str, Any]] = (await client.estimators())["judged"]
+        return rows
+
+
 def shot(page: Any, out: Path, name: str) -> None:
     path = out / f"ui-{name}.png"
     page.screenshot(path=str(path), full_page=True)

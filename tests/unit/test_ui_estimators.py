@@ -89,4 +89,36 @@ async def test_the_estimators_route_reads_the_daemon_with_the_token_only(
     got = await ui.get("/api/estimators", headers={"X-Fedhpc-Token": "s3cret"})
     assert got.status_code == 200 and got.headers["cache-control"] == "no-store"
     # No job judged yet on a fresh daemon: the page shows its empty state for this.
-    assert got.json() == {"estimators": [], "min_samples": 3}
+    assert got.json() == {"estimators": [], "min_samples": 3, "judged": []}
+
+
+def test_judged_jobs_pair_each_jobs_realised_wait_with_every_estimators_prediction() -> None:
+    """The queue history's points: one row per job (not per estimator), its realised wait and
+    each estimator's prediction, the newest `recent` per partition, oldest first."""
+    obs = [
+        ErrorObservation("a", "gpu", m, p + i, 10.0 + i, NOW - timedelta(minutes=30 - i))
+        for i in range(25)
+        for m, p in (("learned", 100.0), ("paper", 5.0))
+    ]
+    obs.append(ErrorObservation("b", "cpu", "scheduler", 7.04, 3.06, NOW - timedelta(minutes=1)))
+    rows = EstimatorErrors(obs, now=NOW, window_s=86400, recent=20).judged()
+    a = [r for r in rows if r["site"] == "a"]
+    assert len(a) == 20  # the newest 20 jobs, each once
+    assert a[0] == {
+        "site": "a",
+        "partition": "gpu",
+        "at": (NOW - timedelta(minutes=25)).isoformat(),
+        "observed_s": 15.0,
+        "predicted_s": {"learned": 105.0, "paper": 10.0},
+    }
+    assert [r["at"] for r in a] == sorted(r["at"] for r in a)
+    b = [r for r in rows if r["site"] == "b"]
+    assert b == [
+        {
+            "site": "b",
+            "partition": "cpu",
+            "at": (NOW - timedelta(minutes=1)).isoformat(),
+            "observed_s": 3.1,
+            "predicted_s": {"scheduler": 7.0},
+        }
+    ]

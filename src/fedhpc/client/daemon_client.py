@@ -370,9 +370,14 @@ class DaemonClient:
         events: list[dict[str, Any]] = body["events"]
         return events
 
-    async def history(self, sites: tuple[str, ...] = (), limit: int = 120) -> dict[str, Any]:
-        """Recent probes per site (pending jobs, free/total GPUs per partition), oldest first."""
+    async def history(
+        self, sites: tuple[str, ...] = (), limit: int = 120, *, credit: bool = False
+    ) -> dict[str, Any]:
+        """Recent probes per site (pending jobs, free/total GPUs per partition; with `credit`,
+        each account's credit instead), oldest first."""
         params = [("site", s) for s in sites] + [("limit", str(limit))]
+        if credit:
+            params.append(("credit", "true"))
         body: dict[str, Any] = await self._call(api.HISTORY, params=params)
         return body
 

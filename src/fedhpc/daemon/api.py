@@ -123,6 +123,9 @@ class HistoryQuery(BaseModel):
     before: UtcDatetime | None = Field(
         default=None, description="only probes older than this (naive = UTC)"
     )
+    credit: bool = Field(
+        default=False, description="each probe's credit per account instead of its partitions"
+    )
 
 
 class RegisterContinuation(BaseModel):

@@ -84,6 +84,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             {
                 "estimators": errors.as_rows(),
                 "min_samples": errors.min_samples,
+                "judged": errors.judged(),  # the jobs behind the errors, for a picture
                 "scheduler_calls": o.waits.cache.calls,
             }
         )

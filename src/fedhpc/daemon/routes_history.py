@@ -1,5 +1,6 @@
 """GET /v1/federation/history: the recent probes of each site, reduced to what a picture needs
-(pending jobs, free and total GPUs per partition). Read-only, bounded, paginated by `before`."""
+(pending jobs, free and total GPUs per partition; with `credit`, each account's credit instead).
+Read-only, bounded, paginated by `before`."""
 
 from __future__ import annotations
 
@@ -26,6 +27,20 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         )
         out: dict[str, list[dict[str, Any]]] = {}
         for name in names:
+            if q.credit:  # credit over time: each probe's accounts (used, budget, balance)
+                states = await state.store.site_history(name, limit=q.limit, before=q.before)
+                out[name] = [
+                    {
+                        "at": s.collected_at.isoformat(),
+                        "health": s.health.value,
+                        "credit": [
+                            {**c.model_dump(mode="json"), "remaining": c.remaining}
+                            for c in s.credit
+                        ],
+                    }
+                    for s in states
+                ]
+                continue
             out[name] = await state.store.site_points(name, limit=q.limit, before=q.before)
         return JSONResponse({"sites": out, "limit": q.limit})
 

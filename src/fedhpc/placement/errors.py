@@ -68,6 +68,16 @@ class EstimatorErrors:
             key = (o.site, o.partition, o.method)
             if len(by[key]) < recent:
                 by[key].append((o.predicted_s, o.observed_s))
+        # Per partition, its newest judged jobs (one per job: each estimator's prediction
+        # beside the wait that happened), for a picture of predicted against realised waits.
+        self._judged: dict[tuple[str, str], dict[tuple[datetime, float], dict[str, Any]]] = {}
+        for o in keep:
+            jobs = self._judged.setdefault((o.site, o.partition), {})
+            job = (o.at, o.observed_s)
+            if job not in jobs and len(jobs) >= recent:
+                continue
+            row = jobs.setdefault(job, {"at": o.at, "observed_s": o.observed_s, "predicted_s": {}})
+            row["predicted_s"][o.method] = o.predicted_s
         self._errors = {}
         for k, v in by.items():
             e = [p - w for p, w in v]
@@ -124,6 +134,21 @@ class EstimatorErrors:
                 **_calibration_fields(e.calibration),
             }
             for e in self.rows()
+        ]
+
+    def judged(self) -> list[dict[str, Any]]:
+        """The newest judged jobs per site and partition (at most `recent` each), oldest first:
+        when each started, the wait it had and each estimator's prediction (0.1 s)."""
+        return [
+            {
+                "site": site,
+                "partition": partition,
+                "at": j["at"].isoformat(),
+                "observed_s": round(j["observed_s"], 1),
+                "predicted_s": {m: round(v, 1) for m, v in sorted(j["predicted_s"].items())},
+            }
+            for (site, partition), jobs in sorted(self._judged.items())
+            for j in sorted(jobs.values(), key=lambda j: j["at"])
         ]
 
     def band(

@@ -184,6 +184,11 @@ def build_ui_app(
         q = _Page.model_validate(dict(request.query_params))
         return await c.history(limit=min(q.limit, 240))
 
+    async def credit(request: Request, c: DaemonClient) -> Any:
+        # Credit over time: asked once a minute by the page (each probe is parsed whole).
+        q = _Page.model_validate(dict(request.query_params))
+        return await c.history(limit=min(q.limit, 240), credit=True)
+
     async def tasks(request: Request, c: DaemonClient) -> Any:
         q = _Page.model_validate(dict(request.query_params))
         rows = await c.tasks(state=q.state, limit=q.limit)
@@ -236,7 +241,11 @@ def build_ui_app(
         body = await c.estimators()
         # The daemon's own judgement: which estimator `auto` uses and its min_samples.
         rows = with_auto(body.get("estimators", []))
-        return {"estimators": rows, "min_samples": body.get("min_samples")}
+        return {
+            "estimators": rows,
+            "min_samples": body.get("min_samples"),
+            "judged": body.get("judged", []),  # each judged job: predicted and realised wait
+        }
 
     routes = [
         Route("/", index),
@@ -244,6 +253,7 @@ def build_ui_app(
         Route("/api/health", api(health)),
         Route("/api/federation", api(federation)),
         Route("/api/history", api(history)),
+        Route("/api/credit", api(credit)),
         Route("/api/tasks", api(tasks)),
         Route("/api/groups", api(groups)),
         Route("/api/charges", api(charges_route())),

@@ -255,7 +255,9 @@ async function refreshScatter() {
 // Each wait estimator's recent error per site and partition (bias > 0: it predicts longer waits
 // than happen), and where `auto` uses it; the rule is the daemon's (ui/estimators.py).
 async function refreshEstimators() {
-  const { estimators, min_samples: floor } = await api("/api/estimators");
+  const { estimators, min_samples: floor, judged } = await api("/api/estimators");
+  state.judged = judged || [];  // each judged job's predicted and realised wait (queue history)
+  if (state.history) drawQueueHistory(state.history);
   const body = $("#est-table tbody");
   if (!estimators.length) {
     body.replaceChildren(el("tr", { class: "est-empty" }, el("td", { colspan: 7, class: "wrap" },
@@ -545,6 +547,8 @@ function detail(b, now) {
 function eventDetail(e) {
   const p = e.payload || {};
   const bits = [];
+  // A task fedhpc moved (task.moved): where from, where to, and why, first.
+  if (p.moved_from && p.moved_to) bits.push(`moved ${p.moved_from} → ${p.moved_to}`);
   for (const k of ["reason", "site", "attempt", "job_id", "round", "counts", "hint"]) {
     if (p[k] !== undefined) bits.push(`${k}: ${typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]}`);
   }

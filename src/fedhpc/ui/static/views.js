@@ -49,6 +49,22 @@ function drawQueueHistory(hist) {
     { label: `free GPUs (of ${s.gpus})`, data: free, borderColor: "#2f6fde", backgroundColor: "#2f6fde", yAxisID: "y",
       stepped: true, pointRadius: 2, borderDash: [5, 3] },
   ];
+  // The jobs fedhpc placed there whose wait the scheduler's accounting reported, inside the
+  // probes' span: each at its start, the wait it had beside the wait placement predicted
+  // (the scheduler's estimate where it gave one, else learned, else paper), on a seconds axis.
+  const t0 = s.points[0].t;
+  const t1 = s.points[s.points.length - 1].t;
+  const jobs = (state.judged || []).filter((j) => `${j.site}/${j.partition}` === pick.value)
+    .map((j) => ({ ...j, t: Date.parse(j.at) })).filter((j) => j.t >= t0 && j.t <= t1);
+  const predicted = (j) => { const p = j.predicted_s; return p.scheduler ?? p.learned ?? p.paper ?? null; };
+  if (jobs.length) {
+    datasets.push(
+      { label: "realised wait (s)", data: jobs.map((j) => ({ x: j.t, y: j.observed_s })), yAxisID: "wait",
+        showLine: false, pointRadius: 5, pointStyle: "circle", borderColor: "#16a085", backgroundColor: "#16a085" },
+      { label: "predicted wait (s)", data: jobs.map((j) => ({ x: j.t, y: predicted(j) })), yAxisID: "wait",
+        showLine: false, pointRadius: 6, pointStyle: "crossRot", borderColor: "#8e44ad", backgroundColor: "#8e44ad", borderWidth: 2 });
+  }
+  if (state.queueChart) state.queueChart.options.scales.wait.display = jobs.length > 0;
   if (!state.queueChart) {
     state.queueChart = new Chart(canvas, {
       type: "line", data: { datasets },
@@ -56,7 +72,9 @@ function drawQueueHistory(hist) {
         scales: {
           x: { type: "linear", title: { display: true, text: "time" },
                ticks: { maxTicksLimit: 6, callback: (v) => clock(new Date(v)) } },
-          y: { beginAtZero: true, title: { display: true, text: "jobs / GPUs" }, ticks: { precision: 0 } } },
+          y: { beginAtZero: true, title: { display: true, text: "jobs / GPUs" }, ticks: { precision: 0 } },
+          wait: { position: "right", beginAtZero: true, display: jobs.length > 0, grid: { drawOnChartArea: false },
+                  title: { display: true, text: "queue wait (s)" } } },
         plugins: { legend: { position: "bottom" },
                    tooltip: { callbacks: { title: (items) => when(new Date(items[0].parsed.x).toISOString()) } } } },
     });
@@ -67,7 +85,8 @@ function drawQueueHistory(hist) {
   const last = s.points[s.points.length - 1];
   // Drawn: which partition, how many probes, and the newest one's numbers (for a reader or a test).
   canvas.dataset.series = JSON.stringify({ key: pick.value, probes: s.points.length,
-                                           newest: { at: last.at, pending: last.pending, free: last.free } });
+                                           newest: { at: last.at, pending: last.pending, free: last.free },
+                                           judged: jobs.map((j) => ({ at: j.at, observed_s: j.observed_s, predicted_s: predicted(j) })) });
   $("#qh-span").textContent = `${s.points.length} probes, ${when(new Date(s.points[0].t).toISOString())} to ${when(new Date(last.t).toISOString())}`;
 }
 
@@ -137,4 +156,58 @@ function renderAllocation() {
     "No site reports credit for your accounts (set accounts and a budget per site in config.toml)."))]));
   const c = state.charges;
   $("#alloc-live").textContent = !c ? "" : c.more ? `running and queued: the newest ${c.read} live tasks` : `running and queued: all ${c.read} live tasks`;
+}
+
+// ------------------------------------------------------------------------------ credit over time
+// Each site's accounts at each recent probe the daemon kept: credit used (solid) and left
+// (dashed; as the allocation table counts it), in the site's unit. Read once a minute: the
+// daemon parses each probe whole for it.
+const CREDIT_MS = 60000;
+
+async function refreshCreditHistory() {
+  drawCreditHistory(await api("/api/credit?limit=120"));
+}
+PAGES.federation.push([refreshCreditHistory, CREDIT_MS]);
+
+function drawCreditHistory(hist) {
+  const series = new Map();
+  for (const [site, points] of Object.entries(hist.sites)) {
+    for (const pt of points) {
+      for (const c of pt.credit) {
+        const key = `${site} ${c.account}`;
+        if (!series.has(key)) series.set(key, { site, account: c.account, unit: c.unit, points: [] });
+        series.get(key).points.push({ at: pt.at, t: Date.parse(pt.at), used: c.used, left: c.remaining });
+      }
+    }
+  }
+  const datasets = [];
+  const drawn = {};
+  for (const [key, s] of [...series.entries()].sort()) {
+    const color = colorOf(s.site);
+    const used = s.points.filter((p) => p.used !== null).map((p) => ({ x: p.t, y: p.used }));
+    const left = s.points.filter((p) => p.left !== null).map((p) => ({ x: p.t, y: p.left }));
+    if (used.length) datasets.push({ label: `${key} used (${s.unit})`, data: used, borderColor: color, backgroundColor: color, stepped: true, pointRadius: 1 });
+    if (left.length) datasets.push({ label: `${key} left (${s.unit})`, data: left, borderColor: color, backgroundColor: color, stepped: true, pointRadius: 1, borderDash: [5, 3] });
+    const last = s.points[s.points.length - 1];
+    drawn[key] = { probes: s.points.length, newest: { at: last.at, used: last.used, left: last.left } };
+  }
+  const canvas = $("#credit-history");
+  if (!state.creditChart) {
+    state.creditChart = new Chart(canvas, {
+      type: "line", data: { datasets },
+      options: { animation: false, maintainAspectRatio: false, parsing: false,
+        scales: {
+          x: { type: "linear", title: { display: true, text: "time" },
+               ticks: { maxTicksLimit: 6, callback: (v) => clock(new Date(v)) } },
+          y: { title: { display: true, text: "credit (each site's unit)" } } },
+        plugins: { legend: { position: "bottom" },
+                   tooltip: { callbacks: { title: (items) => when(new Date(items[0].parsed.x).toISOString()) } } } },
+    });
+  } else {
+    state.creditChart.data.datasets = datasets;
+    state.creditChart.update("none");
+  }
+  // Drawn: each site and account's probes and newest numbers (for a reader or a test).
+  canvas.dataset.series = JSON.stringify(drawn);
+  $("#ch-empty").hidden = series.size > 0;
 }
