@@ -385,3 +385,28 @@ async def test_the_store_command_migrates_reports_and_moves_a_store(
         1,
         1,
     )
+
+
+async def test_owners_are_kept_and_scope_the_listing_on_either_engine(store: Store) -> None:
+    """Schema 11 (issue 34): a group's owner reaches its children; a task's owner is set once
+    (never moved to another person); a listing scoped to an owner holds only theirs."""
+    await _group_of_children(store)
+    async with store.transaction() as tx:
+        await tx.put_task("solo", state="queued", body={"request": {"name": "s"}}, at=T0)
+    assert await store.owner_of("tasks", "solo") == (True, None)
+    assert await store.owner_of("tasks", "nope") == (False, None)
+    await store.set_group_owner("g1", "iss|alice")
+    await store.set_owner("tasks", ["solo"], "iss|bob")
+    await store.set_owner("tasks", ["solo"], "iss|alice")  # already bob's: unchanged
+    assert await store.owner_of("groups", "g1") == (True, "iss|alice")
+    assert await store.owner_of("tasks", "t1-3") == (True, "iss|alice")
+    assert await store.owner_of("tasks", "solo") == (True, "iss|bob")
+    assert [r["id"] for r in await store.task_listing(owner="iss|bob")] == ["solo"]
+    alice = await store.task_listing(owner="iss|alice", limit=100)
+    assert len(alice) == 12 and "solo" not in {r["id"] for r in alice}
+    done = await store.task_listing(state="completed", owner="iss|alice")
+    assert [r["id"] for r in done] == ["t1-0"]
+    assert await store.task_listing(state="completed", owner="iss|bob") == []
+    assert len(await store.task_listing(limit=100)) == 13  # no owner given: every task
+    assert await store.recent_groups_of("iss|alice", 5) == ["g1"]
+    assert await store.recent_groups_of("iss|bob", 5) == []

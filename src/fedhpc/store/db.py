@@ -16,6 +16,7 @@ import anyio
 from fedhpc.store import sql_pg
 from fedhpc.store.engine import Row, SqliteConn
 from fedhpc.store.log_reads import LogReads
+from fedhpc.store.owners import OwnerReads
 from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads, ListingReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx
@@ -64,7 +65,7 @@ class WaitSample:
     predicted_waits: dict[str, float]
 
 
-class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads):
+class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads, OwnerReads):
     """SQLite: one connection, one writer, and a reader for REST requests (`quick_reads`).
     PostgreSQL: a pool (`pg`). Reads may run any time; writes go through `transaction()`."""
 

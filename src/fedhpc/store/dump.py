@@ -23,10 +23,10 @@ FORMAT = "fedhpc-store/1"
 # Every table a store holds (not `archiving`, a marker only held inside a transaction), in an
 # order that writes each row's parents first, with every column in a fixed order.
 COLUMNS: dict[str, tuple[str, ...]] = {
-    "groups": ("id", "created_at", "state", "round", "body", "dedupe"),
+    "groups": ("id", "created_at", "state", "round", "body", "dedupe", "owner"),
     "tasks": (
         "id", "idempotency_key", "group_id", "created_at", "updated_at", "state", "body",
-        "dedupe", "current_site",
+        "dedupe", "current_site", "owner",
     ),
     "attempts": (
         "task_id", "n", "site", "partition", "job_name", "job_id", "state", "created_at",
@@ -58,6 +58,8 @@ _ORDER = {
     "snapshots": "seq",
 }
 _PAGE = 2000
+# Tables whose last column, `owner`, came with schema 11.
+_OWNED = ("groups", "tasks")
 
 
 class DumpError(UsageError):
@@ -110,6 +112,8 @@ def _parse(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[tuple[str, li
             table, values = item.get("t"), item.get("r")
             if table not in COLUMNS or not isinstance(values, list):
                 raise DumpError(f"line {n}: no table {table!r} in a store")
+            if table in _OWNED and len(values) == len(COLUMNS[table]) - 1:
+                values.append(None)  # an export made before owners (schema 10): nobody's
             if len(values) != len(COLUMNS[table]):
                 raise DumpError(f"line {n}: {table} has {len(COLUMNS[table])} columns")
             yield table, values

@@ -183,11 +183,14 @@ class ListingReads(Reads):
     """Task listings (`fedhpc tasks`, GET /v1/tasks) at any store size."""
 
     async def task_listing(
-        self, *, state: str | None = None, limit: int = 100
+        self, *, state: str | None = None, limit: int = 100, owner: str | None = None
     ) -> list[dict[str, Any]]:
         """Newest tasks first, each with its label and current attempt, in one query and
-        without loading bodies into Python (a listing page at any store size)."""
-        where, params = ("WHERE state = ? ", [state]) if state else ("", [])
+        without loading bodies into Python (a listing page at any store size); only `owner`'s
+        when given (service mode)."""
+        conds = [c for c, v in (("state = ?", state), ("owner = ?", owner)) if v]
+        params = [v for v in (state, owner) if v]
+        where = f"WHERE {' AND '.join(conds)} " if conds else ""
         sql = self._pick(TASK_LISTING, sql_pg.TASK_LISTING).format(where=where)
         rows = await self._all(sql, [*params, limit])
         out: dict[str, dict[str, Any]] = {}

@@ -217,6 +217,13 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE id = NEW.id;
     END;
     """,  # noqa: S608 (fixed text: no value is spliced)
+    # 11: the person a task or group belongs to in service mode (`issuer|sub`; NULL without
+    # `[service]`), and one person's tasks newest first (GET /v1/tasks scoped to an owner).
+    """
+    ALTER TABLE tasks ADD COLUMN owner TEXT;
+    ALTER TABLE groups ADD COLUMN owner TEXT;
+    CREATE INDEX tasks_owner_listing ON tasks (owner, created_at DESC, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -206,4 +206,11 @@ CREATE TABLE archiving (started_at {_T} NOT NULL);
 
 # Each entry moves the PostgreSQL schema from version BASELINE_VERSION + i to the next, as
 # schema.MIGRATIONS's entry of the same version does on SQLite.
-MIGRATIONS_PG: tuple[str, ...] = ()
+MIGRATIONS_PG: tuple[str, ...] = (
+    # 11: the owner of a task or group (service mode), as schema.MIGRATIONS[10].
+    """
+    ALTER TABLE tasks ADD COLUMN owner TEXT;
+    ALTER TABLE groups ADD COLUMN owner TEXT;
+    CREATE INDEX tasks_owner_listing ON tasks (owner, created_at DESC, id);
+    """,
+)
