@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated
+
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.mcp_server.params import ADAPTATION_SCHEMA, ENVELOPE_SCHEMA
@@ -58,3 +61,33 @@ def test_the_advertised_envelope_names_exactly_the_contract_fields() -> None:
     assert set(ENVELOPE_SCHEMA["properties"]) == set(ResourceEnvelope.model_fields)
     for name in AdaptationPolicy.model_fields:
         assert name in ADAPTATION_SCHEMA["description"]
+
+
+def _resolved(node: object, defs: dict[str, object]) -> object:
+    if isinstance(node, list):
+        return [_resolved(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _resolved({**defs[ref[8:]], **rest}, defs)  # type: ignore[dict-item]
+    return {k: _resolved(v, defs) for k, v in node.items() if k != "$defs"}
+
+
+def test_a_repeated_sub_schema_is_written_once_and_means_the_same() -> None:
+    from fedhpc.mcp_server.schema import _walk
+
+    class Job(BaseModel):
+        envelope: Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
+        outputs: list[str] = Field(default=[], description="files it writes")
+
+    raw = Job.model_json_schema()
+    shared = compact_input(raw)
+    assert set(shared["$defs"]) >= {"s0", "s1"}  # string lists and integer ranges
+    assert shared["properties"]["outputs"]["description"] == "files it writes"
+    assert _resolved(shared, shared["$defs"]) == _resolved(_walk(raw, output=False), {})
+    check = Draft202012Validator(shared)
+    assert check.is_valid({"envelope": {"gpus": {"min": 1, "max": 4}}, "outputs": ["a"]})
+    assert not check.is_valid({"envelope": {"gpus": {"min": "one"}}})
+    assert not check.is_valid({"envelope": {"sites_include": [1]}})

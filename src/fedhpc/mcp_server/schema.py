@@ -7,6 +7,7 @@ whose default is null simply omits the null branch (leaving it out means the sam
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["compact_input", "compact_output"]
@@ -120,13 +121,87 @@ def _opaque(schema: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
     return out
 
 
+_NOTES = ("description", "default")  # stay beside a `$ref`: they belong to the place of use
+
+
+def _size(node: Any) -> int:
+    return len(json.dumps(node, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _core(node: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in node.items() if k not in _NOTES}, sort_keys=True)
+
+
+def _cores(node: Any, found: dict[str, int], top: bool = True) -> None:
+    """Count every sub-schema (without its notes) below the root."""
+    if isinstance(node, list):
+        for item in node:
+            _cores(item, found, top=False)
+        return
+    if not isinstance(node, dict):
+        return
+    if not top and "$ref" not in node:
+        core = _core(node)
+        found[core] = found.get(core, 0) + 1
+    for key, value in node.items():
+        if key in _NAME_MAPS and isinstance(value, dict):
+            for sub in value.values():
+                _cores(sub, found, top=False)
+        elif key not in ("enum", "const", "default", "examples"):
+            _cores(value, found, top=False)
+
+
+def _refer(node: Any, core: str, ref: str, top: bool = True) -> Any:
+    if isinstance(node, list):
+        return [_refer(item, core, ref, top=False) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if not top and "$ref" not in node and _core(node) == core:
+        return {"$ref": ref, **{k: v for k, v in node.items() if k in _NOTES}}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _NAME_MAPS and isinstance(value, dict):
+            out[key] = {n: _refer(sub, core, ref, top=False) for n, sub in value.items()}
+        elif key in ("enum", "const", "default", "examples"):
+            out[key] = value
+        else:
+            out[key] = _refer(value, core, ref, top=False)
+    return out
+
+
+def _share(schema: dict[str, Any]) -> dict[str, Any]:
+    """Write a sub-schema used twice or more once, in the root's `$defs`, where that is
+    shorter (the envelope's ranges, string lists): same structure, same constraints, fewer
+    bytes of context. Greedy: the biggest saving first, until none is left."""
+    best = schema
+    while True:
+        found: dict[str, int] = {}
+        _cores(best, found)
+        defs: dict[str, Any] = best.get("$defs", {})
+        name = f"s{len(defs)}"
+        while name in defs:
+            name += "_"
+        choice = best
+        for core, count in found.items():
+            if count < 2:
+                continue
+            shared = _refer(best, core, f"#/$defs/{name}")
+            shared["$defs"] = {**shared.get("$defs", {}), name: json.loads(core)}
+            if _size(shared) < _size(choice):
+                choice = shared
+        if choice is best:
+            return best
+        best = choice
+
+
 def compact_input(schema: dict[str, Any]) -> dict[str, Any]:
-    """Drop titles, class docstrings and empty defaults; keep parameter descriptions."""
+    """Drop titles, class docstrings and empty defaults; keep parameter descriptions; write
+    a repeated sub-schema once."""
     out: dict[str, Any] = _walk(schema, output=False)
     for definition in out.get("$defs", {}).values():
         if isinstance(definition, dict):
             definition.pop("description", None)
-    return _inline_enums(out)
+    return _share(_inline_enums(out))
 
 
 def compact_output(schema: dict[str, Any], opaque: frozenset[str] = frozenset()) -> dict[str, Any]:
