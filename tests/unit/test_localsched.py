@@ -216,22 +216,29 @@ def test_cancel_stops_running_and_pending_jobs_and_frees_their_gpus(
     assert sched.job(pending)["start"] is None
     # The freed GPUs went to the next job at once.
     assert sched.job(after)["state"] == "RUNNING"
-    time.sleep(2.5)
-    assert not marker.exists()
+    # The wrapper records the exit code once the script's process group is gone (and
+    # SIGKILLed): from then on nothing of it can touch the marker (no fixed sleep).
+    deadline = time.monotonic() + 20
+    while sched.job(running)["exit_code"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert sched.job(running)["exit_code"] == 128 + signal.SIGTERM
+    assert not marker.exists()
     assert sched.run("cancel", str(after)).returncode == 0
     bad = sched.run("cancel", "999")
     assert bad.returncode == 1
     assert "invalid job id 999" in bad.stderr
 
 
-def test_time_limit_ends_a_job_as_timeout(sched: Sched) -> None:
-    job = sched.submit("sleep 60", partition="cpu", time=1)
-    rec = sched.wait(job, {"TIMEOUT"}, timeout=15)
-    run_s = (at(rec["end"]) - at(rec["start"])).total_seconds()
-    # Not before its one-second limit, and ended by it, not by the 60 s sleep (a bound far
-    # from the limit: a loaded machine may be late to kill it, never early).
-    assert 1.0 <= run_s < 30.0
+def test_time_limit_ends_a_job_as_timeout(sched: Sched, tmp_path: Path) -> None:
+    marker = tmp_path / "ran-to-the-end"
+    job = sched.submit(f"sleep 60; touch {marker}", partition="cpu", time=1)
+    rec = sched.wait(job, {"TIMEOUT"}, timeout=60)
+    # Ended by its limit (TIMEOUT, SIGTERMed, the script's end never reached), never before
+    # it. How late a loaded machine kills it is not asserted: speed is for benchmarks/.
+    assert rec["time_limit_s"] == 1
+    assert rec["exit_code"] == 128 + signal.SIGTERM
+    assert not marker.exists()
+    assert at(rec["end"]) - at(rec["start"]) >= timedelta(seconds=1)
 
 
 def test_a_job_whose_wrapper_is_killed_is_reaped_as_failed(sched: Sched, tmp_path: Path) -> None:
