@@ -22,6 +22,8 @@ const people = {
   alice: { email: 'alice@lab.example', ttl: 600 },
   bob: { email: 'bob@lab.example', ttl: 2 }, // short-lived: the expiry test waits it out
   mallory: { email: 'mallory@elsewhere.example', ttl: 600 },
+  carol: { email: 'carol@lab.example', ttl: 600 }, // a second person (test_service_owners)
+  dana: { email: 'dana@lab.example', ttl: 600 }, // the operator, with fedhpc:admin
 };
 const clients = Object.keys(people).map((id) => ({
   client_id: id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from typing import Any, Literal
 
 import anyio
@@ -34,7 +35,12 @@ from fedhpc.ops.tasks import (
 from fedhpc.settings import CLIENT_TIMEOUT_SCALE
 from fedhpc.settings.daemon import DaemonSettings
 
-__all__ = ["DaemonClient"]
+__all__ = ["ACTING_FOR", "DaemonClient"]
+
+# (owner, admin) of the signed-in person the current call is made for (service mode: the MCP
+# server sets it per request); the daemon records the owner on submissions and scopes reads
+# to it (daemon/owner.py). None: the single-user default, no owner.
+ACTING_FOR: ContextVar[tuple[str, bool] | None] = ContextVar("fedhpc_acting_for", default=None)
 
 _KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
 
@@ -119,6 +125,11 @@ class DaemonClient:
         path = route.url(*ids)
         limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
         try:
+            acting = ACTING_FOR.get()
+            if acting is not None:
+                owner, admin = acting
+                headers = {"x-fedhpc-owner": owner, **({"x-fedhpc-admin": "1"} if admin else {})}
+                kw["headers"] = {**kw.get("headers", {}), **headers}
             resp = await self._http.request(route.method, path, timeout=limit, **kw)
         except (
             httpx2.ConnectError,

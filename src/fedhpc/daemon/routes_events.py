@@ -12,6 +12,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler
 from fedhpc.daemon.limits import read_body
+from fedhpc.daemon.owner import principal
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.ops.events import AckRequest, ArchiveRequest, EventsQuery, check_consumer
@@ -34,12 +35,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         after = q.after
         if q.consumer is not None:  # what the consumer acknowledged is not listed again
             after = max(after, await state.store.cursor(q.consumer))
-        rows = await state.store.events_after(after, limit=q.limit)
+        owner = principal(request).scope
+        rows = await state.store.events_after(after, limit=q.limit, owner=owner)
         if not rows and q.wait_s > 0:  # a long poll: woken by events of this or another daemon
             with anyio.move_on_after(q.wait_s):
                 while not rows and not state.stopping.is_set():
                     landed = state.landed
-                    rows = await state.store.events_after(after, limit=q.limit)
+                    rows = await state.store.events_after(after, limit=q.limit, owner=owner)
                     if not rows:
                         await landed.wait()
         if not rows and q.after > 0:

@@ -14,6 +14,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint, GroupQuery, GroupsQuery, TasksQuery
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
+from fedhpc.daemon.owner import principal
 from fedhpc.daemon.scripts import read_script_file
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
@@ -72,23 +73,29 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def submit_task(request: Request) -> Response:
         req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await read_body(request)))
-        handle = await o.answers.hinted(await o.intake.submit_task(req), "submit_task")
+        who = principal(request)
+        handle = await o.answers.hinted(await o.intake.submit_task(who.own(req)), "submit_task")
+        await who.claim(state.store, "tasks", handle.task_id)
         # What a job script's header gave, in the answer of every face (MCP, REST, CLI).
         return model_response(SubmitAnswer(**{**dict(handle), "script": req.script_reading}))
 
     async def tasks(request: Request) -> Response:
         q = TasksQuery.model_validate(dict(request.query_params))
-        rows = await o.tools.list_tasks(state=q.state, limit=q.limit)
+        rows = await o.tools.list_tasks(
+            state=q.state, limit=q.limit, owner=principal(request).scope
+        )
         return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
 
     async def result(request: Request) -> Response:
         req = ResultRequest.model_validate(
             {"task_id": request.path_params["task_id"], **dict(request.query_params)}
         )
+        await principal(request).check(state.store, req.task_id)
         manifest = await o.answers.hinted_result(await o.tools.get_result(req))
         return model_response(await _with_pending(o, req, manifest))
 
     async def cancel_task(request: Request) -> Response:
+        await principal(request).check(state.store, request.path_params["task_id"])
         handle = await o.tools.cancel(CancelRequest(task_id=request.path_params["task_id"]))
         return model_response(await o.answers.hinted(handle, "cancel"))
 
@@ -96,17 +103,20 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         req = _sites_checked(state, ReplanRequest.model_validate_json(await read_body(request)))
         if req.task_id != request.path_params["task_id"]:
             raise UsageError("task_id in the body and the path differ")
+        await principal(request).check(state.store, req.task_id)
         return model_response(await o.answers.hinted(await o.tools.replan(req), "replan"))
 
     async def submit_group_(request: Request) -> Response:
         body = await read_body(request)
         req = _sites_checked(state, SubmitGroupRequest.model_validate_json(body))
-        return model_response(
-            await o.answers.hinted_group(await o.groups.submit(req), "submit_group")
-        )
+        who = principal(request)
+        view = await o.groups.submit(who.own(req))
+        await who.claim(state.store, "groups", view.group_id)
+        return model_response(await o.answers.hinted_group(view, "submit_group"))
 
     async def group(request: Request) -> Response:
         page = GroupQuery.model_validate(dict(request.query_params)).model_dump()
+        await principal(request).check(state.store, request.path_params["group_id"], "group")
         view = await o.groups.view(request.path_params["group_id"], **page)
         return model_response(await o.answers.hinted_group(view, "group"))
 
@@ -114,9 +124,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         # The newest groups with their counts over every child (in SQL), none of their
         # children listed: the dashboard's group list, whatever a group's size.
         q = GroupsQuery.model_validate(dict(request.query_params))
-        views = [
-            await o.groups.view(gid, limit=0) for gid in await state.store.recent_groups(q.limit)
-        ]
+        scope = principal(request).scope
+        ids = (
+            await state.store.recent_groups(q.limit)
+            if scope is None
+            else await state.store.recent_groups_of(scope, q.limit)
+        )
+        views = [await o.groups.view(gid, limit=0) for gid in ids]
         return JSONResponse({"groups": [v.model_dump(mode="json") for v in views]})
 
     async def draft(request: Request) -> Response:

@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fedhpc.client.daemon_client import ACTING_FOR
 from fedhpc.mcp_server.results import error_result
 from fedhpc.mcp_server.transport import BodyLimit
 from fedhpc.service import (
@@ -35,7 +36,7 @@ from fedhpc.service import (
     caller_of,
     needed_scope,
 )
-from fedhpc.service.access import DATA, READ, SUBMIT
+from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
 
 __all__ = ["ScopeChallenge", "caller", "run_service_http", "scope_guard"]
 
@@ -53,7 +54,12 @@ async def scope_guard(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
     who = caller_of(ctx.request)
     scope, what = needed_scope(ctx.method, ctx.params)
     if who is not None and who.may(scope):
-        return await call_next(ctx)
+        # Every daemon call of this request is made for this person (owner, admin).
+        token = ACTING_FOR.set((f"{who.issuer}|{who.subject}", ADMIN in who.scopes))
+        try:
+            return await call_next(ctx)
+        finally:
+            ACTING_FOR.reset(token)
     if who is None and scope == READ:
         return await call_next(ctx)  # the HTTP layer already required READ of every request
     # No verified caller on a call that acts: fail closed (the HTTP layer should never let

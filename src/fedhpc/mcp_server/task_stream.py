@@ -41,11 +41,13 @@ from mcp.types import (
 )
 from pydantic import BaseModel
 
+from fedhpc.client.daemon_client import ACTING_FOR
 from fedhpc.errors import FedError, TransientError
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.task_state import EXTENSION, Handle, detailed_task, owner_of, parse
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
+from fedhpc.ops.tasks import ResultRequest
 
 __all__ = ["EventWatch", "TaskListen", "declared"]
 
@@ -172,11 +174,12 @@ class TaskListen:
                 handles[str(tid)] = parse(str(tid), owner)
             except MCPError:
                 continue  # not this session's: not honored (the ack lists what is)
+        resources = [u for u in asked.resource_subscriptions or () if await _readable(ctx, u)]
         honored = SubscriptionFilter(
             tools_list_changed=asked.tools_list_changed or None,
             prompts_list_changed=asked.prompts_list_changed or None,
             resources_list_changed=asked.resources_list_changed or None,
-            resource_subscriptions=list(asked.resource_subscriptions or ()) or None,
+            resource_subscriptions=resources or None,
         )
         if handles:
             honored = honored.model_copy(update={"taskIds": list(handles)})
@@ -255,6 +258,25 @@ class TaskListen:
             await ctx.session.send_notification(
                 cast(ServerNotification, status), related_request_id=sid
             )
+
+
+async def _readable(ctx: ServerRequestContext[DaemonLink, Any], uri: str) -> bool:
+    """In service mode, a task or group resource is honored only if its caller may read it
+    (the daemon answers another person's as not found); otherwise every URI is."""
+    m = _RESOURCE.match(uri)
+    if ACTING_FOR.get() is None or m is None or m[1] == "transfers":
+        return True
+    kind, fid = m[1], m[2]
+    try:
+        if kind == "tasks":
+            await ctx.lifespan_context.call(
+                lambda c: c.get_result(ResultRequest(task_id=fid, brief=True, preview="none"))
+            )
+        else:
+            await ctx.lifespan_context.call(lambda c: c.group(fid, limit=0))
+    except FedError as exc:
+        return exc.code != "not_found"
+    return True
 
 
 _RESOURCE = re.compile(r"^fedhpc://(tasks|groups|transfers)/([A-Za-z0-9_-]{1,64})$")

@@ -238,10 +238,13 @@ class TaskTools:
             return "offline"
         return "" if online(self.collector, site) else "unprobed"
 
-    async def list_tasks(self, *, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
-        """Newest first; each task's current attempt as get_result picks it."""
+    async def list_tasks(
+        self, *, state: str | None = None, limit: int = 100, owner: str | None = None
+    ) -> list[TaskSummary]:
+        """Newest first; each task's current attempt as get_result picks it; `owner`'s only
+        when given (service mode)."""
         out = []
-        for row in await self.book.store.task_listing(state=state, limit=limit):
+        for row in await self.book.store.task_listing(state=state, limit=limit, owner=owner):
             cur = row["attempt"] or {}
             out.append(
                 TaskSummary(

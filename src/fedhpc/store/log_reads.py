@@ -30,13 +30,21 @@ class LogReads(Reads):
 
     # -- events ---------------------------------------------------------------------------
     async def events_after(
-        self, cursor: int, *, limit: int = 100, kinds: Sequence[str] = ()
+        self, cursor: int, *, limit: int = 100, kinds: Sequence[str] = (), owner: str | None = None
     ) -> list[Event]:
+        """Events past `cursor` in seq order; only those about `owner`'s tasks and groups when
+        given (service mode: no site, transfer or other person's event)."""
         sql = "SELECT * FROM events WHERE seq > ?"
         params: list[Any] = [cursor]
         if kinds:
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             params.extend(kinds)
+        if owner is not None:
+            sql += (
+                " AND subject IN (SELECT id FROM tasks WHERE owner = ?"
+                " UNION ALL SELECT id FROM groups WHERE owner = ?)"
+            )
+            params.extend((owner, owner))
         rows = await self._all(sql + " ORDER BY seq LIMIT ?", [*params, limit])
         return [Event.from_row(r) for r in rows]
 

@@ -1,0 +1,81 @@
+"""Whose request this is (service mode, issue 34), and the owner scoping of task reads.
+
+The MCP server in service mode sends its verified caller's identity in `X-Fedhpc-Owner`
+(`issuer|sub`) and, for a caller holding `fedhpc:admin`, `X-Fedhpc-Admin: 1`. The daemon
+trusts these headers because its REST API is only its Unix socket, created 0600 in a 0700
+home: whoever can connect already runs as the daemon's own user (the MCP server, the CLI,
+the bridge) and could read the store directly. A request without the header (stdio, the
+CLI, the dashboard, the bridge) is the single-user default: no owner, everything visible.
+
+A task or group of another owner is answered exactly as one that does not exist
+(`not_found`, the same message): a person never learns that someone else's id exists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
+from fedhpc.orchestrator.book import TaskNotFound
+from fedhpc.orchestrator.groups import UNKNOWN_GROUP_HINT
+from fedhpc.orchestrator.idem import IdempotencyConflict
+from fedhpc.store import Store
+from fedhpc.store.owners import Table
+
+__all__ = ["ADMIN_HEADER", "OWNER_HEADER", "Principal", "principal"]
+
+S = TypeVar("S", SubmitTaskRequest, SubmitGroupRequest)
+
+OWNER_HEADER = "x-fedhpc-owner"
+ADMIN_HEADER = "x-fedhpc-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    owner: str | None  # recorded on what this request submits
+    admin: bool
+
+    @property
+    def scope(self) -> str | None:
+        """The owner reads are limited to; None: every row (no owner, or an admin)."""
+        return None if self.admin else self.owner
+
+    async def check(self, store: Store, row_id: str, noun: str = "task") -> None:
+        """Refuse `row_id` (a task's or a group's: cancel takes either) when it is another
+        owner's, with the answer an unknown id gets."""
+        if self.scope is None:
+            return
+        for table in ("tasks", "groups"):
+            exists, owner = await store.owner_of(table, row_id)
+            if exists and owner != self.scope:
+                if noun == "group":
+                    raise TaskNotFound(f"no group {row_id!r}", hint=UNKNOWN_GROUP_HINT)
+                raise TaskNotFound(f"no task {row_id!r}")
+
+    def own(self, req: S) -> S:
+        """`req` with its retry window scoped to this owner: the same arguments from two
+        people within the window are two tasks, never one person's answered to the other."""
+        if self.owner is None:
+            return req
+        return req.model_copy(update={"caller": f"{self.owner}\n{req.caller or ''}"})
+
+    async def claim(self, store: Store, table: Table, row_id: str) -> None:
+        """Record this owner on what was just submitted (a group: its children too). A row
+        already another person's (their idempotency_key sent again by someone else) is
+        refused as a conflict, telling nothing of it."""
+        if self.owner is None:
+            return
+        if table == "groups":
+            await store.set_group_owner(row_id, self.owner)
+        else:
+            await store.set_owner("tasks", [row_id], self.owner)
+        _, owner = await store.owner_of(table, row_id)
+        if owner != self.owner:
+            raise IdempotencyConflict("this idempotency_key is already in use")
+
+
+def principal(request: Request) -> Principal:
+    owner = request.headers.get(OWNER_HEADER) or None
+    return Principal(owner=owner, admin=request.headers.get(ADMIN_HEADER) == "1")
