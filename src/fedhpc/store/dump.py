@@ -58,8 +58,6 @@ _ORDER = {
     "snapshots": "seq",
 }
 _PAGE = 2000
-# Tables whose last column, `owner`, came with schema 11.
-_OWNED = ("groups", "tasks")
 
 
 class DumpError(UsageError):
@@ -112,8 +110,6 @@ def _parse(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[tuple[str, li
             table, values = item.get("t"), item.get("r")
             if table not in COLUMNS or not isinstance(values, list):
                 raise DumpError(f"line {n}: no table {table!r} in a store")
-            if table in _OWNED and len(values) == len(COLUMNS[table]) - 1:
-                values.append(None)  # an export made before owners (schema 10): nobody's
             if len(values) != len(COLUMNS[table]):
                 raise DumpError(f"line {n}: {table} has {len(COLUMNS[table])} columns")
             yield table, values
