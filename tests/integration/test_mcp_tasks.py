@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +62,10 @@ def _port() -> int:
         return port
 
 
-@pytest.fixture
-def http_server(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+@contextmanager
+def _serve_http(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
     port = _port()
-    with (tmp_path / "serve-http.err").open("wb") as err:
+    with (tmp_path / f"serve-http-{port}.err").open("wb") as err:
         proc = subprocess.Popen(
             serve_argv("--http", "--port", str(port), "--no-autostart"),
             env=serve_env(tmp_path / "h", **env),
@@ -83,6 +83,12 @@ def http_server(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    with _serve_http(tmp_path, env) as url:
+        yield url
 
 
 async def _running(rest: DaemonClient, task_id: str) -> None:
@@ -151,6 +157,34 @@ async def test_http_client_waits_on_the_stream_and_tasks_get_agrees(
         got = await c.task_request("tasks/get", created.task_id)
         assert got["status"] == note["status"] == "completed"
         assert got["result"] == note["result"]
+
+
+async def test_a_handle_outlives_the_server_that_minted_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Issue 36: the handle is signed with the home's key, so a new `fedhpc serve` resolves it."""
+    async with daemon(tmp_path / "h", env) as rest:
+        with _serve_http(tmp_path, env) as first:
+            async with tasks_client(first) as c:
+                created = _created(
+                    await c.call("submit_task", {"command": ["sleep", "1"], "envelope": CPU})
+                )
+        with _serve_http(tmp_path, env) as second:  # the first server process is gone
+            async with tasks_client(second) as c:
+                got = await c.task_request("tasks/get", created.task_id)
+                assert got["taskId"] == created.task_id
+                fid = created.task_id.split(".")[1]
+                await rest.get_result(ResultRequest(task_id=fid))  # the same fedhpc task
+                with anyio.fail_after(120):
+                    while got["status"] == "working":
+                        await anyio.sleep(0.5)
+                        got = await c.task_request("tasks/get", created.task_id)
+                assert got["status"] == "completed", got
+                forged = f"t.{fid}.0000000000000000"
+                with pytest.raises(MCPError) as missing:
+                    await c.task_request("tasks/get", forged)
+                assert missing.value.error.code == -32602
+    assert (tmp_path / "h" / "mcp-task-key").stat().st_mode & 0o777 == 0o600
 
 
 async def test_tasks_cancel_ends_a_group_and_a_task_on_an_open_stream(

@@ -1,9 +1,12 @@
 """fedhpc work as a Tasks-extension task (`io.modelcontextprotocol/tasks`, 2026-07-28).
 
 A handle is `<kind>.<fedhpc id>.<mac>`: the kind (t task, g group, x transfer), the id fedhpc
-answered, and an HMAC over both and the MCP session that made it, with a key this server
-process drew. Another session's handle (or a bare fedhpc id) fails the check and reads as
-"not found", the same answer as an id that does not exist: nothing tells the two apart.
+answered, and an HMAC over both and the MCP session that made it, with the key kept in the
+fedhpc home (`task_key`): a new server process on the same home resolves a handle the old one
+minted, wherever the session survives it (stateless 2026-07-28 HTTP; a stdio session is its
+process, an HTTP session id ends with its server). Another session's handle (or a bare fedhpc
+id) fails the check and reads as "not found", the same answer as an id that does not exist:
+nothing tells the two apart.
 
 `detailed_task` builds the spec's DetailedTask for any handle from the daemon's state (the
 table is in docs/mcp.md, "Tasks extension"); tasks/get and notifications/tasks both send it."""
@@ -27,6 +30,7 @@ from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, FedError
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.results import answer_result
+from fedhpc.mcp_server.task_key import task_key
 from fedhpc.ops.data import TransferRequest, TransferState
 from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import ResultRequest
@@ -50,7 +54,6 @@ TASK_TOOLS: dict[str, tuple[Kind, str]] = {
     "submit_group": ("g", "group_id"),
     "move_data": ("x", "transfer_id"),
 }
-_KEY = os.urandom(32)  # handles live as long as this server process (docs/mcp.md)
 _MAC_HEX = 16
 _MAX_POLL_S = 900.0  # a client that polls anyway asks at least every 15 min
 STATUS = Literal["working", "completed", "failed", "cancelled"]
@@ -77,16 +80,18 @@ class Handle:
 
 
 def owner_of(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The MCP session a request belongs to: its HTTP session id, else this process (one
-    stdio connection, or every client of a stateless HTTP server)."""
+    """The MCP session a request belongs to: its HTTP session id; every client of a stateless
+    HTTP server (any server process on this home); else this stdio connection (this process)."""
     headers = getattr(ctx.request, "headers", None)
-    session = headers.get("mcp-session-id") if isinstance(headers, Mapping) else None
-    return f"http:{session}" if isinstance(session, str) and session else "process"
+    if not isinstance(headers, Mapping):
+        return f"stdio:{os.getpid()}"
+    session = headers.get("mcp-session-id")
+    return f"http:{session}" if isinstance(session, str) and session else "http"
 
 
 def _mac(kind: str, fid: str, owner: str) -> str:
     msg = f"{kind}\x00{fid}\x00{owner}".encode()
-    return hmac.new(_KEY, msg, hashlib.sha256).hexdigest()[:_MAC_HEX]
+    return hmac.new(task_key(), msg, hashlib.sha256).hexdigest()[:_MAC_HEX]
 
 
 def mint(kind: Kind, fid: str, owner: str) -> str:
