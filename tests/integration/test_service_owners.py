@@ -9,9 +9,18 @@ import json
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp.types import CallToolResult
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import (
+    CallToolResult,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
 
 from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
 from fedhpc.settings.daemon import DaemonSettings
@@ -155,3 +164,45 @@ async def test_two_people_see_only_their_own_work_and_an_admin_sees_both(
         _ok(await c1.call_tool("cancel", {"task_id": c_long}))
         _ok(await root.call_tool("cancel", {"task_id": a_long}))
         _ok(await root.call_tool("cancel", {"task_id": a_group}))
+
+
+async def test_a_subscription_to_another_persons_task_is_not_honored(service: Service) -> None:  # noqa: F811
+    both = "fedhpc:read fedhpc:submit"
+    url = service.resource
+    async with _client(url, service.mint("alice", both)) as alice:
+        theirs = _ok(await alice.call_tool("submit_task", LONG))["task_id"]
+    carol_token = service.mint("carol", both)
+    async with _client(url, carol_token) as carol:
+        mine = _ok(await carol.call_tool("submit_task", {**LONG, "name": "c"}))["task_id"]
+    honored: list[list[str]] = []
+    acked = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, SubscriptionsAcknowledgedNotification):
+            honored.append(list(message.params.notifications.resource_subscriptions or ()))
+            acked.set()
+
+    asked = [f"fedhpc://tasks/{theirs}", f"fedhpc://tasks/{mine}", "fedhpc://federation"]
+    req = SubscriptionsListenRequest(
+        params=SubscriptionsListenRequestParams(
+            notifications=SubscriptionFilter.model_validate({"resourceSubscriptions": asked})
+        )
+    )
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {carol_token}"}, timeout=60)
+    async with (
+        http,
+        Client(streamable_http_client(url, http_client=http), message_handler=on_message) as c,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def stream() -> None:
+            await c.session.send_request(req, SubscriptionsListenResult, 3600)
+
+        tg.start_soon(stream)
+        with anyio.fail_after(60):
+            await acked.wait()
+        tg.cancel_scope.cancel()
+    assert honored == [[f"fedhpc://tasks/{mine}", "fedhpc://federation"]], honored
+    async with _client(url, service.mint("dana", "fedhpc:read fedhpc:submit fedhpc:admin")) as r:
+        for tid in (theirs, mine):
+            _ok(await r.call_tool("cancel", {"task_id": tid}))
