@@ -10,7 +10,9 @@ stores the payload; then it reads the result with one `get_result`. Measured:
 - bytes of tool-result text the model reads (the text content of each answer), submit and
   result together (target <= 768 B for a short output; <= 2,048 B for a group's submit and
   one child's result);
-- the continuation payload (the JSON the resume carries, and the whole resume prompt).
+- the continuation payload (the JSON the resume carries, and the whole resume prompt);
+- tools/list: what the model reads of it (names, descriptions, input schemas; goal <= 6 KB)
+  and the whole tool list (budget 16 KB; the wire line is `test_mcp_wire.py`'s).
 
 A third loop is a client with no continuation at all, at 2026-07-28 with the Tasks extension
 (docs/mcp.md): raw JSON-RPC lines over stdio, so the bytes are the wire's. It submits, opens
@@ -202,6 +204,29 @@ async def tasks_extension(env: dict[str, str], limit: float) -> dict[str, Any]:
     }
 
 
+def _compact(value: object) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+async def tools_list(env: dict[str, str]) -> dict[str, int]:
+    """tools/list through the real client: the model-read part (as test_mcp_wire.py counts it)."""
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "fedhpc.cli.main", "serve"], env=env
+    )
+    async with Client(server, mode="legacy") as client:
+        tools = [
+            t.model_dump(by_alias=True, exclude_none=True)
+            for t in (await client.list_tools()).tools
+        ]
+    model = sum(
+        _compact(
+            {"name": t["name"], "description": t["description"], "inputSchema": t["inputSchema"]}
+        )
+        for t in tools
+    )
+    return {"model_read_bytes": model, "tools_bytes": _compact({"tools": tools})}
+
+
 async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
     resumed = home / "resumed"
     resumed.mkdir(parents=True)
@@ -227,11 +252,12 @@ async def run(home: Path, sites: str, limit: float) -> dict[str, Any]:
         one = await single(Agent(agent_env), resumed, limit)
         four = await group(Agent(agent_env), resumed, limit)
         tasks = await tasks_extension(env, limit)
+        listed = await tools_list(env)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    return {"sites": sites, "single": one, "group": four, "tasks": tasks}
+    return {"sites": sites, "single": one, "group": four, "tasks": tasks, "tools_list": listed}
 
 
 def _row(label: str, value: int, target: int | None, unit: str = "B") -> str:
@@ -277,6 +303,10 @@ def main() -> int:
     print(_row("    terminal notifications/tasks line", t["terminal_bytes"], None))
     print(_row("  received, handle + terminal status", t["wire_bytes"], None))
     print(_row("  result text the model reads (get_result's)", t["text_bytes"], 512))
+    lt = r["tools_list"]
+    print("tools/list")
+    print(_row("  model-read: names, descriptions, input schemas", lt["model_read_bytes"], 6144))
+    print(_row("  the whole tool list (JSON)", lt["tools_bytes"], 16384))
     print("  (issue 14 before: 2,193 B for submit + get_result(preview) of a 6-byte output;")
     print("   srunx: 708-804 B over 6-7 calls)")
     return 0
