@@ -14,7 +14,7 @@ import anyio
 from mcp import Client
 
 from fedhpc.client.daemon_client import DaemonClient
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import running, settled
 from tests.integration.mcp_support import stdio_params
 
 
@@ -28,8 +28,7 @@ async def _delivered(client: DaemonClient, n: int) -> None:
     with anyio.fail_after(60):
         while len([d for d in await client.deliveries() if d.state == "delivered"]) < n:
             await anyio.sleep(0.3)
-    await anyio.sleep(3)  # more cycles: nothing else arrives
-    assert len(await client.deliveries()) == n
+    assert len(await settled(client, cycles=2)) == n  # more cycles: nothing else arrives
 
 
 async def test_move_data_wakes_its_agent_once_for_each_outcome(tmp_path: Path) -> None:
