@@ -135,6 +135,12 @@ async def test_two_people_see_only_their_own_work_and_an_admin_sees_both(
             assert not subjects & alice_ids, subjects
             assert subjects <= {c_long}, subjects
 
+        # Cursors: carol acknowledging everything under the name alice uses moves only her own.
+        newest = max(e["seq"] for e in seen)
+        _ok(await c1.call_tool("ack_events", {"consumer": "agent", "through": newest}))
+        page = _ok(await a2.call_tool("list_events", {"consumer": "agent", "limit": 200}))
+        assert quick in {e["subject"] for e in page["events"]}, page
+
         # The admin reads both people's work and events.
         for tid in (a_long, c_long, quick):
             assert _ok(await root.call_tool("get_result", {"task_id": tid}))["task_id"] == tid

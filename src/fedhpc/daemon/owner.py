@@ -54,6 +54,11 @@ class Principal:
                     raise TaskNotFound(f"no group {row_id!r}", hint=UNKNOWN_GROUP_HINT)
                 raise TaskNotFound(f"no task {row_id!r}")
 
+    def consumer(self, name: str) -> str:
+        """The stored name of an event cursor: each person's consumers are their own (the same
+        name from two people is two cursors; nobody can move another's)."""
+        return name if self.owner is None else f"{self.owner}#{name}"
+
     def own(self, req: S) -> S:
         """`req` with its retry window scoped to this owner: the same arguments from two
         people within the window are two tasks, never one person's answered to the other."""

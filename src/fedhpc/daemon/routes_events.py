@@ -34,7 +34,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         q = EventsQuery.model_validate(dict(request.query_params))
         after = q.after
         if q.consumer is not None:  # what the consumer acknowledged is not listed again
-            after = max(after, await state.store.cursor(q.consumer))
+            after = max(after, await state.store.cursor(principal(request).consumer(q.consumer)))
         owner = principal(request).scope
         rows = await state.store.events_after(after, limit=q.limit, owner=owner)
         if not rows and q.wait_s > 0:  # a long poll: woken by events of this or another daemon
@@ -63,9 +63,10 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         # Never past the newest event: an acknowledgement of a future seq would hide events
         # that have not happened yet.
         through = min(req.through, await state.store.last_seq())
+        consumer = principal(request).consumer(req.consumer)
         async with state.store.transaction() as tx:
-            await tx.set_cursor(req.consumer, through, at=datetime.now(UTC))
-        return JSONResponse({"cursor": await state.store.cursor(req.consumer)})
+            await tx.set_cursor(consumer, through, at=datetime.now(UTC))
+        return JSONResponse({"cursor": await state.store.cursor(consumer)})
 
     async def archive(request: Request) -> Response:
         """Move old delivered events to the archive (store/archive.py)."""
