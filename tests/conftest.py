@@ -80,11 +80,13 @@ PARALLEL_SAFE = frozenset(
         "test_input_surface",
         "test_isolation_daemon",
         "test_many_sessions",
+        "test_mcp_claude",
         "test_mcp_conformance",
         "test_mcp_contract",
         "test_mcp_fuzz",
         "test_mcp_inspect_fields",
         "test_mcp_tasks",
+        "test_mcp_wire",
         "test_move_data_wake",
         "test_offline_wait",
         "test_serve_preload",
@@ -98,6 +100,8 @@ PARALLEL_SAFE = frozenset(
         "test_store_outage",
         "test_transport_ssh",
         "test_ui_failures",
+        "test_ui_history",
+        "test_ui_views",
     }
 )
 
