@@ -48,7 +48,7 @@ from tests.integration.agent_cli import (
     resume_section,
     write_config,
 )
-from tests.integration.daemon_util import FAST, start_from, stop
+from tests.integration.daemon_util import FAST, settled, start_from, stop
 from tests.integration.fake_models import (
     CANARY_API_KEY,
     SUBMIT_ARGS,
@@ -190,8 +190,7 @@ async def test_codex_is_resumed_once_with_the_payload_and_reads_the_result(
                     await client.wait_until_up(30)
                     release.set()
                 await _until(client, "delivered")
-                await anyio.sleep(3)  # more bridge cycles: still one resume
-                deliveries = await client.deliveries()
+                deliveries = await settled(client, cycles=2)  # more cycles: still one resume
                 events = await client.events(after=0, limit=1000)
         finally:
             stop(proc)
@@ -283,8 +282,7 @@ async def test_codex_jobs_ending_together_reach_the_model_once_each_in_order(
                 SubmitTaskRequest(command=("bash", "-c", body), envelope=ENV, continuation=spec)
             )
         await _until(client, "delivered", 3, limit=180)
-        await anyio.sleep(2)
-        rows = await client.deliveries()
+        rows = await settled(client, cycles=2)
     assert fake.errors == []
     assert all(d.state == "delivered" and d.attempts == 0 for d in rows)
     expected = sorted((d.id for d in rows), key=lambda i: int(i.split("-")[0][1:]))
@@ -310,8 +308,7 @@ async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
                 await anyio.sleep(0.3)
         fake.down = False
         await _until(client, "delivered", limit=150)
-        await anyio.sleep(2)
-        (d,) = await client.deliveries()
+        (d,) = await settled(client, cycles=2)
     assert fake.errors == []
     assert [e for e in fake.exchanges if e.phase == "down"]
     assert fake.seen_deliveries(thread) == [d.id]  # once, though it was sent before failing
@@ -429,8 +426,7 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
         assert group_members(int(first.read_text())) == []  # no process of it lives
         release.set()
         await _until(client, "delivered", limit=120)
-        await anyio.sleep(3)  # a survivor of the first try would answer by now
-        (d,) = await client.deliveries()
+        (d,) = await settled(client, cycles=2)  # no process of the first try lives (above)
         tries = list((fedhome / "deliveries").glob("*/pid"))
         assert all(group_members(int(f.read_text())) == [] for f in tries)  # none lives on
     assert "no answer from the model within 12 s" in (tried[0].last_error or "")
