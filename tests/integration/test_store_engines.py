@@ -410,3 +410,41 @@ async def test_owners_are_kept_and_scope_the_listing_on_either_engine(store: Sto
     assert len(await store.task_listing(limit=100)) == 13  # no owner given: every task
     assert await store.recent_groups_of("iss|alice", 5) == ["g1"]
     assert await store.recent_groups_of("iss|bob", 5) == []
+
+
+async def test_owners_are_written_with_the_row_and_reach_what_follows_on_either_engine(
+    store: Store,
+) -> None:
+    """Schema 12 (issue 34): a task's, a group's and its children's owner are written in the
+    insert that creates them (no second statement: nothing ownerless in between); a
+    continuation takes its subject's owner (task, group or transfer), a delivery its
+    continuation's, a stage-out transfer its task's; an update never moves a row; and the
+    event log scoped to an owner holds their transfers' events too."""
+    async with store.transaction() as tx:
+        await tx.put_task("ta", state="queued", body={}, at=T0, owner="iss|alice")
+        await tx.put_task("ta", state="running", body={}, at=T0, owner="iss|bob")  # update
+        await tx.put_group("gb", state="running", round_=1, body={}, at=T0, owner="iss|bob")
+        await tx.insert_tasks([("gb-0", "gb:0", "gb", "queued", {})], at=T0, owner="iss|bob")
+        await tx.put_group("gb", state="done", round_=2, body={}, at=T0, owner="iss|alice")
+        await tx.execute(
+            "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body, "
+            "owner) VALUES ('xa', 'k', '', '', 'queued', '{}', 'iss|alice')"
+        )
+        for cid, subject in (("ca", "ta"), ("cb", "gb"), ("cx", "xa"), ("cn", "nobody")):
+            await tx.put_continuation(cid, subject=subject, runtime="command", body={}, at=T0)
+        await tx.put_delivery(
+            "d1", event_id="e1", continuation_id="cx", state="pending", attempts=0,
+            next_at=T0, body={}, at=T0,
+        )  # fmt: skip
+        await tx.append_event("transfer.succeeded", "xa", {}, at=T0)
+        await tx.append_event("task.terminal", "gb-0", {}, at=T0)
+    assert await store.owner_of("tasks", "ta") == (True, "iss|alice")
+    assert await store.owner_of("groups", "gb") == (True, "iss|bob")
+    assert await store.owner_of("tasks", "gb-0") == (True, "iss|bob")
+    assert await store.owner_of("transfers", "xa") == (True, "iss|alice")
+    owners = dict(await _rows(store, "SELECT id, owner FROM continuations ORDER BY id"))
+    assert owners == {"ca": "iss|alice", "cb": "iss|bob", "cx": "iss|alice", "cn": None}
+    assert await _rows(store, "SELECT owner FROM deliveries") == [("iss|alice",)]
+    alice = [e.subject for e in await store.events_after(0, owner="iss|alice")]
+    bob = [e.subject for e in await store.events_after(0, owner="iss|bob")]
+    assert (alice, bob) == (["xa"], ["gb-0"])

@@ -12,6 +12,7 @@ A task or group of another owner is answered exactly as one that does not exist
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -20,9 +21,8 @@ from starlette.requests import Request
 from fedhpc.ops.tasks import SubmitGroupRequest, SubmitTaskRequest
 from fedhpc.orchestrator.book import TaskNotFound
 from fedhpc.orchestrator.groups import UNKNOWN_GROUP_HINT
-from fedhpc.orchestrator.idem import IdempotencyConflict
 from fedhpc.store import Store
-from fedhpc.store.owners import Table
+from fedhpc.transfer.errors import TransferNotFound
 
 __all__ = ["ADMIN_HEADER", "OWNER_HEADER", "Principal", "principal"]
 
@@ -43,16 +43,32 @@ class Principal:
         return None if self.admin else self.owner
 
     async def check(self, store: Store, row_id: str, noun: str = "task") -> None:
-        """Refuse `row_id` (a task's or a group's: cancel takes either) when it is another
-        owner's, with the answer an unknown id gets."""
+        """Refuse `row_id` (a task's, a group's or a transfer's: cancel takes a task or a
+        group, get_result says an id is a transfer) when it is another owner's, with the
+        answer an unknown id gets."""
         if self.scope is None:
             return
-        for table in ("tasks", "groups"):
+        for table in ("tasks", "groups", "transfers"):
             exists, owner = await store.owner_of(table, row_id)
             if exists and owner != self.scope:
                 if noun == "group":
                     raise TaskNotFound(f"no group {row_id!r}", hint=UNKNOWN_GROUP_HINT)
+                if noun == "transfer":
+                    raise TransferNotFound(f"no transfer {row_id!r}")
                 raise TaskNotFound(f"no task {row_id!r}")
+
+    async def check_staged(self, store: Store, transfer_ids: Sequence[str]) -> None:
+        """A task may wait for (and run where) the caller's own transfers only: another
+        person's is refused as staging refuses an unknown one."""
+        if self.scope is None:
+            return
+        theirs = []
+        for tid in transfer_ids:
+            exists, owner = await store.owner_of("transfers", tid)
+            if exists and owner != self.scope:
+                theirs.append(tid)
+        if theirs:
+            raise TransferNotFound(f"stage_in names unknown transfers: {', '.join(theirs)}")
 
     def consumer(self, name: str) -> str:
         """The stored name of an event cursor: each person's consumers are their own (the same
@@ -65,20 +81,6 @@ class Principal:
         if self.owner is None:
             return req
         return req.model_copy(update={"caller": f"{self.owner}\n{req.caller or ''}"})
-
-    async def claim(self, store: Store, table: Table, row_id: str) -> None:
-        """Record this owner on what was just submitted (a group: its children too). A row
-        already another person's (their idempotency_key sent again by someone else) is
-        refused as a conflict, telling nothing of it."""
-        if self.owner is None:
-            return
-        if table == "groups":
-            await store.set_group_owner(row_id, self.owner)
-        else:
-            await store.set_owner("tasks", [row_id], self.owner)
-        _, owner = await store.owner_of(table, row_id)
-        if owner != self.owner:
-            raise IdempotencyConflict("this idempotency_key is already in use")
 
 
 def principal(request: Request) -> Principal:

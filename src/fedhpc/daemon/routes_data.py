@@ -9,6 +9,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import read_body
+from fedhpc.daemon.owner import principal
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
 from fedhpc.ops.data import MoveDataRequest, TransferRequest
@@ -32,7 +33,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def move_data(request: Request) -> Response:
         req = MoveDataRequest.model_validate_json(await read_body(request, _MAX_BODY))
-        handle = await service().move_data(req)
+        handle = await service().move_data(req, owner=principal(request).owner)
         orchestrator = state.orchestrator
         if req.continuation is not None and not handle.state.terminal:
             why = orchestrator.resume_blocker(req.continuation.runtime.value)
@@ -48,6 +49,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         req = TransferRequest.model_validate(
             {"transfer_id": request.path_params["transfer_id"], **q}
         )
+        await principal(request).check(state.store, req.transfer_id, "transfer")
         return model_response(await service().view(req))
 
     return {api.MOVE_DATA: move_data, api.TRANSFER: transfer}

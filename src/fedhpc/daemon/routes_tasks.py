@@ -74,8 +74,9 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     async def submit_task(request: Request) -> Response:
         req = _sites_checked(state, SubmitTaskRequest.model_validate_json(await read_body(request)))
         who = principal(request)
-        handle = await o.answers.hinted(await o.intake.submit_task(who.own(req)), "submit_task")
-        await who.claim(state.store, "tasks", handle.task_id)
+        await who.check_staged(state.store, req.stage_in)
+        accepted = await o.intake.submit_task(who.own(req), owner=who.owner)
+        handle = await o.answers.hinted(accepted, "submit_task")
         # What a job script's header gave, in the answer of every face (MCP, REST, CLI).
         return model_response(SubmitAnswer(**{**dict(handle), "script": req.script_reading}))
 
@@ -110,8 +111,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         body = await read_body(request)
         req = _sites_checked(state, SubmitGroupRequest.model_validate_json(body))
         who = principal(request)
-        view = await o.groups.submit(who.own(req))
-        await who.claim(state.store, "groups", view.group_id)
+        view = await o.groups.submit(who.own(req), owner=who.owner)
         return model_response(await o.answers.hinted_group(view, "submit_group"))
 
     async def group(request: Request) -> Response:

@@ -47,6 +47,7 @@ from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.task_state import EXTENSION, Handle, detailed_task, owner_of, parse
 from fedhpc.mcp_server.tools import TRANSFER_EVENTS
 from fedhpc.ops.continuations import DEFAULT_WAKE_EVENTS
+from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import ResultRequest
 
 __all__ = ["EventWatch", "TaskListen", "declared"]
@@ -261,10 +262,10 @@ class TaskListen:
 
 
 async def _readable(ctx: ServerRequestContext[DaemonLink, Any], uri: str) -> bool:
-    """In service mode, a task or group resource is honored only if its caller may read it
-    (the daemon answers another person's as not found); otherwise every URI is."""
+    """In service mode, a task, group or transfer resource is honored only if its caller may
+    read it (the daemon answers another person's as not found); otherwise every URI is."""
     m = _RESOURCE.match(uri)
-    if ACTING_FOR.get() is None or m is None or m[1] == "transfers":
+    if ACTING_FOR.get() is None or m is None:
         return True
     kind, fid = m[1], m[2]
     try:
@@ -272,6 +273,8 @@ async def _readable(ctx: ServerRequestContext[DaemonLink, Any], uri: str) -> boo
             await ctx.lifespan_context.call(
                 lambda c: c.get_result(ResultRequest(task_id=fid, brief=True, preview="none"))
             )
+        elif kind == "transfers":
+            await ctx.lifespan_context.call(lambda c: c.transfer(TransferRequest(transfer_id=fid)))
         else:
             await ctx.lifespan_context.call(lambda c: c.group(fid, limit=0))
     except FedError as exc:

@@ -49,11 +49,12 @@ class Intake:
         self.book = deps.book
 
     async def submit_task(
-        self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S
+        self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S, owner: str | None = None
     ) -> TaskHandle:
         """Accept the task durably (queued, or the earlier task a retry matches), wake the
-        placer, and answer within `wait_s`: with the placement if it came by then."""
-        answer, fresh = await self.accept_task(req)
+        placer, and answer within `wait_s`: with the placement if it came by then. `owner`
+        (service mode) is written with the task's row, in the same transaction."""
+        answer, fresh = await self.accept_task(req, owner=owner)
         if not fresh:
             return answer
         self.deps.wake_placer()
@@ -62,7 +63,9 @@ class Intake:
         task = await self.book.load_task(answer.task_id)
         return handle(task, await self.book.latest_attempt(task.id))
 
-    async def accept_task(self, req: SubmitTaskRequest) -> tuple[TaskHandle, bool]:
+    async def accept_task(
+        self, req: SubmitTaskRequest, *, owner: str | None = None
+    ) -> tuple[TaskHandle, bool]:
         """(the handle, True) for a new queued task; (the earlier task's handle, False) when
         this call is a retry of an earlier one (see `idem`)."""
         check_envelope(req.envelope, self.deps.collector.sites)  # placement's refusals, now
@@ -75,6 +78,8 @@ class Intake:
             if row is None and dedupe is not None:
                 row = await store.task_by_dedupe(dedupe, idem.since(now, self.deps.retry_window_s))
             if row is not None:
+                if row["owner"] != owner:  # another person's key: tell nothing of it
+                    raise idem.IdempotencyConflict("this idempotency_key is already in use")
                 return await self._existing(row, req, by_key=by_key, now=now), False
             ready = self.deps.collector.ready.is_set()
             task = TaskRecord(
@@ -97,6 +102,7 @@ class Intake:
                     at=now,
                     idempotency_key=task.idempotency_key,
                     dedupe=dedupe,
+                    owner=owner,
                 )
                 if req.continuation is not None:
                     await self.book.put_continuation(tx, task.id, req.continuation)

@@ -98,10 +98,13 @@ class Groups:
         self.cycle_s = cycle_s
         self.replace = replace
 
-    async def submit(self, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S) -> GroupView:
+    async def submit(
+        self, req: SubmitGroupRequest, *, wait_s: float = GROUP_WAIT_S, owner: str | None = None
+    ) -> GroupView:
         """Accept the group durably and answer; a small group waits up to `wait_s` so that its
-        answer shows where each child went."""
-        gid, fresh = await self._accept(req)
+        answer shows where each child went. `owner` (service mode) is written with the group
+        and its children, in the same transaction."""
+        gid, fresh = await self._accept(req, owner)
         if not fresh:
             return await self._existing(gid, req)
         self.deps.wake_placer()
@@ -110,20 +113,23 @@ class Groups:
             await self.deps.wait_placed(ids, wait_s)
         return await self.view(gid, limit=LISTED)
 
-    async def _accept(self, req: SubmitGroupRequest) -> tuple[str, bool]:
+    async def _accept(self, req: SubmitGroupRequest, owner: str | None) -> tuple[str, bool]:
         check_envelope(req.envelope, self.deps.collector.sites)  # one envelope, every child
         dedupe = idem.dedupe_key(req)
         key = req.idempotency_key or f"auto:{new_id('k')}"
         gid = group_id_for(key)
         async with self.deps.accepting:
             now = self.deps.clock()
-            if await self.deps.book.store.get_group(gid) is not None:
+            found = await self.deps.book.store.get_group(gid)
+            if found is not None:
+                if found["owner"] != owner:  # another person's key: tell nothing of it
+                    raise idem.IdempotencyConflict("this idempotency_key is already in use")
                 return gid, False
             if dedupe is not None:
                 earlier = await self.deps.book.store.group_by_dedupe(
                     dedupe, idem.since(now, self.deps.retry_window_s)
                 )
-                if earlier is not None:
+                if earlier is not None and earlier["owner"] == owner:
                     return str(earlier["id"]), False
             n = len(req.children)
             body = {
@@ -135,8 +141,10 @@ class Groups:
                 "size": n,
             }
             async with self.deps.book.store.transaction() as tx:
-                await tx.put_group(gid, state="running", round_=1, body=body, at=now, dedupe=dedupe)
-                await tx.insert_tasks(self._children(req, gid, key, now), at=now)
+                await tx.put_group(
+                    gid, state="running", round_=1, body=body, at=now, dedupe=dedupe, owner=owner
+                )
+                await tx.insert_tasks(self._children(req, gid, key, now), at=now, owner=owner)
                 if req.continuation is not None:
                     await self.deps.book.put_continuation(tx, gid, req.continuation)
         log.info("group accepted", group=gid, children=n)

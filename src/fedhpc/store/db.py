@@ -392,4 +392,5 @@ def _task(row: Row) -> dict[str, Any]:
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
         "body": json.loads(row["body"]),
+        "owner": row["owner"],
     }

@@ -32,8 +32,8 @@ class LogReads(Reads):
     async def events_after(
         self, cursor: int, *, limit: int = 100, kinds: Sequence[str] = (), owner: str | None = None
     ) -> list[Event]:
-        """Events past `cursor` in seq order; only those about `owner`'s tasks and groups when
-        given (service mode: no site, transfer or other person's event)."""
+        """Events past `cursor` in seq order; only those about `owner`'s tasks, groups and
+        transfers when given (service mode: no site event, nothing of another person's)."""
         sql = "SELECT * FROM events WHERE seq > ?"
         params: list[Any] = [cursor]
         if kinds:
@@ -42,9 +42,10 @@ class LogReads(Reads):
         if owner is not None:
             sql += (
                 " AND subject IN (SELECT id FROM tasks WHERE owner = ?"
-                " UNION ALL SELECT id FROM groups WHERE owner = ?)"
+                " UNION ALL SELECT id FROM groups WHERE owner = ?"
+                " UNION ALL SELECT id FROM transfers WHERE owner = ?)"
             )
-            params.extend((owner, owner))
+            params.extend((owner, owner, owner))
         rows = await self._all(sql + " ORDER BY seq LIMIT ?", [*params, limit])
         return [Event.from_row(r) for r in rows]
 

@@ -12,7 +12,7 @@ from fedhpc.store.reads import Reads
 
 __all__ = ["OwnerReads"]
 
-Table = Literal["tasks", "groups"]
+Table = Literal["tasks", "groups", "transfers"]
 
 
 class OwnerReads(Reads):

@@ -358,6 +358,7 @@ def _group(r: Row) -> dict[str, Any]:
         "round": r["round"],
         "created_at": r["created_at"],
         "body": json.loads(r["body"]),
+        "owner": r["owner"],
     }
 
 

@@ -224,6 +224,15 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE groups ADD COLUMN owner TEXT;
     CREATE INDEX tasks_owner_listing ON tasks (owner, created_at DESC, id);
     """,
+    # 12: the person a transfer, a continuation and a delivery belong to (service mode; NULL
+    # without `[service]`), written in the transaction that creates the row; one person's
+    # transfers (their events, GET /v1/transfers/{id}) found by index.
+    """
+    ALTER TABLE transfers ADD COLUMN owner TEXT;
+    ALTER TABLE continuations ADD COLUMN owner TEXT;
+    ALTER TABLE deliveries ADD COLUMN owner TEXT;
+    CREATE INDEX transfers_owner ON transfers (owner, created_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -213,4 +213,11 @@ MIGRATIONS_PG: tuple[str, ...] = (
     ALTER TABLE groups ADD COLUMN owner TEXT;
     CREATE INDEX tasks_owner_listing ON tasks (owner, created_at DESC, id);
     """,
+    # 12: the owner of a transfer, continuation and delivery, as schema.MIGRATIONS[11].
+    """
+    ALTER TABLE transfers ADD COLUMN owner TEXT;
+    ALTER TABLE continuations ADD COLUMN owner TEXT;
+    ALTER TABLE deliveries ADD COLUMN owner TEXT;
+    CREATE INDEX transfers_owner ON transfers (owner, created_at);
+    """,
 )

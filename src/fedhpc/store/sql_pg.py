@@ -78,7 +78,7 @@ SET_QUEUED_DECISION = (
 # (pg.WRITE_LOCK), so nothing comes between them.
 PUT_TASK_INSERT = (
     "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body, "
-    "dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "dedupe, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 PUT_TASK_UPDATE = (
     "UPDATE tasks SET state = ?, body = ?, updated_at = ?, dedupe = coalesce(?, dedupe) "
@@ -86,8 +86,8 @@ PUT_TASK_UPDATE = (
 )
 # transfer/records.put, likewise.
 PUT_TRANSFER_INSERT = (
-    "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body, owner) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 PUT_TRANSFER_UPDATE = "UPDATE transfers SET state = ?, body = ?, updated_at = ? WHERE id = ?"
 

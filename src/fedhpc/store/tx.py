@@ -32,6 +32,13 @@ SET_QUEUED_DECISION = (
 )
 
 
+# The owner of a continuation's subject: a task, a group or a transfer (service mode).
+_SUBJECT_OWNER = (
+    "coalesce((SELECT owner FROM tasks WHERE id = ?), (SELECT owner FROM groups WHERE id = ?), "
+    "(SELECT owner FROM transfers WHERE id = ?))"
+)
+
+
 def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
@@ -115,21 +122,35 @@ class Tx:
         idempotency_key: str | None = None,
         group_id: str | None = None,
         dedupe: str | None = None,
+        owner: str | None = None,
     ) -> bool:
-        """Insert a task, or update its state and body; False if the key belongs to another."""
+        """Insert a task, or update its state and body; False if the key belongs to another.
+        `owner` is written with the new row only (an update never moves a task to another)."""
         if self.dialect == "postgresql":
             body_text, stamp = json.dumps(body), iso(at)
-            insert = (task_id, idempotency_key, group_id, stamp, stamp, state, body_text, dedupe)
+            insert = (
+                task_id, idempotency_key, group_id, stamp, stamp, state, body_text, dedupe, owner
+            )  # fmt: skip
             if await self._c.run(sql_pg.PUT_TASK_INSERT, insert):
                 return True
             update = (state, body_text, stamp, dedupe, task_id)
             return await self._c.run(sql_pg.PUT_TASK_UPDATE, update) > 0
         n = await self._c.run(
             "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body,"
-            " dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            " dedupe, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "state = excluded.state, body = excluded.body, updated_at = excluded.updated_at, "
             "dedupe = coalesce(excluded.dedupe, tasks.dedupe) ON CONFLICT DO NOTHING",
-            (task_id, idempotency_key, group_id, iso(at), iso(at), state, json.dumps(body), dedupe),
+            (
+                task_id,
+                idempotency_key,
+                group_id,
+                iso(at),
+                iso(at),
+                state,
+                json.dumps(body),
+                dedupe,
+                owner,
+            ),
         )
         return n > 0
 
@@ -143,16 +164,21 @@ class Tx:
         )
 
     async def insert_tasks(
-        self, rows: Iterable[tuple[str, str, str | None, str, dict[str, Any]]], *, at: datetime
+        self,
+        rows: Iterable[tuple[str, str, str | None, str, dict[str, Any]]],
+        *,
+        at: datetime,
+        owner: str | None = None,
     ) -> None:
         """Insert new tasks (id, idempotency key, group id, state, body) in one statement: a
-        group's children, written as they are produced rather than all held at once."""
+        group's children, written as they are produced rather than all held at once; each
+        `owner`'s (the group's)."""
         stamp = iso(at)
         await self._c.run_many(
-            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tasks (id, idempotency_key, group_id, created_at, updated_at, state, body,"
+            " owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                (tid, key, gid, stamp, stamp, state, json.dumps(body))
+                (tid, key, gid, stamp, stamp, state, json.dumps(body), owner)
                 for tid, key, gid, state, body in rows
             ),
         )
@@ -199,22 +225,26 @@ class Tx:
         body: dict[str, Any],
         at: datetime,
         dedupe: str | None = None,
+        owner: str | None = None,
     ) -> None:
+        """Insert or update a group; `owner` is written with the new row only."""
         await self._c.run(
-            "INSERT INTO groups (id, created_at, state, round, body, dedupe) "
-            "VALUES (?, ?, ?, ?, ?, ?) "
+            "INSERT INTO groups (id, created_at, state, round, body, dedupe, owner) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET state = excluded.state, round = excluded.round, "
             "body = excluded.body",
-            (group_id, iso(at), state, round_, json.dumps(body), dedupe),
+            (group_id, iso(at), state, round_, json.dumps(body), dedupe, owner),
         )
 
     async def put_continuation(
         self, cid: str, *, subject: str, runtime: str, body: dict[str, Any], at: datetime
     ) -> None:
+        """The continuation is its subject's owner's (the task, group or transfer it wakes
+        for, written earlier in this transaction)."""
         await self._c.run(
-            "INSERT INTO continuations (id, subject, runtime, created_at, body) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (cid, subject, runtime, iso(at), json.dumps(body)),
+            "INSERT INTO continuations (id, subject, runtime, created_at, body, owner) "  # noqa: S608 (fixed text)
+            f"VALUES (?, ?, ?, ?, ?, {_SUBJECT_OWNER}) ON CONFLICT DO NOTHING",
+            (cid, subject, runtime, iso(at), json.dumps(body), subject, subject, subject),
         )
 
     async def put_delivery(
@@ -231,7 +261,8 @@ class Tx:
     ) -> None:
         await self._c.run(
             "INSERT INTO deliveries (id, event_id, continuation_id, state, attempts, next_at, "
-            "updated_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "updated_at, body, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+            "(SELECT owner FROM continuations WHERE id = ?)) ON CONFLICT (id) DO UPDATE SET "
             "state = excluded.state, attempts = excluded.attempts, next_at = excluded.next_at, "
             "updated_at = excluded.updated_at, body = excluded.body",
             (
@@ -243,6 +274,7 @@ class Tx:
                 iso(next_at),
                 iso(at),
                 json.dumps(body),
+                continuation_id,  # a delivery is its continuation's owner's
             ),
         )
 

@@ -75,6 +75,7 @@ class TransferRecord(BaseModel):
     blocked: TransferIssue | None = None
     blocks: int = 0  # how many times it became blocked: each block is told once
     cause: str | None = None  # "upstream": the producing task failed (its own event says so)
+    owner: str | None = None  # the person who asked (service mode); a stage-out: its task's
     awaited_by: tuple[str, ...] = ()
     trace: tuple[str, ...] = ()
 
@@ -136,16 +137,21 @@ def _iso(at: datetime) -> str:
 
 async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
     """Insert or update; False when the idempotency key already belongs to another transfer."""
+    owner = rec.owner
+    if owner is None and rec.after_task is not None:  # a stage-out: its task's owner
+        found = await tx.fetch("SELECT owner FROM tasks WHERE id = ?", (rec.after_task,))
+        owner = found[0][0] if found else None
     if tx.dialect == "postgresql":  # one ON CONFLICT clause there: insert, else update
         stamp = (_iso(rec.created_at), _iso(at))
-        insert = (rec.id, rec.idempotency_key, *stamp, rec.state.value, rec.model_dump_json())
+        body = rec.model_dump_json()
+        insert = (rec.id, rec.idempotency_key, *stamp, rec.state.value, body, owner)
         if await tx.execute(sql_pg.PUT_TRANSFER_INSERT, insert):
             return True
         update = (rec.state.value, rec.model_dump_json(), _iso(at), rec.id)
         return await tx.execute(sql_pg.PUT_TRANSFER_UPDATE, update) > 0
     n = await tx.execute(
-        "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+        "INSERT INTO transfers (id, idempotency_key, created_at, updated_at, state, body, owner) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
         "body = excluded.body, updated_at = excluded.updated_at ON CONFLICT DO NOTHING",
         (
             rec.id,
@@ -154,6 +160,7 @@ async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
             _iso(at),
             rec.state.value,
             rec.model_dump_json(),
+            owner,
         ),
     )
     return n > 0

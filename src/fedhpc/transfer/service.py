@@ -112,15 +112,19 @@ class TransferService:
         return self._backends[name]
 
     # -- operations -------------------------------------------------------------------------
-    async def move_data(self, req: MoveDataRequest) -> TransferHandle:
-        key = request_key(req)
+    async def move_data(self, req: MoveDataRequest, *, owner: str | None = None) -> TransferHandle:
+        """Record the transfer (with its `owner`, service mode, in the same transaction) and
+        take its first step. Each person's keys are their own: the same key or the same
+        arguments from two people are two transfers, neither told of the other's."""
+        shown = request_key(req)
+        key = shown if owner is None else f"{owner}\n{shown}"
         wake = req.continuation
         async with self.lock:
             async with self.store.transaction() as tx:
                 existing = await records.get_by_key(tx, key)
                 if existing is not None and _asks(existing) != _asks(req):
                     raise KeyConflict(
-                        f"idempotency_key {key!r} already names transfer {existing.id}, "
+                        f"idempotency_key {shown!r} already names transfer {existing.id}, "
                         f"{existing.source_ref} -> {existing.destination_ref}, asked with other "
                         "arguments"
                     )
@@ -132,7 +136,7 @@ class TransferService:
                 return existing.handle()
             rec = plan_transfer(
                 req, self.sites, transfer_id=records.new_transfer_id(), now=self.clock()
-            )
+            ).model_copy(update={"idempotency_key": key, "owner": owner})
             async with self.store.transaction() as tx:
                 await records.put(tx, rec, at=self.clock())
                 # With the record, before any step of it: an outcome observed at once (a
