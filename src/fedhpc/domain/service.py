@@ -73,6 +73,12 @@ class ServiceConfig(BaseModel):
     jwks_min_refresh_s: float = Field(
         default=30.0, ge=0, le=3600, description="fetch the JWKS at most this often on unknown kids"
     )
+    bind: str = Field(
+        default="127.0.0.1:8765",
+        pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
+        description="host:port `fedhpc service` listens on, plain HTTP behind the TLS reverse "
+        "proxy that serves `resource` (keep it on loopback or a private network)",
+    )
 
     @model_validator(mode="after")
     def _checked(self) -> Self:
@@ -83,4 +89,13 @@ class ServiceConfig(BaseModel):
             raise ValueError(
                 "name who may call: allowed_domains (email domains) or allowed_subjects"
             )
+        port = int(self.bind.rsplit(":", 1)[1])
+        if not 0 < port < 65536:
+            raise ValueError(f"bind's port must be 1-65535: {self.bind!r}")
         return self
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """`bind` as (host, port), brackets of an IPv6 host removed."""
+        host, port = self.bind.rsplit(":", 1)
+        return host.strip("[]"), int(port)
