@@ -158,7 +158,26 @@ def _env_value(v: str) -> str:
     return v
 
 
+_COMMENT = re.compile(r"^fedhpc-for:[A-Za-z0-9_./@:|+=,-]{1,200}$")
+_NOT_IN_COMMENT = re.compile(r"[^A-Za-z0-9_./@:|+=,-]")
+# A job carries the person it runs for (service mode) in the scheduler's comment where it has
+# one (Slurm: squeue %k, sacct Comment), and in its environment (settings.JOB_FOR).
+
+
+def _comment(v: str) -> str:
+    if not _COMMENT.match(v):
+        raise ValueError(f"{v!r} is not a job comment fedhpc writes")
+    return v
+
+
+def job_comment(owner: str) -> str:
+    """The comment naming the person a job runs for: `fedhpc-for:<issuer|sub>`, any character
+    a scheduler directive may not carry replaced by `_`, at most 200 of them."""
+    return "fedhpc-for:" + _NOT_IN_COMMENT.sub("_", owner)[:200]
+
+
 JobName = Annotated[str, AfterValidator(_job_name)]
+JobComment = Annotated[str, AfterValidator(_comment)]
 SafePath = Annotated[str, AfterValidator(_path)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, AfterValidator(_env_value)]
@@ -204,6 +223,9 @@ class JobSpec(BaseModel):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     container_image: str | None = Field(default=None, max_length=512)
     array: ArraySpec | None = None
+    comment: JobComment | None = Field(
+        default=None, description="the person the job runs for (service mode), `job_comment`"
+    )
 
     @model_validator(mode="after")
     def _no_nul(self) -> Self:

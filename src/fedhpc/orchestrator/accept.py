@@ -89,6 +89,7 @@ class Intake:
                 created_at=now,
                 idempotency_key=req.idempotency_key or f"auto:{new_id('k')}",
                 decision="queued: placing" if ready else WAITING_FOR_PROBES,
+                owner=owner,
             )
             if staging.declared(task):
                 task.state = JobState.SUBMITTED  # staging.advance queues it when inputs arrive

@@ -96,6 +96,8 @@ class TaskBook:
         }
         if task.group_id:
             body["group_id"] = task.group_id
+        if task.owner:  # service mode: the person it ran for, in the event log too
+            body["for"] = task.owner
         body.update({k: v for k, v in payload.items() if v is not None})
         # A task replan reopened reports its new outcome as a new fact, not a duplicate.
         base = f"{kind}:{task.id}" + (f":reopened{task.reopened}" if task.reopened else "")

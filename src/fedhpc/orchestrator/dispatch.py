@@ -14,7 +14,7 @@ import structlog
 
 from fedhpc.adapters.site import SiteAdapter, StorageUnread, SubmittedJob, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
-from fedhpc.domain.job import JobSpec, JobState
+from fedhpc.domain.job import JobSpec, JobState, job_comment
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.logs import isolated
 from fedhpc.ops.workdir import WorkdirOutside, confined, resolve_workdir
@@ -24,6 +24,7 @@ from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.planner import provenance, summary
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
 from fedhpc.placement import Placement
+from fedhpc.settings import JOB_FOR
 
 __all__ = ["LOGIN_REQUIRED", "Dispatcher", "Intent", "outside_roots"]
 
@@ -165,8 +166,9 @@ class Dispatcher:
             workdir=att.workdir,
             stdout=att.stdout,
             stderr=att.stderr,
-            env=req.env,
+            env=req.env if task.owner is None else {**req.env, JOB_FOR.name: task.owner},
             container_image=req.container_image,
+            comment=None if task.owner is None else job_comment(task.owner),
         )
         self.in_flight.add(att.job_name)
         return Intent(att, spec, sorted({base, att.workdir or base}), claim)

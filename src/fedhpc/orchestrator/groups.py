@@ -144,7 +144,8 @@ class Groups:
                 await tx.put_group(
                     gid, state="running", round_=1, body=body, at=now, dedupe=dedupe, owner=owner
                 )
-                await tx.insert_tasks(self._children(req, gid, key, now), at=now, owner=owner)
+                children = self._children(req, gid, key, now, owner)
+                await tx.insert_tasks(children, at=now, owner=owner)
                 if req.continuation is not None:
                     await self.deps.book.put_continuation(tx, gid, req.continuation)
         log.info("group accepted", group=gid, children=n)
@@ -152,7 +153,7 @@ class Groups:
         return gid, True
 
     def _children(
-        self, req: SubmitGroupRequest, gid: str, key: str, now: datetime
+        self, req: SubmitGroupRequest, gid: str, key: str, now: datetime, owner: str | None
     ) -> Iterator[tuple[str, str, str | None, str, dict[str, Any]]]:
         """Each child's row, made as the insert consumes it (never all bodies at once). The children
         differ only in id, key, command and label: one validated record is the template."""
@@ -167,6 +168,7 @@ class Groups:
             created_at=now,
             group_id=gid,
             decision=decision,
+            owner=owner,
             request=SubmitTaskRequest(
                 command=first.command,
                 envelope=req.envelope,

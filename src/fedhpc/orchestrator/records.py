@@ -107,6 +107,9 @@ class TaskRecord(BaseModel):
     accepted_attempt: int | None = None
     attempts_made: int = 0
     spread_relaxed: bool = False
+    owner: str | None = Field(
+        default=None, description="the person it runs for (service mode: issuer|sub)"
+    )
     avoid_sites: tuple[str, ...] = Field(default=(), description="soft: siblings' systems")
 
 

@@ -289,6 +289,12 @@ LOCALSCHED_ROOT = _reader("localsched")(
     None,
     "the local-process scheduler's state folder (set in a process site's transport env)",
 )
+JOB_FOR = _reader("the job itself (the daemon sets it)")(
+    "FOR",
+    "str",
+    None,
+    "in service mode, the person (`issuer|sub`) a job runs for, in that job's environment",
+)
 LOGIN = _reader("devfed sshd")(
     "LOGIN",
     "str",

@@ -88,6 +88,8 @@ class SlurmDialect:
             lines.append(directive(d, "--mem", f"{shape.memory_mib}M"))
         lines.append(directive(d, "--time", format_hms(shape.wall_time_s)))
         lines.extend(io_directives(d, spec))
+        if spec.comment:  # the person it runs for (service mode): squeue %k, sacct Comment
+            lines.append(directive(d, "--comment", spec.comment))
         if spec.array:
             a = spec.array
             value = f"{a.start}-{a.stop}:{a.step}" + (f"%{a.limit}" if a.limit else "")
