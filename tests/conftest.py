@@ -92,6 +92,7 @@ PARALLEL_SAFE = frozenset(
         "test_serve_preload",
         "test_service_oauth",
         "test_service_owners",
+        "test_service_people",
         "test_site_lost",
         "test_skills_listing",
         "test_store_engines",

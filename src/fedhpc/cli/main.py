@@ -27,6 +27,7 @@ _MODULES = (
     "hooks",
     "login",
     "serve",
+    "service",
     "tasks",
     "pictures",
     "ui",

@@ -262,8 +262,9 @@ class TaskListen:
 
 
 async def _readable(ctx: ServerRequestContext[DaemonLink, Any], uri: str) -> bool:
-    """In service mode, a task, group or transfer resource is honored only if its caller may
-    read it (the daemon answers another person's as not found); otherwise every URI is."""
+    """In service mode, a task, group or transfer resource is honored only if its caller could
+    read it just now (the daemon answers another person's as not found; any other refusal
+    is not honored either: fail closed); otherwise every URI is."""
     m = _RESOURCE.match(uri)
     if ACTING_FOR.get() is None or m is None:
         return True
@@ -276,9 +277,9 @@ async def _readable(ctx: ServerRequestContext[DaemonLink, Any], uri: str) -> boo
         elif kind == "transfers":
             await ctx.lifespan_context.call(lambda c: c.transfer(TransferRequest(transfer_id=fid)))
         else:
-            await ctx.lifespan_context.call(lambda c: c.group(fid, limit=0))
-    except FedError as exc:
-        return exc.code != "not_found"
+            await ctx.lifespan_context.call(lambda c: c.group(fid, limit=1))
+    except FedError:  # not_found (another person's), or no answer: fail closed
+        return False
     return True
 
 
