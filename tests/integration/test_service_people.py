@@ -37,6 +37,7 @@ from mcp.types import (
 
 from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
 from fedhpc.errors import FedError
+from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
@@ -48,6 +49,7 @@ CANARY = "canary-token-" + "Zq7wX" * 10
 SMALL = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
 LONG = {"command": ["sleep", "600"], "envelope": SMALL}
 EVERYDAY = "fedhpc:read fedhpc:submit fedhpc:data"
+WAKE = ContinuationSpec.model_validate({"runtime": "command", "command": ["true"]})
 
 
 @dataclass
@@ -202,10 +204,13 @@ class Work:
     group: str
     children: set[str]
     transfer: str
+    gate: str  # a task that ends when its go file appears
+    go: Path
+    wake: str = ""  # the continuation registered on `gate` through the REST route
 
     @property
     def ids(self) -> set[str]:
-        return {self.long, self.quick, self.group, self.transfer, *self.children}
+        return {self.long, self.quick, self.group, self.transfer, self.gate, *self.children}
 
 
 async def _submit(p: Person, storage: Path) -> Work:
@@ -233,7 +238,10 @@ async def _submit(p: Person, storage: Path) -> Work:
     move = {"source": "devdelta:scratch/in.dat", "destination": "devanvil:scratch/copy.dat"}
     transfer = (await p.ok(3, "move_data", move))["transfer_id"]
     children = {c["task_id"] for c in group["children"]}
-    return Work(long, quick, group["group_id"], children, transfer)
+    go = storage / f"go-{p.name}"
+    wait = {"command": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.2; done"], "envelope": SMALL}
+    gate = (await p.ok(3, "submit_task", {**wait, "name": f"{p.name}-gate"}))["task_id"]
+    return Work(long, quick, group["group_id"], children, transfer, gate, go)
 
 
 async def _tries_every_tool(p: Person, theirs: Work, mine: Work) -> None:
@@ -309,6 +317,8 @@ async def _rest_refuses(team: Team, person: str, theirs: Work, mine: Work) -> No
                 lambda: daemon.replan(ReplanRequest(task_id=theirs.long)),
                 lambda: daemon.group(theirs.group),
                 lambda: daemon.transfer(TransferRequest(transfer_id=theirs.transfer)),
+                lambda: daemon.register_continuation(theirs.long, WAKE),
+                lambda: daemon.register_continuation(theirs.transfer, WAKE),
             ):
                 with pytest.raises(FedError) as err:
                     await call()
@@ -319,6 +329,8 @@ async def _rest_refuses(team: Team, person: str, theirs: Work, mine: Work) -> No
             assert groups == {mine.group}, (person, groups)
             subjects = {e["subject"] for e in await daemon.events(limit=1000)}
             assert not subjects & theirs.ids, (person, subjects)
+            # A continuation on the person's own gate task: its end is delivered.
+            mine.wake = await daemon.register_continuation(mine.gate, WAKE)
             team.answers.append(json.dumps(sorted(listed | groups | subjects)))
         finally:
             ACTING_FOR.reset(token)
@@ -398,6 +410,28 @@ async def test_two_people_with_four_sessions_each_never_reach_each_others_work(
         await carol.ok(1, "cancel", {"task_id": c.group})
         await admin.ok(0, "cancel", {"task_id": a.long})
         await admin.ok(0, "cancel", {"task_id": a.group})
+        for w in (a, c):
+            w.go.touch()
+        await _deliveries_are_their_own(team, {"alice": a, "carol": c})
+
+
+async def _deliveries_are_their_own(team: Team, work: dict[str, Work]) -> None:
+    """Each gate task's end was delivered to its continuation (GET /v1/deliveries without an
+    owner: the operator's view); as each person, the route lists only their own."""
+    async with DaemonClient(DaemonSettings.from_env(home=team.home)) as daemon:
+        wakes = {w.wake for w in work.values()}
+
+        async def both() -> bool:
+            return wakes <= {d.continuation_id for d in await daemon.deliveries()}
+
+        await _until("both deliveries", both)
+        for person, w in work.items():
+            token = ACTING_FOR.set((team.owner(person), False))
+            try:
+                listed = {d.continuation_id for d in await daemon.deliveries()}
+            finally:
+                ACTING_FOR.reset(token)
+            assert listed == {w.wake}, (person, listed)
 
 
 def _dashboard_answers(team: Team) -> list[str]:

@@ -445,6 +445,9 @@ async def test_owners_are_written_with_the_row_and_reach_what_follows_on_either_
     owners = dict(await _rows(store, "SELECT id, owner FROM continuations ORDER BY id"))
     assert owners == {"ca": "iss|alice", "cb": "iss|bob", "cx": "iss|alice", "cn": None}
     assert await _rows(store, "SELECT owner FROM deliveries") == [("iss|alice",)]
+    assert [d["id"] for d in await store.deliveries(owner="iss|alice")] == ["d1"]
+    assert await store.deliveries(owner="iss|bob") == []
+    assert len(await store.deliveries(states=["pending"])) == 1
     alice = [e.subject for e in await store.events_after(0, owner="iss|alice")]
     bob = [e.subject for e in await store.events_after(0, owner="iss|bob")]
     assert (alice, bob) == (["xa"], ["gb-0"])

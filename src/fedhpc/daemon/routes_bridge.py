@@ -14,6 +14,7 @@ from fedhpc.daemon import api
 from fedhpc.daemon.api import Endpoint, Redrive, RegisterContinuation
 from fedhpc.daemon.guard import Handler
 from fedhpc.daemon.limits import read_body
+from fedhpc.daemon.owner import principal
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import ErrorKind, UsageError
 from fedhpc.ops.continuations import DeliveryView, ToolBinding
@@ -65,10 +66,20 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def register(request: Request) -> Response:
         req = RegisterContinuation.model_validate_json(await read_body(request))
+        scope = principal(request).scope
+        theirs = scope is not None and any(
+            exists and owner != scope
+            for exists, owner in [
+                await state.store.owner_of(t, req.subject) for t in ("tasks", "groups", "transfers")
+            ]
+        )
         if (
-            await state.store.get_task(req.subject) is None
-            and await state.store.get_group(req.subject) is None
-            and not await is_transfer(req.subject)
+            theirs  # another person's (service mode): as if it did not exist
+            or (
+                await state.store.get_task(req.subject) is None
+                and await state.store.get_group(req.subject) is None
+                and not await is_transfer(req.subject)
+            )
         ):
             raise TaskNotFound(
                 f"no task, group or transfer {req.subject!r}",
@@ -103,7 +114,8 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def deliveries(request: Request) -> Response:
         wanted = [s for s in request.query_params.getlist("state") if s]
-        rows = await state.store.deliveries(states=wanted, limit=500)
+        scope = principal(request).scope
+        rows = await state.store.deliveries(states=wanted, limit=500, owner=scope)
         return JSONResponse(
             {"deliveries": [delivery_view(d).model_dump(mode="json") for d in rows]}
         )
@@ -114,7 +126,14 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             raise UsageError("name deliveries to retry", hint="Pass ids, or all_dead.")
         if state.bridge is None:
             raise UsageError("this daemon runs no resume bridge")
-        done = await state.bridge.redrive(None if req.all_dead else req.ids)
+        scope = principal(request).scope
+        if scope is None:
+            done = await state.bridge.redrive(None if req.all_dead else req.ids)
+        else:  # service mode: only the caller's own dead deliveries
+            own = {d["id"] for d in await state.store.deliveries(states=["dead"], owner=scope)}
+            done = await state.bridge.redrive(
+                sorted(own) if req.all_dead else [i for i in req.ids if i in own]
+            )
         missing = [i for i in req.ids if i not in done]
         return JSONResponse({"retried": done, "not_dead": missing})
 

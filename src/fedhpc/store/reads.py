@@ -255,13 +255,19 @@ class DeliveryReads(Reads):
         ]
 
     async def deliveries(
-        self, *, states: Sequence[str] = (), limit: int = 1000
+        self, *, states: Sequence[str] = (), limit: int = 1000, owner: str | None = None
     ) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM deliveries"
+        """Deliveries in `states` (all when empty); only `owner`'s when given (service mode)."""
+        conds: list[str] = []
         params: list[Any] = []
         if states:
-            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            conds.append(f"state IN ({','.join('?' * len(states))})")
             params.extend(states)
+        if owner is not None:
+            conds.append("owner = ?")
+            params.append(owner)
+        where = " WHERE " + " AND ".join(conds) if conds else ""  # fixed clauses only
+        sql = f"SELECT * FROM deliveries{where}"  # noqa: S608
         rows = await self._all(sql + " ORDER BY next_at, id LIMIT ?", [*params, limit])
         return [_delivery(r) for r in rows]
 
