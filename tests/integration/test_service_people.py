@@ -216,7 +216,14 @@ class Work:
 async def _submit(p: Person, storage: Path) -> Work:
     """Work from all four sessions: a long task, a quick one that prints whom it ran for, a
     group, and a copy between two sites (the same arguments for both people)."""
-    long = (await p.ok(0, "submit_task", LONG))["task_id"]
+    # A Codex client names its thread: the service, on another machine, never resumes it.
+    codex = {"threadId": "019a0000-0000-7000-8000-00000000c0de"}
+    answer = await p.sessions[0].call_tool("submit_task", LONG, meta=codex)  # type: ignore[arg-type]
+    p.team.answers.append(answer.model_dump_json())
+    assert not answer.is_error, answer.content
+    submitted = json.loads(answer.content[0].text)  # type: ignore[union-attr]
+    assert "shared fedhpc service" in submitted["next"], submitted
+    long = submitted["task_id"]
     quick_args = {
         "command": ["sh", "-c", 'echo "ran-for=$FEDHPC_FOR"'],
         "envelope": SMALL,

@@ -11,6 +11,7 @@ import structlog
 from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 
+from fedhpc.client.daemon_client import ACTING_FOR
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.session_meta import agent_session, claude_tool_use_id
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
@@ -79,6 +80,11 @@ _HOOK_FIX = (
 )
 
 
+# Why a signed-in caller of the service is woken by nobody here (docs/service.md).
+SERVICE_UNBOUND = "this is a shared fedhpc service: it cannot resume a session on your machine"
+_SERVICE_FIX = "follow your work with list_events, or subscribe to its resource."
+
+
 async def continuation_for(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None, str | None]:
     """Who to wake when the work ends, fixed now (never guessed later), else why nobody. In
     order: the FEDHPC_CONTINUATION the server was started with (a JSON ContinuationSpec, for
@@ -91,6 +97,10 @@ async def continuation_for(ctx: Ctx, tool: str) -> tuple[ContinuationSpec | None
         except ValidationError:
             log.warning("FEDHPC_CONTINUATION is not a valid continuation", tool=tool)
             return None, "FEDHPC_CONTINUATION is not a valid continuation spec"
+    if ACTING_FOR.get() is not None:
+        # Service mode: the caller's agent runs on their machine, not here; a Codex thread id
+        # or Claude session it names would be resumed on the service's host, as its user.
+        return None, SERVICE_UNBOUND
     meta = ctx.request_context.meta
     session = agent_session(meta)
     if session is not None:
@@ -126,6 +136,8 @@ def with_unbound_note(answer: _A, why: str | None, subject: str) -> _A:
     if isinstance(answer, TransferHandle) and answer.state.terminal:
         return answer  # its outcome is in the answer: nothing to wait for
     fix = _HOOK_FIX if "hook" in why or "Claude" in why else "see docs/continuation.md."
+    if why == SERVICE_UNBOUND:
+        fix = _SERVICE_FIX
     if isinstance(answer, TransferHandle):
         check = f"read resource fedhpc://transfers/{subject}"
         text = UNBOUND.format(why=why, check=check, fix=fix)
