@@ -59,6 +59,9 @@ class _Site(SubmitsOneByOne):
     roots: dict[str, str] = {}  # noqa: RUF012  (its profile names no $NAME root)
     dialect = None  # no start estimates, no user accounting
 
+    def observe_due(self) -> bool:
+        return True  # no status floor: every control cycle observes
+
     def __init__(self, s: Site) -> None:
         self.site = s
         self.name = s.name

@@ -23,6 +23,7 @@ from fedhpc.adapters.command import (
 )
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.pace import CommandPace
 from fedhpc.adapters.submit_batch import (
     MKDIR_FAILED,
     SubmitEntry,
@@ -123,6 +124,9 @@ class SiteAdapter:
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
+        # Every command waits its turn under the site's cap (`max_commands_per_min`).
+        self.pace = CommandPace(site.profile.command_cap)
+        self._observed = -1e18  # time.monotonic() of the last observation allowed
         # `$NAME` storage roots as the login shell expands them: read once, with the first
         # probe that succeeds (an empty value means the variable is unset there).
         self.roots: dict[str, str] | None = None
@@ -138,8 +142,19 @@ class SiteAdapter:
         """The user name the scheduler knows us by."""
         return self.site.user.user or self.site.transport.user or getpass.getuser()
 
+    def observe_due(self) -> bool:
+        """Whether the site's jobs may be observed now (the profile's `status_floor` since the
+        last time this said yes); a yes counts as an observation. Centers ask for squeue no
+        more than every 120-180 s per user, whatever the control interval."""
+        now = time.monotonic()
+        if now - self._observed < self.site.profile.status_floor:
+            return False
+        self._observed = now
+        return True
+
     async def _run(self, command: Command, kind: str) -> CommandResult:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
+        await self.pace.acquire()
         self.calls[kind] += 1
         return await self.transport.run(command)
 
@@ -154,6 +169,7 @@ class SiteAdapter:
         lines, each awaited before the next: streamed where the transport can (local, ssh:
         never held whole), else read whole first and handed on the same way (Globus Compute).
         Not retried (`LineTransport`); the result's stdout is empty."""
+        await self.pace.acquire()
         self.calls[kind] += 1
         if isinstance(self.transport, LineTransport):
             return await self.transport.run_lines(command, on_lines)

@@ -91,6 +91,15 @@ class UserSiteConfig(_Strict):
         le=86400,
         description="probe this site at most this often; only raises the profile's floor",
     )
+    status_floor_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description="observe jobs at most this often; only raises the profile's floor",
+    )
+    max_commands_per_min: int | None = Field(
+        default=None, ge=1, le=6000, description="only lowers the profile's command cap"
+    )
     workdir: str | None = Field(
         default=None,
         pattern=r"^/[A-Za-z0-9_./~+@=,:-]*$",
@@ -192,10 +201,16 @@ class Site:
 
 def _as_configured(profile: SiteProfile, user: UserSiteConfig) -> SiteProfile:
     """The profile as this user runs it: their prologue instead of the profile's, and their
-    probe floor where it is higher (never lower: the center's floor stands)."""
+    probe and observe floors where higher and command cap where lower (never laxer than the
+    center's)."""
     update: dict[str, object] = {}
     if user.prologue is not None and user.prologue != profile.conventions.prologue:
         update["conventions"] = profile.conventions.model_copy(update={"prologue": user.prologue})
     if user.min_refresh_s is not None and user.min_refresh_s > profile.min_refresh_s:
         update["min_refresh_s"] = user.min_refresh_s
+    if user.status_floor_s is not None and user.status_floor_s > profile.status_floor:
+        update["status_floor_s"] = user.status_floor_s
+    cap = user.max_commands_per_min
+    if cap is not None and cap < profile.command_cap:
+        update["max_commands_per_min"] = cap
     return profile.model_copy(update=update) if update else profile

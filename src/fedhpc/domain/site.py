@@ -226,8 +226,41 @@ class SiteProfile(_Frozen):
     min_refresh_s: int = Field(
         default=60, ge=1, le=86400, description="never probe more often than this"
     )
+    # Scheduler etiquette: centers ask for squeue no more than every 120-180 s per user, and
+    # Slurm's rate limiter (rl_enable: a bucket of 30 requests refilled 2/s per user) answers
+    # "Socket timed out" past it. 60 commands a minute in bursts of 20 stays under it.
+    status_floor_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description="observe jobs (status, find, accounting) at most this often",
+    )
+    max_commands_per_min: int | None = Field(
+        default=None,
+        ge=1,
+        le=6000,
+        description="cap on scheduler commands sent per minute; default 60",
+    )
     local_test: bool = Field(default=False, description="part of the local test federation")
     notes: str = ""
+
+    @property
+    def _local(self) -> bool:
+        """The local test federation or local processes: nobody's scheduler to spare."""
+        return self.local_test or self.dialect == "process"
+
+    @property
+    def status_floor(self) -> int:
+        """Seconds between two observations of this site's jobs: none unless set (each
+        shipped center sets it to what its admins ask)."""
+        return 0 if self.status_floor_s is None else self.status_floor_s
+
+    @property
+    def command_cap(self) -> int:
+        """Scheduler commands a minute this site is sent at most (sustained)."""
+        if self.max_commands_per_min is not None:
+            return self.max_commands_per_min
+        return 6000 if self._local else 60
 
     @model_validator(mode="after")
     def _partitions(self) -> Self:

@@ -125,7 +125,7 @@ class Control:
                 if atts:
                     async with self.lock:
                         await self.adaptation.site_lost(site, await self._stored(site))
-            elif online(self.collector, site):  # else not probed yet: nothing to conclude
+            elif online(self.collector, site) and self.adapters[site].observe_due():
                 answer = await self._ask(site, atts)
                 async with self.lock:
                     await self._merge_site(site, answer)

@@ -1,0 +1,69 @@
+"""A per-site cap on scheduler commands per minute: a token bucket that makes a caller wait
+for its turn (never refuses), so a sweep's commands are spread below the center's limits."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+__all__ = ["BURST_MAX", "CommandPace"]
+
+# Slurm's rate limiter (rl_enable) allows a burst of 30 requests per user: ours stays below it.
+BURST_MAX = 20
+
+
+class CommandPace:
+    """`per_min` commands a minute sustained, bursts of at most `burst`; `acquire` waits.
+
+    Tokens refill at `per_min / 60` a second up to `burst`. `clock` and `sleep` are seams for
+    the benchmark's virtual time."""
+
+    def __init__(
+        self,
+        per_min: int,
+        *,
+        burst: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.per_min = per_min
+        self.burst = max(1, min(burst or BURST_MAX, per_min))
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(self.burst)
+        self._at = clock()
+        self._lock = anyio.Lock()
+        self._sent: deque[float] = deque()  # send times within the last minute
+        self.waited_s = 0.0  # total time callers were held back (for `fedhpc status`)
+
+    def _refill(self) -> None:
+        now = self._clock()
+        rate = self.per_min / 60.0
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * rate)
+        self._at = now
+
+    async def acquire(self) -> None:
+        """Wait until one more command fits under the cap, then count it as sent."""
+        async with self._lock:  # one waiter at a time: callers go in their order of arrival
+            self._refill()
+            if self._tokens < 1.0:
+                wait = (1.0 - self._tokens) * 60.0 / self.per_min
+                await self._sleep(wait)
+                self.waited_s += wait
+                self._refill()
+                # It waited for exactly the missing fraction: a clock that moved a hair less
+                # (rounding, a coarse clock) must not make it wait again for ever smaller bits.
+                self._tokens = max(self._tokens, 1.0)
+            self._tokens -= 1.0
+            self._sent.append(self._clock())
+            self.rate()  # drops what is older than a minute
+
+    def rate(self) -> int:
+        """Commands sent in the last 60 s."""
+        cutoff = self._clock() - 60.0
+        while self._sent and self._sent[0] <= cutoff:
+            self._sent.popleft()
+        return len(self._sent)

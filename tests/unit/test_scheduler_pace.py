@@ -1,0 +1,163 @@
+"""Scheduler etiquette per site: a cap on commands per minute (a token bucket that makes the
+caller wait, never refuses) and a floor between two observations of a site's jobs; the
+defaults follow what centers ask, a user's config only makes them stricter."""
+
+from __future__ import annotations
+
+import tomllib
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.pace import BURST_MAX, CommandPace
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.domain.config import Site, UserSiteConfig
+from fedhpc.domain.site import SiteProfile
+from fedhpc.profiles.loader import shipped_profiles_dir
+from tests.unit.test_placement_world import cpu_partition, profile
+
+
+def load_profile(name: str) -> SiteProfile:
+    text = (shipped_profiles_dir() / f"{name}.toml").read_text()
+    return SiteProfile.model_validate(tomllib.loads(text))
+
+
+class VirtualTime:
+    """A monotonic clock that only moves when a caller sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()  # a spinning caller can still be cancelled
+
+
+class Answering:
+    """A transport that answers every command at once with success (runs nothing: a real
+    scancel here could reach another test's jobs)."""
+
+    name = "answering"
+
+    def __init__(self) -> None:
+        self.argvs: list[tuple[str, ...]] = []
+
+    async def run(self, command: Command) -> CommandResult:
+        self.argvs.append(tuple(command.argv))
+        return CommandResult(0, "", "")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _send(pace: CommandPace, t: VirtualTime, n: int) -> list[float]:
+    sent: list[float] = []
+
+    async def go() -> None:
+        for _ in range(n):
+            await pace.acquire()
+            sent.append(t.now)
+
+    anyio.run(go)
+    return sent
+
+
+def test_a_burst_goes_at_once_then_commands_follow_the_cap() -> None:
+    t = VirtualTime()
+    pace = CommandPace(60, clock=t.clock, sleep=t.sleep)
+    sent = _send(pace, t, 200)
+    assert sent[:BURST_MAX] == [0.0] * BURST_MAX
+    # After the burst: one a second (60 a minute), never faster.
+    gaps = [b - a for a, b in zip(sent[BURST_MAX:], sent[BURST_MAX + 1 :], strict=False)]
+    assert all(g == pytest.approx(1.0) for g in gaps)
+    window = [s for s in sent if s >= sent[-1] - 60.0 + 1e-9]
+    assert len(window) <= 60
+    assert pace.waited_s > 0
+
+
+def test_a_sweeps_commands_stay_under_slurms_rate_limiter_defaults() -> None:
+    """rl_enable: a bucket of 30 requests per user, refilled 2 a second; the default cap never
+    empties it."""
+    t = VirtualTime()
+    pace = CommandPace(
+        Site(profile("c", cpu_partition("p")), UserSiteConfig()).profile.command_cap,
+        clock=t.clock,
+        sleep=t.sleep,
+    )
+    sent = _send(pace, t, 1000)
+    bucket, last = 30.0, 0.0
+    for at in sent:
+        bucket = min(30.0, bucket + (at - last) * 2.0)
+        last = at
+        bucket -= 1.0
+        assert bucket >= 0.0
+
+
+def test_a_real_centers_defaults_are_a_60_per_minute_cap_and_a_120_s_status_floor() -> None:
+    p = profile("center", cpu_partition("p"), min_refresh_s=120)
+    assert p.command_cap == 60
+    assert p.status_floor == 0  # unset: none; every shipped center sets it
+    for name in ("delta", "anvil", "perlmutter", "polaris", "vista"):
+        assert load_profile(name).status_floor == 120
+    local = profile("dev", cpu_partition("p"), local_test=True)
+    assert local.status_floor == 0
+    assert local.command_cap == 6000
+    own = profile("c2", cpu_partition("p"), status_floor_s=180, max_commands_per_min=20)
+    assert (own.status_floor, own.command_cap) == (180, 20)
+
+
+def test_the_users_config_only_makes_the_etiquette_stricter() -> None:
+    base = profile("center", cpu_partition("p"), status_floor_s=120)
+    strict = Site(base, UserSiteConfig(status_floor_s=300, max_commands_per_min=10)).profile
+    assert (strict.status_floor, strict.command_cap) == (300, 10)
+    lax = Site(base, UserSiteConfig(status_floor_s=5, max_commands_per_min=600)).profile
+    assert (lax.status_floor, lax.command_cap) == (120, 60)
+
+
+def test_a_site_is_observed_at_most_once_per_floor() -> None:
+    far = Site(profile("center", cpu_partition("p"), status_floor_s=3600), UserSiteConfig())
+    adapter = SiteAdapter(far, Answering())
+    assert adapter.observe_due()
+    assert not adapter.observe_due()  # within the hour: the control cycle skips the site
+    near = Site(profile("dev", cpu_partition("p"), local_test=True), UserSiteConfig())
+    local = SiteAdapter(near, Answering())
+    assert local.observe_due()
+    assert local.observe_due()
+
+
+def test_every_command_of_an_adapter_waits_under_its_sites_cap() -> None:
+    site = Site(profile("center", cpu_partition("p"), max_commands_per_min=6), UserSiteConfig())
+    transport = Answering()
+    adapter = SiteAdapter(site, transport)
+    t = VirtualTime()
+    adapter.pace = CommandPace(6, clock=t.clock, sleep=t.sleep)
+
+    async def go() -> None:
+        for _ in range(10):
+            await adapter.cancel(["1"])
+
+    anyio.run(go)
+    assert adapter.calls["cancel"] == len(transport.argvs) == 10
+    assert t.now == pytest.approx(40.0)  # 6 at once, then one every 10 s
+    assert adapter.pace.rate() == 10
+
+
+def test_a_wait_ends_even_when_the_clock_cannot_show_it() -> None:
+    """At a large clock value a tiny wait is lost in rounding (1e12 + 1e-5 == 1e12): the
+    command goes after its wait all the same, never waits again for ever smaller bits."""
+    t = VirtualTime()
+    t.now = 1e12
+    pace = CommandPace(10**6, clock=t.clock, sleep=t.sleep)
+
+    async def go() -> None:
+        with anyio.fail_after(10):  # a guard against the spin, not a timing assertion
+            for _ in range(100):
+                await pace.acquire()
+
+    anyio.run(go)
+    assert pace.rate() == 100
