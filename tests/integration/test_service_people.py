@@ -403,6 +403,20 @@ async def test_two_people_with_four_sessions_each_never_reach_each_others_work(
             ended = [e for e in await p.events(0) if e["subject"] == w.quick]
             assert ended and all(e["payload"]["for"] == team.owner(p.name) for e in ended)
 
+        # The ledger: each person's charges are their own; the admin's view has both.
+        for p in (alice, carol):
+            for i in range(4):
+                read = await p.sessions[i].read_resource("fedhpc://ledger")
+                team.answers.append(read.model_dump_json())
+                rows = json.loads(read.contents[0].text)["accounts"]  # type: ignore[union-attr]
+                assert rows and {r["owner"] for r in rows} == {team.owner(p.name)}, rows
+                # Their long task, both children and the gate are live, the quick one ended.
+                assert sum(r["attempts"] for r in rows) >= 5, rows
+                assert sum(r["committed"] for r in rows) > 0, rows
+        read = await root.read_resource("fedhpc://ledger")
+        owners = {r["owner"] for r in json.loads(read.contents[0].text)["accounts"]}  # type: ignore[union-attr]
+        assert {team.owner("alice"), team.owner("carol")} <= owners, owners
+
         # The admin reads both people's work, resources and events.
         admin = Person(team, "dana", [root])
         for tid in (a.long, c.long, a.transfer, c.transfer):

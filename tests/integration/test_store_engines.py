@@ -448,6 +448,17 @@ async def test_owners_are_written_with_the_row_and_reach_what_follows_on_either_
     assert [d["id"] for d in await store.deliveries(owner="iss|alice")] == ["d1"]
     assert await store.deliveries(owner="iss|bob") == []
     assert len(await store.deliveries(states=["pending"])) == 1
+    async with store.transaction() as tx:
+        await tx.put_attempt(
+            "ta", 1, site="s", partition="p", job_name="j", job_id="1", state="completed",
+            body={"runtime_s": 60}, at=T0,
+        )  # fmt: skip
+    mine = await store.owned_attempts("iss|alice", 10)
+    assert [(a["owner"], a["site"], a["body"]["runtime_s"]) for a in mine] == [
+        ("iss|alice", "s", 60)
+    ]
+    assert await store.owned_attempts("iss|bob", 10) == []
+    assert [a["owner"] for a in await store.owned_attempts(None, 10)] == ["iss|alice"]
     alice = [e.subject for e in await store.events_after(0, owner="iss|alice")]
     bob = [e.subject for e in await store.events_after(0, owner="iss|bob")]
     assert (alice, bob) == (["xa"], ["gb-0"])

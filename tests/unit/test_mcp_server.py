@@ -188,7 +188,7 @@ async def test_tasks_groups_and_the_snapshot_are_resources(tmp_path: Path) -> No
         "fedhpc://groups/{group_id}/after/{after}",
         "fedhpc://transfers/{transfer_id}",
     }
-    assert resources == {"fedhpc://federation"}
+    assert resources == {"fedhpc://federation", "fedhpc://ledger"}
 
 
 def test_importing_the_server_loads_no_site_adapter_sdk_or_store() -> None:

@@ -11,9 +11,11 @@ from pydantic import ValidationError
 
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.cli.service import site_identities
+from fedhpc.daemon.routes_ledger import ledger_rows
 from fedhpc.domain import JobSpec
 from fedhpc.domain.config import Site, UserSiteConfig
-from fedhpc.domain.job import job_comment
+from fedhpc.domain.job import Shape, job_comment
+from fedhpc.placement.credit import predict_charge
 from fedhpc.profiles import load_profiles
 from tests.injection_corpus import corpus
 
@@ -66,3 +68,35 @@ def test_an_ssh_site_without_a_named_login_is_a_problem_and_others_are_not() -> 
     assert ids["vista"].runs_as is None
     assert ids["vista"].problem and "[sites.vista.transport] user" in ids["vista"].problem
     assert ids["l"].problem is None
+
+
+def test_the_ledger_charges_ended_attempts_for_their_run_and_live_ones_in_full() -> None:
+    profile = load_profiles()["devdelta"]
+    part = profile.partitions[0]
+    site = Site(profile, UserSiteConfig())
+    shape = {"nodes": 1, "cpus": 2, "gpus": 0, "wall_time_s": 3600}
+    body = {"account": "acct", "shape": shape}
+
+    def row(owner: str | None, state: str, **extra: object) -> dict[str, object]:
+        b = {**body, **extra}
+        return {
+            "owner": owner,
+            "site": "devdelta",
+            "partition": part.name,
+            "state": state,
+            "body": b,
+        }
+
+    attempts = [
+        row("a", "completed", runtime_s=1800),  # half an hour of a one-hour shape
+        row("a", "running"),  # the whole hour
+        row("a", "pending", superseded=True),  # replaced before it ran: nothing
+        row("a", "failed"),  # no runtime known: nothing
+        row("b", "completed", runtime_s=3600),
+        {**row("a", "running"), "site": "gone"},  # a site no longer configured
+    ]
+    full = predict_charge(profile, part, Shape.model_validate(shape))
+    rows = {r["owner"]: r for r in ledger_rows(attempts, {"devdelta": site})}
+    assert rows["a"]["used"] == round(full.amount / 2, 4)
+    assert rows["a"]["committed"] == full.amount and rows["a"]["attempts"] == 2
+    assert rows["b"]["used"] == full.amount and rows["b"]["committed"] == 0

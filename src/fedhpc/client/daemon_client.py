@@ -392,6 +392,11 @@ class DaemonClient:
         body: dict[str, Any] = await self._call(api.HISTORY, params=params)
         return body
 
+    async def ledger(self) -> dict[str, Any]:
+        """Charges per (owner, site, account): used by ended attempts, committed by live ones."""
+        body: dict[str, Any] = await self._call(api.LEDGER)
+        return body
+
     async def wait_until_up(self, timeout_s: float = 20.0) -> None:
         with anyio.move_on_after(timeout_s):
             while True:

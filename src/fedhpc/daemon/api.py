@@ -179,6 +179,7 @@ EVENTS = Endpoint("GET", "/v1/events", "events", EventsQuery)
 MOVE_DATA = Endpoint("POST", "/v1/transfers", "move_data", MoveDataRequest, TransferHandle)
 TRANSFER = Endpoint("GET", "/v1/transfers/{transfer_id}", "transfer", TransferRequest, TransferView)
 HISTORY = Endpoint("GET", "/v1/federation/history", "history", HistoryQuery)
+LEDGER = Endpoint("GET", "/v1/ledger", "ledger")
 
 # Mounted in this order.
 ROUTES: tuple[Endpoint, ...] = (
@@ -207,4 +208,5 @@ ROUTES: tuple[Endpoint, ...] = (
     MOVE_DATA,
     TRANSFER,
     HISTORY,
+    LEDGER,
 )

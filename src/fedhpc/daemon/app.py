@@ -15,6 +15,7 @@ from fedhpc.daemon import (
     routes_events,
     routes_federation,
     routes_history,
+    routes_ledger,
     routes_tasks,
 )
 from fedhpc.daemon.guard import guard, status_of
@@ -50,6 +51,7 @@ _MODULES = (
     routes_events,
     routes_federation,
     routes_history,
+    routes_ledger,
     routes_tasks,
 )
 

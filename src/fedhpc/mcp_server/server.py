@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -201,6 +202,21 @@ def _add_resources(
         # Static resources get no Context in mcp 2.3, so this read opens its own link.
         async with link_to() as fresh:
             return await read(fresh, lambda c: c.federation(), "fedhpc://federation")
+
+    @server.resource(
+        "fedhpc://ledger",
+        name="ledger",
+        description="charges per site account: used by ended attempts, committed by live ones "
+        "(a signed-in person's own in service mode)",
+        mime_type="application/json",
+    )
+    async def ledger() -> str:
+        async with link_to() as fresh:
+            try:
+                answer = await fresh.call(lambda c: c.ledger())
+            except FedError as exc:
+                raise _resource_error(exc, "fedhpc://ledger") from exc
+        return json.dumps(answer)
 
     @server.resource(
         "fedhpc://tasks/{task_id}",

@@ -5,8 +5,9 @@ sends it; NULL for everything submitted without one (the single-user default).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from fedhpc.store.reads import Reads
 
@@ -45,6 +46,29 @@ class OwnerReads(Reads):
                 "UPDATE tasks SET owner = ? WHERE owner IS NULL AND group_id = ?",
                 (owner, group_id),
             )
+
+    async def owned_attempts(self, owner: str | None, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` attempts, each with its task's owner: `owner`'s only when given
+        (the per-person ledger, GET /v1/ledger)."""
+        sql = (
+            "SELECT t.owner AS owner, a.site AS site, a.partition AS partition, "
+            "a.state AS state, a.body AS body FROM attempts a JOIN tasks t ON t.id = a.task_id"
+        )
+        params: list[Any] = []
+        if owner is not None:
+            sql += " WHERE t.owner = ?"
+            params.append(owner)
+        rows = await self._all(sql + " ORDER BY a.updated_at DESC LIMIT ?", [*params, limit])
+        return [
+            {
+                "owner": r["owner"],
+                "site": r["site"],
+                "partition": r["partition"],
+                "state": r["state"],
+                "body": json.loads(r["body"]),
+            }
+            for r in rows
+        ]
 
     async def recent_groups_of(self, owner: str, limit: int) -> list[str]:
         """As `recent_groups`, one owner's."""
