@@ -100,6 +100,9 @@ class UserSiteConfig(_Strict):
     max_commands_per_min: int | None = Field(
         default=None, ge=1, le=6000, description="only lowers the profile's command cap"
     )
+    max_pending_per_user: int | None = Field(
+        default=None, ge=1, le=100_000, description="only lowers the profile's pending cap"
+    )
     workdir: str | None = Field(
         default=None,
         pattern=r"^/[A-Za-z0-9_./~+@=,:-]*$",
@@ -201,8 +204,8 @@ class Site:
 
 def _as_configured(profile: SiteProfile, user: UserSiteConfig) -> SiteProfile:
     """The profile as this user runs it: their prologue instead of the profile's, and their
-    probe and observe floors where higher and command cap where lower (never laxer than the
-    center's)."""
+    probe and observe floors where higher and command and pending caps where lower (never
+    laxer than the center's)."""
     update: dict[str, object] = {}
     if user.prologue is not None and user.prologue != profile.conventions.prologue:
         update["conventions"] = profile.conventions.model_copy(update={"prologue": user.prologue})
@@ -213,4 +216,7 @@ def _as_configured(profile: SiteProfile, user: UserSiteConfig) -> SiteProfile:
     cap = user.max_commands_per_min
     if cap is not None and cap < profile.command_cap:
         update["max_commands_per_min"] = cap
+    most = user.max_pending_per_user
+    if most is not None and most < (profile.max_pending_per_user or most + 1):
+        update["max_pending_per_user"] = most
     return profile.model_copy(update=update) if update else profile

@@ -241,6 +241,12 @@ class SiteProfile(_Frozen):
         le=6000,
         description="cap on scheduler commands sent per minute; default 60",
     )
+    max_pending_per_user: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="your pending jobs at the site at most; fedhpc holds the rest back",
+    )
     local_test: bool = Field(default=False, description="part of the local test federation")
     notes: str = ""
 

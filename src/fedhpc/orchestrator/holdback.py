@@ -1,7 +1,8 @@
 """Hold-back under per-user scheduler limits: a task whose only obstacle is the user's job
-limit on its partitions (`max_jobs_per_user`, a center's MaxSubmit) waits in fedhpc, `queued`
-with the reason, and is placed when the user's jobs there finish: it is never sent to a
-scheduler that would refuse it, and never declared unschedulable for it."""
+limit on its partitions (`max_jobs_per_user`, a center's MaxSubmit) or the site's cap on the
+user's pending jobs (`max_pending_per_user`) waits in fedhpc, `queued` with the reason, and is
+placed when the user's jobs there start or finish: it is never sent to a scheduler that would
+refuse it, and never declared unschedulable for it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 from fedhpc.collector.service import Collector
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Category, Outcome, Unschedulable
-from fedhpc.placement.context import Ledger
+from fedhpc.placement.context import Ledger, user_pending_at
 
 __all__ = ["HOLD_PREFIX", "as_submitted", "held_by_limits", "hold_key", "hold_reason"]
 
@@ -19,21 +20,27 @@ HOLD_PREFIX = "queued: held back by your per-user job limit"
 
 
 def held_by_limits(collector: Collector, u: Unschedulable, ledger: Ledger | None) -> list[str]:
-    """`site/partition (n of limit jobs)` for each partition whose candidates failed only
+    """`site/partition: n of limit jobs` for each partition whose candidates failed only
     because the user's jobs there (the last probe's count plus jobs fedhpc sent since) reached
-    its `max_jobs_per_user`; empty when another obstacle rules every candidate out."""
+    its `max_jobs_per_user`, `site: n of cap pending jobs` for each site whose pending jobs
+    reached its `max_pending_per_user`; empty when another obstacle rules every candidate out."""
     out: dict[str, str] = {}
     for c in u.trace.candidates:
         key = f"{c.site}/{c.partition}"
-        if c.feasible or key in out or c.site not in collector.sites:
+        if c.feasible or key in out or c.site in out or c.site not in collector.sites:
             continue
         fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
         if not fails or any(f is not Category.USER_LIMITS for f in fails):
             continue
-        spec = next(
-            (p for p in collector.sites[c.site].profile.partitions if p.name == c.partition), None
-        )
+        profile = collector.sites[c.site].profile
         state = collector.latest.get(c.site)
+        cap = profile.max_pending_per_user
+        if cap is not None and state is not None:
+            pending = user_pending_at(c.site, state, ledger)
+            if pending >= cap:
+                out[c.site] = f"{c.site}: {pending} of {cap} pending jobs"
+                continue
+        spec = next((p for p in profile.partitions if p.name == c.partition), None)
         pstate = state.partition(c.partition) if state is not None else None
         if spec is None or spec.max_jobs_per_user is None or pstate is None:
             continue
@@ -46,9 +53,10 @@ def held_by_limits(collector: Collector, u: Unschedulable, ledger: Ledger | None
 
 def hold_reason(limits: list[str]) -> str:
     """The task's decision line while it is held: readable by a person and an agent."""
+    when = "start or finish" if any(x.endswith(" pending jobs") for x in limits) else "finish"
     return (
         f"{HOLD_PREFIX} ({'; '.join(limits)}); fedhpc submits it as your jobs there "
-        "finish, oldest first (nothing to do)"
+        f"{when}, oldest first (nothing to do)"
     )
 
 

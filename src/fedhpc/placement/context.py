@@ -21,6 +21,7 @@ __all__ = [
     "Live",
     "PartitionContext",
     "shape_key",
+    "user_pending_at",
 ]
 
 
@@ -74,6 +75,14 @@ class Ledger:
         the partition itself (capacity, queue, the user's jobs there), then the site's
         spending (what the user may still spend there)."""
         return self.changes.get(key, 0), self.site_changes.get(key[0], 0)
+
+
+def user_pending_at(site: str, state: SiteState | None, ledger: Ledger | None) -> int:
+    """The user's pending jobs at `site`: the last probe's, across its partitions, plus the
+    jobs placed there since (the ledger's: they queue before they run)."""
+    probed = sum(p.user_pending_jobs for p in state.partitions) if state is not None else 0
+    since = sum(n for (s, _), n in ledger.jobs.items() if s == site) if ledger else 0
+    return probed + max(0, since)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from enum import StrEnum
 from fedhpc.domain.job import Shape
 from fedhpc.domain.site import Health
 from fedhpc.domain.units import as_utc
-from fedhpc.placement.context import CandidateContext, PartitionContext
+from fedhpc.placement.context import CandidateContext, PartitionContext, user_pending_at
 
 __all__ = [
     "RULES",
@@ -216,6 +216,11 @@ def user_limits(x: CandidateContext) -> RuleResult:
         return _fail(c, f"QoS {x.qos} is not allowed on {p.name} ({', '.join(spec.qos)})")
     if p.profile.conventions.qos_required and not (x.qos or spec.default_qos or spec.qos):
         return _fail(c, f"{p.site.name} requires a QoS and none is known for {p.name}")
+    cap = p.profile.max_pending_per_user
+    if cap is not None and p.state is not None:
+        pending = user_pending_at(p.site.name, p.state, p.ledger)
+        if pending >= cap:
+            return _fail(c, f"you have {pending} jobs pending at {p.site.name}; the cap is {cap}")
     limit = spec.max_jobs_per_user
     if limit is not None and p.live is not None and p.live.user_jobs >= limit:
         return _fail(c, f"you have {p.live.user_jobs} jobs on {p.name}; the limit is {limit}")
