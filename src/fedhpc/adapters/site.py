@@ -23,6 +23,8 @@ from fedhpc.adapters.command import (
 )
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.busy import SchedulerBusy
+from fedhpc.adapters.liveness import ControllerDown, down_in, gated, ping_of
 from fedhpc.adapters.pace import CommandPace
 from fedhpc.adapters.submit_batch import (
     MKDIR_FAILED,
@@ -121,6 +123,11 @@ class SiteAdapter:
         self.command_timeout_s = command_timeout_s
         self.dialect = dialect or get_dialect(site.profile.dialect)
         self._clock = clock
+        # The scheduler's ping, run ahead of the probe and of each observation in the same
+        # remote call (`liveness`); `down`: what the last such call found, if the controller
+        # did not answer (None once one did).
+        self.ping = ping_of(site.profile.dialect)
+        self.down: ControllerDown | None = None
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
@@ -161,6 +168,19 @@ class SiteAdapter:
     def _deadline(self, command: Command) -> Command:
         """`command` bounded by the site's scheduler-command deadline."""
         return replace(command, timeout_s=self.command_timeout_s)
+
+    async def _gated(self, command: Command, kind: str) -> CommandResult:
+        """`command` behind the scheduler's ping, in one remote call (`liveness`): raises
+        `ControllerDown` at once when the controller does not answer the ping."""
+        if self.ping is None:
+            return await self._run(command, kind)
+        result = await self._run(gated(command, self.ping), kind)
+        found = down_in(result, self.ping, site=self.name, dialect=self.site.profile.dialect)
+        self.down = found if isinstance(found, ControllerDown) else None
+        if found is not None:
+            log.warning("controller did not answer its ping", site=self.name, error=found.message)
+            raise found
+        return result
 
     async def read_lines(
         self, command: Command, kind: str, on_lines: Callable[[list[str]], Awaitable[None]]
@@ -247,7 +267,7 @@ class SiteAdapter:
         if not job_ids:
             return []
         return self.dialect.parse_status(
-            await self._run(self._deadline(self.dialect.status_command(job_ids)), "status")
+            await self._gated(self._deadline(self.dialect.status_command(job_ids)), "status")
         )
 
     async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
@@ -269,7 +289,7 @@ class SiteAdapter:
         if not names:
             return {}
         command = self._deadline(self.dialect.find_command(names))
-        return self.dialect.parse_find(await self._run(command, "find"))
+        return self.dialect.parse_find(await self._gated(command, "find"))
 
     async def file_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
         """Sizes of files at the site in one call; None for a file that is not there."""
@@ -305,17 +325,22 @@ class SiteAdapter:
         return text, bool(cut)
 
     async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
-        """Every probe command in ONE remote call; a transport failure means OFFLINE."""
+        """Every probe command in ONE remote call, behind the scheduler's ping (a dead
+        controller is found in one ping, not after the probe's retries); a transport failure
+        or a controller down means OFFLINE. Stamped with when the answer came: what was
+        observed, when it was (a site back online is never dated before it answered)."""
         sections = self.dialect.probe_sections(self.site.profile, self.login)
         started = time.monotonic()
-        at = self._clock()
         try:
-            result = await self._run(batch(sections, timeout_s=timeout_s), "probe")
+            result = await self._gated(batch(sections, timeout_s=timeout_s), "probe")
+        except SchedulerBusy:
+            raise  # shedding load: the collector backs off, the site is not lost
         except TransportError as exc:
             log.warning("probe failed", site=self.name, error=exc.message)
             return SiteState(
-                site=self.name, health=Health.OFFLINE, collected_at=at, error=exc.message
+                site=self.name, health=Health.OFFLINE, collected_at=self._clock(), error=exc.message
             )
+        at = self._clock()
         state = self.dialect.parse_probe(
             split_batch(result.stdout), self.site.profile, self.login, at
         )

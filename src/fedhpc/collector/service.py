@@ -76,6 +76,9 @@ class Collector:
         self.wake = anyio.Event()
         self._changes: list[tuple[str, SiteState, Health | None]] = []
         self.ready = anyio.Event()  # set after the first refresh of this process
+        # Called once a refresh has stored a site going offline: the control cycle acts on it
+        # now (moves its queued work), not an interval later.
+        self.on_lost: Callable[[], None] | None = None
 
     def interval(self, site: str) -> float:
         base = max(self.refresh_s, float(self.sites[site].profile.min_refresh_s))
@@ -84,10 +87,14 @@ class Collector:
     def probe_soon(self, site: str) -> None:
         """Probe `site` as soon as its profile allows (`min_refresh_s` after the last probe),
         whenever it was due: the control cycle could not observe it, and a dead controller is
-        then known within one probe, not one refresh interval (or a backoff)."""
+        then known within one probe, not one refresh interval (or a backoff). At once when
+        the observation found the controller down (its ping did not answer): the probe then
+        starts with that same cheap ping, so the site is known lost within the cycle."""
         if site not in self.sites or self._busy[site]:  # backing off: the probe is set
             return
         allowed = self._probed.get(site, -1e18) + float(self.sites[site].profile.min_refresh_s)
+        if getattr(self.adapters.get(site), "down", None) is not None:
+            allowed = time.monotonic()
         self._due[site] = min(self._due.get(site, 0.0), allowed)
         self.wake.set()
 
@@ -113,7 +120,6 @@ class Collector:
 
     async def _probe(self, name: str, report: RefreshReport) -> None:
         started = self._probed[name] = time.monotonic()
-        at = self._clock()
         self.remote_calls[name] += 1
         state: SiteState | None = None
         with anyio.move_on_after(self.probe_timeout_s):
@@ -133,12 +139,13 @@ class Collector:
                 # transient error's "retry later" is not: fedhpc retries it by itself.
                 if typed and not isinstance(typed, TransientError) and typed.hint:
                     why += f" ({typed.hint})"
+                at = self._clock()  # when the failure was seen, not when the probe began
                 state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
         if state is None:
             state = SiteState(
                 site=name,
                 health=Health.OFFLINE,
-                collected_at=at,
+                collected_at=self._clock(),
                 error=f"probe timed out after {self.probe_timeout_s:g} s",
             )
         try:
@@ -147,6 +154,7 @@ class Collector:
         except Exception as exc:  # a surprising answer is this site's alone: offline, said why
             log.exception("probe answer unreadable", site=name)
             why = f"probe answer unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+            at = self._clock()
             state = SiteState(site=name, health=Health.OFFLINE, collected_at=at, error=why)
             budgeted = state
         if state.health is Health.OFFLINE:
@@ -179,6 +187,8 @@ class Collector:
                     await tx.save_site_states([self.latest[n] for n in due], keep=self.history_keep)
                     for name, state, before in changes:
                         await self._health_event(tx, name, state, before)
+            if self.on_lost and any(s.health is Health.OFFLINE for _, s, _ in changes):
+                self.on_lost()
         self.ready.set()
         return report
 

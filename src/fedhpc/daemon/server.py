@@ -176,6 +176,11 @@ async def _serve(
         orchestrator.wake.set()
         bridge.wake.set()
 
+    def lost() -> None:  # a site went offline: its queued work moves in this cycle
+        orchestrator.wake.set()  # looked up now: each cycle has its own event
+
+    collector.on_lost = lost
+
     state.archive_path = settings.archive_path
     state.transfers = transfers = TransferService(
         store,

@@ -1,0 +1,118 @@
+"""A cheap liveness check ahead of a site's probe and observation, in the same remote call.
+
+A dead controller makes Slurm's clients retry for a long time (`squeue` and `sinfo` 9-18 s
+each, so a probe ran into its whole 30 s deadline), while `scontrol ping` says DOWN in about
+10 ms. So the probe and the observation's scheduler commands run behind a gate: the scheduler's
+ping (`scontrol ping`, `qstat -B`, `lsid`: the ones `fedhpc sites discover` uses) under its
+own short deadline, then the command itself only when the ping answered. A ping that says
+down, or does not answer within `PING_TIMEOUT_S`, ends the call with `ControllerDown`: the
+site is lost now, not after the heavier command's retries. Still one remote call (the pace
+and the per-site command counts see one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from fedhpc.adapters.command import Command, CommandResult, quote, shell_line
+from fedhpc.adapters.dialects import lsf_discover, pbs_discover, slurm_discover
+from fedhpc.adapters.dialects.busy import SchedulerBusy, busy_reason
+from fedhpc.adapters.transport_error import TransportError
+
+__all__ = ["DOWN_EXIT", "PING_TIMEOUT_S", "ControllerDown", "Ping", "down_in", "gated", "ping_of"]
+
+# A controller that does not answer a ping within this is taken for lost. Slurm's own
+# MessageTimeout is 10 s; a ping is the cheapest request there is, and a controller that
+# cannot answer one in 5 s cannot take work either.
+PING_TIMEOUT_S = 5.0
+DOWN_EXIT = 75  # the gate's exit status when the ping failed (EX_TEMPFAIL)
+_MARK = "@@fedhpc-controller-down"
+
+# The gate, as shell: the ping under its deadline, and the call ended with DOWN_EXIT (the
+# ping's status and words on stderr) unless it answered. "Answered": exit 0, or the text that
+# means alive whatever the status (Slurm's " is UP": a backup controller serving counts). A
+# ping missing from the PATH (127) decides nothing: the command runs as it did before. The ping
+# reads no stdin (a probe's script arrives there).
+_TEST = (
+    'if [ "$rc" -ne 0 ] && [ "$rc" -ne 127 ] && { [ -z "$up" ] || [[ $out != *"$up"* ]]; }; '
+    f'then printf "%s %s\\n%s\\n" {_MARK} "$rc" "$out" >&2; exit {DOWN_EXIT}; fi'
+)
+# An argv command: bash -c GATE fedhpc DEADLINE ALIVE_TEXT ARGC PING... COMMAND...
+_GATE = (
+    't=$1 up=$2 n=$3; shift 3; out=$(timeout -k 1 "$t" "${@:1:$n}" </dev/null 2>&1); rc=$?; '
+    f'{_TEST}; shift "$n"; exec "$@"'
+)
+
+
+class ControllerDown(TransportError):
+    """The site's scheduler controller did not answer its ping: the site is lost for now."""
+
+    code = "controller_down"
+    default_hint = (
+        "The site's scheduler is down or hung; fedhpc probes it again and moves queued work "
+        "that may run elsewhere."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """A scheduler's liveness command and how to read a failed one in one line."""
+
+    command: Command
+    problem: Callable[[CommandResult], str | None]
+    alive_text: str = ""
+
+
+def ping_of(dialect: str) -> Ping | None:
+    """The ping of a scheduler dialect; None for one without a controller (`process`)."""
+    if dialect == "slurm":
+        return Ping(slurm_discover.ping_command(), slurm_discover.ping_problem, " is UP")
+    if dialect == "pbs":
+        return Ping(pbs_discover.ping_command(), pbs_discover.ping_problem)
+    if dialect == "lsf":
+        return Ping(lsf_discover.ping_command(), lsf_discover.ping_problem)
+    return None
+
+
+def gated(command: Command, ping: Ping, *, ping_timeout_s: float = PING_TIMEOUT_S) -> Command:
+    """`command` behind `ping`, as one remote call, within `command`'s own deadline: a
+    script on stdin (`bash -s`, the batched probe) gets the gate as its first line; any other
+    command runs under a `bash -c` gate. Its environment and idempotence are kept."""
+    if command.argv == ("bash", "-s") and command.stdin is not None:
+        head = (
+            f"t={quote(f'{ping_timeout_s:g}')} up={quote(ping.alive_text)}; "
+            f'out=$(timeout -k 1 "$t" {shell_line(ping.command.argv)} </dev/null 2>&1); rc=$?; '
+            f"{_TEST}"
+        )
+        return replace(command, stdin=f"{head}\n{command.stdin}")
+    argv = ping.command.argv
+    limit, up, n = f"{ping_timeout_s:g}", ping.alive_text, str(len(argv))
+    return replace(
+        command, argv=("bash", "-c", _GATE, "fedhpc", limit, up, n, *argv, *command.argv)
+    )
+
+
+def down_in(
+    result: CommandResult,
+    ping: Ping,
+    *,
+    site: str,
+    dialect: str,
+    ping_timeout_s: float = PING_TIMEOUT_S,
+) -> ControllerDown | SchedulerBusy | None:
+    """What a gated call's result says about the controller: None when the ping answered (the
+    result is the command's own); `SchedulerBusy` when the ping's words say the scheduler is
+    shedding load (backed off, never a lost site); else why it is taken for down."""
+    if result.returncode != DOWN_EXIT or _MARK not in result.stderr:
+        return None
+    tail = result.stderr[result.stderr.index(_MARK) + len(_MARK) :]
+    code, _, text = tail.strip().partition("\n")
+    rc = int(code) if code.strip().lstrip("-").isdigit() else 1
+    name = " ".join(ping.command.argv)
+    if busy := busy_reason(dialect, rc, text, ""):
+        return SchedulerBusy(f"{site}: `{name}`: the {dialect} scheduler is busy: {busy}")
+    if rc in (124, 137):  # timeout(1): no answer in time
+        why = f"the controller did not answer `{name}` within {ping_timeout_s:g} s"
+    else:
+        why = ping.problem(CommandResult(rc, text, "")) or f"`{name}` exited {rc}"
+    return ControllerDown(f"{site}: {why}")
