@@ -13,9 +13,13 @@ import pytest
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.pace import BURST_MAX, CommandPace
 from fedhpc.adapters.site import SiteAdapter
+from fedhpc.cli.daemon import pace_lines
+from fedhpc.collector import Collector
 from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.site import SiteProfile
+from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.profiles.loader import shipped_profiles_dir
+from fedhpc.store import Store
 from tests.unit.test_placement_world import cpu_partition, profile
 
 
@@ -161,3 +165,29 @@ def test_a_wait_ends_even_when_the_clock_cannot_show_it() -> None:
 
     anyio.run(go)
     assert pace.rate() == 100
+
+
+async def test_health_carries_each_sites_command_rate_peak_and_cap(store: Store) -> None:
+    center = Site(profile("center", cpu_partition("p"), max_commands_per_min=30), UserSiteConfig())
+    adapter = SiteAdapter(center, Answering())
+    collector = Collector({"center": center}, {}, store)
+    o = Orchestrator(store, collector, {"center": adapter}, retry_window_s=120)
+    for _ in range(5):
+        await adapter.cancel(["1"])
+    calls = o.remote_calls()["center"]
+    assert (calls["per_min"], calls["peak_per_min"], calls["cap_per_min"]) == (5, 5, 30)
+    assert calls["total"] == {"cancel": 5}
+    lines = pace_lines({"remote_calls": o.remote_calls()})
+    assert lines == ["scheduler commands a minute (last, peak, cap): center 5/5/30"]
+
+
+def test_status_shows_the_rate_of_sites_that_were_sent_commands_and_what_waited() -> None:
+    calls = {
+        "busy": {"per_min": 58, "peak_per_min": 60, "cap_per_min": 60, "waited_s": 42.4},
+        "idle": {"per_min": 0, "peak_per_min": 0, "cap_per_min": 60, "waited_s": 0.0},
+        "old": {"total": {}, "max_per_cycle": 0},  # a daemon from before the pace
+    }
+    assert pace_lines({"remote_calls": calls}) == [
+        "scheduler commands a minute (last, peak, cap): busy 58/60/60 (waited 42 s)"
+    ]
+    assert pace_lines({}) == []

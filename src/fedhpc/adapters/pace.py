@@ -38,6 +38,7 @@ class CommandPace:
         self._lock = anyio.Lock()
         self._sent: deque[float] = deque()  # send times within the last minute
         self.waited_s = 0.0  # total time callers were held back (for `fedhpc status`)
+        self.peak = 0  # the most commands sent within any 60 s (`rate()` at each send)
 
     def _refill(self) -> None:
         now = self._clock()
@@ -59,7 +60,7 @@ class CommandPace:
                 self._tokens = max(self._tokens, 1.0)
             self._tokens -= 1.0
             self._sent.append(self._clock())
-            self.rate()  # drops what is older than a minute
+            self.peak = max(self.peak, self.rate())
 
     def rate(self) -> int:
         """Commands sent in the last 60 s."""

@@ -128,6 +128,26 @@ def store_lines(health: dict[str, Any]) -> list[str]:
     return [f"store: PostgreSQL, this daemon follows: it answers; the leader is {who}"]
 
 
+def pace_lines(health: dict[str, Any]) -> list[str]:
+    """Each site's scheduler commands: in the last minute, the most in any minute since the
+    daemon started, and the site's cap (`max_commands_per_min`), with the time commands
+    waited under it; nothing before the daemon sent any."""
+    calls = health.get("remote_calls") or {}
+    shown = []
+    for site, c in sorted(calls.items()):
+        if not isinstance(c, dict) or "cap_per_min" not in c or not c.get("peak_per_min"):
+            continue
+        waited = float(c.get("waited_s") or 0)
+        held = f" (waited {waited:.0f} s)" if waited >= 1 else ""
+        shown.append(
+            f"{for_terminal(str(site))} {c.get('per_min', 0)}/{c.get('peak_per_min', 0)}/"
+            f"{c['cap_per_min']}{held}"
+        )
+    if not shown:
+        return []
+    return ["scheduler commands a minute (last, peak, cap): " + ", ".join(shown)]
+
+
 def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[str]:
     """The running daemon for people: since when, how many cycles, its newest errors (one
     line per kind, with its count and age; the traceback is in the daemon's log)."""
@@ -136,7 +156,7 @@ def _status_lines(health: dict[str, Any], pid: int | None, now: float) -> list[s
         f"{health.get('cycles', 0)} control cycles of {health.get('cycle_s', '?')} s, "
         f"sites: {', '.join(health.get('sites', [])) or 'none'}"
     ]
-    lines += store_lines(health)
+    lines += store_lines(health) + pace_lines(health)
     errors = list(health.get("errors") or [])
     if not errors:
         lines.append("no errors logged since it started")
@@ -253,10 +273,12 @@ def _status(args: argparse.Namespace) -> int:
 
 
 async def _leader_lines(settings: DaemonSettings) -> list[str]:
-    """Who leads a shared store (`store_lines`); nothing when no daemon answers."""
+    """Who leads a shared store (`store_lines`) and each site's scheduler command rate
+    (`pace_lines`); nothing when no daemon answers."""
     async with DaemonClient(settings) as client:
         try:
-            return store_lines(await client.health())
+            health = await client.health()
+            return store_lines(health) + pace_lines(health)
         except DaemonUnavailable:
             return []
 

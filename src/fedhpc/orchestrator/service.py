@@ -190,11 +190,17 @@ class Orchestrator:
             self.calls_per_cycle_max[name] = max(self.calls_per_cycle_max.get(name, 0), since)
 
     def remote_calls(self) -> dict[str, dict[str, object]]:
-        """Per site: remote calls by kind since the daemon started, and the most in a cycle."""
+        """Per site: remote calls by kind since the daemon started, and the most in a cycle;
+        scheduler commands in the last minute, the most in any minute, the site's cap, and the
+        seconds commands waited under it (`CommandPace`)."""
         return {
             name: {
                 "total": dict(sorted(a.calls.items())),
                 "max_per_cycle": self.calls_per_cycle_max.get(name, 0),
+                "per_min": a.pace.rate(),
+                "peak_per_min": a.pace.peak,
+                "cap_per_min": a.pace.per_min,
+                "waited_s": round(a.pace.waited_s, 1),
             }
             for name, a in sorted(self.adapters.items())
         }

@@ -165,6 +165,14 @@ function colorOf(site) {
 // ---------------------------------------------------------------------------------- federation
 async function refreshFederation() {
   const view = await api("/api/federation");
+  // Each site's scheduler commands in the last minute against its cap (`max_commands_per_min`).
+  const calls = await api("/api/health").then((h) => h.remote_calls || {}, () => ({}));
+  const pace = (site) => {
+    const c = calls[site];
+    if (!c || c.cap_per_min === undefined) return el("td", { class: "num pace" }, "-");
+    return el("td", { class: "num pace", title: `most in any minute: ${c.peak_per_min}; ` +
+      `commands waited ${c.waited_s} s under the cap` }, `${c.per_min}/${c.cap_per_min}`);
+  };
   // The partitions a job may use (a profile's blocked ones, e.g. interactive, are not in the
   // view): the scatter counts the same ones as this table.
   state.offered = Object.fromEntries(view.sites.map((s) => [s.site, new Set(s.partitions.map((p) => p.name))]));
@@ -184,7 +192,7 @@ async function refreshFederation() {
                                        `${s.partitions.reduce((n, p) => n + p.total_cpus, 0)}`),
       el("td", { class: "num pending" }, s.partitions.reduce((n, p) => n + p.pending_jobs, 0)),
       el("td", { class: "num running" }, s.partitions.reduce((n, p) => n + p.running_jobs, 0)),
-      el("td", { class: "fresh" }, fresh), el("td", { class: "health" }, health)));
+      el("td", { class: "fresh" }, fresh), pace(s.site), el("td", { class: "health" }, health)));
     for (const p of s.partitions) {
       body.append(el("tr", { class: "partition-row", dataset: { site: s.site, partition: p.name } },
         el("td", {}, ""), el("td", {}, p.name), el("td", {}, p.accelerator || "-"),
@@ -192,9 +200,9 @@ async function refreshFederation() {
         el("td", { class: "num cpus" }, `${p.free_cpus}/${p.total_cpus}`),
         el("td", { class: "num pending" }, p.pending_jobs),
         el("td", { class: "num running" }, p.running_jobs),
-        el("td", {}, p.available ? "" : "down"), el("td", {}, p.blocked ? "blocked" : "")));
+        el("td", {}, p.available ? "" : "down"), el("td", {}), el("td", {}, p.blocked ? "blocked" : "")));
     }
-    if (s.error) body.append(el("tr", {}, el("td", { colspan: 9, class: "wrap" }, `${s.site}: ${s.error}`)));
+    if (s.error) body.append(el("tr", {}, el("td", { colspan: 10, class: "wrap" }, `${s.site}: ${s.error}`)));
   }
   $("#fed-taken").textContent = `taken ${when(view.taken_at)}`;
   drawAllocation(view);  // views.js: the same read, another picture
