@@ -14,11 +14,13 @@ How the controller dies (`--kill`):
   (`scontrol ping` DOWN, `squeue`/`sinfo` retrying 9 s, `qstat` refused), while the shared
   cluster keeps serving everyone else (`tests/integration/test_dead_site.py` does the same).
   Back: the port is written back.
+- `hang`: as `port`, but the port is a socket of this script's that takes connections and never
+  answers: a hung controller (`scontrol ping` waits out Slurm's MessageTimeout).
 - `sigterm` (Slurm only): the target's real slurmctld is stopped (SIGTERM) and brought back
   with `fedhpc devfed up`, as the test above does. Other sessions' work on it waits meanwhile.
 
 Run: .venv/bin/python benchmarks/controller_loss.py [--site devdeltaai|devpolaris]
-     [--rounds 3] [--cycle 2] [--refresh 2] [--kill port|sigterm] [--json]
+     [--rounds 3] [--cycle 2] [--refresh 2] [--kill port|hang|sigterm] [--json]
 Exits 2 when the federation (or, for devpolaris, OpenPBS) is down.
 """
 
@@ -98,12 +100,21 @@ class Mirror:
                 (root / site / entry.name).symlink_to(entry)
         self.conf = root / site / self.conf_name
         self.good = self.conf.read_text()
+        self.hung: socket.socket | None = None
 
-    def kill(self) -> None:
+    def kill(self, *, hang: bool = False) -> None:
+        """Point the private config at a port nothing listens on (a stopped controller) or,
+        with `hang`, at a socket that takes connections and never answers (a hung one)."""
+        port = _free_port()
+        if hang:
+            self.hung = socket.socket()
+            self.hung.bind(("0.0.0.0", 0))  # noqa: S104  (where SlurmctldHost resolves)
+            self.hung.listen(4096)
+            port = int(self.hung.getsockname()[1])
         if self.conf_name == "slurm.conf":
-            text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={_free_port()}", self.good)
+            text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={port}", self.good)
         else:
-            text = self.good.rstrip("\n") + f"\nPBS_BATCH_SERVICE_PORT={_free_port()}\n"
+            text = self.good.rstrip("\n") + f"\nPBS_BATCH_SERVICE_PORT={port}\n"
         tmp = self.conf.with_suffix(".new")
         tmp.write_text(text)
         tmp.replace(self.conf)  # atomic: a client reads the old config or the new one
@@ -112,6 +123,9 @@ class Mirror:
         tmp = self.conf.with_suffix(".new")
         tmp.write_text(self.good)
         tmp.replace(self.conf)
+        if self.hung is not None:
+            self.hung.close()
+            self.hung = None
 
 
 def _sigterm(site: str) -> int:
@@ -231,7 +245,7 @@ async def _round(
         if args.kill == "sigterm":
             pid = _sigterm(site)
         else:
-            mirror.kill()
+            mirror.kill(hang=args.kill == "hang")
 
         async def moved() -> Any:
             r = await client.get_result(ResultRequest(task_id=handle.task_id))
@@ -314,7 +328,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cycle", type=float, default=2.0, help="FEDHPC_CYCLE_S")
     p.add_argument("--refresh", type=float, default=2.0, help="FEDHPC_REFRESH_S")
-    p.add_argument("--kill", default="port", choices=("port", "sigterm"))
+    p.add_argument("--kill", default="port", choices=("port", "hang", "sigterm"))
     p.add_argument("--limit", type=float, default=180.0, help="give up on a round after (s)")
     p.add_argument("--keep", action="store_true", help="keep the daemon's home and log")
     p.add_argument("--json", action="store_true")

@@ -10,6 +10,8 @@ import os
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
+from unittest import mock
 
 import anyio
 import pytest
@@ -21,8 +23,12 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain import Health, UserConfig
 from fedhpc.domain.config import Site
+from fedhpc.placement import PolicyKind
 from fedhpc.profiles import load_federation
 from fedhpc.store import Store
+from tests.unit.test_placement_world import state
+from tests.unit.test_slow_site import LIMIT_S, SLOW, _Gate, _world
+from tests.unit.test_submit_accept import _req
 
 UP = 'echo "Slurmctld(primary) at vm is UP"'
 DOWN = 'echo "Slurmctld(primary) at vm is DOWN"; exit 1'
@@ -211,3 +217,34 @@ async def test_a_controller_found_down_is_probed_now_and_wakes_the_control_cycle
     assert woken == [True]
     (offline,) = [e for e in await store.events_after(0) if e.kind == "site.offline"]
     assert offline.created_at >= seen  # stamped when the ping said so
+
+
+async def test_a_site_lost_while_its_squeue_hangs_moves_its_work_without_waiting(
+    store: Store,
+) -> None:
+    """A hung controller: the cycle's squeue waits, the collector's probe finds the controller
+    down meanwhile; the observation is abandoned and the queued work moves in that cycle."""
+    o, slow, fast = _world(store)
+    held = _Gate()
+    slow.gates["status"] = held  # slow's squeue never answers in this test
+    req = _req(command=("echo", "x"), policy=PolicyKind.FIXED_SITE, fixed_site="slow")
+    req = req.model_copy(update={"fallback": True})
+    task_id = (await o.intake.submit_task(req, wait_s=0)).task_id
+    await o.place_queued()
+    with anyio.fail_after(LIMIT_S):
+        while (await o.book.load_attempts(task_id))[0].job_id is None:
+            await anyio.sleep(0.01)
+    down = state(SLOW.profile, health=Health.OFFLINE)
+    o.collector.adapters = {"slow": cast(Any, slow), "fast": cast(Any, fast)}
+    with anyio.fail_after(LIMIT_S):  # the tick ends although slow's squeue never answers
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tick)
+            await held.entered.wait()
+            with mock.patch.object(slow, "probe", mock.AsyncMock(return_value=down)):
+                await o.collector.refresh(force=True)
+        while len(attempts := await o.book.load_attempts(task_id)) < 2:
+            await o.dispatcher.send_later()
+            await anyio.sleep(0.01)
+    assert attempts[0].superseded and "slow offline" in str(attempts[0].reason)
+    assert attempts[1].site == "fast"
+    assert not held.open.is_set()  # never answered: the move did not wait for it

@@ -79,6 +79,7 @@ class Collector:
         # Called once a refresh has stored a site going offline: the control cycle acts on it
         # now (moves its queued work), not an interval later.
         self.on_lost: Callable[[], None] | None = None
+        self._lost: dict[str, anyio.Event] = {}  # set when the site is next stored offline
 
     def interval(self, site: str) -> float:
         base = max(self.refresh_s, float(self.sites[site].profile.min_refresh_s))
@@ -112,6 +113,13 @@ class Collector:
         self._due[name] = started + wait
         log.warning("scheduler busy: backing off", site=name, seconds=wait, error=busy.message)
         return True
+
+    async def stored_offline(self, site: str) -> None:
+        """Return once `site` is stored offline (at once if it is now)."""
+        state = self.latest.get(site)
+        if state is not None and state.health is Health.OFFLINE:
+            return
+        await self._lost.setdefault(site, anyio.Event()).wait()
 
     async def load(self) -> None:
         """Start from the store's latest states, so a restarted daemon serves a view at once."""
@@ -187,7 +195,10 @@ class Collector:
                     await tx.save_site_states([self.latest[n] for n in due], keep=self.history_keep)
                     for name, state, before in changes:
                         await self._health_event(tx, name, state, before)
-            if self.on_lost and any(s.health is Health.OFFLINE for _, s, _ in changes):
+            lost = [name for name, s, _ in changes if s.health is Health.OFFLINE]
+            for name in lost:
+                self._lost.pop(name, anyio.Event()).set()
+            if self.on_lost and lost:
                 self.on_lost()
         self.ready.set()
         return report

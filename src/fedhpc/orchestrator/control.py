@@ -126,9 +126,12 @@ class Control:
                     async with self.lock:
                         await self.adaptation.site_lost(site, await self._stored(site))
             elif online(self.collector, site) and self.adapters[site].observe_due():
-                answer = await self._ask(site, atts)
+                answer = await self._ask_unless_lost(site, atts)
                 async with self.lock:
-                    await self._merge_site(site, answer)
+                    if answer is not None:
+                        await self._merge_site(site, answer)
+                    elif atts:  # lost while asked (a hung controller): its work moves now
+                        await self.adaptation.site_lost(site, await self._stored(site))
         except Exception as exc:  # one site's bad answer must not stall the others
             if isinstance(exc, TransportError):
                 log.warning("observe failed", site=site, error=exc.message)
@@ -144,6 +147,27 @@ class Control:
             with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
                 out.append(AttemptRecord.from_row(row))
         return out
+
+    async def _ask_unless_lost(self, site: str, atts: list[AttemptRecord]) -> _Answer | None:
+        """`_ask`, abandoned (None) if the collector stores the site offline meanwhile: a
+        hung controller's ping or squeue must not hold the cycle (and the move of its work)
+        until its deadline. Only reads are abandoned: nothing was changed at the site."""
+        answer: _Answer | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                nonlocal answer
+                answer = await self._ask(site, atts)
+                tg.cancel_scope.cancel()
+
+            async def lost() -> None:
+                await self.collector.stored_offline(site)
+                log.warning("site lost while observed: observation abandoned", site=site)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(ask)
+            tg.start_soon(lost)
+        return answer
 
     async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
         """Without the lock: what the site's scheduler says about `atts`."""
