@@ -1,12 +1,13 @@
 """A slow or dead site costs only itself: with one cluster's controller unreachable, a task for
 the healthy clusters reaches Slurm as fast as with every controller up, while the control
-cycle's `squeue` against the dead one is still waiting for an answer.
+cycle's call to the hung one (its `scontrol ping`) is still waiting for an answer.
 
 The dead cluster is the test's own: the daemon's devfed folder mirrors the real one, except that
-devvista's `slurm.conf` is a private copy. Rewriting its `SlurmctldPort` to a port where nothing
-listens is, to every Slurm client fedhpc runs, a stopped `slurmctld` (squeue retries for about
-18 s, sbatch 9 s, sacct still answers from slurmdbd), while the shared devvista keeps serving
-the other tests."""
+devvista's `slurm.conf` is a private copy. Rewriting its `SlurmctldPort` to a socket of the
+test's that takes connections and never answers is, to every Slurm client fedhpc runs, a hung
+`slurmctld` (the cycle's `scontrol ping`, run ahead of its squeue, waits out its 5 s deadline;
+a stopped one would answer DOWN at once), while the shared devvista keeps serving the other
+tests."""
 
 from __future__ import annotations
 
@@ -44,25 +45,25 @@ def _mirror(devfed: Any, root: Path) -> Path:
     return root / DEAD / "slurm.conf"
 
 
-def _kill_controller(conf: Path) -> None:
-    """Point the private config at a port nothing listens on: a stopped controller."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
+def _hang_controller(conf: Path, hung: socket.socket) -> None:
+    """Point the private config at `hung`, a listening socket never accepted: a hung
+    controller."""
+    port = hung.getsockname()[1]
     lines = conf.read_text().splitlines()
-    out = [f"SlurmctldPort={free}" if ln.startswith("SlurmctldPort=") else ln for ln in lines]
+    out = [f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln for ln in lines]
     conf.write_text("\n".join(out) + "\n")
 
 
 def _squeues_of(conf: Path) -> set[int]:
-    """Live `squeue` processes that Slurm points at `conf` (the daemon's, against DEAD)."""
+    """Live Slurm clients (`scontrol ping` ahead of `squeue`, or `squeue`) that Slurm points
+    at `conf`: the daemon's, waiting on DEAD."""
     found = set()
     needle = f"SLURM_CONF={conf}".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if (proc / "comm").read_text().strip() != "squeue":
+            if (proc / "comm").read_text().strip() not in ("squeue", "scontrol"):
                 continue
             if needle in (proc / "environ").read_bytes().split(b"\0"):
                 found.add(int(proc.name))
@@ -97,6 +98,9 @@ async def test_a_dead_controller_never_delays_a_task_for_the_healthy_clusters(
         "FEDHPC_REFRESH_S": "120",
     }
     pinned = ""
+    hung = socket.socket()
+    hung.bind(("0.0.0.0", 0))  # whichever address devvista's SlurmctldHost resolves to
+    hung.listen(4096)
     async with running(tmp_path / "h", **env) as client:
         try:
             # Work on DEAD, so that every control cycle asks DEAD's squeue about it.
@@ -113,25 +117,26 @@ async def test_a_dead_controller_never_delays_a_task_for_the_healthy_clusters(
             )
             pinned = await job_id_of(client, handle.task_id)
             up = [await _latency(client, n) for n in range(3)]
-            _kill_controller(conf)
-            with anyio.fail_after(30):  # a cycle is asking DEAD's squeue now
+            _hang_controller(conf, hung)
+            with anyio.fail_after(30):  # a cycle is asking DEAD's controller now
                 while not (stuck := _squeues_of(conf)):
                     await anyio.sleep(0.05)
             began = time.monotonic()
             dead = await _latency(client, 3)
-            alive = stuck & _squeues_of(conf)  # that squeue is still waiting for DEAD
+            alive = stuck & _squeues_of(conf)  # that client is still waiting for DEAD
             with anyio.fail_after(60):
                 while stuck & _squeues_of(conf):
                     await anyio.sleep(0.1)
             squeue_s = time.monotonic() - began
             print(  # the figures benchmarks/README.md quotes
                 f"submit->job id: all up {', '.join(f'{x:.2f}' for x in up)} s; "
-                f"{DEAD} dead {dead:.2f} s; its squeue answered {squeue_s:.1f} s later"
+                f"{DEAD} hung {dead:.2f} s; its ping gave up {squeue_s:.1f} s later"
             )
             assert alive, (
-                f"the healthy task waited for {DEAD}'s squeue: {dead:.2f} s "
+                f"the healthy task waited for {DEAD}'s controller: {dead:.2f} s "
                 f"(all up: {max(up):.2f} s)"
             )
         finally:
+            hung.close()
             if pinned:
                 devfed.run(DEAD, "scancel", pinned)
