@@ -14,6 +14,7 @@ from itertools import islice
 
 import structlog
 
+from fedhpc.adapters.arrays import ArrayJob, array_dialect
 from fedhpc.adapters.command import (
     Command,
     CommandResult,
@@ -131,6 +132,8 @@ class SiteAdapter:
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
+        # Submit commands run (sbatch, qsub...): a batched call runs several, an array is one.
+        self.submit_commands = 0
         # Every command waits its turn under the site's cap (`max_commands_per_min`).
         self.pace = CommandPace(site.profile.command_cap)
         self._observed = -1e18  # time.monotonic() of the last observation allowed
@@ -218,36 +221,82 @@ class SiteAdapter:
         return got
 
     async def submit_many(
-        self, jobs: Sequence[tuple[JobSpec, Sequence[str]]]
+        self, jobs: Sequence[tuple[JobSpec, Sequence[str]] | ArrayJob]
     ) -> list[SubmittedJob | FedError | None]:
         """Submit jobs in ONE remote call (`submit_batch`), each with the folders to make
-        first. Per job, in order: its job; why there is none (`SchedulerRejected`,
+        first; an `ArrayJob` is one scheduler command for all its members. Per job (an array's
+        members each in turn), in order: its job; why there is none (`SchedulerRejected`,
         `WorkdirFailed`, a script that cannot be rendered); or None when its answer did not
         arrive (whether it was submitted is unknown: resolved by name). A single job goes the
         same way: a call cut short (the daemon killed while writing it) submits nothing, where
         a scheduler reading a script from stdin would take the cut script for the whole one.
         A transport failure raises `TransportError`: nothing is known."""
-        out: list[SubmittedJob | FedError | None] = [None] * len(jobs)
-        todo: list[tuple[int, JobSpec, str, SubmitEntry]] = []
-        for i, (spec, dirs) in enumerate(jobs):
+        sizes = [len(j.members) if isinstance(j, ArrayJob) else 1 for j in jobs]
+        starts = [sum(sizes[:k]) for k in range(len(jobs))]
+        out: list[SubmittedJob | FedError | None] = [None] * sum(sizes)
+        todo: list[tuple[int, JobSpec | ArrayJob, str, SubmitEntry]] = []
+        for k, job in enumerate(jobs):
             try:
-                script = self.render(spec)
+                script, dirs = self._script(job)
             except UsageError as exc:  # this job's own: never its batch-mates'
-                out[i] = exc
+                out[starts[k] : starts[k] + sizes[k]] = [exc] * sizes[k]
                 continue
-            todo.append((i, spec, script, SubmitEntry(self.dialect.submit_command(script), dirs)))
+            todo.append(
+                (
+                    k,
+                    job if isinstance(job, ArrayJob) else job[0],
+                    script,
+                    SubmitEntry(self.dialect.submit_command(script), dirs),
+                )
+            )
         if not todo:
             return out
-        # The deadline grows with the batch: each job is one scheduler command at the site.
+        # The deadline grows with the batch: each entry is one scheduler command at the site.
         timeout_s = self.command_timeout_s * (1 + (len(todo) - 1) / 10)
         command, mark = submissions_command([t[3] for t in todo], timeout_s=timeout_s)
-        log.info("submit call", site=self.name, jobs=len(todo))
+        log.info("submit call", site=self.name, jobs=len(todo), elements=sum(sizes))
         result = await self._run(command, "submit")
-        for (i, spec, script, _), one in zip(
+        self.submit_commands += len(todo)
+        for (k, what, script, _), one in zip(
             todo, split_submissions(result.stdout, len(todo), mark), strict=True
         ):
-            out[i] = None if one is None else self._submitted(spec, script, one)
+            if isinstance(what, ArrayJob):
+                got = None if one is None else self._submitted(what.members[0], script, one)
+                out[starts[k] : starts[k] + sizes[k]] = self._elements(what, got)
+            else:
+                out[starts[k]] = None if one is None else self._submitted(what, script, one)
         return out
+
+    def _script(self, job: tuple[JobSpec, Sequence[str]] | ArrayJob) -> tuple[str, Sequence[str]]:
+        """The script to submit for a job or an array, and the folders to make first."""
+        if not isinstance(job, ArrayJob):
+            return self.render(job[0]), job[1]
+        dialect = array_dialect(self.dialect)
+        if dialect is None:
+            raise UsageError(f"{self.name}'s scheduler runs no job arrays")
+        for spec in job.members:
+            self.render(spec)  # each member's partition, directives and argv checked alone
+        script = dialect.render_array(
+            job.members,
+            self.site.profile,
+            job.name,
+            throttle=job.throttle,
+            output_dir=job.output_dir,
+        )
+        return script, [*job.dirs, job.output_dir]
+
+    def _elements(
+        self, job: ArrayJob, got: SubmittedJob | FedError | None
+    ) -> list[SubmittedJob | FedError | None]:
+        """An array's answer as one job per member: element i's id (`element_id`), or the
+        array's refusal (or lost answer) for every member."""
+        dialect = array_dialect(self.dialect)
+        if not isinstance(got, SubmittedJob) or dialect is None:
+            return [got] * len(job.members)
+        return [
+            SubmittedJob(self.name, dialect.element_id(got.job_id, i), got.script)
+            for i in range(len(job.members))
+        ]
 
     def _submitted(
         self, spec: JobSpec, script: str, result: CommandResult
@@ -262,6 +311,18 @@ class SiteAdapter:
             return exc
         log.info("submitted", site=self.name, job_id=job_id, name=spec.name)
         return SubmittedJob(self.name, job_id, script)
+
+    def parent_id(self, job_id: str) -> str:
+        """The array an element's id belongs to (any other job's id unchanged)."""
+        dialect = array_dialect(self.dialect)
+        return job_id if dialect is None else dialect.parent_id(job_id)
+
+    def element_id(self, job_id: str, index: int) -> str:
+        """Element `index` of the array `job_id`."""
+        dialect = array_dialect(self.dialect)
+        if dialect is None:
+            raise UsageError(f"{self.name}'s scheduler runs no job arrays")
+        return dialect.element_id(job_id, index)
 
     async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
         if not job_ids:

@@ -279,6 +279,11 @@ class AccountingRecord(BaseModel):
     alloc_tres: dict[str, str] = Field(default_factory=dict)
 
     @property
+    def key(self) -> str:
+        """The job's id, or its array element's (`JobObservation.key`)."""
+        return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
+
+    @property
     def settled(self) -> bool:
         """Terminal and complete. Accounting is eventually consistent: slurmdbd may first hold
         a terminal row without partition, name or eligible time (seen on Slurm 22.05)."""

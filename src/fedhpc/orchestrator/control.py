@@ -173,18 +173,24 @@ class Control:
         """Without the lock: what the site's scheduler says about `atts`."""
         adapter = self.adapters[site]
         answer = _Answer(asked=atts, busy=frozenset(self.dispatcher.in_flight))
-        intents = [a.job_name for a in atts if a.job_id is None and a.job_name not in answer.busy]
+        # An array's members are found by the array's name (one lookup for them all).
+        intents = sorted(
+            {a.array_name or a.job_name for a in atts if a.job_id is None}
+            - {a.array_name or a.job_name for a in atts if a.job_name in answer.busy}
+        )
         if intents:
             answer.found_at = self.clock()  # before find: the age it can vouch for
             answer.found = await adapter.find(intents)
         bound = [a for a in atts if a.job_id is not None]
         if bound:
-            ids = [a.job_id for a in bound if a.job_id]
-            answer.live = {ob.job_id: ob for ob in await adapter.status(ids)}
+            # An array element is asked as its array (one id for all of them) and found by its
+            # own id (`key`: Slurm's A_i), as any other job by its id.
+            ids = sorted({adapter.parent_id(a.job_id) for a in bound if a.job_id})
+            answer.live = {ob.key: ob for ob in await adapter.status(ids)}
         live = answer.live
         gone = {a.job_id for a in bound if a.job_id not in live or live[a.job_id].state.terminal}
-        ask = sorted({*(j for j in gone if j), *self.unsettled.get(site, {})})
-        records = {r.job_id: r for r in await adapter.accounting(ask) if r.array_index is None}
+        ask = sorted({adapter.parent_id(j) for j in (*gone, *self.unsettled.get(site, {})) if j})
+        records = {r.key: r for r in await adapter.accounting(ask)}
         # A job that left the queue a moment ago may have no final accounting row yet (slurmctld
         # tells slurmdbd a fraction of a second later). Ask again briefly rather than a whole
         # cycle later: this is most of the delay between a job's end and its event.
@@ -197,9 +203,10 @@ class Control:
             if not just_ended:
                 break
             await anyio.sleep(SETTLE_PAUSE_S)
-            for r in await adapter.accounting(sorted(j for j in just_ended if j)):
-                if r.array_index is None:
-                    records[r.job_id] = r
+            for r in await adapter.accounting(
+                sorted({adapter.parent_id(j) for j in just_ended if j})
+            ):
+                records[r.key] = r
             just_ended = {j for j in just_ended if j and not _final(records, j)}
         answer.records = records
         return answer
@@ -230,8 +237,9 @@ class Control:
         if a.job_name in answer.busy or a.job_name in self.dispatcher.in_flight:
             return  # being submitted by this process: never lost
         task = await self.book.load_task(a.task_id)
-        if a.job_name in answer.found:
-            a.job_id, a.submitted_at = answer.found[a.job_name], a.created_at
+        found = _found(a, answer.found, self.adapters[a.site])
+        if found is not None:
+            a.job_id, a.submitted_at = found, a.created_at
             async with self.book.store.transaction() as tx:
                 await self.book.save(tx, task, a, at=self.clock())
             return
@@ -293,6 +301,15 @@ class Control:
                 self.claims.end(Ended(a.site, a.partition, a.ended_at))
                 self.wake_placer()  # work held by a per-user limit may go now
             await self.adaptation.after_end(task, a)
+
+
+def _found(a: AttemptRecord, found: dict[str, str], adapter: SiteAdapter) -> str | None:
+    """The job id of an intent found by name: its own job, or its element of the array it
+    joined (found by the array's name)."""
+    if a.array_name is None or a.array_index is None:
+        return found.get(a.job_name)
+    array = found.get(a.array_name)
+    return None if array is None else adapter.element_id(array, a.array_index)
 
 
 def _final(records: dict[str, AccountingRecord], job_id: str | None) -> bool:

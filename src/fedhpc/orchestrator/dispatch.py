@@ -12,6 +12,7 @@ from datetime import datetime
 import anyio
 import structlog
 
+from fedhpc.adapters.arrays import ArrayJob
 from fedhpc.adapters.site import SiteAdapter, StorageUnread, SubmittedJob, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState, job_comment
@@ -22,7 +23,7 @@ from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
 from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.planner import provenance, summary
-from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, job_name
+from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, array_name, job_name
 from fedhpc.placement import Placement
 from fedhpc.settings import JOB_FOR
 
@@ -197,14 +198,44 @@ class Dispatcher:
             for intent in intents:
                 self.in_flight.discard(intent.att.job_name)
 
+    async def join_array(self, intents: Sequence[Intent]) -> list[Intent]:
+        """Under the lock: intents of ONE site with equal jobs but for their commands and
+        folders become one array before anything is submitted: each attempt, as stored now,
+        records the array's name and its index in the same transaction, so a leader killed
+        mid-submit finds the array by its name (`Control`) and never submits a member twice.
+        The members, in index order; an intent a cancel or replan ended meanwhile is left out
+        (submitted alone, as it would have been)."""
+        name = array_name(intents[0].att.job_name)
+        members: list[Intent] = []
+        stored_now: list[AttemptRecord] = []
+        for intent in intents:
+            att = intent.att
+            stored = next(
+                (a for a in await self.book.load_attempts(att.task_id) if a.n == att.n), None
+            )
+            if stored is None or stored.job_id or stored.superseded or stored.state.terminal:
+                continue
+            stored.array_name = att.array_name = name
+            stored.array_index = att.array_index = len(members)
+            members.append(intent)
+            stored_now.append(stored)
+        if len(members) < 2:
+            for intent in members:
+                intent.att.array_name = intent.att.array_index = None
+            return []
+        async with self.book.store.transaction() as tx:
+            await self.book.save_attempts(tx, *stored_now, at=self.clock())
+        return members
+
     async def send_many(self, intents: Sequence[Intent]) -> list[SubmittedJob | Exception]:
         """The scheduler call for intents of ONE site, one remote call for all of them, never
         under the lock (a dead site's sbatch holds up nothing else). Per intent: the job, or
         the error that says why there is none (refused, its folder not made, a login needed)
         or that whether there is one is unknown (a transport error, or no answer for it)."""
         site = intents[0].att.site
+        adapter = self.adapters[site]
         try:
-            got = await self.adapters[site].submit_many([(i.spec, i.dirs) for i in intents])
+            got = await adapter.submit_many(self._entries(adapter, intents))
         except (GlobusLoginRequired, TransportError) as exc:
             return [exc] * len(intents)
         except BaseException:  # whatever happened, the claims end with the next probe
@@ -217,6 +248,28 @@ class Dispatcher:
             else outcome
             for i, outcome in zip(intents, got, strict=True)
         ]
+
+    def _entries(
+        self, adapter: SiteAdapter, intents: Sequence[Intent]
+    ) -> list[tuple[JobSpec, Sequence[str]] | ArrayJob]:
+        """The submission's entries: each intent alone, but the members of an array (equal
+        `array_name`, in a row, as `join_array` ordered them) as one `ArrayJob`."""
+        out: list[tuple[JobSpec, Sequence[str]] | ArrayJob] = []
+        i = 0
+        while i < len(intents):
+            name = intents[i].att.array_name
+            j = i + 1
+            while name is not None and j < len(intents) and intents[j].att.array_name == name:
+                j += 1
+            if name is None or j - i < 2:
+                out.extend((x.spec, x.dirs) for x in intents[i:j])
+            else:
+                run = intents[i:j]
+                dirs = sorted({d for x in run for d in x.dirs})
+                arrays = f"{self._workbase(adapter)}/arrays"
+                out.append(ArrayJob(name, [x.spec for x in run], dirs, arrays))
+            i = j
+        return out
 
     async def record(self, intent: Intent, outcome: SubmittedJob | Exception) -> AttemptRecord:
         """Under the lock: the outcome merged into the attempt as stored now, which may have

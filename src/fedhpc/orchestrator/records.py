@@ -17,6 +17,7 @@ from fedhpc.transfer.records import stage_out_id
 __all__ = [
     "AttemptRecord",
     "TaskRecord",
+    "array_name",
     "is_own_job",
     "job_name",
     "new_id",
@@ -34,8 +35,15 @@ def job_name(task_id: str, n: int) -> str:
     return f"fedhpc-{task_id}-{n}"
 
 
-# `job_name` of a single task (t<hex>) or of a group's child (t<hex>-<index>), then the attempt.
-_OWN_JOB = re.compile(r"fedhpc-t[0-9a-f]+(?:-[0-9]+)?-[0-9]+")
+# `job_name` of a single task (t<hex>) or of a group's child (t<hex>-<index>), then the attempt;
+# `array_name` adds `-array` to its first member's.
+_OWN_JOB = re.compile(r"fedhpc-t[0-9a-f]+(?:-[0-9]+)?-[0-9]+(?:-array)?")
+
+
+def array_name(first_job_name: str) -> str:
+    """The job name of an array whose first member's attempt is `first_job_name`: never any
+    attempt's own name, so a lost array is never taken for a member submitted alone."""
+    return f"{first_job_name}-array"
 
 
 def is_own_job(name: str | None) -> bool:
@@ -66,6 +74,10 @@ class AttemptRecord(AttemptView):
     stdout: str | None = None
     stderr: str | None = None
     workdir: str | None = None
+    # Set when the attempt joined a job array (written before the array's one submission):
+    # the array's job name, by which a restarted daemon finds it, and this attempt's index.
+    array_name: str | None = None
+    array_index: int | None = None
 
     def view(self) -> AttemptView:
         """What the tool contract shows of this attempt."""

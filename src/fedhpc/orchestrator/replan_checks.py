@@ -64,7 +64,7 @@ def what_scheduler_says(job_id: str, seen: Sequence[JobObservation]) -> str | No
     a state (running, or an end such as completed) or LEFT_QUEUE when the job is missing from
     the answer. Slurm's status is `squeue`, which does not list a job that already ended: a
     short job that started and ended since the last probe is absent, not pending."""
-    mine = [o for o in seen if o.job_id == job_id]
+    mine = [o for o in seen if job_id in (o.job_id, o.key)]  # a job, or an array element
     if not mine:
         return LEFT_QUEUE
     for o in mine:  # an array: any element that started counts

@@ -16,6 +16,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from fedhpc.adapters.arrays import ARRAY_MAX, array_dialect
 from fedhpc.adapters.site import StorageUnread, WorkdirFailed
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
@@ -141,6 +142,9 @@ class Submitter:
         the scheduler in the order they were placed, neighbours at most swapped."""
         try:
             while queue := self.pending.get(site):
+                if chunks := self._arrays(site, queue):
+                    await self._call_arrays(chunks, tg)
+                    continue
                 stride = max(1, self.lanes[site])
                 size = max(1, min(BATCH_MAX, -(-len(queue) // stride)))
                 taken = range(0, len(queue), stride)[:size]
@@ -149,6 +153,44 @@ class Submitter:
                 await self._call(items, tg)
         finally:
             self.lanes[site] -= 1
+
+    def _arrays(self, site: str, queue: list[Prepared]) -> list[list[Prepared]]:
+        """Group children waiting for `site` that differ only in their commands and folders,
+        taken from its queue in chunks of at most `ARRAY_MAX` (at most `BATCH_MAX` chunks): each
+        goes as one job array (one scheduler command), when the site's scheduler runs arrays."""
+        if array_dialect(self.dispatcher.adapters[site].dialect) is None:
+            return []
+        alike: dict[str, list[Prepared]] = {}
+        for item in queue:
+            if (key := _array_key(item)) is not None:
+                alike.setdefault(key, []).append(item)
+        chunks = [
+            run[k : k + ARRAY_MAX]
+            for run in alike.values()
+            if len(run) >= 2
+            for k in range(0, len(run), ARRAY_MAX)
+        ]
+        chunks = [c for c in chunks if len(c) >= 2][:BATCH_MAX]
+        taken = {id(item) for chunk in chunks for item in chunk}
+        self.pending[site] = [q for q in queue if id(q) not in taken]
+        return chunks
+
+    async def _call_arrays(self, chunks: list[list[Prepared]], tg: TaskGroup) -> None:
+        """One submit call for `chunks`, each chunk one array: its membership written first
+        (`Dispatcher.join_array`, under the lock); a member left out goes alone, in the same
+        call."""
+        items: list[Prepared] = []
+        alone: list[Prepared] = []
+        async with self.lock:
+            for chunk in chunks:
+                members = await self.dispatcher.join_array([cast(Intent, c[2]) for c in chunk])
+                joined = {id(m) for m in members}
+                items += sorted(
+                    (c for c in chunk if id(c[2]) in joined),
+                    key=lambda c: cast(Intent, c[2]).att.array_index or 0,
+                )
+                alone += [c for c in chunk if id(c[2]) not in joined]
+        await self._call(items + alone, tg)
 
     async def _call(self, items: list[Prepared], tg: TaskGroup) -> None:
         """One submit call for `items` (one site's intents); a job refused there tries the
@@ -289,3 +331,16 @@ class Submitter:
         task.decision = f"queued: not submitted ({reason[:200]}); placed again next"
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, at=self.clock())
+
+
+# What may differ between the members of one array: each keeps its own name, command, folder
+# and output files; everything else (shape, partition, account, environment...) is the array's.
+_OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
+
+
+def _array_key(item: Prepared) -> str | None:
+    """Equal for group children that can share one array; None for any other job."""
+    task, _, prepared, _ = item
+    if task.group_id is None or not isinstance(prepared, Intent):
+        return None
+    return task.group_id + prepared.spec.model_dump_json(exclude=set(_OWN))

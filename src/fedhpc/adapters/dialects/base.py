@@ -11,7 +11,7 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.errors import PermanentError
 
-__all__ = ["Dialect", "SchedulerRejected"]
+__all__ = ["ArrayDialect", "Dialect", "SchedulerRejected"]
 
 
 class SchedulerRejected(PermanentError):
@@ -78,4 +78,31 @@ class Dialect(Protocol):
         collected_at: datetime,
     ) -> SiteState:
         """Partition records, accounts and usage from the probe's sections."""
+        ...
+
+
+class ArrayDialect(Dialect, Protocol):
+    """A scheduler that runs job arrays: many fedhpc jobs of one shape in one submission, each
+    an element with an id of its own (`element_id`) that status, accounting and cancel take."""
+
+    def render_array(
+        self,
+        members: Sequence[JobSpec],
+        profile: SiteProfile,
+        name: str,
+        *,
+        throttle: int | None,
+        output_dir: str,
+    ) -> str:
+        """One array script whose element i runs `members[i]` (its command, folder and output
+        files); the members differ only in those. At most `throttle` elements run at once;
+        what the scheduler itself writes goes to `output_dir`, one file per element."""
+        ...
+
+    def element_id(self, job_id: str, index: int) -> str:
+        """The id of element `index` of the array `job_id` (what `parse_submit` gave)."""
+        ...
+
+    def parent_id(self, job_id: str) -> str:
+        """The array's id for an element's id (any other job's id unchanged)."""
         ...

@@ -10,6 +10,7 @@ from fedhpc.domain.job import JobSpec
 from fedhpc.domain.site import SiteProfile
 
 __all__ = [
+    "array_body",
     "check_names",
     "directive",
     "error_text",
@@ -147,4 +148,24 @@ def render_body(
                 prefix.append(word)
         argv = prefix + argv
     lines.append(shell_line(argv))
+    return lines
+
+
+def array_body(
+    head: list[str], members: Sequence[JobSpec], index_var: str, profile: SiteProfile
+) -> list[str]:
+    """An array script's body: `head` (a member's rendered body without its command line: the
+    strict mode, prologue and environment the members share), then one `case` branch per
+    element: its own output files, folder and quoted argv. Unknown indices fail loudly."""
+    lines = [*head, f'case "${{{index_var}:-}}" in']
+    for i, spec in enumerate(members):
+        steps = []
+        if spec.stdout:
+            steps.append(f"exec >>{quote(spec.stdout)} 2>>{quote(spec.stderr or spec.stdout)}")
+        if spec.workdir:
+            steps.append(f"cd {quote(spec.workdir)}")
+        steps.append(render_body(spec, profile)[-1])  # its argv line, container and all
+        lines.append(f"{i}) " + "; ".join(steps) + " ;;")
+    lines.append(f'*) echo "fedhpc: no such array element: ${{{index_var}:-}}" >&2; exit 97 ;;')
+    lines.append("esac")
     return lines

@@ -11,6 +11,7 @@ from fedhpc.adapters.dialects import slurm_probe
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
+    array_body,
     check_names,
     directive,
     error_text,
@@ -21,7 +22,7 @@ from fedhpc.adapters.dialects.common import (
     with_balance,
 )
 from fedhpc.adapters.transport_error import TransportError
-from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.job import AccountingRecord, ArraySpec, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
@@ -97,6 +98,35 @@ class SlurmDialect:
         lines.extend(extra_directives(d, profile))
         lines.extend(render_body(spec, profile))
         return "\n".join(lines) + "\n"
+
+    def render_array(
+        self,
+        members: Sequence[JobSpec],
+        profile: SiteProfile,
+        name: str,
+        *,
+        throttle: int | None,
+        output_dir: str,
+    ) -> str:
+        """`--array=0-N%T` over `members` (their shared header from the first), Slurm's own
+        output per element in `output_dir/%A_%a.{out,err}`, each element's in its files."""
+        head = members[0].model_copy(
+            update={
+                "name": name,
+                "workdir": None,
+                "stdout": f"{output_dir}/%A_%a.out",
+                "stderr": f"{output_dir}/%A_%a.err",
+                "array": ArraySpec(stop=len(members) - 1, limit=throttle),
+            }
+        )
+        lines = self.render_script(head, profile).splitlines()[:-1]  # all but its argv line
+        return "\n".join(array_body(lines, members, "SLURM_ARRAY_TASK_ID", profile)) + "\n"
+
+    def element_id(self, job_id: str, index: int) -> str:
+        return f"{job_id}_{index}"
+
+    def parent_id(self, job_id: str) -> str:
+        return job_id.split("_", 1)[0]
 
     @staticmethod
     def _gres_type(profile: SiteProfile, partition: str, wanted: str | None) -> str | None:
