@@ -1,0 +1,87 @@
+"""Job arrays (issue 40): Slurm's array script runs each element's own argv in its own folder
+with its own output, every hostile argument inert; element ids map to and from the array's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+from fedhpc.adapters.arrays import ArrayJob, array_dialect
+from fedhpc.adapters.dialects import get_dialect
+from fedhpc.adapters.dialects.slurm import SlurmDialect
+from fedhpc.domain.job import JobSpec, Shape
+from fedhpc.domain.site import SiteProfile
+from fedhpc.orchestrator.records import array_name, is_own_job
+from fedhpc.profiles.loader import shipped_profiles_dir
+from tests.injection_corpus import corpus
+
+
+def _profile() -> SiteProfile:
+    text = (shipped_profiles_dir() / "devanvil.toml").read_text()
+    return SiteProfile.model_validate(tomllib.loads(text))
+
+
+def _member(i: int, base: Path, arg: str) -> JobSpec:
+    folder = base / f"t{i}"
+    return JobSpec(
+        name=f"fedhpc-tabc-{i:04d}-1",
+        command=("printf", "%s", arg),
+        partition="shared",
+        shape=Shape(cpus=1, wall_time_s=60),
+        workdir=str(folder),
+        stdout=f"{folder}/1.out",
+        stderr=f"{folder}/1.err",
+        env={"SWEEP": "x y"},
+    )
+
+
+def test_each_element_runs_its_own_argv_in_its_own_folder_every_hostile_argument_inert(
+    tmp_path: Path, canary_dir: Path
+) -> None:
+    args = corpus(canary_dir)
+    members = [_member(i, tmp_path, a) for i, a in enumerate(args)]
+    script = SlurmDialect().render_array(
+        members, _profile(), array_name(members[0].name), throttle=8, output_dir=str(tmp_path)
+    )
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert f"#SBATCH --array=0-{len(args) - 1}:1%8" in header
+    assert f"#SBATCH --output={tmp_path}/%A_%a.out" in header
+    assert "#SBATCH --job-name=fedhpc-tabc-0000-1-array" in header
+    assert not any("--chdir" in line for line in header)  # each element goes to its own
+    for i, arg in enumerate(args):
+        (tmp_path / f"t{i}").mkdir()
+        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i)}
+        done = subprocess.run(
+            ["bash"], check=False, input=script, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / f"t{i}" / "1.out").read_bytes().decode() == arg
+    assert not (canary_dir / "fedhpc-canary").exists()
+    # An index the array does not have fails loudly, never running another element's work.
+    env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(len(args))}
+    done = subprocess.run(
+        ["bash"], check=False, input=script, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 97 and "no such array element" in done.stderr
+
+
+def test_element_ids_map_to_their_array_and_only_schedulers_with_arrays_get_them() -> None:
+    slurm = array_dialect(get_dialect("slurm"))
+    assert slurm is not None
+    assert slurm.element_id("4711", 12) == "4711_12"
+    assert slurm.parent_id("4711_12") == "4711" and slurm.parent_id("4711") == "4711"
+    assert array_dialect(get_dialect("process")) is None
+
+
+def test_an_array_name_is_our_own_and_never_an_attempts_name() -> None:
+    name = array_name("fedhpc-t0123456789a-0007-1")
+    assert name == "fedhpc-t0123456789a-0007-1-array"
+    assert is_own_job(name) and is_own_job("fedhpc-t0123456789a-0007-1")
+    assert not is_own_job("fedhpc-t0123456789a-0007-1-arrays")
+
+
+def test_an_array_job_makes_its_members_folders_and_its_output_folder() -> None:
+    job = ArrayJob("n-array", [], ["/a", "/b"], "/w/arrays")
+    assert (job.throttle, list(job.dirs), job.output_dir) == (256, ["/a", "/b"], "/w/arrays")
