@@ -30,6 +30,7 @@ from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
+from fedhpc.settings import ARRAY_MAX as ARRAY_MAX_SETTING
 
 __all__ = ["BATCH_MAX", "PER_SITE", "Submitter"]
 
@@ -156,19 +157,21 @@ class Submitter:
 
     def _arrays(self, site: str, queue: list[Prepared]) -> list[list[Prepared]]:
         """Group children waiting for `site` that differ only in their commands and folders,
-        taken from its queue in chunks of at most `ARRAY_MAX` (at most `BATCH_MAX` chunks): each
-        goes as one job array (one scheduler command), when the site's scheduler runs arrays."""
-        if array_dialect(self.dispatcher.adapters[site].dialect) is None:
+        taken from its queue in chunks of at most FEDHPC_ARRAY_MAX (at most `BATCH_MAX`
+        chunks): each goes as one job array (one scheduler command), when the site's
+        scheduler runs arrays."""
+        most = _array_max()
+        if most < 2 or array_dialect(self.dispatcher.adapters[site].dialect) is None:
             return []
         alike: dict[str, list[Prepared]] = {}
         for item in queue:
             if (key := _array_key(item)) is not None:
                 alike.setdefault(key, []).append(item)
         chunks = [
-            run[k : k + ARRAY_MAX]
+            run[k : k + most]
             for run in alike.values()
             if len(run) >= 2
-            for k in range(0, len(run), ARRAY_MAX)
+            for k in range(0, len(run), most)
         ]
         chunks = [c for c in chunks if len(c) >= 2][:BATCH_MAX]
         taken = {id(item) for chunk in chunks for item in chunk}
@@ -344,3 +347,9 @@ def _array_key(item: Prepared) -> str | None:
     if task.group_id is None or not isinstance(prepared, Intent):
         return None
     return task.group_id + prepared.spec.model_dump_json(exclude=set(_OWN))
+
+
+def _array_max() -> int:
+    """Elements per array: FEDHPC_ARRAY_MAX within 1..ARRAY_MAX (a bad value: the default)."""
+    raw = ARRAY_MAX_SETTING.get() or ""
+    return max(1, min(int(raw), ARRAY_MAX)) if raw.strip().isdigit() else ARRAY_MAX

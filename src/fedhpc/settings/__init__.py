@@ -197,6 +197,13 @@ SUBMITS_PER_CYCLE = _daemon(
     ge=1,
     le=10_000,
 )
+ARRAY_MAX = _reader("daemon's submissions")(
+    "ARRAY_MAX",
+    "int",
+    1000,
+    "group children alike go to a Slurm site as job arrays of at most this many elements "
+    "(1: no arrays, one job each)",
+)
 LOOP_WATCH_S = _daemon(
     "LOOP_WATCH_S",
     "seconds",
