@@ -62,6 +62,15 @@ class _Site(SubmitsOneByOne):
     def observe_due(self) -> bool:
         return True  # no status floor: every control cycle observes
 
+    def observe_answered(self) -> None:
+        return None
+
+    def observe_refused(self) -> float:
+        return 0.0
+
+    def parent_id(self, job_id: str) -> str:
+        return job_id  # no job arrays here
+
     def __init__(self, s: Site) -> None:
         self.site = s
         self.name = s.name

@@ -89,6 +89,8 @@ class CommandResult:
 
 
 BATCH_MARK = "@@fedhpc-section"
+STDERR_MARK = "@@fedhpc-stderr"
+STDERR_LINES = 20  # of each section's stderr, kept apart from its output (why it failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class BatchSection:
     name: str
     returncode: int
     stdout: str
+    stderr: str = ""  # its first STDERR_LINES lines: a refusal's words (`busy`), warnings
 
 
 def batch(sections: Mapping[str, Command], *, timeout_s: float = 60.0) -> Command:
@@ -110,8 +113,13 @@ def batch(sections: Mapping[str, Command], *, timeout_s: float = 60.0) -> Comman
         if not name.replace("_", "").isalnum():
             raise ValueError(f"section name {name!r} must be an identifier")
         lines.append(f"echo '{BATCH_MARK} begin {name}'")
-        lines.append(f"{cmd.as_shell()} 2>/dev/null")
-        lines.append(f'echo "{BATCH_MARK} end {name} $?"')
+        # stdout straight through; stderr marked, after it (sed flushes once the command
+        # ends), so a parser never sees it and a refusal's words are not lost.
+        lines.append(
+            f"{{ {cmd.as_shell()} 2>&1 1>&3 3>&- | "
+            f"sed -n '1,{STDERR_LINES}s/^/{STDERR_MARK} /p'; _rc=${{PIPESTATUS[0]}}; }} 3>&1"
+        )
+        lines.append(f'echo "{BATCH_MARK} end {name} $_rc"')
     return Command(argv=("bash", "-s"), stdin="\n".join(lines) + "\n", timeout_s=timeout_s)
 
 
@@ -120,14 +128,18 @@ def split_batch(stdout: str) -> dict[str, BatchSection]:
     out: dict[str, BatchSection] = {}
     current: str | None = None
     buf: list[str] = []
+    err: list[str] = []
     for line in stdout.splitlines():
         if line.startswith(BATCH_MARK + " begin "):
-            current, buf = line.split()[-1], []
+            current, buf, err = line.split()[-1], [], []
         elif line.startswith(BATCH_MARK + " end ") and current is not None:
             parts = line.split()
             rc = int(parts[-1]) if parts[-1].lstrip("-").isdigit() else -1
-            out[current] = BatchSection(current, rc, "\n".join(buf) + ("\n" if buf else ""))
+            text = "\n".join(buf) + ("\n" if buf else "")
+            out[current] = BatchSection(current, rc, text, "".join(f"{e}\n" for e in err))
             current = None
+        elif current is not None and line.startswith(STDERR_MARK + " "):
+            err.append(line[len(STDERR_MARK) + 1 :])
         elif current is not None:
             buf.append(line)
     return out

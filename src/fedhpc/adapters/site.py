@@ -59,6 +59,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 
+OBSERVE_BACKOFF_MAX_S = 120.0  # the longest wait after busy answers (a center's squeue pace)
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -137,6 +140,8 @@ class SiteAdapter:
         # Every command waits its turn under the site's cap (`max_commands_per_min`).
         self.pace = CommandPace(site.profile.command_cap)
         self._observed = -1e18  # time.monotonic() of the last observation allowed
+        self._observe_after = 0.0  # none before this (the scheduler said it was busy)
+        self._observe_backoff = 0.0  # the last wait after a busy answer (0: none pending)
         # `$NAME` storage roots as the login shell expands them: read once, with the first
         # probe that succeeds (an empty value means the variable is unset there).
         self.roots: dict[str, str] | None = None
@@ -157,10 +162,22 @@ class SiteAdapter:
         last time this said yes); a yes counts as an observation. Centers ask for squeue no
         more than every 120-180 s per user, whatever the control interval."""
         now = time.monotonic()
-        if now - self._observed < self.site.profile.status_floor:
+        if now < self._observe_after or now - self._observed < self.site.profile.status_floor:
             return False
         self._observed = now
         return True
+
+    def observe_refused(self) -> float:
+        """The scheduler refused an observation as busy (`SchedulerBusy`): the next one waits
+        twice as long as the last such wait (2 s, 4 s, ... at most OBSERVE_BACKOFF_MAX_S), so
+        a rate-limited scheduler is not asked again each control cycle. The wait, in s."""
+        self._observe_backoff = min(OBSERVE_BACKOFF_MAX_S, max(2.0, 2 * self._observe_backoff))
+        self._observe_after = time.monotonic() + self._observe_backoff
+        return self._observe_backoff
+
+    def observe_answered(self) -> None:
+        """An observation was answered: the next busy answer starts the back-off afresh."""
+        self._observe_backoff = 0.0
 
     async def _run(self, command: Command, kind: str) -> CommandResult:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.

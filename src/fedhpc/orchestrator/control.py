@@ -16,6 +16,7 @@ from datetime import datetime
 import anyio
 import structlog
 
+from fedhpc.adapters.dialects.busy import SchedulerBusy
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
@@ -127,17 +128,25 @@ class Control:
                         await self.adaptation.site_lost(site, await self._stored(site))
             elif online(self.collector, site) and self.adapters[site].observe_due():
                 answer = await self._ask_unless_lost(site, atts)
+                self.adapters[site].observe_answered()
                 async with self.lock:
                     if answer is not None:
                         await self._merge_site(site, answer)
                     elif atts:  # lost while asked (a hung controller): its work moves now
                         await self.adaptation.site_lost(site, await self._stored(site))
-        except Exception as exc:  # one site's bad answer must not stall the others
-            if isinstance(exc, TransportError):
+        except Exception as caught:  # one site's bad answer must not stall the others
+            exc = _alone(caught)
+            if isinstance(exc, SchedulerBusy):  # rate-limited: asked less often, not lost
+                wait = self.adapters[site].observe_refused()
+                log.warning(
+                    "observe refused: backing off", site=site, seconds=wait, error=exc.message
+                )
+            elif isinstance(exc, TransportError):
                 log.warning("observe failed", site=site, error=exc.message)
+                self.collector.probe_soon(site)  # a dead site is known as such within one probe
             else:
                 log.exception("observe failed", site=site)
-            self.collector.probe_soon(site)  # a dead site is known as such within one probe
+                self.collector.probe_soon(site)
         await self.dispatcher.send_later()  # its retries and re-placements, without the lock
 
     async def _stored(self, site: str) -> list[AttemptRecord]:
@@ -153,11 +162,15 @@ class Control:
         hung controller's ping or squeue must not hold the cycle (and the move of its work)
         until its deadline. Only reads are abandoned: nothing was changed at the site."""
         answer: _Answer | None = None
+        failed: Exception | None = None  # raised as itself, never inside an ExceptionGroup
         async with anyio.create_task_group() as tg:
 
             async def ask() -> None:
-                nonlocal answer
-                answer = await self._ask(site, atts)
+                nonlocal answer, failed
+                try:
+                    answer = await self._ask(site, atts)
+                except Exception as exc:  # re-raised below as itself
+                    failed = exc
                 tg.cancel_scope.cancel()
 
             async def lost() -> None:
@@ -167,6 +180,8 @@ class Control:
 
             tg.start_soon(ask)
             tg.start_soon(lost)
+        if failed is not None:
+            raise failed
         return answer
 
     async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
@@ -321,3 +336,10 @@ def _times(a: AttemptRecord, rec: AccountingRecord) -> None:
     a.eligible_at, a.started_at, a.ended_at = rec.eligible, rec.start, rec.end
     a.submitted_at = rec.submit or a.submitted_at
     a.wait_s, a.runtime_s, a.exit_code = rec.wait_s, rec.runtime_s, rec.exit_code
+
+
+def _alone(exc: Exception) -> Exception:
+    """The one error inside a task group's `ExceptionGroup` (`_ask_unless_lost`), else `exc`."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

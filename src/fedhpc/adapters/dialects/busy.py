@@ -75,10 +75,10 @@ def check_busy_sections(
     sections: Mapping[str, BatchSection], dialect: str, core: tuple[str, ...]
 ) -> None:
     """Raise `SchedulerBusy` when a probe's `core` sections failed only because the scheduler
-    is shedding load (any other failure is the dialect's to judge). A batched section's
-    stdout holds its stderr too."""
+    is shedding load (any other failure is the dialect's to judge). A batched section keeps
+    its stderr apart (`BatchSection.stderr`): the refusal's words are there."""
     failed = [sections[n] for n in core if n in sections and sections[n].returncode != 0]
-    reasons = [busy_reason(dialect, s.returncode, s.stdout, "") for s in failed]
+    reasons = [busy_reason(dialect, s.returncode, s.stdout, s.stderr) for s in failed]
     if failed and all(reasons):
         raise SchedulerBusy(f"probe: the {dialect} scheduler is busy: {reasons[0]}")
 
@@ -89,6 +89,6 @@ def check_busy_lookup(result: CommandResult, dialect: str) -> None:
     a job again that may be queued."""
     check_busy(result, dialect, "find")
     for section in split_batch(result.stdout).values():
-        reason = busy_reason(dialect, section.returncode, section.stdout, "")
+        reason = busy_reason(dialect, section.returncode, section.stdout, section.stderr)
         if reason is not None:
             raise SchedulerBusy(f"find: the {dialect} scheduler is busy: {reason}")
