@@ -132,6 +132,13 @@ class Placer:
 
     async def place_queued(self) -> int:
         """One pass over every queued task, in batches; the number dispatched."""
+        self.submitter.placing = True  # a group's children gather into arrays meanwhile
+        try:
+            return await self._pass()
+        finally:
+            await self.submitter.finish_pass()
+
+    async def _pass(self) -> int:
         dispatched = 0
         after = ("", "")
         held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass

@@ -84,6 +84,9 @@ class Submitter:
         self.pending: dict[str, list[Prepared]] = {}  # site -> intents waiting for a lane
         self.lanes: dict[str, int] = {}  # site -> lanes running
         self.background: TaskGroup | None = None  # the placer's, while it runs
+        # While a placement pass runs: group children that could share an array wait for the
+        # pass's end (`finish_pass`), so a sweep placed in batches goes as a few big arrays.
+        self.placing = False
 
     def in_flight(self, site: str) -> int:
         """Submit calls at once at `site`: its config's `submits_in_flight`, else `PER_SITE`."""
@@ -95,6 +98,11 @@ class Submitter:
         if limiter is None:
             limiter = self.limits[site] = anyio.CapacityLimiter(self.in_flight(site))
         return limiter
+
+    async def finish_pass(self) -> None:
+        """The placer's pass ended: what gathered for arrays is submitted now (`send`)."""
+        self.placing = False
+        await self.send()
 
     async def prepare(
         self, jobs: list[tuple[TaskRecord, Placement]], history: WaitHistory | None
@@ -146,11 +154,14 @@ class Submitter:
                 if chunks := self._arrays(site, queue):
                     await self._call_arrays(chunks, tg)
                     continue
+                ready = [q for q in queue if not self._gathering(site, q)]
+                if not ready:
+                    break  # array members still gathering: sent when the pass ends
                 stride = max(1, self.lanes[site])
-                size = max(1, min(BATCH_MAX, -(-len(queue) // stride)))
-                taken = range(0, len(queue), stride)[:size]
-                items = [queue[i] for i in taken]
-                self.pending[site] = [q for i, q in enumerate(queue) if i not in taken]
+                size = max(1, min(BATCH_MAX, -(-len(ready) // stride)))
+                items = [ready[i] for i in range(0, len(ready), stride)[:size]]
+                taken = {id(item) for item in items}
+                self.pending[site] = [q for q in queue if id(q) not in taken]
                 await self._call(items, tg)
         finally:
             self.lanes[site] -= 1
@@ -161,7 +172,7 @@ class Submitter:
         chunks): each goes as one job array (one scheduler command), when the site's
         scheduler runs arrays."""
         most = _array_max()
-        if most < 2 or array_dialect(self.dispatcher.adapters[site].dialect) is None:
+        if not self._arrays_at(site, most):
             return []
         alike: dict[str, list[Prepared]] = {}
         for item in queue:
@@ -173,10 +184,20 @@ class Submitter:
             if len(run) >= 2
             for k in range(0, len(run), most)
         ]
-        chunks = [c for c in chunks if len(c) >= 2][:BATCH_MAX]
+        # While the placer's pass goes on, only full chunks: the rest gather more members.
+        least = most if self.placing else 2
+        chunks = [c for c in chunks if len(c) >= least][:BATCH_MAX]
         taken = {id(item) for chunk in chunks for item in chunk}
         self.pending[site] = [q for q in queue if id(q) not in taken]
         return chunks
+
+    def _arrays_at(self, site: str, most: int) -> bool:
+        return most >= 2 and array_dialect(self.dispatcher.adapters[site].dialect) is not None
+
+    def _gathering(self, site: str, item: Prepared) -> bool:
+        """A would-be array member held back while the placer's pass goes on (`placing`): its
+        siblings placed later in the pass join the same array."""
+        return self.placing and _array_key(item) is not None and self._arrays_at(site, _array_max())
 
     async def _call_arrays(self, chunks: list[list[Prepared]], tg: TaskGroup) -> None:
         """One submit call for `chunks`, each chunk one array: its membership written first
