@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 from fedhpc.adapters.arrays import ArrayJob, array_dialect
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.domain.site import SiteProfile
-from fedhpc.orchestrator.records import array_name, is_own_job
+from fedhpc.orchestrator.control import _found
+from fedhpc.orchestrator.records import AttemptRecord, array_name, is_own_job
 from fedhpc.profiles.loader import shipped_profiles_dir
 from tests.injection_corpus import corpus
 
@@ -85,3 +88,35 @@ def test_an_array_name_is_our_own_and_never_an_attempts_name() -> None:
 def test_an_array_job_makes_its_members_folders_and_its_output_folder() -> None:
     job = ArrayJob("n-array", [], ["/a", "/b"], "/w/arrays")
     assert (job.throttle, list(job.dirs), job.output_dir) == (256, ["/a", "/b"], "/w/arrays")
+
+
+class _Slurm:
+    """The adapter's element ids, as `SiteAdapter.element_id` gives them for Slurm."""
+
+    element_id = staticmethod(SlurmDialect().element_id)
+
+
+def test_a_lost_intent_in_an_array_is_found_by_the_arrays_name_never_its_own() -> None:
+    def att(n: int, array: str | None, index: int | None) -> AttemptRecord:
+        return AttemptRecord(
+            task_id=f"tabc-{n:04d}",
+            n=1,
+            site="devanvil",
+            partition="shared",
+            account=None,
+            shape=Shape(),
+            job_name=f"fedhpc-tabc-{n:04d}-1",
+            created_at=datetime(2026, 12, 5, tzinfo=UTC),
+            array_name=array,
+            array_index=index,
+        )
+
+    name = array_name("fedhpc-tabc-0000-1")
+    adapter = cast(Any, _Slurm())
+    found = {name: "4711", "fedhpc-tabc-0009-1": "99"}
+    assert _found(att(3, name, 3), found, adapter) == "4711_3"
+    assert _found(att(9, None, None), found, adapter) == "99"
+    # The array's first member is never taken for a job submitted alone under its own name,
+    # nor an array's member for its own name: only the array's name binds it.
+    assert _found(att(0, name, 0), {"fedhpc-tabc-0000-1": "5"}, adapter) is None
+    assert _found(att(0, None, None), {name: "4711"}, adapter) is None
