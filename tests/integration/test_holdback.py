@@ -120,10 +120,11 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
     assert resume["counts"] == {"completed": CHILDREN}
     assert all(len(r.attempts) == 1 for r in results)  # no rejection, no retry
     assert all(r.waiting is None for r in results)
-    job_ids = [int(r.attempts[0].job_id or 0) for r in results]
+    job_ids = [str(r.attempts[0].job_id) for r in results]
     # Released oldest first: child i's job is submitted before child i+2's (two submissions
-    # may be in flight at once, so neighbours can swap).
-    order = sorted(range(CHILDREN), key=lambda i: job_ids[i])
+    # may be in flight at once, so neighbours can swap). Children released together may go
+    # as one job array (issue 40): an element's id is ARRAY_INDEX, in its array's order.
+    order = sorted(range(CHILDREN), key=lambda i: [int(x) for x in job_ids[i].split("_")])
     assert all(abs(pos - i) <= 1 for pos, i in enumerate(order)), order
     # The scheduler's own record: never more than LIMIT of these jobs at once.
     out = fed.run(
@@ -135,7 +136,7 @@ async def test_a_group_over_the_user_limit_waits_in_fedhpc_and_is_released_in_or
         "-o",
         "JobID,JobName,State,Submit,End",
         "-j",
-        ",".join(map(str, job_ids)),
+        ",".join(job_ids),
     )
     assert out.returncode == 0, out.stderr
     rows = [line.split("|") for line in out.stdout.splitlines() if line]
