@@ -39,8 +39,9 @@ from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest
-from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
+from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest, SubmitTaskRequest
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.transfer.records import stage_out_id
 from tests.integration.daemon_util import FAST, stop
 from tests.integration.oidc_support import Provider, free_port, oidc_provider
 
@@ -215,7 +216,10 @@ class Work:
 
 async def _submit(p: Person, storage: Path) -> Work:
     """Work from all four sessions: a long task, a quick one that prints whom it ran for, a
-    group, and a copy between two sites (the same arguments for both people)."""
+    group, a copy between two sites (the same arguments for both people) and a task that
+    waits for its go file."""
+    for site in ("devdelta", "devanvil"):
+        (storage / site / "storage").mkdir(parents=True, exist_ok=True)
     # A Codex client names its thread: the service, on another machine, never resumes it.
     codex = {"threadId": "019a0000-0000-7000-8000-00000000c0de"}
     answer = await p.sessions[0].call_tool("submit_task", LONG, meta=codex)  # type: ignore[arg-type]
@@ -239,8 +243,6 @@ async def _submit(p: Person, storage: Path) -> Work:
             "children": [{"command": ["sleep", "600"], "name": f"s{i}"} for i in (1, 2)],
         },
     )
-    for site in ("devdelta", "devanvil"):
-        (storage / site / "storage").mkdir(parents=True, exist_ok=True)
     (storage / "devdelta/storage/in.dat").write_text("shared input\n")
     move = {"source": "devdelta:scratch/in.dat", "destination": "devanvil:scratch/copy.dat"}
     transfer = (await p.ok(3, "move_data", move))["transfer_id"]
@@ -343,6 +345,33 @@ async def _rest_refuses(team: Team, person: str, theirs: Work, mine: Work) -> No
             ACTING_FOR.reset(token)
 
 
+async def _stage_out_is_its_tasks_owners(team: Team) -> None:
+    """A task's stage-out (submitted through the REST route, as the MCP tools have none) is a
+    transfer of the task's owner: another person's read of it is not_found."""
+    async with DaemonClient(DaemonSettings.from_env(home=team.home)) as daemon:
+        token = ACTING_FOR.set((team.owner("alice"), False))
+        try:
+            req = SubmitTaskRequest.model_validate(
+                {
+                    "command": ["sh", "-c", "echo out > out.txt"],
+                    "envelope": SMALL,
+                    "stage_out": [{"source": "out.txt", "destination": "devanvil:scratch/o.txt"}],
+                }
+            )
+            tid = (await daemon.submit_task(req)).task_id
+            out = stage_out_id(tid, 0)
+            assert (await daemon.transfer(TransferRequest(transfer_id=out))).transfer_id == out
+        finally:
+            ACTING_FOR.reset(token)
+        token = ACTING_FOR.set((team.owner("carol"), False))
+        try:
+            with pytest.raises(FedError) as err:
+                await daemon.transfer(TransferRequest(transfer_id=out))
+            assert err.value.code == "not_found"
+        finally:
+            ACTING_FOR.reset(token)
+
+
 async def test_two_people_with_four_sessions_each_never_reach_each_others_work(
     team: Team,
 ) -> None:
@@ -380,6 +409,7 @@ async def test_two_people_with_four_sessions_each_never_reach_each_others_work(
         await _tries_every_tool(alice, c, a)
         await _rest_refuses(team, "carol", a, c)
         await _rest_refuses(team, "alice", c, a)
+        await _stage_out_is_its_tasks_owners(team)
 
         # Subscriptions: another person's task, group or transfer is not honored.
         asked = [

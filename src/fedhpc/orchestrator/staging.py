@@ -182,6 +182,7 @@ def _stage_out(
         after_task=task.id,
         source_rel=so.source,
         created_at=now,
+        owner=task.owner,  # a stage-out is its task's owner's (service mode)
         trace=(
             f"waits for task {task.id}: {so.source} in its workdir",
             f"destination {so.destination} -> {dst.site}:{dst.path}",

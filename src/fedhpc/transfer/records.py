@@ -75,7 +75,7 @@ class TransferRecord(BaseModel):
     blocked: TransferIssue | None = None
     blocks: int = 0  # how many times it became blocked: each block is told once
     cause: str | None = None  # "upstream": the producing task failed (its own event says so)
-    owner: str | None = None  # the person who asked (service mode); a stage-out: its task's
+    owner: str | None = None  # who asked (service mode); a stage-out: its task's owner
     awaited_by: tuple[str, ...] = ()
     trace: tuple[str, ...] = ()
 
@@ -137,10 +137,7 @@ def _iso(at: datetime) -> str:
 
 async def put(tx: Tx, rec: TransferRecord, *, at: datetime) -> bool:
     """Insert or update; False when the idempotency key already belongs to another transfer."""
-    owner = rec.owner
-    if owner is None and rec.after_task is not None:  # a stage-out: its task's owner
-        found = await tx.fetch("SELECT owner FROM tasks WHERE id = ?", (rec.after_task,))
-        owner = found[0][0] if found else None
+    owner = rec.owner  # written with the new row only: an update never moves it
     if tx.dialect == "postgresql":  # one ON CONFLICT clause there: insert, else update
         stamp = (_iso(rec.created_at), _iso(at))
         body = rec.model_dump_json()
