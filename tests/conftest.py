@@ -18,6 +18,37 @@ def _root_entries() -> set[str]:
     return {p.name for p in ROOT.iterdir()} - _CACHES
 
 
+# Every test has a time budget: a `budget(seconds)` mark, else these. A test that passes but
+# takes over 3x its budget fails, saying so (the limits leave room for a loaded 2-core CI).
+_BUDGET_UNIT = 20.0
+_BUDGET_INTEGRATION = 60.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "budget(seconds): the test's time budget (fails at 3x)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.passed:
+        return
+    mark = item.get_closest_marker("budget")
+    if mark is not None:
+        budget = float(mark.args[0])
+    elif "integration/" in item.nodeid.split("::", 1)[0]:
+        budget = _BUDGET_INTEGRATION
+    else:
+        budget = _BUDGET_UNIT
+    if report.duration > 3 * budget:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"passed but took {report.duration:.1f} s, over 3x its {budget:g} s budget; "
+            "make it faster or give it @pytest.mark.budget(seconds)"
+        )
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
         session.config.stash[_BEFORE] = _root_entries()
