@@ -51,7 +51,7 @@ class AckAnswer(BaseModel):
 async def list_events(
     ctx: Ctx,
     *,
-    after: Annotated[Seq, Field(description="the last seq already seen")] = 0,
+    after: Seq = 0,
     limit: Annotated[int, Field(ge=1, le=200)] = 50,
     consumer: Annotated[
         str | None, Field(max_length=64, description="skip what it acknowledged")
@@ -71,8 +71,8 @@ async def list_events(
 async def ack_events(
     ctx: Ctx,
     *,
-    consumer: Annotated[str, Field(min_length=1, max_length=64, description="your client name")],
-    through: Annotated[Seq, Field(description="the last seq you handled")],
+    consumer: Annotated[str, Field(min_length=1, max_length=64)],
+    through: Seq,
 ) -> AckAnswer:
     """Pull clients: mark events up to `through` handled for `consumer`."""
     check_consumer(consumer)

@@ -24,7 +24,6 @@ __all__ = [
     "Envelope",
     "GroupAdapt",
     "GroupEnvelope",
-    "GroupIdemKey",
     "GroupPolicy",
     "IdemKey",
     "OptArgv",
@@ -80,25 +79,15 @@ Envelope = Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
 # With a job script, the envelope and the command may come from it (ops/scripts.py).
 OptEnvelope = Annotated[ResourceEnvelope | None, WithJsonSchema(ENVELOPE_SCHEMA)]
 Script = Annotated[str | None, Field(description="#SBATCH/#PBS/#BSUB job script, or path")]
-GroupEnvelope = Annotated[
-    ResourceEnvelope,
-    WithJsonSchema({"type": "object", "description": "shared by all children, as in submit_task"}),
-]
+GroupEnvelope = Annotated[ResourceEnvelope, WithJsonSchema({"type": "object"})]
 OtherEnvelope = Annotated[
     ResourceEnvelope | None,
     WithJsonSchema({"type": "object", "description": "as in submit_task"}),
 ]
 Adapt = Annotated[AdaptationPolicy | None, WithJsonSchema(ADAPTATION_SCHEMA)]
-GroupAdapt = Annotated[
-    AdaptationPolicy | None,
-    WithJsonSchema({"type": "object", "description": "as in submit_task"}),
-]
-Argv = Annotated[
-    list[str], Field(min_length=1, description="argv, each element verbatim (no shell)")
-]
-OptArgv = Annotated[
-    list[str] | None, Field(min_length=1, description="argv, each element verbatim (no shell)")
-]
+GroupAdapt = Annotated[AdaptationPolicy | None, WithJsonSchema({"type": "object"})]
+Argv = Annotated[list[str], Field(min_length=1, description="argv, verbatim (no shell)")]
+OptArgv = Annotated[list[str] | None, Field(min_length=1, description="argv, verbatim (no shell)")]
 # Ids are a prefix and hex digits; the pattern also keeps '/', '?' and control characters out
 # of the daemon's URL paths.
 ID_PATTERN = r"^[A-Za-z0-9_-]+$"
@@ -119,5 +108,5 @@ Env = dict[str, str]
 # An empty key is refused, not read as "no key" (it would lose the retry window's protection).
 # The 200-character cap is left to the request models (a typed error names it): advertised in
 # three tools it cost ~75 bytes of the model-read budget for a limit no agent key comes near.
-GroupIdemKey = Annotated[str | None, Field(min_length=1, description="as in submit_task")]
-IdemKey = Annotated[str | None, Field(min_length=1, description="same key, same task")]
+# The name says what it does (same key, same work); the skills give the retry window.
+IdemKey = Annotated[str | None, Field(min_length=1)]

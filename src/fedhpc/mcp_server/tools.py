@@ -25,7 +25,6 @@ from fedhpc.mcp_server.params import (
     Env,
     GroupAdapt,
     GroupEnvelope,
-    GroupIdemKey,
     GroupPolicy,
     IdemKey,
     OptArgv,
@@ -77,15 +76,15 @@ async def _script_text(ctx: Ctx, script: str | None) -> str | None:
 async def inspect_federation(
     ctx: Ctx,
     *,
-    sites: Annotated[list[str], Field(description="only these; empty = all")] = [],  # noqa: B006 (never mutated)
-    accelerator: Annotated[str | None, Field(description="only this one, e.g. a100")] = None,
-    arch: Annotated[Arch | None, Field(description="only this CPU architecture")] = None,
-    include_blocked: Annotated[bool, Field(description="also list blocked partitions")] = False,
+    sites: list[str] = [],  # noqa: B006 (never mutated)
+    accelerator: Annotated[str | None, Field(description="e.g. a100")] = None,
+    arch: Arch | None = None,
+    include_blocked: Annotated[bool, Field(description="blocked partitions too")] = False,
     refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
-    fields: Annotated[list[str], Field(description="only these fields of each site")] = [],  # noqa: B006
+    fields: Annotated[list[str], Field(description="only these site fields")] = [],  # noqa: B006
 ) -> FederationView:
-    """Observe: each site's health, freshness, partitions, free GPUs/CPUs, queues and credit.
-    Start here."""
+    """Observe, start here: each site's health, partitions, free GPUs/CPUs, queues, credit;
+    filter by sites, accelerator, arch."""
     req = InspectRequest(
         sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
     )
@@ -101,17 +100,17 @@ async def draft_envelope(
     ctx: Ctx,
     *,
     description: Annotated[
-        str, Field(description="what the task does, in words", max_length=MAX_DESCRIPTION_CHARS)
+        str, Field(description="the work, in words", max_length=MAX_DESCRIPTION_CHARS)
     ] = "",  # may be left out with a `script`
     code_context: Annotated[
         list[str],
         Field(
-            description=f"code snippets or command lines (not paths); "
+            description=f"snippets or command lines, not paths; "
             f"{MAX_CODE_CONTEXT_CHARS} chars in all",
             max_length=MAX_CODE_CONTEXT_ITEMS,
         ),
     ] = [],  # noqa: B006
-    proposed: Annotated[dict[str, Any] | None, Field(description="your envelope to check")] = None,
+    proposed: dict[str, Any] | None = None,
     source: Annotated[
         Literal["user", "assistant"] | None, Field(description="who wrote `proposed`")
     ] = None,
@@ -120,7 +119,7 @@ async def draft_envelope(
     script: str | None = None,
 ) -> EnvelopeDraft:
     """Plan: draft min-viable/max-useful bounds from a description and code, or check
-    yours or a job `script`'s; pass its `envelope` to submit_task."""
+    `proposed` or a job `script`; pass its `envelope` to submit_task."""
     script = await _script_text(ctx, script)
     req = DraftRequest.model_validate(
         {
@@ -145,7 +144,7 @@ async def submit_task(
     script: Script = None,
     name: str | None = None,
     policy: Policy = None,
-    fixed_site: Annotated[str | None, Field(description="run only here")] = None,
+    fixed_site: str | None = None,
     fallback: Annotated[bool, Field(description="fixed_site may fall back")] = False,
     workdir: Workdir = None,
     env: Env = {},  # noqa: B006
@@ -188,7 +187,7 @@ async def submit_task(
 async def submit_group(
     ctx: Ctx,
     *,
-    objective: Annotated[str, Field(description="what the group achieves together")],
+    objective: str,
     children: Annotated[list[GroupChild], Field(min_length=1)],
     envelope: GroupEnvelope,
     policy: GroupPolicy = PolicyKind.BEST_FEASIBLE,
@@ -196,9 +195,10 @@ async def submit_group(
     workdir: str | None = None,
     env: dict[str, str] = {},  # noqa: B006
     adaptation: GroupAdapt = None,
-    idempotency_key: GroupIdemKey = None,
+    idempotency_key: IdemKey = None,
 ) -> GroupView:
-    """Act: related jobs (a sweep) under one objective and envelope. Then follow `next`."""
+    """Act: related jobs (a sweep) under one objective and envelope (envelope and
+    adaptation as in submit_task). Then follow `next`."""
     wake, unbound = await continuation_for(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
@@ -226,12 +226,9 @@ async def get_result(
     ctx: Ctx,
     *,
     task_id: TaskId,
-    preview: Annotated[
-        Literal["stdout", "stderr", "none"] | None,
-        Field(description="default stdout"),
-    ] = None,
+    preview: Literal["stdout", "stderr", "none"] | None = None,
     max_bytes: Annotated[int, Field(ge=1, le=65536, description="per tail")] = PREVIEW_BYTES,
-    fields: Annotated[list[str], Field(description="only these fields")] = [],  # noqa: B006
+    fields: Annotated[list[str], Field(description="only these")] = [],  # noqa: B006
 ) -> ResultManifest:
     """Resume: a task's state, attempts, outputs by reference, stdout's tail (stderr's on
     failure). Do not poll."""
@@ -244,19 +241,18 @@ async def replan(
     ctx: Ctx,
     *,
     task_id: TaskId,
-    exclude_sites: Annotated[list[str], Field(description="sites not to use")] = [],  # noqa: B006
+    exclude_sites: list[str] = [],  # noqa: B006
     envelope: OtherEnvelope = None,
 ) -> TaskHandle:
-    """Decide: re-place a task that has not started, or an unschedulable one (exclude sites,
-    change its envelope); no work is lost."""
+    """Decide: re-place a task not yet started, or an unschedulable one; no work is lost."""
     req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
     return await daemon_link(ctx).call(lambda c: c.replan(req))
 
 
 @guarded()
 async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
-    """Decide: cancel a task, or a whole group by its group_id (every child still live);
-    jobs are killed and their work lost."""
+    """Decide: cancel a task, or a group by its group_id (its live children); the jobs are
+    killed, their work lost."""
     req = CancelRequest(task_id=task_id)
     return await daemon_link(ctx).call(lambda c: c.cancel(req))
 
@@ -272,10 +268,10 @@ async def move_data(
     source: Annotated[str, Field(description="site:root/path, e.g. delta:work/in.dat")],
     destination: Annotated[str, Field(description="site:root/path")],
     mode: TransferMode = TransferMode.REPLICATE,
-    recursive: Annotated[bool, Field(description="source is a folder")] = False,
+    recursive: bool = False,
     sync_level: Annotated[SyncLevel | None, Field(description="skip existing files")] = None,
     verify_checksum: bool = True,
-    idempotency_key: GroupIdemKey = None,
+    idempotency_key: IdemKey = None,
 ) -> TransferHandle:
     """Act: copy files site to site, never through you. Then follow `next`, or pass
     transfer_id to submit_task's stage_in."""
