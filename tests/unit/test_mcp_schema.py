@@ -27,7 +27,7 @@ class Outer(BaseModel):
 
 def test_input_compaction_drops_titles_and_docstrings_but_not_a_property_named_title() -> None:
     schema = compact_input(Outer.model_json_schema())
-    inner = schema["$defs"]["Inner"]
+    inner = schema["properties"]["inner"]  # used once: written where it is used
     assert "title" in inner["properties"]
     assert inner["properties"]["title"]["description"].startswith("a property")
     assert "description" not in inner
@@ -35,6 +35,30 @@ def test_input_compaction_drops_titles_and_docstrings_but_not_a_property_named_t
     assert inner["properties"]["n"]["minimum"] == 0
     assert schema["properties"]["maybe"] == {"type": "string"}  # optional: null = leave it out
     assert inner["required"] == ["title"]
+
+
+class Pair(BaseModel):
+    left: Inner
+    right: Inner
+
+
+class Tree(BaseModel):
+    children: list[Tree] = []
+
+
+class Forest(BaseModel):
+    tree: Tree
+
+
+def test_an_input_definition_used_once_is_inlined_but_not_a_shared_or_recursive_one() -> None:
+    pair = compact_input(Pair.model_json_schema())
+    assert pair["properties"]["left"] == {"$ref": "#/$defs/Inner"}
+    assert set(pair["$defs"]) == {"Inner"}
+    forest = compact_input(Forest.model_json_schema())
+    assert forest["properties"]["tree"] == {"$ref": "#/$defs/Tree"}
+    assert forest["$defs"]["Tree"]["properties"]["children"]["items"] == {"$ref": "#/$defs/Tree"}
+    nested = compact_input(Outer.model_json_schema())
+    assert "$defs" not in nested
 
 
 def test_output_compaction_keeps_types_and_nullability() -> None:

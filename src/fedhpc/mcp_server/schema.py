@@ -66,18 +66,19 @@ def _walk(node: Any, *, output: bool, optional: bool = False) -> Any:
     return out
 
 
-def _inline_enums(schema: dict[str, Any]) -> dict[str, Any]:
+def _inline_enums(schema: dict[str, Any], once: bool = False) -> dict[str, Any]:
     """Put an enum used once where it is used (shorter, and clients that drop `$defs` still
-    see the values), and a bare `{"type": ...}` everywhere (shorter than its `$ref`); then
-    drop definitions nothing refers to."""
+    see the values), and a bare `{"type": ...}` everywhere (shorter than its `$ref`); with
+    `once`, any definition used once (inputs: a group's child; a recursive one is used by
+    itself too); then drop definitions nothing refers to."""
     defs: dict[str, Any] = schema.get("$defs", {})
     text = repr(schema)
-    enums = {
-        f"#/$defs/{n}": d
-        for n, d in defs.items()
-        if ("enum" in d and text.count(f"'#/$defs/{n}'") == 1)  # used once: inlining is shorter
-        or set(d) == {"type"}
-    }
+
+    def inlined(name: str, definition: dict[str, Any]) -> bool:
+        used_once = text.count(f"'#/$defs/{name}'") == 1
+        return (used_once and (once or "enum" in definition)) or set(definition) == {"type"}
+
+    enums = {f"#/$defs/{n}": d for n, d in defs.items() if inlined(n, d)}
 
     def sub(node: Any) -> Any:
         if isinstance(node, list):
@@ -85,8 +86,8 @@ def _inline_enums(schema: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
-        if ref in enums:
-            return {**enums[ref], **{k: v for k, v in node.items() if k != "$ref"}}
+        if ref in enums:  # its own refs (to definitions kept or inlined) are resolved too
+            return sub({**enums[ref], **{k: v for k, v in node.items() if k != "$ref"}})
         return {k: sub(v) for k, v in node.items()}
 
     out: dict[str, Any] = sub({k: v for k, v in schema.items() if k != "$defs"})
@@ -195,13 +196,13 @@ def _share(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def compact_input(schema: dict[str, Any]) -> dict[str, Any]:
-    """Drop titles, class docstrings and empty defaults; keep parameter descriptions; write
-    a repeated sub-schema once."""
+    """Drop titles, class docstrings and empty defaults; keep parameter descriptions; put a
+    definition used once where it is used; write a repeated sub-schema once."""
     out: dict[str, Any] = _walk(schema, output=False)
     for definition in out.get("$defs", {}).values():
         if isinstance(definition, dict):
             definition.pop("description", None)
-    return _share(_inline_enums(out))
+    return _share(_inline_enums(out, once=True))
 
 
 def compact_output(schema: dict[str, Any], opaque: frozenset[str] = frozenset()) -> dict[str, Any]:
