@@ -17,9 +17,19 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.mcp_server.params import ENVELOPE_SCHEMA
 from fedhpc.ops.tasks import ResultRequest
 
-__all__ = ["SUBMITS", "Tally", "args_for", "call", "harmless", "normal_task_placed", "settle"]
+__all__ = [
+    "ENVELOPE",
+    "SUBMITS",
+    "Tally",
+    "args_for",
+    "call",
+    "harmless",
+    "normal_task_placed",
+    "settle",
+]
 
 SUBMITS = ("submit_task", "submit_group")
 # What an agent plausibly types, beside arbitrary text: the devfed's names, units, slips.
@@ -51,6 +61,36 @@ _WORDS = [
     "\x1b]0;title\x07",
 ]
 _TEXT = st.one_of(st.text(max_size=16), st.sampled_from(_WORDS))
+
+# tools/list describes submit_task's envelope in words (issue 36); this is what the words say,
+# typed, for generating envelopes (it was the advertised schema until then).
+_INT = {"type": "integer"}
+_RANGE = {"type": "object", "properties": {"min": _INT, "max": _INT}}
+_SIZE = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+_SIZES = {"type": "object", "properties": {"min": _SIZE, "max": _SIZE}}
+_STRS = {"type": "array", "items": {"type": "string"}}
+ENVELOPE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "gpus": _RANGE,
+        "cpus": _RANGE,
+        "memory": _SIZES,
+        "nodes": _RANGE,
+        "wall_time": _SIZES,
+        "architectures": {"type": "array", "items": {"enum": ["x86_64", "aarch64"]}},
+        "accelerator_types": _STRS,
+        "min_accelerator_memory_gib": {"type": "number"},
+        "container": {"type": "object", "properties": {"image": {"type": "string"}}},
+        "sites_include": _STRS,
+        "sites_exclude": _STRS,
+        "preferences": {
+            "type": "object",
+            "properties": {"sites": _STRS, "partitions": _STRS, "spread": {"type": "boolean"}},
+        },
+        "draft": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
 
 
 def _value(node: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
@@ -104,7 +144,11 @@ def _scalar() -> Any:
 
 
 def args_for(schema: dict[str, Any]) -> Any:
-    """Arguments the tool's published input schema accepts."""
+    """Arguments the tool's published input schema accepts (an envelope described in words:
+    what the words say)."""
+    props = schema.get("properties", {})
+    if props.get("envelope") == ENVELOPE_SCHEMA:
+        schema = {**schema, "properties": {**props, "envelope": ENVELOPE}}
     return _value(schema, schema.get("$defs", {}), 0)
 
 

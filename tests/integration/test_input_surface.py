@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.mcp_server import build_server
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.daemon_util import start, stop
 from tests.integration.surface import (
+    ENVELOPE,
     SUBMITS,
     Tally,
     args_for,
@@ -92,6 +94,7 @@ def test_the_generated_arguments_follow_the_published_schema(
         seen.append(args)
 
     collect()
+    assert set(ENVELOPE["properties"]) == set(ResourceEnvelope.model_fields)
     allowed = set(schemas["submit_task"]["properties"])
     required = set(schemas["submit_task"].get("required", ()))  # none: command or a script
     assert {"command", "envelope", "script"} <= allowed

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field, WithJsonSchema
@@ -81,10 +82,13 @@ def test_opaque_definitions_become_plain_objects_and_leave_no_orphans() -> None:
     assert "$defs" not in schema
 
 
-def test_the_advertised_envelope_names_exactly_the_contract_fields() -> None:
-    assert set(ENVELOPE_SCHEMA["properties"]) == set(ResourceEnvelope.model_fields)
-    for name in AdaptationPolicy.model_fields:
-        assert name in ADAPTATION_SCHEMA["description"]
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z_]+", text))
+
+
+def test_the_advertised_envelope_and_adaptation_name_every_contract_field() -> None:
+    assert set(ResourceEnvelope.model_fields) <= _words(ENVELOPE_SCHEMA["description"])
+    assert set(AdaptationPolicy.model_fields) <= _words(ADAPTATION_SCHEMA["description"])
 
 
 def _resolved(node: object, defs: dict[str, object]) -> object:
@@ -102,8 +106,15 @@ def _resolved(node: object, defs: dict[str, object]) -> object:
 def test_a_repeated_sub_schema_is_written_once_and_means_the_same() -> None:
     from fedhpc.mcp_server.schema import _walk
 
+    count = {"type": "integer"}
+    span = {"type": "object", "properties": {"min": count, "max": count}}
+    names = {"type": "array", "items": {"type": "string"}}
+    shape = {"type": "object", "properties": {"gpus": span, "cpus": span, "nodes": span}}
+
     class Job(BaseModel):
-        envelope: Annotated[ResourceEnvelope, WithJsonSchema(ENVELOPE_SCHEMA)]
+        shape: Annotated[dict[str, Any], WithJsonSchema(shape)]
+        sites: Annotated[list[str], WithJsonSchema(names)]
+        exclude: Annotated[list[str], WithJsonSchema(names)]
         outputs: list[str] = Field(default=[], description="files it writes")
 
     raw = Job.model_json_schema()
@@ -112,6 +123,7 @@ def test_a_repeated_sub_schema_is_written_once_and_means_the_same() -> None:
     assert shared["properties"]["outputs"]["description"] == "files it writes"
     assert _resolved(shared, shared["$defs"]) == _resolved(_walk(raw, output=False), {})
     check = Draft202012Validator(shared)
-    assert check.is_valid({"envelope": {"gpus": {"min": 1, "max": 4}}, "outputs": ["a"]})
-    assert not check.is_valid({"envelope": {"gpus": {"min": "one"}}})
-    assert not check.is_valid({"envelope": {"sites_include": [1]}})
+    job = {"shape": {"gpus": {"min": 1, "max": 4}}, "sites": [], "exclude": [], "outputs": ["a"]}
+    assert check.is_valid(job)
+    assert not check.is_valid({**job, "shape": {"gpus": {"min": "one"}}})
+    assert not check.is_valid({**job, "sites": [1]})

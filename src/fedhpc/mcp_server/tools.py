@@ -79,12 +79,11 @@ async def inspect_federation(
     sites: list[str] = [],  # noqa: B006 (never mutated)
     accelerator: Annotated[str | None, Field(description="e.g. a100")] = None,
     arch: Arch | None = None,
-    include_blocked: Annotated[bool, Field(description="blocked partitions too")] = False,
+    include_blocked: bool = False,
     refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
     fields: Annotated[list[str], Field(description="only these site fields")] = [],  # noqa: B006
 ) -> FederationView:
-    """Observe, start here: each site's health, partitions, free GPUs/CPUs, queues, credit;
-    filter by sites, accelerator, arch."""
+    """Observe, start here: each site's health, partitions, free GPUs/CPUs, queues, credit."""
     req = InspectRequest(
         sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
     )
@@ -100,13 +99,12 @@ async def draft_envelope(
     ctx: Ctx,
     *,
     description: Annotated[
-        str, Field(description="the work, in words", max_length=MAX_DESCRIPTION_CHARS)
+        str, Field(max_length=MAX_DESCRIPTION_CHARS)
     ] = "",  # may be left out with a `script`
     code_context: Annotated[
         list[str],
         Field(
-            description=f"snippets or command lines, not paths; "
-            f"{MAX_CODE_CONTEXT_CHARS} chars in all",
+            description=f"snippets, not paths; {MAX_CODE_CONTEXT_CHARS} chars in all",
             max_length=MAX_CODE_CONTEXT_ITEMS,
         ),
     ] = [],  # noqa: B006
@@ -118,8 +116,8 @@ async def draft_envelope(
     confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
     script: str | None = None,
 ) -> EnvelopeDraft:
-    """Plan: draft min-viable/max-useful bounds from a description and code, or check
-    `proposed` or a job `script`; pass its `envelope` to submit_task."""
+    """Plan: draft an envelope from a description and code, or check `proposed` or a job
+    `script`; pass its `envelope` to submit_task."""
     script = await _script_text(ctx, script)
     req = DraftRequest.model_validate(
         {
@@ -155,7 +153,7 @@ async def submit_task(
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
 ) -> SubmitAnswer:
-    """Act: place one job within `envelope` on the best feasible site. Then follow `next`."""
+    """Act: place one job within `envelope` on the best feasible site."""
     wake, unbound = await continuation_for(ctx, "submit_task")
     script = await _script_text(ctx, script)
     req = SubmitTaskRequest.model_validate(
@@ -197,8 +195,7 @@ async def submit_group(
     adaptation: GroupAdapt = None,
     idempotency_key: IdemKey = None,
 ) -> GroupView:
-    """Act: related jobs (a sweep) under one objective and envelope (envelope and
-    adaptation as in submit_task). Then follow `next`."""
+    """Act: a sweep of jobs under one objective; envelope and adaptation as in submit_task."""
     wake, unbound = await continuation_for(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
@@ -227,11 +224,11 @@ async def get_result(
     *,
     task_id: TaskId,
     preview: Literal["stdout", "stderr", "none"] | None = None,
-    max_bytes: Annotated[int, Field(ge=1, le=65536, description="per tail")] = PREVIEW_BYTES,
+    max_bytes: Annotated[int, Field(ge=1, le=65536)] = PREVIEW_BYTES,
     fields: Annotated[list[str], Field(description="only these")] = [],  # noqa: B006
 ) -> ResultManifest:
-    """Resume: a task's state, attempts, outputs by reference, stdout's tail (stderr's on
-    failure). Do not poll."""
+    """Resume: a task's state, attempts, outputs, stdout tail (stderr on failure). Do not
+    poll."""
     req = ResultRequest(task_id=task_id, preview=preview, max_bytes=max_bytes, brief=True)
     return project(await daemon_link(ctx).call(lambda c: c.get_result(req)), fields)
 
@@ -251,8 +248,7 @@ async def replan(
 
 @guarded()
 async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
-    """Decide: cancel a task, or a group by its group_id (its live children); the jobs are
-    killed, their work lost."""
+    """Decide: cancel a task, or a group's live children by group_id; their work is lost."""
     req = CancelRequest(task_id=task_id)
     return await daemon_link(ctx).call(lambda c: c.cancel(req))
 
@@ -273,8 +269,7 @@ async def move_data(
     verify_checksum: bool = True,
     idempotency_key: IdemKey = None,
 ) -> TransferHandle:
-    """Act: copy files site to site, never through you. Then follow `next`, or pass
-    transfer_id to submit_task's stage_in."""
+    """Act: copy files site to site, never through you."""
     spec, unbound = await continuation_for(ctx, "move_data")
     wake = spec.model_copy(update={"events": TRANSFER_EVENTS}) if spec is not None else None
     req = MoveDataRequest.model_validate(
