@@ -12,7 +12,7 @@ import pytest
 from tests.integration.mcp_support import RawSession
 
 TOTAL_BUDGET = 16 * 1024
-MODEL_BUDGET = 8 * 1024
+MODEL_BUDGET = 6 * 1024  # issue 36: names, descriptions and input schemas of all the tools
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def _compact(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def test_tools_list_fits_in_16_kb_and_what_the_model_reads_in_8_kb(raw: RawSession) -> None:
+def test_tools_list_fits_in_16_kb_and_what_the_model_reads_in_6_kb(raw: RawSession) -> None:
     answer = raw.request(1, "tools/list")
     wire = raw.lines[-1]  # the exact bytes the client received
     tools = answer["result"]["tools"]
@@ -39,7 +39,7 @@ def test_tools_list_fits_in_16_kb_and_what_the_model_reads_in_8_kb(raw: RawSessi
     )
     print(f"tools/list: {len(wire)} bytes on the wire; model-read part: {model_reads} bytes")
     assert len(wire) < TOTAL_BUDGET
-    assert model_reads < MODEL_BUDGET
+    assert model_reads <= MODEL_BUDGET
     assert all(t["outputSchema"]["properties"] for t in tools)
 
 
