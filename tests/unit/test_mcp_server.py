@@ -62,6 +62,18 @@ async def test_the_handshake_carries_name_version_and_the_loop_instructions(
     assert "not available" not in INSTRUCTIONS
 
 
+async def test_what_the_model_reads_of_tools_list_fits_in_6_kb(tmp_path: Path) -> None:
+    """Names, descriptions and input schemas, counted as test_mcp_wire.py counts them on the
+    wire (issue 36): here in process, so a unit run catches a parameter that does not fit."""
+    async with connect(tmp_path) as client:
+        tools = (await client.list_tools()).tools
+    read = [
+        {"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools
+    ]
+    size = sum(len(json.dumps(r, separators=(",", ":"), ensure_ascii=False).encode()) for r in read)
+    assert size <= 6 * 1024, size
+
+
 async def test_annotations_are_honest(tmp_path: Path) -> None:
     async with connect(tmp_path) as client:
         tools = {t.name: t.annotations for t in (await client.list_tools()).tools}
