@@ -46,7 +46,7 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
         "{min: viable, max: useful} of nodes, wall_time (s or '2h') and, per node, gpus, cpus, "
         "memory (MiB or '64G'); lists accelerator_types (a100, ...), architectures, "
         "sites_include, sites_exclude; min_accelerator_memory_gib, container {image}, "
-        "preferences, draft"
+        "preferences, draft. Skill fedhpc-envelopes"
     ),
 }
 

@@ -83,7 +83,7 @@ async def inspect_federation(
     refresh: Annotated[bool, Field(description="probe every site now (slower)")] = False,
     fields: Annotated[list[str], Field(description="only these site fields")] = [],  # noqa: B006
 ) -> FederationView:
-    """Observe, start here: each site's health, partitions, free GPUs/CPUs, queues, credit."""
+    """Start here: each site's health, partitions, free GPUs/CPUs, queues, credit."""
     req = InspectRequest(
         sites=tuple(sites), accelerator=accelerator, arch=arch, include_blocked=include_blocked
     )
@@ -116,7 +116,7 @@ async def draft_envelope(
     confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
     script: str | None = None,
 ) -> EnvelopeDraft:
-    """Plan: draft an envelope from a description and code, or check `proposed` or a job
+    """Draft an envelope from a description and code, or check `proposed` or a job
     `script`; pass its `envelope` to submit_task."""
     script = await _script_text(ctx, script)
     req = DraftRequest.model_validate(
@@ -153,7 +153,7 @@ async def submit_task(
     stage_in: Annotated[list[str], Field(description="transfer ids to wait for")] = [],  # noqa: B006
     idempotency_key: IdemKey = None,
 ) -> SubmitAnswer:
-    """Act: place one job within `envelope` on the best feasible site."""
+    """Place one job within `envelope` on the best feasible site."""
     wake, unbound = await continuation_for(ctx, "submit_task")
     script = await _script_text(ctx, script)
     req = SubmitTaskRequest.model_validate(
@@ -195,7 +195,7 @@ async def submit_group(
     adaptation: GroupAdapt = None,
     idempotency_key: IdemKey = None,
 ) -> GroupView:
-    """Act: a sweep of jobs under one objective; envelope and adaptation as in submit_task."""
+    """A sweep of jobs under one objective; envelope and adaptation as in submit_task."""
     wake, unbound = await continuation_for(ctx, "submit_group")
     req = SubmitGroupRequest.model_validate(
         {
@@ -241,14 +241,14 @@ async def replan(
     exclude_sites: list[str] = [],  # noqa: B006
     envelope: OtherEnvelope = None,
 ) -> TaskHandle:
-    """Decide: re-place a task not yet started, or an unschedulable one; no work is lost."""
+    """Re-place a task not yet started, or an unschedulable one; no work is lost."""
     req = ReplanRequest(task_id=task_id, exclude_sites=tuple(exclude_sites), envelope=envelope)
     return await daemon_link(ctx).call(lambda c: c.replan(req))
 
 
 @guarded()
 async def cancel(ctx: Ctx, *, task_id: TaskId) -> TaskHandle:
-    """Decide: cancel a task, or a group's live children by group_id; their work is lost."""
+    """Cancel a task, or a group's live children by group_id; their work is lost."""
     req = CancelRequest(task_id=task_id)
     return await daemon_link(ctx).call(lambda c: c.cancel(req))
 
@@ -269,7 +269,7 @@ async def move_data(
     verify_checksum: bool = True,
     idempotency_key: IdemKey = None,
 ) -> TransferHandle:
-    """Act: copy files site to site, never through you."""
+    """Copy files site to site, never through you."""
     spec, unbound = await continuation_for(ctx, "move_data")
     wake = spec.model_copy(update={"events": TRANSFER_EVENTS}) if spec is not None else None
     req = MoveDataRequest.model_validate(
