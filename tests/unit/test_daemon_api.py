@@ -84,6 +84,7 @@ async def test_the_client_reaches_each_read_route_of_the_app(
     assert await client.deliveries() == []
     assert (await client.history())["sites"] == {}
     assert (await client.estimators())["estimators"] == []
+    assert (await client.outlook())["rows"] == []
     assert await client.binding("no-such-call") is None
 
 

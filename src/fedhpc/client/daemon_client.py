@@ -392,6 +392,12 @@ class DaemonClient:
         body: dict[str, Any] = await self._call(api.HISTORY, params=params)
         return body
 
+    async def outlook(self) -> dict[str, Any]:
+        """The wait placement predicts now per site and partition for the reference requests
+        (1 GPU, 1 node, 4 GPUs), or why a partition cannot run one."""
+        body: dict[str, Any] = await self._call(api.OUTLOOK)
+        return body
+
     async def ledger(self) -> dict[str, Any]:
         """Charges per (owner, site, account): used by ended attempts, committed by live ones."""
         body: dict[str, Any] = await self._call(api.LEDGER)

@@ -41,6 +41,7 @@ __all__ = [
     "HISTORY",
     "MAX_POINTS",
     "MOVE_DATA",
+    "OUTLOOK",
     "READ_SCRIPT",
     "REFRESH",
     "REGISTER_CONTINUATION",
@@ -179,6 +180,8 @@ EVENTS = Endpoint("GET", "/v1/events", "events", EventsQuery)
 MOVE_DATA = Endpoint("POST", "/v1/transfers", "move_data", MoveDataRequest, TransferHandle)
 TRANSFER = Endpoint("GET", "/v1/transfers/{transfer_id}", "transfer", TransferRequest, TransferView)
 HISTORY = Endpoint("GET", "/v1/federation/history", "history", HistoryQuery)
+# The wait placement predicts now per partition for 1 GPU, 1 node, 4 GPUs (placement.outlook).
+OUTLOOK = Endpoint("GET", "/v1/federation/outlook", "outlook")
 LEDGER = Endpoint("GET", "/v1/ledger", "ledger")
 
 # Mounted in this order.
@@ -209,4 +212,5 @@ ROUTES: tuple[Endpoint, ...] = (
     TRANSFER,
     HISTORY,
     LEDGER,
+    OUTLOOK,
 )

@@ -1,4 +1,5 @@
-"""REST handlers of the daemon's health and the federation: sites, partitions, estimators."""
+"""REST handlers of the daemon's health and the federation: sites, partitions, estimators, and
+the wait placement predicts now for the reference requests (the outlook)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.logs import recent_errors
 from fedhpc.ops.inspect import FederationView, InspectRequest, with_calibration
+from fedhpc.orchestrator.outlook import WaitOutlook
 from fedhpc.store.engine import StoreUnavailable
 from fedhpc.store.lease import holder_of
 
@@ -37,6 +39,7 @@ STORE_LOOK_S = 2.0  # how long health waits on the store before it says the stor
 
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
+    waits_now = WaitOutlook(state.collector, o.waits, o.claims, o.clock)
 
     async def health(request: Request) -> Response:
         store: dict[str, Any] = {"engine": state.store.dialect}
@@ -89,9 +92,13 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             }
         )
 
+    async def outlook(request: Request) -> Response:
+        return JSONResponse(await waits_now.answer())
+
     return {
         api.HEALTH: health,
         api.FEDERATION: federation,
         api.REFRESH: refresh,
         api.ESTIMATORS: estimators,
+        api.OUTLOOK: outlook,
     }

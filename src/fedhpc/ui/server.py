@@ -141,6 +141,12 @@ def delivery_status(d: dict[str, Any]) -> str:
 Api = Callable[[Request, DaemonClient], Awaitable[Any]]
 
 
+async def _outlook(request: Request, c: DaemonClient) -> Any:
+    """The wait placement predicts now per partition for the reference requests (the daemon's
+    own decision, kept until its probes change: no scheduler is asked)."""
+    return await c.outlook()
+
+
 def build_ui_app(
     client: DaemonClient, *, token: str, port: int, url_file: Path | None = None
 ) -> ASGIApp:
@@ -263,5 +269,6 @@ def build_ui_app(
         Route("/api/events", api(events)),
         Route("/api/deliveries", api(deliveries)),
         Route("/api/estimators", api(estimators)),
+        Route("/api/outlook", api(_outlook)),
     ]
     return Gate(Starlette(routes=routes), token=token, port=port, url_file=url_file)
