@@ -1,5 +1,5 @@
 // fedhpc dashboard, Federation page: the queue history of one site/partition over the daemon's
-// recent probes, and the allocation (credit used and left, and what the live work will charge)
+// recent probes, the wait fedhpc would predict now there (/api/outlook), and the allocation (credit used and left, and what the live work will charge)
 // per site and account. They draw what app.js already read (/api/history for the scatter,
 // /api/federation for the table); the charges are one read every 15 s (/api/charges).
 // Loaded after app.js (its helpers: $, el, api, when, clock, state, PAGES).
@@ -88,6 +88,53 @@ function drawQueueHistory(hist) {
                                            newest: { at: last.at, pending: last.pending, free: last.free },
                                            judged: jobs.map((j) => ({ at: j.at, observed_s: j.observed_s, predicted_s: predicted(j) })) });
   $("#qh-span").textContent = `${s.points.length} probes, ${when(new Date(s.points[0].t).toISOString())} to ${when(new Date(last.t).toISOString())}`;
+  renderOutlook();
+}
+
+// ------------------------------------------------------------------------ wait predicted now
+// Per partition, the wait the daemon's placement predicts now for three reference requests
+// (its own decision on its latest probes: no scheduler is asked), with the estimator it came
+// from; "cannot run" and the rules' reasons where the partition cannot run the request.
+async function refreshOutlook() {
+  state.outlook = await api("/api/outlook");
+  renderOutlook();
+}
+PAGES.federation.push([refreshOutlook, HISTORY_MS]);
+
+function outlookCell(r) {
+  if (!r) return { text: "-", title: null, kind: "none" };
+  if (r.wait_s === null) return { text: "cannot run", title: r.why, kind: "cannot" };
+  const p90 = r.p90_s === null ? "" : `, p90 ${duration(r.p90_s)}`;
+  return { text: `${duration(r.wait_s)} (${r.method})`, title: `${r.source}${p90}; shape ${r.shape}`, kind: r.method };
+}
+
+function renderOutlook() {
+  const o = state.outlook;
+  if (!o) return;
+  const cells = new Map();
+  for (const r of o.rows) {
+    const key = `${r.site}/${r.partition}`;
+    const offered = (state.offered || {})[r.site];
+    if (offered && !offered.has(r.partition)) continue;  // as the queue history: blocked ones are not offered
+    if (!cells.has(key)) cells.set(key, { site: r.site, partition: r.partition, by: {} });
+    cells.get(key).by[r.request] = r;
+  }
+  const picked = $("#qh-pick").value;
+  $("#outlook-at").textContent = `as of ${when(o.at)}`;
+  $("#outlook-table").title = o.scheduler;
+  $("#outlook-table tbody").replaceChildren(...[...cells.entries()].sort().map(([key, c]) =>
+    el("tr", { class: "outlook-row" + (key === picked ? " selected" : ""), dataset: { key } },
+      el("td", {}, c.site), el("td", {}, c.partition),
+      ...o.requests.map((q) => {
+        const cell = outlookCell(c.by[q]);
+        return el("td", { class: `outlook ${cell.kind}`, title: cell.title, dataset: { request: q } }, cell.text);
+      }))));
+  const c = cells.get(picked);
+  $("#qh-now").textContent = !c ? "" : `Now, for ${picked}: ` + o.requests.map((q) => {
+    const r = c.by[q];
+    const cell = outlookCell(r);
+    return `${q} ${cell.text}${r && r.wait_s === null ? ` (${r.why})` : ""}`;
+  }).join(" · ") + ` (as of ${clock(new Date(o.at))})`;
 }
 
 // ----------------------------------------------------------------------------------- allocation
