@@ -1,11 +1,13 @@
 """The Federation page's "wait fedhpc would predict now", in Debian's Chromium on a real daemon of
 the four local-process sites (no Slurm): per partition, the daemon's own outlook for 1 GPU,
 1 node and 4 GPUs, "cannot run" where the rules say so, the picked partition's line beside the
-queue history, its time in the page's stated zone."""
+queue history, its time in the page's stated zone; and `fedhpc status` with the same."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from tests.integration.test_ui_views import BLOCKS, OVERLAPS
-from tests.integration.ui_served import Dashboard, serve_dashboard
+from tests.integration.ui_served import FEDHPC, Dashboard, serve_dashboard
 from tests.integration.ui_util import CHROMIUM, FLAGS, Troubles, need_browser
 
 
@@ -97,3 +99,37 @@ def test_the_wait_predicted_now_is_the_daemons_for_each_partition_and_request(
         assert laid["found"] == [] and laid["scroll"] <= 1440, laid
         troubles.leave(browser.close)
     assert troubles.found == [], troubles.found
+
+
+def test_status_prints_the_wait_predicted_now_and_its_json_carries_the_daemons_answer(
+    dashboard: Dashboard,
+) -> None:
+    async def read(client: DaemonClient) -> dict[str, Any]:
+        return await client.outlook()
+
+    ours = dashboard.client(read)
+    run = subprocess.run(
+        [*FEDHPC, "status", "--json"],
+        env=dashboard.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)["outlook"]
+    assert got["requests"] == ours["requests"] == ["1 GPU", "1 node", "4 GPUs"]
+    cells = {(r["site"], r["partition"], r["request"]) for r in got["rows"]}
+    assert cells == {(r["site"], r["partition"], r["request"]) for r in ours["rows"]}
+    assert ("devvista", "gh", "4 GPUs") in cells
+    text = subprocess.run(
+        [*FEDHPC, "status"], env=dashboard.env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    start = next(i for i, line in enumerate(text) if line.startswith("Wait fedhpc would predict"))
+    assert text[start + 1].split()[:2] == ["SITE", "PARTITION"]
+    gh = next(line for line in text[start:] if line.split()[:2] == ["devvista", "gh"])
+    assert gh.split()[2:4] == ["10s", "paper"]  # idle: a free slot now, as placement says
+    assert gh.split()[-2:] == ["cannot", "run"]  # one GPU per node: no 4-GPU job there
+    shown = sum(len(s["partitions"]) for s in json.loads(run.stdout)["sites"])
+    mine = text[start : start + 2 + shown]  # the title, the header, a row per partition shown
+    assert len({tuple(line.split()[:2]) for line in mine[2:]}) == shown, mine
+    assert max(len(line) for line in mine) <= 100, mine

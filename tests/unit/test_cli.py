@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,3 +196,49 @@ def test_an_event_line_cuts_its_payload_between_pairs_never_inside_a_key() -> No
     assert short.endswith("state=completed"), short
     long = _event_line({**event, "subject": "t", "payload": {"why": "x" * 300, "n": 1}})
     assert "why=xxx" in long and long.endswith("…  (+1 more: --json)"), long
+
+
+def test_status_shows_the_wait_predicted_now_per_partition_shown() -> None:
+    """`fedhpc status` prints the daemon's outlook for the partitions its table shows: each
+    request's wait and estimator, or "cannot run" (`--json` carries the daemon's answer whole:
+    tests/integration/test_ui_outlook.py)."""
+    from fedhpc.cli.daemon import outlook_table
+    from fedhpc.ops.inspect import inspect_federation
+    from tests.unit.test_placement_world import NOW, cpu_partition, gpu_partition, profile, state
+    from tests.unit.test_placement_world import site as make_site
+
+    alpha = profile("alpha", gpu_partition("gpu"), cpu_partition("cpu"))
+    view = inspect_federation(
+        {"alpha": state(alpha)}, {"alpha": make_site(alpha)}, now=NOW, refresh_s=30
+    )
+
+    def row(part: str, request: str, wait: float | None, method: str = "") -> dict[str, Any]:
+        return {
+            "site": "alpha",
+            "partition": part,
+            "request": request,
+            "wait_s": wait,
+            "method": method,
+        }
+
+    body = {
+        "at": NOW.isoformat(),
+        "requests": ["1 GPU", "1 node", "4 GPUs"],
+        "rows": [
+            row("cpu", "1 GPU", None),
+            row("cpu", "1 node", 10.0, "paper"),
+            row("cpu", "4 GPUs", None),
+            row("gpu", "1 GPU", 412.4, "learned"),
+            row("gpu", "1 node", 10.0, "paper"),
+            row("gpu", "4 GPUs", 10.0, "paper"),
+            row("hidden", "1 GPU", 10.0, "paper"),  # not in the view: not printed
+        ],
+    }
+    lines = outlook_table(body, view)
+    assert lines[1] == "Wait fedhpc would predict now (placement's, 2026-11-30 12:00:00 UTC):"
+    assert lines[2].split() == ["SITE", "PARTITION", "1", "GPU", "1", "NODE", "4", "GPUS"]
+    assert [line.split() for line in lines[3:]] == [
+        ["alpha", "cpu", "cannot", "run", "10s", "paper", "cannot", "run"],
+        ["alpha", "gpu", "412s", "learned", "10s", "paper", "10s", "paper"],
+    ]
+    assert outlook_table(None, view) == [] and outlook_table({**body, "rows": []}, view) == []

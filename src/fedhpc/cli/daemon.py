@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -200,21 +201,53 @@ def _daemon(args: argparse.Namespace) -> int:
     _exec_lean(args)
 
 
+Extras = tuple[list[dict[str, Any]], dict[str, Any] | None]
+
+
 async def _view(
     settings: DaemonSettings, req: InspectRequest, refresh: bool
-) -> tuple[FederationView, list[dict[str, Any]]]:
-    """The federation view, and the wait estimators' recent errors (only from a daemon)."""
+) -> tuple[FederationView, Extras]:
+    """The federation view, the wait estimators' recent errors and the wait placement
+    predicts now for the reference requests (both only from a daemon)."""
 
     async with DaemonClient(settings) as client:
         try:
             view = await (client.refresh(req) if refresh else client.federation(req))
-            return view, (await client.estimators()).get("estimators", [])
+            estimators = (await client.estimators()).get("estimators", [])
+            return view, (estimators, await client.outlook())
         except DaemonUnavailable:
             if not settings.db_path.exists():
                 raise
     from fedhpc.daemon.offline import stored_federation  # the store only when no daemon runs
 
-    return await stored_federation(settings, req), []
+    return await stored_federation(settings, req), ([], None)
+
+
+def _outlook_cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    return "cannot run" if r["wait_s"] is None else f"{r['wait_s']:.0f}s {r['method']}"
+
+
+def outlook_table(body: dict[str, Any] | None, view: FederationView) -> list[str]:
+    """Per partition the view shows, the wait placement predicts now for each reference
+    request (1 GPU, 1 node, 4 GPUs) and its estimator, or "cannot run"."""
+    if not body or not body.get("rows"):
+        return []
+    shown = {(s.site, p.name) for s in view.sites for p in s.partitions}
+    requests: list[str] = body["requests"]
+    cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in body["rows"]:
+        if (r["site"], r["partition"]) in shown:
+            cells.setdefault((r["site"], r["partition"]), {})[r["request"]] = r
+    if not cells:
+        return []
+    table = [("SITE", "PARTITION", *(q.upper() for q in requests))]
+    for (site, part), by in sorted(cells.items()):
+        table.append((site, part, *(_outlook_cell(by.get(q)) for q in requests)))
+    at = datetime.fromisoformat(body["at"]).astimezone(UTC)
+    head = ["", f"Wait fedhpc would predict now (placement's, {at:%Y-%m-%d %H:%M:%S} UTC):"]
+    return head + table_lines(table)
 
 
 def _estimator_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -261,14 +294,16 @@ def _status(args: argparse.Namespace) -> int:
         from fedhpc.ui.term import waiting
 
         with waiting("probing every site"):
-            view, estimators = anyio.run(_view, settings, req, args.refresh)
+            view, (estimators, outlook) = anyio.run(_view, settings, req, args.refresh)
     else:
-        view, estimators = anyio.run(_view, settings, req, args.refresh)
-    if args.json:  # the FederationView and, as the table shows it, each estimator's error
-        print(json.dumps({**view.model_dump(mode="json"), "estimators": estimators}, indent=2))
+        view, (estimators, outlook) = anyio.run(_view, settings, req, args.refresh)
+    if args.json:  # the FederationView, each estimator's error, the wait predicted now
+        body = view.model_dump(mode="json")
+        print(json.dumps({**body, "estimators": estimators, "outlook": outlook}, indent=2))
     else:
         leads = anyio.run(_leader_lines, settings)
-        print("\n".join(_table(view) + _estimator_table(estimators) + leads))
+        more = _estimator_table(estimators) + outlook_table(outlook, view)
+        print("\n".join(_table(view) + more + leads))
     return 0
 
 
@@ -301,15 +336,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "status",
         help="the federation: sites, partitions, free GPUs, queues",
         description=(
-            "The federation as the daemon sees it: sites, partitions, free GPUs, queues, and "
-            "each wait estimator's recent error. Without a running daemon it reads the "
-            "daemon's store directly (the last stored probes, no estimator table)."
+            "The federation as the daemon sees it: sites, partitions, free GPUs, queues, "
+            "each wait estimator's recent error, and the wait placement predicts now for "
+            "1 GPU, 1 node and 4 GPUs per partition. Without a running daemon it reads the "
+            "daemon's store directly (the last stored probes, neither table)."
         ),
     )
     s.add_argument(
         "--json",
         action="store_true",
-        help="the FederationView as JSON, with `estimators`: each estimator's recent error",
+        help="the FederationView as JSON, with `estimators` (each estimator's recent error) "
+        "and `outlook` (the wait predicted now)",
     )
     s.add_argument("--site", action="append", default=[], help="only this site (repeatable)")
     s.add_argument("--accelerator", default=None, help="only partitions with this accelerator")
