@@ -91,6 +91,14 @@ def test_the_wait_predicted_now_is_the_daemons_for_each_partition_and_request(
         assert re.search(r"\(as of \d\d:\d\d:\d\d UTC\)$", line), line
         at = page.locator("#outlook-at").text_content() or ""
         assert re.fullmatch(r"as of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", at), at
+        # A row picks its partition's queue history, and is marked.
+        page.click("#outlook-table tr[data-key='devvista/gh'] td >> nth=0")
+        assert page.locator("#qh-pick").input_value() == "devvista/gh"
+        expect(page.locator("#queue-history")).to_have_attribute(
+            "data-series", re.compile(r'"key":"devvista/gh"')
+        )
+        assert page.locator("#outlook-table tr.selected").get_attribute("data-key") == "devvista/gh"
+        assert (page.locator("#qh-now").text_content() or "").startswith("Now, for devvista/gh:")
         page.select_option("#tz", "local")
         expect(page.locator("#outlook-at")).to_have_text(
             re.compile(r"as of .* UTC[+-]\d\d:\d\d$"), timeout=20_000

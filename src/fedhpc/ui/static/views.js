@@ -108,6 +108,13 @@ function outlookCell(r) {
   return { text: `${duration(r.wait_s)} (${r.method})`, title: `${r.source}${p90}; shape ${r.shape}`, kind: r.method };
 }
 
+function pickQueue(key) {  // a row of the outlook picks its partition's queue history
+  const pick = $("#qh-pick");
+  if (![...pick.options].some((o) => o.value === key)) return;
+  pick.value = key;
+  if (state.history) drawQueueHistory(state.history);
+}
+
 function renderOutlook() {
   const o = state.outlook;
   if (!o) return;
@@ -123,7 +130,8 @@ function renderOutlook() {
   $("#outlook-at").textContent = `as of ${when(o.at)}`;
   $("#outlook-table").title = o.scheduler;
   $("#outlook-table tbody").replaceChildren(...[...cells.entries()].sort().map(([key, c]) =>
-    el("tr", { class: "outlook-row" + (key === picked ? " selected" : ""), dataset: { key } },
+    el("tr", { class: "outlook-row clickable" + (key === picked ? " selected" : ""), dataset: { key },
+               title: "click to draw this partition's queue history", onclick: () => pickQueue(key) },
       el("td", {}, c.site), el("td", {}, c.partition),
       ...o.requests.map((q) => {
         const cell = outlookCell(c.by[q]);
