@@ -1,7 +1,8 @@
 // fedhpc dashboard, Federation page: the queue history of one site/partition over the daemon's
-// recent probes, the wait fedhpc would predict now there (/api/outlook), and the allocation (credit used and left, and what the live work will charge)
-// per site and account. They draw what app.js already read (/api/history for the scatter,
-// /api/federation for the table); the charges are one read every 15 s (/api/charges).
+// recent probes, the wait fedhpc would predict now per partition, and the allocation (credit
+// used and left, and what the live work will charge) per site and account. They draw what
+// app.js already read (/api/history for the scatter, /api/federation for the table); the
+// charges and the wait predicted now are one read every 15 s each (/api/charges, /api/outlook).
 // Loaded after app.js (its helpers: $, el, api, when, clock, state, PAGES).
 "use strict";
 
