@@ -80,7 +80,7 @@ async def test_a_dead_controller_moves_queued_work_and_events_carry_seen_times(
     good = conf.read_text()
     blocker = devfed.run(
         DEAD, "sbatch", "--parsable", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4",
-        "-t", "30", "--wrap", "sleep 1800",
+        "-t", "30", "-o", "/dev/null", "--wrap", "sleep 1800",
     )  # fmt: skip
     assert blocker.returncode == 0, blocker.stderr
     jobs = [blocker.stdout.strip().split(";")[0]]
