@@ -18,7 +18,14 @@ import pytest
 
 from fedhpc.adapters.command import Command, CommandResult, batch
 from fedhpc.adapters.dialects.busy import SchedulerBusy
-from fedhpc.adapters.liveness import ControllerDown, Ping, down_in, gated, ping_of
+from fedhpc.adapters.liveness import (
+    ControllerDown,
+    ControllerSilent,
+    Ping,
+    down_in,
+    gated,
+    ping_of,
+)
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain import Health, UserConfig
@@ -34,6 +41,7 @@ UP = 'echo "Slurmctld(primary) at vm is UP"'
 DOWN = 'echo "Slurmctld(primary) at vm is DOWN"; exit 1'
 BACKUP = 'echo "Slurmctld(primary) at a is DOWN"; echo "Slurmctld(backup) at b is UP"; exit 1'
 BUSY = 'echo "slurm_ping: Socket timed out on send/recv operation" >&2; exit 1'
+SILENT = "exit 124"  # what timeout(1) makes of a ping that did not answer within its deadline
 
 
 class Bash:
@@ -160,7 +168,7 @@ def test_a_ping_that_does_not_answer_in_time_is_down() -> None:
     hung = Ping(Command(("sleep", "30")), lambda r: None)
     result = _shell(gated(Command(("echo", "ran")), hung, ping_timeout_s=0.3))
     found = down_in(result, hung, site="s", dialect="slurm", ping_timeout_s=0.3)
-    assert isinstance(found, ControllerDown)
+    assert isinstance(found, ControllerSilent)  # a ControllerDown the collector asks again
     assert "did not answer `sleep 30` within 0.3 s" in found.message
     assert "ran" not in result.stdout
 
@@ -248,3 +256,34 @@ async def test_a_site_lost_while_its_squeue_hangs_moves_its_work_without_waiting
     assert attempts[0].superseded and "slow offline" in str(attempts[0].reason)
     assert attempts[1].site == "fast"
     assert not held.open.is_set()  # never answered: the move did not wait for it
+
+
+async def test_one_silent_ping_is_asked_again_before_the_site_is_lost(
+    devvista: Site, bin_dir: Path, store: Store
+) -> None:
+    """A loaded controller that misses one ping deadline and answers the next is never
+    offline (no `site.offline` wakes an agent); a second silence in a row is a lost site."""
+    adapter = SiteAdapter(devvista, Bash(bin_dir))
+    col = Collector({"devvista": devvista}, {"devvista": adapter}, store, refresh_s=60)
+    woken: list[bool] = []
+    col.on_lost = lambda: woken.append(True)
+    await col.refresh(force=True)
+    _controller(bin_dir, SILENT)
+    with pytest.raises(ControllerSilent):
+        await adapter.probe()
+    await col.refresh(force=True)
+    held = col.latest["devvista"]
+    assert held.health is Health.DEGRADED and "did not answer" in str(held.error)
+    assert set((await col.refresh()).probed) == {"devvista"}  # due again at once, not in 60 s
+    assert col.latest["devvista"].health is Health.OFFLINE  # silent twice: lost
+    assert woken == [True]
+    _controller(bin_dir, UP)
+    await col.refresh(force=True)
+    _controller(bin_dir, SILENT)
+    await col.refresh(force=True)  # silent once after answering again: asked again
+    _controller(bin_dir, UP)
+    await col.refresh()
+    assert col.latest["devvista"].health is not Health.OFFLINE
+    kinds = [e.kind for e in await store.events_after(0)]
+    assert kinds == ["site.offline", "site.online"]  # the second silence woke nobody
+    assert woken == [True]

@@ -19,7 +19,16 @@ from fedhpc.adapters.dialects import lsf_discover, pbs_discover, slurm_discover
 from fedhpc.adapters.dialects.busy import SchedulerBusy, busy_reason
 from fedhpc.adapters.transport_error import TransportError
 
-__all__ = ["DOWN_EXIT", "PING_TIMEOUT_S", "ControllerDown", "Ping", "down_in", "gated", "ping_of"]
+__all__ = [
+    "DOWN_EXIT",
+    "PING_TIMEOUT_S",
+    "ControllerDown",
+    "ControllerSilent",
+    "Ping",
+    "down_in",
+    "gated",
+    "ping_of",
+]
 
 # A controller that does not answer a ping within this is taken for lost. Slurm's own
 # MessageTimeout is 10 s; a ping is the cheapest request there is, and a controller that
@@ -52,6 +61,12 @@ class ControllerDown(TransportError):
         "The site's scheduler is down or hung; fedhpc probes it again and moves queued work "
         "that may run elsewhere."
     )
+
+
+class ControllerSilent(ControllerDown):
+    """The ping got no answer within its deadline (no "down" said): a hung controller, or
+    one too loaded to answer in time. The collector asks again at once before it takes the
+    site offline, so one slow answer is no lost site (`Collector`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +117,8 @@ def down_in(
 ) -> ControllerDown | SchedulerBusy | None:
     """What a gated call's result says about the controller: None when the ping answered (the
     result is the command's own); `SchedulerBusy` when the ping's words say the scheduler is
-    shedding load (backed off, never a lost site); else why it is taken for down."""
+    shedding load (backed off, never a lost site); `ControllerSilent` when it said nothing in
+    time; else why it is taken for down."""
     if result.returncode != DOWN_EXIT or _MARK not in result.stderr:
         return None
     tail = result.stderr[result.stderr.index(_MARK) + len(_MARK) :]
@@ -113,6 +129,6 @@ def down_in(
         return SchedulerBusy(f"{site}: `{name}`: the {dialect} scheduler is busy: {busy}")
     if rc in (124, 137):  # timeout(1): no answer in time
         why = f"the controller did not answer `{name}` within {ping_timeout_s:g} s"
-    else:
-        why = ping.problem(CommandResult(rc, text, "")) or f"`{name}` exited {rc}"
+        return ControllerSilent(f"{site}: {why}")
+    why = ping.problem(CommandResult(rc, text, "")) or f"`{name}` exited {rc}"
     return ControllerDown(f"{site}: {why}")

@@ -25,7 +25,7 @@ from fedhpc.adapters.command import (
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import SchedulerBusy
-from fedhpc.adapters.liveness import ControllerDown, down_in, gated, ping_of
+from fedhpc.adapters.liveness import ControllerDown, ControllerSilent, down_in, gated, ping_of
 from fedhpc.adapters.pace import CommandPace
 from fedhpc.adapters.submit_batch import (
     MKDIR_FAILED,
@@ -405,14 +405,17 @@ class SiteAdapter:
     async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
         """Every probe command in ONE remote call, behind the scheduler's ping (a dead
         controller is found in one ping, not after the probe's retries); a transport failure
-        or a controller down means OFFLINE. Stamped with when the answer came: what was
+        or a controller down means OFFLINE (a silent ping raises `ControllerSilent`, judged by
+        the collector). Stamped with when the answer came: what was
         observed, when it was (a site back online is never dated before it answered)."""
         sections = self.dialect.probe_sections(self.site.profile, self.login)
         started = time.monotonic()
         try:
             result = await self._gated(batch(sections, timeout_s=timeout_s), "probe")
-        except SchedulerBusy:
-            raise  # shedding load: the collector backs off, the site is not lost
+        except (SchedulerBusy, ControllerSilent):
+            # Shedding load: the collector backs off. A ping unanswered in time: the
+            # collector asks again at once. Neither is a lost site yet.
+            raise
         except TransportError as exc:
             log.warning("probe failed", site=self.name, error=exc.message)
             return SiteState(

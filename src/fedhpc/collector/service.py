@@ -11,6 +11,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.dialects.busy import SchedulerBusy
+from fedhpc.adapters.liveness import ControllerSilent
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
@@ -73,6 +74,7 @@ class Collector:
         self._probed: dict[str, float] = {}  # site -> time.monotonic() its last probe started
         self._failures: Counter[str] = Counter()
         self._busy: Counter[str] = Counter()  # rate-limit answers in a row, per site
+        self._silent: Counter[str] = Counter()  # unanswered pings in a row, per site
         self.wake = anyio.Event()
         self._changes: list[tuple[str, SiteState, Health | None]] = []
         self.ready = anyio.Event()  # set after the first refresh of this process
@@ -114,6 +116,22 @@ class Collector:
         log.warning("scheduler busy: backing off", site=name, seconds=wait, error=busy.message)
         return True
 
+    def _ask_again(self, name: str, silent: ControllerSilent) -> bool:
+        """A controller that did not answer its ping in time, once, after answering before:
+        keep the site's last view (degraded, saying why) and ping again at once. A second
+        silence in a row takes the site offline (False: judged as any failed probe), so a
+        hung controller is lost one ping deadline later and a loaded one that answers the
+        second ping wakes no agent with a `site.offline` it never was."""
+        self._silent[name] += 1
+        before = self.latest.get(name)
+        if before is None or before.health is Health.OFFLINE or self._silent[name] > 1:
+            return False
+        update = {"health": Health.DEGRADED, "error": silent.message}
+        self.latest[name] = before.model_copy(update=update)
+        self._due[name] = time.monotonic()  # the run loop probes it again now
+        log.warning("controller silent: asking again", site=name, error=silent.message)
+        return True
+
     async def stored_offline(self, site: str) -> None:
         """Return once `site` is stored offline (at once if it is now)."""
         state = self.latest.get(site)
@@ -135,7 +153,9 @@ class Collector:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
                 typed = typed_error(exc)  # itself, or the typed error inside a task group
-                if isinstance(typed, SchedulerBusy) and self._back_off(name, typed, started):
+                if (isinstance(typed, SchedulerBusy) and self._back_off(name, typed, started)) or (
+                    isinstance(typed, ControllerSilent) and self._ask_again(name, typed)
+                ):
                     report.probed[name] = time.monotonic() - started
                     return
                 if typed is None:  # not a site's answer we know: a bug, with its traceback
@@ -167,8 +187,9 @@ class Collector:
             budgeted = state
         if state.health is Health.OFFLINE:
             self._failures[name] += 1
+            self._silent[name] = 0
         else:
-            self._failures[name] = self._busy[name] = 0
+            self._failures[name] = self._busy[name] = self._silent[name] = 0
         before = self.latest.get(name)
         if before is None or (before.health is Health.OFFLINE) != (state.health is Health.OFFLINE):
             self._changes.append((name, state, before.health if before else None))
