@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 # What a run may leave in the checkout's root: tools' caches (git ignores them).
 _CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__", ".venv"}
 _BEFORE = pytest.StashKey[set[str]]()
+_LEFT = pytest.StashKey[list[str]]()
 
 
-def _root_entries() -> set[str]:
-    return {p.name for p in ROOT.iterdir()} - _CACHES
+def _root_entries(config: pytest.Config) -> set[str]:
+    """The checkout's root is pytest's rootdir: the folder of pyproject.toml, which holds the
+    pytest settings (tests/unit/test_suite_hooks.py runs these hooks in a rootdir of its own)."""
+    return {p.name for p in config.rootpath.iterdir()} - _CACHES
 
 
 # Every test has a time budget: a `budget(seconds)` mark, else these. A test that passes but
@@ -51,7 +53,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
-        session.config.stash[_BEFORE] = _root_entries()
+        session.config.stash[_BEFORE] = _root_entries(session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -60,13 +62,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = session.config.stash.get(_BEFORE, None)
     if before is None:
         return
-    left = sorted(_root_entries() - before)
+    left = sorted(_root_entries(session.config) - before)
+    if left:
+        session.config.stash[_LEFT] = left
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Name the files left (in the summary: under xdist the progress line is still open when
+    the session finishes)."""
+    left = config.stash.get(_LEFT, [])
     if left:
         shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"FAILED: the run left files in the checkout's root: {shown}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        terminalreporter.write_line(f"FAILED: the run left files in the checkout's root: {shown}")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,205 @@
+"""The suite's own hooks (tests/conftest.py), run by pytest's `pytester` in a small inner session:
+a passing test over 3x its time budget fails, and a run that leaves new files in the checkout's
+root fails. The inner session loads the real module (`-p tests.conftest`); its rootdir is
+pytester's folder (an ini file of its own), which the left-files check reads as the root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests import conftest as suite
+
+pytest_plugins = ["pytester"]
+
+_CHECKOUT = str(Path(suite.__file__).resolve().parent.parent)  # where `tests.conftest` imports
+_MESSAGE = "over 3x its {} s budget; make it faster or give it @pytest.mark.budget(seconds)"
+_LEFT = "FAILED: the run left files in the checkout's root: "
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A folder for an inner run: its own rootdir (the ini), markers checked strictly."""
+    pytester.makeini(
+        "[pytest]\naddopts = -p tests.conftest --strict-markers\n"
+        "asyncio_default_fixture_loop_scope = function\n"  # as pyproject.toml (pytest-asyncio)
+    )
+    return pytester
+
+
+def _run(inner: pytest.Pytester, *args: str) -> dict[str, pytest.TestReport]:
+    """Run the inner session in this process; each test's call report by its name."""
+    recorder = inner.inline_run(*args)
+    reports = recorder.getreports("pytest_runtest_logreport")
+    return {r.nodeid.rsplit("::", 1)[1]: r for r in reports if r.when == "call"}
+
+
+SLOW = """
+import time
+
+import pytest
+
+@pytest.mark.budget(0.1)
+def test_slow_tight():
+    time.sleep(0.4)
+
+@pytest.mark.budget(10)
+def test_slow_loose():
+    time.sleep(0.4)
+
+def test_slow_unmarked():
+    time.sleep(0.4)
+
+def test_quick():
+    pass
+
+@pytest.mark.budget(0.1)
+def test_slow_and_wrong():
+    time.sleep(0.4)
+    assert 1 == 2
+"""
+
+
+def test_a_passing_test_over_3x_its_budget_fails_saying_so(inner: pytest.Pytester) -> None:
+    inner.makepyfile(test_inner_budget=SLOW)
+    reports = _run(inner, "-k", "not unmarked")
+    tight = reports["test_slow_tight"]
+    assert tight.failed
+    assert str(tight.longrepr).startswith("passed but took 0.4 s, ")
+    assert _MESSAGE.format("0.1") in str(tight.longrepr)
+    # Within its budget (a mark of 10 s, or the unit default of 20 s) a test passes.
+    assert reports.keys() == {
+        "test_slow_tight",
+        "test_slow_loose",
+        "test_quick",
+        "test_slow_and_wrong",
+    }
+    assert reports["test_slow_loose"].passed
+    assert reports["test_quick"].passed
+    # A failing test keeps its own failure: the budget turns only passes into failures.
+    wrong = reports["test_slow_and_wrong"]
+    assert wrong.failed
+    assert "assert 1 == 2" in str(wrong.longrepr)
+    assert "passed but took" not in str(wrong.longrepr)
+
+
+# A test that lowers a default lowers it for itself too (the outer session runs the same module's
+# hook): its own mark keeps it out of reach.
+@pytest.mark.budget(20)
+def test_the_budget_mark_raises_the_default_limit(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default for a unit test, lowered from 20 s so that a 0.4 s test is over 3x it.
+    monkeypatch.setattr(suite, "_BUDGET_UNIT", 0.1)
+    inner.makepyfile(test_inner_budget=SLOW)
+    reports = _run(inner, "-k", "unmarked or loose or quick")
+    assert reports["test_slow_unmarked"].failed
+    assert _MESSAGE.format("0.1") in str(reports["test_slow_unmarked"].longrepr)
+    assert reports["test_slow_loose"].passed  # budget(10): the mark, not the default
+    assert reports["test_quick"].passed
+
+
+@pytest.mark.budget(20)
+def test_a_test_under_integration_has_the_integration_default(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(suite, "_BUDGET_UNIT", 0.1)
+    monkeypatch.setattr(suite, "_BUDGET_INTEGRATION", 0.05)
+    inner.mkdir("integration")
+    slow = "import time\n\ndef test_slow_here():\n    time.sleep(0.4)\n"
+    (inner.path / "integration" / "test_inner_integration.py").write_text(slow)
+    report = _run(inner)["test_slow_here"]
+    assert report.failed
+    assert _MESSAGE.format("0.05") in str(report.longrepr)
+    monkeypatch.setattr(suite, "_BUDGET_INTEGRATION", 10.0)
+    assert _run(inner)["test_slow_here"].passed  # the unit default (0.1 s) does not apply
+
+
+def test_a_run_that_leaves_a_file_in_the_root_fails(inner: pytest.Pytester) -> None:
+    # What a Slurm job without an output path does: slurm-<id>.out in the cwd (the root).
+    inner.makepyfile(
+        test_inner_left="""
+        from pathlib import Path
+
+        def test_submits():
+            Path("slurm-42.out").write_text("job output")
+        """
+    )
+    result = inner.runpytest()
+    assert (inner.path / "slurm-42.out").is_file()  # the inner root is pytester's folder
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([_LEFT + "slurm-42.out"])
+
+
+def test_the_message_lists_ten_files_and_counts_the_rest(inner: pytest.Pytester) -> None:
+    inner.makepyfile(
+        test_inner_many="""
+        from pathlib import Path
+
+        def test_submits_many():
+            for i in range(12):
+                Path(f"slurm-{i:02}.out").write_text("")
+        """
+    )
+    result = inner.runpytest()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    shown = ", ".join(f"slurm-{i:02}.out" for i in range(10))
+    result.stdout.fnmatch_lines([f"{_LEFT}{shown} and 2 more"])
+
+
+def test_a_run_that_leaves_nothing_new_in_the_root_passes(inner: pytest.Pytester) -> None:
+    (inner.path / "kept.out").write_text("there before the run")
+    inner.makepyfile(
+        test_inner_clean="""
+        from pathlib import Path
+
+        def test_cleans_up(tmp_path):
+            (tmp_path / "slurm-42.out").write_text("job output")  # not the root
+            Path("kept.out").write_text("rewritten")  # there before the run
+            Path("gone.out").write_text("")
+            Path("gone.out").unlink()
+        """
+    )
+    result = inner.runpytest()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.OK
+    assert "left files" not in result.stdout.str()
+    assert (inner.path / ".pytest_cache").is_dir()  # a tool's cache is no new file
+
+
+@pytest.mark.budget(60)
+def test_under_xdist_workers_run_the_budget_and_the_controller_checks_the_root(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget is applied where a test runs (a worker) and its failure reaches the
+    controller; the root is read by the controller alone, before the workers start and after
+    they end, so a file a worker leaves fails the run once."""
+    path = os.getenv("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", _CHECKOUT + (os.pathsep + path if path else ""))
+    inner.makepyfile(
+        test_inner_xdist="""
+        import time
+        from pathlib import Path
+
+        import pytest
+
+        @pytest.mark.budget(0.1)
+        def test_slow():
+            time.sleep(0.4)
+
+        def test_submits():
+            Path("slurm-42.out").write_text("job output")
+
+        def test_quick():
+            pass
+        """
+    )
+    result = inner.runpytest_subprocess("-n", "2", timeout=120)
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*test_slow*", f"*{_MESSAGE.format('0.1')}*"])
+    result.stdout.fnmatch_lines([_LEFT + "slurm-42.out"])
+    assert result.stdout.str().count("left files") == 1
