@@ -178,10 +178,11 @@ def test_parse_status_lists_every_job_and_every_subjob() -> None:
         "4801.pbs01",
         "4802.pbs01",
         "4803.pbs01",
-        "4822[].pbs01_0",
-        "4822[].pbs01_1",
-        "4822[].pbs01_2",
-        "4822[].pbs01_3",
+        # A subjob's key is its own id, what qstat and qdel take (PbsDialect.element_id).
+        "4822[0].pbs01",
+        "4822[1].pbs01",
+        "4822[2].pbs01",
+        "4822[3].pbs01",
     }
     states = {k: o.state for k, o in obs.items()}
     assert states["4810.pbs01"] is JobState.RUNNING
@@ -191,14 +192,15 @@ def test_parse_status_lists_every_job_and_every_subjob() -> None:
     assert states["4801.pbs01"] is JobState.TIMEOUT
     assert states["4802.pbs01"] is JobState.CANCELLED
     assert states["4803.pbs01"] is JobState.FAILED
-    assert [states[f"4822[].pbs01_{i}"] for i in range(4)] == [
+    assert [states[f"4822[{i}].pbs01"] for i in range(4)] == [
         JobState.COMPLETED,
         JobState.FAILED,
         JobState.RUNNING,
         JobState.PENDING,
     ]
     assert obs["4811.pbs01"].reason == "Not Running: Insufficient amount of resource: ngpus"
-    assert obs["4822[].pbs01_1"].exit_code == 2
+    assert obs["4822[1].pbs01"].exit_code == 2
+    assert (obs["4822[1].pbs01"].job_id, obs["4822[1].pbs01"].array_index) == ("4822[].pbs01", "1")
     assert obs["4810.pbs01"].partition == "gpu"
 
 

@@ -244,6 +244,9 @@ class JobObservation(BaseModel):
 
     job_id: str = Field(description="scheduler id of the job (the array's parent for elements)")
     array_index: str | None = Field(default=None, description="element index, or a pending range")
+    element_id: str | None = Field(
+        default=None, description="the element's own id where it is not <job_id>_<index> (PBS)"
+    )
     state: JobState
     native_state: str
     reason: str | None = None
@@ -254,6 +257,10 @@ class JobObservation(BaseModel):
 
     @property
     def key(self) -> str:
+        """The job's id, or its element's: what `ArrayDialect.element_id` gave the element
+        (Slurm `A_i`; PBS `123[4].server`, carried in `element_id`)."""
+        if self.element_id is not None:
+            return self.element_id
         return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
 
 
@@ -264,6 +271,7 @@ class AccountingRecord(BaseModel):
 
     job_id: str
     array_index: str | None = None
+    element_id: str | None = None  # as JobObservation's
     name: str | None = None
     account: str | None = None
     partition: str | None = None
@@ -281,6 +289,8 @@ class AccountingRecord(BaseModel):
     @property
     def key(self) -> str:
         """The job's id, or its array element's (`JobObservation.key`)."""
+        if self.element_id is not None:
+            return self.element_id
         return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
 
     @property

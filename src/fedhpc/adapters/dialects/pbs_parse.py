@@ -117,20 +117,25 @@ def _jobs(result: CommandResult) -> dict[str, dict[str, Any]]:
     return jobs if isinstance(jobs, dict) else {}
 
 
-def _rows(result: CommandResult) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
-    """(parent id, index, attributes) for each job and subjob. An array parent is yielded only
-    when no subjob of it is listed (qstat without -t); its index is then the pending range."""
+def _rows(
+    result: CommandResult,
+) -> Iterator[tuple[str, str | None, str | None, dict[str, Any]]]:
+    """(parent id, index, subjob id, attributes) for each job and subjob. The subjob id is
+    qstat's own key ('123[4].server': what qdel takes, `PbsDialect.element_id`). An array
+    parent is yielded only when no subjob of it is listed (qstat without -t); its index is
+    then the pending range, and it has no subjob id."""
     jobs = _jobs(result)
     with_elements = {_split(k)[0] for k in jobs if _split(k)[1] is not None}
     for key, attrs in jobs.items():
         if not isinstance(attrs, dict):
             continue
         parent, idx, is_parent = _split(key)
+        element = key if idx is not None else None
         if is_parent:
             if parent in with_elements:
                 continue
             idx = attrs.get("array_indices_remaining") or attrs.get("array_indices_submitted")
-        yield parent, (str(idx) if idx else None), attrs
+        yield parent, (str(idx) if idx else None), element, attrs
 
 
 def _exit(attrs: dict[str, Any]) -> int | None:
@@ -140,12 +145,13 @@ def _exit(attrs: dict[str, Any]) -> int | None:
 
 def parse_status(result: CommandResult) -> list[JobObservation]:
     out = []
-    for parent, idx, attrs in _rows(result):
+    for parent, idx, element, attrs in _rows(result):
         state = map_state(attrs)
         out.append(
             JobObservation(
                 job_id=parent,
                 array_index=idx,
+                element_id=element,
                 state=state,
                 native_state=str(attrs.get("job_state", "")),
                 reason=None if state is JobState.RUNNING else attrs.get("comment"),
@@ -180,7 +186,7 @@ def _hms(value: object) -> int | None:
 
 def parse_accounting(result: CommandResult, tz: tzinfo) -> list[AccountingRecord]:
     out = []
-    for parent, idx, attrs in _rows(result):
+    for parent, idx, element, attrs in _rows(result):
         state = map_state(attrs)
         used = attrs.get("resources_used", {})
         asked = attrs.get("Resource_List", {})
@@ -198,6 +204,7 @@ def parse_accounting(result: CommandResult, tz: tzinfo) -> list[AccountingRecord
             AccountingRecord(
                 job_id=parent,
                 array_index=idx,
+                element_id=element,
                 name=attrs.get("Job_Name"),
                 account=account,
                 partition=attrs.get("queue"),
