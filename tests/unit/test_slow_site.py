@@ -23,9 +23,10 @@ from fedhpc.adapters.site import SiteAdapter, SubmittedJob
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site
+from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec, JobState, Shape
 from fedhpc.domain.site import SiteState
-from fedhpc.ops.tasks import CancelRequest
+from fedhpc.ops.tasks import CancelRequest, GroupChild, SubmitGroupRequest
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import PolicyKind
@@ -320,3 +321,52 @@ async def test_a_site_whose_squeue_fails_is_probed_again_as_soon_as_its_profile_
     with mock.patch("fedhpc.collector.service.time.monotonic", return_value=later):
         await o.collector.refresh()
     assert (slow.calls["probe"], fast.calls["probe"]) == (2, 1)
+
+
+class _Arrays:
+    """A dialect that runs job arrays (all `array_dialect` asks for); never rendered here."""
+
+    def render_array(self, *args: Any, **kwargs: Any) -> str:
+        raise AssertionError("no array is formed in this test")
+
+    def element_id(self, job_id: str, index: int) -> str:
+        return f"{job_id}_{index}"
+
+    def parent_id(self, job_id: str) -> str:
+        return job_id.split("_")[0]
+
+
+async def test_an_array_that_cannot_be_formed_sends_its_members_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forming a job array reads and writes the store under the lock; when that raises (an
+    unreadable row, a store that went away) the members go one job each and the placer, which
+    every session's work shares, goes on."""
+    o, slow, _ = _world(store)
+    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
+
+    async def broken(intents: Any) -> Any:
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(o.dispatcher, "join_array", broken)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    req = SubmitGroupRequest(
+        objective="sweep",
+        children=children,
+        envelope=ResourceEnvelope.model_validate(
+            {"cpus": {"min": 1, "max": 1}, "sites_include": ["slow"]}
+        ),
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    with anyio.fail_after(LIMIT_S):
+        await o.place_queued()
+        while len(slow.submitted) < 3:
+            await anyio.sleep(0.01)
+    view = await o.groups.view(gid, limit=10)
+    for child in view.children:
+        att = await _bound(o, child.task_id)
+        assert att.site == "slow" and att.array_name is None
+    after = await _submit(o, "fast")  # the placer still places
+    with anyio.fail_after(LIMIT_S):
+        await o.place_queued()
+    assert (await _bound(o, after)).site == "fast"

@@ -207,7 +207,18 @@ class Submitter:
         alone: list[Prepared] = []
         async with self.lock:
             for chunk in chunks:
-                members = await self.dispatcher.join_array([cast(Intent, c[2]) for c in chunk])
+                intents = [cast(Intent, c[2]) for c in chunk]
+                try:
+                    members = await self.dispatcher.join_array(intents)
+                except Exception:  # this array's trouble: its members go alone, the lane on
+                    log.exception(
+                        "forming a job array failed: its members go alone",
+                        site=chunk[0][1].site,
+                        members=len(chunk),
+                    )
+                    for intent in intents:
+                        intent.att.array_name = intent.att.array_index = None
+                    members = []
                 joined = {id(m) for m in members}
                 items += sorted(
                     (c for c in chunk if id(c[2]) in joined),
