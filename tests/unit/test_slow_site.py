@@ -333,7 +333,7 @@ class _Arrays:
         return f"{job_id}_{index}"
 
     def parent_id(self, job_id: str) -> str:
-        return job_id.split("_")[0]
+        return job_id.split("_", maxsplit=1)[0]
 
 
 async def test_an_array_that_cannot_be_formed_sends_its_members_alone(
