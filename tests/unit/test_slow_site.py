@@ -18,14 +18,16 @@ from unittest import mock
 import anyio
 import pytest
 
+from fedhpc.adapters.arrays import ArrayJob
 from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.site import SiteAdapter, SubmittedJob
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec, JobState, Shape
-from fedhpc.domain.site import SiteState
+from fedhpc.domain.site import Health, SiteState
 from fedhpc.ops.tasks import CancelRequest, GroupChild, SubmitGroupRequest
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
@@ -120,8 +122,10 @@ class _Site(SubmitsOneByOne):
         self.cancelled.extend(job_ids)
 
 
-def _world(store: Store, *, intent_grace_s: float = 45.0) -> tuple[Orchestrator, _Site, _Site]:
-    slow, fast = _Site(SLOW), _Site(FAST)
+def _world(
+    store: Store, *, intent_grace_s: float = 45.0, slow_site: type[_Site] | None = None
+) -> tuple[Orchestrator, _Site, _Site]:
+    slow, fast = (slow_site or _Site)(SLOW), _Site(FAST)
     clock = Clock()
     collector = Collector({"slow": SLOW, "fast": FAST}, {}, store, clock=clock)
     collector.latest = {"slow": state(SLOW.profile), "fast": state(FAST.profile)}
@@ -370,3 +374,48 @@ async def test_an_array_that_cannot_be_formed_sends_its_members_alone(
     with anyio.fail_after(LIMIT_S):
         await o.place_queued()
     assert (await _bound(o, after)).site == "fast"
+
+
+class _RefusesArrays(_Site):
+    """A site whose scheduler refuses any job array (too big a script, MaxArraySize) but
+    takes each job alone; its answer for an array is the refusal, once per member."""
+
+    async def submit_many(self, jobs: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for job in jobs:
+            if isinstance(job, ArrayJob):
+                self.calls["array"] += 1
+                refused = SchedulerRejected("sbatch: error: Batch job submission failed")
+                out += [refused] * len(job.members)
+            else:
+                out += await super().submit_many([job])
+        return out
+
+
+async def test_a_refused_array_sends_each_member_alone_to_the_same_site(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The array's refusal is not each member's: they run at the site they were placed on,
+    one job each, and the site is not recorded as refusing them."""
+    o, slow, _ = _world(store, slow_site=_RefusesArrays)
+    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
+    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)  # slow or nothing
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
+    envelope = {"cpus": {"min": 1, "max": 1}}
+    req = SubmitGroupRequest(
+        objective="sweep", children=children, envelope=ResourceEnvelope.model_validate(envelope)
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    with anyio.fail_after(LIMIT_S):
+        await o.place_queued()
+        while len(slow.submitted) < 3:
+            await anyio.sleep(0.01)
+    assert slow.calls["array"] == 1
+    for child in (await o.groups.view(gid, limit=10)).children:
+        with anyio.fail_after(LIMIT_S):
+            while (atts := await o.book.load_attempts(child.task_id))[-1].job_id is None:
+                await anyio.sleep(0.01)
+        first, alone = atts
+        assert first.array_name is not None and first.state is JobState.FAILED
+        assert alone.site == "slow" and alone.array_name is None
+        assert "slow" not in (await o.book.load_task(child.task_id)).refused_sites

@@ -293,7 +293,8 @@ class Submitter:
         all). Each refusal is weighed under the lock, on the task as stored then: one cancelled
         or re-placed meanwhile is left as it is."""
         tries = _Tries()
-        for k in range(3):
+        solo = False  # an array's member refused with its array: tried once alone, here
+        for k in range(4):
             if first is not None:
                 att, first = first, None
             elif isinstance(prepared, Intent):
@@ -307,10 +308,23 @@ class Submitter:
                 task = await self.book.load_task(task.id)
                 if task.state.terminal or task.attempts_made != att.n or att.superseded:
                     return  # cancelled, replanned or moved meanwhile: not this submission's
+                if att.array_name is not None and not solo:
+                    # The array's refusal (its script's size, MaxArraySize, a limit counting
+                    # elements, one member's folder) says nothing of this job alone: it goes
+                    # alone to the same site before the site counts as refusing it.
+                    solo = True
+                    log.warning(
+                        "array refused: its member goes alone",
+                        task=task.id,
+                        site=att.site,
+                        reason=att.reason,
+                    )
+                    prepared = await self.dispatcher.prepare(task, p)
+                    continue
                 step = await self._refused(task, att, tries, history)
                 if step is True:
                     return
-                if step is False or k == 2:
+                if step is False or k == 2 + solo:
                     await self._give_up(task, tries)
                     return
                 p = step
