@@ -191,3 +191,26 @@ def test_status_shows_the_rate_of_sites_that_were_sent_commands_and_what_waited(
         "scheduler commands a minute (last, peak, cap): busy 58/60/60 (waited 42 s)"
     ]
     assert pace_lines({}) == []
+
+
+def test_a_probe_never_waits_behind_the_cap_and_the_next_command_pays_for_it() -> None:
+    """At a cap of 2 a minute a probe queued behind work would run into its 30 s deadline and
+    take a healthy site offline: it goes at once, and the command after it waits its debt."""
+    site = Site(profile("center", cpu_partition("p"), max_commands_per_min=2), UserSiteConfig())
+    adapter = SiteAdapter(site, Answering())
+    t = VirtualTime()
+    adapter.pace = CommandPace(2, clock=t.clock, sleep=t.sleep)
+    waited: list[float] = []
+
+    async def go() -> None:
+        for _ in range(2):
+            await adapter.cancel(["1"])  # the burst of 2 spent
+        await adapter.probe()
+        waited.append(t.now)
+        await adapter.cancel(["1"])
+        waited.append(t.now)
+
+    anyio.run(go)
+    assert waited[0] == 0.0  # the probe: at once
+    assert waited[1] == pytest.approx(60.0)  # its own turn (30 s) and the probe's (30 s)
+    assert adapter.calls["probe"] == 1 and adapter.pace.rate() <= 4

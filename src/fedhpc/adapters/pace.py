@@ -62,6 +62,18 @@ class CommandPace:
             self._sent.append(self._clock())
             self.peak = max(self.peak, self.rate())
 
+    def take(self) -> None:
+        """Count one command sent now without waiting its turn: the collector's probe, the
+        daemon's own look at the site under its own deadline, never queues behind the work
+        it watches (at a cap of a few a minute it would time out and take a healthy site
+        offline). The debt is waited off by the commands after it, so the cap still holds
+        over a minute, but for a probe that comes while another caller is already waiting:
+        that caller's wait ends as computed, one command over."""
+        self._refill()
+        self._tokens -= 1.0
+        self._sent.append(self._clock())
+        self.peak = max(self.peak, self.rate())
+
     def rate(self) -> int:
         """Commands sent in the last 60 s."""
         cutoff = self._clock() - 60.0

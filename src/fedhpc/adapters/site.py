@@ -181,7 +181,10 @@ class SiteAdapter:
 
     async def _run(self, command: Command, kind: str) -> CommandResult:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
-        await self.pace.acquire()
+        if kind == "probe":
+            self.pace.take()  # the collector's look: counted, never queued behind work
+        else:
+            await self.pace.acquire()
         self.calls[kind] += 1
         return await self.transport.run(command)
 
