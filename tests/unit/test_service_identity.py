@@ -100,3 +100,9 @@ def test_the_ledger_charges_ended_attempts_for_their_run_and_live_ones_in_full()
     assert rows["a"]["used"] == round(full.amount / 2, 4)
     assert rows["a"]["committed"] == full.amount and rows["a"]["attempts"] == 2
     assert rows["b"]["used"] == full.amount and rows["b"]["committed"] == 0
+    # A row whose stored shape cannot be read is named and left out; the others still count.
+    bad = {**row("a", "running", shape={"nodes": "many"}), "task_id": "t-bad"}
+    unreadable: list[str] = []
+    again = ledger_rows([*attempts, bad], {"devdelta": site}, unreadable=unreadable)
+    assert {r["owner"]: r for r in again} == rows
+    assert unreadable == ["t-bad"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -20,36 +21,59 @@ from fedhpc.daemon.owner import principal
 from fedhpc.daemon.state import DaemonState
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.placement.credit import predict_charge
+from fedhpc.placement.credit import Charge, predict_charge
 
 __all__ = ["MAX_ATTEMPTS", "handlers", "ledger_rows"]
 
 MAX_ATTEMPTS = 20_000  # the newest attempts read per answer; the answer says when there were more
+log = structlog.get_logger(__name__)
 _LIVE = {JobState.SUBMITTED.value, JobState.PENDING.value, JobState.RUNNING.value}
 
 
-def ledger_rows(attempts: list[dict[str, Any]], sites: Mapping[str, Site]) -> list[dict[str, Any]]:
+def _charged(a: dict[str, Any], sites: Mapping[str, Site]) -> tuple[str, bool, Charge] | None:
+    """An attempt's account, whether it is live, and its charge; None when nothing is charged
+    (its site or partition no longer configured, no account, never ran)."""
+    body, site = a["body"], sites.get(a["site"])
+    account = body.get("account")
+    spec = (
+        next((p for p in site.profile.partitions if p.name == a["partition"]), None)
+        if site is not None
+        else None
+    )
+    if site is None or spec is None or not account or "shape" not in body:
+        return None
+    shape = Shape.model_validate(body["shape"])
+    live = a["state"] in _LIVE and not body.get("superseded")
+    ran = body.get("runtime_s")
+    if not live and not ran:
+        return None  # never ran, or nothing known of how long: nothing charged
+    if not live:
+        shape = shape.model_copy(update={"wall_time_s": float(ran)})
+    return str(account), live, predict_charge(site.profile, spec, shape)
+
+
+def ledger_rows(
+    attempts: list[dict[str, Any]],
+    sites: Mapping[str, Site],
+    *,
+    unreadable: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """Per (owner, site, account): `used` by ended attempts, `committed` by live ones. An
-    attempt on a site or partition no longer configured, or with no account, is left out."""
+    attempt on a site or partition no longer configured, or with no account, is left out; one
+    that cannot be read is logged with its traceback and its task id put in `unreadable`, and
+    the others are still counted."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for a in attempts:
-        body, site = a["body"], sites.get(a["site"])
-        account = body.get("account")
-        spec = (
-            next((p for p in site.profile.partitions if p.name == a["partition"]), None)
-            if site is not None
-            else None
-        )
-        if site is None or spec is None or not account or "shape" not in body:
+        try:
+            got = _charged(a, sites)
+        except Exception:  # one bad row never costs the whole answer
+            log.exception("unreadable attempt left out of the ledger", task=a.get("task_id"))
+            if unreadable is not None:
+                unreadable.append(str(a.get("task_id")))
             continue
-        shape = Shape.model_validate(body["shape"])
-        live = a["state"] in _LIVE and not body.get("superseded")
-        ran = body.get("runtime_s")
-        if not live and not ran:
-            continue  # never ran, or nothing known of how long: nothing charged
-        if not live:
-            shape = shape.model_copy(update={"wall_time_s": float(ran)})
-        charge = predict_charge(site.profile, spec, shape)
+        if got is None:
+            continue
+        account, live, charge = got
         owner = a["owner"] or ""
         key = (owner, a["site"], account)
         empty = {"site": a["site"], "account": account, "unit": charge.unit, "attempts": 0}
@@ -66,11 +90,14 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         scope = principal(request).scope
         attempts = await state.store.owned_attempts(scope, MAX_ATTEMPTS + 1)
         sites = state.collector.sites
+        unreadable: list[str] = []
+        accounts = ledger_rows(attempts[:MAX_ATTEMPTS], sites, unreadable=unreadable)
         return JSONResponse(
             {
-                "accounts": ledger_rows(attempts[:MAX_ATTEMPTS], sites),
+                "accounts": accounts,
                 "read": min(len(attempts), MAX_ATTEMPTS),
                 "more": len(attempts) > MAX_ATTEMPTS,
+                "unreadable": sorted(set(unreadable)),  # their tasks: not counted above
             }
         )
 
