@@ -1,7 +1,7 @@
 """Job arrays (issue 40): many fedhpc jobs of one shape submitted as ONE scheduler command,
 each element keeping its own output files, folder and command (`ArrayDialect.render_array`).
 `ArrayJob` is one entry of a batched submission (`SiteAdapter.submit_many`); its answer is one
-job per member, each with its element's id (Slurm `A_i`)."""
+job per member, each with its element's id (Slurm `A_i`, PBS `123[i].server`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from fedhpc.domain.job import JobSpec
 
 __all__ = ["ARRAY_MAX", "THROTTLE", "ArrayJob", "array_dialect"]
 
-# Elements per array: Slurm's default MaxArraySize is 1001 (indices 0-1000).
+# Elements per array: Slurm's default MaxArraySize is 1001 (indices 0-1000); PBS's
+# max_array_size defaults to 10,000 subjobs (pbs_server_attributes(7B)).
 ARRAY_MAX = 1000
 # At most this many elements of one array run at once (`%` in `--array=0-N%T`): an array never
 # takes a whole partition from the center's other users in one go.
@@ -34,7 +35,7 @@ class ArrayJob:
 
 
 def array_dialect(dialect: Dialect) -> ArrayDialect | None:
-    """`dialect` when its scheduler runs arrays (Slurm), else None (submit one job each)."""
+    """`dialect` when its scheduler runs arrays (Slurm, PBS), else None (one job each)."""
     if all(hasattr(dialect, m) for m in ("render_array", "element_id", "parent_id")):
         return dialect  # type: ignore[return-value]
     return None

@@ -11,6 +11,7 @@ from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
+    array_body,
     check_names,
     error_text,
     extra_directives,
@@ -23,7 +24,7 @@ from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_user,
     directive,
 )
-from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
+from fedhpc.domain.job import AccountingRecord, ArraySpec, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
@@ -31,6 +32,8 @@ __all__ = ["PbsDialect"]
 
 # '123.server', '123[].server' (array), '123[4].server' (subjob); the server part is optional.
 _JOB_ID = re.compile(r"^\d+(?:\[\d*\])?(?:\.[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+# An array's id or a subjob's: sequence number, index (empty for the array), '.server' or ''.
+_ARRAY_ID = re.compile(r"^(?P<seq>\d+)\[(?P<idx>\d*)\](?P<rest>.*)$")
 # Full status with history (-x) and every subjob of an array (-t): qstat(1B).
 _QSTAT_JOBS = ("qstat", "-f", "-F", "json", "-x", "-t")
 # The probe's jobs of one user ($1): ids from the scheduler, split on purpose; none: '{}'.
@@ -79,12 +82,51 @@ class PbsDialect:
         if spec.array is not None:
             a = spec.array
             rng = f"{a.start}-{a.stop}:{a.step}"
-            # '%N' caps running subjobs (OpenPBS >= 20 qsub -J "range%max").
+            # '%N' caps running subjobs: qsub -J "X-Y[:Z][%max subjobs]", the job's
+            # max_run_subjobs (qsub(1B) of OpenPBS 23.06; older PBS Pro lacks it).
             lines.append(directive(d, "-J", f"{rng}%{a.limit}" if a.limit else rng, sep=" "))
         # PBS has no working-directory directive: start where qsub ran unless spec.workdir.
         lines.extend(extra_directives(d, profile))  # site-wide, e.g. -l filesystems=...
         lines.extend(render_body(spec, profile, workdir_var="PBS_O_WORKDIR"))
         return "\n".join(lines) + "\n"
+
+    def render_array(
+        self,
+        members: Sequence[JobSpec],
+        profile: SiteProfile,
+        name: str,
+        *,
+        throttle: int | None,
+        output_dir: str,
+    ) -> str:
+        """`-J 0-N%T` over `members` (their shared header from the first); subjob i runs
+        members[i], its index in PBS_ARRAY_INDEX. PBS's own output per subjob goes to
+        `output_dir` (a folder as -o/-e path), as '<subjob id>.OU' and '.ER' (OpenPBS 23.06
+        copies its spool files there under their own names)."""
+        if len(members) < 2:
+            raise ValueError("a PBS array has at least 2 subjobs (qsub -J X-Y needs X < Y)")
+        head = members[0].model_copy(
+            update={
+                "name": name,
+                "workdir": None,
+                "stdout": f"{output_dir}/",
+                "stderr": f"{output_dir}/",
+                "array": ArraySpec(stop=len(members) - 1, limit=throttle),
+            }
+        )
+        lines = self.render_script(head, profile).splitlines()[:-1]  # all but its argv line
+        return "\n".join(array_body(lines, members, "PBS_ARRAY_INDEX", profile)) + "\n"
+
+    def element_id(self, job_id: str, index: int) -> str:
+        """'123[].server' -> '123[4].server': the subjob's id, which qstat and qdel take."""
+        m = _ARRAY_ID.match(job_id)
+        if m is None or m.group("idx"):
+            raise ValueError(f"not a PBS array id: {job_id!r}")
+        return f"{m.group('seq')}[{index}]{m.group('rest')}"
+
+    def parent_id(self, job_id: str) -> str:
+        m = _ARRAY_ID.match(job_id)
+        return job_id if m is None else f"{m.group('seq')}[]{m.group('rest')}"
 
     def submit_command(self, script: str) -> Command:
         # qsub with no script operand reads the script from stdin (qsub(1B)).
