@@ -201,7 +201,7 @@ ARRAY_MAX = _reader("daemon's submissions")(
     "ARRAY_MAX",
     "int",
     1000,
-    "group children alike go to a Slurm site as job arrays of at most this many elements "
+    "group children alike go to a Slurm or PBS site as job arrays of at most this many elements "
     "(1: no arrays, one job each)",
 )
 LOOP_WATCH_S = _daemon(
