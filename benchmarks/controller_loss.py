@@ -71,8 +71,14 @@ def _run(site: str, *argv: str) -> subprocess.CompletedProcess[str]:
         if site == "devpolaris"
         else {**os.environ, "SLURM_CONF": str(ROOT / site / "slurm.conf")}
     )
-    return subprocess.run(
-        list(argv), env=env, capture_output=True, text=True, timeout=60, check=False
+    return subprocess.run(  # in the temp folder: a blocker's default output lands there
+        list(argv),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tempfile.gettempdir(),
     )
 
 
