@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from contextlib import suppress
 
 import pytest
 
@@ -114,3 +116,24 @@ def test_status_reports_every_node_healthy(devfed: Devfed) -> None:
     state = manager.status(manager.default_plan())
     assert state.healthy, state
     assert {c.name for c in state.clusters} == set(devfed.sites)
+
+
+def test_up_replaces_a_controller_that_runs_but_does_not_answer(devfed: Devfed) -> None:
+    """A SIGTERM'd slurmctld can stay alive for minutes saving its state (its slurmdbd
+    messages timing out) and answer nothing. `up` counted its live pid as running, and the
+    cluster was left without a controller once it exited (every later test lost the site).
+    Now `up` stops a controller that does not answer its ping and starts a fresh one."""
+    from tests.unit.test_cli import _run  # the installed CLI, as a user runs it
+
+    pid_file = devfed.root / "devvista" / "run" / "slurmctld.pid"
+    old = int(pid_file.read_text().split()[0])
+    os.kill(old, signal.SIGSTOP)  # alive, silent: as a controller busy shutting down
+    try:
+        up = _run("devfed", "up")
+    finally:
+        with suppress(ProcessLookupError):
+            os.kill(old, signal.SIGCONT)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert int(pid_file.read_text().split()[0]) != old
+    ping = devfed.run("devvista", "scontrol", "ping")
+    assert " is UP" in ping.stdout, ping.stdout + ping.stderr

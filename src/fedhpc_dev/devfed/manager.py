@@ -89,17 +89,42 @@ def _register(plan: FederationPlan, users: tuple[str, ...], report: UpReport) ->
         report.registered.extend("/".join(t) for t in todo_users)
 
 
+CTLD_ANSWER_S = 10  # how long a running slurmctld may take to answer a ping in `up`
+
+
 def _cluster_pids(cluster: ClusterPlan) -> list[int]:
     pids = [alive_pid(cluster.slurmd_pid(n.name), "slurmd") for n in cluster.nodes]
     pids.append(alive_pid(cluster.ctld_pid, "slurmctld"))
     return [p for p in pids if p]
 
 
+def _answers(cluster: ClusterPlan) -> bool:
+    """Whether the cluster's slurmctld answers `scontrol ping` (UP)."""
+    try:
+        proc = run(["scontrol", "ping"], cluster.env(), check=False, timeout_s=5)
+    except DevfedError:  # no answer within 5 s
+        return False
+    return proc.returncode == 0 and " is UP" in proc.stdout
+
+
 def _controller(cluster: ClusterPlan, changed: bool, report: UpReport) -> None:
     if changed and (pids := _cluster_pids(cluster)):
         log.info("devfed.restart", cluster=cluster.name, reason="config changed")
         stop_pids(pids)
-    if not alive_pid(cluster.ctld_pid, "slurmctld"):
+    pid = alive_pid(cluster.ctld_pid, "slurmctld")
+    answered = False
+    if pid is not None:
+        with suppress(DevfedError):  # a controller just started gets time to answer
+            wait_for(partial(_answers, cluster), f"{cluster.name}'s slurmctld", CTLD_ANSWER_S)
+            answered = True
+    if pid is not None and not answered:
+        # Alive but silent: stopping (a SIGTERM'd slurmctld saves its state and may wait on
+        # slurmdbd for minutes) or wedged. Counted as running, it left the cluster with no
+        # controller once it exited; it is stopped now and a fresh one started.
+        log.warning("devfed.ctld_silent", cluster=cluster.name, pid=pid)
+        stop_pids([pid], grace_s=5)
+        pid = None
+    if pid is None:
         argv = ["slurmctld", "-f", str(cluster.conf)]
         start_daemon(argv, cluster.env(), cluster.log_dir / "slurmctld.log", foreground=False)
         report.started.append(f"{cluster.name}/slurmctld")
