@@ -120,3 +120,27 @@ def test_a_lost_intent_in_an_array_is_found_by_the_arrays_name_never_its_own() -
     # nor an array's member for its own name: only the array's name binds it.
     assert _found(att(0, name, 0), {"fedhpc-tabc-0000-1": "5"}, adapter) is None
     assert _found(att(0, None, None), {name: "4711"}, adapter) is None
+
+
+def test_a_failing_prologue_is_told_in_each_elements_own_stderr(tmp_path: Path) -> None:
+    """The prologue (`module load ...`) runs in every element: when it fails, its words reach
+    the element's own stderr file, the one `get_result` reads, not only Slurm's %A_%a.err."""
+    profile = _profile()
+    broken = profile.conventions.model_copy(
+        update={"prologue": ("echo 'module: cuda/99 not found' >&2", "false")}
+    )
+    profile = profile.model_copy(update={"conventions": broken})
+    members = [_member(i, tmp_path, "never") for i in range(2)]
+    script = SlurmDialect().render_array(
+        members, profile, array_name(members[0].name), throttle=None, output_dir=str(tmp_path)
+    )
+    assert script.index("#SBATCH --array") < script.index("exec >>")  # directives stay first
+    for i in range(2):
+        (tmp_path / f"t{i}").mkdir()
+        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i)}
+        done = subprocess.run(
+            ["bash"], check=False, input=script, env=env, capture_output=True, text=True
+        )
+        assert done.returncode != 0
+        assert "cuda/99 not found" in (tmp_path / f"t{i}" / "1.err").read_text()
+        assert not (tmp_path / f"t{i}" / "1.out").read_text()  # its argv never ran

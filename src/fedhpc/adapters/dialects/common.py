@@ -117,6 +117,9 @@ def extra_directives(prefix: str, profile: SiteProfile) -> list[str]:
     return out
 
 
+STRICT = "set -euo pipefail"  # a batch script's first command, after its directives
+
+
 def render_body(
     spec: JobSpec, profile: SiteProfile, *, workdir_var: str | None = None
 ) -> list[str]:
@@ -125,7 +128,7 @@ def render_body(
     `workdir_var` names the scheduler's submit-dir variable for dialects without a working
     directory directive (PBS: PBS_O_WORKDIR); Slurm and LSF set it with a directive.
     """
-    lines = ["set -euo pipefail"]
+    lines = [STRICT]
     lines.extend(profile.conventions.prologue)  # fixed by the profile author, never by an agent
     for name, value in sorted(spec.env.items()):
         lines.append(f"export {name}={quote(value)}")
@@ -155,13 +158,21 @@ def array_body(
     head: list[str], members: Sequence[JobSpec], index_var: str, profile: SiteProfile
 ) -> list[str]:
     """An array script's body: `head` (a member's rendered body without its command line: the
-    strict mode, prologue and environment the members share), then one `case` branch per
-    element: its own output files, folder and quoted argv. Unknown indices fail loudly."""
-    lines = [*head, f'case "${{{index_var}:-}}" in']
+    strict mode, prologue and environment the members share) with each element's own output
+    files opened before it (a failing prologue's words reach that element's stderr, which
+    `get_result` reads), then one `case` branch per element: its folder and quoted argv.
+    Unknown indices fail loudly."""
+    select = f'case "${{{index_var}:-}}" in'
+    opens = [
+        f"{i}) exec >>{quote(spec.stdout)} 2>>{quote(spec.stderr or spec.stdout)} ;;"
+        for i, spec in enumerate(members)
+        if spec.stdout
+    ]
+    at = head.index(STRICT) if STRICT in head else len(head)  # after the scheduler's directives
+    early = [select, *opens, "esac"] if opens else []
+    lines = [*head[:at], *early, *head[at:], select]
     for i, spec in enumerate(members):
         steps = []
-        if spec.stdout:
-            steps.append(f"exec >>{quote(spec.stdout)} 2>>{quote(spec.stderr or spec.stdout)}")
         if spec.workdir:
             steps.append(f"cd {quote(spec.workdir)}")
         steps.append(render_body(spec, profile)[-1])  # its argv line, container and all
