@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fedhpc.adapters.command import Command, CommandResult, quote, shell_line, split_batch
-from fedhpc.domain.job import JobSpec
+from fedhpc.domain.job import ArraySpec, JobSpec
 from fedhpc.domain.site import SiteProfile
 
 __all__ = [
-    "array_body",
+    "array_script",
     "check_names",
     "directive",
     "error_text",
@@ -152,6 +152,34 @@ def render_body(
         argv = prefix + argv
     lines.append(shell_line(argv))
     return lines
+
+
+def array_script(
+    render: Callable[[JobSpec, SiteProfile], str],
+    members: Sequence[JobSpec],
+    profile: SiteProfile,
+    *,
+    name: str,
+    throttle: int | None,
+    stdout: str,
+    stderr: str,
+    index_var: str,
+) -> str:
+    """A whole array script: the first member's script, rendered by the dialect's `render`
+    as the array's (named `name`, no folder of its own, the scheduler's own output at
+    `stdout`/`stderr`, elements 0..N-1, at most `throttle` at once) without its argv line,
+    then `array_body`."""
+    head = members[0].model_copy(
+        update={
+            "name": name,
+            "workdir": None,
+            "stdout": stdout,
+            "stderr": stderr,
+            "array": ArraySpec(stop=len(members) - 1, limit=throttle),
+        }
+    )
+    lines = render(head, profile).splitlines()[:-1]  # all but its argv line
+    return "\n".join(array_body(lines, members, index_var, profile)) + "\n"
 
 
 def array_body(

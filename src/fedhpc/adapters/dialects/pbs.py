@@ -11,7 +11,7 @@ from fedhpc.adapters.dialects import pbs_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
-    array_body,
+    array_script,
     check_names,
     error_text,
     extra_directives,
@@ -24,7 +24,7 @@ from fedhpc.adapters.dialects.pbs_lsf_util import (
     check_user,
     directive,
 )
-from fedhpc.domain.job import AccountingRecord, ArraySpec, JobObservation, JobSpec
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
@@ -105,17 +105,16 @@ class PbsDialect:
         copies its spool files there under their own names)."""
         if len(members) < 2:
             raise ValueError("a PBS array has at least 2 subjobs (qsub -J X-Y needs X < Y)")
-        head = members[0].model_copy(
-            update={
-                "name": name,
-                "workdir": None,
-                "stdout": f"{output_dir}/",
-                "stderr": f"{output_dir}/",
-                "array": ArraySpec(stop=len(members) - 1, limit=throttle),
-            }
+        return array_script(
+            self.render_script,
+            members,
+            profile,
+            name=name,
+            throttle=throttle,
+            stdout=f"{output_dir}/",  # a folder: PBS names each subjob's files itself
+            stderr=f"{output_dir}/",
+            index_var="PBS_ARRAY_INDEX",
         )
-        lines = self.render_script(head, profile).splitlines()[:-1]  # all but its argv line
-        return "\n".join(array_body(lines, members, "PBS_ARRAY_INDEX", profile)) + "\n"
 
     def element_id(self, job_id: str, index: int) -> str:
         """'123[].server' -> '123[4].server': the subjob's id, which qstat and qdel take."""

@@ -11,7 +11,7 @@ from fedhpc.adapters.dialects import slurm_probe
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
-    array_body,
+    array_script,
     check_names,
     directive,
     error_text,
@@ -22,7 +22,7 @@ from fedhpc.adapters.dialects.common import (
     with_balance,
 )
 from fedhpc.adapters.transport_error import TransportError
-from fedhpc.domain.job import AccountingRecord, ArraySpec, JobObservation, JobSpec
+from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.domain.units import format_hms
 
@@ -110,17 +110,16 @@ class SlurmDialect:
     ) -> str:
         """`--array=0-N%T` over `members` (their shared header from the first), Slurm's own
         output per element in `output_dir/%A_%a.{out,err}`, each element's in its files."""
-        head = members[0].model_copy(
-            update={
-                "name": name,
-                "workdir": None,
-                "stdout": f"{output_dir}/%A_%a.out",
-                "stderr": f"{output_dir}/%A_%a.err",
-                "array": ArraySpec(stop=len(members) - 1, limit=throttle),
-            }
+        return array_script(
+            self.render_script,
+            members,
+            profile,
+            name=name,
+            throttle=throttle,
+            stdout=f"{output_dir}/%A_%a.out",
+            stderr=f"{output_dir}/%A_%a.err",
+            index_var="SLURM_ARRAY_TASK_ID",
         )
-        lines = self.render_script(head, profile).splitlines()[:-1]  # all but its argv line
-        return "\n".join(array_body(lines, members, "SLURM_ARRAY_TASK_ID", profile)) + "\n"
 
     def element_id(self, job_id: str, index: int) -> str:
         return f"{job_id}_{index}"
