@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fedhpc.adapters.command import BATCH_MARK, Command, CommandResult
+from fedhpc.adapters.command import BATCH_MARK, STDERR_MARK, Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
@@ -24,7 +24,8 @@ FIX = Path(__file__).parent.parent / "fixtures" / "slurm"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def _probe_output() -> str:
+def _probe_output(refused: tuple[str, ...] = ()) -> str:
+    """The recorded probe; the sections named in `refused` as a rate-limited Slurm answers."""
     parts = []
     for name, file in (
         ("sinfo", "sinfo.txt"),
@@ -32,6 +33,10 @@ def _probe_output() -> str:
         ("queue", "squeue_queue.txt"),
         ("sshare", "sshare.txt"),
     ):
+        if name in refused:
+            busy = f"{STDERR_MARK} {name}: error: Socket timed out on send/recv operation"
+            parts.append(f"{BATCH_MARK} begin {name}\n{busy}\n{BATCH_MARK} end {name} 1\n")
+            continue
         parts.append(
             f"{BATCH_MARK} begin {name}\n{(FIX / file).read_text()}{BATCH_MARK} end {name} 0\n"
         )
@@ -55,6 +60,8 @@ class FakeTransport:
             await anyio.sleep(60)
         if self.mode == "login":
             raise GlobusLoginRequired("nobody is logged in to Globus for fedhpc")
+        if self.mode == "sshare-busy":
+            return CommandResult(0, _probe_output(refused=("sshare", "queue")), "")
         return CommandResult(0, _probe_output(), "")
 
     async def aclose(self) -> None:
@@ -139,6 +146,28 @@ async def test_unreachable_or_hanging_site_goes_offline_with_its_error_and_an_ev
     assert col.interval("devvista") == 60
     kinds = [e.kind for e in await store.events_after(0)]
     assert kinds == ["site.offline", "site.online"]  # one event per change, none for routine
+
+
+async def test_a_probe_whose_sshare_was_refused_keeps_the_accounts_it_read_before(
+    sites: dict[str, Site], store: Store
+) -> None:
+    """The rest of the site was read: it stays online (degraded, saying why), with the accounts,
+    usage and queue counts of the last probe that read them, never an empty account list."""
+    fake = FakeTransport()
+    col = _collector(sites, store, fake)
+    await col.refresh(force=True)
+    before = col.latest["devvista"]
+    fake.mode = "sshare-busy"
+    await col.refresh(force=True)
+    now = col.latest["devvista"]
+    assert (now.health, now.unread) == (Health.DEGRADED, ("queue", "accounts"))
+    assert now.error == "probe sections failed: queue, sshare"
+    assert now.accounts == before.accounts and "fedhpc-gpu" in now.accounts
+    assert now.credit == before.credit
+    assert now.partition("gh") == before.partition("gh")  # same queue, same free GPUs
+    fake.mode = "ok"
+    await col.refresh(force=True)
+    assert (col.latest["devvista"].health, col.latest["devvista"].unread) == (Health.OK, ())
 
 
 async def test_a_site_that_needs_a_globus_login_shows_the_command_in_its_error(

@@ -161,6 +161,29 @@ def test_probe_health_degrades_or_goes_offline_with_failed_sections() -> None:
     assert offline.partitions == ()
 
 
+def test_a_probe_names_the_parts_it_could_not_read() -> None:
+    """A refused sshare or squeue leaves the rest read: the state names what is missing, so the
+    collector keeps the last reading instead of taking "no accounts" as the answer."""
+    vista = load_profiles()["devvista"]
+    read = {
+        n: BatchSection(n, 0, (FIX / f).read_text())
+        for n, f in (("nodes", "scontrol_show_node.txt"), ("sinfo", "sinfo.txt"))
+    }
+    busy = "sshare: error: Socket timed out on send/recv operation"
+    refused = {
+        "queue": BatchSection("queue", 1, "", stderr=busy.replace("sshare", "squeue")),
+        "sshare": BatchSection("sshare", 1, "", stderr=busy),
+    }
+    state = DIALECT.parse_probe({**read, **refused}, vista, "root", AT)
+    assert (state.health, state.unread, state.accounts) == (
+        Health.DEGRADED,
+        ("queue", "accounts"),
+        (),
+    )
+    whole = {**read, "queue": BatchSection("queue", 0, ""), "sshare": BatchSection("sshare", 0, "")}
+    assert DIALECT.parse_probe(whole, vista, "root", AT).unread == ()
+
+
 def test_probe_sections_include_the_sites_balance_command() -> None:
     anvil = load_profiles()["anvil"]
     sections = DIALECT.probe_sections(anvil, "alice")

@@ -63,6 +63,16 @@ def test_an_answering_site_that_lists_no_account_still_says_to_add_one() -> None
     ]
 
 
+def test_a_site_whose_probe_could_not_read_the_accounts_is_not_told_to_add_one() -> None:
+    """sshare refused (a rate limiter, a timeout) while the rest was read: the accounts are
+    unknown, so the agent is never told to add one; the task waits for a probe that reads them."""
+    u = _pinned(state(ALPHA, accounts=(), unread=("accounts",)), state(BETA))
+    assert u.trace.site_reasons("alpha") == [
+        "alpha's last probe could not read your accounts; asked again"
+    ]
+    assert "add one under" not in u.hint
+
+
 def test_an_offline_site_that_fails_other_rules_too_is_not_advised_to_be_waited_for() -> None:
     """Pinned to an offline site that could never run cpus=100000: every candidate fails more
     than one rule and health won the tie, so it was told to wait, yet it is unschedulable."""

@@ -25,6 +25,7 @@ from fedhpc.domain import (
     UserSiteConfig,
 )
 from fedhpc.domain.config import Site
+from fedhpc.domain.site import Unread
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -119,6 +120,7 @@ def state(
     health: Health = Health.OK,
     accounts: tuple[str, ...] = ("proj",),
     credit: tuple[Credit, ...] = (),
+    unread: tuple[Unread, ...] = (),
     **per_partition: dict[str, Any],
 ) -> SiteState:
     """A site's probe: every profile partition idle unless overridden by name."""
@@ -131,6 +133,7 @@ def state(
         partitions=parts,
         accounts=accounts,
         credit=credit,
+        unread=unread,
     )
 
 

@@ -184,6 +184,24 @@ async def test_missing_site_data_is_a_wait_but_an_impossible_request_is_not(stor
     assert not isinstance(await o.planner.decide(task), Unschedulable)
 
 
+async def test_a_probe_that_could_not_read_the_accounts_holds_the_task(store: Store) -> None:
+    """The CI failure of stop 45: a rate-limited sshare left a site's first view without
+    accounts, and a task for a site that needs one was declared unschedulable ("add one under
+    sites...") where it only had to wait for the next probe."""
+    prof = profile("alpha", cpu_partition("cpu"))
+    conventions = prof.conventions.model_copy(update={"account_required": True})
+    alpha = site(prof.model_copy(update={"conventions": conventions}))
+    o = _orchestrator(store, Clock(), alpha=alpha)
+    o.collector.latest["alpha"] = state(alpha.profile, accounts=(), unread=("accounts",))
+    handle = await o.intake.submit_task(_req(), wait_s=0)
+    await o.place_queued()
+    held = await o.book.load_task(handle.task_id)
+    assert held.state is JobState.QUEUED
+    assert held.decision.startswith("queued: waiting for fresh data from alpha")
+    o.collector.latest["alpha"] = state(alpha.profile, accounts=("proj",))
+    assert await o.place_queued() == 1
+
+
 async def test_the_placer_holds_a_task_without_site_data_then_gives_up_after_its_bound(
     store: Store,
 ) -> None:

@@ -13,6 +13,7 @@ import structlog
 from fedhpc.adapters.dialects.busy import SchedulerBusy
 from fedhpc.adapters.liveness import ControllerSilent
 from fedhpc.adapters.site import SiteAdapter
+from fedhpc.collector.carry import carry_forward
 from fedhpc.collector.credit import with_budgets
 from fedhpc.collector.sanity import sanitize_state
 from fedhpc.domain.config import Site
@@ -177,7 +178,7 @@ class Collector:
                 error=f"probe timed out after {self.probe_timeout_s:g} s",
             )
         try:
-            state = sanitize_state(state)
+            state = carry_forward(self.latest.get(name), sanitize_state(state))
             budgeted = with_budgets(state, self.sites[name])
         except Exception as exc:  # a surprising answer is this site's alone: offline, said why
             log.exception("probe answer unreadable", site=name)

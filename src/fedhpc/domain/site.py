@@ -31,6 +31,7 @@ __all__ = [
     "SiteState",
     "StorageRoot",
     "TransportSpec",
+    "Unread",
 ]
 
 # Names that reach a scheduler directive (partition, account, QoS, site): no spaces, quotes or
@@ -38,6 +39,9 @@ __all__ = [
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 
 DialectName = Literal["slurm", "pbs", "lsf", "process"]
+# Parts of a probe's answer that can fail alone while the rest is read: the user's
+# accounts and usage (Slurm's sshare), the queue counts (squeue), the allocation balances.
+Unread = Literal["accounts", "queue", "balance"]
 
 
 def _check_name(value: str) -> str:
@@ -388,6 +392,10 @@ class SiteState(_Frozen):
     credit: tuple[Credit, ...] = ()
     error: str | None = None
     latency_s: float | None = None
+    unread: tuple[Unread, ...] = Field(
+        default=(),
+        description="parts this probe could not read; the collector keeps the last reading",
+    )
 
     def partition(self, name: str) -> PartitionState | None:
         return next((p for p in self.partitions if p.name == name), None)

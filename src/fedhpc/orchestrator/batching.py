@@ -29,13 +29,15 @@ def missing_data(collector: Collector, u: Unschedulable) -> list[str]:
     for c in u.trace.candidates:
         if c.feasible or c.site in out or c.site not in collector.sites:
             continue
-        never_probed = collector.latest.get(c.site) is None
-        # Before a first probe, accounts may still be discovered by it, too.
-        live = _LIVE | {Category.AUTHORIZATION} if never_probed else _LIVE
+        state = collector.latest.get(c.site)
+        # Before a probe reads them (none yet, or its accounts part failed), accounts may
+        # still be discovered by one, too.
+        unread = state is None or "accounts" in state.unread
+        live = _LIVE | {Category.AUTHORIZATION} if unread else _LIVE
         fails = [r.category for r in c.rules if r.outcome is Outcome.FAIL]
         if not fails or not all(f in live for f in fails):
             continue  # something no probe can change rules this candidate out
-        if never_probed or Category.FRESHNESS in fails:
+        if unread or Category.FRESHNESS in fails:
             out.add(c.site)
     return sorted(out)
 

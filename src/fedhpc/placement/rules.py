@@ -198,6 +198,9 @@ def authorization(x: CandidateContext) -> RuleResult:
             # The probe lists the accounts: without one, they are unknown, not missing. The
             # health rule gives the one true reason (offline, or not probed yet).
             return _note(c, f"accounts unknown until {site} answers a probe")
+        if p.profile.conventions.account_required and "accounts" in p.state.unread:
+            # Refused or timed out while the rest was read: unknown, and placed once read.
+            return _fail(c, f"{site}'s last probe could not read your accounts; asked again")
         if p.profile.conventions.account_required:
             return _fail(c, f"no account known for {site}: add one under sites.{site}.accounts")
         return _ok(c, "no account needed")

@@ -18,6 +18,7 @@ from fedhpc.domain.site import (
     PartitionState,
     SiteProfile,
     SiteState,
+    Unread,
 )
 
 __all__ = ["NodeRecord", "parse_balances", "parse_nodes", "parse_probe"]
@@ -263,6 +264,10 @@ def _arch(nodes: list[NodeRecord], profile: SiteProfile) -> Arch:
     return profile.arch
 
 
+# A probe section that failed alone, as the part of the view it would have read.
+_UNREAD: dict[str, Unread] = {"sshare": "accounts", "queue": "queue", "balance": "balance"}
+
+
 def parse_probe(
     sections: dict[str, BatchSection],
     profile: SiteProfile,
@@ -303,8 +308,11 @@ def parse_probe(
         members = [n for n in nodes if spec.name in n.partitions]
         partitions.append(_partition_state(spec.name, members, avail.get(spec.name, False), queue))
     problems = [n for n in ("queue", "sshare") if n not in sections or sections[n].returncode]
-    if profile.conventions.balance_command and sections.get("balance") is None:
+    if profile.conventions.balance_command and balance is None:
         problems.append("balance")
+    unread = tuple(_UNREAD[n] for n in problems)
+    if profile.conventions.balance_command and balance is not None and balance.returncode:
+        unread += ("balance",)  # the balances keep their last reading; the site is not degraded
     no_nodes = not any(n.usable for n in nodes)
     health = Health.DEGRADED if problems or no_nodes else Health.OK
     error = None
@@ -321,4 +329,5 @@ def parse_probe(
         accounts=accounts,
         credit=credit,
         error=error,
+        unread=unread,
     )
