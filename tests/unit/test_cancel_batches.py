@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
+import anyio
+
 from fedhpc.domain.job import JobState
 from fedhpc.domain.site import Health
 from fedhpc.orchestrator.adapt import CANCEL_BATCH, Adaptation
@@ -62,6 +64,7 @@ async def test_jobs_are_cancelled_in_batches_per_site_and_the_rest_marked_for_la
         cast(Any, None),
         clock=lambda: NOW,
         site_lost_after_s=60,
+        lock=anyio.Lock(),
     )
     many = _on("up", 2 * CANCEL_BATCH + 50)
     unsent = _on("up", 2, job=False)  # its submission has not answered yet: no job id

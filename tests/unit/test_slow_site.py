@@ -283,6 +283,66 @@ async def test_a_squeue_answer_that_arrives_after_a_cancel_leaves_the_task_cance
     assert [e.kind for e in await store.events_after(0, limit=10)] == ["task.cancelled"]
 
 
+async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_answers(
+    store: Store, held: _Gate
+) -> None:
+    """A cancel's scheduler call (slow, rate-limited, hung) is sent after the lock: another
+    session's submission is placed and bound meanwhile, and the task is cancelled in the
+    store before scancel answers. A scancel that fails is owed, and sent again next cycle."""
+    o, slow, _ = _world(store)
+    at_slow, _ = await _running_at_both(o)
+    slow.gates["cancel"] = held
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tools.cancel, CancelRequest(task_id=at_slow))
+            await held.entered.wait()  # scancel is running at slow
+            async with o.lock:  # free for anyone else meanwhile
+                pass
+            assert (await o.book.load_task(at_slow)).state is JobState.CANCELLED
+            other = await _submit(o, "fast")  # another session's work goes on
+            await o.place_queued()
+            assert (await _bound(o, other)).site == "fast"
+            slow.failing.add("cancel")  # and this scancel fails when it answers
+            held.open.set()
+    owed = await _attempt(o, at_slow)
+    assert owed.superseded and owed.cancel_pending
+    del slow.gates["cancel"]
+    slow.failing.clear()
+    await o.tick()  # the cycle sends what is owed
+    assert slow.cancelled == [owed.job_id]
+    assert not (await _attempt(o, at_slow)).cancel_pending
+    await o.tick()
+    assert slow.calls["cancel"] == 2  # once refused, once taken: never again
+
+
+async def test_a_group_cancel_holds_no_lock_while_its_sites_cancel(
+    store: Store, held: _Gate
+) -> None:
+    o, slow, fast = _world(store)
+    req = SubmitGroupRequest(
+        objective="o",
+        children=tuple(GroupChild(command=("echo", str(i))) for i in range(4)),
+        envelope=ResourceEnvelope(cpus={"min": 1}, wall_time={"min": "1m"}),
+        spread=True,
+    )
+    group = await o.groups.submit(req, wait_s=0)
+    await o.place_queued()
+    slow.gates["cancel"], fast.gates["cancel"] = held, _Gate()
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tools.cancel, CancelRequest(task_id=group.group_id))
+            await held.entered.wait()
+            await fast.gates["cancel"].entered.wait()  # both sites asked at the same time
+            async with o.lock:
+                pass
+            held.open.set()
+            fast.gates["cancel"].open.set()
+    assert len(slow.cancelled) + len(fast.cancelled) == 4
+    assert {(await o.book.load_task(c.task_id)).state for c in group.children} == {
+        JobState.CANCELLED
+    }
+
+
 class _Recording:
     """A transport that answers every command at once (sbatch with a job id) and keeps it."""
 

@@ -4,10 +4,11 @@ moves when another placement finishes sooner by the task's margin."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import anyio
 import structlog
 
 from fedhpc.adapters.site import SiteAdapter
@@ -61,8 +62,12 @@ class Adaptation:
         *,
         clock: Callable[[], datetime],
         site_lost_after_s: float,
+        lock: anyio.Lock,
     ) -> None:
         self.book = book
+        self.lock = lock  # the orchestrator's: held to record, never to send a cancel
+        self._cancelling: set[tuple[str, int]] = set()  # (task, attempt) being sent
+        self._owed = True  # a cancel may be owed (a restarted daemon: its store may owe some)
         self.collector = collector
         self.adapters = adapters
         self.planner = planner
@@ -151,7 +156,7 @@ class Adaptation:
         ]
         for x in others:
             x.superseded = True
-            await self.cancel_attempt(x)
+            self.owe_cancel(x)
         quiet = await staging.consumed_downstream(
             self.book.store, task
         )  # the next task's outcome will report
@@ -169,29 +174,70 @@ class Adaptation:
                     runtime_s=a.runtime_s,
                 )
 
-    async def cancel_attempt(self, a: AttemptRecord) -> None:
-        """Cancel now if the site answers, else when it does."""
-        if a.job_id is None or not online(self.collector, a.site):
-            a.cancel_pending = True
-            return
-        try:
-            await self.adapters[a.site].cancel([a.job_id])
-            a.cancel_pending = False
-        except Exception as exc:  # the scheduler may already have finished it
-            log.info("cancel failed", site=a.site, job_id=a.job_id, error=str(exc))
-            a.cancel_pending = True
+    def owe_cancel(self, a: AttemptRecord) -> None:
+        """Under the lock: `a`'s job is to be cancelled. Only marked: `send_cancels` sends it
+        after the lock is released, so a slow, hung or rate-limited scheduler never holds the
+        orchestrator's lock (and with it every other session's work)."""
+        a.cancel_pending = True
+        self._owed = True
 
-    async def cancel_attempts(self, atts: list[AttemptRecord]) -> None:
-        """Cancel many at once: one scheduler call per site for up to `CANCEL_BATCH` of its jobs
-        (a group's cancel), each marked for a later cancel where its site did not take it (no
-        job id yet, offline, or the call failed: the control cycle retries those one by one)."""
+    async def send_cancels(self, atts: Sequence[AttemptRecord] | None = None) -> None:
+        """Never under the lock: the cancels owed by `atts` (all active attempts, when None),
+        sent at once (`cancel_attempts`); those a scheduler took are recorded as no longer owed,
+        under the lock; the rest are asked again next cycle, when their site answers."""
+        if atts is None:
+            if not self._owed:
+                return  # nothing marked since the last sweep sent them all
+            self._owed = False
+            atts = []
+            for row in await self.book.store.attempts_in(ACTIVE_STATES):
+                with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
+                    atts.append(AttemptRecord.from_row(row))
+        owed = [
+            a
+            for a in atts
+            if a.cancel_pending
+            and a.job_id is not None
+            and (a.task_id, a.n) not in self._cancelling
+            and online(self.collector, a.site)
+        ]
+        if not owed:
+            return
+        keys = {(a.task_id, a.n) for a in owed}
+        self._cancelling |= keys
+        try:
+            await self.cancel_attempts(owed)
+        finally:
+            self._cancelling -= keys
+        if any(a.cancel_pending for a in atts):
+            self._owed = True  # offline, refused, or no job id yet: the next sweep asks again
+        taken = {(a.task_id, a.n) for a in owed if not a.cancel_pending}
+        if not taken:
+            return
+        async with self.lock:
+            stored = []
+            for task_id in sorted({k[0] for k in taken}):
+                with isolated("recording a cancel failed", task=task_id):
+                    for a in await self.book.load_attempts(task_id):
+                        if (task_id, a.n) in taken and a.cancel_pending:
+                            a.cancel_pending = False
+                            stored.append(a)
+            async with self.book.store.transaction() as tx:
+                await self.book.save_attempts(tx, *stored, at=self.clock())
+
+    async def cancel_attempts(self, atts: Sequence[AttemptRecord]) -> None:
+        """Cancel many at once: one scheduler call per site for up to `CANCEL_BATCH` of its
+        jobs, sites concurrently (one slow site delays no other), each marked for a later
+        cancel where its site did not take it (no job id yet, offline, or the call failed: the
+        next cycle asks again)."""
         by_site: dict[str, list[AttemptRecord]] = {}
         for a in atts:
             if a.job_id is None or not online(self.collector, a.site):
                 a.cancel_pending = True
             else:
                 by_site.setdefault(a.site, []).append(a)
-        for site, some in by_site.items():
+
+        async def one_site(site: str, some: list[AttemptRecord]) -> None:
             for i in range(0, len(some), CANCEL_BATCH):
                 batch = some[i : i + CANCEL_BATCH]
                 try:
@@ -202,6 +248,10 @@ class Adaptation:
                     done = False
                 for a in batch:
                     a.cancel_pending = not done
+
+        async with anyio.create_task_group() as tg:
+            for site, some in by_site.items():
+                tg.start_soon(one_site, site, some)
 
     async def site_lost(self, site: str, atts: list[AttemptRecord]) -> None:
         """The site is offline: move its queued work elsewhere within each task's re-placement
@@ -223,7 +273,8 @@ class Adaptation:
                     decision = await self.planner.decide(task, exclude=(a.site,))
                     if isinstance(decision, Placement):
                         task.replacements_used += 1
-                        a.superseded, a.cancel_pending = True, True
+                        a.superseded = True
+                        self.owe_cancel(a)
                         a.reason = f"re-placed: {a.site} offline"
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
@@ -281,8 +332,8 @@ class Adaptation:
             )
 
     async def adapt_pending(self) -> None:
-        """Supersede cancels owed to returning sites; move long-pending attempts when another
-        placement finishes sooner by the task's margin."""
+        """Move long-pending attempts when another placement finishes sooner by the task's
+        margin (the cancels that owes are sent by `send_cancels`, after the lock)."""
         now = self.clock()
         budgets: dict[str, dict[str, Any]] | None = None
         for row in await self.book.store.attempts_in(ACTIVE_STATES):
@@ -295,15 +346,10 @@ class Adaptation:
     async def _adapt(
         self, a: AttemptRecord, budgets: dict[str, dict[str, Any]], now: datetime
     ) -> None:
-        """One active attempt: a cancel owed to its returning site is sent; a long-pending one
-        is moved when another placement finishes sooner by its task's margin."""
+        """One active attempt: a long-pending one is moved when another placement finishes
+        sooner by its task's margin."""
         if a.superseded:
-            if a.cancel_pending and online(self.collector, a.site):
-                await self.cancel_attempt(a)
-                task = await self.book.load_task(a.task_id)
-                async with self.book.store.transaction() as tx:
-                    await self.book.save(tx, task, a, at=now)
-            return
+            return  # a cancel it owes goes with `send_cancels`, after the lock
         if a.state is not JobState.PENDING or a.pending_since is None:
             return  # nothing to move: its task is not loaded
         cheap = budgets.get(a.task_id)
@@ -357,7 +403,7 @@ class Adaptation:
             return False
         task.replacements_used += 1
         a.superseded, a.reason = True, f"re-placed to {decision.site}/{decision.partition}"
-        await self.cancel_attempt(a)
+        self.owe_cancel(a)
         to = f"{decision.site}/{decision.partition}"
         why = f"pending on {a.site}/{a.partition}; {to} finishes sooner"
         if stay:

@@ -41,12 +41,14 @@ async def cancel_group(
     group: dict[str, Any],
     *,
     clock: Callable[[], datetime],
-) -> TaskHandle:
+) -> tuple[TaskHandle, list[AttemptRecord]]:
     """Cancel every live child of `group` (the caller holds the orchestrator's lock, so no
-    child is placed or submitted meanwhile). The group is closed as cancelled with the last
-    chunk, with a `group.cancelled` event: it wakes nobody (the agent asked; no round event
-    follows) but tells every stream following the group that it ended. A group whose
-    children had all ended is left as it was, and the answer says nothing was cancelled."""
+    child is placed or submitted meanwhile); the answer comes with the attempts whose jobs
+    the caller cancels after the lock (`Adaptation.send_cancels`). The group is closed as
+    cancelled with the last chunk, with a `group.cancelled` event: it wakes nobody (the agent
+    asked; no round event follows) but tells every stream following the group that it ended.
+    A group whose children had all ended is left as it was, and the answer says nothing was
+    cancelled."""
     store = book.store
     terminal = sorted(s.value for s in TERMINAL)
     counts = await store.group_counts(group_id)
@@ -57,15 +59,19 @@ async def cancel_group(
         if c["state"] not in terminal
     ]
     if not live:
-        return _nothing_cancelled(group_id, counts, size)
+        return _nothing_cancelled(group_id, counts, size), []
     jobs = queued = 0
+    owed: list[AttemptRecord] = []
     for start in range(0, len(live), CHUNK):
         chunk: list[tuple[TaskRecord, list[AttemptRecord]]] = []
         for tid in live[start : start + CHUNK]:
             task = await book.load_task(tid)
             atts = [a for a in await book.load_attempts(tid) if not a.state.terminal]
             chunk.append((task, atts))
-        await adaptation.cancel_attempts([a for _, atts in chunk for a in atts])
+        for _, atts in chunk:
+            for a in atts:
+                adaptation.owe_cancel(a)
+                owed.append(a)
         async with store.transaction() as tx:
             for task, atts in chunk:
                 jobs += any(a.job_id is not None for a in atts)
@@ -98,7 +104,7 @@ async def cancel_group(
     decision = f"group {group_id}: cancelled {len(live)} of {size} children ({', '.join(said)})" + (
         f"; {ended} had already ended and keep their results" if ended else ""
     )
-    return TaskHandle(
+    answer = TaskHandle(
         task_id=group_id,
         state=JobState.CANCELLED,
         decision=decision,
@@ -108,6 +114,7 @@ async def cancel_group(
             f"resource fedhpc://groups/{group_id}."
         ),
     )
+    return answer, owed
 
 
 def _nothing_cancelled(group_id: str, counts: dict[str, int], size: int) -> TaskHandle:

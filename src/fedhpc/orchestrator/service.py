@@ -125,6 +125,7 @@ class Orchestrator:
             dispatcher,
             clock=clock,
             site_lost_after_s=site_lost_after_s,
+            lock=self.lock,
         )
         self.control = Control(
             book,
@@ -221,6 +222,7 @@ class Orchestrator:
             await self.adaptation.adapt_pending()
             await staging.advance(self.book, self.placer.wake)  # stage-in done: queue them
             await self.groups.advance()
+        await self.adaptation.send_cancels()  # the cycle's owed cancels, without the lock
         await self.dispatcher.send_later()  # re-placements and retries, without the lock
         self.notify()
 

@@ -267,24 +267,33 @@ class TaskTools:
         A task that had already ended stays as it was, and the answer says nothing was cancelled."""
         async with self.lock:
             if (group := await group_named(self.book.store, req.task_id)) is not None:
-                return await cancel_group(
+                out, live = await cancel_group(
                     self.book, self.adaptation, req.task_id, group, clock=self.clock
                 )
-            task = await self._load(req.task_id)
-            atts = await self.book.load_attempts(task.id)
-            if task.state.terminal:
-                hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
-                return handle(task, _current(atts, task)).model_copy(update={"next": hint})
-            live = [a for a in atts if not a.state.terminal]
-            for a in live:
-                await self.adaptation.cancel_attempt(a)
-                a.superseded = True
-            task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
-            async with self.book.store.transaction() as tx:
-                await self.book.save(tx, task, *live, at=self.clock())
-                await self.book.emit(tx, "task.cancelled", task, reason=task.reasons[0])
-            hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
-            return handle(task, _current(atts, task)).model_copy(update={"next": hint})
+            else:
+                out, live = await self._cancel(req.task_id)
+        # The scheduler's cancels go after the lock (`send_cancels`): a slow or rate-limited
+        # site delays this answer, never another session's work.
+        await self.adaptation.send_cancels(live)
+        return out
+
+    async def _cancel(self, task_id: str) -> tuple[TaskHandle, list[AttemptRecord]]:
+        """Under the lock: the task ends cancelled, its live attempts owing their cancels."""
+        task = await self._load(task_id)
+        atts = await self.book.load_attempts(task.id)
+        if task.state.terminal:
+            hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
+            return handle(task, _current(atts, task)).model_copy(update={"next": hint}), []
+        live = [a for a in atts if not a.state.terminal]
+        for a in live:
+            self.adaptation.owe_cancel(a)
+            a.superseded = True
+        task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, *live, at=self.clock())
+            await self.book.emit(tx, "task.cancelled", task, reason=task.reasons[0])
+        hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
+        return handle(task, _current(atts, task)).model_copy(update={"next": hint}), live
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         """Re-place a task that has not started, or send an unschedulable one back to placement:
@@ -374,13 +383,20 @@ class TaskTools:
                     return handle(task, prepared)  # failed before any folder or job existed
                 intent = prepared
         if intent is not None:  # submitted without the lock: a slow site holds up nothing else
-            return handle(task, await self.dispatcher.complete(intent))
+            return await self._send_moved(task, live, intent)
         await self.wait_placed(
             [task.id], PLACE_WAIT_S
         )  # answer with the placement when it is quick
         task = await self.book.load_task(task.id)
         atts = [a for a in await self.book.load_attempts(task.id) if not a.superseded]
         return handle(task, atts[-1] if atts else None)
+
+    async def _send_moved(
+        self, task: TaskRecord, replaced: list[AttemptRecord], intent: Intent
+    ) -> TaskHandle:
+        """Without the lock: the replaced jobs cancelled, then the new attempt submitted."""
+        await self.adaptation.send_cancels(replaced)
+        return handle(task, await self.dispatcher.complete(intent))
 
     async def _move(
         self, task: TaskRecord, live: list[AttemptRecord], decision: Placement
@@ -389,7 +405,7 @@ class TaskTools:
         and the new attempt's intent written; `Dispatcher.complete` submits it."""
         for a in live:
             a.superseded, a.reason = True, "replanned on request"
-            await self.adaptation.cancel_attempt(a)
+            self.adaptation.owe_cancel(a)  # sent after the lock (`send_cancels`)
         task.provenance = provenance(task.request.envelope, decision)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, *live, at=self.clock())
