@@ -28,6 +28,29 @@ _BUDGET_INTEGRATION = 60.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "budget(seconds): the test's time budget (fails at 3x)")
+    config.pluginmanager.register(ScopeTimes(), "fedhpc-scope-times")
+
+
+class ScopeTimes:
+    """The time each scheduling scope took (`_scope`), printed after the slowest tests: one
+    worker runs the Slurm scope a test at a time, so it is the suite's long pole. Under xdist
+    the controller hears every worker's reports."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[str, list[float]] = {}  # scope -> [tests, seconds]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = _scope(report.nodeid)
+        tally = self.scopes.setdefault("unit tests" if name == report.nodeid else name, [0, 0])
+        tally[0] += report.when == "call"
+        tally[1] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.scopes:
+            return
+        terminalreporter.write_sep("=", "time per scheduling scope (setup + call + teardown)")
+        for name, (tests, seconds) in sorted(self.scopes.items(), key=lambda kv: -kv[1][1])[:8]:
+            terminalreporter.write_line(f"{seconds:8.1f} s  {int(tests):5d} tests  {name}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -143,6 +166,7 @@ PARALLEL_SAFE = frozenset(
         "test_transport_ssh",
         "test_ui_failures",
         "test_ui_history",
+        "test_ui_outlook",
         "test_ui_views",
     }
 )
