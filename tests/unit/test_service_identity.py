@@ -11,11 +11,11 @@ from pydantic import ValidationError
 
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.cli.service import site_identities
-from fedhpc.daemon.routes_ledger import ledger_rows
 from fedhpc.domain import JobSpec
 from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.job import Shape, job_comment
 from fedhpc.placement.credit import predict_charge
+from fedhpc.placement.spend import ledger_rows
 from fedhpc.profiles import load_profiles
 from tests.injection_corpus import corpus
 

@@ -71,6 +71,13 @@ class UserSiteConfig(_Strict):
     task_budget: float | None = Field(
         default=None, ge=0, le=MAX_CREDITS, description="per-task ceiling"
     )
+    person_budget: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CREDITS,
+        description="service mode: the most each person's work may charge here (the site's "
+        "charge unit), what their ended jobs used plus their live jobs' whole wall time",
+    )
     transport: TransportOverride = Field(default_factory=TransportOverride)
     submits_in_flight: int | None = Field(
         default=None,

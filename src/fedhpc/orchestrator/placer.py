@@ -143,6 +143,7 @@ class Placer:
         after = ("", "")
         held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
         self.offline.forget()
+        self.planner.new_pass()  # each person's spending read afresh (`person_budget`)
         while True:
             # A held group's younger children as submitted are not read again in this pass:
             # one placement per held group and pass, whatever its size (a child that replan

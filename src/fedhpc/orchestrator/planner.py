@@ -33,9 +33,12 @@ from fedhpc.placement import (
 )
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
+from fedhpc.placement.spend import ledger_rows, spent_per_site
 
 __all__ = ["Planner", "provenance", "summary"]
 
+# A person's newest attempts read for their spending (as GET /v1/ledger reads them).
+PERSON_ATTEMPTS = 20_000
 Attempt = Callable[[tuple[str, ...], SchedulerAnswer | None], Placement | Unschedulable]
 
 
@@ -99,6 +102,9 @@ class Planner:
         # (retries and re-placements of live work are not counted); the rest wait a cycle.
         self.submits_per_cycle = submits_per_cycle
         self.placed_this_cycle: Counter[str] = Counter()
+        # Service mode: per person, per site, what their work there used or holds (the ledger
+        # read at the first of their tasks in a placement pass, plus what the pass placed).
+        self._people: dict[str, dict[str, float]] = {}
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -114,6 +120,44 @@ class Planner:
         """`task`'s new job goes to (site, partition) in this cycle."""
         self.placed_this_cycle[p.site] += 1
         self.waits.mark_placed(p.site, p.partition, p.shape, task.id)
+        spent = self._people.get(task.owner or "")
+        if spent is not None:
+            spent[p.site] = spent.get(p.site, 0.0) + p.estimates.charge
+
+    def new_pass(self) -> None:
+        """A placement pass starts: every earlier placement is in the store, so each person's
+        spending is read again there (once, at their first task of the pass)."""
+        self._people.clear()
+
+    async def _load_person(self, owner: str | None) -> None:
+        """What `owner`'s work used and holds per site, read once per pass; only when a site
+        caps a person's spending (`person_budget`)."""
+        if owner is None or owner in self._people:
+            return
+        if all(s.user.person_budget is None for s in self.sites.values()):
+            return
+        attempts = await self.collector.store.owned_attempts(owner, PERSON_ATTEMPTS)
+        spent = spent_per_site(ledger_rows(attempts, self.sites))
+        self._people[owner] = {site: u + c for site, (u, c) in spent.items()}
+
+    def _person_budget(self, task: TaskRecord) -> dict[str, tuple[float, str]] | None:
+        """Per site that caps a person's spending: what the task's owner may still spend
+        there, and the bound as the trace names it (None for a task nobody signed in for)."""
+        if task.owner is None:
+            return None
+        spent = self._people.get(task.owner, {})
+        out: dict[str, tuple[float, str]] = {}
+        for name, site in self.sites.items():
+            cap = site.user.person_budget
+            if cap is None:
+                continue
+            used = round(spent.get(name, 0.0), 4)
+            why = (
+                f"per-person budget {cap:g} - {used:g} your jobs there used or hold "
+                f"(sites.{name}.person_budget)"
+            )
+            out[name] = (cap - used, why)
+        return out or None
 
     def envelope(
         self, task: TaskRecord, exclude: tuple[str, ...] = (), wall_s: int | None = None
@@ -177,6 +221,7 @@ class Planner:
             history=history or (),
             errors=errors,
             task_budget=req.task_budget,
+            person_budget=self._person_budget(task),
             ledger=ledger,
             score=score,
         )
@@ -227,6 +272,7 @@ class Planner:
         asked here (`WaitInputs.ask`). `score` names partitions to score even when they cannot
         rank (where a job already waits)."""
         waits = history if history is not None else await self.waits.history()
+        await self._load_person(task.owner)
         attempt, avoid, policy = self.plan(
             task,
             exclude=exclude,
@@ -264,6 +310,7 @@ class Planner:
         submissions for this cycle (as `decide` one by one). Not for spread groups: each child
         there avoids its siblings' systems."""
         first = tasks[0]
+        await self._load_person(first.owner)
         env, drop = self.envelope(first, self.full())
         env = env.model_copy(update={"sites_exclude": drop})
         # The per-site bound on submissions per control cycle, as `decide` one by one has it.

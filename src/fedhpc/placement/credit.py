@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fedhpc.domain.config import AccountConfig, Site
@@ -196,18 +197,30 @@ class Budgets:
     and the user's settings allow is worked out once; what the ledger's claims take off is
     redone for a site after a claim there (`claimed`)."""
 
-    __slots__ = ("_allowances", "_current", "_fractions", "_ledger", "_task_budget")
+    __slots__ = (
+        "_allowances",
+        "_base",
+        "_current",
+        "_fractions",
+        "_ledger",
+        "_person",
+        "_task_budget",
+    )
 
     def __init__(
         self,
         task_budget: float | None,
         ledger: Ledger | None,
         allowances: dict[tuple[str, str | None], Allowance] | None = None,
+        person: Mapping[str, tuple[float, str]] | None = None,
     ) -> None:
         """`allowances`: a cache of `Allowance`s for the same snapshot and sites, which other
-        requests may share (the federation index keeps one)."""
+        requests may share (the federation index keeps one). `person`: per site, what the
+        request's person may still spend there (`person_budget`) and why."""
         self._task_budget, self._ledger = task_budget, ledger
         self._allowances = {} if allowances is None else allowances
+        self._person = person or {}
+        self._base: dict[str, float] = {}  # the ledger's spending per site before this request
         self._current: dict[tuple[str, str | None], Budget] = {}
         self._fractions: dict[tuple[str, tuple[str | None, ...], float], float] = {}
 
@@ -219,8 +232,22 @@ class Budgets:
             if allowance is None:
                 allowance = self._allowances[key] = Allowance.of(site, state, account)
             got = allowance.budget(self._task_budget, *_spent(self._ledger, site.name, account))
-            self._current[key] = got
+            got = self._current[key] = self._personal(site.name, got)
         return got
+
+    def _personal(self, name: str, got: Budget) -> Budget:
+        """`got` bounded by what the person may still spend at the site, less what this
+        request's own claims took there (a group's earlier children: one person's)."""
+        bound = self._person.get(name)
+        if bound is None or got.unusable is not None:
+            return got
+        left, label = bound
+        if self._ledger is not None:
+            spent = self._ledger.site_spent(name)
+            left -= spent - self._base.setdefault(name, spent)
+        if got.allowed is not None and got.allowed <= left:
+            return got
+        return Budget(round(max(left, 0.0), 4), label, got.site_remaining)
 
     def least_fraction(
         self,

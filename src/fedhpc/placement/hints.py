@@ -48,6 +48,11 @@ def _advice(
             "lower wall_time.min or split the task into shorter steps (if the predicted "
             "runtime is what exceeds it: raise wall_time.max, or allow more GPUs/CPUs)"
         )
+    if cat is Category.CREDIT and "per-person budget" in reason:
+        return (
+            "your share of the site's allocation is spent: wait for your running jobs to end, "
+            "shorten wall_time.max / the shape, or ask the operator to raise person_budget"
+        )
     if cat is Category.CREDIT:
         return "raise the budget in your config or shorten wall_time.max / the shape"
     if cat is Category.AUTHORIZATION:

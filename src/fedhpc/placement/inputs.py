@@ -58,6 +58,8 @@ class PlacementInputs:
     env_cache: EnvCache | None = None
     environment: str | None = None
     task_budget: float | None = None
+    # Per site: what the task's person may still spend there (`person_budget`), and why.
+    person_budget: Mapping[str, tuple[float, str]] | None = None
     ledger: Ledger | None = None
     prune: bool = True
     top: int = TOP

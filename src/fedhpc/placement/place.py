@@ -126,7 +126,9 @@ class Request:
         self.index = federation_index(inputs.snapshot, sites)
         # Budgets per (site, account), kept across a group's children: a claim changes only
         # its own site's (`claimed`). Credit bounds from the probe are shared per snapshot.
-        self._budgets = Budgets(task_budget, ledger, self.index.allowances)
+        self._budgets = Budgets(
+            task_budget, ledger, self.index.allowances, person=inputs.person_budget
+        )
         every = list(range(len(self.index.entries)))
         self.survivors, self.static = (
             prune_static(self.index, self._context, self.minimum) if prune else (every, [])

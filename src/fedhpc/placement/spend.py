@@ -1,0 +1,85 @@
+"""What each person's work charged, per site account, from stored attempts (issue 34: the
+credit ledger is a person's too). Used: every ended attempt's charge over the time it ran;
+committed: every live attempt's worst case (its whole granted wall time), both at the site
+profile's charge model (`predict_charge`). Read by `GET /v1/ledger` and by placement, which
+bounds a person's spending at a site by the site's `person_budget`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from fedhpc.domain.config import Site
+from fedhpc.domain.job import JobState, Shape
+from fedhpc.placement.credit import Charge, predict_charge
+
+__all__ = ["ledger_rows", "spent_per_site"]
+
+log = structlog.get_logger(__name__)
+_LIVE = {JobState.SUBMITTED.value, JobState.PENDING.value, JobState.RUNNING.value}
+
+
+def _charged(a: dict[str, Any], sites: Mapping[str, Site]) -> tuple[str, bool, Charge] | None:
+    """An attempt's account, whether it is live, and its charge; None when nothing is charged
+    (its site or partition no longer configured, no account, never ran)."""
+    body, site = a["body"], sites.get(a["site"])
+    account = body.get("account")
+    spec = (
+        next((p for p in site.profile.partitions if p.name == a["partition"]), None)
+        if site is not None
+        else None
+    )
+    if site is None or spec is None or not account or "shape" not in body:
+        return None
+    shape = Shape.model_validate(body["shape"])
+    live = a["state"] in _LIVE and not body.get("superseded")
+    ran = body.get("runtime_s")
+    if not live and not ran:
+        return None  # never ran, or nothing known of how long: nothing charged
+    if not live:
+        shape = shape.model_copy(update={"wall_time_s": float(ran)})
+    return str(account), live, predict_charge(site.profile, spec, shape)
+
+
+def ledger_rows(
+    attempts: list[dict[str, Any]],
+    sites: Mapping[str, Site],
+    *,
+    unreadable: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Per (owner, site, account): `used` by ended attempts, `committed` by live ones. An
+    attempt on a site or partition no longer configured, or with no account, is left out; one
+    that cannot be read is logged with its traceback and its task id put in `unreadable`, and
+    the others are still counted."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for a in attempts:
+        try:
+            got = _charged(a, sites)
+        except Exception:  # one bad row never costs the whole answer
+            log.exception("unreadable attempt left out of the ledger", task=a.get("task_id"))
+            if unreadable is not None:
+                unreadable.append(str(a.get("task_id")))
+            continue
+        if got is None:
+            continue
+        account, live, charge = got
+        owner = a["owner"] or ""
+        key = (owner, a["site"], account)
+        empty = {"site": a["site"], "account": account, "unit": charge.unit, "attempts": 0}
+        row = rows.setdefault(key, {"owner": a["owner"], **empty, "used": 0.0, "committed": 0.0})
+        row["committed" if live else "used"] += charge.amount
+        row["attempts"] += 1
+    for row in rows.values():
+        row["used"], row["committed"] = round(row["used"], 4), round(row["committed"], 4)
+    return [rows[k] for k in sorted(rows)]
+
+
+def spent_per_site(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per site, (used, committed) summed over `ledger_rows`' accounts."""
+    out: dict[str, tuple[float, float]] = {}
+    for r in rows:
+        used, committed = out.get(r["site"], (0.0, 0.0))
+        out[r["site"]] = (round(used + r["used"], 4), round(committed + r["committed"], 4))
+    return out
