@@ -315,6 +315,26 @@ async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_a
     assert slow.calls["cancel"] == 2  # once refused, once taken: never again
 
 
+async def test_two_cancels_and_a_cycle_at_once_send_one_scancel(
+    store: Store, held: _Gate
+) -> None:
+    """Two sessions cancel the same task while a control cycle runs: the job is cancelled
+    once; the second cancel is told nothing was left to cancel."""
+    o, slow, _ = _world(store)
+    at_slow, _ = await _running_at_both(o)
+    slow.gates["cancel"] = held
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tools.cancel, CancelRequest(task_id=at_slow))
+            await held.entered.wait()  # the first cancel's scancel is out
+            again = await o.tools.cancel(CancelRequest(task_id=at_slow))
+            await o.tick()  # the cycle's sweep skips the cancel being sent
+            held.open.set()
+    assert again.state is JobState.CANCELLED and "already" in again.next.lower()
+    assert slow.calls["cancel"] == 1
+    assert not (await _attempt(o, at_slow)).cancel_pending
+
+
 async def test_a_group_cancel_holds_no_lock_while_its_sites_cancel(
     store: Store, held: _Gate
 ) -> None:
