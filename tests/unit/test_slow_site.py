@@ -315,9 +315,7 @@ async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_a
     assert slow.calls["cancel"] == 2  # once refused, once taken: never again
 
 
-async def test_two_cancels_and_a_cycle_at_once_send_one_scancel(
-    store: Store, held: _Gate
-) -> None:
+async def test_two_cancels_and_a_cycle_at_once_send_one_scancel(store: Store, held: _Gate) -> None:
     """Two sessions cancel the same task while a control cycle runs: the job is cancelled
     once; the second cancel is told nothing was left to cancel."""
     o, slow, _ = _world(store)
