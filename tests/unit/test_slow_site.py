@@ -292,9 +292,14 @@ async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_a
     o, slow, _ = _world(store)
     at_slow, _ = await _running_at_both(o)
     slow.gates["cancel"] = held
+    answers = []
+
+    async def cancel() -> None:
+        answers.append(await o.tools.cancel(CancelRequest(task_id=at_slow)))
+
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(o.tools.cancel, CancelRequest(task_id=at_slow))
+            tg.start_soon(cancel)
             await held.entered.wait()  # scancel is running at slow
             async with o.lock:  # free for anyone else meanwhile
                 pass
@@ -306,6 +311,12 @@ async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_a
             held.open.set()
     owed = await _attempt(o, at_slow)
     assert owed.superseded and owed.cancel_pending
+    # The answer never says the job stopped when no scheduler took its cancel.
+    (answer,) = answers
+    assert f"no scheduler has confirmed the cancel of job {owed.job_id} at slow" in str(
+        answer.decision
+    )
+    assert "stopped" not in answer.next and "when those answer" in answer.next
     del slow.gates["cancel"]
     slow.failing.clear()
     await o.tick()  # the cycle sends what is owed

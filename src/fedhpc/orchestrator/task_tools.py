@@ -275,7 +275,7 @@ class TaskTools:
         # The scheduler's cancels go after the lock (`send_cancels`): a slow or rate-limited
         # site delays this answer, never another session's work.
         await self.adaptation.send_cancels(live)
-        return out
+        return _unconfirmed(out, live)
 
     async def _cancel(self, task_id: str) -> tuple[TaskHandle, list[AttemptRecord]]:
         """Under the lock: the task ends cancelled, its live attempts owing their cancels."""
@@ -439,3 +439,27 @@ class TaskTools:
                 f"task {task.id} belongs to group {task.group_id}, whose round already ended",
                 hint="Submit the group again with submit_group and a changed envelope.",
             )
+
+
+def _unconfirmed(out: TaskHandle, live: list[AttemptRecord]) -> TaskHandle:
+    """A cancel's answer that says which jobs no scheduler has taken the cancel of yet (the
+    site offline or refusing, or the submission still in flight): still owed, sent when the
+    site answers; never "stopped" when it is not known to be."""
+    owed = [a for a in live if a.cancel_pending]
+    if not owed:
+        return out
+    jobs = [
+        f"job {a.job_id} at {a.site}" if a.job_id else f"a submission to {a.site} in flight"
+        for a in owed[:5]
+    ]
+    more = f" and {len(owed) - 5} more" if len(owed) > 5 else ""
+    note = (
+        f"no scheduler has confirmed the cancel of {', '.join(jobs)}{more} yet: fedhpc "
+        "cancels each when its site answers; nothing is needed from you"
+    )
+    decision = f"{out.decision}; {note}" if out.decision else note
+    after = (
+        "Cancelled: it ends here and nothing will wake you for it; the jobs decision names are "
+        "cancelled at their schedulers when those answer (fedhpc does it)."
+    )
+    return out.model_copy(update={"decision": decision, "next": after})
