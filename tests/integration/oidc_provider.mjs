@@ -24,6 +24,8 @@ const people = {
   mallory: { email: 'mallory@elsewhere.example', ttl: 600 },
   carol: { email: 'carol@lab.example', ttl: 600 }, // a second person (test_service_owners)
   dana: { email: 'dana@lab.example', ttl: 600 }, // the operator, with fedhpc:admin
+  erin: { email: 'erin@lab.example', ttl: 600 }, // two more people: the long-poll test
+  frank: { email: 'frank@lab.example', ttl: 600 },
 };
 const clients = Object.keys(people).map((id) => ({
   client_id: id,

@@ -32,6 +32,7 @@ from tests.integration.test_service_oauth import (  # noqa: F401 (the module's f
 
 SMALL = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
 LONG = {"command": ["sleep", "600"], "envelope": SMALL}
+SMALL_ENV = {"envelope": SMALL}
 
 
 def _answer(result: CallToolResult) -> dict[str, Any]:
@@ -212,3 +213,34 @@ async def test_a_subscription_to_another_persons_task_is_not_honored(service: Se
     async with _client(url, service.mint("dana", "fedhpc:read fedhpc:submit fedhpc:admin")) as r:
         for tid in (theirs, mine):
             _ok(await r.call_tool("cancel", {"task_id": tid}))
+
+
+async def test_a_persons_long_poll_wakes_on_their_own_event_only(
+    service: Service,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """`list_events(wait_s=...)`: a pull client (a relay, an agent without hooks) waits for its
+    next event instead of polling. Another person's event lands meanwhile and wakes nothing it
+    can see; the person's own task's end answers the wait."""
+    scopes = "fedhpc:read fedhpc:submit"
+    async with (
+        _client(service.resource, service.mint("erin", scopes)) as erin,
+        _client(service.resource, service.mint("frank", scopes)) as frank,
+    ):
+        newest = max([0, *(e["seq"] for e in await _events(erin))])
+        page: dict[str, Any] = {}
+
+        async def wait() -> None:
+            args = {"after": newest, "wait_s": 60, "consumer": "relay"}
+            page.update(_ok(await erin.call_tool("list_events", args)))
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                theirs = _ok(
+                    await frank.call_tool("submit_task", {"command": ["true"], **SMALL_ENV})
+                )
+                await _until_event(frank, theirs["task_id"])  # frank's end landed...
+                assert not page  # ...and woke nobody erin can see
+                mine = _ok(await erin.call_tool("submit_task", {"command": ["true"], **SMALL_ENV}))
+        assert [e["subject"] for e in page["events"]] == [mine["task_id"]], page
+        assert page["events"][0]["kind"] == "task.terminal"

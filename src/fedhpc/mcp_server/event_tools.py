@@ -56,10 +56,11 @@ async def list_events(
     consumer: Annotated[
         str | None, Field(max_length=64, description="skip what it acknowledged")
     ] = None,
+    wait_s: Annotated[float, Field(ge=0, le=60, description="wait this long for one")] = 0,
 ) -> EventsPage:
     """Pull clients: events after `after` (task ended, decision needed, site offline)."""
     rows = await daemon_link(ctx).call(
-        lambda c: c.events(after=after, limit=limit + 1, consumer=consumer)
+        lambda c: c.events(after=after, limit=limit + 1, consumer=consumer, wait_s=wait_s)
     )
     events = [EventView.model_validate(r) for r in rows[:limit]]
     return EventsPage(
