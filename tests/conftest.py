@@ -153,6 +153,7 @@ PARALLEL_SAFE = frozenset(
         "test_mcp_wire",
         "test_move_data_wake",
         "test_offline_wait",
+        "test_relay",
         "test_serve_preload",
         "test_service_oauth",
         "test_service_owners",

@@ -28,6 +28,7 @@ _MODULES = (
     "login",
     "serve",
     "service",
+    "relaying",
     "tasks",
     "pictures",
     "ui",

@@ -1,0 +1,173 @@
+"""`fedhpc relay`: resume a person's agent on their own machine when their work on a fedhpc
+service ends (issue 34). The service cannot start `claude --resume` on a laptop, so the relay
+runs there: it follows the person's events on the service (`list_events` with its consumer
+name and `wait_s`, over the service's MCP endpoint with the person's token), mirrors each into
+a local store with the relay's continuation bound to its subject, and acknowledges it on the
+service only once that local write committed. The local resume bridge (`Bridge`, the daemon's
+own) then resumes the session from that store: at most one resume in flight per session,
+never a second resume of one event across restarts. So each event resumes once whatever is
+killed when: a relay killed before its acknowledgement reads the same events again, and the
+local store keeps one copy of each (keyed by the service's event id)."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import structlog
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from fedhpc.bridge.service import Bridge
+from fedhpc.errors import UsageError
+from fedhpc.ops.continuations import ContinuationSpec
+from fedhpc.store import Store
+from fedhpc.store.continuations import put_continuation
+
+__all__ = ["REMOTE", "RelayConfig", "mirror", "read_token", "run_relay"]
+
+log = structlog.get_logger(__name__)
+
+REMOTE = "relay-remote"  # the local store's cursor: the service's newest event mirrored here
+PAGE = 200  # events per list_events call
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a failed call, growing while calls fail
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """`service`: the service's MCP URL; `token_file`: the person's access token (0600, read
+    again at each connection, so whatever renews it may rewrite it); `consumer`: the cursor's
+    name on the service; `spec`: what to resume; `home`: the relay's folder (its store)."""
+
+    service: str
+    token_file: Path
+    consumer: str
+    spec: ContinuationSpec
+    home: Path
+    wait_s: float = 30.0
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in `path`, refused when others may read it (a token is a credential)."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read the token file {path}: {exc.strerror}",
+            hint="Write your access token there (chmod 600).",
+        ) from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UsageError(
+            f"the token file {path} may be read by others",
+            hint=f"Run `chmod 600 {path}`: a token is a credential.",
+        )
+    if not text or any(c.isspace() for c in text):
+        raise UsageError(f"{path} holds no single token", hint="Write the token alone there.")
+    return text
+
+
+@asynccontextmanager
+async def _session(cfg: RelayConfig) -> AsyncIterator[Client]:
+    token = read_token(cfg.token_file)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=cfg.wait_s + 30.0
+    )
+    async with (
+        http,
+        Client(streamable_http_client(cfg.service, http_client=http), mode="legacy") as client,
+    ):
+        yield client
+
+
+async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    body: dict[str, Any] | None = result.structured_content
+    if result.is_error or body is None:
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        raise UsageError(f"the service refused {tool}: {text[:300]}")
+    return body
+
+
+async def mirror(store: Store, events: list[dict[str, Any]], spec: ContinuationSpec) -> int:
+    """The service's `events` into the local store in one transaction: each once (keyed by
+    its id), with `spec` bound to its subject (and a group event's group), and the remote
+    cursor past them. Returns how many were new."""
+    new = 0
+    async with store.transaction() as tx:
+        for e in events:
+            at = datetime.fromisoformat(e["created_at"])
+            subjects = {e["subject"]}
+            group = e["payload"].get("group_id")
+            if e["kind"].startswith("group.") and isinstance(group, str):
+                subjects.add(group)
+            for subject in sorted(subjects):
+                await put_continuation(tx, subject, spec, at=at)
+            kept = await tx.append_event(
+                e["kind"], e["subject"], e["payload"], at=at, key=f"relay:{e['id']}"
+            )
+            new += kept is not None
+        if events:
+            last = events[-1]
+            at = datetime.fromisoformat(last["created_at"])
+            await tx.set_cursor(REMOTE, int(last["seq"]), at=at)
+    return new
+
+
+async def _follow(cfg: RelayConfig, store: Store, bridge: Bridge) -> None:
+    """One connection's life: pages of events, each mirrored, then acknowledged."""
+    async with _session(cfg) as client:
+        log.info("relay connected", service=cfg.service, consumer=cfg.consumer)
+        while True:
+            after = await store.cursor(REMOTE)
+            args = {"after": after, "limit": PAGE, "consumer": cfg.consumer, "wait_s": cfg.wait_s}
+            page = await _call(client, "list_events", args)
+            events = page["events"]
+            if not events:
+                continue
+            new = await mirror(store, events, cfg.spec)
+            bridge.wake.set()
+            through = int(events[-1]["seq"])
+            await _call(client, "ack_events", {"consumer": cfg.consumer, "through": through})
+            log.info("relay mirrored", events=len(events), new=new, through=through)
+
+
+async def _follow_forever(cfg: RelayConfig, store: Store, bridge: Bridge) -> None:
+    """`_follow`, again after every failure (the service down, the token expired or refused:
+    logged, then tried again with back-off); the work already submitted runs on at the
+    service meanwhile."""
+    failures = 0
+    while True:
+        try:
+            await _follow(cfg, store, bridge)
+        except Exception as exc:  # every failure is told and tried again
+            wait = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+            failures += 1
+            log.warning(
+                "relay: the service call failed; trying again",
+                error=f"{type(exc).__name__}: {str(exc)[:300]}",
+                seconds=wait,
+            )
+            await anyio.sleep(wait)
+
+
+async def run_relay(cfg: RelayConfig, stopping: anyio.Event) -> None:
+    """Follow the service and resume locally until `stopping` is set."""
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    store = await Store.open(cfg.home / "relay.db")
+    bridge = Bridge(store, cfg.home)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bridge.run, stopping)
+            tg.start_soon(_follow_forever, cfg, store, bridge)
+            await stopping.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await store.close()

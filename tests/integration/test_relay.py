@@ -1,0 +1,110 @@
+"""`fedhpc relay` (issue 34): a person whose agent runs on their own machine is resumed there
+when their work on a fedhpc service ends. A real service (a real OpenID provider, the HTTP MCP
+endpoint, a daemon on the local process sites) and the real `fedhpc relay` command. The relay
+is killed with SIGKILL while three jobs end; started again, it resumes the session once per
+event: none lost, none twice. Its token never reaches its log."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import anyio
+
+from tests.integration.test_service_oauth import (  # noqa: F401 (the module's fixture)
+    Service,
+    _client,
+    service,
+)
+
+SMALL = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m"}}
+# The resumed "agent": a program that appends what it was resumed with (the event's JSON on
+# stdin) to a file, one line per resume.
+AGENT = "import sys; open(sys.argv[1], 'a').write(sys.stdin.read().replace('\\n', ' ') + '\\n')"
+TERMINAL = re.compile(r'"event":\s*"task\.terminal"[^}]*?"task_id":\s*"(t[0-9a-f]+)"')
+
+
+def _relay(svc: Service, tmp: Path, token: Path, resumed: Path) -> subprocess.Popen[bytes]:
+    spec = {"runtime": "command", "command": [sys.executable, "-c", AGENT, str(resumed)]}
+    log = (tmp / "relay.log").open("ab")
+    env = {**os.environ, "FEDHPC_HOME": str(tmp / "laptop")}
+    argv = [sys.executable, "-m", "fedhpc.cli.main", "--log-level", "info", "relay"]
+    argv += ["--service", svc.resource, "--token-file", str(token)]
+    argv += ["--continuation", json.dumps(spec), "--wait-s", "2"]
+    with log:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def _resumed(resumed: Path) -> Counter[str]:
+    """task id -> how many resumes told of its end."""
+    text = resumed.read_text() if resumed.exists() else ""
+    return Counter(TERMINAL.findall(text))
+
+
+async def test_a_relay_killed_while_three_jobs_end_resumes_each_once(
+    service: Service,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    secret = service.mint("alice", "fedhpc:read fedhpc:submit")
+    token = tmp_path / "token"
+    token.write_text(secret + "\n")
+    token.chmod(0o600)
+    resumed = tmp_path / "resumed.jsonl"
+    relay = _relay(service, tmp_path, token, resumed)
+    try:
+        async with _client(service.resource, secret) as alice:
+            ids = []
+            for seconds in (1, 3, 5):  # ending one after the other
+                args = {"command": ["sleep", str(seconds)], "envelope": SMALL}
+                answer = await alice.call_tool("submit_task", args)
+                assert not answer.is_error, answer.content
+                ids.append(json.loads(answer.content[0].text)["task_id"])  # type: ignore[union-attr]
+        with anyio.fail_after(120):
+            while not _resumed(resumed):  # the first end resumed the session...
+                await anyio.sleep(0.1)
+        relay.send_signal(signal.SIGKILL)  # ...and the relay dies while the others end
+        relay.wait()
+        relay = _relay(service, tmp_path, token, resumed)
+        with anyio.fail_after(120):
+            while set(_resumed(resumed)) != set(ids):
+                await anyio.sleep(0.2)
+        relay.send_signal(signal.SIGTERM)  # stopped, and started once more: nothing again
+        assert relay.wait(timeout=30) == 0
+        relay = _relay(service, tmp_path, token, resumed)
+        await anyio.sleep(6)  # three long polls: what it would resume again, it would by now
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(timeout=30)
+    assert _resumed(resumed) == Counter(dict.fromkeys(ids, 1)), resumed.read_text()
+    log = (tmp_path / "relay.log").read_text()
+    assert "relay mirrored" in log
+    assert secret not in log and secret not in resumed.read_text()
+
+
+def test_a_token_file_others_may_read_is_refused(
+    service: Service,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("not-a-real-token\n")
+    token.chmod(0o644)
+    spec = json.dumps({"runtime": "inbox", "inbox": "me"})
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "fedhpc.cli.main", "relay", "--service", service.resource),
+            *("--token-file", str(token), "--continuation", spec),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "may be read by others" in out.stderr and "chmod 600" in out.stderr
+    assert "not-a-real-token" not in out.stderr
