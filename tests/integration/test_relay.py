@@ -87,6 +87,42 @@ async def test_a_relay_killed_while_three_jobs_end_resumes_each_once(
     assert secret not in log and secret not in resumed.read_text()
 
 
+async def test_an_expired_token_is_said_plainly_and_a_new_one_is_read_without_a_restart(
+    service: Service,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """bob's tokens live 2 s (the test provider's): the relay says the service refused his
+    token and where to write a new one, keeps trying, and follows his events once a fresh
+    token is in the file; his work ran on meanwhile."""
+    stale = service.mint("bob", "fedhpc:read fedhpc:submit")
+    token = tmp_path / "token"
+    token.write_text(stale)
+    token.chmod(0o600)
+    resumed = tmp_path / "resumed.jsonl"
+    async with _client(service.resource, stale) as bob:
+        answer = await bob.call_tool("submit_task", {"command": ["true"], "envelope": SMALL})
+        task = json.loads(answer.content[0].text)["task_id"]  # type: ignore[union-attr]
+    await anyio.sleep(3)  # expired
+    relay = _relay(service, tmp_path, token, resumed)
+    log = tmp_path / "relay.log"
+    try:
+        with anyio.fail_after(60):
+            while "refused your token (HTTP 401)" not in (log.read_text() if log.exists() else ""):
+                await anyio.sleep(0.2)
+        assert str(token) in log.read_text()
+        # A fresh one (a renewing helper's move): read at once, used before it expires (2 s).
+        fresh = service.mint("bob", "fedhpc:read fedhpc:submit")
+        token.write_text(fresh)
+        with anyio.fail_after(60):
+            while task not in _resumed(resumed):
+                await anyio.sleep(0.2)
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(timeout=30)
+    assert _resumed(resumed)[task] == 1
+    assert stale not in log.read_text() and fresh not in log.read_text()
+
+
 def test_a_token_file_others_may_read_is_refused(
     service: Service,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,

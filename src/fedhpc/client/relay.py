@@ -74,11 +74,26 @@ def read_token(path: Path) -> str:
     return text
 
 
+@dataclass
+class _Refusal:
+    """The HTTP status of the service's last refusal of the token (401: expired, revoked or
+    not the service's audience; 403: a scope or the person is not allowed), else None. The
+    MCP client reports such an answer as an internal error: the status is read here."""
+
+    status: int | None = None
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            self.status = response.status_code
+
+
 @asynccontextmanager
-async def _session(cfg: RelayConfig) -> AsyncIterator[Client]:
+async def _session(cfg: RelayConfig, refusal: _Refusal) -> AsyncIterator[Client]:
     token = read_token(cfg.token_file)
     http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=cfg.wait_s + 30.0
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=cfg.wait_s + 30.0,
+        event_hooks={"response": [refusal]},
     )
     async with (
         http,
@@ -121,9 +136,9 @@ async def mirror(store: Store, events: list[dict[str, Any]], spec: ContinuationS
     return new
 
 
-async def _follow(cfg: RelayConfig, store: Store, bridge: Bridge) -> None:
+async def _follow(cfg: RelayConfig, store: Store, bridge: Bridge, refusal: _Refusal) -> None:
     """One connection's life: pages of events, each mirrored, then acknowledged."""
-    async with _session(cfg) as client:
+    async with _session(cfg, refusal) as client:
         log.info("relay connected", service=cfg.service, consumer=cfg.consumer)
         while True:
             after = await store.cursor(REMOTE)
@@ -139,23 +154,47 @@ async def _follow(cfg: RelayConfig, store: Store, bridge: Bridge) -> None:
             log.info("relay mirrored", events=len(events), new=new, through=through)
 
 
+def _stamp(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+async def _back_off(token_file: Path, wait: float) -> None:
+    """Wait `wait` s, or less: a token file written meanwhile (a new token) is tried at once."""
+    before = _stamp(token_file)
+    with anyio.move_on_after(wait):
+        while _stamp(token_file) == before:  # noqa: ASYNC110 (a file: no event to await)
+            await anyio.sleep(0.25)
+
+
 async def _follow_forever(cfg: RelayConfig, store: Store, bridge: Bridge) -> None:
     """`_follow`, again after every failure (the service down, the token expired or refused:
     logged, then tried again with back-off); the work already submitted runs on at the
     service meanwhile."""
     failures = 0
     while True:
+        refusal = _Refusal()
         try:
-            await _follow(cfg, store, bridge)
+            await _follow(cfg, store, bridge, refusal)
         except Exception as exc:  # every failure is told and tried again
             wait = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
-            log.warning(
-                "relay: the service call failed; trying again",
-                error=f"{type(exc).__name__}: {str(exc)[:300]}",
-                seconds=wait,
-            )
-            await anyio.sleep(wait)
+            if refusal.status is not None:  # the person's move: said plainly, in the log
+                log.warning(
+                    f"relay: the service refused your token (HTTP {refusal.status}): expired, "
+                    f"revoked or without the scopes; write a new one to {cfg.token_file} "
+                    "(read at once); your work runs on meanwhile",
+                    seconds=wait,
+                )
+            else:
+                log.warning(
+                    "relay: the service call failed; trying again",
+                    error=f"{type(exc).__name__}: {str(exc)[:300]}",
+                    seconds=wait,
+                )
+            await _back_off(cfg.token_file, wait)
 
 
 async def run_relay(cfg: RelayConfig, stopping: anyio.Event) -> None:
