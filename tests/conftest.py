@@ -137,6 +137,8 @@ PARALLEL_SAFE = frozenset(
         "test_daemon_control",
         "test_deliveries_check",
         "test_demo_process",
+        "test_e2e_claude",  # but SLURM_TESTS
+        "test_e2e_codex",  # but SLURM_TESTS
         "test_e2e_unreached",
         "test_hostile_answers",
         "test_hostile_holes",
@@ -173,6 +175,16 @@ PARALLEL_SAFE = frozenset(
 )
 
 
+# Tests of parallel-safe modules that do use the Slurm federation (`devfed` mark): they join
+# the Slurm scope, and the rest of their module (local-process sites) runs beside it.
+SLURM_TESTS = frozenset(
+    {
+        "test_e2e_claude.py::test_claude_is_resumed_once_with_the_payload_and_reads_the_result",
+        "test_e2e_codex.py::test_codex_is_resumed_once_with_the_payload_and_reads_the_result",
+    }
+)
+
+
 def _scope(nodeid: str) -> str:
     """What runs together on one worker: every Slurm test (one scope, so one at a time), each
     other integration module whole (its module fixtures start once), each unit test alone."""
@@ -181,6 +193,9 @@ def _scope(nodeid: str) -> str:
         return nodeid
     if Path(path).stem.startswith("test_pbs_"):
         return "pbs"  # devpolaris (OpenPBS) only: one at a time, beside the Slurm tests
+    test = f"{Path(path).name}::{nodeid.split('::', 1)[-1].split('[', 1)[0]}"
+    if test in SLURM_TESTS:
+        return "slurm"
     return path if Path(path).stem in PARALLEL_SAFE else "slurm"
 
 

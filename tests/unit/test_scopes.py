@@ -1,0 +1,52 @@
+"""The suite's scheduling scopes (tests/conftest.py `_scope`): a test that uses the shared Slurm
+federation (its `devfed` mark, or the `devfed` fixture) runs in the Slurm scope, one at a time,
+wherever its module runs: a Slurm test beside another would see (or drain) the other's jobs.
+Read from the test modules' source, as the xdist controller sees only node ids."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import _scope
+
+INTEGRATION = Path(__file__).parent.parent / "integration"
+
+
+def _marked_devfed(decorators: list[ast.expr]) -> bool:
+    return any("devfed" in ast.unparse(d) for d in decorators)
+
+
+def _uses_slurm(module: ast.Module) -> list[str]:
+    """The test functions of `module` that use the Slurm federation."""
+    whole = any(
+        isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+        and "devfed" in ast.unparse(n.value)
+        for n in module.body
+    )
+    out = []
+    for n in module.body:
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test_"):
+            args = {a.arg for a in n.args.args}
+            if whole or _marked_devfed(n.decorator_list) or "devfed" in args:
+                out.append(n.name)
+    return out
+
+
+def test_every_test_on_the_slurm_federation_runs_in_the_slurm_scope() -> None:
+    wrong = []
+    for path in sorted(INTEGRATION.glob("test_*.py")):
+        module = ast.parse(path.read_text())
+        for name in _uses_slurm(module):
+            nodeid = f"tests/integration/{path.name}::{name}"
+            if _scope(nodeid) not in {"slurm", "pbs"}:
+                wrong.append(nodeid)
+    assert not wrong, f"Slurm tests scheduled beside the Slurm scope: {wrong}"
+
+
+def test_a_process_site_test_of_a_mixed_module_runs_beside_the_slurm_scope() -> None:
+    e2e = "tests/integration/test_e2e_claude.py"
+    assert _scope(f"{e2e}::test_twenty_consecutive_resumes_all_have_fedhpcs_tools") == e2e
+    slurm = "test_claude_is_resumed_once_with_the_payload_and_reads_the_result[clean]"
+    assert _scope(f"{e2e}::{slurm}") == "slurm"
