@@ -326,6 +326,26 @@ async def test_a_hanging_scancel_holds_no_lock_and_the_cancel_is_owed_until_it_a
     assert slow.calls["cancel"] == 2  # once refused, once taken: never again
 
 
+async def test_a_cancel_owed_to_an_offline_site_is_sent_when_it_answers_again(
+    store: Store,
+) -> None:
+    """Cancelled while its site is offline: nothing is sent then, nor by the cycles while it
+    stays offline; the first cycle after it answers again sends the scancel."""
+    o, slow, _ = _world(store)
+    at_slow, _ = await _running_at_both(o)
+    up = o.collector.latest["slow"]
+    down = SiteState(site="slow", health=Health.OFFLINE, collected_at=up.collected_at)
+    o.collector.latest["slow"] = down
+    await o.tools.cancel(CancelRequest(task_id=at_slow))
+    await o.tick()
+    await o.tick()
+    assert slow.calls["cancel"] == 0 and (await _attempt(o, at_slow)).cancel_pending
+    o.collector.latest["slow"] = up
+    await o.tick()
+    assert slow.cancelled == [(await _attempt(o, at_slow)).job_id]
+    assert not (await _attempt(o, at_slow)).cancel_pending
+
+
 async def test_two_cancels_and_a_cycle_at_once_send_one_scancel(store: Store, held: _Gate) -> None:
     """Two sessions cancel the same task while a control cycle runs: the job is cancelled
     once; the second cancel is told nothing was left to cancel."""

@@ -193,6 +193,8 @@ class Adaptation:
             for row in await self.book.store.attempts_in(ACTIVE_STATES):
                 with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
                     atts.append(AttemptRecord.from_row(row))
+        if any(a.cancel_pending for a in atts):
+            self._owed = True  # what is not taken now (offline, refused, no job id yet): again
         owed = [
             a
             for a in atts
@@ -209,8 +211,6 @@ class Adaptation:
             await self.cancel_attempts(owed)
         finally:
             self._cancelling -= keys
-        if any(a.cancel_pending for a in atts):
-            self._owed = True  # offline, refused, or no job id yet: the next sweep asks again
         taken = {(a.task_id, a.n) for a in owed if not a.cancel_pending}
         if not taken:
             return
