@@ -14,9 +14,12 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlencode
 
 import anyio
+import httpx2
 
+from tests.integration.oidc_support import free_port, sign_in
 from tests.integration.test_service_oauth import (  # noqa: F401 (the module's fixture)
     Service,
     _client,
@@ -30,12 +33,19 @@ AGENT = "import sys; open(sys.argv[1], 'a').write(sys.stdin.read().replace('\\n'
 TERMINAL = re.compile(r'"event":\s*"task\.terminal"[^}]*?"task_id":\s*"(t[0-9a-f]+)"')
 
 
-def _relay(svc: Service, tmp: Path, token: Path, resumed: Path) -> subprocess.Popen[bytes]:
+def _relay(
+    svc: Service, tmp: Path, token: Path | None, resumed: Path, *, port: int = 0
+) -> subprocess.Popen[bytes]:
+    """The relay, with `token` (a file), else signing in itself (its return on `port`)."""
     spec = {"runtime": "command", "command": [sys.executable, "-c", AGENT, str(resumed)]}
     log = (tmp / "relay.log").open("ab")
-    env = {**os.environ, "FEDHPC_HOME": str(tmp / "laptop")}
+    env = {**os.environ, "FEDHPC_HOME": str(tmp / "laptop"), "BROWSER": "true"}
     argv = [sys.executable, "-m", "fedhpc.cli.main", "--log-level", "info", "relay"]
-    argv += ["--service", svc.resource, "--token-file", str(token)]
+    argv += ["--service", svc.resource]
+    if token is None:
+        argv += ["--sign-in", "--callback-port", str(port)]
+    else:
+        argv += ["--token-file", str(token)]
     argv += ["--continuation", json.dumps(spec), "--wait-s", "2"]
     with log:
         return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -121,6 +131,51 @@ async def test_an_expired_token_is_said_plainly_and_a_new_one_is_read_without_a_
         relay.wait(timeout=30)
     assert _resumed(resumed)[task] == 1
     assert stale not in log.read_text() and fresh not in log.read_text()
+
+
+async def test_a_relay_signs_in_once_in_a_browser_and_keeps_its_tokens_private(
+    service: Service,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """`--sign-in`: the SDK's OAuth client (discovery, registration, PKCE) against the service;
+    the relay prints the URL, the browser's return reaches its loopback port, and its tokens
+    are kept 0600. Started again, it signs in no more: the stored tokens serve."""
+    port = free_port()
+    resumed = tmp_path / "resumed.jsonl"
+    log = tmp_path / "relay.log"
+    relay = _relay(service, tmp_path, None, resumed, port=port)
+    try:
+        with anyio.fail_after(60):
+            while "sign in to" not in (log.read_text() if log.exists() else ""):
+                await anyio.sleep(0.1)
+        url = log.read_text().split("sign in to", 1)[1].splitlines()[1].strip()
+        redirect = f"http://127.0.0.1:{port}/callback"
+        back = await sign_in(url, "gwen@lab.example", redirect)  # the person, in a browser
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await browser.get(f"{redirect}?{urlencode(back)}")
+        assert page.status_code == 200 and "signed in" in page.text
+        stored = tmp_path / "laptop" / "relay" / "oauth.json"
+        with anyio.fail_after(60):
+            while not stored.exists() or "access_token" not in stored.read_text():
+                await anyio.sleep(0.1)
+        assert stored.stat().st_mode & 0o777 == 0o600
+        access = json.loads(stored.read_text())["tokens"]["access_token"]
+        async with _client(service.resource, access) as gwen:
+            answer = await gwen.call_tool("submit_task", {"command": ["true"], "envelope": SMALL})
+            task = json.loads(answer.content[0].text)["task_id"]  # type: ignore[union-attr]
+        with anyio.fail_after(60):
+            while task not in _resumed(resumed):
+                await anyio.sleep(0.2)
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(timeout=30) == 0
+        relay = _relay(service, tmp_path, None, resumed, port=port)
+        await anyio.sleep(6)
+        assert log.read_text().count("sign in to") == 1  # the stored tokens serve
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(timeout=30)
+    assert _resumed(resumed)[task] == 1
+    assert access not in log.read_text()
 
 
 def test_a_token_file_others_may_read_is_refused(

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mcp.shared.auth import OAuthToken
 
 from fedhpc.client.relay import REMOTE, mirror, read_token
+from fedhpc.client.relay_signin import FileTokens
 from fedhpc.errors import UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.store import Store
@@ -59,3 +61,15 @@ def test_a_token_file_must_be_private_and_hold_one_token(tmp_path: Path) -> None
         read_token(token)
     with pytest.raises(UsageError, match="cannot read the token file"):
         read_token(tmp_path / "missing")
+
+
+async def test_the_sign_ins_tokens_are_kept_0600_and_read_back(tmp_path: Path) -> None:
+    store = FileTokens(tmp_path / "relay" / "oauth.json")
+    assert await store.get_tokens() is None
+    await store.set_tokens(OAuthToken(access_token="a.b.c", refresh_token="r", expires_in=60))
+    got = await store.get_tokens()
+    assert got is not None and (got.access_token, got.refresh_token) == ("a.b.c", "r")
+    assert store.path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "relay").stat().st_mode & 0o777 == 0o700
+    store.path.write_text("{not json")  # a damaged file: signed in again, never a crash
+    assert await store.get_tokens() is None

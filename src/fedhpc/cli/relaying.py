@@ -33,8 +33,14 @@ def _relay_cmd(args: argparse.Namespace) -> int:
         ) from None
     if not 0 < args.wait_s <= 60:  # list_events takes at most 60
         raise UsageError(f"--wait-s {args.wait_s:g}: give 0 < s <= 60", hint="e.g. --wait-s 30")
-    token_file = Path(args.token_file).expanduser()
-    read_token(token_file)  # refused now, not at the first connection, when it cannot serve
+    if (args.token_file is None) == (not args.sign_in):
+        raise UsageError(
+            "give --sign-in or --token-file (one of them)",
+            hint="--sign-in: sign in once in a browser; the relay refreshes its token itself.",
+        )
+    token_file = Path(args.token_file).expanduser() if args.token_file else None
+    if token_file is not None:
+        read_token(token_file)  # refused now, not at the first connection, when it cannot serve
     cfg = RelayConfig(
         service=args.service,
         token_file=token_file,
@@ -42,6 +48,7 @@ def _relay_cmd(args: argparse.Namespace) -> int:
         spec=spec,
         home=Path(args.home).expanduser() if args.home else fedhpc_home() / "relay",
         wait_s=args.wait_s,
+        callback_port=args.callback_port,
     )
 
     async def main() -> None:
@@ -72,7 +79,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--service", required=True, help="the service's MCP URL (…/mcp)")
     p.add_argument(
-        "--token-file", required=True, help="a file (chmod 600) holding your access token"
+        "--sign-in",
+        action="store_true",
+        help="sign in in a browser once (OAuth, PKCE); tokens kept 0600 and refreshed",
+    )
+    p.add_argument("--token-file", help="instead: a file (chmod 600) holding an access token")
+    p.add_argument(
+        "--callback-port", type=int, default=8976, help="the sign-in's return port (loopback)"
     )
     p.add_argument(
         "--continuation",

@@ -12,7 +12,7 @@ local store keeps one copy of each (keyed by the service's event id)."""
 from __future__ import annotations
 
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from fedhpc.bridge.service import Bridge
+from fedhpc.client.relay_signin import sign_in_provider
 from fedhpc.errors import UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.store import Store
@@ -47,11 +48,17 @@ class RelayConfig:
     name on the service; `spec`: what to resume; `home`: the relay's folder (its store)."""
 
     service: str
-    token_file: Path
+    token_file: Path | None  # None: the relay's own sign-in (`relay_signin`)
     consumer: str
     spec: ContinuationSpec
     home: Path
     wait_s: float = 30.0
+    callback_port: int = 8976  # the sign-in's return, on loopback
+
+    @property
+    def tokens(self) -> Path:
+        """Where the relay's own sign-in keeps its tokens (0600)."""
+        return self.home / "oauth.json"
 
 
 def read_token(path: Path) -> str:
@@ -89,12 +96,15 @@ class _Refusal:
 
 @asynccontextmanager
 async def _session(cfg: RelayConfig, refusal: _Refusal) -> AsyncIterator[Client]:
-    token = read_token(cfg.token_file)
-    http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=cfg.wait_s + 30.0,
-        event_hooks={"response": [refusal]},
-    )
+    hooks: dict[str, list[Callable[..., Any]]] = {"response": [refusal]}
+    timeout = cfg.wait_s + 30.0
+    if cfg.token_file is None:
+        auth = sign_in_provider(cfg.service, cfg.tokens, cfg.callback_port)
+        http = httpx2.AsyncClient(auth=auth, timeout=timeout, event_hooks=hooks)
+    else:
+        token = read_token(cfg.token_file)
+        headers = {"Authorization": f"Bearer {token}"}
+        http = httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks)
     async with (
         http,
         Client(streamable_http_client(cfg.service, http_client=http), mode="legacy") as client,
@@ -161,8 +171,11 @@ def _stamp(path: Path) -> float | None:
         return None
 
 
-async def _back_off(token_file: Path, wait: float) -> None:
+async def _back_off(token_file: Path | None, wait: float) -> None:
     """Wait `wait` s, or less: a token file written meanwhile (a new token) is tried at once."""
+    if token_file is None:
+        await anyio.sleep(wait)
+        return
     before = _stamp(token_file)
     with anyio.move_on_after(wait):
         while _stamp(token_file) == before:  # noqa: ASYNC110 (a file: no event to await)
@@ -182,10 +195,14 @@ async def _follow_forever(cfg: RelayConfig, store: Store, bridge: Bridge) -> Non
             wait = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
             if refusal.status is not None:  # the person's move: said plainly, in the log
+                fix = (
+                    f"write a new one to {cfg.token_file} (read at once)"
+                    if cfg.token_file is not None
+                    else f"sign in again (remove {cfg.tokens} and start the relay)"
+                )
                 log.warning(
                     f"relay: the service refused your token (HTTP {refusal.status}): expired, "
-                    f"revoked or without the scopes; write a new one to {cfg.token_file} "
-                    "(read at once); your work runs on meanwhile",
+                    f"revoked or without the scopes; {fix}; your work runs on meanwhile",
                     seconds=wait,
                 )
             else:
@@ -199,7 +216,7 @@ async def _follow_forever(cfg: RelayConfig, store: Store, bridge: Bridge) -> Non
 
 async def run_relay(cfg: RelayConfig, stopping: anyio.Event) -> None:
     """Follow the service and resume locally until `stopping` is set."""
-    cfg.home.mkdir(parents=True, exist_ok=True)
+    cfg.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = await Store.open(cfg.home / "relay.db")
     bridge = Bridge(store, cfg.home)
     try:
