@@ -14,13 +14,15 @@ from pydantic import ValidationError
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.client.errors import DaemonUnavailable
+from fedhpc.client.relay_bindings import BINDINGS, bind_from_hook
 from fedhpc.client.start import start_daemon
 from fedhpc.inbox import take_lines
 from fedhpc.ops.continuations import ToolBinding
+from fedhpc.settings import fedhpc_home
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.terminal import for_terminal
 
-__all__ = ["BIND_TOOLS", "add_parser", "pre_tool_use", "user_prompt_submit"]
+__all__ = ["BIND_TOOLS", "add_parser", "post_tool_use", "pre_tool_use", "user_prompt_submit"]
 
 # The tools whose calls start work that a continuation wakes the session about.
 BIND_TOOLS = ("submit_task", "submit_group", "move_data")
@@ -60,6 +62,17 @@ def pre_tool_use(stdin: str) -> int:
     return 0
 
 
+def post_tool_use(stdin: str, folder: Path) -> int:
+    """PostToolUse (matcher `mcp__fedhpc__...`), for `fedhpc relay`: record which session
+    made the work a submit returned, so the relay resumes that session for its events. Never
+    blocks anything: a failure is said on stderr."""
+    try:
+        bind_from_hook(stdin, folder)
+    except (ValueError, ValidationError, OSError) as exc:
+        print(f"fedhpc hook post-tool-use: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 0
+
+
 INBOX_SHOWN = 20  # newest events injected into one prompt; the count of the rest is said
 
 
@@ -93,6 +106,8 @@ def _hook(args: argparse.Namespace) -> int:
     stdin = sys.stdin.read()
     if args.event == "pre-tool-use":
         return pre_tool_use(stdin)
+    if args.event == "post-tool-use":
+        return post_tool_use(stdin, fedhpc_home() / "relay" / BINDINGS)
     if args.event == "session-start":
         print(
             "fedhpc hook session-start is no longer used: sessions are bound at submit by "
@@ -170,7 +185,9 @@ def _check_cmd(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h = sub.add_parser("hook", help="Claude Code hook handlers (read the hook JSON on stdin)")
-    h.add_argument("event", choices=["pre-tool-use", "user-prompt-submit", "session-start"])
+    h.add_argument(
+        "event", choices=["pre-tool-use", "post-tool-use", "user-prompt-submit", "session-start"]
+    )
     h.set_defaults(func=_hook)
     d = sub.add_parser("deliveries", help="the resume bridge's deliveries (dead letters too)")
     d.add_argument(

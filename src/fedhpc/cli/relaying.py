@@ -20,12 +20,15 @@ def _relay_cmd(args: argparse.Namespace) -> int:
     from pydantic import ValidationError  # the command's own
 
     from fedhpc.client.relay import RelayConfig, read_token, run_relay  # the command's own
+    from fedhpc.client.relay_bindings import BINDINGS  # the command's own
     from fedhpc.errors import UsageError  # the command's own
     from fedhpc.ops.continuations import ContinuationSpec  # the command's own
     from fedhpc.settings import fedhpc_home  # the command's own
 
     try:
-        spec = ContinuationSpec.model_validate_json(args.continuation)
+        spec = (
+            ContinuationSpec.model_validate_json(args.continuation) if args.continuation else None
+        )
     except ValidationError as exc:
         raise UsageError(
             f"--continuation is not a continuation: {exc.errors()[0]['msg']}",
@@ -47,6 +50,7 @@ def _relay_cmd(args: argparse.Namespace) -> int:
         consumer=args.consumer or f"relay-{socket.gethostname()}"[:64],
         spec=spec,
         home=Path(args.home).expanduser() if args.home else fedhpc_home() / "relay",
+        bindings=fedhpc_home() / "relay" / BINDINGS,  # where `fedhpc hook post-tool-use` writes
         wait_s=args.wait_s,
         callback_port=args.callback_port,
     )
@@ -89,8 +93,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--continuation",
-        required=True,
-        help="what to resume, as JSON: a ContinuationSpec (docs/continuation.md)",
+        help="what to resume for work no session was recorded for (the PostToolUse hook "
+        "records Claude's), as JSON: a ContinuationSpec (docs/continuation.md)",
     )
     p.add_argument("--consumer", help="your cursor's name on the service (default relay-<host>)")
     p.add_argument("--home", help="the relay's folder (default <FEDHPC_HOME>/relay)")

@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from fedhpc.bridge.service import Bridge
+from fedhpc.client.relay_bindings import bound_spec
 from fedhpc.client.relay_signin import sign_in_provider
 from fedhpc.errors import UsageError
 from fedhpc.ops.continuations import ContinuationSpec
@@ -36,6 +37,7 @@ __all__ = ["REMOTE", "RelayConfig", "mirror", "read_token", "run_relay"]
 
 log = structlog.get_logger(__name__)
 
+_WORK = ("task_id", "group_id", "transfer_id")  # an event's work, as its payload names it
 REMOTE = "relay-remote"  # the local store's cursor: the service's newest event mirrored here
 PAGE = 200  # events per list_events call
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a failed call, growing while calls fail
@@ -50,8 +52,9 @@ class RelayConfig:
     service: str
     token_file: Path | None  # None: the relay's own sign-in (`relay_signin`)
     consumer: str
-    spec: ContinuationSpec
+    spec: ContinuationSpec | None  # what wakes for work no session was recorded for
     home: Path
+    bindings: Path | None = None  # sessions the PostToolUse hook recorded (`relay_bindings`)
     wait_s: float = 30.0
     callback_port: int = 8976  # the sign-in's return, on loopback
 
@@ -121,10 +124,16 @@ async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, An
     return body
 
 
-async def mirror(store: Store, events: list[dict[str, Any]], spec: ContinuationSpec) -> int:
+async def mirror(
+    store: Store,
+    events: list[dict[str, Any]],
+    spec: ContinuationSpec | None,
+    bindings: Path | None = None,
+) -> int:
     """The service's `events` into the local store in one transaction: each once (keyed by
-    its id), with `spec` bound to its subject (and a group event's group), and the remote
-    cursor past them. Returns how many were new."""
+    its id), with its session bound to its subject (and a group event's group): the one the
+    PostToolUse hook recorded for its work in `bindings`, else `spec`; and the remote cursor
+    past them. Returns how many were new."""
     new = 0
     async with store.transaction() as tx:
         for e in events:
@@ -133,8 +142,14 @@ async def mirror(store: Store, events: list[dict[str, Any]], spec: ContinuationS
             group = e["payload"].get("group_id")
             if e["kind"].startswith("group.") and isinstance(group, str):
                 subjects.add(group)
+            ids = [e["subject"], *(str(e["payload"].get(k) or "") for k in _WORK)]
+            bound = bound_spec(bindings, ids) if bindings is not None else None
+            chosen = bound or spec
+            if chosen is None:  # mirrored and acknowledged, but it wakes nobody here
+                log.warning("relay: no session bound to this work", subject=e["subject"])
             for subject in sorted(subjects):
-                await put_continuation(tx, subject, spec, at=at)
+                if chosen is not None:
+                    await put_continuation(tx, subject, chosen, at=at)
             kept = await tx.append_event(
                 e["kind"], e["subject"], e["payload"], at=at, key=f"relay:{e['id']}"
             )
@@ -157,7 +172,7 @@ async def _follow(cfg: RelayConfig, store: Store, bridge: Bridge, refusal: _Refu
             events = page["events"]
             if not events:
                 continue
-            new = await mirror(store, events, cfg.spec)
+            new = await mirror(store, events, cfg.spec, cfg.bindings)
             bridge.wake.set()
             through = int(events[-1]["seq"])
             await _call(client, "ack_events", {"consumer": cfg.consumer, "through": through})
