@@ -116,10 +116,23 @@ def _from_schema(node: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> 
     return st.dictionaries(Text, Json, max_size=3)
 
 
+# list_events' `wait_s` waits that long for an event when none is newer: fuzzed as the schema
+# allows it, one case could wait 60 s (past the call's 30 s bound). Valid values stay short;
+# the invalid ones (negative, past 60, not a number) are fuzzed as everything else is.
+WAIT_S = st.one_of(
+    st.floats(0, 0.2),
+    st.floats(-10, -0.01),
+    st.floats(60.01, 1e6),
+    st.text(max_size=4),
+    st.none(),
+    st.booleans(),
+)
+
+
 def _object(node: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
     props = node["properties"]
     required = set(node.get("required", ()))
-    fields = {k: _arg(v, defs, depth) for k, v in props.items()}
+    fields = {k: WAIT_S if k == "wait_s" else _arg(v, defs, depth) for k, v in props.items()}
     base = st.fixed_dictionaries(
         {k: fields[k] for k in props if k in required},
         optional={k: fields[k] for k in props if k not in required},
