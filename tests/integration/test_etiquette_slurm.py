@@ -155,8 +155,11 @@ async def test_a_job_that_left_the_queue_between_two_looks_ends_from_accounting(
     home = _home(tmp_path, f"status_floor_s = {floor}\n")
     async with running(home) as client:
         begun = time.monotonic()
+        # It runs 10 s: fedhpc's first look (the cycle after its submission) sees it queued
+        # or running however loaded the machine, so that look never reads its end. It leaves
+        # squeue about 40 s after submission, before the floor allows the second look.
         handle = await client.submit_task(
-            SubmitTaskRequest(command=("bash", "-c", "echo done"), envelope=ENV)
+            SubmitTaskRequest(command=("bash", "-c", "sleep 10; echo done"), envelope=ENV)
         )
         job = await job_id_of(client, handle.task_id)
         with anyio.fail_after(150):  # Slurm ran it, ended it and forgot it
