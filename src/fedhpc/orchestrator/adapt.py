@@ -67,7 +67,8 @@ class Adaptation:
         self.book = book
         self.lock = lock  # the orchestrator's: held to record, never to send a cancel
         self._cancelling: set[tuple[str, int]] = set()  # (task, attempt) being sent
-        self._owed = True  # a cancel may be owed (a restarted daemon: its store may owe some)
+        # Cancels still owed, as `adapt_pending` found them this cycle (`send_cancels` them).
+        self.owed: list[AttemptRecord] = []
         self.collector = collector
         self.adapters = adapters
         self.planner = planner
@@ -179,22 +180,12 @@ class Adaptation:
         after the lock is released, so a slow, hung or rate-limited scheduler never holds the
         orchestrator's lock (and with it every other session's work)."""
         a.cancel_pending = True
-        self._owed = True
 
-    async def send_cancels(self, atts: Sequence[AttemptRecord] | None = None) -> None:
-        """Never under the lock: the cancels owed by `atts` (all active attempts, when None),
-        sent at once (`cancel_attempts`); those a scheduler took are recorded as no longer owed,
-        under the lock; the rest are asked again next cycle, when their site answers."""
-        if atts is None:
-            if not self._owed:
-                return  # nothing marked since the last sweep sent them all
-            self._owed = False
-            atts = []
-            for row in await self.book.store.attempts_in(ACTIVE_STATES):
-                with isolated("unreadable attempt", task=row["task_id"], attempt=row["n"]):
-                    atts.append(AttemptRecord.from_row(row))
-        if any(a.cancel_pending for a in atts):
-            self._owed = True  # what is not taken now (offline, refused, no job id yet): again
+    async def send_cancels(self, atts: Sequence[AttemptRecord]) -> None:
+        """Never under the lock: the cancels `atts` owe, sent at once (`cancel_attempts`);
+        those a scheduler took are recorded as no longer owed, under the lock. The rest stay
+        owed in the store: each cycle's `adapt_pending` finds them again (`owed`), until their
+        site answers."""
         owed = [
             a
             for a in atts
@@ -333,8 +324,9 @@ class Adaptation:
 
     async def adapt_pending(self) -> None:
         """Move long-pending attempts when another placement finishes sooner by the task's
-        margin (the cancels that owes are sent by `send_cancels`, after the lock)."""
+        margin; gather the cancels still owed (`owed`: the caller sends them after the lock)."""
         now = self.clock()
+        self.owed = []
         budgets: dict[str, dict[str, Any]] | None = None
         for row in await self.book.store.attempts_in(ACTIVE_STATES):
             # One attempt's failure is its own: the others are still adapted this cycle.
@@ -349,7 +341,9 @@ class Adaptation:
         """One active attempt: a long-pending one is moved when another placement finishes
         sooner by its task's margin."""
         if a.superseded:
-            return  # a cancel it owes goes with `send_cancels`, after the lock
+            if a.cancel_pending:
+                self.owed.append(a)  # sent with `send_cancels`, after the lock
+            return
         if a.state is not JobState.PENDING or a.pending_since is None:
             return  # nothing to move: its task is not loaded
         cheap = budgets.get(a.task_id)
