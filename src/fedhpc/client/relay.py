@@ -225,6 +225,7 @@ async def _follow_forever(cfg: RelayConfig, store: Store, bridge: Bridge) -> Non
                     "relay: the service call failed; trying again",
                     error=f"{type(exc).__name__}: {str(exc)[:300]}",
                     seconds=wait,
+                    exc_info=exc,  # its traceback: an unexpected failure is found by it
                 )
             await _back_off(cfg.token_file, wait)
 
