@@ -197,8 +197,8 @@ def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
                 for w in ran.evaluate_all("(items) => items.map((i) => i.dataset.wait)")
             ), ran.evaluate_all("(items) => items.map((i) => i.dataset.wait)")
             moved.hover()
-            expect(page.locator(".vis-tooltip")).to_contain_text("re-placed to")
-            expect(page.locator(".vis-tooltip")).to_contain_text("never started")
+            expect(page.locator("#tip")).to_contain_text("re-placed to")
+            expect(page.locator("#tip")).to_contain_text("never started")
             look = (
                 "(e) => [getComputedStyle(e).backgroundColor, getComputedStyle(e).backgroundImage]"
             )

@@ -143,6 +143,51 @@ def _looks(item: Any) -> dict[str, str]:
     )
 
 
+# Where the tooltip stands against the bars: each bar's box and, at its centre, whether the
+# element a person sees there (hit-testing the tooltip too, as if it took the pointer) is the bar.
+COVERED = """(tip) => {
+  const t = tip.getBoundingClientRect();
+  const was = tip.style.pointerEvents;
+  tip.style.pointerEvents = "auto";  // hit-test what is drawn on top, the tooltip included
+  const bars = [...document.querySelectorAll(".vis-item.attempt")].map((e) => {
+    const r = e.getBoundingClientRect();
+    const x = r.left + Math.min(r.width / 2, 30), y = r.top + r.height / 2;
+    const top = document.elementFromPoint(x, y);
+    const w = Math.min(r.right, t.right) - Math.max(r.left, t.left);
+    const h = Math.min(r.bottom, t.bottom) - Math.max(r.top, t.top);
+    return { id: e.dataset.task + "#" + e.dataset.n, top: r.top, bottom: r.bottom,
+             seen: !!top && e.contains(top), overlap: w > 0 && h > 0 };
+  });
+  tip.style.pointerEvents = was;
+  return { tip: { top: t.top, bottom: t.bottom, left: t.left, right: t.right },
+           events: getComputedStyle(tip).pointerEvents, bars };
+}"""
+
+
+def _hover_top_bar_and_see_below(page: Any, expect: Any) -> None:
+    """Hover the Gantt's topmost bar (with others stacked below it): the tooltip shows, takes
+    no pointer, and covers neither the hovered bar nor any bar below it. vis-timeline's own
+    tooltip was capped inside the Gantt's box, over the very rows below the pointer."""
+    page.mouse.move(0, 0)
+    items = page.locator(".vis-item.attempt").all()
+    top = min(items, key=lambda i: (i.bounding_box() or {"y": 1e9})["y"])
+    top.scroll_into_view_if_needed()
+    page.wait_for_timeout(200)  # a scroll hides the tooltip: done before the pointer moves
+    boxes = [(i, i.bounding_box()) for i in items]
+    hovered, bar = min(((i, b) for i, b in boxes if b is not None), key=lambda ib: ib[1]["y"])
+    below = [b for _, b in boxes if b is not None and b["y"] >= bar["y"] + bar["height"] - 1]
+    assert below, boxes  # there are rows below the hovered one to keep in sight
+    page.mouse.move(bar["x"] + min(bar["width"] / 2, 30), bar["y"] + bar["height"] / 2)
+    tip = page.locator("#tip")
+    expect(tip).to_be_visible()
+    got = page.evaluate(COVERED, tip.element_handle())
+    assert got["events"] == "none", got
+    key = f"{hovered.get_attribute('data-task')}#{hovered.get_attribute('data-n')}"
+    for b in got["bars"]:
+        if b["top"] >= bar["y"] - 1:  # the hovered bar and every bar below it
+            assert not b["overlap"] and b["seen"], (key, got)
+
+
 def test_queue_wait_and_run_are_drawn_apart_in_one_stated_time_zone(dashboard: Dashboard) -> None:
     sync_playwright, expect = need_browser()
     gid, truth = _queued_group(dashboard)
@@ -195,17 +240,19 @@ def test_queue_wait_and_run_are_drawn_apart_in_one_stated_time_zone(dashboard: D
             f".vis-item.attempt[data-task='{waited['task_id']}'][data-n='{waited['n']}']"
         )
         item.hover()
-        tip = page.locator("#timeline .vis-tooltip")
+        tip = page.locator("#tip")
         expect(tip).to_contain_text("in the queue")
         expect(tip).to_contain_text(f"submitted {_shown(_at(waited['submitted']), 'UTC')}")
         # In the page's font (it was verdana, a serif where verdana is missing), on screen.
         fonts = page.evaluate(
             "[getComputedStyle(document.body).fontFamily, "
-            "getComputedStyle(document.querySelector('#timeline .vis-tooltip')).fontFamily]"
+            "getComputedStyle(document.querySelector('#tip')).fontFamily]"
         )
         assert fonts[0] == fonts[1], fonts
         box = tip.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1440, box
+        # The top bar of the three stacked ones: its tooltip hides neither it nor the two below.
+        _hover_top_bar_and_see_below(page, expect)
 
         # Selected: outlined, its colours kept (it turned the yellow of a running attempt).
         before = _looks(item)
@@ -338,6 +385,15 @@ def test_every_page_fits_a_phone_and_a_desktop(dashboard: Dashboard, tmp_path: P
                 assert got["found"] == [] and got["outside"] == [], (width, name, got)
                 assert got["scroll"] <= got["width"], (width, name, got)
                 if name.startswith("tasks/group"):
+                    # Drawn: vis-timeline kept its root hidden (a blank white box) when made
+                    # with a window that never changed afterwards.
+                    assert (
+                        page.evaluate(
+                            "getComputedStyle(document.querySelector('#timeline .vis-timeline'))"
+                            ".visibility"
+                        )
+                        == "visible"
+                    ), (width, name)
                     shown = page.locator("#timeline").bounding_box()
                     # The whole width on a phone (it was ~100 px), most of it on a desktop.
                     least = 0.85 * width - 40 if width < 700 else 0.55 * width
@@ -348,12 +404,13 @@ def test_every_page_fits_a_phone_and_a_desktop(dashboard: Dashboard, tmp_path: P
                     bar = right.bounding_box()
                     assert bar is not None
                     page.mouse.move(min(bar["x"] + bar["width"] - 2, width - 4), bar["y"] + 4)
-                    tip = page.locator("#timeline .vis-tooltip")
+                    tip = page.locator("#tip")
                     expect(tip).to_be_visible()
                     box = tip.bounding_box()
                     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (
                         box
                     )
+                    _hover_top_bar_and_see_below(page, expect)
             page.close()
         browser.close()
     assert errors == [], errors

@@ -348,20 +348,62 @@ function barItem(b, now) {
   const wait = t1 > t0 ? Math.min(1, Math.max(0, ((ts ?? t1) - t0) / (t1 - t0))) : (ts === null ? 1 : 0);
   const marks = { "re-placed": "↪ re-placed ", replanned: "↪ replanned ", retry: "⟳ retry ", extension: "⧗ longer wall ", placed: "" };
   const content = el("span", {}, (b.superseded ? "✕ moved · " : "") + marks[b.cause] + b.label + ` · ${b.state}`);
-  const title = [`${b.label} on ${b.site}/${b.partition} (job ${b.job_id || "-"}): ${b.state}`,
-                 phaseText(b, now),
-                 `submitted ${when(b.submitted)}, started ${when(b.started)}, ended ${when(b.ended)}`,
-                 b.why].join("\n");
   const cls = ["attempt", `state-${b.state}`, `cause-${b.cause}`];
   if (b.superseded) cls.push("superseded");
   if (ts === null) cls.push("never-started");
   return { id: `${b.task_id}#${b.n}`, group: b.site, start: new Date(t0), end: new Date(Math.max(t1, t0 + 1)), content,
-           title: escapeHtml(title).replace(/\n/g, "<br>"), className: cls.join(" "),
+           className: cls.join(" "),
            style: `--wait: ${(wait * 100).toFixed(2)}%`, task: b.task_id, n: b.n, wait: wait.toFixed(4), bar: b };
 }
 
-function escapeHtml(s) {
-  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+// An attempt's tooltip: the page's own element (#tip; vis-timeline's put it over the rows below
+// the pointer, capped inside the Gantt's box), in the page's font, as text. It stands beside
+// the pointer (on its left near the screen's right edge) and above the hovered bar, so the bar
+// and the rows below it stay in sight; only with no room above on the screen does it go below
+// the bar. It never takes the pointer (pointer-events: none) and stays inside the screen.
+const TIP_GAP = 12;  // px between the pointer and the tooltip's side
+const TIP_EDGE = 6;  // px kept free at the screen's edges and above the hovered bar
+
+function tipText(b, now) {
+  return [`${b.label} on ${b.site}/${b.partition} (job ${b.job_id || "-"}): ${b.state}`,
+          phaseText(b, now),
+          `submitted ${when(b.submitted)}, started ${when(b.started)}, ended ${when(b.ended)}`,
+          b.why].join("\n");
+}
+
+function hideTip() {
+  const tip = $("#tip");
+  tip.hidden = true;
+  delete tip.dataset.item;
+}
+
+function placeTip(tip, x, y, bar) {  // x, y: the pointer; bar: the hovered bar's box (viewport)
+  const width = document.documentElement.clientWidth;
+  const height = document.documentElement.clientHeight;
+  const w = tip.offsetWidth;
+  const h = tip.offsetHeight;
+  let left = x + TIP_GAP;
+  if (left + w > width - TIP_EDGE) left = x - TIP_GAP - w;  // no room on the right: on the left
+  left = Math.max(TIP_EDGE, Math.min(left, width - TIP_EDGE - w));
+  let top = Math.min(bar.top, y) - TIP_EDGE - h;  // above the bar: the rows below stay in sight
+  if (top < TIP_EDGE) top = Math.max(TIP_EDGE, Math.min(bar.bottom + TIP_EDGE, height - TIP_EDGE - h));
+  tip.style.left = `${Math.round(left)}px`;
+  tip.style.top = `${Math.round(top)}px`;
+  tip.dataset.side = top < bar.top ? "above" : "below";
+}
+
+function followTip(ev) {  // the pointer moved over the Gantt
+  const item = ev.target instanceof Element ? ev.target.closest(".vis-item.attempt") : null;
+  const id = item ? `${item.dataset.task}#${item.dataset.n}` : null;
+  const b = id && (state.byId || {})[id];
+  if (!b) { hideTip(); return; }
+  const tip = $("#tip");
+  if (tip.dataset.item !== id || tip.hidden) {
+    tip.textContent = tipText(b, new Date());
+    tip.dataset.item = id;
+    tip.hidden = false;
+  }
+  placeTip(tip, ev.clientX, ev.clientY, item.getBoundingClientRect());
 }
 
 // A task's page: what `fedhpc task ID` prints (each attempt's wait, run and exit, the
@@ -482,13 +524,23 @@ async function refreshTimeline() {
   const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
   const key = `${sel.kind}:${sel.id}`;
   const fit = items.length && state.fitted !== key ? span(items) : null;
-  if (!state.timeline) {
+  const created = !state.timeline;
+  if (created) {
     state.timeline = new vis.Timeline($("#timeline"), new vis.DataSet(itemsWithoutBar), new vis.DataSet(groups), {
-      stack: true, orientation: "top", zoomKey: "ctrlKey", tooltip: { followMouse: true, overflowMethod: "cap" },
-      margin: { item: 6 }, showCurrentTime: true, dataAttributes: ["task", "n", "wait"], ...axisOptions(), ...(fit || {}),
+      stack: true, orientation: "top", zoomKey: "ctrlKey", showTooltips: false,  // #tip instead
+      margin: { item: 6 }, showCurrentTime: true, dataAttributes: ["task", "n", "wait"], ...axisOptions(),
     });
     // Drawn: the count a reader (or a test) can rely on appears once the items are on screen.
-    state.timeline.on("changed", () => { $("#timeline").dataset.attempts = String(state.itemCount); });
+    // No start/end in the options: with them vis-timeline keeps its root hidden (and an empty
+    // loading screen over it) until the range first changes, and a window set to the same
+    // range never changes it: the Gantt stayed blank. Its own first draw fits the items; the
+    // span with room for the last label is set once that draw is done.
+    state.timeline.on("changed", () => {
+      $("#timeline").dataset.attempts = String(state.itemCount);
+      const w = state.firstWindow;
+      state.firstWindow = null;
+      if (w) state.timeline.setWindow(w.start, w.end, { animation: false });
+    });
     state.timeline.on("select", (props) => {
       state.picked = props.items[0];
       const b = state.byId[state.picked];
@@ -503,7 +555,8 @@ async function refreshTimeline() {
     $("#attempt-detail").textContent = detail(byId[state.picked], now);
   }
   if (fit) {  // the whole span once per selection; then the person's zoom is kept
-    state.timeline.setWindow(fit.start, fit.end, { animation: false });
+    if (created) state.firstWindow = fit;  // after the first draw (above)
+    else state.timeline.setWindow(fit.start, fit.end, { animation: false });
     state.fitted = key;
   }
 }
@@ -653,6 +706,9 @@ async function route() {
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
   $("#tz").addEventListener("change", (e) => setZone(e.target.value));
+  $("#timeline").addEventListener("mousemove", followTip);
+  $("#timeline").addEventListener("mouseleave", hideTip);
+  window.addEventListener("scroll", hideTip, { passive: true });  // the page moved: the bar it stood by too
   $("#qh-pick").addEventListener("change", () => { if (state.history) drawQueueHistory(state.history); });
   for (const f of ["#task-state", "#task-find"]) {  // the task list follows its filters at once
     $(f).addEventListener(f === "#task-find" ? "input" : "change", () => { if (state.page === "tasks") tick(refreshTaskLists, "tasks"); });
