@@ -520,7 +520,10 @@ def test_a_pending_task_says_why_and_when_it_may_start(dashboard: Dashboard) -> 
             assert re.search(r"fedhpc predicted a \d+ \w+ wait \([^)]+\): start about ", said), said
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            context = browser.new_context(
+                viewport={"width": 1440, "height": 900}, timezone_id="Asia/Kolkata"
+            )
+            page = context.new_page()
             page.goto(f"{dashboard.url}#/tasks/task/{task_id}")
             page.wait_for_selector("#timeline[data-attempts='1']", timeout=20_000)
             why = page.locator("#why-pending")
@@ -529,7 +532,15 @@ def test_a_pending_task_says_why_and_when_it_may_start(dashboard: Dashboard) -> 
             )
             expect(why).to_contain_text(re.compile(r"scheduler's reason: (Resources|Priority) \("))
             expect(why).to_contain_text("fedhpc predicted a")
-            expect(why).to_contain_text(re.compile(r"start about \d{4}-\d\d-\d\d \S+ UTC"))
+            found = re.search(r"start about (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", rest)
+            assert found, rest
+            start = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+            expect(why).to_contain_text(f"start about {_shown(start, 'UTC')}")
+            # In local time, the sentence's start too (it stayed in UTC), the same instant.
+            page.select_option("#tz", "local")
+            expect(why).to_contain_text(f"start about {_shown(start, 'UTC+05:30', KOLKATA)}")
+            expect(why).not_to_contain_text(" UTC;")
+            expect(why).not_to_contain_text(re.compile(r"\d\d UTC(,|$|\.)"))
             browser.close()
     finally:
         dashboard.client(cancel)

@@ -31,6 +31,7 @@ from fedhpc.ops.tasks import ResultRequest
 from fedhpc.ui.charges import charges_route
 from fedhpc.ui.data import group_manifests, group_summaries, manifest
 from fedhpc.ui.estimators import with_auto
+from fedhpc.ui.pending import predicted_start
 from fedhpc.ui.timeline import bar_json, bars
 
 __all__ = ["STATIC", "Gate", "build_ui_app", "delivery_status"]
@@ -205,7 +206,12 @@ def build_ui_app(
 
     async def task_timeline(request: Request, c: DaemonClient) -> Any:
         m = await manifest(c, request.path_params["task_id"])
-        return {"task": m.model_dump(mode="json"), "bars": [bar_json(b) for b in bars([m])]}
+        return {
+            "task": m.model_dump(mode="json"),
+            "bars": [bar_json(b) for b in bars([m])],
+            # The start its why-pending sentence names in UTC, as data: the page's zone.
+            "predicted_start": predicted_start(m),
+        }
 
     async def task_output(request: Request, c: DaemonClient) -> Any:
         # The tail of stdout (and of stderr on failure), read from the site: only when the

@@ -409,7 +409,7 @@ function followTip(ev) {  // the pointer moved over the Gantt
 // A task's page: what `fedhpc task ID` prints (each attempt's wait, run and exit, the
 // placement's why, reasons, outputs by reference, what to do next); the output's tail is read
 // from the site only when asked.
-function taskDetail(t) {
+function taskDetail(t, start) {
   $("#task-detail").hidden = !t;
   if (!t) return;
   const secs = (v) => (v === null || v === undefined ? "-" : duration(v));
@@ -432,18 +432,21 @@ function taskDetail(t) {
     $("#output-tail").textContent = "";
   }
   $("#read-output").onclick = () => readOutput(t.task_id);
-  const why = whyPending(t);
+  const why = whyPending(t, start);
   $("#why-pending").hidden = !why;
   $("#why-pending").textContent = why || "";
 }
 
 // Why it is not running yet, and when it may start: fedhpc's own hold, or at a scheduler its
 // pending reason and the start fedhpc predicted, as the daemon words it for every face
-// (`waiting`: `fedhpc task` and get_result read the same sentence).
-function whyPending(t) {
+// (`waiting`: `fedhpc task` and get_result read the same sentence). The sentence names that
+// start in UTC; `start` ({at, shown}: the instant and the text the sentence printed for it)
+// lets the page write it in its own zone, as every other time.
+function whyPending(t, start) {
   if (t.state === "queued") return `Not at a scheduler yet: ${t.waiting || "fedhpc is placing it"}.`;
   if (!["submitted", "pending"].includes(t.state) || !t.waiting) return null;
-  return t.waiting.charAt(0).toUpperCase() + t.waiting.slice(1) + ".";
+  const said = start && t.waiting.includes(start.shown) ? t.waiting.replace(start.shown, when(start.at)) : t.waiting;
+  return said.charAt(0).toUpperCase() + said.slice(1) + ".";
 }
 
 async function readOutput(taskId) {
@@ -518,7 +521,7 @@ async function refreshTimeline() {
       (t.group_id ? `; group ${t.group_id}` : "");
   }
   if (sel.kind !== "group") $("#tl-pager").hidden = true;
-  taskDetail(sel.kind === "task" ? body.task : null);
+  taskDetail(sel.kind === "task" ? body.task : null, body.predicted_start);
   state.itemCount = items.length;
   const itemsWithoutBar = items.map(({ bar, ...rest }) => rest);
   const byId = Object.fromEntries(items.map((i) => [i.id, i.bar]));
