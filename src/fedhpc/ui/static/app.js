@@ -219,6 +219,7 @@ async function refreshScatter() {
   const hist = await api("/api/history?limit=120");
   const datasets = [];
   const newest = {};
+  const merged = [];  // per site: its probes and the points they make
   for (const [site, points] of Object.entries(hist.sites)) {
     const offered = (state.offered || {})[site];
     const xy = points.map((pt) => {
@@ -233,13 +234,19 @@ async function refreshScatter() {
       seen.set(key, { ...p, probes: ((seen.get(key) || {}).probes || 0) + 1 });
     }
     const color = colorOf(site);
+    const radius = (c) => 3 + 2 * Math.sqrt(((c.raw || {}).probes || 1) - 1);
+    // Hovered, a point keeps its size (Chart.js's hover radius is 4 px whatever the point's:
+    // a merged point shrank under the pointer, and away from its centre lost the hover).
     datasets.push({ label: site, data: [...seen.values()], backgroundColor: color + "55", borderColor: color,
-                    pointRadius: (c) => 3 + 2 * Math.sqrt(((c.raw || {}).probes || 1) - 1) });
+                    pointRadius: radius, pointHoverRadius: (c) => radius(c) + 2 });
     if (xy.length) {
       datasets.push({ label: `${site} median`, data: [{ x: median(xy.map((p) => p.x)), y: median(xy.map((p) => p.y)) }],
-                      backgroundColor: color, borderColor: "#000", pointRadius: 9, pointStyle: "rectRot" });
+                      backgroundColor: color, borderColor: "#000", pointRadius: 9, pointHoverRadius: 11, pointStyle: "rectRot" });
     }
+    merged.push(`${site} ${xy.length} probe${xy.length === 1 ? "" : "s"} as ${seen.size} point${seen.size === 1 ? "" : "s"}`);
   }
+  // In words: every probe is drawn, however few points they make.
+  $("#scatter-note").textContent = merged.length ? `Drawn: ${merged.join(" · ")}.` : "No probes yet.";
   if (!state.chart) {
     state.chart = new Chart($("#scatter"), {
       type: "scatter", data: { datasets },
