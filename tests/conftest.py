@@ -185,13 +185,18 @@ SLURM_TESTS = frozenset(
 )
 
 
+# Integration modules that use devpolaris (OpenPBS) alone, never a Slurm cluster (their daemons
+# run with FEDHPC_DEVFED=pbs), beside the `test_pbs_*` ones: they join the "pbs" scope.
+PBS_ONLY = frozenset({"test_arrays_pbs"})
+
+
 def _scope(nodeid: str) -> str:
     """What runs together on one worker: every Slurm test (one scope, so one at a time), each
     other integration module whole (its module fixtures start once), each unit test alone."""
     path = nodeid.split("::", 1)[0]
     if "integration/" not in path:
         return nodeid
-    if Path(path).stem.startswith("test_pbs_"):
+    if Path(path).stem.startswith("test_pbs_") or Path(path).stem in PBS_ONLY:
         return "pbs"  # devpolaris (OpenPBS) only: one at a time, beside the Slurm tests
     test = f"{Path(path).name}::{nodeid.split('::', 1)[-1].split('[', 1)[0]}"
     if test in SLURM_TESTS:

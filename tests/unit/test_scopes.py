@@ -50,3 +50,12 @@ def test_a_process_site_test_of_a_mixed_module_runs_beside_the_slurm_scope() -> 
     assert _scope(f"{e2e}::test_twenty_consecutive_resumes_all_have_fedhpcs_tools") == e2e
     slurm = "test_claude_is_resumed_once_with_the_payload_and_reads_the_result[clean]"
     assert _scope(f"{e2e}::{slurm}") == "slurm"
+
+
+def test_a_module_on_devpolaris_alone_runs_in_the_pbs_scope_not_the_slurm_one() -> None:
+    arrays = (INTEGRATION / "test_arrays_pbs.py").read_text()
+    assert "devfed" not in arrays and 'FEDHPC_DEVFED="pbs"' in arrays  # no Slurm cluster
+    test = "test_alike_children_run_as_one_qsub_j_and_one_subjob_is_cancelled_alone"
+    assert _scope(f"tests/integration/test_arrays_pbs.py::{test}") == "pbs"
+    demo = "tests/integration/test_demo_slurm_pbs.py"  # Slurm and PBS: the Slurm scope
+    assert _scope(f"{demo}::test_demo_places_one_group_over_slurm_and_pbs") == "slurm"
