@@ -22,6 +22,8 @@ import anyio
 import pytest
 
 from tests.integration.daemon_util import sbatch
+from tests.integration.test_demo_process import _check_resume
+from tests.integration.test_demo_slurm import _no_load_left
 from tests.integration.test_ui_views import BLOCKS, OVERLAPS
 from tests.integration.ui_util import (
     CHROMIUM,
@@ -48,6 +50,17 @@ pytestmark = pytest.mark.devfed
 @pytest.fixture(scope="module")
 def kept(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kept]:
     yield from keep_demo(devfed, tmp_path_factory)
+
+
+def test_demo_on_slurm_resumes_the_agent_with_a_replaced_attempt(devfed: Any, kept: Kept) -> None:
+    """`fedhpc demo --sites slurm` (here with --keep, as `./dev demo` runs it): the group runs
+    on the four Slurm clusters, the child stuck on the busy devanvil is re-placed, the agent
+    is resumed once for the round, and the background load is cancelled at the end."""
+    out = kept.out
+    assert "local federation: 4 Slurm clusters up" in out, out
+    assert "devanvil's H100s are now busy with background jobs" in out, out
+    _check_resume(out)
+    _no_load_left(devfed)
 
 
 def test_dashboard_shows_the_federation_the_replaced_attempt_and_the_resume(
