@@ -173,7 +173,7 @@ def _scheduler(o: Orchestrator, answer: Callable[[TaskRecord, Placement], Attemp
     """Dispatch as a scheduler that answers `answer` (a refusal: a failed attempt), recorded as
     the dispatcher records an attempt; nothing is submitted anywhere."""
 
-    async def prepare(task: TaskRecord, p: Placement) -> AttemptRecord:
+    async def prepare(task: TaskRecord, p: Placement, **_: object) -> AttemptRecord:
         att = answer(task, p)
         task.attempts_made = att.n
         async with o.book.store.transaction() as tx:

@@ -25,7 +25,7 @@ async def test_a_pending_job_is_not_given_up_for_a_wait_and_the_refusal_says_so(
     o = _orchestrator(store, Clock(), alpha=ALPHA, beta=BETA)
     await _alpha_down(o, store)
 
-    async def scheduler(task: TaskRecord, p: Placement) -> AttemptRecord:
+    async def scheduler(task: TaskRecord, p: Placement, **_: object) -> AttemptRecord:
         att = _attempt(task, p, task.attempts_made + 1, NOW, state=JobState.PENDING)
         att.job_id = f"{4240 + att.n}"  # a job id the scheduler gave
         task.attempts_made, task.state = task.attempts_made + 1, JobState.PENDING

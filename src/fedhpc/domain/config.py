@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.domain.site import SafeName, SiteProfile, TransportSpec
-from fedhpc.domain.units import MAX_CREDITS
+from fedhpc.domain.units import MAX_CREDITS, MAX_SECONDS
 
 __all__ = [
     "AccountConfig",
@@ -85,6 +85,13 @@ class UserSiteConfig(_Strict):
         le=16,
         description="scheduler submit calls at once at this site (default 2); each call may "
         "carry several jobs",
+    )
+    hedges_in_flight: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="hedged copies (extra submissions of one task) each person may have live "
+        "here at once (default 4; 0: none)",
     )
     prologue: tuple[PrologueLine, ...] | None = Field(
         default=None,
@@ -162,6 +169,15 @@ class ResumeConfig(_Strict):
         return found.get(runtime) or ResumeRuntime()
 
 
+class HedgeConfig(_Strict):
+    """`[hedge]`: the default of a task's `adaptation.hedge_copies` and `hedge_min_gain_s`."""
+
+    copies: int = Field(default=1, ge=1, le=3, description="sites a task may go to at once")
+    min_gain_s: float = Field(
+        default=60.0, ge=0, le=MAX_SECONDS, description="the expected finish a copy must gain"
+    )
+
+
 class UserConfig(_Strict):
     """The user's config file: extra profile folders and per-site settings."""
 
@@ -174,6 +190,10 @@ class UserConfig(_Strict):
     goal: Literal["fastest", "cheapest", "balanced"] = Field(
         default="fastest",
         description="placement goal of a task or group that names none (read at daemon start)",
+    )
+    hedge: HedgeConfig = Field(
+        default_factory=HedgeConfig,
+        description="hedged submission for tasks whose adaptation names none (read at start)",
     )
     service: ServiceConfig | None = Field(
         default=None,

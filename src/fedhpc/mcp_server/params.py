@@ -54,7 +54,7 @@ ADAPTATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
         "budgets: max_retries, max_wall_extensions, wall_factor, replace_pending, "
-        "replace_after_s, replace_margin_s, max_replacements"
+        "replace_after_s, replace_margin_s, max_replacements, hedge_copies, hedge_min_gain_s"
     ),
 }
 

@@ -77,6 +77,22 @@ class AdaptationPolicy(_In):
         description="the new placement must finish this much sooner",
     )
     max_replacements: int = Field(default=2, ge=0, le=10, strict=True)
+    hedge_copies: int | None = Field(
+        default=None,
+        ge=1,
+        le=3,
+        strict=True,
+        description="submit to up to this many sites at once while their forecasts overlap: "
+        "the first to start runs, the others are cancelled; default: the user's config (1)",
+    )
+    hedge_min_gain_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        strict=True,
+        description="a copy must bring the expected finish this much sooner; default: the "
+        "user's config (60)",
+    )
 
 
 class SubmitTaskRequest(_In):

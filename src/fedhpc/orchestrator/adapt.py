@@ -19,6 +19,7 @@ from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import Dispatcher
+from fedhpc.orchestrator.hedging import live_others, set_aside
 from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -103,13 +104,15 @@ class Adaptation:
 
     async def after_end(self, task: TaskRecord, a: AttemptRecord) -> None:
         """An attempt ended: accept it, retry, extend, or end the task with one event."""
-        if task.state.terminal:
-            return
+        if task.state.terminal or a.outrun_by is not None:
+            return  # a hedged copy another outran: cancelled, its end is nobody's result
         if a.state is JobState.COMPLETED:
             await self._accept(task, a)
             return
         if a.superseded:
             return
+        if await set_aside(self.book, task, a, f"{a.native_state or a.state.value} on {a.site}"):
+            return  # a hedged copy of it goes on elsewhere
         budget = task.request.adaptation
         if a.state is JobState.TIMEOUT and task.extensions_used < budget.max_wall_extensions:
             cap = self.collector.sites[a.site].profile.partition(a.partition).max_wall_s
@@ -156,6 +159,8 @@ class Adaptation:
             x for x in await self.book.load_attempts(task.id) if x.n != a.n and not x.state.terminal
         ]
         for x in others:
+            if not x.superseded:  # a hedged copy still in play: this one finished first
+                x.outrun_by, x.reason = a.n, f"hedged copy: cancelled, attempt {a.n} finished first"
             x.superseded = True
             self.owe_cancel(x)
         quiet = await staging.consumed_downstream(
@@ -257,6 +262,9 @@ class Adaptation:
             task = await self.book.load_task(a.task_id)
             if task.state.terminal:
                 continue
+            if await set_aside(self.book, task, a, f"{a.site} offline"):
+                self.owe_cancel(a)  # a hedged copy goes on elsewhere: this one is not waited for
+                continue
             why = "its job was running there and may still be"
             if a.state is not JobState.RUNNING:
                 why = "no re-placement left in its adaptation budget"
@@ -351,6 +359,8 @@ class Adaptation:
             return  # not due (or no budget left): its task is not loaded
         task = await self.book.load_task(a.task_id)
         budget = task.request.adaptation
+        if a.copy_of is not None or live_others(await self.book.load_attempts(task.id), a.n):
+            return  # hedged: its copies already wait elsewhere, the first to start runs
         if (
             not budget.replace_pending
             or task.replacements_used >= budget.max_replacements

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fedhpc.collector import Collector
+from fedhpc.orchestrator.hedging import HedgePlan
 from fedhpc.orchestrator.holdback import hold_key
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
@@ -92,5 +93,6 @@ class Batch:
     answer: SchedulerAnswer | None = None
     holds: list[TaskRecord] = field(default_factory=list)  # to save: their reason changed
     jobs: list[tuple[TaskRecord, Placement]] = field(default_factory=list)  # to dispatch
+    hedges: dict[str, HedgePlan] = field(default_factory=dict)  # task id -> its copies, note
     used: dict[str, set[str]] = field(default_factory=dict)  # group -> systems its children use
     spread: dict[str, bool] = field(default_factory=dict)  # group -> spread across systems

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, PermanentError, UsageError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.task_views import TaskHandle
@@ -115,8 +116,13 @@ class TaskBook:
         return await put_continuation(tx, subject, spec, at=self.clock())
 
     async def latest_attempt(self, task_id: str) -> AttemptRecord | None:
-        """The task's newest attempt still in play (None before any)."""
+        """The task's newest attempt still in play (None before any); while hedged copies are
+        in play, the one that started, else the first (the others are named in the
+        decision)."""
         atts = [a for a in await self.load_attempts(task_id) if not a.superseded]
+        live = [a for a in atts if not a.state.terminal]
+        if len(live) > 1:
+            return next((a for a in live if a.state is JobState.RUNNING), live[0])
         return atts[-1] if atts else None
 
 

@@ -25,6 +25,7 @@ from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claims, Ended
+from fedhpc.orchestrator.hedging import outrun
 from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.records import AttemptRecord
 
@@ -85,6 +86,8 @@ class Control:
         # mid-submit) may have a scheduler command of that process still running, whatever its
         # age, so the grace counts from here for it.
         self.leading_since: datetime | None = None
+        # Hedged copies a started copy outran in a merge, their cancels sent after the lock.
+        self.outrun: list[AttemptRecord] = []
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
         # but not yet settled accounting row; their eligible time is filled in when it settles.
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
@@ -147,6 +150,8 @@ class Control:
             else:
                 log.exception("observe failed", site=site)
                 self.collector.probe_soon(site)
+        losers, self.outrun = self.outrun, []
+        await self.adaptation.send_cancels(losers)  # the moment a copy started, not a cycle on
         await self.dispatcher.send_later()  # its retries and re-placements, without the lock
 
     async def _stored(self, site: str) -> list[AttemptRecord]:
@@ -231,10 +236,14 @@ class Control:
         ended, was superseded or got its job id meanwhile is taken as it is now; the merge is
         monotonic, so an answer older than what is stored never moves an attempt back."""
         stored = {(a.task_id, a.n): a for a in await self._stored(site)}
+        merged: set[str] = set()  # tasks one of whose attempts was merged in this loop
         for asked in answer.asked:
             a = stored.get((asked.task_id, asked.n))
             if a is None:
                 continue  # no longer active: its end was recorded meanwhile
+            if a.task_id in merged:  # a sibling's merge may have changed it (a hedged copy)
+                a = next((x for x in await self.book.load_attempts(a.task_id) if x.n == a.n), a)
+            merged.add(a.task_id)
             with isolated("observing an attempt failed", task=a.task_id, attempt=a.n):
                 if asked.job_id is None:
                     await self._intent(a, answer)
@@ -311,6 +320,9 @@ class Control:
         task = await self.book.load_task(a.task_id)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, a, at=self.clock())
+        if a.state is JobState.RUNNING and before is not JobState.RUNNING:
+            # The first hedged copy to start runs: the others are cancelled right after the lock.
+            self.outrun += await outrun(self.book, task, a, self.adaptation.owe_cancel)
         if a.state.terminal and not before.terminal:
             if a.ended_at is not None and a.job_id is not None:
                 self.claims.end(Ended(a.site, a.partition, a.ended_at))

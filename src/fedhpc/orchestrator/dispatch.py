@@ -119,10 +119,14 @@ class Dispatcher:
         with isolated("submission failed", site=intents[0].att.site, jobs=len(intents)):
             await self.complete_many(intents)
 
-    async def prepare(self, task: TaskRecord, p: Placement) -> Intent | AttemptRecord:
+    async def prepare(
+        self, task: TaskRecord, p: Placement, *, note: str = "", copy_of: int | None = None
+    ) -> Intent | AttemptRecord:
         """Under the lock: the intent (attempt n, no job id yet) written before anything is
         submitted, so a crash after it is resolved by `find` on the job name and nothing is
-        ever submitted twice; or the attempt that failed before any folder or job existed."""
+        ever submitted twice; or the attempt that failed before any folder or job existed.
+        The task's decision becomes `p`'s, with `note` (a hedge's); a hedged copy (`copy_of`:
+        the attempt it hedges) leaves the decision as its first attempt wrote it."""
         now = self.clock()
         adapter = self.adapters[p.site]
         n = task.attempts_made + 1
@@ -134,7 +138,7 @@ class Dispatcher:
             workdir = _workdir(adapter, req.workdir, base)
             _check_outputs(adapter, req.outputs)
         except (WorkdirFailed, StorageUnread) as exc:
-            return await self._folderless(task, p, n, exc)
+            return await self._folderless(task, p, n, exc, copy_of=copy_of)
         att = _attempt(
             task,
             p,
@@ -147,9 +151,11 @@ class Dispatcher:
             stderr=f"{base}/{n}.err",
             workdir=workdir,
         )
+        att.copy_of = copy_of
         task.attempts_made = n
-        task.decision = summary(p)
-        task.provenance = provenance(req.envelope, p)  # re-placements too: never stale
+        if copy_of is None:
+            task.decision = summary(p) + (f"; {note}" if note else "")
+            task.provenance = provenance(req.envelope, p)  # re-placements too: never stale
         if task.state is JobState.QUEUED:
             task.state = JobState.SUBMITTED
         async with self.book.store.transaction() as tx:
@@ -308,15 +314,23 @@ class Dispatcher:
         return stored
 
     async def _folderless(
-        self, task: TaskRecord, p: Placement, n: int, exc: WorkdirFailed | StorageUnread
+        self,
+        task: TaskRecord,
+        p: Placement,
+        n: int,
+        exc: WorkdirFailed | StorageUnread,
+        *,
+        copy_of: int | None,
     ) -> AttemptRecord:
         """An attempt that failed before any folder or job existed: its site's storage root is
         unset there (final, like a refused `mkdir`) or could not be read yet (the placer tries
         the next site, as for a refusal). Recorded as failed with the reason."""
         now = self.clock()
         att = _attempt(task, p, n, now, state=JobState.FAILED, reason=exc.message, ended_at=now)
+        att.copy_of = copy_of
         task.attempts_made = n
-        task.decision = summary(p)
+        if copy_of is None:
+            task.decision = summary(p)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att

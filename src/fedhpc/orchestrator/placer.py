@@ -13,6 +13,7 @@ import anyio
 import structlog
 
 from fedhpc.collector import Collector
+from fedhpc.domain.config import HedgeConfig
 from fedhpc.domain.job import JobState
 from fedhpc.errors import ErrorKind, typed_error
 from fedhpc.ops.task_views import TaskHandle
@@ -21,6 +22,7 @@ from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.claims import Claims
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.estimates import WaitInputs
+from fedhpc.orchestrator.hedging import Hedger
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.offline_wait import OfflineWaits, offline_sites
 from fedhpc.orchestrator.planner import Planner
@@ -55,6 +57,7 @@ class Placer:
         cycle_s: float,
         notify: Callable[[], None],
         site_lost_after_s: float = 300.0,
+        hedge: HedgeConfig | None = None,
     ) -> None:
         self.book = book
         self.collector = collector
@@ -70,6 +73,7 @@ class Placer:
         # A task only offline sites could run waits for them; its agent hears it once per
         # outage, after the same grace as work stuck on a lost site.
         self.offline = OfflineWaits(book, collector, clock=clock, after_s=site_lost_after_s)
+        self.hedger = Hedger(book, collector, planner, defaults=hedge or HedgeConfig(), clock=clock)
         self.submitter = Submitter(
             book,
             planner,
@@ -144,6 +148,7 @@ class Placer:
         held: dict[str, str] = {}  # hold_key -> why such tasks wait (limits, bound) in this pass
         self.offline.forget()
         self.planner.new_pass()  # each person's spending read afresh (`person_budget`)
+        self.hedger.new_pass()  # each person's hedged copies counted afresh
         while True:
             # A held group's younger children as submitted are not read again in this pass:
             # one placement per held group and pass, whatever its size (a child that replan
@@ -254,7 +259,7 @@ class Placer:
             async with self.book.store.transaction() as tx:
                 for task in b.holds:
                     await self.book.save(tx, task, at=b.now)
-        await self.submitter.prepare(b.jobs, b.history)  # intents now; submitted by `send`
+        await self.submitter.prepare(b.jobs, b.history, b.hedges)  # intents now; sent by `send`
         return len(b.jobs)
 
     async def _run(self, run: list[TaskRecord], b: Batch) -> None:
@@ -275,6 +280,7 @@ class Placer:
             else:
                 self.planner.placed(child, decision)
                 b.jobs.append((child, decision))
+                await self._hedge(child, decision, b)
 
     async def _one(self, task: TaskRecord, b: Batch) -> None:
         """A task decided on its own (a spread group's child avoids its siblings' systems)."""
@@ -295,6 +301,16 @@ class Placer:
         if gid is not None and gid in b.used:
             b.used[gid].add(p.site)
         b.jobs.append((task, p))
+        await self._hedge(task, p, b)
+
+    async def _hedge(self, task: TaskRecord, p: Placement, b: Batch) -> None:
+        """The placed task's hedged copies (`Hedger.plan`), claimed like any placement."""
+        plan = await self.hedger.plan(task, p, history=b.history, ledger=b.ledger, answer=b.answer)
+        for q in plan.copies:
+            b.ledger.claim(q.site, q.partition, q.account, q.shape, q.estimates.charge)
+            self.planner.placed(task, q)
+        if plan.note:
+            b.hedges[task.id] = plan
 
     async def _failed(self, tasks: list[TaskRecord], exc: Exception) -> None:
         """Tasks whose placement raised end alone, each with its reason, and their agents are

@@ -176,17 +176,18 @@ class Planner:
         known = set(self.sites)
         # absolute workdir and outputs
         cannot_hold = workdirs.sites_without_all((req.workdir, *req.outputs), self.sites)
+        # An include never brings back a site the caller, an earlier rejection or a refusal
+        # ruled out (a retry or a hedged copy elsewhere must go elsewhere), nor a site that
+        # cannot hold the task's paths or is not its inputs' site.
         drop = tuple(
             sorted(
                 (
-                    (
-                        set(env.sites_exclude)
-                        | set(exclude)
-                        | set(task.excluded_sites)
-                        | set(task.refused_sites)
-                    )
-                    & known - set(env.sites_include)
+                    set(env.sites_exclude)
+                    | set(exclude)
+                    | set(task.excluded_sites)
+                    | set(task.refused_sites)
                 )
+                & known
                 | cannot_hold
                 | (known - {task.data_site} if task.data_site else set())
             )

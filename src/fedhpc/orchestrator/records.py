@@ -78,6 +78,10 @@ class AttemptRecord(AttemptView):
     # the array's job name, by which a restarted daemon finds it, and this attempt's index.
     array_name: str | None = None
     array_index: int | None = None
+    # Hedged submission (orchestrator/hedging.py): a copy's first attempt number (the task's
+    # attempt it hedges), and, for a copy another outran, the attempt that started first.
+    copy_of: int | None = None
+    outrun_by: int | None = None
 
     def view(self) -> AttemptView:
         """What the tool contract shows of this attempt."""

@@ -16,7 +16,7 @@ import structlog
 
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
-from fedhpc.domain.config import Site
+from fedhpc.domain.config import HedgeConfig, Site
 from fedhpc.orchestrator import idem, staging
 from fedhpc.orchestrator.accept import Acceptance, Intake
 from fedhpc.orchestrator.adapt import Adaptation
@@ -67,9 +67,12 @@ class Orchestrator:
         estimate_timeout_s: float = 2.0,
         submits_per_cycle: int = 100,
         default_goal: Goal | None = None,
+        default_hedge: HedgeConfig | None = None,
     ) -> None:
-        if default_goal is None:  # the user config's placement goal, read once at start
-            default_goal = Goal(load_user_config().goal)
+        if default_goal is None or default_hedge is None:  # the user config's, read at start
+            config = load_user_config()
+            default_goal = default_goal or Goal(config.goal)
+            default_hedge = default_hedge or config.hedge
         self.store = store
         self.collector = collector
         self.adapters = dict(adapters)
@@ -116,6 +119,7 @@ class Orchestrator:
             cycle_s=cycle_s,
             notify=self._notify,
             site_lost_after_s=site_lost_after_s,
+            hedge=default_hedge,
         )
         self.adaptation = adaptation = Adaptation(
             book,

@@ -7,7 +7,7 @@ orchestrator's lock; a failure of the task's own never cancels its batch-mates."
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
@@ -25,6 +25,7 @@ from fedhpc.logs import isolated
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, Dispatcher, Intent
+from fedhpc.orchestrator.hedging import HedgePlan, set_aside
 from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -105,19 +106,28 @@ class Submitter:
         await self.send()
 
     async def prepare(
-        self, jobs: list[tuple[TaskRecord, Placement]], history: WaitHistory | None
+        self,
+        jobs: list[tuple[TaskRecord, Placement]],
+        history: WaitHistory | None,
+        hedges: Mapping[str, HedgePlan] | None = None,
     ) -> None:
         """Under the lock: each placed task's intent is written (no window in which a decided
-        task still reads as queued); `send` submits them. A task whose intent cannot be written
-        fails alone."""
+        task still reads as queued), then those of its hedged copies (`hedges`, by task id);
+        `send` submits them. A task whose intent cannot be written fails alone."""
         for task, p in jobs:
+            plan = (hedges or {}).get(task.id)
             try:
-                prepared = await self.dispatcher.prepare(task, p)
+                prepared = await self.dispatcher.prepare(task, p, note=plan.note if plan else "")
+                copies = [
+                    (q, await self.dispatcher.prepare(task, q, copy_of=task.attempts_made))
+                    for q in (plan.copies if plan else ())
+                ]
             except Exception as exc:  # this task's failure, never its batch-mates'
                 with isolated("recording a failed dispatch failed", task=task.id):
                     await self._failed(task, p, exc)
                 continue
             self.ready.append((task, p, prepared, history))
+            self.ready += [(task, q, c, history) for q, c in copies]
 
     async def send(self) -> None:
         """Without the lock: what `prepare` wrote goes to its site's lane (`_lane`): sites
@@ -306,8 +316,12 @@ class Submitter:
                 return
             async with self.lock:
                 task = await self.book.load_task(task.id)
-                if task.state.terminal or task.attempts_made != att.n or att.superseded:
+                atts = await self.book.load_attempts(task.id)
+                mine = next((x for x in atts if x.n == att.n), att)
+                if task.state.terminal or mine.superseded or _moved_on(atts, att):
                     return  # cancelled, replanned or moved meanwhile: not this submission's
+                if await set_aside(self.book, task, mine, f"not submitted to {att.site}"):
+                    return  # a hedged copy of it goes on elsewhere
                 if att.array_name is not None and not solo:
                     # The array's refusal (its script's size, MaxArraySize, a limit counting
                     # elements, one member's folder) says nothing of this job alone: it goes
@@ -387,10 +401,18 @@ class Submitter:
 _OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
 
 
+def _moved_on(atts: list[AttemptRecord], att: AttemptRecord) -> bool:
+    """Whether the task has an attempt newer than `att` that is not a hedged copy alongside it
+    (a replan's, a re-placement's, or another copy's fallback): `att` is no longer its own."""
+    root = att.copy_of or att.n
+    return any(x.n > att.n and (x.copy_of or x.n) != root for x in atts)
+
+
 def _array_key(item: Prepared) -> str | None:
-    """Equal for group children that can share one array; None for any other job."""
+    """Equal for group children that can share one array; None for any other job (a hedged
+    copy goes alone: it is cancelled on its own when another copy starts)."""
     task, _, prepared, _ = item
-    if task.group_id is None or not isinstance(prepared, Intent):
+    if task.group_id is None or not isinstance(prepared, Intent) or prepared.att.copy_of:
         return None
     return task.group_id + prepared.spec.model_dump_json(exclude=set(_OWN))
 
