@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["matched_rounds_figure"]
 
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
 
 def _pyplot() -> Any:
