@@ -16,6 +16,7 @@ import pytest
 
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.site import SubmittedJob
+from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.config import HedgeConfig, Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec, JobState
@@ -102,6 +103,7 @@ class _Site(SubmitsOneByOne):
         self.names: dict[str, str] = {}  # job id -> job name
         self.cancelled: list[str] = []
         self.refuse = False
+        self.lost = False  # a submission whose outcome never comes back (sbatch not run)
         self.calls: dict[str, int] = {}  # remote calls counted per cycle (none here)
 
     def observe_due(self) -> bool:
@@ -125,6 +127,8 @@ class _Site(SubmitsOneByOne):
     async def submit(self, spec: JobSpec, *, ensure_dirs: Sequence[str] = ()) -> SubmittedJob:
         if self.refuse:
             raise SchedulerRejected(f"sbatch: error: {self.name} refuses it")
+        if self.lost:
+            raise TransportError(f"{self.name}: connection reset during sbatch")
         job = str(self.next_id)
         self.next_id += 1
         self.jobs[job], self.names[job] = JobState.PENDING, spec.name
@@ -164,7 +168,7 @@ class _Site(SubmitsOneByOne):
 
 
 def _world(
-    store: Store, *, hedge: HedgeConfig | None = None, beta: Site = BETA
+    store: Store, *, hedge: HedgeConfig | None = None, beta: Site = BETA, grace_s: float = 45
 ) -> tuple[Orchestrator, _Site, _Site]:
     alpha, b = _Site(ALPHA, 100), _Site(beta, 200)
     clock = Clock()
@@ -178,6 +182,7 @@ def _world(
         clock=clock,
         retry_window_s=120,
         default_hedge=hedge or HedgeConfig(),
+        intent_grace_s=grace_s,
     )
     return o, alpha, b
 
@@ -359,3 +364,20 @@ async def test_an_include_never_brings_back_the_site_a_copy_or_a_retry_must_avoi
     task = await o.book.load_task(atts[0].task_id)
     again = await o.planner.decide(task, exclude=("alpha",))
     assert getattr(again, "site", None) == "beta"
+
+
+async def test_a_copy_whose_submission_was_lost_is_set_aside_not_placed_again(
+    store: Store,
+) -> None:
+    o, alpha, beta = _world(store, grace_s=0)
+    beta.lost = True  # beta's sbatch never answers: its intent stays, unknown to Slurm
+    task_id, atts = await _placed(o, _hedged())
+    assert {a.site: a.job_id is None for a in atts} == {"alpha": False, "beta": True}
+    o.clock.now += timedelta(seconds=5)  # type: ignore[attr-defined]  # the test's Clock
+    await o.tick()  # the scheduler does not know it: the intent is lost
+    task = await o.book.load_task(task_id)
+    assert task.state is not JobState.QUEUED and task.attempts_made == 2  # not placed again
+    lost = next(a for a in await o.book.load_attempts(task_id) if a.site == "beta")
+    assert lost.superseded and lost.state is JobState.FAILED
+    assert "its submission was lost; set aside: its copy on alpha goes on" in (lost.reason or "")
+    assert len(alpha.jobs) == 1 and len(beta.jobs) == 0

@@ -81,6 +81,10 @@ class Adaptation:
 
     async def resubmit_intent(self, task: TaskRecord, a: AttemptRecord) -> None:
         """The intent was written but the scheduler never saw the job: submit it now, same name."""
+        if live_others(await self.book.load_attempts(task.id), a.n):
+            a.state, a.ended_at = JobState.FAILED, self.clock()  # never reached a scheduler
+            await set_aside(self.book, task, a, "its submission was lost")
+            return  # a hedged copy of it goes on elsewhere
         log.info("resubmitting lost intent", task=task.id, attempt=a.n)
         task.attempts_made = a.n - 1
         decision = await self.planner.decide(task)

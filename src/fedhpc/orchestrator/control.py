@@ -101,9 +101,11 @@ class Control:
         for task_id in await self.book.store.tasks_left_open(ACTIVE_STATES):
             with isolated("finishing a task's end failed", task=task_id):
                 task = await self.book.load_task(task_id)
-                last = max(await self.book.load_attempts(task_id), key=lambda a: a.n, default=None)
-                if last is None or not last.state.terminal or last.superseded:
-                    continue  # never dispatched, or set aside for another: not an end
+                atts = await self.book.load_attempts(task_id)
+                # The newest attempt in play (a hedged copy another outran is not its end).
+                last = max((a for a in atts if not a.superseded), key=lambda a: a.n, default=None)
+                if last is None or not last.state.terminal:
+                    continue  # never dispatched, or every attempt set aside: not an end
                 log.warning("finishing the end of a task its attempt left", task=task_id)
                 await self.adaptation.after_end(task, last)
                 done += 1
