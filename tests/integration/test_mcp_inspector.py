@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
-from tests.integration.daemon_util import running
+from fedhpc.settings.daemon import DaemonSettings
+from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import INSPECTOR, npm_tool
 
@@ -25,11 +27,23 @@ def inspector() -> Path:
     return npm_tool(*INSPECTOR)
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Path, DaemonClient]]:
-    home = tmp_path / "h"
-    async with running(home) as client:
-        yield home, client
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One daemon for the module's home: every test here only reads (tools, the federation,
+    a refused call), so none sees another's work; each starts its own `fedhpc serve`."""
+    home = tmp_path_factory.mktemp("inspector") / "h"
+    proc = start(home)
+
+    async def up() -> None:
+        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+            await client.wait_until_up(30)
+            await client.refresh()  # a fresh view from the start
+
+    try:
+        anyio.run(up)
+        yield home
+    finally:
+        stop(proc)
 
 
 def _inspect(exe: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -51,9 +65,9 @@ def _json(out: subprocess.CompletedProcess[str], exit_code: int = 0) -> Any:
 
 
 def test_tools_list_has_schemas_annotations_and_no_portability_errors(
-    inspector: Path, daemon: tuple[Path, DaemonClient]
+    inspector: Path, daemon: Path
 ) -> None:
-    home, _ = daemon
+    home = daemon
     out = _inspect(inspector, home, "--method", "tools/list", "--strict")
     tools = {t["name"]: t for t in _json(out)["tools"]}
     assert "0 errors" in out.stderr
@@ -65,10 +79,8 @@ def test_tools_list_has_schemas_annotations_and_no_portability_errors(
     assert tools["inspect_federation"]["annotations"]["readOnlyHint"] is True
 
 
-def test_tools_call_inspects_the_federation(
-    inspector: Path, daemon: tuple[Path, DaemonClient]
-) -> None:
-    home, _ = daemon
+def test_tools_call_inspects_the_federation(inspector: Path, daemon: Path) -> None:
+    home = daemon
     out = _inspect(
         inspector,
         home,
@@ -86,9 +98,9 @@ def test_tools_call_inspects_the_federation(
 
 
 def test_tools_call_with_a_bad_argument_returns_a_typed_error(
-    inspector: Path, daemon: tuple[Path, DaemonClient]
+    inspector: Path, daemon: Path
 ) -> None:
-    home, _ = daemon
+    home = daemon
     out = _inspect(
         inspector,
         home,
@@ -107,10 +119,8 @@ def test_tools_call_with_a_bad_argument_returns_a_typed_error(
     assert [f["field"] for f in body["fields"]] == ["max_bytes"]
 
 
-def test_resources_read_returns_the_snapshot(
-    inspector: Path, daemon: tuple[Path, DaemonClient]
-) -> None:
-    home, _ = daemon
+def test_resources_read_returns_the_snapshot(inspector: Path, daemon: Path) -> None:
+    home = daemon
     out = _inspect(inspector, home, "--method", "resources/read", "--uri", "fedhpc://federation")
     (content,) = _json(out)["contents"]
     assert content["mimeType"] == "application/json"
