@@ -144,6 +144,7 @@ PARALLEL_SAFE = frozenset(
         "test_hostile_holes",
         "test_hostile_mcp",
         "test_input_surface",
+        "test_jobscripts_mcp",  # but SLURM_TESTS
         "test_isolation_daemon",
         "test_many_sessions",
         "test_mcp_claude",
@@ -181,6 +182,8 @@ SLURM_TESTS = frozenset(
     {
         "test_e2e_claude.py::test_claude_is_resumed_once_with_the_payload_and_reads_the_result",
         "test_e2e_codex.py::test_codex_is_resumed_once_with_the_payload_and_reads_the_result",
+        "test_jobscripts_mcp.py::test_sbatch_scripts_run_on_slurm_with_what_was_not_carried_named",
+        "test_jobscripts_mcp.py::test_scripts_refused_at_the_door_get_typed_errors",
     }
 )
 

@@ -19,8 +19,6 @@ from fedhpc.ops.tasks import SubmitTaskRequest
 from tests.integration.daemon_util import running
 from tests.integration.mcp_support import stdio_params
 
-pytestmark = pytest.mark.devfed
-
 GPU_SCRIPT = r"""#!/bin/bash
 #SBATCH --job-name=byo-gpu
 #SBATCH --nodes=1
@@ -86,6 +84,7 @@ def _carried_not(answer: dict[str, Any]) -> str:
     return "\n".join(answer["script"]["not_carried"])
 
 
+@pytest.mark.devfed
 async def test_sbatch_scripts_run_on_slurm_with_what_was_not_carried_named(
     devfed: Any, tmp_path: Path
 ) -> None:
@@ -125,6 +124,7 @@ async def test_sbatch_scripts_run_on_slurm_with_what_was_not_carried_named(
         assert ran["state"] == "completed" and "index=none" in ran["preview"]
 
 
+@pytest.mark.devfed
 async def test_scripts_refused_at_the_door_get_typed_errors(devfed: Any, tmp_path: Path) -> None:
     home = tmp_path / "h"
     async with running(home), Client(stdio_params(home, "--no-autostart"), mode="legacy") as c:
@@ -138,6 +138,7 @@ async def test_scripts_refused_at_the_door_get_typed_errors(devfed: Any, tmp_pat
         assert "not carried: line 2: --job-name=byo-gpu" in draft["rationale"]
 
 
+# Private local-process sites, no Slurm cluster: beside the Slurm scope (tests/conftest.py).
 async def test_a_slurm_script_lands_on_a_process_site_with_that_schedulers_header(
     tmp_path: Path,
 ) -> None:
