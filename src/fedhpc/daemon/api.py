@@ -64,6 +64,7 @@ __all__ = [
 
 MAX_POINTS = 240  # per site and call: each probe is parsed (a few KB) then reduced to ~200 B
 MAX_GROUPS_LISTED = 100  # GET /v1/groups: each group's counts are one SQL read
+MAX_OFFSET = 10_000_000  # GET /v1/tasks and /v1/groups: a page this far down the listing
 
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -95,6 +96,20 @@ class TasksQuery(BaseModel):
 
     state: JobState | None = None
     limit: int = Field(default=100, ge=1, le=1000)
+    offset: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_OFFSET,
+        description="a page: skip this many of the listing (newest first); the answer has "
+        "`total`, how many tasks the listing holds (the dashboard's paging)",
+    )
+    find: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="only tasks whose id, name or group, or a site one of its attempts went "
+        "to, holds this text (any case); a page with `total`, as `offset`",
+    )
 
 
 class GroupQuery(BaseModel):
@@ -112,6 +127,7 @@ class GroupsQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     limit: int = Field(default=20, ge=1, le=MAX_GROUPS_LISTED)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET, description="skip the newest N groups")
 
 
 class HistoryQuery(BaseModel):

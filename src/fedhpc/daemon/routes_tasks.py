@@ -15,6 +15,7 @@ from fedhpc.daemon.api import Endpoint, GroupQuery, GroupsQuery, TasksQuery
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.owner import principal
+from fedhpc.daemon.routes_pages import group_page, task_page
 from fedhpc.daemon.scripts import read_script_file
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
@@ -82,10 +83,22 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def tasks(request: Request) -> Response:
         q = TasksQuery.model_validate(dict(request.query_params))
-        rows = await o.tools.list_tasks(
-            state=q.state, limit=q.limit, owner=principal(request).scope
+        owner = principal(request).scope
+        if q.offset is None and q.find is None:  # the newest N, as `fedhpc tasks` lists them
+            rows = await o.tools.list_tasks(state=q.state, limit=q.limit, owner=owner)
+            return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
+        # A page (the dashboard's), filtered in SQL, with the listing's total.
+        offset = q.offset or 0
+        page, total = await task_page(
+            state.store, state=q.state, owner=owner, find=q.find, offset=offset, limit=q.limit
         )
-        return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
+        return JSONResponse(
+            {
+                "tasks": [t.model_dump(mode="json") for t in page],
+                "offset": offset,
+                "total": total,
+            }
+        )
 
     async def result(request: Request) -> Response:
         req = ResultRequest.model_validate(
@@ -123,15 +136,18 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     async def groups(request: Request) -> Response:
         # The newest groups with their counts over every child (in SQL), none of their
         # children listed: the dashboard's group list, whatever a group's size.
+        # A page of them (`offset`), with how many groups there are in all (`total`).
         q = GroupsQuery.model_validate(dict(request.query_params))
         scope = principal(request).scope
-        ids = (
-            await state.store.recent_groups(q.limit)
-            if scope is None
-            else await state.store.recent_groups_of(scope, q.limit)
-        )
+        ids, total = await group_page(state.store, owner=scope, offset=q.offset, limit=q.limit)
         views = [await o.groups.view(gid, limit=0) for gid in ids]
-        return JSONResponse({"groups": [v.model_dump(mode="json") for v in views]})
+        return JSONResponse(
+            {
+                "groups": [v.model_dump(mode="json") for v in views],
+                "offset": q.offset,
+                "total": total,
+            }
+        )
 
     async def draft(request: Request) -> Response:
         req = DraftRequest.model_validate_json(await read_body(request))

@@ -8,13 +8,23 @@ from typing import Any
 import anyio
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.daemon import api
 from fedhpc.ops.task_views import GroupView, ResultManifest
 from fedhpc.ops.tasks import ResultRequest
 
-__all__ = ["MAX_CHILDREN", "MAX_GROUPS", "group_manifests", "group_summaries", "manifest"]
+__all__ = [
+    "MAX_CHILDREN",
+    "MAX_GROUPS",
+    "TASK_PAGE",
+    "group_manifests",
+    "group_summaries",
+    "manifest",
+    "task_page",
+]
 
 MAX_CHILDREN = 64  # a group's timeline shows at most this many children (the rest are counted)
-MAX_GROUPS = 20  # the dashboard's group list: the newest groups, at most this many
+MAX_GROUPS = 20  # the dashboard's group list: a page of the groups, newest first
+TASK_PAGE = 200  # the dashboard's task list: a page of the tasks, newest first
 
 
 async def manifest(client: DaemonClient, task_id: str) -> ResultManifest:
@@ -40,8 +50,33 @@ async def group_manifests(
     return group, [found[c.task_id] for c in shown], group.size - len(shown)
 
 
-async def group_summaries(client: DaemonClient, *, limit: int = MAX_GROUPS) -> list[dict[str, Any]]:
-    """The newest groups, newest first, each with the daemon's own counts over all its children
-    (`GET /v1/groups`: counted in SQL, no child read)."""
+async def group_summaries(
+    client: DaemonClient, *, offset: int = 0, limit: int = MAX_GROUPS
+) -> dict[str, Any]:
+    """A page of the groups, newest first (the `offset` newest skipped), each with the daemon's
+    own counts over all its children (`GET /v1/groups`: counted in SQL, no child read), and
+    how many groups there are in all (`total`)."""
+    # DaemonClient.groups answers the groups only: the page's total is read here (the client
+    # is outside the dashboard's change).
+    body = await client._call(api.GROUPS, params={"limit": limit, "offset": offset})
     fields = {"group_id", "objective", "state", "round", "size", "counts"}
-    return [g.model_dump(mode="json", include=fields) for g in await client.groups(limit)]
+    groups = [{k: g[k] for k in fields} for g in body["groups"]]
+    return {"groups": groups, "offset": offset, "limit": limit, "total": body["total"]}
+
+
+async def task_page(
+    client: DaemonClient,
+    *,
+    state: str | None = None,
+    find: str | None = None,
+    offset: int = 0,
+    limit: int = TASK_PAGE,
+) -> dict[str, Any]:
+    """A page of the tasks, newest first, filtered by the daemon in SQL (state; `find`: text in
+    the id, name, group or a site an attempt went to), and how many match in all (`total`)."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    params |= {"state": state} if state else {}
+    params |= {"find": find} if find else {}
+    # DaemonClient.tasks lists the newest N only: the page and its total are read here.
+    body = await client._call(api.TASKS, params=params)
+    return {"tasks": body["tasks"], "offset": offset, "limit": limit, "total": body["total"]}

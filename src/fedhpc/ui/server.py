@@ -29,7 +29,14 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import HTTP_STATUS, typed_error
 from fedhpc.ops.tasks import ResultRequest
 from fedhpc.ui.charges import charges_route
-from fedhpc.ui.data import group_manifests, group_summaries, manifest
+from fedhpc.ui.data import (
+    MAX_GROUPS,
+    TASK_PAGE,
+    group_manifests,
+    group_summaries,
+    manifest,
+    task_page,
+)
 from fedhpc.ui.estimators import with_auto
 from fedhpc.ui.pending import predicted_start
 from fedhpc.ui.timeline import bar_json, bars
@@ -124,6 +131,23 @@ class _Page(BaseModel):
     state: str | None = Field(default=None, max_length=32)
 
 
+class _TaskPage(BaseModel):
+    """A page of the task list (`offset`, at most `limit` tasks), filtered by state and text."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+    limit: int = Field(default=TASK_PAGE, ge=1, le=500)
+    state: str | None = Field(default=None, max_length=32)
+    find: str | None = Field(default=None, max_length=64)
+
+
+class _GroupsPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+
+
 class _GroupPage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -146,6 +170,20 @@ async def _outlook(request: Request, c: DaemonClient) -> Any:
     """The wait placement predicts now per partition for the reference requests (the daemon's
     own decision, kept until its probes change: no scheduler is asked)."""
     return await c.outlook()
+
+
+async def _tasks(request: Request, c: DaemonClient) -> Any:
+    """A page of the whole task listing, filtered by the daemon (every task, not the newest
+    N), with how many match in all."""
+    q = _TaskPage.model_validate(dict(request.query_params))
+    find = (q.find or "").strip() or None
+    return await task_page(c, state=q.state or None, find=find, offset=q.offset, limit=q.limit)
+
+
+async def _groups(request: Request, c: DaemonClient) -> Any:
+    """A page of the groups, newest first, with how many there are in all."""
+    q = _GroupsPage.model_validate(dict(request.query_params))
+    return await group_summaries(c, offset=q.offset, limit=MAX_GROUPS)
 
 
 def build_ui_app(
@@ -195,14 +233,6 @@ def build_ui_app(
         # Credit over time: asked once a minute by the page (each probe is parsed whole).
         q = _Page.model_validate(dict(request.query_params))
         return await c.history(limit=min(q.limit, 240), credit=True)
-
-    async def tasks(request: Request, c: DaemonClient) -> Any:
-        q = _Page.model_validate(dict(request.query_params))
-        rows = await c.tasks(state=q.state, limit=q.limit)
-        return {"tasks": [t.model_dump(mode="json") for t in rows], "limit": q.limit}
-
-    async def groups(request: Request, c: DaemonClient) -> Any:
-        return {"groups": await group_summaries(c)}
 
     async def task_timeline(request: Request, c: DaemonClient) -> Any:
         m = await manifest(c, request.path_params["task_id"])
@@ -266,8 +296,8 @@ def build_ui_app(
         Route("/api/federation", api(federation)),
         Route("/api/history", api(history)),
         Route("/api/credit", api(credit)),
-        Route("/api/tasks", api(tasks)),
-        Route("/api/groups", api(groups)),
+        Route("/api/tasks", api(_tasks)),
+        Route("/api/groups", api(_groups)),
         Route("/api/charges", api(charges_route())),
         Route("/api/tasks/{task_id}/timeline", api(task_timeline)),
         Route("/api/tasks/{task_id}/output", api(task_output)),

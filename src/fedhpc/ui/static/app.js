@@ -291,15 +291,41 @@ async function refreshEstimators() {
 }
 
 // ---------------------------------------------------------------------------- tasks and groups
+const GROUP_PAGE = 20;  // groups a page (ui/data.py MAX_GROUPS)
+const TASK_PAGE = 200;  // tasks a page (ui/data.py TASK_PAGE)
+
+// Where a page of a listing is, in words: "21–25 of 25"; all of it: "3"; none: "0".
+function pageText(offset, shown, total) {
+  if (!shown) return offset ? `none past ${offset} of ${total}` : "0";
+  return offset === 0 && shown >= total ? `${total}` : `${offset + 1}–${offset + shown} of ${total}`;
+}
+
+// A listing's ‹ newer / older › buttons: a page at a time over the whole listing (the daemon's
+// total), the newest first.
+function drawListPager(name, offset, shown, total, size) {
+  $(`#${name}-pager`).hidden = offset === 0 && shown >= total;
+  $(`#${name}-newer`).disabled = offset === 0;
+  $(`#${name}-older`).disabled = offset + shown >= total;
+  $(`#${name}-newer`).onclick = () => { state[`${name}Offset`] = Math.max(0, offset - size); tick(refreshTaskLists, "tasks"); };
+  $(`#${name}-older`).onclick = () => { state[`${name}Offset`] = offset + size; tick(refreshTaskLists, "tasks"); };
+}
+
 async function refreshTaskLists() {
-  // Groups with their counts as the daemon keeps them (every child, however many), and the
-  // newest tasks (a page: a big group's children are not all listed).
+  // A page of the groups with their counts as the daemon keeps them (every child, however
+  // many), and a page of the tasks, filtered by the daemon over every task (by state, and by
+  // text in the id, name, group or a site); each with the daemon's total.
   const only = $("#task-state").value;
-  const [{ groups }, { tasks: listed, limit }] = await Promise.all([
-    api("/api/groups"), api(`/api/tasks?limit=200${only ? `&state=${encodeURIComponent(only)}` : ""}`)]);
-  const find = $("#task-find").value.trim().toLowerCase();
-  const tasks = find ? listed.filter((t) => [t.task_id, t.name, t.site, t.group_id]
-    .some((v) => (v || "").toLowerCase().includes(find))) : listed;
+  const find = $("#task-find").value.trim();
+  const q = new URLSearchParams({ offset: String(state.tasksOffset || 0), limit: String(TASK_PAGE) });
+  if (only) q.set("state", only);
+  if (find) q.set("find", find);
+  const [gpage, tpage] = await Promise.all([api(`/api/groups?offset=${state.groupsOffset || 0}`), api(`/api/tasks?${q}`)]);
+  // A page past the end (the listing shrank: another store, fewer matches): its last page.
+  const last = (total, size) => Math.max(0, Math.floor((total - 1) / size) * size);
+  if (gpage.offset > 0 && gpage.offset >= gpage.total) { state.groupsOffset = last(gpage.total, GROUP_PAGE); return refreshTaskLists(); }
+  if (tpage.offset > 0 && tpage.offset >= tpage.total) { state.tasksOffset = last(tpage.total, TASK_PAGE); return refreshTaskLists(); }
+  const { groups } = gpage;
+  const { tasks } = tpage;
   const gbody = $("#group-list tbody");
   gbody.replaceChildren();
   for (const g of groups) {
@@ -310,8 +336,11 @@ async function refreshTaskLists() {
       el("td", {}, gid), el("td", { class: "num size" }, g.size),
       el("td", { class: "wrap counts" }, Object.entries(g.counts).map(([k, v]) => `${k} ${v}`).join(", "))));
   }
-  $("#task-count").textContent = (listed.length >= limit ? `the newest ${limit}` : `${listed.length}`) +
-    (only ? ` ${only}` : "") + (find ? `, ${tasks.length} matching “${find}”` : "");
+  $("#group-count").textContent = pageText(gpage.offset, groups.length, gpage.total);
+  drawListPager("groups", gpage.offset, groups.length, gpage.total, GROUP_PAGE);
+  $("#task-count").textContent = pageText(tpage.offset, tasks.length, tpage.total) +
+    (only ? ` ${only}` : "") + (find ? ` matching “${find}”` : "");
+  drawListPager("tasks", tpage.offset, tasks.length, tpage.total, TASK_PAGE);
   const tbody = $("#task-list tbody");
   tbody.replaceChildren();
   for (const t of tasks) {
@@ -322,10 +351,12 @@ async function refreshTaskLists() {
       el("td", {}, t.site || "-"), el("td", { class: "num" }, t.attempts)));
   }
   // A selection this page made by itself (not a link or a click) follows the daemon: once its
-  // group or task is not listed any more (the daemon restarted on another store), the newest
-  // is shown instead. A person's own choice stays, and says when it is not known.
+  // group or task is not among the newest any more (the daemon restarted on another store),
+  // the newest is shown instead. A person's own choice stays, and says when it is not known.
+  // Judged on the first, unfiltered pages only: paging or filtering changes no selection.
+  if (state.groupsOffset || state.tasksOffset || only || find) return;
   const sel = state.selected;
-  const known = (s) => (s.kind === "group" ? groups.some((g) => g.group_id === s.id) : listed.some((t) => t.task_id === s.id));
+  const known = (s) => (s.kind === "group" ? groups.some((g) => g.group_id === s.id) : tasks.some((t) => t.task_id === s.id));
   if (sel && !sel.chosen && !known(sel)) state.selected = null;
   if (!state.selected) {  // show the newest group (or task) by default
     if (groups.length) state.selected = { kind: "group", id: groups[0].group_id, chosen: false };
@@ -720,8 +751,11 @@ window.addEventListener("DOMContentLoaded", () => {
   $("#timeline").addEventListener("mouseleave", hideTip);
   window.addEventListener("scroll", hideTip, { passive: true });  // the page moved: the bar it stood by too
   $("#qh-pick").addEventListener("change", () => { if (state.history) drawQueueHistory(state.history); });
-  for (const f of ["#task-state", "#task-find"]) {  // the task list follows its filters at once
-    $(f).addEventListener(f === "#task-find" ? "input" : "change", () => { if (state.page === "tasks") tick(refreshTaskLists, "tasks"); });
+  for (const f of ["#task-state", "#task-find"]) {  // the task list follows its filters at once, from its first page
+    $(f).addEventListener(f === "#task-find" ? "input" : "change", () => {
+      state.tasksOffset = 0;
+      if (state.page === "tasks") tick(refreshTaskLists, "tasks");
+    });
   }
   document.body.dataset.tz = state.tz;
   $("#tz").value = state.tz;
