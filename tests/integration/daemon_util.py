@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -70,6 +70,23 @@ async def running(home: Path, **env: str) -> AsyncIterator[DaemonClient]:
             await client.wait_until_up(30)
             await client.refresh()  # placement sees a fresh view from the start
             yield client
+    finally:
+        stop(proc)
+
+
+def daemon_for_module(home: Path, **env: str) -> Iterator[Path]:
+    """`running` for a fixture wider than one test (a module's: each test has its own event
+    loop, so no client is shared): a daemon for `home`, up and refreshed; yields `home`."""
+    proc = start(home, **env)
+
+    async def up() -> None:
+        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
+            await client.wait_until_up(30)
+            await client.refresh()  # placement sees a fresh view from the start
+
+    try:
+        anyio.run(up)
+        yield home
     finally:
         stop(proc)
 

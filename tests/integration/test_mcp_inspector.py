@@ -10,12 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.settings.daemon import DaemonSettings
-from tests.integration.daemon_util import start, stop
+from tests.integration.daemon_util import daemon_for_module
 from tests.integration.mcp_support import serve_argv
 from tests.integration.npm_tools import INSPECTOR, npm_tool
 
@@ -31,19 +28,7 @@ def inspector() -> Path:
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One daemon for the module's home: every test here only reads (tools, the federation,
     a refused call), so none sees another's work; each starts its own `fedhpc serve`."""
-    home = tmp_path_factory.mktemp("inspector") / "h"
-    proc = start(home)
-
-    async def up() -> None:
-        async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
-            await client.wait_until_up(30)
-            await client.refresh()  # a fresh view from the start
-
-    try:
-        anyio.run(up)
-        yield home
-    finally:
-        stop(proc)
+    yield from daemon_for_module(tmp_path_factory.mktemp("inspector") / "h")
 
 
 def _inspect(exe: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,10 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.ops.draft import EnvelopeDraft
 from fedhpc.ops.inspect import FederationView
 from fedhpc.ops.task_views import GroupView, ResultManifest, TaskHandle
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import daemon_for_module
 from tests.integration.mcp_support import kill_daemon_of, serve_wired, stdio_params
 
 pytestmark = pytest.mark.devfed
@@ -47,11 +46,11 @@ def fed(devfed: Any) -> Any:
     return devfed
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Path, DaemonClient]]:
-    home = tmp_path / "h"
-    async with running(home) as client:
-        yield home, client
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One daemon for the module: each test starts its own `fedhpc serve` on it and reads or
+    cleans up only its own work (its task, its group, its continuation)."""
+    yield from daemon_for_module(tmp_path_factory.mktemp("stdio") / "h")
 
 
 def _error(result: CallToolResult) -> dict[str, Any]:
@@ -74,9 +73,9 @@ def test_serve_is_wired_into_the_fedhpc_command() -> None:
 
 
 async def test_lists_every_tool_with_input_and_output_schema_and_annotations(
-    daemon: tuple[Path, DaemonClient],
+    daemon: Path,
 ) -> None:
-    home, _ = daemon
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         assert client.session.protocol_version == "2025-11-25"  # type: ignore[union-attr]
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -98,9 +97,9 @@ async def test_lists_every_tool_with_input_and_output_schema_and_annotations(
 
 
 async def test_inspect_federation_shows_the_four_sites_with_partitions(
-    daemon: tuple[Path, DaemonClient],
+    daemon: Path,
 ) -> None:
-    home, _ = daemon
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         view = FederationView.model_validate(await _call(client, "inspect_federation"))
         gpu_only = FederationView.model_validate(
@@ -112,10 +111,8 @@ async def test_inspect_federation_shows_the_four_sites_with_partitions(
     assert all(p.accelerator == "gh200" for s in gpu_only.sites for p in s.partitions)
 
 
-async def test_submit_task_then_get_result_after_it_completes(
-    fed: Any, daemon: tuple[Path, DaemonClient]
-) -> None:
-    home, _ = daemon
+async def test_submit_task_then_get_result_after_it_completes(fed: Any, daemon: Path) -> None:
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         args = {
             "command": ["bash", "-c", "echo hello-from-mcp"],
@@ -147,10 +144,8 @@ async def test_submit_task_then_get_result_after_it_completes(
     assert json.loads(text)["task_id"] == handle.task_id
 
 
-async def test_submit_group_answers_for_all_children(
-    fed: Any, daemon: tuple[Path, DaemonClient]
-) -> None:
-    home, _ = daemon
+async def test_submit_group_answers_for_all_children(fed: Any, daemon: Path) -> None:
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         group = GroupView.model_validate(
             await _call(
@@ -172,9 +167,9 @@ async def test_submit_group_answers_for_all_children(
 
 
 async def test_draft_envelope_reads_a_stated_zero_a_minimum_and_an_elastic_node_range(
-    daemon: tuple[Path, DaemonClient],
+    daemon: Path,
 ) -> None:
-    home, _ = daemon
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         none = EnvelopeDraft.model_validate(
             await _call(client, "draft_envelope", description="tokenize the corpus, no GPUs")
@@ -195,9 +190,9 @@ async def test_draft_envelope_reads_a_stated_zero_a_minimum_and_an_elastic_node_
 
 
 async def test_bad_inputs_return_typed_errors_that_name_the_field(
-    daemon: tuple[Path, DaemonClient],
+    daemon: Path,
 ) -> None:
-    home, _ = daemon
+    home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
         missing = _error(await client.call_tool("submit_task", {"command": ["true"]}))
         inverted = _error(
@@ -239,9 +234,9 @@ async def test_the_server_starts_the_daemon_when_its_socket_does_not_answer(
 
 
 async def test_a_codex_submission_carries_its_thread_as_the_continuation(
-    fed: Any, daemon: tuple[Path, DaemonClient]
+    fed: Any, daemon: Path
 ) -> None:
-    home, _ = daemon
+    home = daemon
     thread = "019a7b1c-0000-7000-8000-00000000cafe"
     meta: Any = {
         "threadId": thread,
