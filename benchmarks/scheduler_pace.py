@@ -9,9 +9,10 @@ jobs (`submit_many`), the control cycle asks every 2 s (status of the bound jobs
 accounting of those that left the queue), the collector probes every `min_refresh_s`. "Before"
 sends each call when the daemon makes it; "after" observes only once per `status_floor` and
 sends every call through the site's cap. Each send is also replayed into Slurm's rate limiter
-with its defaults (rl_enable: a bucket of 30 per user, refilled 2/s) to count what it refuses;
-the limiter counts commands, so a probe (one call of ~8 commands) weighs 8 there, while the
-cap counts remote calls.
+with its defaults (rl_enable: a bucket of 30 per user, refilled 2/s) to count what it refuses.
+Both count scheduler commands, not remote calls: a probe is one call of ~8 commands (it never
+waits, `CommandPace.take`), a batched submission one `sbatch` per job, an observation its
+`squeue` and the ping before it, accounting one `sacct`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fedhpc.domain.site import SiteProfile
 from fedhpc.profiles.loader import shipped_profiles_dir
 
 CYCLE_S = 2.0
-BATCH = 25  # jobs per submit call (adapters/submit_batch.py)
+BATCH = 20  # jobs per submit call: 25 (submitter.BATCH_MAX), at most the cap's burst (20)
 RL_BUCKET, RL_REFILL = 30.0, 2.0  # slurm.conf rl_bucket_size, rl_refill_rate per second
 PROBE_RPCS = 8  # one probe call runs ~8 Slurm commands (sinfo, squeue, sprio, sshare, ...)
 
@@ -38,7 +39,8 @@ PROBE_RPCS = 8  # one probe call runs ~8 Slurm commands (sinfo, squeue, sprio, s
 @dataclass
 class Outcome:
     label: str
-    commands: int
+    calls: int  # remote calls
+    commands: int  # scheduler commands they ran
     peak_per_min: int
     mean_per_min: float
     refused_by_rl: int
@@ -73,14 +75,17 @@ async def _sweep(children: int, seed: int, etiquette: bool) -> Outcome:
     sent: list[float] = []
     rpcs: list[float] = []  # what Slurm's limiter counts: every command, a probe's 8 too
 
-    async def send(weight: int = 1) -> None:
-        await pace.acquire()
+    async def send(weight: int = 1, *, probe: bool = False, urgent: bool = False) -> None:
+        if probe:
+            pace.take(weight)
+        else:
+            await pace.acquire(weight, urgent=urgent)
         sent.append(t.now)
         rpcs.extend([t.now] * weight)
 
     ends: list[float] = []
     for i in range(0, children, BATCH):
-        await send()
+        await send(len(runtimes[i : i + BATCH]))  # one sbatch per job, in one call
         ends.extend(t.now + r for r in runtimes[i : i + BATCH])
     pending = sorted(ends)
     seen_delay: list[float] = []
@@ -90,20 +95,20 @@ async def _sweep(children: int, seed: int, etiquette: bool) -> Outcome:
         cycle = max(cycle + CYCLE_S, t.now)
         t.now = max(t.now, cycle)
         if t.now >= next_probe:
-            await send(PROBE_RPCS)
+            await send(PROBE_RPCS, probe=True)
             next_probe = t.now + prof.min_refresh_s
         if t.now - last_observe < floor:
             continue
         last_observe = t.now
-        await send()  # status of the bound jobs
+        await send(2, urgent=True)  # status of the bound jobs, behind the ping
         ended = [e for e in pending if e <= t.now]
         if ended:
-            await send()  # accounting of those that left the queue
+            await send(urgent=True)  # accounting of those that left the queue
             seen_delay.extend(t.now - e for e in ended)
             pending = pending[len(ended) :]
     window: deque[float] = deque()
     peak = 0
-    for at in sent:
+    for at in rpcs:  # scheduler commands, as the cap and Slurm's limiter count them
         window.append(at)
         while window[0] <= at - 60.0:
             window.popleft()
@@ -119,9 +124,10 @@ async def _sweep(children: int, seed: int, etiquette: bool) -> Outcome:
     wall = max(sent[-1], 1.0)
     return Outcome(
         label="after" if etiquette else "before",
-        commands=len(sent),
+        calls=len(sent),
+        commands=len(rpcs),
         peak_per_min=peak,
-        mean_per_min=round(len(sent) / wall * 60.0, 1),
+        mean_per_min=round(len(rpcs) / wall * 60.0, 1),
         refused_by_rl=refused,
         end_seen_after_s=round(sum(seen_delay) / len(seen_delay), 1),
         wall_s=round(wall, 1),
@@ -143,12 +149,12 @@ def main() -> None:
         f"status floor {_profile().status_floor} s)"
     )
     print(
-        f"{'':8}{'commands':>10}{'peak/min':>10}{'mean/min':>10}{'rl refused':>12}"
+        f"{'':8}{'calls':>8}{'commands':>10}{'peak/min':>10}{'mean/min':>10}{'rl refused':>12}"
         f"{'end seen after':>16}{'wall':>9}"
     )
     for o in out:
         print(
-            f"{o.label:8}{o.commands:>10}{o.peak_per_min:>10}{o.mean_per_min:>10}"
+            f"{o.label:8}{o.calls:>8}{o.commands:>10}{o.peak_per_min:>10}{o.mean_per_min:>10}"
             f"{o.refused_by_rl:>12}{o.end_seen_after_s:>14} s{o.wall_s:>7} s"
         )
 

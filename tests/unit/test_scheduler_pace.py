@@ -10,9 +10,11 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from fedhpc.adapters.command import Command, CommandResult
+from fedhpc.adapters.command import Command, CommandResult, batch
+from fedhpc.adapters.liveness import Ping, gated
 from fedhpc.adapters.pace import BURST_MAX, CommandPace
 from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.submit_batch import SubmitEntry, submissions_command
 from fedhpc.cli.daemon import pace_lines
 from fedhpc.collector import Collector
 from fedhpc.domain.config import Site, UserSiteConfig
@@ -50,9 +52,11 @@ class Answering:
 
     def __init__(self) -> None:
         self.argvs: list[tuple[str, ...]] = []
+        self.counts: list[int] = []  # the scheduler commands each call runs
 
     async def run(self, command: Command) -> CommandResult:
         self.argvs.append(tuple(command.argv))
+        self.counts.append(command.commands)
         return CommandResult(0, "", "")
 
     async def aclose(self) -> None:
@@ -197,7 +201,8 @@ def test_a_probe_never_waits_behind_the_cap_and_the_next_command_pays_for_it() -
     """At a cap of 2 a minute a probe queued behind work would run into its 30 s deadline and
     take a healthy site offline: it goes at once, and the command after it waits its debt."""
     site = Site(profile("center", cpu_partition("p"), max_commands_per_min=2), UserSiteConfig())
-    adapter = SiteAdapter(site, Answering())
+    transport = Answering()
+    adapter = SiteAdapter(site, transport)
     t = VirtualTime()
     adapter.pace = CommandPace(2, clock=t.clock, sleep=t.sleep)
     waited: list[float] = []
@@ -212,5 +217,80 @@ def test_a_probe_never_waits_behind_the_cap_and_the_next_command_pays_for_it() -
 
     anyio.run(go)
     assert waited[0] == 0.0  # the probe: at once
-    assert waited[1] == pytest.approx(60.0)  # its own turn (30 s) and the probe's (30 s)
-    assert adapter.calls["probe"] == 1 and adapter.pace.rate() <= 4
+    # The probe's commands (its sections and the ping, in one call) are a debt the next
+    # command waits off, then its own turn: 30 s each at 2 a minute.
+    probe = transport.counts[2]
+    assert probe >= 4
+    assert waited[1] == pytest.approx(30.0 * (probe + 1))
+    assert adapter.calls["probe"] == 1
+
+
+def test_the_cap_counts_scheduler_commands_not_remote_calls() -> None:
+    """A batched probe runs several commands in one remote call, a ping gate adds one, a
+    batched submission runs one sbatch per job: the center's limit is on commands."""
+    probe = batch({"queue": Command(("squeue",)), "nodes": Command(("scontrol", "show", "node"))})
+    assert probe.commands == 2
+    ping = Ping(Command(("scontrol", "ping")), lambda _r: None, "UP")
+    assert gated(probe, ping).commands == 3
+    assert gated(Command(("squeue", "-j", "1")), ping).commands == 2
+    entries = [SubmitEntry(Command(("sbatch",), stdin="#!/bin/bash\n"), ()) for _ in range(5)]
+    assert submissions_command(entries, timeout_s=60)[0].commands == 5
+
+    site = Site(profile("center", cpu_partition("p"), max_commands_per_min=60), UserSiteConfig())
+    adapter = SiteAdapter(site, Answering())
+    t = VirtualTime()
+    adapter.pace = CommandPace(60, clock=t.clock, sleep=t.sleep)
+
+    async def go() -> None:
+        await adapter.find(["fedhpc-t1-1"])  # one remote call: squeue and sacct, and a ping
+
+    anyio.run(go)
+    assert adapter.calls["find"] == 1
+    assert adapter.pace.rate() == 3 if adapter.ping is not None else 2
+
+
+def test_a_call_larger_than_a_burst_goes_whole_and_the_next_calls_pay_its_debt() -> None:
+    t = VirtualTime()
+    pace = CommandPace(60, clock=t.clock, sleep=t.sleep)  # a burst of 20, one a second
+
+    async def go() -> list[float]:
+        sent = []
+        for n in (25, 1, 1):
+            await pace.acquire(n)
+            sent.append(t.now)
+        return sent
+
+    sent = anyio.run(go)
+    assert sent[0] == 0.0  # a full burst was there: the 25 go whole
+    assert sent[1] == pytest.approx(6.0)  # 5 over the burst, then one more token: 6 s
+    assert sent[2] == pytest.approx(7.0)
+    assert pace.rate() == 27 and pace.peak == 27
+
+
+def test_a_look_at_the_jobs_waits_behind_one_submission_not_the_sweeps_backlog() -> None:
+    """During a sweep's submission the cap is busy for minutes: the daemon's status and
+    accounting calls go ahead of the queued submissions, so a job's end is still seen."""
+    t = VirtualTime()
+    pace = CommandPace(60, clock=t.clock, sleep=t.sleep)
+    order: list[str] = []
+
+    async def call(name: str, n: int, urgent: bool = False) -> None:
+        order.append(f"{name} asked")
+        await pace.acquire(n, urgent=urgent)
+        order.append(name)
+
+    async def go() -> None:
+        async with anyio.create_task_group() as tg:
+            for k in range(5):  # a backlog of submissions, 20 sbatch each
+                tg.start_soon(call, f"submit{k}", 20)
+                await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            tg.start_soon(call, "status", 2, True)
+
+    anyio.run(go)
+    asked, went = order.index("status asked"), order.index("status")
+    between = [o for o in order[asked:went] if not o.endswith("asked")]
+    assert len(between) <= 1, order  # behind at most the submission under way
+    assert [o for o in order if o.startswith("submit") and not o.endswith("asked")] == [
+        f"submit{k}" for k in range(5)
+    ]

@@ -60,10 +60,15 @@ class Command:
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 60.0
     idempotent: bool = True  # only idempotent commands are retried by transports
+    # Scheduler commands this one remote call runs (a batched probe, a ping gate, a batched
+    # submission): what a site's cap on commands per minute counts (`adapters.pace`).
+    commands: int = 1
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError("a command needs at least one argv element")
+        if self.commands < 1:
+            raise ValueError("a command runs at least one command")
         for arg in self.argv:
             if "\x00" in arg:
                 raise ValueError("argv elements cannot contain NUL")
@@ -120,7 +125,12 @@ def batch(sections: Mapping[str, Command], *, timeout_s: float = 60.0) -> Comman
             f"sed -n '1,{STDERR_LINES}s/^/{STDERR_MARK} /p'; _rc=${{PIPESTATUS[0]}}; }} 3>&1"
         )
         lines.append(f'echo "{BATCH_MARK} end {name} $_rc"')
-    return Command(argv=("bash", "-s"), stdin="\n".join(lines) + "\n", timeout_s=timeout_s)
+    return Command(
+        argv=("bash", "-s"),
+        stdin="\n".join(lines) + "\n",
+        timeout_s=timeout_s,
+        commands=sum(c.commands for c in sections.values()) or 1,
+    )
 
 
 def split_batch(stdout: str) -> dict[str, BatchSection]:

@@ -99,11 +99,13 @@ def gated(command: Command, ping: Ping, *, ping_timeout_s: float = PING_TIMEOUT_
             f'out=$(timeout -k 1 "$t" {shell_line(ping.command.argv)} </dev/null 2>&1); rc=$?; '
             f"{_TEST}"
         )
-        return replace(command, stdin=f"{head}\n{command.stdin}")
+        return replace(command, stdin=f"{head}\n{command.stdin}", commands=command.commands + 1)
     argv = ping.command.argv
     limit, up, n = f"{ping_timeout_s:g}", ping.alive_text, str(len(argv))
     return replace(
-        command, argv=("bash", "-c", _GATE, "fedhpc", limit, up, n, *argv, *command.argv)
+        command,
+        argv=("bash", "-c", _GATE, "fedhpc", limit, up, n, *argv, *command.argv),
+        commands=command.commands + 1,  # the ping is a scheduler command too
     )
 
 

@@ -36,6 +36,7 @@ class CommandPace:
         self._tokens = float(self.burst)
         self._at = clock()
         self._lock = anyio.Lock()
+        self._bulk = anyio.Lock()  # bulk callers (submissions) queue here, one at a time
         self._sent: deque[float] = deque()  # send times within the last minute
         self.waited_s = 0.0  # total time callers were held back (for `fedhpc status`)
         self.peak = 0  # the most commands sent within any 60 s (`rate()` at each send)
@@ -46,36 +47,50 @@ class CommandPace:
         self._tokens = min(float(self.burst), self._tokens + (now - self._at) * rate)
         self._at = now
 
-    async def acquire(self) -> None:
-        """Wait until one more command fits under the cap, then count it as sent."""
+    async def acquire(self, n: int = 1, *, urgent: bool = False) -> None:
+        """Wait until `n` more commands (one remote call's) fit under the cap, then count them
+        as sent. A call of more than a burst waits for a full burst and leaves the rest as a
+        debt the next calls wait off: the cap holds over a minute, the call is never split.
+        An `urgent` call (the daemon's look at its jobs, a cancel) waits behind at most one
+        bulk call (a submission), never behind a sweep's whole backlog of them."""
+        if urgent:
+            await self._take(n)
+            return
+        async with self._bulk:
+            await self._take(n)
+
+    async def _take(self, n: int) -> None:
         async with self._lock:  # one waiter at a time: callers go in their order of arrival
             self._refill()
-            if self._tokens < 1.0:
-                wait = (1.0 - self._tokens) * 60.0 / self.per_min
+            need = float(min(n, self.burst))
+            if self._tokens < need:
+                wait = (need - self._tokens) * 60.0 / self.per_min
                 await self._sleep(wait)
                 self.waited_s += wait
                 self._refill()
                 # It waited for exactly the missing fraction: a clock that moved a hair less
                 # (rounding, a coarse clock) must not make it wait again for ever smaller bits.
-                self._tokens = max(self._tokens, 1.0)
-            self._tokens -= 1.0
-            self._sent.append(self._clock())
-            self.peak = max(self.peak, self.rate())
+                self._tokens = max(self._tokens, need)
+            self._count(n)
 
-    def take(self) -> None:
-        """Count one command sent now without waiting its turn: the collector's probe, the
+    def _count(self, n: int) -> None:
+        self._tokens -= float(n)
+        now = self._clock()
+        self._sent.extend([now] * n)
+        self.peak = max(self.peak, self.rate())
+
+    def take(self, n: int = 1) -> None:
+        """Count `n` commands sent now without waiting their turn: the collector's probe, the
         daemon's own look at the site under its own deadline, never queues behind the work
         it watches (at a cap of a few a minute it would time out and take a healthy site
         offline). The debt is waited off by the commands after it, so the cap still holds
         over a minute, but for a probe that comes while another caller is already waiting:
         that caller's wait ends as computed, one command over."""
         self._refill()
-        self._tokens -= 1.0
-        self._sent.append(self._clock())
-        self.peak = max(self.peak, self.rate())
+        self._count(n)
 
     def rate(self) -> int:
-        """Commands sent in the last 60 s."""
+        """Scheduler commands sent in the last 60 s."""
         cutoff = self._clock() - 60.0
         while self._sent and self._sent[0] <= cutoff:
             self._sent.popleft()

@@ -59,6 +59,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 
+# Calls that go ahead of queued submissions under the site's cap: the daemon's look at its
+# own jobs (a job's end is seen on time during a sweep's submission) and cancels.
+_URGENT = frozenset({"status", "accounting", "find", "cancel"})
 OBSERVE_BACKOFF_MAX_S = 120.0  # the longest wait after busy answers (a center's squeue pace)
 
 
@@ -182,9 +185,9 @@ class SiteAdapter:
     async def _run(self, command: Command, kind: str) -> CommandResult:
         # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
         if kind == "probe":
-            self.pace.take()  # the collector's look: counted, never queued behind work
+            self.pace.take(command.commands)  # the collector's look: never queued behind work
         else:
-            await self.pace.acquire()
+            await self.pace.acquire(command.commands, urgent=kind in _URGENT)
         self.calls[kind] += 1
         return await self.transport.run(command)
 
@@ -212,7 +215,7 @@ class SiteAdapter:
         lines, each awaited before the next: streamed where the transport can (local, ssh:
         never held whole), else read whole first and handed on the same way (Globus Compute).
         Not retried (`LineTransport`); the result's stdout is empty."""
-        await self.pace.acquire()
+        await self.pace.acquire(command.commands, urgent=kind in _URGENT)
         self.calls[kind] += 1
         if isinstance(self.transport, LineTransport):
             return await self.transport.run_lines(command, on_lines)

@@ -73,7 +73,11 @@ def submissions_command(entries: Sequence[SubmitEntry], *, timeout_s: float) -> 
         lines.append(f'echo; echo "{mark} end {i} $rc"')
     lines += ["}", run]
     script = "\n".join(lines) + "\n"
-    return Command(("bash", "-s"), stdin=script, timeout_s=timeout_s, idempotent=False), mark
+    each = sum(e.command.commands for e in entries)  # one sbatch (qsub, bsub) per entry
+    command = Command(
+        ("bash", "-s"), stdin=script, timeout_s=timeout_s, idempotent=False, commands=each
+    )
+    return command, mark
 
 
 def split_submissions(stdout: str, count: int, mark: str) -> list[CommandResult | None]:

@@ -2,7 +2,8 @@
 accepted sends the task to the next feasible site (three tries in all; back to the queue when
 only offline sites are left). Submissions go through per-site lanes: at most `PER_SITE` remote
 calls in flight per site (`submits_in_flight` in the site's config), each carrying every job
-for that site that is waiting when it starts (up to `BATCH_MAX`), none of them under the
+for that site that is waiting when it starts (up to `BATCH_MAX`, and the burst of the site's
+command cap), none of them under the
 orchestrator's lock; a failure of the task's own never cancels its batch-mates."""
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ class Submitter:
         adapter = self.dispatcher.adapters.get(site)
         return (adapter.site.user.submits_in_flight if adapter else None) or PER_SITE
 
+    def _most(self, site: str) -> int:
+        """Jobs (or arrays) in one submit call at `site`: `BATCH_MAX`, and never more than its
+        command cap's burst, so that one call's `sbatch` commands never overrun the scheduler's
+        own rate limiter at once (Slurm's: 30 a user)."""
+        pace = getattr(self.dispatcher.adapters.get(site), "pace", None)
+        return max(1, min(BATCH_MAX, getattr(pace, "burst", BATCH_MAX)))
+
     def _limiter(self, site: str) -> anyio.CapacityLimiter:
         limiter = self.limits.get(site)
         if limiter is None:
@@ -168,7 +176,7 @@ class Submitter:
                 if not ready:
                     break  # array members still gathering: sent when the pass ends
                 stride = max(1, self.lanes[site])
-                size = max(1, min(BATCH_MAX, -(-len(ready) // stride)))
+                size = max(1, min(self._most(site), -(-len(ready) // stride)))
                 items = [ready[i] for i in range(0, len(ready), stride)[:size]]
                 taken = {id(item) for item in items}
                 self.pending[site] = [q for q in queue if id(q) not in taken]
@@ -196,7 +204,7 @@ class Submitter:
         ]
         # While the placer's pass goes on, only full chunks: the rest gather more members.
         least = most if self.placing else 2
-        chunks = [c for c in chunks if len(c) >= least][:BATCH_MAX]
+        chunks = [c for c in chunks if len(c) >= least][: self._most(site)]
         taken = {id(item) for chunk in chunks for item in chunk}
         self.pending[site] = [q for q in queue if id(q) not in taken]
         return chunks
