@@ -151,6 +151,7 @@ PARALLEL_SAFE = frozenset(
         "test_mcp_conformance",
         "test_mcp_contract",
         "test_mcp_fuzz",
+        "test_mcp_http",  # but SLURM_TESTS
         "test_mcp_inspect_fields",
         "test_mcp_tasks",
         "test_mcp_wire",
@@ -184,6 +185,8 @@ SLURM_TESTS = frozenset(
         "test_e2e_codex.py::test_codex_is_resumed_once_with_the_payload_and_reads_the_result",
         "test_jobscripts_mcp.py::test_sbatch_scripts_run_on_slurm_with_what_was_not_carried_named",
         "test_jobscripts_mcp.py::test_scripts_refused_at_the_door_get_typed_errors",
+        "test_mcp_http.py::test_loopback_http_serves_tools_without_a_token",
+        "test_mcp_http.py::test_another_address_needs_the_bearer_token",
     }
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -13,11 +13,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from fedhpc.client.daemon_client import DaemonClient
-from tests.integration.daemon_util import running
+from tests.integration.daemon_util import daemon_for_module
 from tests.integration.mcp_support import serve_argv, serve_env
-
-pytestmark = pytest.mark.devfed
 
 TOKEN = "t0ken-" + "x" * 40
 
@@ -29,11 +26,11 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Path, DaemonClient]]:
-    home = tmp_path / "h"
-    async with running(home) as client:
-        yield home, client
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One daemon on the Slurm federation for the module's two tests that talk to one (each
+    starts its own `fedhpc serve --http`); the servers refused at start need none."""
+    yield from daemon_for_module(tmp_path_factory.mktemp("http") / "h")
 
 
 def _start(home: Path, *args: str, **env: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -69,10 +66,11 @@ def stop() -> Iterator[list[subprocess.Popen[bytes]]]:
                 stream.close()
 
 
+@pytest.mark.devfed
 async def test_loopback_http_serves_tools_without_a_token(
-    daemon: tuple[Path, DaemonClient], stop: list[subprocess.Popen[bytes]]
+    daemon: Path, stop: list[subprocess.Popen[bytes]]
 ) -> None:
-    home, _ = daemon
+    home = daemon
     proc, port = _start(home)
     stop.append(proc)
     async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
@@ -109,10 +107,11 @@ def test_a_short_token_refuses_to_start_and_says_how_to_make_one(
     assert "secrets.token_urlsafe(32)" in err
 
 
+@pytest.mark.devfed
 async def test_another_address_needs_the_bearer_token(
-    daemon: tuple[Path, DaemonClient], stop: list[subprocess.Popen[bytes]]
+    daemon: Path, stop: list[subprocess.Popen[bytes]]
 ) -> None:
-    home, _ = daemon
+    home = daemon
     proc, port = _start(home, "--host", "0.0.0.0", FEDHPC_MCP_TOKEN=TOKEN)
     stop.append(proc)
     url = f"http://127.0.0.1:{port}/mcp"
