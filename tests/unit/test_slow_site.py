@@ -528,3 +528,55 @@ async def test_a_refused_array_sends_each_member_alone_to_the_same_site(
         assert first.array_name is not None and first.state is JobState.FAILED
         assert alone.site == "slow" and alone.array_name is None
         assert "slow" not in (await o.book.load_task(child.task_id)).refused_sites
+
+
+class _MaxArraySize(_Site):
+    """A scheduler with MaxArraySize 3: a bigger array is refused (once per member), a
+    smaller one takes one id for all its elements."""
+
+    async def submit_many(self, jobs: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for job in jobs:
+            if not isinstance(job, ArrayJob):
+                out += await super().submit_many([job])
+                continue
+            self.calls[f"array{len(job.members)}"] += 1
+            if len(job.members) > 3:
+                refused = SchedulerRejected("sbatch: error: Invalid job array specification")
+                out += [refused] * len(job.members)
+                continue
+            self.submitted.append(job.name)
+            parent = str(len(self.submitted))
+            out += [SubmittedJob(self.name, f"{parent}_{i}", "") for i in range(len(job.members))]
+        return out
+
+
+async def test_a_refused_array_is_halved_until_the_scheduler_takes_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An array too big for the site (MaxArraySize) goes again as arrays half its size, not
+    as one job per member; the site's later arrays start at that size."""
+    o, slow, _ = _world(store, slow_site=_MaxArraySize)
+    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
+    monkeypatch.setattr(slow, "element_id", lambda job, i: f"{job}_{i}", raising=False)
+    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)  # slow or nothing
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(8))
+    req = SubmitGroupRequest(
+        objective="sweep",
+        children=children,
+        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}}),
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    with anyio.fail_after(LIMIT_S):
+        await o.place_queued()
+        while len(slow.submitted) < 4:
+            await anyio.sleep(0.01)
+    assert (slow.calls["array8"], slow.calls["array4"], slow.calls["array2"]) == (1, 2, 4)
+    assert o.placer.submitter.array_caps == {"slow": 2}
+    for child in (await o.groups.view(gid, limit=10)).children:
+        with anyio.fail_after(LIMIT_S):
+            while (atts := await o.book.load_attempts(child.task_id))[-1].job_id is None:
+                await anyio.sleep(0.01)
+        assert [a.state for a in atts[:-1]] == [JobState.FAILED, JobState.FAILED]
+        last = atts[-1]
+        assert last.site == "slow" and last.array_name is not None  # in an array, not alone

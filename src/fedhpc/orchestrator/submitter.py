@@ -89,6 +89,9 @@ class Submitter:
         # While a placement pass runs: group children that could share an array wait for the
         # pass's end (`finish_pass`), so a sweep placed in batches goes as a few big arrays.
         self.placing = False
+        # Elements per array at a site whose scheduler refused a bigger one (halved on each
+        # refusal; under 2: no arrays there), for this process's life.
+        self.array_caps: dict[str, int] = {}
 
     def in_flight(self, site: str) -> int:
         """Submit calls at once at `site`: its config's `submits_in_flight`, else `PER_SITE`."""
@@ -189,7 +192,7 @@ class Submitter:
         taken from its queue in chunks of at most FEDHPC_ARRAY_MAX (at most `BATCH_MAX`
         chunks): each goes as one job array (one scheduler command), when the site's
         scheduler runs arrays."""
-        most = _array_max()
+        most = self._array_most(site)
         if not self._arrays_at(site, most):
             return []
         alike: dict[str, list[Prepared]] = {}
@@ -215,7 +218,12 @@ class Submitter:
     def _gathering(self, site: str, item: Prepared) -> bool:
         """A would-be array member held back while the placer's pass goes on (`placing`): its
         siblings placed later in the pass join the same array."""
-        return self.placing and _array_key(item) is not None and self._arrays_at(site, _array_max())
+        most = self._array_most(site)
+        return self.placing and _array_key(item) is not None and self._arrays_at(site, most)
+
+    def _array_most(self, site: str) -> int:
+        """Elements per array at `site`: FEDHPC_ARRAY_MAX, halved by each refusal there."""
+        return min(_array_max(), self.array_caps.get(site, ARRAY_MAX))
 
     async def _call_arrays(self, chunks: list[list[Prepared]], tg: TaskGroup) -> None:
         """One submit call for `chunks`, each chunk one array: its membership written first
@@ -259,10 +267,41 @@ class Submitter:
                         await self._failed(task, p, exc)
             self.signal()
             return
+        refused = _refused_arrays(items, atts)
         for (task, p, prepared, history), att in zip(items, atts, strict=True):
-            if att.state is JobState.FAILED:
+            if att.state is JobState.FAILED and att.array_name not in refused:
                 tg.start_soon(self._dispatch, task, p, prepared, history, att)
+        if refused:
+            await self._halve(refused, tg)
         self.signal()
+
+    async def _halve(
+        self, refused: dict[str, list[tuple[Prepared, AttemptRecord]]], tg: TaskGroup
+    ) -> None:
+        """Arrays of 4 or more that a site refused whole (MaxArraySize, a limit counting
+        elements, the script's size): that site's arrays are half as big from now on, and
+        each member still its task's goes again, in the next arrays formed, not alone."""
+        again: list[Prepared] = []
+        async with self.lock:
+            for members in refused.values():
+                site = members[0][1].site
+                most = self.array_caps[site] = min(self._array_most(site), len(members) // 2)
+                log.warning(
+                    "array refused: its members go again in arrays half its size",
+                    site=site,
+                    elements=len(members),
+                    now_at_most=most,
+                    reason=members[0][1].reason,
+                )
+                for (was, p, _, history), att in members:
+                    with isolated("re-forming a refused array failed", task=was.id):
+                        task = await self.book.load_task(was.id)
+                        atts = await self.book.load_attempts(task.id)
+                        mine = next((x for x in atts if x.n == att.n), att)
+                        if task.state.terminal or mine.superseded or _moved_on(atts, att):
+                            continue  # cancelled, replanned or moved meanwhile
+                        again.append((task, p, await self.dispatcher.prepare(task, p), history))
+        self._queue(again, tg)
 
     async def _dispatch(
         self,
@@ -407,6 +446,22 @@ class Submitter:
 # What may differ between the members of one array: each keeps its own name, command, folder
 # and output files; everything else (shape, partition, account, environment...) is the array's.
 _OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
+
+
+def _refused_arrays(
+    items: list[Prepared], atts: list[AttemptRecord]
+) -> dict[str, list[tuple[Prepared, AttemptRecord]]]:
+    """The arrays of 4 or more elements in one submit call that were refused whole (every
+    member failed), by name: each may go again as smaller arrays (`Submitter._halve`)."""
+    by_name: dict[str, list[tuple[Prepared, AttemptRecord]]] = {}
+    for item, att in zip(items, atts, strict=True):
+        if att.array_name is not None:
+            by_name.setdefault(att.array_name, []).append((item, att))
+    return {
+        name: members
+        for name, members in by_name.items()
+        if len(members) >= 4 and all(a.state is JobState.FAILED for _, a in members)
+    }
 
 
 def _moved_on(atts: list[AttemptRecord], att: AttemptRecord) -> bool:
