@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,63 @@ def test_the_allocation_table_is_each_sites_credit_as_the_daemon_reports_it(
 
 def _unit_number(unit: str, *, signed: bool = False) -> re.Pattern[str]:
     return re.compile(("^-?" if signed else "^") + r"\d+\.\d\d " + re.escape(unit) + "$")
+
+
+def test_an_expiring_allocation_is_drawn_against_its_even_pace_with_its_verdict(
+    tmp_path: Path,
+) -> None:
+    """An account with an expiry in the config: the credit chart draws the even pace that
+    spends what is left by its last day, and a line under it says when it runs out or what
+    would be left unspent, as the daemon's history computes it."""
+    sync_playwright, expect = need_browser()
+    expires = (datetime.now(UTC) + timedelta(days=40)).date()
+    home = tmp_path / "home"
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(
+        "[sites.devanvil]\n"
+        "[[sites.devanvil.accounts]]\n"
+        'name = "fedhpc-cpu"\n'
+        "budget = 100.0\n"
+        "reserve = 10.0\n"
+        f"expires = {expires.isoformat()}\n"
+        "[[sites.devanvil.accounts]]\n"
+        'name = "fedhpc-gpu"\n'
+    )
+
+    async def two_probes(client: DaemonClient) -> dict[str, Any]:
+        await client.refresh()  # a second kept probe: a pace can be read
+        with anyio.fail_after(60):
+            while True:
+                hist = await client.history(("devanvil",), limit=240, credit=True)
+                if len(hist["sites"]["devanvil"]) >= 2:
+                    return hist
+                await anyio.sleep(0.5)
+
+    for dashboard in serve_dashboard(tmp_path):
+        hist = dashboard.client(two_probes)
+        burn = hist["burn"]["devanvil"]
+        assert set(burn) == {"fedhpc-cpu"}, burn  # the account without an expiry has none
+        verdict = burn["fedhpc-cpu"]["verdict"]
+        assert burn["fedhpc-cpu"]["left"] == pytest.approx(90.0)  # nothing ran: 100 - reserve
+        assert "would be left unspent on " + expires.isoformat() in verdict, verdict
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            troubles = Troubles(page)
+            page.goto(dashboard.url + "#/federation")
+            page.wait_for_selector("body[data-ready=federation]")
+            row = page.locator("#ch-burn li[data-site=devanvil][data-account=fedhpc-cpu]")
+            expect(row).to_contain_text(f"expires {expires.isoformat()}", timeout=90_000)
+            expect(row).to_contain_text(verdict)
+            expect(page.locator("#ch-burn li")).to_have_count(1)
+            page.wait_for_selector("#credit-history[data-series]")
+            raw = page.locator("#credit-history").get_attribute("data-series") or "{}"
+            drawn = json.loads(raw)["devanvil fedhpc-cpu"]
+            assert drawn["burn"] == verdict
+            # The even pace ends at the newest credit left; over the probes shown it is flat
+            # to within a 40-day pace (90 SU over 40 days is ~2.25 SU a day).
+            start, end = drawn["even"]
+            assert end["y"] == pytest.approx(drawn["newest"]["left"])
+            assert start["y"] >= end["y"]
+            troubles.leave(browser.close)
+        assert troubles.found == [], troubles.found

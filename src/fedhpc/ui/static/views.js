@@ -238,6 +238,7 @@ function drawCreditHistory(hist) {
   }
   const datasets = [];
   const drawn = {};
+  const burns = hist.burn || {};
   for (const [key, s] of [...series.entries()].sort()) {
     const color = colorOf(s.site);
     const used = s.points.filter((p) => p.used !== null).map((p) => ({ x: p.t, y: p.used }));
@@ -246,7 +247,15 @@ function drawCreditHistory(hist) {
     if (left.length) datasets.push({ label: `${key} left (${s.unit})`, data: left, borderColor: color, backgroundColor: color, stepped: true, pointRadius: 1, borderDash: [5, 3] });
     const last = s.points[s.points.length - 1];
     drawn[key] = { probes: s.points.length, newest: { at: last.at, used: last.used, left: last.left } };
+    const burn = (burns[s.site] || {})[s.account];
+    const pace = burn ? evenPace(left, burn) : null;
+    if (pace) {
+      datasets.push({ label: `${key} even pace to ${burn.expires} (${s.unit})`, data: pace, borderColor: color, backgroundColor: color, pointRadius: 0, borderDash: [1, 3] });
+      drawn[key].even = pace;
+    }
+    if (burn) drawn[key].burn = burn.verdict;
   }
+  drawBurn(burns);
   const canvas = $("#credit-history");
   if (!state.creditChart) {
     state.creditChart = new Chart(canvas, {
@@ -266,4 +275,28 @@ function drawCreditHistory(hist) {
   // Drawn: each site and account's probes and newest numbers (for a reader or a test).
   canvas.dataset.series = JSON.stringify(drawn);
   $("#ch-empty").hidden = series.size > 0;
+}
+
+// ------------------------------------------------------------------------------------ burn-down
+// The even pace that spends what is left (above the reserve) by the allocation's last day,
+// drawn over the probes shown and ending at the newest: a "left" line falling faster than it
+// runs out early; one flatter leaves credit unspent. One line per account says which.
+function evenPace(left, burn) {
+  if (burn.even_per_day === null || left.length < 2) return null;
+  const newest = left[left.length - 1];
+  const first = left[0];
+  const perMs = burn.even_per_day / 86400000;
+  return [{ x: first.x, y: newest.y + perMs * (newest.x - first.x) }, { x: newest.x, y: newest.y }];
+}
+
+function drawBurn(burns) {
+  const items = [];
+  for (const [site, accounts] of Object.entries(burns).sort()) {
+    for (const [account, b] of Object.entries(accounts).sort()) {
+      const days = `${Math.floor(b.days_left)} day${Math.floor(b.days_left) === 1 ? "" : "s"} left`;
+      items.push(el("li", { class: "burn-row", dataset: { site, account } },
+        el("strong", {}, `${site} ${account}`), ` expires ${b.expires} (${days}): ${b.verdict}`));
+    }
+  }
+  $("#ch-burn").replaceChildren(...items);
 }
