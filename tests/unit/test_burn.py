@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from fedhpc.cli.daemon import burn_lines
 from fedhpc.placement.burn import burn_down
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
@@ -44,3 +45,14 @@ def test_no_pace_yet_nothing_spent_and_an_expired_allocation_say_so() -> None:
     assert late.days_left == 0 and late.verdict.startswith("expired on 2026-12-01")
     none = burn_down(_points(None, None), expires=END, reserve=0, now=NOW, unit="SU")
     assert none.left is None and none.verdict == "no credit read"
+
+
+def test_status_prints_one_line_per_expiring_allocation() -> None:
+    b = burn_down(_points(100, 80, 60), expires=END, reserve=0, now=NOW, unit="SU")
+    lines = burn_lines({"devdelta": {"bbka-gpu": b.as_dict()}, "devanvil": {}})
+    assert lines[1] == "Allocations that expire (at the pace of the recent probes):"
+    assert lines[2] == (
+        "  devdelta bbka-gpu: expires 2027-01-10 (10 days left): at 20.00 SU/day it runs out "
+        "on 2027-01-04, 6 days before it expires"
+    )
+    assert burn_lines({}) == []

@@ -201,26 +201,45 @@ def _daemon(args: argparse.Namespace) -> int:
     _exec_lean(args)
 
 
-Extras = tuple[list[dict[str, Any]], dict[str, Any] | None]
+Extras = tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any]]
+BURN_PROBES = 60  # the recent probes an allocation's pace is read over in `fedhpc status`
 
 
 async def _view(
     settings: DaemonSettings, req: InspectRequest, refresh: bool
 ) -> tuple[FederationView, Extras]:
-    """The federation view, the wait estimators' recent errors and the wait placement
-    predicts now for the reference requests (both only from a daemon)."""
+    """The federation view, the wait estimators' recent errors, the wait placement predicts
+    now for the reference requests and each expiring allocation's burn-down (all three only
+    from a daemon)."""
 
     async with DaemonClient(settings) as client:
         try:
             view = await (client.refresh(req) if refresh else client.federation(req))
             estimators = (await client.estimators()).get("estimators", [])
-            return view, (estimators, await client.outlook())
+            outlook = await client.outlook()
+            burn = (await client.history(limit=BURN_PROBES, credit=True)).get("burn", {})
         except DaemonUnavailable:
             if not settings.db_path.exists():
                 raise
+        else:
+            return view, (estimators, outlook, burn)
     from fedhpc.daemon.offline import stored_federation  # the store only when no daemon runs
 
-    return await stored_federation(settings, req), ([], None)
+    return await stored_federation(settings, req), ([], None, {})
+
+
+def burn_lines(burn: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Each allocation with an expiry in the config: when it runs out at the recent pace, or
+    what would be left unspent (placement.burn)."""
+    lines = [
+        f"  {site} {account}: expires {b['expires']} ({b['days_left']:.0f} days left): "
+        f"{b['verdict']}"
+        for site, accounts in sorted(burn.items())
+        for account, b in sorted(accounts.items())
+    ]
+    return (
+        ["", "Allocations that expire (at the pace of the recent probes):", *lines] if lines else []
+    )
 
 
 def _outlook_cell(r: dict[str, Any] | None) -> str:
@@ -294,15 +313,16 @@ def _status(args: argparse.Namespace) -> int:
         from fedhpc.ui.term import waiting
 
         with waiting("probing every site"):
-            view, (estimators, outlook) = anyio.run(_view, settings, req, args.refresh)
+            view, (estimators, outlook, burn) = anyio.run(_view, settings, req, args.refresh)
     else:
-        view, (estimators, outlook) = anyio.run(_view, settings, req, args.refresh)
+        view, (estimators, outlook, burn) = anyio.run(_view, settings, req, args.refresh)
     if args.json:  # the FederationView, each estimator's error, the wait predicted now
         body = view.model_dump(mode="json")
-        print(json.dumps({**body, "estimators": estimators, "outlook": outlook}, indent=2))
+        extra = {"estimators": estimators, "outlook": outlook, "burn": burn}
+        print(json.dumps({**body, **extra}, indent=2))
     else:
         leads = anyio.run(_leader_lines, settings)
-        more = _estimator_table(estimators) + outlook_table(outlook, view)
+        more = _estimator_table(estimators) + outlook_table(outlook, view) + burn_lines(burn)
         print("\n".join(_table(view) + more + leads))
     return 0
 
