@@ -83,3 +83,20 @@ def test_the_predicted_wait_is_read_from_the_decision() -> None:
     paper = "x/y (fastest): est. wait 3s (paper:free-slots=2) + run 9s; 1 feasible of 1"
     assert predicted_wait(paper) == (3.0, "from the queue it saw")
     assert predicted_wait("queued: placing") is None
+
+
+def test_a_hedged_task_names_every_copy_and_tells_the_first_ones_wait() -> None:
+    first = _attempt(reason="Priority")
+    copy = _attempt(n=2, site="devdelta", partition="cpu", job_id="7", reason="Resources")
+    note = pending_note(_manifest(first, copy), T0 + timedelta(seconds=30))
+    assert note is not None
+    assert note.startswith(
+        "pending in devanvil/ai's queue (job 42) for 30 s; hedged: also pending at "
+        "devdelta/cpu (job 7), the first to start runs, the others are cancelled; "
+        "scheduler's reason: Priority"
+    ), note
+    assert "start about 2026-12-04 22:01:00 UTC" in note  # the first copy's placement
+    # Once one copy started, the task no longer waits.
+    running = _attempt(n=2, site="devdelta", partition="cpu", state=JobState.RUNNING, started_at=T0)
+    outrun = _attempt(superseded=True, reason="hedged copy: cancelled")
+    assert pending_note(_manifest(outrun, running), T0) is None

@@ -58,12 +58,35 @@ def _span(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
+_WAITING = (JobState.SUBMITTED, JobState.PENDING)
+
+
 def _waiting_attempt(m: ResultManifest) -> AttemptView | None:
+    """The attempt the task waits on: its newest in play; of hedged copies all waiting, the
+    first (the one its decision placed; the others are named beside it)."""
     live = [a for a in m.attempts if not a.superseded]
+    waiting = [a for a in live if a.state in _WAITING and a.started_at is None]
+    if len(waiting) > 1 and len(waiting) == len([a for a in live if not a.state.terminal]):
+        return waiting[0]
     a = live[-1] if live else None
     if a is None or a.started_at is not None:
         return None
-    return a if a.state in (JobState.SUBMITTED, JobState.PENDING) else None
+    return a if a.state in _WAITING else None
+
+
+def _copies(m: ResultManifest, a: AttemptView) -> str:
+    """ "; hedged: also pending at ..." for the task's other copies waiting, else ""."""
+    others = [
+        x
+        for x in m.attempts
+        if x.n != a.n and not x.superseded and x.state in _WAITING and x.started_at is None
+    ]
+    if not others:
+        return ""
+    where = ", ".join(
+        f"{x.site}/{x.partition}" + (f" (job {x.job_id})" if x.job_id else "") for x in others
+    )
+    return f"; hedged: also pending at {where}, the first to start runs, the others are cancelled"
 
 
 def pending_note(m: ResultManifest, now: datetime) -> str | None:
@@ -82,6 +105,7 @@ def pending_note(m: ResultManifest, now: datetime) -> str | None:
     since = a.submitted_at.astimezone(UTC) if a.submitted_at else None
     if since is not None:
         parts[0] += f" for {_span((now - since).total_seconds())}"
+    parts[0] += _copies(m, a)
     parts.append(
         f"scheduler's reason: {_meaning(a.reason)}"
         if a.reason
