@@ -55,11 +55,15 @@ async def test_pages_meet_and_count_every_task_and_group(client: DaemonClient) -
     # In the order `fedhpc tasks` lists them: its first 6 are the first page.
     newest = await client.tasks(limit=6)
     assert [t.task_id for t in newest] == ids[:6]
+    second = await client.tasks(limit=6, offset=6)  # the client's page, without its total
+    assert [t.task_id for t in second] == ids[6:12]
     groups = [await group_summaries(client, offset=o, limit=2) for o in (0, 2, 4, 6)]
     assert [g["total"] for g in groups] == [5] * 4
     assert [len(g["groups"]) for g in groups] == [2, 2, 1, 0]
     assert [g["group_id"] for p in groups for g in p["groups"]] == [g for g, _ in made[::-1]]
     assert sum(groups[2]["groups"][-1]["counts"].values()) == 3  # counted whole
+    views = await client.groups(limit=2, offset=2)
+    assert [v.group_id for v in views] == [g["group_id"] for g in groups[1]["groups"]]
 
 
 async def test_find_searches_every_task_in_any_case_and_literally(client: DaemonClient) -> None:

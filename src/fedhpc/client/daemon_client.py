@@ -248,11 +248,19 @@ class DaemonClient:
         body = await self._call(api.GROUP, group_id, params=params or None)
         return GroupView.model_validate(body)
 
-    async def groups(self, limit: int = 20) -> list[GroupView]:
-        """The newest groups, newest first, each with its counts over all its children (no
-        child listed)."""
-        body = await self._call(api.GROUPS, params={"limit": limit})
+    async def groups(self, limit: int = 20, offset: int = 0) -> list[GroupView]:
+        """The newest groups, newest first (the `offset` newest skipped), each with its counts
+        over all its children (no child listed)."""
+        body = await self.group_page(offset=offset, limit=limit)
         return [GroupView.model_validate(g) for g in body["groups"]]
+
+    async def group_page(self, *, offset: int = 0, limit: int = 20) -> dict[str, Any]:
+        """A page of the groups as the daemon answers it (`api.GROUPS`): `groups` (each a
+        GroupView's JSON), `offset`, and `total`, how many groups there are in all."""
+        body: dict[str, Any] = await self._call(
+            api.GROUPS, params={"limit": limit, "offset": offset}
+        )
+        return body
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         params: dict[str, Any] = {"max_bytes": req.max_bytes}
@@ -265,10 +273,40 @@ class DaemonClient:
         )
         return ResultManifest.model_validate(body)
 
-    async def tasks(self, state: str | None = None, limit: int = 100) -> list[TaskSummary]:
+    async def tasks(
+        self,
+        state: str | None = None,
+        limit: int = 100,
+        *,
+        offset: int | None = None,
+        find: str | None = None,
+    ) -> list[TaskSummary]:
+        """The newest tasks, newest first; with `offset` or `find`, a page of them (as
+        `task_page`, without its total)."""
+        if offset is not None or find is not None:
+            page = await self.task_page(state=state, find=find, offset=offset or 0, limit=limit)
+            return [TaskSummary.model_validate(t) for t in page["tasks"]]
         params: dict[str, Any] = {"limit": limit} | ({"state": state} if state else {})
         body = await self._call(api.TASKS, params=params)
         return [TaskSummary.model_validate(t) for t in body["tasks"]]
+
+    async def task_page(
+        self,
+        *,
+        state: str | None = None,
+        find: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """A page of the tasks as the daemon answers it (`api.TASKS` with `offset`):
+        `tasks` (each a TaskSummary's JSON), newest first, after the first `offset`, filtered
+        in SQL (`state`; `find`: text in the id, name or group, or a site an attempt went
+        to), `offset`, and `total`, how many tasks match in all."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        params |= {"state": state} if state else {}
+        params |= {"find": find} if find else {}
+        body: dict[str, Any] = await self._call(api.TASKS, params=params)
+        return body
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
         body = await self._call(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -15,7 +15,6 @@ from fedhpc.daemon.api import Endpoint, GroupQuery, GroupsQuery, TasksQuery
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.limits import DRAFT_BUDGET_S, read_body, run_bounded
 from fedhpc.daemon.owner import principal
-from fedhpc.daemon.routes_pages import group_page, task_page
 from fedhpc.daemon.scripts import read_script_file
 from fedhpc.daemon.sitenames import check_request_sites
 from fedhpc.daemon.state import DaemonState
@@ -24,7 +23,7 @@ from fedhpc.errors import UsageError
 from fedhpc.ops.draft import DraftRequest, draft_envelope
 from fedhpc.ops.pending import pending_note
 from fedhpc.ops.scripts import ScriptFileRequest
-from fedhpc.ops.task_views import ResultManifest, SubmitAnswer
+from fedhpc.ops.task_views import ResultManifest, SubmitAnswer, TaskSummary
 from fedhpc.ops.tasks import (
     CancelRequest,
     ReplanRequest,
@@ -69,6 +68,22 @@ async def _with_pending(o: Orchestrator, req: ResultRequest, m: ResultManifest) 
     return m.model_copy(update={"waiting": note}) if note is not None else m
 
 
+def _summary(row: dict[str, Any]) -> TaskSummary:
+    """A row of the store's task page (`Store.task_page`) as `fedhpc tasks` lists it."""
+    cur = row["attempt"] or {}
+    return TaskSummary(
+        task_id=row["id"],
+        name=row["name"],
+        state=JobState(row["state"]),
+        site=cur.get("site"),
+        partition=cur.get("partition"),
+        job_id=cur.get("job_id"),
+        attempts=row["attempts"],
+        group_id=row["group_id"],
+        updated_at=datetime.fromisoformat(str(row["updated_at"])),
+    )
+
+
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
 
@@ -89,12 +104,16 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
             return JSONResponse({"tasks": [t.model_dump(mode="json") for t in rows]})
         # A page (the dashboard's), filtered in SQL, with the listing's total.
         offset = q.offset or 0
-        page, total = await task_page(
-            state.store, state=q.state, owner=owner, find=q.find, offset=offset, limit=q.limit
+        page, total = await state.store.task_page(
+            state=q.state.value if q.state is not None else None,
+            owner=owner,
+            find=q.find,
+            offset=offset,
+            limit=q.limit,
         )
         return JSONResponse(
             {
-                "tasks": [t.model_dump(mode="json") for t in page],
+                "tasks": [_summary(row).model_dump(mode="json") for row in page],
                 "offset": offset,
                 "total": total,
             }
@@ -139,7 +158,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         # A page of them (`offset`), with how many groups there are in all (`total`).
         q = GroupsQuery.model_validate(dict(request.query_params))
         scope = principal(request).scope
-        ids, total = await group_page(state.store, owner=scope, offset=q.offset, limit=q.limit)
+        ids, total = await state.store.group_page(owner=scope, offset=q.offset, limit=q.limit)
         views = [await o.groups.view(gid, limit=0) for gid in ids]
         return JSONResponse(
             {

@@ -17,7 +17,8 @@ from fedhpc.store import sql_pg
 from fedhpc.store.engine import Row, SqliteConn
 from fedhpc.store.log_reads import LogReads
 from fedhpc.store.owners import OwnerReads
-from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads, ListingReads
+from fedhpc.store.pages import ListingReads
+from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
 from fedhpc.store.tx import AS_SUBMITTED, Tx
 

@@ -163,8 +163,9 @@ class GroupReads(Reads):
         return _group(rows[0]) if rows else None
 
     async def recent_groups(self, limit: int) -> list[str]:
-        """The ids of the newest `limit` groups, newest first (the dashboard's group list);
-        groups made in the same instant in the order they were written (rowid)."""
+        """The ids of the newest `limit` groups, newest first (in the order of the dashboard's
+        group list, `ListingReads.group_page`); groups made in the same instant in the order
+        they were written (rowid)."""
         rows = await self._all(
             "SELECT id FROM groups ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)
         )
@@ -177,59 +178,6 @@ class GroupReads(Reads):
             tuple(states),
         )
         return [str(r["id"]) for r in rows]
-
-
-class ListingReads(Reads):
-    """Task listings (`fedhpc tasks`, GET /v1/tasks) at any store size."""
-
-    async def task_listing(
-        self, *, state: str | None = None, limit: int = 100, owner: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Newest tasks first, each with its label and current attempt, in one query and
-        without loading bodies into Python (a listing page at any store size); only `owner`'s
-        when given (service mode)."""
-        conds = [c for c, v in (("state = ?", state), ("owner = ?", owner)) if v]
-        params = [v for v in (state, owner) if v]
-        where = f"WHERE {' AND '.join(conds)} " if conds else ""
-        sql = self._pick(TASK_LISTING, sql_pg.TASK_LISTING).format(where=where)
-        rows = await self._all(sql, [*params, limit])
-        out: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            row = out.setdefault(
-                str(r["id"]),
-                {
-                    "id": r["id"],
-                    "state": r["state"],
-                    "group_id": r["group_id"],
-                    "name": r["name"],
-                    "updated_at": r["updated_at"],
-                    "attempts": 0,
-                    "attempt": None,
-                    "last": None,
-                },
-            )
-            if r["n"] is None:
-                continue
-            row["attempts"] += 1
-            att = {"site": r["site"], "partition": r["partition"], "job_id": r["job_id"]}
-            row["last"] = att
-            if (r["n"] == r["accepted"]) if r["accepted"] is not None else not r["sup"]:
-                row["attempt"] = att
-        for row in out.values():  # as get_result: the accepted, else newest live, else newest
-            row["attempt"] = row["attempt"] or row.pop("last")
-            row.pop("last", None)
-        return list(out.values())
-
-
-# ListingReads.task_listing (`{where}`: the optional state filter, fixed text).
-TASK_LISTING = (
-    "SELECT t.id, t.state, t.group_id, t.updated_at, "
-    "json_extract(t.body, '$.request.name') AS name, "
-    "json_extract(t.body, '$.accepted_attempt') AS accepted, "
-    "a.n, a.site, a.partition, a.job_id, json_extract(a.body, '$.superseded') AS sup "
-    "FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
-    "LEFT JOIN attempts a ON a.task_id = t.id ORDER BY t.created_at DESC, t.id, a.n"
-)
 
 
 class DeliveryReads(Reads):

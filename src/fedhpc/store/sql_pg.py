@@ -18,6 +18,7 @@ __all__ = [
     "PUT_TRANSFER_INSERT",
     "PUT_TRANSFER_UPDATE",
     "SET_QUEUED_DECISION",
+    "TASK_FIND",
     "TASK_LISTING",
     "WAIT_SAMPLES",
     "children_fields",
@@ -114,17 +115,25 @@ def children_fields() -> tuple[str, str, str]:
     return _TASK_FIELDS, _ATTEMPT_FIELDS, _CHILDREN_FROM
 
 
-# ListingReads.task_listing (`{where}`: the optional state filter, fixed text); each body
-# parsed once per row (`tj.b`, `aj.b`).
+# pages.TASK_LISTING (`{where}`: the optional filters, `{page}`: `LIMIT ?` or `LIMIT ?
+# OFFSET ?`, fixed text); each body parsed once per row (`tj.b`, `aj.b`).
 TASK_LISTING = (
     "SELECT t.id, t.state, t.group_id, t.updated_at, "
     "tj.b #>> '{{request,name}}' AS name, (tj.b ->> 'accepted_attempt')::bigint AS accepted, "
     "a.n, a.site, a.partition, a.job_id, fedhpc_truthy(aj.b -> 'superseded') AS sup "
-    "FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id LIMIT ?) t "
+    "FROM (SELECT * FROM tasks {where}ORDER BY created_at DESC, id {page}) t "
     "CROSS JOIN LATERAL (SELECT t.body::jsonb AS b) tj "
     "LEFT JOIN attempts a ON a.task_id = t.id "
     "LEFT JOIN LATERAL (SELECT a.body::jsonb AS b) aj ON true "
     "ORDER BY t.created_at DESC, t.id, a.n"
+)
+
+# pages.TASK_FIND: the task's name as text, `(body::jsonb #>> '{request,name}')`.
+TASK_FIND = (
+    "(lower(id) LIKE ? ESCAPE '\\' OR lower(coalesce(group_id, '')) LIKE ? ESCAPE '\\' "
+    "OR lower(coalesce((body::jsonb #>> '{request,name}'), '')) LIKE ? ESCAPE '\\' "
+    "OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = tasks.id "
+    "AND lower(a.site) LIKE ? ESCAPE '\\'))"
 )
 
 # reads.HISTORY_POINTS: JSON null fields read as 0, as SQLite's coalesce(json_extract) does.

@@ -8,7 +8,6 @@ from typing import Any
 import anyio
 
 from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.daemon import api
 from fedhpc.ops.task_views import GroupView, ResultManifest
 from fedhpc.ops.tasks import ResultRequest
 
@@ -56,9 +55,7 @@ async def group_summaries(
     """A page of the groups, newest first (the `offset` newest skipped), each with the daemon's
     own counts over all its children (`GET /v1/groups`: counted in SQL, no child read), and
     how many groups there are in all (`total`)."""
-    # DaemonClient.groups answers the groups only: the page's total is read here (the client
-    # is outside the dashboard's change).
-    body = await client._call(api.GROUPS, params={"limit": limit, "offset": offset})
+    body = await client.group_page(offset=offset, limit=limit)
     fields = {"group_id", "objective", "state", "round", "size", "counts"}
     groups = [{k: g[k] for k in fields} for g in body["groups"]]
     return {"groups": groups, "offset": offset, "limit": limit, "total": body["total"]}
@@ -74,9 +71,5 @@ async def task_page(
 ) -> dict[str, Any]:
     """A page of the tasks, newest first, filtered by the daemon in SQL (state; `find`: text in
     the id, name, group or a site an attempt went to), and how many match in all (`total`)."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    params |= {"state": state} if state else {}
-    params |= {"find": find} if find else {}
-    # DaemonClient.tasks lists the newest N only: the page and its total are read here.
-    body = await client._call(api.TASKS, params=params)
+    body = await client.task_page(state=state, find=find, offset=offset, limit=limit)
     return {"tasks": body["tasks"], "offset": offset, "limit": limit, "total": body["total"]}
