@@ -218,10 +218,10 @@ def test_a_probe_never_waits_behind_the_cap_and_the_next_command_pays_for_it() -
     anyio.run(go)
     assert waited[0] == 0.0  # the probe: at once
     # The probe's commands (its sections and the ping, in one call) are a debt the next
-    # command waits off, then its own turn: 30 s each at 2 a minute.
+    # command waits off, at most a burst of it (2 here), then its own turn: 30 s each.
     probe = transport.counts[2]
     assert probe >= 4
-    assert waited[1] == pytest.approx(30.0 * (probe + 1))
+    assert waited[1] == pytest.approx(30.0 * (min(probe, adapter.pace.burst) + 1))
     assert adapter.calls["probe"] == 1
 
 
@@ -294,3 +294,28 @@ def test_a_look_at_the_jobs_waits_behind_one_submission_not_the_sweeps_backlog()
     assert [o for o in order if o.startswith("submit") and not o.endswith("asked")] == [
         f"submit{k}" for k in range(5)
     ]
+
+
+def test_a_probes_commands_taken_while_a_call_waits_are_waited_off_not_forgiven() -> None:
+    """A submission waiting its turn when the collector's probe goes: the probe's commands
+    are owed by the submission too (they were forgiven: ~9 over the cap per probe)."""
+    t = VirtualTime()
+    pace = CommandPace(60, clock=t.clock, sleep=t.sleep)  # one a second, bursts of 20
+    taken = False
+
+    async def sleep(seconds: float) -> None:
+        nonlocal taken
+        await t.sleep(seconds)
+        if not taken:  # the probe's 8 commands land during the first wait
+            taken = True
+            pace.take(8)
+
+    pace._sleep = sleep  # the probe's moment, inside the wait
+
+    async def go() -> None:
+        await pace.acquire(20)  # the burst
+        await pace.acquire(10)  # waits 10 s, and the probe's 8 on top: 18 s
+
+    anyio.run(go)
+    assert t.now == pytest.approx(18.0)
+    assert pace.rate() == 38

@@ -580,3 +580,44 @@ async def test_a_refused_array_is_halved_until_the_scheduler_takes_it(
         assert [a.state for a in atts[:-1]] == [JobState.FAILED, JobState.FAILED]
         last = atts[-1]
         assert last.site == "slow" and last.array_name is not None  # in an array, not alone
+
+
+async def test_a_member_that_cannot_be_formed_again_fails_alone_never_lost(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Re-forming a refused array: a member whose new attempt cannot be written ends failed
+    with the reason (it was left with a failed attempt and nothing live: never seen again)."""
+    o, slow, _ = _world(store, slow_site=_MaxArraySize)
+    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
+    monkeypatch.setattr(slow, "element_id", lambda job, i: f"{job}_{i}", raising=False)
+    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)
+    dispatcher = o.placer.submitter.dispatcher
+    real = dispatcher.prepare
+    seen: Counter[str] = Counter()
+    victim: list[str] = []
+
+    async def prepare(task: Any, p: Any, **kw: Any) -> Any:
+        seen[task.id] += 1
+        victim[:] = victim or [task.id]
+        if task.id == victim[0] and seen[task.id] == 2:
+            raise RuntimeError("the store went away for a moment")
+        return await real(task, p, **kw)
+
+    monkeypatch.setattr(dispatcher, "prepare", prepare)
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(8))
+    req = SubmitGroupRequest(
+        objective="sweep",
+        children=children,
+        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}}),
+    )
+    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    with anyio.fail_after(LIMIT_S):
+        await o.place_queued()
+        while not (task := await o.book.load_task(victim[0])).state.terminal:
+            await anyio.sleep(0.01)
+    assert task.state is JobState.FAILED and "could not submit to slow" in task.reasons[0]
+    for child in (await o.groups.view(gid, limit=10)).children:  # the others all run
+        if child.task_id != victim[0]:
+            with anyio.fail_after(LIMIT_S):
+                while (await o.book.load_attempts(child.task_id))[-1].job_id is None:
+                    await anyio.sleep(0.01)

@@ -63,14 +63,20 @@ class CommandPace:
         async with self._lock:  # one waiter at a time: callers go in their order of arrival
             self._refill()
             need = float(min(n, self.burst))
-            if self._tokens < need:
+            while self._tokens < need:
                 wait = (need - self._tokens) * 60.0 / self.per_min
+                before = self._clock()
                 await self._sleep(wait)
                 self.waited_s += wait
                 self._refill()
+                if self._tokens >= need:
+                    break
                 # It waited for exactly the missing fraction: a clock that moved a hair less
                 # (rounding, a coarse clock) must not make it wait again for ever smaller bits.
-                self._tokens = max(self._tokens, need)
+                # A probe's commands taken meanwhile (`take`) are waited off, never forgiven.
+                if need - self._tokens < 1e-6 or self._clock() - before < wait / 2:
+                    self._tokens = need
+                    break
             self._count(n)
 
     def _count(self, n: int) -> None:
@@ -88,6 +94,9 @@ class CommandPace:
         that caller's wait ends as computed, one command over."""
         self._refill()
         self._count(n)
+        # A probe never waits, so its debt is bounded: at most a burst owed, else probes alone
+        # could hold every other command back for ever at a cap of a few a minute.
+        self._tokens = max(self._tokens, -float(self.burst))
 
     def rate(self) -> int:
         """Scheduler commands sent in the last 60 s."""

@@ -80,27 +80,37 @@ class Adaptation:
         self.site_lost_after_s = site_lost_after_s
 
     async def resubmit_intent(self, task: TaskRecord, a: AttemptRecord) -> None:
-        """The intent was written but the scheduler never saw the job: submit it now, same name."""
-        if live_others(await self.book.load_attempts(task.id), a.n):
+        """The intent was written but the scheduler never saw the job: submit it now, same name
+        (when it is still its task's newest attempt), else place the task again."""
+        atts = await self.book.load_attempts(task.id)
+        if task.state.terminal or a.superseded:  # ended, cancelled or set aside meanwhile
+            a.state, a.superseded, a.ended_at = JobState.FAILED, True, self.clock()
+            a.reason = a.reason or "never reached the scheduler (its submission was lost)"
+            async with self.book.store.transaction() as tx:
+                await self.book.save_attempts(tx, a, at=self.clock())
+            return
+        if live_others(atts, a.n):
             a.state, a.ended_at = JobState.FAILED, self.clock()  # never reached a scheduler
             await set_aside(self.book, task, a, "its submission was lost")
             return  # a hedged copy of it goes on elsewhere
+        newest = max((x.n for x in atts), default=a.n)
         log.info("resubmitting lost intent", task=task.id, attempt=a.n)
-        task.attempts_made = a.n - 1
-        decision = await self.planner.decide(task)
-        if isinstance(decision, Placement) and (decision.site, decision.partition) == (
-            a.site,
-            a.partition,
-        ):
-            await self.dispatcher.later(task, decision)
-            return
+        if a.n == newest:  # its name is reused only while no later attempt has one
+            task.attempts_made = a.n - 1
+            decision = await self.planner.decide(task)
+            if isinstance(decision, Placement) and (decision.site, decision.partition) == (
+                a.site,
+                a.partition,
+            ):
+                await self.dispatcher.later(task, decision)
+                return
         # Placed elsewhere now (or nowhere yet): the lost intent is set aside, never counted as
         # a failed try (no job ever ran), and the task goes back to the queue to be placed like
         # new work, under the next attempt's name (the lost one is never reused).
         now = self.clock()
         a.state, a.superseded, a.ended_at = JobState.FAILED, True, now
         a.reason = "never reached the scheduler (its submission was lost); placed again"
-        task.attempts_made = a.n
+        task.attempts_made = newest
         task.state = JobState.QUEUED
         task.decision = "queued: its submission was lost before the scheduler saw it; placing"
         async with self.book.store.transaction() as tx:
@@ -114,6 +124,11 @@ class Adaptation:
             await self._accept(task, a)
             return
         if a.superseded:
+            return
+        atts = await self.book.load_attempts(task.id)
+        done = [x for x in atts if x.state is JobState.COMPLETED and x.outrun_by is None]
+        if done:  # a hedged copy completed (its end missed by a leader crash): the result
+            await self._accept(task, done[0])
             return
         if await set_aside(self.book, task, a, f"{a.native_state or a.state.value} on {a.site}"):
             return  # a hedged copy of it goes on elsewhere
@@ -266,9 +281,11 @@ class Adaptation:
             task = await self.book.load_task(a.task_id)
             if task.state.terminal:
                 continue
+            owed = a.cancel_pending
+            self.owe_cancel(a)  # saved by set_aside when a hedged copy goes on elsewhere
             if await set_aside(self.book, task, a, f"{a.site} offline"):
-                self.owe_cancel(a)  # a hedged copy goes on elsewhere: this one is not waited for
-                continue
+                continue  # this copy is not waited for: cancelled when its site answers
+            a.cancel_pending = owed  # not set aside: as it was
             why = "its job was running there and may still be"
             if a.state is not JobState.RUNNING:
                 why = "no re-placement left in its adaptation budget"

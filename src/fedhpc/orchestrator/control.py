@@ -109,6 +109,19 @@ class Control:
                 log.warning("finishing the end of a task its attempt left", task=task_id)
                 await self.adaptation.after_end(task, last)
                 done += 1
+        for task_id in await self.book.store.tasks_completed_open(ACTIVE_STATES):
+            with isolated("finishing a task's end failed", task=task_id):
+                task = await self.book.load_task(task_id)
+                ended = [
+                    a
+                    for a in await self.book.load_attempts(task_id)
+                    if a.state is JobState.COMPLETED and a.outrun_by is None
+                ]
+                if task.state.terminal or not ended:
+                    continue
+                log.warning("finishing a hedged copy's completed end", task=task_id)
+                await self.adaptation.after_end(task, ended[0])  # its result; others cancelled
+                done += 1
         return done
 
     async def observe(self) -> None:

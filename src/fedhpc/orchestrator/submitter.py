@@ -8,6 +8,7 @@ orchestrator's lock; a failure of the task's own never cancels its batch-mates."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -129,16 +130,19 @@ class Submitter:
             plan = (hedges or {}).get(task.id)
             try:
                 prepared = await self.dispatcher.prepare(task, p, note=plan.note if plan else "")
-                copies = [
-                    (q, await self.dispatcher.prepare(task, q, copy_of=task.attempts_made))
-                    for q in (plan.copies if plan else ())
-                ]
             except Exception as exc:  # this task's failure, never its batch-mates'
                 with isolated("recording a failed dispatch failed", task=task.id):
                     await self._failed(task, p, exc)
                 continue
             self.ready.append((task, p, prepared, history))
-            self.ready += [(task, q, c, history) for q, c in copies]
+            first = task.attempts_made
+            for q in plan.copies if plan else ():
+                try:  # a copy that cannot be written is dropped alone: the first one goes on
+                    copy = await self.dispatcher.prepare(task, q, copy_of=first)
+                except Exception:
+                    log.exception("a hedged copy could not be written", task=task.id, site=q.site)
+                    continue
+                self.ready.append((task, q, copy, history))
 
     async def send(self) -> None:
         """Without the lock: what `prepare` wrote goes to its site's lane (`_lane`): sites
@@ -294,13 +298,16 @@ class Submitter:
                     reason=members[0][1].reason,
                 )
                 for (was, p, _, history), att in members:
-                    with isolated("re-forming a refused array failed", task=was.id):
+                    try:
                         task = await self.book.load_task(was.id)
                         atts = await self.book.load_attempts(task.id)
                         mine = next((x for x in atts if x.n == att.n), att)
                         if task.state.terminal or mine.superseded or _moved_on(atts, att):
                             continue  # cancelled, replanned or moved meanwhile
                         again.append((task, p, await self.dispatcher.prepare(task, p), history))
+                    except Exception as exc:  # this member's failure: it ends with the reason
+                        with isolated("recording a failed dispatch failed", task=was.id):
+                            await self._failed(was, p, exc)
         self._queue(again, tg)
 
     async def _dispatch(
@@ -448,6 +455,13 @@ class Submitter:
 _OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
 
 
+# Refusals that say an array is too big (smaller arrays may pass): Slurm's "Invalid job array
+# specification" (MaxArraySize) and its submit limits that count elements, PBS's "Array job
+# exceeds server or queue size limit". Any other refusal (an account, a login) sends the
+# members alone, as before.
+_SIZE_REFUSAL = re.compile(r"array|MaxSubmit|SubmitJob|size limit", re.IGNORECASE)
+
+
 def _refused_arrays(
     items: list[Prepared], atts: list[AttemptRecord]
 ) -> dict[str, list[tuple[Prepared, AttemptRecord]]]:
@@ -460,7 +474,9 @@ def _refused_arrays(
     return {
         name: members
         for name, members in by_name.items()
-        if len(members) >= 4 and all(a.state is JobState.FAILED for _, a in members)
+        if len(members) >= 4
+        and all(a.state is JobState.FAILED for _, a in members)
+        and _SIZE_REFUSAL.search(members[0][1].reason or "") is not None
     }
 
 

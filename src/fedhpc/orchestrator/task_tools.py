@@ -45,6 +45,9 @@ def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | Non
     if task.accepted_attempt is not None:
         return next((a for a in atts if a.n == task.accepted_attempt), None)
     live = [a for a in atts if not a.superseded]
+    going = [a for a in live if not a.state.terminal]
+    if len(going) > 1:  # hedged copies: the one that started, else the first (book's rule)
+        return next((a for a in going if a.state is JobState.RUNNING), going[0])
     return live[-1] if live else (atts[-1] if atts else None)
 
 

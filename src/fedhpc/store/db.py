@@ -235,6 +235,17 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads, Own
         )
         return [str(r["id"]) for r in rows]
 
+    async def tasks_completed_open(self, states: Sequence[str]) -> list[str]:
+        """Ids of tasks in `states` with a completed attempt: a hedged copy's end the leader
+        saved before it was killed, while another copy still waits (`finish_ends`)."""
+        marks = ",".join("?" * len(states))
+        rows = await self._all(
+            f"SELECT id FROM tasks t WHERE t.state IN ({marks}) AND EXISTS "  # noqa: S608
+            "(SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.state = ?)",
+            (*states, "completed"),
+        )
+        return [str(r["id"]) for r in rows]
+
     async def attempts_in(
         self, states: Sequence[str], *, site: str | None = None
     ) -> list[dict[str, Any]]:
