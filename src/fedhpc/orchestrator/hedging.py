@@ -165,7 +165,7 @@ class Hedger:
             s for s in self.collector.sites if s != p.site and live[(s, owner)] >= self.limit(s)
         )
         pool: list[Placement] = []
-        exclude = {p.site, *full}
+        exclude = {p.site, *full, *self.planner.full()}  # and sites at this cycle's bound
         while len(pool) < copies - 1 and set(self.collector.sites) - exclude:
             q = await self.planner.decide(
                 task,

@@ -304,8 +304,15 @@ class Placer:
         await self._hedge(task, p, b)
 
     async def _hedge(self, task: TaskRecord, p: Placement, b: Batch) -> None:
-        """The placed task's hedged copies (`Hedger.plan`), claimed like any placement."""
-        plan = await self.hedger.plan(task, p, history=b.history, ledger=b.ledger, answer=b.answer)
+        """The placed task's hedged copies (`Hedger.plan`), claimed like any placement; a plan
+        that fails leaves the task unhedged (its placement stands)."""
+        try:
+            plan = await self.hedger.plan(
+                task, p, history=b.history, ledger=b.ledger, answer=b.answer
+            )
+        except Exception:
+            log.exception("hedging failed: placed without copies", task=task.id)
+            return
         for q in plan.copies:
             b.ledger.claim(q.site, q.partition, q.account, q.shape, q.estimates.charge)
             self.planner.placed(task, q)
