@@ -96,7 +96,7 @@ async def test_a_thousand_children_run_as_arrays_and_a_moved_child_leaves_its_ar
                 view = await client.group(gid, limit=1)
                 if view.state != "running" and view.state != "placing":
                     break
-                await anyio.sleep(1)
+                await anyio.sleep(0.3)
         assert view.counts == {"completed": CHILDREN}
         kids = await _children(client, gid)
         after = (await client.health())["remote_calls"]["devanvil"]["total"]
