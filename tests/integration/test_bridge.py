@@ -133,7 +133,7 @@ async def test_one_resume_at_a_time_per_continuation_in_event_order(
     )
     spec = ContinuationSpec(runtime=Runtime.COMMAND, command=("bash", "-c", script, "a", str(log)))
     async with running(tmp_path / "h") as client:
-        sync = until(time.time() + 8)
+        sync = until(time.time() + 5)  # all three submitted and started well before
         for i in range(3):  # distinct commands: an identical request is the same task
             await client.submit_task(
                 SubmitTaskRequest(
