@@ -30,7 +30,12 @@ def _picks(stem: str) -> tuple[Counter[str], Counter[str]]:
 
 
 def test_there_are_figures_to_check() -> None:
-    assert FIGURES == ["matched_rounds", "matched_rounds-churn", "matched_rounds-quick"]
+    assert FIGURES == [
+        "matched_rounds",
+        "matched_rounds-churn",
+        "matched_rounds-quick",
+        "matched_rounds-trace",
+    ]
 
 
 @pytest.mark.parametrize("stem", FIGURES)
