@@ -133,3 +133,25 @@ async def test_a_copy_that_cannot_be_written_is_dropped_and_the_first_one_runs(
     assert task.state is not JobState.FAILED
     assert len(atts) == 1 and atts[0].job_id is not None
     assert len(alpha.jobs) + len(beta.jobs) == 1 and not dispatcher.in_flight
+
+
+async def test_the_winners_start_and_the_losers_set_aside_are_one_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader killed between two writes would leave the start recorded and both copies
+    running (the start is never seen again): they are saved in one transaction."""
+    o, alpha, beta = _world(store)
+    _, atts = await _placed(o, _hedged().model_copy(update={"envelope": PREFER_ALPHA}))
+    saved: list[list[tuple[int, bool]]] = []
+    real = o.book.save
+
+    async def save(tx: Any, task: Any, *attempts: Any, at: Any) -> None:
+        saved.append([(a.n, a.superseded) for a in attempts])
+        await real(tx, task, *attempts, at=at)
+
+    monkeypatch.setattr(o.book, "save", save)
+    (job,) = alpha.jobs
+    alpha.jobs[job] = JobState.RUNNING
+    await o.tick()
+    assert [(1, False), (2, True)] in saved, saved  # the start and the outrun copy together
+    assert beta.cancelled == [str(atts[1].job_id)]

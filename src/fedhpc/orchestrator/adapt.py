@@ -380,7 +380,7 @@ class Adaptation:
             return  # not due (or no budget left): its task is not loaded
         task = await self.book.load_task(a.task_id)
         budget = task.request.adaptation
-        if a.copy_of is not None or live_others(await self.book.load_attempts(task.id), a.n):
+        if live_others(await self.book.load_attempts(task.id), a.n):
             return  # hedged: its copies already wait elsewhere, the first to start runs
         if (
             not budget.replace_pending

@@ -333,11 +333,14 @@ class Control:
         if a.state == before and rec is None:
             return
         task = await self.book.load_task(a.task_id)
-        async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, a, at=self.clock())
+        losers: list[AttemptRecord] = []
         if a.state is JobState.RUNNING and before is not JobState.RUNNING:
-            # The first hedged copy to start runs: the others are cancelled right after the lock.
-            self.outrun += await outrun(self.book, task, a, self.adaptation.owe_cancel)
+            # The first hedged copy to start runs: the others are set aside with its start, in
+            # one transaction, and cancelled right after the lock.
+            losers = await outrun(self.book, task, a, self.adaptation.owe_cancel)
+        async with self.book.store.transaction() as tx:
+            await self.book.save(tx, task, a, *losers, at=self.clock())
+        self.outrun += losers
         if a.state.terminal and not before.terminal:
             if a.ended_at is not None and a.job_id is not None:
                 self.claims.end(Ended(a.site, a.partition, a.ended_at))

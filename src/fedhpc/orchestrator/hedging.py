@@ -44,7 +44,9 @@ async def outrun(
     book: TaskBook, task: TaskRecord, winner: AttemptRecord, owe: Callable[[AttemptRecord], None]
 ) -> list[AttemptRecord]:
     """Under the lock: `winner` started first, so every other copy of its task still in play is
-    set aside, outrun by it, and owes its cancel (`owe`; sent after the lock). Those copies."""
+    set aside, outrun by it, and owes its cancel (`owe`; sent after the lock). Those copies,
+    for the caller to save in the same transaction as the winner's start: a leader killed
+    between two writes would leave both copies running, and the start is never seen again."""
     if winner.superseded:
         return []  # outrun itself a moment earlier: its own cancel is owed
     losers = live_others(await book.load_attempts(task.id), winner.n)
@@ -53,8 +55,6 @@ async def outrun(
         x.reason = f"hedged copy: cancelled, attempt {winner.n} started first on {winner.site}"
         owe(x)
     if losers:
-        async with book.store.transaction() as tx:
-            await book.save_attempts(tx, *losers, at=book.clock())
         log.info(
             "hedge won",
             task=task.id,
