@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,22 +68,6 @@ async def _with_pending(o: Orchestrator, req: ResultRequest, m: ResultManifest) 
     return m.model_copy(update={"waiting": note}) if note is not None else m
 
 
-def _summary(row: dict[str, Any]) -> TaskSummary:
-    """A row of the store's task page (`Store.task_page`) as `fedhpc tasks` lists it."""
-    cur = row["attempt"] or {}
-    return TaskSummary(
-        task_id=row["id"],
-        name=row["name"],
-        state=JobState(row["state"]),
-        site=cur.get("site"),
-        partition=cur.get("partition"),
-        job_id=cur.get("job_id"),
-        attempts=row["attempts"],
-        group_id=row["group_id"],
-        updated_at=datetime.fromisoformat(str(row["updated_at"])),
-    )
-
-
 def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
     o = state.orchestrator
 
@@ -113,7 +97,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         )
         return JSONResponse(
             {
-                "tasks": [_summary(row).model_dump(mode="json") for row in page],
+                "tasks": [TaskSummary.from_row(row).model_dump(mode="json") for row in page],
                 "offset": offset,
                 "total": total,
             }

@@ -4,7 +4,7 @@ view (the requests: ops/tasks.py)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -146,6 +146,23 @@ class TaskSummary(_Out):
     attempts: int
     group_id: str | None
     updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TaskSummary:
+        """A row of the store's task listing (`task_listing`, `task_page`): its task and its
+        current attempt as get_result picks it."""
+        cur = row["attempt"] or {}
+        return cls(
+            task_id=row["id"],
+            name=row["name"],
+            state=JobState(row["state"]),
+            site=cur.get("site"),
+            partition=cur.get("partition"),
+            job_id=cur.get("job_id"),
+            attempts=row["attempts"],
+            group_id=row["group_id"],
+            updated_at=datetime.fromisoformat(str(row["updated_at"])),
+        )
 
 
 class ChildView(_Out):

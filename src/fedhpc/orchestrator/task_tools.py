@@ -246,23 +246,8 @@ class TaskTools:
     ) -> list[TaskSummary]:
         """Newest first; each task's current attempt as get_result picks it; `owner`'s only
         when given (service mode)."""
-        out = []
-        for row in await self.book.store.task_listing(state=state, limit=limit, owner=owner):
-            cur = row["attempt"] or {}
-            out.append(
-                TaskSummary(
-                    task_id=row["id"],
-                    name=row["name"],
-                    state=JobState(row["state"]),
-                    site=cur.get("site"),
-                    partition=cur.get("partition"),
-                    job_id=cur.get("job_id"),
-                    attempts=row["attempts"],
-                    group_id=row["group_id"],
-                    updated_at=datetime.fromisoformat(row["updated_at"]),
-                )
-            )
-        return out
+        rows = await self.book.store.task_listing(state=state, limit=limit, owner=owner)
+        return [TaskSummary.from_row(row) for row in rows]
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
         """Cancel every live attempt; the task ends cancelled, with a `task.cancelled` event that
