@@ -159,6 +159,7 @@ PARALLEL_SAFE = frozenset(
         "test_offline_wait",
         "test_relay",
         "test_serve_preload",
+        "test_service_facade",
         "test_service_oauth",
         "test_service_owners",
         "test_service_people",

@@ -37,6 +37,20 @@ const clients = Object.keys(people).map((id) => ({
   scope: FEDHPC,
 }));
 
+// fedhpc's authorization server facade signs people in here through one static confidential
+// client the operator registered (test_service_facade), as at Globus Auth: env FACADE_REDIRECT_URI.
+if (process.env.FACADE_REDIRECT_URI) {
+  clients.push({
+    client_id: 'fedhpc-facade',
+    client_secret: 'fedhpc-facade-secret-for-tests-only',
+    grant_types: ['authorization_code', 'refresh_token'],
+    redirect_uris: [process.env.FACADE_REDIRECT_URI],
+    response_types: ['code'],
+    token_endpoint_auth_method: 'client_secret_basic',
+    scope: 'openid email offline_access',
+  });
+}
+
 const provider = new Provider(issuer, {
   clients,
   jwks: { keys: [key] },

@@ -80,14 +80,22 @@ class Provider:
 
 
 @contextmanager
-def oidc_provider(log: Path) -> Iterator[Provider]:
-    """The provider on a free loopback port, its output in `log`, stopped at exit."""
+def oidc_provider(
+    log: Path, port: int | None = None, facade_redirect: str | None = None
+) -> Iterator[Provider]:
+    """The provider on a free loopback port (or `port`), its output in `log`, stopped at exit;
+    with `facade_redirect`, the static client `fedhpc-facade` returning there."""
     lib = provider_lib()
-    port = free_port()
+    port = port or free_port()
+    extra = {"FACADE_REDIRECT_URI": facade_redirect} if facade_redirect else {}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [shutil.which("node") or "node", str(SCRIPT), str(port)],
-            env={"PATH": os.environ.get("PATH", os.defpath), "OIDC_PROVIDER_LIB": str(lib)},
+            env={
+                "PATH": os.environ.get("PATH", os.defpath),
+                "OIDC_PROVIDER_LIB": str(lib),
+                **extra,
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -112,7 +120,7 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
     would, up to the redirect back to the client; the redirect's query parameters."""
     async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as browser:
         url = authorization_url
-        for _ in range(12):
+        for _ in range(16):
             if url.startswith(redirect_uri):
                 query = parse_qs(urlsplit(url).query)
                 return {k: v[0] for k, v in query.items()}

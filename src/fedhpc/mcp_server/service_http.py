@@ -14,7 +14,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.routes import (
+    build_resource_metadata_url,
+    create_auth_routes,
+    create_protected_resource_routes,
+)
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
@@ -23,6 +27,7 @@ from mcp.types import INVALID_REQUEST
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedhpc.client.daemon_client import ACTING_FOR
@@ -30,13 +35,15 @@ from fedhpc.mcp_server.results import error_result
 from fedhpc.mcp_server.transport import BodyLimit
 from fedhpc.service import (
     SCOPES,
+    SIGN_IN_SCOPES,
     Caller,
     InsufficientScope,
     ServiceAuth,
     caller_of,
     needed_scope,
 )
-from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
+from fedhpc.service.access import ADMIN, READ
+from fedhpc.service.facade import CALLBACK_PATH
 
 __all__ = ["ScopeChallenge", "caller", "run_service_http", "scope_guard"]
 
@@ -170,13 +177,6 @@ def _missing_scope(who: Caller, body: bytes) -> tuple[str, str, object] | None:
     return None
 
 
-# What the metadata tells clients to ask for at sign-in: the everyday capabilities, not admin
-# (an operator grants that deliberately). The SDK would list only the required scopes; a client
-# then registers for fedhpc:read alone, and a provider that holds a client to its registered
-# scopes refuses every later step-up to fedhpc:submit (seen with oidc-provider).
-SIGN_IN_SCOPES = (READ, SUBMIT, DATA)
-
-
 def _advertise_scopes(app: Starlette, resource: AnyHttpUrl, auth: ServiceAuth) -> None:
     """Replace the SDK's protected-resource metadata route with one (built by the SDK's own
     function) whose `scopes_supported` is SIGN_IN_SCOPES."""
@@ -190,6 +190,26 @@ def _advertise_scopes(app: Starlette, resource: AnyHttpUrl, auth: ServiceAuth) -
         route,
         *(r for r in app.router.routes if getattr(r, "path", None) != path),
     ]
+
+
+def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
+    """With `[service.facade]`: the authorization server's routes (the SDK's, over the
+    facade: RFC 8414 metadata, /register, /authorize, /token, /revoke) and fedhpc's /callback
+    from the upstream sign-in."""
+    if auth.facade is None:
+        return
+    settings = auth.settings
+    app.router.routes.extend(
+        [
+            *create_auth_routes(
+                provider=auth.facade,
+                issuer_url=settings.issuer_url,
+                client_registration_options=settings.client_registration_options,
+                revocation_options=settings.revocation_options,
+            ),
+            Route(CALLBACK_PATH, auth.facade.callback, methods=["GET"]),
+        ]
+    )
 
 
 def _security(resource: str, host: str) -> TransportSecuritySettings:
@@ -221,6 +241,7 @@ async def run_service_http(server: MCPServer[Any], host: str, port: int, auth: S
     assert resource is not None  # ServiceAuth always sets it
     metadata_url = str(build_resource_metadata_url(resource))
     _advertise_scopes(starlette, resource, auth)
+    _serve_facade(starlette, auth)
     starlette.user_middleware.append(Middleware(ScopeChallenge, resource_metadata_url=metadata_url))
     app: ASGIApp = BodyLimit(starlette)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
@@ -229,8 +250,9 @@ async def run_service_http(server: MCPServer[Any], host: str, port: int, auth: S
         url=f"http://{host}:{port}{path}",
         resource=auth.config.resource,
         issuer=auth.config.issuer,
+        facade=auth.facade is not None,
     )
     try:
         await uvicorn.Server(config).serve()
     finally:
-        await auth.verifier.aclose()
+        await auth.aclose()

@@ -19,7 +19,7 @@ from mcp.server.auth.provider import AccessToken
 
 from fedhpc.domain.service import ServiceConfig
 
-__all__ = ["KeyCache", "OidcVerifier", "Rejected"]
+__all__ = ["KeyCache", "OidcVerifier", "Rejected", "admitted"]
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +97,21 @@ class KeyCache:
         return self._keys[kid]
 
 
+def admitted(config: ServiceConfig, claims: Mapping[str, Any]) -> bool:
+    """Whether the person these claims name may call: their `sub` is allowed, or their email
+    (not marked unverified) is in an allowed domain."""
+    sub = claims.get("sub")
+    if isinstance(sub, str) and sub in config.allowed_subjects:
+        return True
+    email = claims.get("email")
+    if not isinstance(email, str) or "@" not in email:
+        return False
+    if claims.get("email_verified") is False:
+        return False
+    domain = email.rsplit("@", 1)[1].lower()
+    return domain in config.allowed_domains
+
+
 def _scopes(claims: Mapping[str, Any]) -> list[str]:
     """RFC 9068 `scope` (space-separated); some providers send `scp` as a list."""
     scope = claims.get("scope")
@@ -121,18 +136,6 @@ class OidcVerifier:
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    def _admitted(self, claims: Mapping[str, Any]) -> bool:
-        sub = claims.get("sub")
-        if isinstance(sub, str) and sub in self.config.allowed_subjects:
-            return True
-        email = claims.get("email")
-        if not isinstance(email, str) or "@" not in email:
-            return False
-        if claims.get("email_verified") is False:
-            return False
-        domain = email.rsplit("@", 1)[1].lower()
-        return domain in self.config.allowed_domains
 
     async def _claims(self, token: str) -> dict[str, Any]:
         try:
@@ -166,7 +169,7 @@ class OidcVerifier:
         except (httpx2.HTTPError, ValueError) as exc:
             log.warning("the identity provider could not be asked", error=type(exc).__name__)
             return None
-        if not self._admitted(claims):
+        if not admitted(self.config, claims):
             log.info("bearer token refused", reason="identity not allowed", sub=claims.get("sub"))
             return None
         client_id = claims.get("client_id") or claims.get("azp") or ""
