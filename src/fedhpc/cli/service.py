@@ -92,6 +92,12 @@ def _summary(path: Path, service: ServiceConfig, ids: list[Identity]) -> dict[st
         "bind": service.bind,
         "allowed_domains": list(service.allowed_domains),
         "allowed_subjects": list(service.allowed_subjects),
+        # With the facade, fedhpc issues the tokens and signs people in at `issuer`.
+        "facade": (
+            {"issuer": service.own_issuer, "upstream_client": service.facade.client_id}
+            if service.facade is not None
+            else None
+        ),
         "sites": [asdict(i) for i in ids],
     }
 
@@ -100,6 +106,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
     print(f"config    {summary['config']}")
     print(f"issuer    {summary['issuer']}")
     print(f"resource  {summary['resource']} (served at http://{summary['bind']})")
+    if facade := summary["facade"]:
+        print(
+            f"facade    fedhpc issues tokens as {facade['issuer']}, signing people in "
+            f"upstream as client {facade['upstream_client']}"
+        )
     who = [*summary["allowed_domains"], *summary["allowed_subjects"]]
     print(f"who       {', '.join(who)}")
     for s in summary["sites"]:

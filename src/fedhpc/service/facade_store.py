@@ -137,6 +137,10 @@ class FacadeStore:
 
     # Authorization codes: the record and its expiry; `family` is set when it is exchanged.
     async def put_code(self, code: str, record: dict[str, Any], expires_at: float) -> None:
+        # Spent codes are kept a day past their life (a replay still revokes what they gave);
+        # refresh tokens past theirs are of no use to anyone.
+        await self._write("DELETE FROM codes WHERE expires_at < ?", self.clock() - 86400)
+        await self._write("DELETE FROM refresh WHERE expires_at < ?", self.clock())
         await self._write(
             "INSERT INTO codes VALUES (?, ?, ?, NULL)", digest(code), json.dumps(record), expires_at
         )

@@ -10,14 +10,14 @@ import base64
 import hashlib
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlencode
 
 import httpx2
 import jwt
 import structlog
 
-from fedhpc.domain.service import FacadeConfig, ServiceConfig
+from fedhpc.domain.service import Algorithm, FacadeConfig, ServiceConfig
 from fedhpc.service.verifier import KeyCache, Rejected
 
 __all__ = ["Upstream", "UpstreamRefused", "pkce_pair", "token_sets"]
@@ -132,7 +132,14 @@ class Upstream:
         if not isinstance(id_token, str):
             raise Rejected("the provider sent no ID token (is openid among the scopes?)")
         header = jwt.get_unverified_header(id_token)
-        if header.get("alg") not in self.config.algorithms:
+        meta = await self.metadata()
+        # The provider's own ID token algorithms count too (asymmetric ones only): Globus
+        # Auth's need not be among those configured for access tokens.
+        listed = meta.get("id_token_signing_alg_values_supported")
+        allowed = set(self.config.algorithms) | (
+            set(listed) & set(get_args(Algorithm)) if isinstance(listed, list) else set()
+        )
+        if header.get("alg") not in allowed:
             raise Rejected(f"the ID token is signed with {str(header.get('alg'))[:16]!r}")
         key = await self._keys.key(header.get("kid"))
         claims: dict[str, Any] = jwt.decode(
@@ -146,7 +153,6 @@ class Upstream:
         )
         if claims.get("nonce") != nonce:
             raise Rejected("the ID token's nonce is not this sign-in's")
-        meta = await self.metadata()
         userinfo = meta.get("userinfo_endpoint")
         access = answer.get("access_token")
         if isinstance(userinfo, str) and isinstance(access, str):
