@@ -63,6 +63,7 @@ class Facade:
     logs: list[Path] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)  # every body the clients received
     upstream_seen: set[str] = field(default_factory=set)  # upstream token values, ever
+    issued: set[str] = field(default_factory=set)  # fedhpc's own tokens: never in a log
 
     @property
     def resource(self) -> str:
@@ -110,6 +111,8 @@ class Facade:
         async with httpx2.AsyncClient(timeout=30) as http:
             answer = await http.post(f"{self.own}/token", data=form)
         self.answers.append(answer.text)
+        if answer.status_code == 200:
+            self.issued |= {answer.json()["access_token"], answer.json()["refresh_token"]}
         return answer
 
 
@@ -382,6 +385,24 @@ async def test_clients_and_sign_ins_survive_a_restart(facade: Facade) -> None:
     assert await _status(facade, answer.json()["access_token"]) == 200
 
 
+async def test_a_person_signed_in_through_the_facade_owns_their_work_as_upstream_names_them(
+    facade: Facade,
+) -> None:
+    _, tokens = await _signed_in(facade)  # erin, at the upstream provider
+    bearer = {"Authorization": f"Bearer {tokens['access_token']}"}
+    http = httpx2.AsyncClient(headers=bearer, timeout=60)
+    async with http, Client(streamable_http_client(facade.resource, http_client=http)) as c:
+        args = {"command": ["true"], "envelope": {"cpus": {"min": 1, "max": 1}}, "name": "mine"}
+        answer = await c.call_tool("submit_task", args)
+    assert not answer.is_error, answer.content
+    facade.answers.append(answer.content[0].text)  # type: ignore[union-attr]
+    task_id = json.loads(answer.content[0].text)["task_id"]  # type: ignore[union-attr]
+    with sqlite3.connect(facade.home / "fedhpc.db") as db:
+        [(owner,)] = db.execute("SELECT owner FROM tasks WHERE id = ?", (task_id,)).fetchall()
+    # The same `issuer|sub` a token straight from the provider would give: the same person.
+    assert owner == f"{facade.provider.issuer}|erin@lab.example"
+
+
 async def test_upstream_tokens_never_reach_a_client_a_log_or_a_file_in_clear(
     facade: Facade,
 ) -> None:
@@ -396,3 +417,7 @@ async def test_upstream_tokens_never_reach_a_client_a_log_or_a_file_in_clear(
     for secret in secrets_seen:
         for where, body in texts.items():
             assert secret.encode() not in body, f"an upstream token is in {where}"
+    assert facade.issued
+    logs = [p.read_bytes() for p in facade.logs + sorted(facade.base.glob("daemon-*.log"))]
+    for secret in facade.issued:  # fedhpc's own tokens reach their client only
+        assert not any(secret.encode() in log for log in logs), "a fedhpc token was logged"
