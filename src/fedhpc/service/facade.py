@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import anyio
 import httpx2
 import jwt
 import structlog
@@ -81,6 +82,9 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         self.upstream = upstream
         self.verifier = FacadeVerifier(config, signer, store)
         self.callback_url = config.own_issuer + CALLBACK_PATH
+        # One upstream refresh per person at a time: two at once would spend one rotating
+        # refresh token twice, and the provider may take that for theft.
+        self._refreshing: dict[str, anyio.Lock] = {}
 
     # Clients (RFC 7591 registration; the SDK's handler validates the metadata).
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
@@ -94,7 +98,7 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
 
     def _granted(self, asked: list[str] | None, sub: str | None) -> list[str]:
         wanted = set(asked) if asked else set(_GRANTABLE)
-        granted = wanted & set(_GRANTABLE)
+        granted = (wanted & set(_GRANTABLE)) | {READ}  # every request needs READ
         if ADMIN in wanted and sub is not None and sub in self.facade.admin_subjects:
             granted.add(ADMIN)
         return sorted(granted)
@@ -147,7 +151,14 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
                 request.query_params["code"], pending["verifier"], self.callback_url
             )
             identity = await self.upstream.identity(answer, pending["nonce"])
-        except (UpstreamRefused, Rejected, jwt.PyJWTError, httpx2.HTTPError) as exc:
+        except (
+            UpstreamRefused,
+            Rejected,
+            jwt.PyJWTError,
+            httpx2.HTTPError,
+            ValueError,
+            KeyError,
+        ) as exc:
             log.warning("upstream sign-in refused", reason=str(exc)[:200])
             return back(error="access_denied", error_description="the sign-in provider refused")
         if not admitted(self.config, identity):
@@ -289,6 +300,10 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         """Refresh the person's upstream token sets that expire within the margin; False when
         the provider refused a refresh token (the person must sign in again). A provider that
         cannot be reached leaves the tokens as they were."""
+        async with self._refreshing.setdefault(person, anyio.Lock()):
+            return await self._refresh_upstream(person)
+
+    async def _refresh_upstream(self, person: str) -> bool:
         stored = await self.store.upstream(person)
         if stored is None:
             return False
