@@ -103,3 +103,8 @@ def test_a_discovered_profile_charges_what_the_billing_weights_say() -> None:
     assert gh.charge.kind.value == "gpu-hours" and gh.charge.rate == round(expected, 4)
     (charge,) = [c for c in found.confirm if c.field == "charge"]
     assert "TRESBillingWeights" in charge.why and gh_facts.name in charge.why
+    # The daemon's probe reads the weights again: the discovered charges follow them, the
+    # site's guessed one too, until the person states the center's figure.
+    assert gh.charge.follow_scheduler and found.profile.charge.follow_scheduler
+    assert "follow_scheduler = false" in charge.why
+    assert "do not know what a center charges" not in charge.why

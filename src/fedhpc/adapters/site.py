@@ -23,7 +23,7 @@ from fedhpc.adapters.command import (
     split_batch,
 )
 from fedhpc.adapters.dialects import Dialect, get_dialect
-from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.dialects.base import OCCASIONAL_SECTION, SchedulerRejected
 from fedhpc.adapters.dialects.busy import SchedulerBusy
 from fedhpc.adapters.liveness import ControllerDown, ControllerSilent, down_in, gated, ping_of
 from fedhpc.adapters.pace import CommandPace
@@ -62,6 +62,10 @@ log = structlog.get_logger(__name__)
 # Calls that go ahead of queued submissions under the site's cap: the daemon's look at its
 # own jobs (a job's end is seen on time during a sweep's submission) and cancels.
 _URGENT = frozenset({"status", "accounting", "find", "cancel"})
+# The probe's occasional section (Slurm's partition settings: billing weights) is sent with the
+# first probe, after a probe that found the site offline, and then at most this often: one
+# command more per 10 minutes, not one more per probe (a center asks for a probe a minute).
+BILLING_EVERY_S = 600.0
 OBSERVE_BACKOFF_MAX_S = 120.0  # the longest wait after busy answers (a center's squeue pace)
 
 
@@ -150,6 +154,11 @@ class SiteAdapter:
         self.roots: dict[str, str] | None = None
         self._roots_error = "not asked yet"
         self._roots_tried = -1e9  # time.monotonic() of the last read
+        # The partitions' billing weights as last read, and when (time.monotonic(); None: to
+        # read with the next probe): the probes between two reads carry them (`probe`).
+        self.billing_every_s = BILLING_EVERY_S
+        self._billing_read: float | None = None
+        self._weights: dict[str, tuple[tuple[str, float], ...]] = {}
 
     @property
     def name(self) -> str:
@@ -416,6 +425,9 @@ class SiteAdapter:
         observed, when it was (a site back online is never dated before it answered)."""
         sections = self.dialect.probe_sections(self.site.profile, self.login)
         started = time.monotonic()
+        read, skipped = self._billing_read, False
+        if read is not None and started - read < self.billing_every_s:
+            skipped = sections.pop(OCCASIONAL_SECTION, None) is not None
         try:
             result = await self._gated(batch(sections, timeout_s=timeout_s), "probe")
         except (SchedulerBusy, ControllerSilent):
@@ -424,6 +436,7 @@ class SiteAdapter:
             raise
         except TransportError as exc:
             log.warning("probe failed", site=self.name, error=exc.message)
+            self._billing_read = None  # the collector keeps nothing of an offline site
             return SiteState(
                 site=self.name, health=Health.OFFLINE, collected_at=self._clock(), error=exc.message
             )
@@ -431,9 +444,30 @@ class SiteAdapter:
         state = self.dialect.parse_probe(
             split_batch(result.stdout), self.site.profile, self.login, at
         )
+        state = self._billing(state, sections, started, skipped)
         if self.roots is None:
             await self.read_roots()
         return state.model_copy(update={"latency_s": round(time.monotonic() - started, 3)})
+
+    def _billing(
+        self, state: SiteState, sections: dict[str, Command], started: float, skipped: bool
+    ) -> SiteState:
+        """`state` with the billing weights read last when this probe did not ask for them;
+        a probe that asked and was answered is the new last reading."""
+        if state.health is Health.OFFLINE:
+            self._billing_read = None  # the collector keeps nothing of an offline site
+            return state
+        if OCCASIONAL_SECTION in sections and "billing" not in state.unread:
+            self._billing_read = started
+            self._weights = {p.name: p.billing_weights for p in state.partitions}
+            return state
+        if not skipped:
+            return state
+        parts = tuple(
+            p.model_copy(update={"billing_weights": self._weights.get(p.name, ())})
+            for p in state.partitions
+        )
+        return state.model_copy(update={"partitions": parts})
 
     async def read_roots(self, *, unless_within_s: float = 0.0) -> None:
         """Read the `$NAME` storage roots from the login shell (one call; none without such

@@ -1,7 +1,8 @@
 """A probe that read the site but not every part of it (`SiteState.unread`: a refused `sshare`,
-a timed-out `squeue`) keeps the last reading of the parts it missed: one unread part is not an
-answer of nothing. Without this, a rate-limited `sshare` made the user's accounts vanish, and a
-task the site runs every day was told no account was known for it."""
+a timed-out `squeue`, refused billing weights) keeps the last reading of the parts it missed:
+one unread part is not an answer of nothing. Without this, a rate-limited `sshare` made the
+user's accounts vanish, and a task the site runs every day was told no account was known for
+it."""
 
 from __future__ import annotations
 
@@ -38,8 +39,13 @@ def carry_forward(before: SiteState | None, state: SiteState) -> SiteState:
             else c
             for c in state.credit
         ) + tuple(c for c in before.credit if c.account not in read)
+    parts = state.partitions
     if "queue" in state.unread:
-        update["partitions"] = tuple(_queue(before.partition(p.name), p) for p in state.partitions)
+        parts = tuple(_queue(before.partition(p.name), p) for p in parts)
+    if "billing" in state.unread:
+        parts = tuple(_billing(before.partition(p.name), p) for p in parts)
+    if parts is not state.partitions:
+        update["partitions"] = parts
     return state.model_copy(update=update) if update else state
 
 
@@ -61,3 +67,9 @@ def _queue(old: PartitionState | None, new: PartitionState) -> PartitionState:
     if old is None:
         return new
     return new.model_copy(update={f: getattr(old, f) for f in _QUEUE_FIELDS})
+
+
+def _billing(old: PartitionState | None, new: PartitionState) -> PartitionState:
+    if old is None or old.billing_weights == new.billing_weights:
+        return new
+    return new.model_copy(update={"billing_weights": old.billing_weights})

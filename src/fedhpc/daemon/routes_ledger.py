@@ -26,7 +26,9 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         attempts = await state.store.owned_attempts(scope, MAX_ATTEMPTS + 1)
         sites = state.collector.sites
         unreadable: list[str] = []
-        accounts = ledger_rows(attempts[:MAX_ATTEMPTS], sites, unreadable=unreadable)
+        accounts = ledger_rows(
+            attempts[:MAX_ATTEMPTS], sites, states=state.collector.latest, unreadable=unreadable
+        )
         return JSONResponse(
             {
                 "accounts": accounts,

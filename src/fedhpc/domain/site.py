@@ -40,8 +40,9 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 
 DialectName = Literal["slurm", "pbs", "lsf", "process"]
 # Parts of a probe's answer that can fail alone while the rest is read: the user's
-# accounts and usage (Slurm's sshare), the queue counts (squeue), the allocation balances.
-Unread = Literal["accounts", "queue", "balance"]
+# accounts and usage (Slurm's sshare), the queue counts (squeue), the allocation balances,
+# the partitions' billing weights (Slurm's `scontrol show partition`, not read every probe).
+Unread = Literal["accounts", "queue", "balance", "billing"]
 
 
 def _check_name(value: str) -> str:
@@ -105,6 +106,11 @@ class ChargeModel(_Frozen):
     rate: float = Field(default=1.0, ge=0, le=MAX_CREDITS, description="credits per unit-hour")
     unit: str = Field(default="SU", description="what the center calls a credit")
     whole_node: bool = Field(default=False, description="nodes are charged whole (exclusive)")
+    follow_scheduler: bool = Field(
+        default=False,
+        description="the partition's billing weights the daemon reads from the scheduler "
+        "(Slurm TRESBillingWeights) replace this charge where set; false: this figure wins",
+    )
 
 
 class PartitionSpec(_Frozen):
@@ -346,6 +352,11 @@ class PartitionState(_Frozen):
     user_pending_jobs: int = 0
     user_running_jobs: int = 0
     available: bool = Field(default=True, description="partition state is UP")
+    billing_weights: tuple[tuple[str, float], ...] = Field(
+        default=(),
+        description="the scheduler's billing weights (TRES, per unit-hour; memory per GiB); "
+        "empty: none set or not read",
+    )
 
 
 class Credit(_Frozen):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedhpc.adapters.dialects.facts import ClusterFacts, PartitionFacts
-from fedhpc.adapters.dialects.slurm_discover import billing_per_hour
 from fedhpc.domain.accelerators import GPU_MEMORY_GIB
+from fedhpc.domain.billing import billing_per_hour
 from fedhpc.domain.config import AccountConfig, UserSiteConfig
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, TransportSpec
 
@@ -189,7 +189,57 @@ def _billed_charge(p: PartitionFacts) -> dict[str, Any] | None:
     units = p.gpus or p.cpus
     if per_node <= 0 or units <= 0:
         return None
-    return {"kind": "gpu-hours" if p.gpus else "core-hours", "rate": round(per_node / units, 4)}
+    return {
+        "kind": "gpu-hours" if p.gpus else "core-hours",
+        "rate": round(per_node / units, 4),
+        "follow_scheduler": True,  # the daemon's later readings of the weights replace it
+    }
+
+
+def _charges(
+    facts: ClusterFacts, partitions: list[dict[str, Any]], confirm: list[Confirm]
+) -> dict[str, Any]:
+    """The site's charge, each partition's own where it differs (set in `partitions`), and
+    the line for the person to confirm them."""
+    gpu = any("accelerator" in p["node"] for p in partitions)
+    kind = (
+        "gpu-hours" if gpu and all("accelerator" in p["node"] for p in partitions) else "core-hours"
+    )
+    # Under Slurm a guessed charge follows the billing weights the daemon reads at its probes
+    # (`domain.billing.live_charge`) until the person states the center's figure.
+    follow = {"follow_scheduler": True} if facts.dialect == "slurm" else {}
+    for spec in partitions:
+        if gpu and kind == "core-hours" and "accelerator" in spec["node"]:
+            spec["charge"] = {"kind": "gpu-hours", "rate": 1.0, **follow}
+    mixed = " (GPU partitions: gpu-hours)" if gpu and kind == "core-hours" else ""
+    billed = []
+    for facts_p, spec in zip(facts.partitions, partitions, strict=True):
+        charge = _billed_charge(facts_p)
+        if charge is not None:
+            spec["charge"] = charge
+            billed.append(facts_p.name)
+    why = f"the {facts.dialect} scheduler does not say what the center charges"
+    if follow:
+        why = (
+            "no partition sets Slurm TRESBillingWeights, so the scheduler does not say what the "
+            "center charges; where one sets them later, the daemon's probe reads them"
+        )
+    if billed:
+        why = (
+            f"{', '.join(billed)}: from Slurm TRESBillingWeights (a node's billing per GPU or "
+            "core), which the daemon's probe reads again; the center's allocation unit may differ"
+        )
+    if follow:
+        why += "; with the center's figure in, set follow_scheduler = false to keep it"
+    confirm.append(
+        Confirm(
+            "charge",
+            f"{kind}, rate 1.0 per unit-hour{mixed}",
+            why,
+            "the center's 'job accounting' / 'charging' page (charge factors per partition)",
+        )
+    )
+    return {"kind": kind, "rate": 1.0, "unit": "SU", **follow}
 
 
 def build_discovery(
@@ -223,34 +273,7 @@ def build_discovery(
     partitions = [_partition(p, arch, confirm, notes) for p in facts.partitions]
     if not partitions:
         raise ValueError("the scheduler lists no partition with nodes")
-    gpu = any("accelerator" in p["node"] for p in partitions)
-    kind = (
-        "gpu-hours" if gpu and all("accelerator" in p["node"] for p in partitions) else "core-hours"
-    )
-    for spec in partitions:
-        if gpu and kind == "core-hours" and "accelerator" in spec["node"]:
-            spec["charge"] = {"kind": "gpu-hours", "rate": 1.0}
-    mixed = " (GPU partitions: gpu-hours)" if gpu and kind == "core-hours" else ""
-    billed = []
-    for facts_p, spec in zip(facts.partitions, partitions, strict=True):
-        charge = _billed_charge(facts_p)
-        if charge is not None:
-            spec["charge"] = charge
-            billed.append(facts_p.name)
-    why = "schedulers do not know what a center charges"
-    if billed:
-        why = (
-            f"{', '.join(billed)}: from Slurm TRESBillingWeights (a node's billing per GPU or "
-            "core); the center's allocation unit may differ"
-        )
-    confirm.append(
-        Confirm(
-            "charge",
-            f"{kind}, rate 1.0 per unit-hour{mixed}",
-            why,
-            "the center's 'job accounting' / 'charging' page (charge factors per partition)",
-        )
-    )
+    charge = _charges(facts, partitions, confirm)
     blocked = _blocked(facts.partitions)
     confirm.append(
         Confirm(
@@ -289,7 +312,7 @@ def build_discovery(
         "dialect": facts.dialect,
         "arch": arch,
         "blocked_partitions": blocked,
-        "charge": {"kind": kind, "rate": 1.0, "unit": "SU"},
+        "charge": charge,
         "conventions": {
             "account_required": bool(facts.associations) or facts.dialect != "slurm",
             "qos_required": False,

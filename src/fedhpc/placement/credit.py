@@ -6,13 +6,29 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fedhpc.domain.billing import live_charge
 from fedhpc.domain.config import AccountConfig, Site
 from fedhpc.domain.job import Shape
-from fedhpc.domain.site import ChargeKind, Credit, PartitionSpec, SiteProfile, SiteState
+from fedhpc.domain.site import (
+    ChargeKind,
+    Credit,
+    PartitionSpec,
+    PartitionState,
+    SiteProfile,
+    SiteState,
+)
 from fedhpc.domain.units import finite_or_none
 from fedhpc.placement.context import Ledger
 
-__all__ = ["Allowance", "Budget", "Budgets", "Charge", "allowed_budget", "predict_charge"]
+__all__ = [
+    "Allowance",
+    "Budget",
+    "Budgets",
+    "Charge",
+    "allowed_budget",
+    "live_spec",
+    "predict_charge",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +47,18 @@ class Charge:
             f"{self.amount:g} {self.unit} ({self.units:g} {self.kind.value.removesuffix('s')}s"
             f" x {self.hours:g} h x rate {self.rate:g})"
         )
+
+
+def live_spec(
+    profile: SiteProfile, spec: PartitionSpec, pstate: PartitionState | None
+) -> PartitionSpec:
+    """`spec` charging what the partition's live billing weights say, where they replace its
+    profile's charge (`domain.billing.live_charge`: a charge the operator stated wins), else
+    `spec` itself. Placement's index applies it once per probe; `predict_charge` then reads it."""
+    if pstate is None or not pstate.billing_weights:
+        return spec
+    charge = live_charge(profile, spec, pstate.billing_weights)
+    return spec if charge is None else spec.model_copy(update={"charge": charge})
 
 
 def predict_charge(profile: SiteProfile, spec: PartitionSpec, shape: Shape) -> Charge:

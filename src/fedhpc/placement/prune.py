@@ -18,7 +18,7 @@ from fedhpc.domain.job import Shape
 from fedhpc.domain.site import PartitionSpec, PartitionState, ResourceSnapshot, SiteState
 from fedhpc.placement.candidates import account_choices
 from fedhpc.placement.context import Ledger, Live, PartitionContext
-from fedhpc.placement.credit import Allowance
+from fedhpc.placement.credit import Allowance, live_spec
 from fedhpc.placement.policy import Objective, Policy, PolicyKind, Settings
 from fedhpc.placement.ranking import primary_fields
 from fedhpc.placement.rules import (
@@ -94,8 +94,10 @@ class FederationIndex:
             site = sites[name]
             state = snapshot.sites.get(name)
             pstates = {p.name: p for p in state.partitions} if state is not None else {}
-            for spec in sorted(site.profile.partitions, key=lambda x: x.name):
-                pstate = pstates.get(spec.name) or pstates.get(spec.scheduler_partition or "")
+            for stated in sorted(site.profile.partitions, key=lambda x: x.name):
+                pstate = pstates.get(stated.name) or pstates.get(stated.scheduler_partition or "")
+                # What the partition charges now: its live billing weights where they apply.
+                spec = live_spec(site.profile, stated, pstate)
                 live = Live.of(name, pstate, None) if pstate is not None else None
                 key = _class_key(site, spec, state)
                 k = keys.setdefault(key, len(keys))

@@ -1,8 +1,9 @@
 """What each person's work charged, per site account, from stored attempts (issue 34: the
 credit ledger is a person's too). Used: every ended attempt's charge over the time it ran;
-committed: every live attempt's worst case (its whole granted wall time), both at the site
-profile's charge model (`predict_charge`). Read by `GET /v1/ledger` and by placement, which
-bounds a person's spending at a site by the site's `person_budget`."""
+committed: every live attempt's worst case (its whole granted wall time), both at the
+partition's charge (`predict_charge`; its live billing weights where they apply). Read by
+`GET /v1/ledger` and by placement, which bounds a person's spending at a site by the site's
+`person_budget`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import structlog
 
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobState, Shape
-from fedhpc.placement.credit import Charge, predict_charge
+from fedhpc.domain.site import SiteState
+from fedhpc.placement.credit import Charge, live_spec, predict_charge
 
 __all__ = ["ledger_rows", "spent_per_site"]
 
@@ -21,7 +23,9 @@ log = structlog.get_logger(__name__)
 _LIVE = {JobState.SUBMITTED.value, JobState.PENDING.value, JobState.RUNNING.value}
 
 
-def _charged(a: dict[str, Any], sites: Mapping[str, Site]) -> tuple[str, bool, Charge] | None:
+def _charged(
+    a: dict[str, Any], sites: Mapping[str, Site], states: Mapping[str, SiteState]
+) -> tuple[str, bool, Charge] | None:
     """An attempt's account, whether it is live, and its charge; None when nothing is charged
     (its site or partition no longer configured, no account, never ran)."""
     body, site = a["body"], sites.get(a["site"])
@@ -40,6 +44,8 @@ def _charged(a: dict[str, Any], sites: Mapping[str, Site]) -> tuple[str, bool, C
         return None  # never ran, or nothing known of how long: nothing charged
     if not live:
         shape = shape.model_copy(update={"wall_time_s": float(ran)})
+    state = states.get(site.name)
+    spec = live_spec(site.profile, spec, state.partition(spec.name) if state else None)
     return str(account), live, predict_charge(site.profile, spec, shape)
 
 
@@ -47,16 +53,18 @@ def ledger_rows(
     attempts: list[dict[str, Any]],
     sites: Mapping[str, Site],
     *,
+    states: Mapping[str, SiteState] | None = None,
     unreadable: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per (owner, site, account): `used` by ended attempts, `committed` by live ones. An
     attempt on a site or partition no longer configured, or with no account, is left out; one
     that cannot be read is logged with its traceback and its task id put in `unreadable`, and
-    the others are still counted."""
+    the others are still counted. `states`: the sites' last probes, whose live billing weights
+    give the charge where they replace the profile's (`credit.live_spec`)."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for a in attempts:
         try:
-            got = _charged(a, sites)
+            got = _charged(a, sites, states or {})
         except Exception:  # one bad row never costs the whole answer
             log.exception("unreadable attempt left out of the ledger", task=a.get("task_id"))
             if unreadable is not None:

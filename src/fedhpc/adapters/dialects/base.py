@@ -11,7 +11,14 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SiteProfile, SiteState
 from fedhpc.errors import PermanentError
 
-__all__ = ["ArrayDialect", "Dialect", "SchedulerRejected"]
+__all__ = ["OCCASIONAL_SECTION", "ArrayDialect", "Dialect", "SchedulerRejected"]
+
+# A probe section whose answer changes rarely (Slurm's partition settings: billing weights):
+# the site adapter sends it with the first probe and then every `BILLING_EVERY_S` only, and
+# puts the weights it read last in the states of the probes without it. `parse_probe` reads
+# the weights when it is there, and marks them `unread` when it failed (the collector keeps
+# the last reading).
+OCCASIONAL_SECTION = "partitions"
 
 
 class SchedulerRejected(PermanentError):
@@ -67,7 +74,8 @@ class Dialect(Protocol):
         ...
 
     def probe_sections(self, profile: SiteProfile, user: str) -> dict[str, Command]:
-        """The probe commands; the site adapter batches them into one remote call."""
+        """The probe commands; the site adapter batches them into one remote call (leaving
+        out `OCCASIONAL_SECTION` on most probes)."""
         ...
 
     def parse_probe(

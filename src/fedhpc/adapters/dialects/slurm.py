@@ -261,6 +261,11 @@ class SlurmDialect:
             ),
             "sinfo": Command(("sinfo", "--noheader", f"--format={NODE_STATE_FORMAT}"), env=_ENV),
             "nodes": Command(("scontrol", "--oneliner", "show", "node"), env=_ENV),
+            # Billing weights (TRESBillingWeights): sinfo cannot show them. Optional: the site
+            # adapter sends it every few probes only (`BILLING_EVERY_S`), they change rarely.
+            slurm_probe.PARTITIONS: Command(
+                ("scontrol", "--oneliner", "show", "partition"), env=_ENV
+            ),
             "sshare": Command(
                 ("sshare", "--noheader", "--parsable2", "--user", user, "--format", SSHARE_FIELDS),
                 env=_ENV,

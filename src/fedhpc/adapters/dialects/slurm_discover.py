@@ -19,7 +19,8 @@ from fedhpc.adapters.dialects.facts import (
     login_command,
     parse_login,
 )
-from fedhpc.adapters.dialects.slurm_probe import NodeRecord, parse_nodes
+from fedhpc.adapters.dialects.slurm_probe import NodeRecord, parse_billing_weights, parse_nodes
+from fedhpc.domain.billing import billing_per_hour, gpu_weight
 from fedhpc.domain.units import parse_duration
 
 __all__ = [
@@ -100,76 +101,6 @@ def _names(value: str) -> tuple[str, ...]:
 
 
 _KV = re.compile(r"(\w+)=(\S*)")
-
-
-_MEM_PER_GIB = {"K": 1024.0 * 1024.0, "M": 1024.0, "G": 1.0, "T": 1.0 / 1024.0}
-
-
-def parse_billing_weights(value: str) -> tuple[tuple[str, float], ...]:
-    """A partition's `TRESBillingWeights` (slurm.conf(5)): "CPU=1.0,Mem=0.25G,GRES/gpu=2.0"
-    -> (("CPU", 1.0), ("GRES/gpu", 2.0), ("Mem", 0.25)), sorted by TRES. A memory weight is per
-    MB unless suffixed K/M/G/T; it is returned per GiB. Unparsable entries are left out."""
-    out: dict[str, float] = {}
-    for item in value.split(","):
-        tres, _, raw = item.strip().partition("=")
-        if not tres or not raw:
-            continue
-        unit = raw[-1].upper() if raw[-1].isalpha() else "M"
-        try:
-            w = float(raw[:-1] if raw[-1].isalpha() else raw)
-        except ValueError:
-            continue
-        if tres.lower() == "mem":
-            if unit not in _MEM_PER_GIB:
-                continue
-            tres, w = "Mem", w * _MEM_PER_GIB[unit]
-        out[tres] = w
-    return tuple(sorted(out.items()))
-
-
-def billing_per_hour(
-    weights: tuple[tuple[str, float], ...],
-    *,
-    cpus: int,
-    memory_mib: int,
-    gpus: int,
-    nodes: int,
-    gpu_type: str | None = None,
-) -> float:
-    """Billing units one hour of the allocation costs: the weighted sum of its TRES (Slurm's
-    default; PriorityFlags=MAX_TRES is not modelled). GPUs are billed once, at one weight
-    (`gpu_weight`); TRES without a weight cost nothing."""
-    per_node = gpu_weight(weights, gpu_type) * gpus
-    for tres, w in weights:
-        t = tres.lower()
-        if t == "cpu":
-            per_node += w * cpus
-        elif t == "mem":
-            per_node += w * memory_mib / 1024.0
-    nodes_w = dict(weights).get("Node", 0.0)
-    return nodes * (per_node + nodes_w)
-
-
-def gpu_weight(weights: tuple[tuple[str, float], ...], gpu_type: str | None) -> float:
-    """The one weight a GPU of `gpu_type` is billed at: `GRES/gpu:TYPE` for its type, else
-    `GRES/gpu`, else (type unknown) the only typed weight there is; 0 without any. A
-    partition that weighs both `GRES/gpu` and `GRES/gpu:TYPE` states one price twice, and
-    summing them billed each GPU twice (issue 42)."""
-    generic: float | None = None
-    typed: dict[str, float] = {}
-    for tres, w in weights:
-        t = tres.lower()
-        if t == "gres/gpu":
-            generic = w
-        elif t.startswith("gres/gpu:"):
-            typed[t.removeprefix("gres/gpu:")] = w
-    if gpu_type is not None and gpu_type.lower() in typed:
-        return typed[gpu_type.lower()]
-    if generic is not None:
-        return generic
-    if gpu_type is None and len(typed) == 1:
-        return next(iter(typed.values()))
-    return 0.0
 
 
 def parse_qos(text: str) -> dict[str, dict[str, int | None]]:

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fedhpc.adapters.command import BatchSection
+from fedhpc.adapters.dialects.base import OCCASIONAL_SECTION
 from fedhpc.adapters.dialects.slurm_parse import map_state, none_if_blank
+from fedhpc.domain.billing import BillingWeights
 from fedhpc.domain.envelope import Arch
 from fedhpc.domain.job import JobState
 from fedhpc.domain.site import (
@@ -21,7 +23,14 @@ from fedhpc.domain.site import (
     Unread,
 )
 
-__all__ = ["NodeRecord", "parse_balances", "parse_nodes", "parse_probe"]
+__all__ = [
+    "NodeRecord",
+    "parse_balances",
+    "parse_billing_weights",
+    "parse_nodes",
+    "parse_partition_weights",
+    "parse_probe",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +140,43 @@ def parse_nodes(text: str) -> list[NodeRecord]:
     return nodes
 
 
+_MEM_PER_GIB = {"K": 1024.0 * 1024.0, "M": 1024.0, "G": 1.0, "T": 1.0 / 1024.0}
+
+
+def parse_billing_weights(value: str) -> BillingWeights:
+    """A partition's `TRESBillingWeights` (slurm.conf(5)): "CPU=1.0,Mem=0.25G,GRES/gpu=2.0"
+    -> (("CPU", 1.0), ("GRES/gpu", 2.0), ("Mem", 0.25)), sorted by TRES. A memory weight is per
+    MB unless suffixed K/M/G/T; it is returned per GiB. Unparsable entries are left out."""
+    out: dict[str, float] = {}
+    for item in value.split(","):
+        tres, _, raw = item.strip().partition("=")
+        if not tres or not raw:
+            continue
+        unit = raw[-1].upper() if raw[-1].isalpha() else "M"
+        try:
+            w = float(raw[:-1] if raw[-1].isalpha() else raw)
+        except ValueError:
+            continue
+        if tres.lower() == "mem":
+            if unit not in _MEM_PER_GIB:
+                continue
+            tres, w = "Mem", w * _MEM_PER_GIB[unit]
+        out[tres] = w
+    return tuple(sorted(out.items()))
+
+
+def parse_partition_weights(text: str) -> dict[str, BillingWeights]:
+    """`scontrol --oneliner show partition` -> each partition's billing weights (empty where
+    it sets none)."""
+    out: dict[str, BillingWeights] = {}
+    for line in text.splitlines():
+        if not line.startswith("PartitionName="):
+            continue
+        f = dict(_KV.findall(line))
+        out[f["PartitionName"]] = parse_billing_weights(f.get("TRESBillingWeights", ""))
+    return out
+
+
 def _bucket(state: str) -> str:
     s = state.upper()
     if "DRAIN" in s:
@@ -148,6 +194,7 @@ def _partition_state(
     nodes: list[NodeRecord],
     available: bool,
     queue: Counter[tuple[str, str, bool]],
+    weights: BillingWeights = (),
 ) -> PartitionState:
     counts: Counter[str] = Counter(_bucket(n.state) for n in nodes)
     usable = [n for n in nodes if n.usable]
@@ -174,6 +221,7 @@ def _partition_state(
         user_pending_jobs=queue[(name, "pending", True)],
         user_running_jobs=queue[(name, "running", True)],
         available=available,
+        billing_weights=weights,
     )
 
 
@@ -266,6 +314,9 @@ def _arch(nodes: list[NodeRecord], profile: SiteProfile) -> Arch:
 
 # A probe section that failed alone, as the part of the view it would have read.
 _UNREAD: dict[str, Unread] = {"sshare": "accounts", "queue": "queue", "balance": "balance"}
+# The probe's section of partition settings (billing weights): the site adapter asks for it
+# every few probes only and fills in the weights it read last when it did not.
+PARTITIONS = OCCASIONAL_SECTION
 
 
 def parse_probe(
@@ -303,16 +354,24 @@ def parse_probe(
             if a not in accounts
         )
         accounts = accounts + tuple(a for a in balances if a not in accounts)
+    part_sec = sections.get(PARTITIONS)
+    billing_refused = part_sec is not None and part_sec.returncode != 0
+    weights = parse_partition_weights(part_sec.stdout) if part_sec and not billing_refused else {}
     partitions = []
     for spec in profile.partitions:
         members = [n for n in nodes if spec.name in n.partitions]
-        partitions.append(_partition_state(spec.name, members, avail.get(spec.name, False), queue))
+        own = weights.get(spec.scheduler_partition or spec.name, ())
+        partitions.append(
+            _partition_state(spec.name, members, avail.get(spec.name, False), queue, own)
+        )
     problems = [n for n in ("queue", "sshare") if n not in sections or sections[n].returncode]
     if profile.conventions.balance_command and balance is None:
         problems.append("balance")
     unread = tuple(_UNREAD[n] for n in problems)
     if profile.conventions.balance_command and balance is not None and balance.returncode:
         unread += ("balance",)  # the balances keep their last reading; the site is not degraded
+    if billing_refused:
+        unread += ("billing",)  # the last weights stand; the site is not degraded
     no_nodes = not any(n.usable for n in nodes)
     health = Health.DEGRADED if problems or no_nodes else Health.OK
     error = None
