@@ -8,8 +8,8 @@ stores the payload; then it reads the result with one `get_result`. Measured:
 
 - tool calls from submit to having the output (target 2: submit, get_result);
 - bytes of tool-result text the model reads (the text content of each answer), submit and
-  result together (target <= 768 B for a short output; <= 2,048 B for a group's submit and
-  one child's result);
+  result together (target <= 512 B for a short output, issue 36; <= 2,048 B for a group's
+  submit and one child's result);
 - the continuation payload (the JSON the resume carries, and the whole resume prompt);
 - tools/list: what the model reads of it (names, descriptions, input schemas; goal <= 6 KB)
   and the whole tool list (budget 16 KB; the wire line is `test_mcp_wire.py`'s).
@@ -286,7 +286,7 @@ def main() -> int:
     print(_row("  tool calls", one["calls"], 2, "calls"))
     for tool, size in one["per_call"]:
         print(_row(f"    {tool} answer text", size, None))
-    print(_row("  tool-result text read, submit + result", one["bytes"], 768))
+    print(_row("  tool-result text read, submit + result", one["bytes"], 512))
     print(_row("  continuation payload (JSON)", one["payload_bytes"], 2048))
     print(_row("  resume prompt (payload + instruction)", one["prompt_bytes"], None))
     print("four-child group: submit_group -> resumed -> get_result of one child")

@@ -45,7 +45,8 @@ async def main() -> None:
         sites = []
         for child in final["children"]:
             result = await call(client, "get_result", task_id=child["task_id"])
-            site = result["attempts"][-1]["site"] if result.get("attempts") else "-"
+            # One job in the task's state is flattened into the answer (same field names).
+            site = (result["attempts"][-1] if "attempts" in result else result).get("site", "-")
             sites.append(site)
             print(f"{child['task_id']}: {result['state']} on {site}")
         print(f"event {event['kind']}: group {final['state']}, counts {final['counts']}")

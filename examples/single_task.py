@@ -55,7 +55,8 @@ async def main() -> None:
         # An agent ends its turn here; this script pulls the event log instead.
         event = await wait_for(client, handle["task_id"], {"task.terminal"}, after=after)
         result = await call(client, "get_result", task_id=handle["task_id"], preview="stdout")
-        attempt = result["attempts"][-1]
+        # One job that ended as the task did is flattened into the answer (same field names).
+        attempt = result["attempts"][-1] if "attempts" in result else result
         print(
             f"event {event['kind']}: {result['state']} on {attempt['site']} "
             f"(exit {attempt.get('exit_code')})"

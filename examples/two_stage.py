@@ -79,7 +79,7 @@ async def main() -> None:
         # An agent ends its turn here: exactly one event (the GPU task's) resumes it.
         event = await wait_for(client, train["task_id"], {"task.terminal"}, after=after)
         result = await call(client, "get_result", task_id=train["task_id"], preview="stdout")
-    attempt = result["attempts"][-1]
+    attempt = result["attempts"][-1] if "attempts" in result else result  # one job: flat
     print(f"event {event['kind']}: {result['state']} on {attempt['site']}")
     for d in result.get("data", []):
         print(

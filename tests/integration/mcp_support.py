@@ -17,6 +17,15 @@ from mcp import StdioServerParameters
 FEDHPC = shutil.which("fedhpc", path=str(Path(sys.executable).parent)) or "fedhpc"
 
 
+def jobs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A get_result answer's jobs, oldest first: its `attempts`, or the one job the brief form
+    flattened into the answer (the same field names)."""
+    if "attempts" in result:
+        return list(result["attempts"])
+    keys = ("site", "partition", "job_id", "wait_s", "runtime_s", "exit_code")
+    return [{"n": 1, "state": result["state"]} | {k: result[k] for k in keys if k in result}]
+
+
 def serve_wired() -> bool:
     """`fedhpc serve` exists once cli/main.py registers fedhpc.cli.serve."""
     from fedhpc.cli.main import build_parser

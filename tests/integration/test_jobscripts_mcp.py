@@ -17,7 +17,7 @@ from mcp_types import CallToolResult
 from fedhpc.ops.task_views import SubmitAnswer
 from fedhpc.ops.tasks import SubmitTaskRequest
 from tests.integration.daemon_util import running
-from tests.integration.mcp_support import stdio_params
+from tests.integration.mcp_support import jobs, stdio_params
 
 GPU_SCRIPT = r"""#!/bin/bash
 #SBATCH --job-name=byo-gpu
@@ -108,7 +108,7 @@ async def test_sbatch_scripts_run_on_slurm_with_what_was_not_carried_named(
         done = await _terminal(c, answer["task_id"])
         assert done["state"] == "completed", done
         assert "tolerated" in done["preview"] and 'it\'s "quoted" 42' in done["preview"]
-        attempt = done["attempts"][-1]
+        attempt = jobs(done)[-1]
         site, job_id = attempt["site"], attempt["job_id"]
         assert attempt["partition"] == "gpuA100x4"
         # What Slurm granted is what the re-rendered header asked for.
@@ -155,7 +155,7 @@ async def test_a_slurm_script_lands_on_a_process_site_with_that_schedulers_heade
         done = await _terminal(c, answer["task_id"])
         assert done["state"] == "completed", done
         assert "body ran with 5 fingers" in done["preview"]
-        job_id = done["attempts"][-1]["job_id"]
+        job_id = jobs(done)[-1]["job_id"]
         rendered = (fed / "devanvil" / "localsched" / "jobs" / f"{job_id}.sh").read_text()
         # The same script by its path in the site's storage root: read there, same reading.
         stored = fed / "devanvil" / "storage" / "byo" / "cpu.sh"

@@ -128,7 +128,8 @@ async def _job_id(client: Any, tid: str) -> str:
         while True:
             got = await client.call_tool("get_result", {"task_id": tid})
             body = json.loads(got.content[0].text)
-            jobs = [a.get("job_id") for a in body.get("attempts", []) if a.get("job_id")]
+            # Its attempts, or its one job flattened into the brief answer.
+            jobs = [a.get("job_id") for a in body.get("attempts", [body]) if a.get("job_id")]
             if jobs:
                 return str(jobs[-1])
             await anyio.sleep(0.5)

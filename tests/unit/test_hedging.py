@@ -214,7 +214,11 @@ async def test_a_hedged_task_goes_to_two_sites_and_its_decision_says_why_and_the
     other = atts[1]
     assert f"hedged: also on {other.site}/p" in task.decision
     assert "cost: 1 more submission, cancelled when one copy starts" in task.decision
-    assert task.decision.startswith(f"{atts[0].site}/p")  # the placement's line comes first
+    assert task.decision.startswith("est. wait ")  # the placement's line comes first
+    # The provenance's whole line names the first copy's site and carries the hedge too.
+    assert task.provenance is not None
+    assert task.provenance.decision.startswith(f"{atts[0].site}/p (best-feasible)")
+    assert f"hedged: also on {other.site}/p" in task.provenance.decision
     # The answer names the first copy (the decision names the other).
     assert (await o.book.latest_attempt(task_id)).n == 1  # type: ignore[union-attr]
 

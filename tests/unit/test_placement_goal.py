@@ -3,13 +3,15 @@ best-feasible picks, by each candidate's estimated charge; the trace says so (pu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pydantic import ValidationError
 
 from fedhpc.domain import ChargeKind, ChargeModel, ResourceSnapshot
 from fedhpc.domain.config import Site, UserConfig
 from fedhpc.ops.tasks import SubmitTaskRequest
-from fedhpc.orchestrator.planner import summary
+from fedhpc.orchestrator.planner import brief, summary
 from fedhpc.placement import (
     Goal,
     Outcome,
@@ -170,3 +172,21 @@ def test_the_decision_line_names_the_goal_where_it_ranked_and_the_charge() -> No
     assert fast.startswith("quick/cpu (best-feasible):") and "charge 10 SU" in fast, fast
     fixed = Policy(kind=PolicyKind.FIXED_SITE, site="quick", goal=Goal.CHEAPEST)
     assert summary(pick(fixed)).startswith("quick/cpu (fixed-site):")
+
+
+def test_the_agents_line_names_the_goal_only_when_not_the_default_and_keeps_the_estimates() -> None:
+    """The answer's decision (beside its site and partition): the whole line stays the
+    provenance's; the agent's drops where (the answer's fields say it), the candidates and the
+    wait source's detail, never the estimates, whose estimate the wait is, or the charge."""
+    fast, cheap = pick(Policy()), pick(Policy(goal=Goal.CHEAPEST))
+    line = brief(fast)
+    assert line.startswith("est. wait ") and " + run " in line, line
+    assert line.endswith(", 10 SU") and "feasible" not in line and "quick" not in line, line
+    source = fast.estimates.wait_source.split(";")[0].strip()
+    assert f"({source}) + run" in line and len(line) < len(summary(fast)) / 2
+    why = "paper:free-slots=512; no scheduler estimate: the scheduler did not answer"
+    told = fast.model_copy(update={"estimates": replace(fast.estimates, wait_source=why)})
+    assert "(paper:free-slots=512) + run" in brief(told) and why in summary(told)
+    assert brief(cheap).startswith("best-feasible, cheapest: est. wait "), brief(cheap)
+    fixed = Policy(kind=PolicyKind.FIXED_SITE, site="quick")
+    assert brief(pick(fixed)).startswith("fixed-site: est. wait ")

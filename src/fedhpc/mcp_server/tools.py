@@ -177,7 +177,7 @@ async def submit_task(
         }
     )
     handle = await daemon_link(ctx).call(lambda c: c.submit_task(req))
-    noted = with_unbound_note(handle, unbound, handle.task_id)
+    noted = with_unbound_note(handle.brief(), unbound, handle.task_id)
     return SubmitAnswer(**{**dict(noted), "script": req.script_reading})
 
 

@@ -31,6 +31,10 @@ class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+_WHOLE = "absent in submit_task's MCP answer: read fedhpc://tasks/{task_id}"
+_ONE = "brief form, one job only (attempts then empty): that job's"
+
+
 class TaskHandle(_Out):
     """The immediate answer of submit_task, replan and cancel."""
 
@@ -38,8 +42,8 @@ class TaskHandle(_Out):
     state: JobState
     site: str | None = None
     partition: str | None = None
-    account: str | None = None
-    shape: Shape | None = None
+    account: str | None = Field(default=None, description=_WHOLE)
+    shape: Shape | None = Field(default=None, description=_WHOLE)
     job_id: str | None = None
     attempt: int = 0
     decision: str = Field(default="", description="why this placement, in one line")
@@ -49,6 +53,12 @@ class TaskHandle(_Out):
         default=None, description="set when this call matched an earlier submission"
     )
     next: str = Field(default="", description="what to do now (empty on a group's children)")
+
+    def brief(self) -> TaskHandle:
+        """submit_task's MCP answer: without what the agent asked for itself (the shape
+        within its envelope, the account); the task resource and `fedhpc task` have them. A
+        replan's answer keeps the shape: it is what a new envelope changed."""
+        return self.model_copy(update={"account": None, "shape": None})
 
 
 class SubmitAnswer(TaskHandle):
@@ -114,6 +124,14 @@ class ResultManifest(_Out):
     group_id: str | None = None
     created_at: datetime | None = None
     attempts: tuple[AttemptView, ...] = ()
+    # get_result's brief form, when the task has had one job and it is in the task's state
+    # (no reason of its own): that job's fields here, and `attempts` empty.
+    site: str | None = Field(default=None, description=_ONE)
+    partition: str | None = Field(default=None, description=_ONE)
+    job_id: str | None = Field(default=None, description=_ONE)
+    wait_s: float | None = Field(default=None, description=_ONE)
+    runtime_s: float | None = Field(default=None, description=_ONE)
+    exit_code: int | None = Field(default=None, description=_ONE)
     provenance: Provenance | None = None
     outputs: tuple[OutputRef, ...] = ()
     preview: str | None = Field(default=None, description="the last bytes of stdout (or asked)")

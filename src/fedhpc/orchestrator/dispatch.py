@@ -22,7 +22,7 @@ from fedhpc.ops.workdir import WorkdirOutside, confined, resolve_workdir
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
 from fedhpc.orchestrator.estimates import WaitInputs
-from fedhpc.orchestrator.planner import provenance, summary
+from fedhpc.orchestrator.planner import brief, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, array_name, job_name
 from fedhpc.placement import Placement
 from fedhpc.settings import JOB_FOR
@@ -154,8 +154,8 @@ class Dispatcher:
         att.copy_of = copy_of
         task.attempts_made = n
         if copy_of is None:
-            task.decision = summary(p) + (f"; {note}" if note else "")
-            task.provenance = provenance(req.envelope, p)  # re-placements too: never stale
+            task.decision = brief(p) + (f"; {note}" if note else "")
+            task.provenance = provenance(req.envelope, p, note)  # re-placements: never stale
         if task.state is JobState.QUEUED:
             task.state = JobState.SUBMITTED
         async with self.book.store.transaction() as tx:
@@ -330,7 +330,7 @@ class Dispatcher:
         att.copy_of = copy_of
         task.attempts_made = n
         if copy_of is None:
-            task.decision = summary(p)
+            task.decision = brief(p)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att

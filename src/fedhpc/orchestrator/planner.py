@@ -35,7 +35,7 @@ from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement.spend import ledger_rows, spent_per_site
 
-__all__ = ["Planner", "provenance", "summary"]
+__all__ = ["Planner", "brief", "provenance", "summary"]
 
 # A person's newest attempts read for their spending (as GET /v1/ledger reads them).
 PERSON_ATTEMPTS = 20_000
@@ -48,7 +48,8 @@ def _pruned(p: Placement) -> str:
 
 
 def summary(p: Placement) -> str:
-    """The decision in one line: where, under which policy, and the estimates behind it."""
+    """The decision in one line: where, under which policy, and the estimates behind it (the
+    provenance's: `fedhpc task`, the dashboard, the task resource)."""
     e = p.estimates
     return (
         workdirs.fallback_note(p)
@@ -56,6 +57,21 @@ def summary(p: Placement) -> str:
         f"({e.wait_source}) + run {e.runtime_s:.0f}s, charge {e.charge:.3g} {e.charge_unit}; "
         f"{p.trace.feasible} feasible of "
         f"{len(p.trace.candidates)} candidates" + _pruned(p)
+    )
+
+
+def brief(p: Placement) -> str:
+    """The decision as an agent reads it beside the answer's site and partition: the policy
+    when not the default, the estimates and whose wait estimate it is, the charge. The whole
+    line (the source's detail, the candidates) is the provenance's `summary`."""
+    e = p.estimates
+    policy = _policy(p)
+    head = "" if policy == PolicyKind.BEST_FEASIBLE.value else f"{policy}: "
+    source = e.wait_source.split(";", 1)[0].strip()
+    return (
+        workdirs.fallback_note(p)
+        + f"{head}est. wait {e.wait_s:.0f}s ({source}) + run {e.runtime_s:.0f}s, "
+        f"{e.charge:.3g} {e.charge_unit}"
     )
 
 
@@ -67,14 +83,15 @@ def _policy(p: Placement) -> str:
     return f"{policy.kind.value}, {goal.value}"
 
 
-def provenance(env: ResourceEnvelope, p: Placement) -> Provenance:
+def provenance(env: ResourceEnvelope, p: Placement, note: str = "") -> Provenance:
+    """Where the envelope came from and the whole decision (`note`: the hedge's, if any)."""
     draft = env.draft
     return Provenance(
         envelope_source=(draft.source if draft else DraftSource.USER).value,
         rationale=draft.rationale if draft else "",
         confidence=draft.confidence if draft else None,
         policy=p.trace.policy.kind.value,
-        decision=summary(p),
+        decision=summary(p) + (f"; {note}" if note else ""),
         candidates=len(p.trace.candidates),
         feasible=p.trace.feasible,
         pruned=p.trace.pruned_partitions(),

@@ -72,7 +72,9 @@ def _round(seconds: float | None) -> float | None:
 def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManifest:
     """What an agent needs after a resume, without what it has or can derive: no timestamps,
     shapes or job names per attempt, no provenance (the submit answer had the decision), and
-    no reference to an output whose whole content is in a tail or that is empty."""
+    no reference to an output whose whole content is in a tail or that is empty. A task's
+    only job, in the task's state and without a reason of its own, is flattened into the
+    answer (its number and state would repeat the task's)."""
     site = next((a.site for a in reversed(m.attempts) if not a.superseded), None)
     shown = {k for k, (_, cut) in tails.items() if not cut}
     outputs = tuple(
@@ -95,9 +97,26 @@ def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManif
         )
         for a in m.attempts
     )
-    return m.model_copy(
-        update={"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
-    )
+    brief = {"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
+    return m.model_copy(update=brief | _flat(m, attempts))
+
+
+def _flat(m: ResultManifest, attempts: tuple[AttemptView, ...]) -> dict[str, object]:
+    """The brief answer's fields for a task whose one job is where the task is, else {}."""
+    if len(attempts) != 1:
+        return {}
+    a = attempts[0]
+    if a.superseded or a.reason or a.state is not m.state:
+        return {}
+    return {
+        "attempts": (),
+        "site": a.site,
+        "partition": a.partition,
+        "job_id": a.job_id,
+        "wait_s": a.wait_s,
+        "runtime_s": a.runtime_s,
+        "exit_code": a.exit_code,
+    }
 
 
 log = structlog.get_logger(__name__)
