@@ -43,7 +43,6 @@ from fedhpc.service import (
     needed_scope,
 )
 from fedhpc.service.access import ADMIN, READ
-from fedhpc.service.facade import CALLBACK_PATH
 
 __all__ = ["ScopeChallenge", "caller", "run_service_http", "scope_guard"]
 
@@ -207,7 +206,7 @@ def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
                 client_registration_options=settings.client_registration_options,
                 revocation_options=settings.revocation_options,
             ),
-            Route(CALLBACK_PATH, auth.facade.callback, methods=["GET"]),
+            Route(urlsplit(auth.facade.callback_url).path, auth.facade.callback, methods=["GET"]),
         ]
     )
 

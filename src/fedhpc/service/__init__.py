@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
@@ -21,12 +21,12 @@ from fedhpc.service.access import (
     caller_of,
     needed_scope,
 )
-from fedhpc.service.facade import Facade
-from fedhpc.service.facade_store import FacadeStore, Sealer, load_fernet_key
-from fedhpc.service.facade_tokens import FacadeVerifier, Signer, load_signing_key
-from fedhpc.service.upstream import Upstream
 from fedhpc.service.verifier import KeyCache, OidcVerifier
 from fedhpc.settings import fedhpc_home
+
+if TYPE_CHECKING:
+    from fedhpc.service.facade import Facade
+    from fedhpc.service.facade_tokens import FacadeVerifier
 
 __all__ = [
     "METHOD_SCOPES",
@@ -34,7 +34,6 @@ __all__ = [
     "SIGN_IN_SCOPES",
     "TOOL_SCOPES",
     "Caller",
-    "Facade",
     "InsufficientScope",
     "KeyCache",
     "OidcVerifier",
@@ -113,6 +112,13 @@ def _secret(path: Path) -> str:
 def _with_facade(config: ServiceConfig, home: Path) -> ServiceAuth:
     """fedhpc as the authorization server: its own issuer (the resource's origin), client
     registration and revocation served by the SDK over the `Facade`."""
+    # startup: the facade's store (aiosqlite) and keys load only when it is configured, so
+    # importing the MCP server stays light (test_mcp_server checks what it loads)
+    from fedhpc.service.facade import Facade
+    from fedhpc.service.facade_store import FacadeStore, Sealer, load_fernet_key
+    from fedhpc.service.facade_tokens import Signer, load_signing_key
+    from fedhpc.service.upstream import Upstream
+
     facade = config.facade
     assert facade is not None
     folder = home / "facade"
