@@ -15,11 +15,13 @@ import anyio
 
 from fedhpc.store import sql_pg
 from fedhpc.store.engine import Row, SqliteConn
+from fedhpc.store.lease_reads import LeaseReads
 from fedhpc.store.log_reads import LogReads
 from fedhpc.store.owners import OwnerReads
 from fedhpc.store.pages import ListingReads
 from fedhpc.store.reads import WRITING, DeliveryReads, GroupReads, HistoryReads
 from fedhpc.store.schema import MIGRATIONS, SCHEMA_VERSION
+from fedhpc.store.tables import TableReads
 from fedhpc.store.tx import AS_SUBMITTED, Tx
 
 if TYPE_CHECKING:
@@ -66,7 +68,16 @@ class WaitSample:
     predicted_waits: dict[str, float]
 
 
-class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads, OwnerReads):
+class Store(
+    LogReads,
+    GroupReads,
+    ListingReads,
+    DeliveryReads,
+    HistoryReads,
+    OwnerReads,
+    TableReads,
+    LeaseReads,
+):
     """SQLite: one connection, one writer, and a reader for REST requests (`quick_reads`).
     PostgreSQL: a pool (`pg`). Reads may run any time; writes go through `transaction()`."""
 
@@ -324,25 +335,6 @@ class Store(LogReads, GroupReads, ListingReads, DeliveryReads, HistoryReads, Own
             (after[0], after[0], after[1], *skip_groups, limit),
         )
         return [_task(r) for r in rows]
-
-    async def count(self, table: str) -> int:
-        if table not in {
-            "snapshots",
-            "tasks",
-            "attempts",
-            "groups",
-            "transfers",
-            "events",
-            "continuations",
-            "consumers",
-            "consumed",
-            "deliveries",
-            "sessions",
-            "bindings",
-        }:
-            raise ValueError(f"no table {table!r}")
-        rows = await self._all(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 (whitelisted)
-        return int(rows[0]["n"])
 
 
 async def _reader(path: Path) -> aiosqlite.Connection:

@@ -14,50 +14,13 @@ from typing import Any
 
 from fedhpc.errors import UsageError
 from fedhpc.store.db import Store
+from fedhpc.store.tables import COLUMNS
 from fedhpc.store.tx import Tx
 
 __all__ = ["COLUMNS", "DumpError", "export_rows", "import_rows"]
 
 FORMAT = "fedhpc-store/1"
 
-# Every table a store holds (not `archiving`, a marker only held inside a transaction), in an
-# order that writes each row's parents first, with every column in a fixed order.
-COLUMNS: dict[str, tuple[str, ...]] = {
-    "groups": ("id", "created_at", "state", "round", "body", "dedupe", "owner"),
-    "tasks": (
-        "id", "idempotency_key", "group_id", "created_at", "updated_at", "state", "body",
-        "dedupe", "current_site", "owner",
-    ),
-    "attempts": (
-        "task_id", "n", "site", "partition", "job_name", "job_id", "state", "created_at",
-        "updated_at", "body",
-    ),
-    "transfers": ("id", "idempotency_key", "created_at", "updated_at", "state", "body", "owner"),
-    "continuations": ("id", "subject", "runtime", "created_at", "body", "owner"),
-    "events": ("seq", "id", "kind", "subject", "created_at", "payload"),
-    "consumers": ("name", "cursor", "updated_at"),
-    "consumed": ("consumer", "event_id"),
-    "deliveries": (
-        "id", "event_id", "continuation_id", "state", "attempts", "next_at", "updated_at", "body",
-        "owner",
-    ),
-    "sessions": ("cwd", "runtime", "session_id", "reported_at", "body"),
-    "bindings": ("tool_use_id", "session_id", "reported_at", "body"),
-    "snapshots": ("seq", "site", "collected_at", "health", "state"),
-}  # fmt: skip
-
-# Each table's rows in a stable order: groups in the order they were written (both engines
-# have a rowid), the rest by their primary key.
-_ORDER = {
-    "groups": "rowid",
-    "attempts": "task_id, n",
-    "events": "seq",
-    "consumers": "name",
-    "consumed": "consumer, event_id",
-    "sessions": "runtime, cwd",
-    "bindings": "tool_use_id",
-    "snapshots": "seq",
-}
 _PAGE = 2000
 
 
@@ -78,17 +41,12 @@ async def export_rows(store: Store) -> AsyncIterator[str]:
         "last_seq": await store.last_seq(),
     }
     yield json.dumps(header) + "\n"
-    for table, cols in COLUMNS.items():
-        order = _ORDER.get(table, "id")
+    for table in COLUMNS:
         offset = 0
         while True:
-            rows = await store._all(
-                f"SELECT {', '.join(cols)} FROM {table} "  # noqa: S608 (fixed names only)
-                f"ORDER BY {order} LIMIT ? OFFSET ?",
-                (_PAGE, offset),
-            )
-            for r in rows:
-                yield json.dumps({"t": table, "r": [r[i] for i in range(len(cols))]}) + "\n"
+            rows = await store.table_page(table, offset=offset, limit=_PAGE)
+            for values in rows:
+                yield json.dumps({"t": table, "r": values}) + "\n"
             if len(rows) < _PAGE:
                 break
             offset += _PAGE

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fedhpc.store.db import Store
 from fedhpc.store.engine import Fenced
+from fedhpc.store.lease_reads import HOLDER
 
 __all__ = ["LEASE", "Fenced", "Lease", "acquire", "holder_of", "release", "renew"]
 
@@ -61,10 +62,7 @@ async def acquire(store: Store, holder: str, *, ttl_s: float, name: str = LEASE)
         return Lease(name, holder, 0, ttl_s)
     async with store.transaction(fenced=False) as tx:
         await tx.conn.execute(_DDL)  # no parameters: one script
-        rows = await tx.fetch(
-            "SELECT holder, token, expires_at > now() AS live FROM fedhpc_lease WHERE name = ?",
-            (name,),
-        )
+        rows = await tx.fetch(HOLDER, (name,))
         if rows and rows[0]["live"] and rows[0]["holder"] != holder:
             return None
         token = int(rows[0]["token"]) + 1 if rows else 1
@@ -107,15 +105,4 @@ async def release(store: Store, lease: Lease) -> None:
 
 async def holder_of(store: Store, name: str = LEASE) -> dict[str, object] | None:
     """Who holds the lease: {holder, token, live}, or None (SQLite, or never taken)."""
-    if store.dialect != "postgresql":
-        return None
-    exists = await store._all("SELECT to_regclass('fedhpc_lease') IS NOT NULL")
-    if not exists[0][0]:
-        return None
-    rows = await store._all(
-        "SELECT holder, token, expires_at > now() AS live FROM fedhpc_lease WHERE name = ?",
-        (name,),
-    )
-    if not rows:
-        return None
-    return {"holder": rows[0]["holder"], "token": int(rows[0]["token"]), "live": rows[0]["live"]}
+    return await store.lease_holder(name)
