@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 from fedhpc.domain.job import JobState
 from fedhpc.ops.task_views import AttemptView, ResultManifest
 
-__all__ = ["REASONS", "pending_note", "predicted_wait"]
+__all__ = [
+    "REASONS",
+    "pending_note",
+    "predicted_start_at",
+    "predicted_wait",
+    "shown_utc",
+    "waiting_copies",
+]
 
 # What the common pending reasons mean (squeue(1) "JOB REASON CODES"; the process sites use
 # the same two first). A reason not listed here is quoted as the scheduler gave it.
@@ -74,18 +81,61 @@ def _waiting_attempt(m: ResultManifest) -> AttemptView | None:
     return a if a.state in _WAITING else None
 
 
-def _copies(m: ResultManifest, a: AttemptView) -> str:
-    """ "; hedged: also pending at ..." for the task's other copies waiting, else ""."""
+def waiting_copies(m: ResultManifest) -> list[AttemptView]:
+    """The attempts the task waits on: the one `pending_note` names first, then the task's
+    other hedged copies in play that wait too (none for a task that is not hedged)."""
+    a = _waiting_attempt(m)
+    if a is None:
+        return []
     others = [
         x
         for x in m.attempts
         if x.n != a.n and not x.superseded and x.state in _WAITING and x.started_at is None
     ]
+    return [a, *others]
+
+
+def _predicted(m: ResultManifest, a: AttemptView, *, main: bool) -> tuple[float, str] | None:
+    """The wait placement predicted for `a` and whose estimate it was: the task's decision's
+    for the attempt the task waits on first (`main`) unless that is a hedged copy; a copy's
+    own (each copy was placed on its own site)."""
+    if a.copy_of is not None or not main:
+        if a.predicted_wait_s is None:
+            return None
+        return a.predicted_wait_s, "its copy's placement"
+    return predicted_wait(m.provenance.decision) if m.provenance else None
+
+
+def predicted_start_at(m: ResultManifest, a: AttemptView, *, main: bool = True) -> datetime | None:
+    """When placement predicted `a` would start (UTC): its submission plus its predicted wait
+    (`main`: `a` is the attempt the task waits on first, `waiting_copies`)."""
+    est = _predicted(m, a, main=main)
+    if est is None or a.submitted_at is None:
+        return None
+    since = a.submitted_at.astimezone(UTC)
+    return datetime.fromtimestamp(since.timestamp() + est[0], UTC)
+
+
+def shown_utc(t: datetime) -> str:
+    """A time as the sentence prints it: `2026-12-04 22:01:00 UTC`."""
+    return f"{t.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S')} UTC"
+
+
+def _copies(m: ResultManifest, a: AttemptView) -> str:
+    """ "; hedged: also pending at ..." for the task's other copies waiting, each with its job
+    and the start predicted for it, else ""."""
+    others = waiting_copies(m)[1:]
     if not others:
         return ""
-    where = ", ".join(
-        f"{x.site}/{x.partition}" + (f" (job {x.job_id})" if x.job_id else "") for x in others
-    )
+
+    def one(x: AttemptView) -> str:
+        start = predicted_start_at(m, x, main=False)
+        facts = ([f"job {x.job_id}"] if x.job_id else []) + (
+            [f"start about {shown_utc(start)}"] if start is not None else []
+        )
+        return f"{x.site}/{x.partition}" + (f" ({', '.join(facts)})" if facts else "")
+
+    where = ", ".join(one(x) for x in others)
     return f"; hedged: also pending at {where}, the first to start runs, the others are cancelled"
 
 
@@ -111,14 +161,13 @@ def pending_note(m: ResultManifest, now: datetime) -> str | None:
         if a.reason
         else "no reason from the scheduler yet"
     )
-    est = predicted_wait(m.provenance.decision) if m.provenance else None
-    if est is not None and since is not None:
+    est = _predicted(m, a, main=True)
+    start = predicted_start_at(m, a)
+    if est is not None and start is not None:
         wait_s, source = est
-        start = datetime.fromtimestamp(since.timestamp() + wait_s, UTC)
         late = (now - start).total_seconds()
         parts.append(
             f"fedhpc predicted a {_span(wait_s)} wait ({source}): start about "
-            f"{start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
-            + (f", {_span(late)} late" if late >= 1 else "")
+            f"{shown_utc(start)}" + (f", {_span(late)} late" if late >= 1 else "")
         )
     return "; ".join(parts)

@@ -88,6 +88,15 @@ class AttemptView(_Out):
     wait_s: float | None = None
     runtime_s: float | None = None
     exit_code: int | None = None
+    predicted_wait_s: float | None = Field(
+        default=None, description="the queue wait its placement predicted, from submission"
+    )
+    copy_of: int | None = Field(
+        default=None, description="a hedged copy: the attempt it was submitted beside"
+    )
+    outrun_by: int | None = Field(
+        default=None, description="a hedged copy cancelled: the attempt that started or ended first"
+    )
 
 
 class OutputRef(_Out):

@@ -67,6 +67,7 @@ class AttemptRecord(AttemptView):
     created_at: datetime
     pending_since: datetime | None = None
     estimate_s: float | None = None  # estimated completion when placed
+    predicted_wait_s: float | None = None  # the queue wait its placement predicted
     # The queue wait each estimator predicted when placed, and the one that decided: set
     # against the observed `wait_s` to judge the estimators (placement.errors).
     predicted_waits: dict[str, float] = Field(default_factory=dict)

@@ -1,7 +1,9 @@
 """What the live work will charge, per site and account: each running or queued attempt's
 worst-case charge (its whole granted wall time, `placement.credit.predict_charge`), for the
-dashboard's allocation table. Bounded: the newest MAX_LIVE live tasks are read, and the answer
-says when there were more."""
+dashboard's allocation table. Every attempt in play counts, so a hedged task's copies waiting
+at two sites commit a charge at each, as the daemon's ledger counts them (`placement.spend`:
+each live attempt not set aside); a copy set aside commits nothing. Bounded: the newest
+MAX_LIVE live tasks are read, and the answer says when there were more."""
 
 from __future__ import annotations
 
@@ -26,18 +28,17 @@ MAX_LIVE = 64  # live tasks read per refresh (one get_result each)
 _LIVE = (JobState.RUNNING, JobState.PENDING, JobState.SUBMITTED)
 
 
-def _live_attempt(m: ResultManifest) -> AttemptView | None:
-    live = [a for a in m.attempts if not a.superseded and a.state in _LIVE]
-    return live[-1] if live else None
+def _live_attempts(m: ResultManifest) -> list[AttemptView]:
+    """The task's attempts in play: one, or each hedged copy still in play."""
+    return [a for a in m.attempts if not a.superseded and a.state in _LIVE]
 
 
 def charge_rows(manifests: list[ResultManifest], sites: dict[str, Site]) -> list[dict[str, Any]]:
     """Per (site, account): the running attempts' and the queued ones' worst-case charges."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for m in manifests:
-        a = _live_attempt(m)
-        site = sites.get(a.site) if a is not None else None
-        if a is None or site is None or a.shape is None or a.account is None:
+    for a in (a for m in manifests for a in _live_attempts(m)):
+        site = sites.get(a.site)
+        if site is None or a.shape is None or a.account is None:
             continue
         spec = next((p for p in site.profile.partitions if p.name == a.partition), None)
         if spec is None:

@@ -1,37 +1,33 @@
 """The start fedhpc predicted for a task waiting at a scheduler, as data for the dashboard
 (pure). The daemon words the why-pending sentence once for every face (`waiting`, from
-`fedhpc.ops.pending.pending_note`), with that start in UTC; the page names every time in the
-zone the person picked, so it is given the instant and the text the sentence printed for it,
-and writes that text in its zone."""
+`fedhpc.ops.pending.pending_note`), with each start in UTC; the page names every time in the
+zone the person picked, so it is given each instant and the text the sentence printed for it,
+and writes that text in its zone. A hedged task waits at several sites at once: one start per
+copy, as the sentence names them."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from typing import Any
 
-from fedhpc.domain.job import JobState
-from fedhpc.ops.pending import predicted_wait
+from fedhpc.ops.pending import predicted_start_at, shown_utc, waiting_copies
 from fedhpc.ops.task_views import ResultManifest
 
 __all__ = ["predicted_start"]
 
 
-def predicted_start(m: ResultManifest) -> dict[str, str] | None:
-    """For a task whose live attempt waits at a scheduler (not started) and whose placement
-    predicted a wait: `at`, the predicted start (ISO 8601, UTC), and `shown`, that start as the
-    daemon's sentence prints it (`2026-12-04 22:01:00 UTC`). None otherwise."""
-    live = [a for a in m.attempts if not a.superseded]
-    a = live[-1] if live else None
-    if a is None or a.started_at is not None or a.submitted_at is None:
+def predicted_start(m: ResultManifest) -> dict[str, Any] | None:
+    """For a task waiting at a scheduler (submitted, not started) whose placement predicted a
+    wait: `copies`, for each attempt it waits on with a predicted start (a hedged task's
+    copies, as its sentence names them; the one attempt otherwise), its `n`, `site`,
+    `partition`, `at`, the start (ISO 8601, UTC), and `shown`, that start as the daemon's
+    sentence prints it (`2026-12-04 22:01:00 UTC`); `at` and `shown` also of the first of
+    them. None otherwise."""
+    copies = []
+    for i, a in enumerate(waiting_copies(m)):
+        start = predicted_start_at(m, a, main=i == 0)
+        if start is not None:
+            where = {"n": a.n, "site": a.site, "partition": a.partition}
+            copies.append(where | {"at": start.isoformat(), "shown": shown_utc(start)})
+    if not copies:
         return None
-    if a.state not in (JobState.SUBMITTED, JobState.PENDING) or m.provenance is None:
-        return None
-    est = predicted_wait(m.provenance.decision)
-    if est is None:
-        return None
-    # As pending_note computes it: the attempt's submission plus the predicted wait, in UTC.
-    since = a.submitted_at.astimezone(UTC)
-    start = datetime.fromtimestamp(since.timestamp() + est[0], UTC)
-    return {
-        "at": start.isoformat(),
-        "shown": f"{start.strftime('%Y-%m-%d %H:%M:%S')} UTC",
-    }
+    return {"at": copies[0]["at"], "shown": copies[0]["shown"], "copies": copies}

@@ -40,6 +40,7 @@ CAUSE_MARKS = {
     "replanned": "replanned",
     "retry": "retry",
     "extension": "longer wall",
+    "hedged": "hedged",
 }
 
 
@@ -95,7 +96,8 @@ def timeline_table(
             state = Text(b.state.value, style=STATE_STYLES.get(b.state.value, ""))
             how = CAUSE_MARKS[b.cause]
             if b.superseded:
-                how = ", ".join(x for x in (how, "moved ✕") if x)
+                gone = "cancelled ✕" if b.outrun_by is not None else "moved ✕"
+                how = ", ".join(x for x in (how, gone) if x)
             label = for_terminal(b.label)  # a Text, not a str: rich reads no markup in it
             table.add_row(
                 Text(for_terminal(site), style=colours[site]),

@@ -384,8 +384,10 @@ function barItem(b, now) {
   // run in its state's colour (█); --wait is the waiting share of the bar's length.
   const { t0, t1, ts } = phases(b, now);
   const wait = t1 > t0 ? Math.min(1, Math.max(0, ((ts ?? t1) - t0) / (t1 - t0))) : (ts === null ? 1 : 0);
-  const marks = { "re-placed": "↪ re-placed ", replanned: "↪ replanned ", retry: "⟳ retry ", extension: "⧗ longer wall ", placed: "" };
-  const content = el("span", {}, (b.superseded ? "✕ moved · " : "") + marks[b.cause] + b.label + ` · ${b.state}`);
+  const marks = { "re-placed": "↪ re-placed ", replanned: "↪ replanned ", retry: "⟳ retry ", extension: "⧗ longer wall ", hedged: "⇉ hedged ", placed: "" };
+  // A hedged copy another outran was cancelled, not moved: its bar ends at the cancel.
+  const gone = b.outrun_by !== null && b.outrun_by !== undefined ? "✕ cancelled · " : "✕ moved · ";
+  const content = el("span", {}, (b.superseded ? gone : "") + marks[b.cause] + b.label + ` · ${b.state}`);
   const cls = ["attempt", `state-${b.state}`, `cause-${b.cause}`];
   if (b.superseded) cls.push("superseded");
   if (ts === null) cls.push("never-started");
@@ -478,12 +480,14 @@ function taskDetail(t, start) {
 // Why it is not running yet, and when it may start: fedhpc's own hold, or at a scheduler its
 // pending reason and the start fedhpc predicted, as the daemon words it for every face
 // (`waiting`: `fedhpc task` and get_result read the same sentence). The sentence names that
-// start in UTC; `start` ({at, shown}: the instant and the text the sentence printed for it)
-// lets the page write it in its own zone, as every other time.
+// start in UTC, one per hedged copy that waits; `start.copies` ({at, shown} each: the instant
+// and the text the sentence printed for it) lets the page write them in its own zone, as every
+// other time.
 function whyPending(t, start) {
   if (t.state === "queued") return `Not at a scheduler yet: ${t.waiting || "fedhpc is placing it"}.`;
   if (!["submitted", "pending"].includes(t.state) || !t.waiting) return null;
-  const said = start && t.waiting.includes(start.shown) ? t.waiting.replace(start.shown, when(start.at)) : t.waiting;
+  let said = t.waiting;
+  for (const s of start ? start.copies || [start] : []) said = said.replace(s.shown, when(s.at));
   return said.charAt(0).toUpperCase() + said.slice(1) + ".";
 }
 
