@@ -48,8 +48,8 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
-from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc_dev.profiles import devfed_root
 
 ROOT = devfed_root()
 SLURM_SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")

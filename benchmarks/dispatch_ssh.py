@@ -37,9 +37,9 @@ import anyio
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import SubmitTaskRequest
-from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc_dev.devfed.sshd import SSH_CONFIG_ENV, start_front
+from fedhpc_dev.profiles import devfed_root
 
 SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
 

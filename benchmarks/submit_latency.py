@@ -43,8 +43,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc_dev.profiles import devfed_root
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_S = 2.0  # issue 21: a 1,000-child group's id within 2 s

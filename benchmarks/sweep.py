@@ -72,8 +72,9 @@ from tests.integration.conftest import LOCK  # noqa: E402
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
 from fedhpc.daemon import api  # noqa: E402
 from fedhpc.ops.task_views import GroupView, TaskSummary  # noqa: E402
-from fedhpc.profiles.loader import devfed_root, shipped_profiles_dir  # noqa: E402
+from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
+from fedhpc_dev.profiles import devfed_root  # noqa: E402
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_RSS_MB = 80.0

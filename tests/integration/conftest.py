@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings import DEVFED_TEST_LOCK, REQUIRE_REAL
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.plan import plan_federation
 from fedhpc_dev.devfed.sshd import SshFront, start_front
 from fedhpc_dev.postgres import PgServer, PostgresUnavailable
 from fedhpc_dev.postgres import start as start_postgres
+from fedhpc_dev.profiles import devfed_root
 
 HINT = "start it with `sudo fedhpc devfed up` (check with `fedhpc devfed status`)"
 

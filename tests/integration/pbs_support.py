@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import devfed_root
 from fedhpc.settings import DEVFED_TEST_LOCK
 from fedhpc_dev.devfed.pbs import pbs_status
+from fedhpc_dev.profiles import devfed_root
 
 SITE = "devpolaris"
 HINT = "start it with `sudo fedhpc devfed up` (it says why OpenPBS is absent)"

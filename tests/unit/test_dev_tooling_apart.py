@@ -1,5 +1,6 @@
-"""The development tooling (src/fedhpc_dev) stays apart: no runtime module imports it, and its
-commands reach `fedhpc` only through the `fedhpc.commands` entry points."""
+"""The development tooling (src/fedhpc_dev) stays apart: no runtime module imports it or names
+the dev federation in its code, and its commands and profiles reach `fedhpc` only through the
+`fedhpc.commands` and `fedhpc.profiles` entry points."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from fedhpc.cli.main import COMMANDS_GROUP, build_parser
+from fedhpc.profiles.sources import PROFILES_GROUP
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# The registry of every FEDHPC_* variable (with its default and its reader), the dev tooling's
+# among them: the one runtime module that names them.
+REGISTRY = SRC / "fedhpc" / "settings" / "__init__.py"
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -54,6 +59,83 @@ def test_the_import_check_sees_every_form_of_import(tmp_path: Path) -> None:
     names = _imported_modules(probe)
     assert {"fedhpc_dev", "fedhpc_dev.devfed.sshd", "fedhpc_dev.localsched.model"} <= names
     assert "fedhpc_dev.demo" in names
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def _devfed_references(path: Path) -> list[str]:
+    """Where the file's code names the dev federation: an identifier with `devfed` in it (any
+    case), or a string other than a docstring naming the dev tooling's package (`fedhpc_dev`,
+    as a module to run). Prose (docstrings, comments, messages naming `fedhpc devfed`) is not
+    code."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    out = []
+    for node in ast.walk(tree):
+        names: list[str | None] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, ast.alias):
+            names = [node.name, node.asname]
+        elif isinstance(node, ast.keyword):
+            names = [node.arg]
+        out += [f"{path.name}:{node.lineno}: {n}" for n in names if n and "devfed" in n.lower()]
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docs
+            and "fedhpc_dev" in node.value
+        ):
+            out.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    return out
+
+
+def test_no_runtime_module_names_the_dev_federation() -> None:
+    files = [p for p in sorted((SRC / "fedhpc").rglob("*.py")) if p != REGISTRY]
+    assert len(files) > 100  # the runtime package was found
+    assert [ref for path in files for ref in _devfed_references(path)] == []
+
+
+def test_the_devfed_check_sees_names_and_module_strings(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        '"""A module about fedhpc_dev and the devfed: prose."""\n'
+        "from fedhpc.settings import DEVFED\n"
+        "def devfed_root(devfed_dir: str) -> str:\n"
+        '    """fedhpc_dev.localsched is prose here."""\n'
+        "    return settings.DEVFED_DIR.read()\n"
+        'SCHEDULER = "fedhpc_dev.localsched"\n'
+        "f(devfed=1)\n"
+        'HINT = "run `fedhpc devfed up`"\n'
+    )
+    assert sorted(_devfed_references(probe)) == [
+        "probe.py:2: DEVFED",
+        "probe.py:3: devfed_dir",
+        "probe.py:3: devfed_root",
+        "probe.py:5: DEVFED_DIR",
+        "probe.py:6: 'fedhpc_dev.localsched'",
+        "probe.py:7: devfed",
+    ]
+
+
+def test_the_dev_profiles_are_a_registered_entry_point() -> None:
+    registered = {ep.name: ep.value for ep in entry_points(group=PROFILES_GROUP)}
+    assert registered == {"devfed": "fedhpc_dev.profiles:DEVFED_PROFILES"}
 
 
 def test_the_dev_commands_are_registered_entry_points() -> None:

@@ -10,9 +10,9 @@ from fedhpc.adapters.transports.base import TransportMisconfigured
 from fedhpc.adapters.transports.ssh import SshTransport
 from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import EXIT_CODES
-from fedhpc.profiles.loader import ssh_config_hosts
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.sshd import Login, login_keys_line, render_sshd_config
+from fedhpc_dev.profiles import ssh_config_hosts
 
 
 def test_each_login_gets_its_own_authorized_keys_by_local_port(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from fedhpc.adapters.site import open_adapter
 from fedhpc.domain.job import JobSpec, JobState, Shape
 from fedhpc.domain.site import Health
 from fedhpc.profiles import load_federation
-from fedhpc.profiles.loader import devfed_process_root
+from fedhpc_dev.profiles import devfed_process_root
 
 DEV_SITES = ["devanvil", "devdelta", "devdeltaai", "devvista"]
 

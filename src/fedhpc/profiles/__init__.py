@@ -2,7 +2,6 @@
 (`fedhpc.domain.config.Site`)."""
 
 from fedhpc.profiles.loader import (
-    devfed_root,
     load_federation,
     load_profile,
     load_profiles,
@@ -12,7 +11,6 @@ from fedhpc.profiles.loader import (
 )
 
 __all__ = [
-    "devfed_root",
     "load_federation",
     "load_profile",
     "load_profiles",

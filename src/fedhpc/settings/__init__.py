@@ -271,20 +271,20 @@ GLOBUS_CLIENT_ID = _reader("fedhpc login")(
 )
 
 # The local test federation and its schedulers.
-DEVFED = _loader(
+DEVFED = _reader("devfed profile source")(
     "DEVFED",
     "1|process|pbs|slurm+pbs",
     None,
     "the dev* sites without a user config: the four on Slurm (1) or as local processes "
     "(process), devpolaris on OpenPBS (pbs), or all five (slurm+pbs)",
 )
-DEVFED_DIR = _reader("profiles loader, devfed")(
+DEVFED_DIR = _reader("devfed profile source, devfed")(
     "DEVFED_DIR",
     "path",
     "/var/tmp/fedhpc-devfed",  # noqa: S108 (the root-owned test federation)
     "where the local test federation keeps its clusters",
 )
-DEVFED_SSH_CONFIG = _loader(
+DEVFED_SSH_CONFIG = _reader("devfed profile source")(
     "DEVFED_SSH_CONFIG",
     "path",
     None,
@@ -295,6 +295,13 @@ LOCALSCHED_ROOT = _reader("localsched")(
     "path",
     None,
     "the local-process scheduler's state folder (set in a process site's transport env)",
+)
+PROCESS_SCHEDULER = _reader("process dialect")(
+    "PROCESS_SCHEDULER",
+    "module",
+    "fedhpc_dev.localsched",
+    "the module the `process` dialect's sites run with `python -m` as their batch scheduler "
+    "(the development tooling's local-process scheduler)",
 )
 JOB_FOR = _reader("the job itself (the daemon sets it)")(
     "FOR",

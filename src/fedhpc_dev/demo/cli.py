@@ -31,10 +31,10 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.errors import UsageError
 from fedhpc.profiles import load_federation, load_profiles
-from fedhpc.profiles.loader import devfed_process_root, devfed_root
 from fedhpc.settings import BRIDGE_POLL_S, CYCLE_S, DEVFED, DEVFED_SSH_CONFIG, HOME, REFRESH_S
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc_dev.devfed.sshd import start_front
+from fedhpc_dev.profiles import devfed_process_root, devfed_root
 
 if TYPE_CHECKING:
     from fedhpc_dev.devfed.sshd import SshFront

@@ -17,7 +17,6 @@ import structlog
 
 from fedhpc.domain.site import SAFE_NAME
 from fedhpc.profiles import load_profiles
-from fedhpc.profiles.loader import devfed_root
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
 from fedhpc_dev.devfed.daemons import start_daemon, start_mariadb, start_munge, start_slurmdbd
@@ -33,6 +32,7 @@ from fedhpc_dev.devfed.procs import (
 )
 from fedhpc_dev.devfed.setup import ensure_packages, prepare_dirs, require_root, write_if_changed
 from fedhpc_dev.devfed.status import ClusterStatus, FederationStatus, parse_nodes
+from fedhpc_dev.profiles import devfed_root
 
 __all__ = ["UpReport", "default_plan", "down", "invoking_users", "status", "up"]
 

@@ -47,7 +47,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 SSHD = "/usr/sbin/sshd"
-# The ssh_config whose Host entries name the devfed clusters reached over ssh (profiles/loader).
+# The ssh_config whose Host entries name the devfed clusters reached over ssh
+# (fedhpc_dev/profiles.py).
 SSH_CONFIG_ENV = DEVFED_SSH_CONFIG.name
 _LOGIN_ENV_KEYS = ("SLURM_CONF", LOGIN.name)  # what a login may set (PermitUserEnvironment)
 

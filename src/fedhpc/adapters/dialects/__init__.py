@@ -1,4 +1,4 @@
-"""Scheduler dialects: slurm, pbs (PBS Pro), lsf and process (fedhpc_dev.localsched). Pure
+"""Scheduler dialects: slurm, pbs (PBS Pro), lsf and process (a local-process scheduler). Pure
 modules, looked up by name."""
 
 from __future__ import annotations

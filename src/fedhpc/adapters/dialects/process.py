@@ -1,8 +1,8 @@
-"""The `process` dialect: sites whose jobs run as local processes under `fedhpc_dev.localsched`
-(fedhpc's development tooling, shipped in the same distribution; named here as a module string,
-never imported).
+"""The `process` dialect: sites whose jobs run as local processes under a local batch scheduler
+(the development tooling's, shipped in the same distribution), addressed through a setting and
+never imported.
 
-Every command is `<python> -m fedhpc_dev.localsched VERB ...`; the scheduler's state folder
+Every command is `<python> -m <FEDHPC_PROCESS_SCHEDULER> VERB ...`; the scheduler's state folder
 comes from the site's transport environment (`FEDHPC_LOCALSCHED_ROOT`), as `SLURM_CONF` does for
 Slurm. The probe carries the partitions' capacity from the profile, so the scheduler always
 runs with the profile's numbers.
@@ -31,12 +31,11 @@ from fedhpc.adapters.dialects.common import (
 )
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
 from fedhpc.domain.site import SAFE_NAME, SiteProfile, SiteState
-from fedhpc.settings import LOCALSCHED_ROOT
+from fedhpc.settings import LOCALSCHED_ROOT, PROCESS_SCHEDULER
 
-__all__ = ["ROOT_ENV", "SCHEDULER_MODULE", "ProcessDialect", "accounts_of", "config_of"]
+__all__ = ["ROOT_ENV", "ProcessDialect", "accounts_of", "config_of"]
 
 ROOT_ENV = LOCALSCHED_ROOT.name
-SCHEDULER_MODULE = "fedhpc_dev.localsched"  # run as `python -m`, never imported
 _ALTERNATIVES = re.compile(r"\{([^{}]*)\}")
 
 
@@ -83,17 +82,19 @@ def _ids(job_ids: Sequence[str]) -> str:
 
 
 class ProcessDialect:
-    """fedhpc_dev.localsched. Pure: argv builders, a script renderer and parsers. `python` is
-    the interpreter that has fedhpc installed (default: this one)."""
+    """The local-process scheduler. Pure: argv builders, a script renderer and parsers. `python`
+    is the interpreter that has fedhpc installed (default: this one); `scheduler` the module
+    it runs (default: `FEDHPC_PROCESS_SCHEDULER`, read once here)."""
 
     name = "process"
     prefix = "#LOCALSCHED"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, scheduler: str | None = None) -> None:
         self.python = python or sys.executable
+        self.scheduler = scheduler or PROCESS_SCHEDULER.get() or ""
 
     def _cmd(self, *args: str, stdin: str | None = None, idempotent: bool = True) -> Command:
-        argv = (self.python, "-m", SCHEDULER_MODULE, *args)
+        argv = (self.python, "-m", self.scheduler, *args)
         return Command(argv, stdin=stdin, idempotent=idempotent)
 
     def render_script(self, spec: JobSpec, profile: SiteProfile) -> str:

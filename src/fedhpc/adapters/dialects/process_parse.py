@@ -1,4 +1,4 @@
-"""Parsers for fedhpc_dev.localsched's JSON output (queue, acct, find, probe)."""
+"""Parsers for the local-process scheduler's JSON output (queue, acct, find, probe)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ __all__ = [
     "parse_queue",
 ]
 
-# localsched's states (fedhpc_dev/localsched/model.py) are Slurm's names for the same things.
+# The local-process scheduler's states are Slurm's names for the same things.
 STATE_MAP: dict[str, JobState] = {
     "PENDING": JobState.PENDING,
     "RUNNING": JobState.RUNNING,
