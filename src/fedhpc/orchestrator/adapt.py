@@ -19,7 +19,7 @@ from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import Dispatcher
-from fedhpc.orchestrator.hedging import live_others, set_aside
+from fedhpc.orchestrator.hedging import Hedger, live_others, place_again, set_aside
 from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -64,8 +64,10 @@ class Adaptation:
         clock: Callable[[], datetime],
         site_lost_after_s: float,
         lock: anyio.Lock,
+        hedger: Hedger | None = None,
     ) -> None:
         self.book = book
+        self.hedger = hedger  # the placer's: a re-placement is hedged as a first placement is
         self.lock = lock  # the orchestrator's: held to record, never to send a cancel
         self._cancelling: set[tuple[str, int]] = set()  # (task, attempt) being sent
         # Cancels still owed, as `adapt_pending` found them this cycle (`send_cancels` them).
@@ -140,7 +142,7 @@ class Adaptation:
                 task.extensions_used += 1
                 decision = await self.planner.decide(task, wall_s=longer)
                 if isinstance(decision, Placement):
-                    await self.dispatcher.later(task, decision)
+                    await place_again(self.hedger, self.dispatcher, task, decision)
                     return
         if a.state in (JobState.FAILED, JobState.UNSCHEDULABLE) and (
             task.retries_used < budget.max_retries
@@ -149,7 +151,7 @@ class Adaptation:
             exclude = (a.site,) if a.state is JobState.UNSCHEDULABLE else ()
             decision = await self.planner.decide(task, exclude=exclude)
             if isinstance(decision, Placement):
-                await self.dispatcher.later(task, decision)
+                await place_again(self.hedger, self.dispatcher, task, decision, avoid=exclude)
                 return
         task.state = JobState.CANCELLED if a.state is JobState.CANCELLED else a.state
         task.reasons = (
@@ -299,7 +301,9 @@ class Adaptation:
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
                             await self._moved(tx, task, a, decision, f"{a.site} offline")
-                        await self.dispatcher.later(task, decision)
+                        await place_again(
+                            self.hedger, self.dispatcher, task, decision, avoid=(a.site,)
+                        )
                         log.info(
                             "re-placed from lost site", task=task.id, old=a.site, new=decision.site
                         )

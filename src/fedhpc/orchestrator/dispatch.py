@@ -96,10 +96,12 @@ class Dispatcher:
             return prepared
         return await self.complete(prepared)
 
-    async def later(self, task: TaskRecord, p: Placement) -> None:
+    async def later(
+        self, task: TaskRecord, p: Placement, *, note: str = "", copy_of: int | None = None
+    ) -> None:
         """Under the lock (the control cycle's adaptation): the intent is written now, the job
-        submitted once the lock is released (`send_later`)."""
-        prepared = await self.prepare(task, p)
+        submitted once the lock is released (`send_later`); `note` and `copy_of` as `prepare`."""
+        prepared = await self.prepare(task, p, note=note, copy_of=copy_of)
         if isinstance(prepared, Intent):
             self.deferred.append(prepared)
 

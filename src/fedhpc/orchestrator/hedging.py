@@ -4,7 +4,9 @@ first copy to start runs; every other copy is set aside and cancelled at once, n
 as a failure and never retried (`outrun`). A copy that fails, or whose site is lost, while
 another copy is still in play is set aside the same way (`set_aside`). Each person has at most
 `hedges_in_flight` copies in play per site (the site's etiquette budget), and every decision
-says why it hedged and what that cost, or why it did not."""
+says why it hedged and what that cost, or why it did not. A retry, a wall-time extension and a
+move off a lost site are placements too, hedged the same way (`place_again`); a move to the one
+site expected to start it sooner (`replace_pending`) is never hedged."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.config import HedgeConfig
 from fedhpc.domain.job import ACTIVE
 from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
@@ -27,7 +30,15 @@ from fedhpc.placement.estimators import WaitHistory
 from fedhpc.placement.hedge import choose_copies
 from fedhpc.placement.policy import PolicyKind
 
-__all__ = ["DEFAULT_IN_FLIGHT", "HedgePlan", "Hedger", "live_others", "outrun", "set_aside"]
+__all__ = [
+    "DEFAULT_IN_FLIGHT",
+    "HedgePlan",
+    "Hedger",
+    "live_others",
+    "outrun",
+    "place_again",
+    "set_aside",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -153,19 +164,24 @@ class Hedger:
         history: WaitHistory | None,
         ledger: Ledger | None,
         answer: SchedulerAnswer | None = None,
+        avoid: tuple[str, ...] = (),
     ) -> HedgePlan:
         """`task`, placed at `p`: the copies worth submitting elsewhere, each the best placement
-        on the sites left, kept while it brings the expected earliest finish sooner by the
-        task's `hedge_min_gain_s` (`placement.hedge.choose_copies`)."""
+        on the sites left (never on `avoid`, the sites its placement avoided), kept while it
+        brings the expected earliest finish sooner by the task's `hedge_min_gain_s`
+        (`placement.hedge.choose_copies`)."""
         copies, min_gain = self.policy(task)
         if copies <= 1:
             return HedgePlan()
         live, owner = await self._in_flight(), task.owner or ""
         full = sorted(
-            s for s in self.collector.sites if s != p.site and live[(s, owner)] >= self.limit(s)
+            s
+            for s in self.collector.sites
+            if s != p.site and s not in avoid and live[(s, owner)] >= self.limit(s)
         )
         pool: list[Placement] = []
-        exclude = {p.site, *full, *self.planner.full()}  # and sites at this cycle's bound
+        # Not its own site, full ones, sites at this cycle's bound, nor those it must avoid.
+        exclude = {p.site, *full, *self.planner.full(), *avoid}
         while len(pool) < copies - 1 and set(self.collector.sites) - exclude:
             q = await self.planner.decide(
                 task,
@@ -201,6 +217,34 @@ class Hedger:
             f"~{choice.alone_s:.0f}s alone, ~{choice.hedged_s:.0f}s hedged); cost: {k} more "
             f"submission{'s' if k > 1 else ''}, cancelled when one copy starts",
         )
+
+
+async def place_again(
+    hedger: Hedger | None,
+    dispatcher: Dispatcher,
+    task: TaskRecord,
+    p: Placement,
+    *,
+    avoid: tuple[str, ...] = (),
+) -> None:
+    """Under the lock (the control cycle's adaptation): `task` placed again at `p` (a retry, a
+    wall-time extension, a move off a lost site), its intent written for `send_later`, and
+    hedged under the task's policy and each person's per-site budget as a first placement is:
+    its copies never on `avoid`, the sites the re-placement avoided. A plan that fails leaves
+    it unhedged; a copy that cannot be written is dropped alone."""
+    plan = HedgePlan()
+    if hedger is not None:
+        try:
+            plan = await hedger.plan(task, p, history=None, ledger=None, avoid=avoid)
+        except Exception:
+            log.exception("hedging failed: placed again without copies", task=task.id)
+    await dispatcher.later(task, p, note=plan.note)
+    first = task.attempts_made
+    for q in plan.copies:
+        try:
+            await dispatcher.later(task, q, copy_of=first)
+        except Exception:
+            log.exception("a hedged copy could not be written", task=task.id, site=q.site)
 
 
 def _full(sites: list[str], hedger: Hedger) -> str:

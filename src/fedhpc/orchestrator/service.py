@@ -130,6 +130,7 @@ class Orchestrator:
             clock=clock,
             site_lost_after_s=site_lost_after_s,
             lock=self.lock,
+            hedger=placer.hedger,
         )
         self.control = Control(
             book,
