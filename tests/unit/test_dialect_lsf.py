@@ -152,10 +152,10 @@ def test_parse_status_lists_every_job_and_every_array_element() -> None:
         "5101",
         "5102",
         "5103",
-        "5124_1",
-        "5124_2",
-        "5124_3",
-        "5124_4",
+        "5124[1]",
+        "5124[2]",
+        "5124[3]",
+        "5124[4]",
     }
     assert {k: o.state for k, o in obs.items()} == {
         "5110": JobState.RUNNING,
@@ -164,17 +164,17 @@ def test_parse_status_lists_every_job_and_every_array_element() -> None:
         "5101": JobState.CANCELLED,
         "5102": JobState.TIMEOUT,
         "5103": JobState.FAILED,
-        "5124_1": JobState.COMPLETED,
-        "5124_2": JobState.FAILED,
-        "5124_3": JobState.RUNNING,
-        "5124_4": JobState.PENDING,
+        "5124[1]": JobState.COMPLETED,
+        "5124[2]": JobState.FAILED,
+        "5124[3]": JobState.RUNNING,
+        "5124[4]": JobState.PENDING,
     }
     assert (
         obs["5111"].reason
         == "Job requirements for reserving resources (gpu) not satisfied: 3 hosts"
     )
     assert obs["5102"].reason is not None and obs["5102"].reason.startswith("TERM_RUNLIMIT")
-    assert (obs["5124_2"].exit_code, obs["5110"].exit_code) == (2, None)
+    assert (obs["5124[2]"].exit_code, obs["5110"].exit_code) == (2, None)
 
 
 def test_element_ids_written_inside_jobid_are_split() -> None:
@@ -231,7 +231,7 @@ def test_exit_is_classified_by_its_reason(
 
 def test_accounting_places_year_less_times_before_now_in_utc() -> None:
     parsed = LsfDialect().parse_accounting(ok("bjobs_accounting.json"), now=NOW)
-    records = {r.job_id + (r.array_index or ""): r for r in parsed}
+    records = {r.key: r for r in parsed}
     prep = records["5100"]
     assert (prep.submit, prep.start, prep.end) == (
         datetime(2025, 11, 27, 8, 0, tzinfo=UTC),
@@ -244,7 +244,7 @@ def test_accounting_places_year_less_times_before_now_in_utc() -> None:
     newyear = records["5090"]
     assert newyear.submit == datetime(2024, 12, 31, 23, 50, tzinfo=UTC)
     assert newyear.end == datetime(2025, 1, 1, 0, 5, tzinfo=UTC)
-    assert records["51242"].exit_code == 2
+    assert records["5124[2]"].exit_code == 2
 
 
 def test_accounting_reads_times_in_the_cluster_time_zone() -> None:

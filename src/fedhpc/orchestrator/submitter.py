@@ -457,8 +457,9 @@ _OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
 
 # Refusals that say an array is too big (smaller arrays may pass): Slurm's "Invalid job array
 # specification" (MaxArraySize) and its submit limits that count elements, PBS's "Array job
-# exceeds server or queue size limit". Any other refusal (an account, a login) sends the
-# members alone, as before.
+# exceeds server or queue size limit", LSF's "Job array index too large. Job not submitted."
+# (LSBE_BIG_IDX: an index above MAX_JOB_ARRAY_SIZE). Any other refusal (an account, a login)
+# sends the members alone, as before.
 _SIZE_REFUSAL = re.compile(r"array|MaxSubmit|SubmitJob|size limit", re.IGNORECASE)
 
 

@@ -108,7 +108,9 @@ class ArrayDialect(Dialect, Protocol):
         ...
 
     def element_id(self, job_id: str, index: int) -> str:
-        """The id of element `index` of the array `job_id` (what `parse_submit` gave)."""
+        """The id of the element that runs members[index] of the array `job_id` (what
+        `parse_submit` gave): `index` counts members from 0, whatever the scheduler's first
+        index (LSF's is 1: members[0] is '123[1]')."""
         ...
 
     def parent_id(self, job_id: str) -> str:

@@ -164,42 +164,49 @@ def array_script(
     stdout: str,
     stderr: str,
     index_var: str,
+    first: int = 0,
 ) -> str:
     """A whole array script: the first member's script, rendered by the dialect's `render`
     as the array's (named `name`, no folder of its own, the scheduler's own output at
-    `stdout`/`stderr`, elements 0..N-1, at most `throttle` at once) without its argv line,
-    then `array_body`."""
+    `stdout`/`stderr`, elements first..first+N-1, at most `throttle` at once) without its
+    argv line, then `array_body`. `first` is the scheduler's first index: 0 on Slurm and PBS,
+    1 on LSF (bsub -J 'name[1-N]' accepts no index 0)."""
     head = members[0].model_copy(
         update={
             "name": name,
             "workdir": None,
             "stdout": stdout,
             "stderr": stderr,
-            "array": ArraySpec(stop=len(members) - 1, limit=throttle),
+            "array": ArraySpec(start=first, stop=first + len(members) - 1, limit=throttle),
         }
     )
     lines = render(head, profile).splitlines()[:-1]  # all but its argv line
-    return "\n".join(array_body(lines, members, index_var, profile)) + "\n"
+    return "\n".join(array_body(lines, members, index_var, profile, first=first)) + "\n"
 
 
 def array_body(
-    head: list[str], members: Sequence[JobSpec], index_var: str, profile: SiteProfile
+    head: list[str],
+    members: Sequence[JobSpec],
+    index_var: str,
+    profile: SiteProfile,
+    *,
+    first: int = 0,
 ) -> list[str]:
     """An array script's body: `head` (a member's rendered body without its command line: the
     strict mode, prologue and environment the members share) with each element's own output
     files opened before it (a failing prologue's words reach that element's stderr, which
-    `get_result` reads), then one `case` branch per element: its folder and quoted argv.
-    Unknown indices fail loudly."""
+    `get_result` reads), then one `case` branch per element: element `first + i` runs
+    members[i], in its folder with its quoted argv. Unknown indices fail loudly."""
     select = f'case "${{{index_var}:-}}" in'
     opens = [
         f"{i}) exec >>{quote(spec.stdout)} 2>>{quote(spec.stderr or spec.stdout)} ;;"
-        for i, spec in enumerate(members)
+        for i, spec in enumerate(members, first)
         if spec.stdout
     ]
     at = head.index(STRICT) if STRICT in head else len(head)  # after the scheduler's directives
     early = [select, *opens, "esac"] if opens else []
     lines = [*head[:at], *early, *head[at:], select]
-    for i, spec in enumerate(members):
+    for i, spec in enumerate(members, first):
         steps = []
         if spec.workdir:
             steps.append(f"cd {quote(spec.workdir)}")

@@ -11,6 +11,7 @@ from fedhpc.adapters.dialects import lsf_parse as parse
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.busy import check_busy, check_busy_lookup, check_busy_sections
 from fedhpc.adapters.dialects.common import (
+    array_script,
     check_names,
     error_text,
     extra_directives,
@@ -30,6 +31,10 @@ from fedhpc.domain.units import format_minutes
 __all__ = ["LsfDialect"]
 
 _JOB_ID = re.compile(r"^\d+(?:\[\d+\])?$")
+# An element's id: '123[4]', what bjobs, bkill and bhist take (bjobs(1): "job_ID[index]").
+_ELEMENT_ID = re.compile(r"^(?P<job>\d+)\[(?P<idx>\d+)\]$")
+# An array element's job name: the array's name and its index, 'name[4]' (bjobs JOB_NAME).
+_ELEMENT_NAME = re.compile(r"^(?P<name>.+)\[\d+\]$")
 _SUBMITTED = re.compile(r"^Job <(\d+)> is submitted", re.MULTILINE)
 
 # bjobs -o field names (bjobs(1) "-o"); -json prints them upper-case under RECORDS.
@@ -99,6 +104,42 @@ class LsfDialect:
         lines.extend(render_body(spec, profile))
         return "\n".join(lines) + "\n"
 
+    def render_array(
+        self,
+        members: Sequence[JobSpec],
+        profile: SiteProfile,
+        name: str,
+        *,
+        throttle: int | None,
+        output_dir: str,
+    ) -> str:
+        """`-J 'name[1-N]%T'` over `members` (their shared header from the first): LSF's
+        indices start at 1 (bsub(1) -J), so element i+1 runs members[i], its index in
+        LSB_JOBINDEX. LSF's own output per element goes to `output_dir/%J_%I.{out,err}` (bsub
+        -o/-e: %J is the job id, %I the element's index), each element's in its own files."""
+        return array_script(
+            self.render_script,
+            members,
+            profile,
+            name=name,
+            throttle=throttle,
+            stdout=f"{output_dir}/%J_%I.out",
+            stderr=f"{output_dir}/%J_%I.err",
+            index_var="LSB_JOBINDEX",
+            first=1,
+        )
+
+    def element_id(self, job_id: str, index: int) -> str:
+        """'123' -> '123[5]' for members[4]: the element's id, which bjobs, bkill and
+        bhist take (`index` counts members from 0, LSF's indices from 1)."""
+        if not job_id.isdigit():
+            raise ValueError(f"not a LSF array id: {job_id!r}")
+        return f"{job_id}[{index + 1}]"
+
+    def parent_id(self, job_id: str) -> str:
+        m = _ELEMENT_ID.match(job_id)
+        return job_id if m is None else m.group("job")
+
     def submit_command(self, script: str) -> Command:
         # '#BSUB' lines are honoured only when the script comes on stdin (bsub(1)).
         return Command(("bsub",), stdin=script, idempotent=False)
@@ -142,8 +183,15 @@ class LsfDialect:
         return batch(sections)
 
     def parse_find(self, result: CommandResult) -> dict[str, str]:
+        """Name -> job id. bjobs -J names an array's elements 'name[4]' (and, with
+        LSB_BJOBS_DISPLAY_ENH=Y, prints their ids as '123[4]'): each is its array's, found
+        under the array's name with the array's id."""
         check_busy_lookup(result, self.name)
-        return parse_found(result)
+        found: dict[str, str] = {}
+        for name, job_id in parse_found(result).items():
+            element = _ELEMENT_NAME.match(name)
+            found.setdefault(element.group("name") if element else name, self.parent_id(job_id))
+        return found
 
     def cancel_command(self, job_ids: Sequence[str]) -> Command:
         return Command(("bkill", *check_ids(job_ids, _JOB_ID, "LSF")))

@@ -24,6 +24,7 @@ from fedhpc.errors import TransientError
 
 __all__ = [
     "STATE_TABLE",
+    "element_of",
     "exit_state",
     "group_members",
     "hosts_per_queue",
@@ -109,13 +110,19 @@ _ELEMENT = re.compile(r"^(\d+)\[(\d+)\]$")
 
 
 def split_id(record: dict[str, Any]) -> tuple[str, str | None]:
-    """(job id, element index): JOBID may be '123[4]', or '123' with JOBINDEX '4' (0: none)."""
+    """(job id, element index): JOBID may be '123[4]', or '123' with JOBINDEX '4' (0: none).
+    An element's own id is '123[4]' (`LsfDialect.element_id`, `element_of`)."""
     raw = str(record.get("JOBID", "")).strip()
     m = _ELEMENT.match(raw)
     if m:
         return m.group(1), m.group(2)
     index = str(record.get("JOBINDEX", "")).strip()
     return raw, (index if index.isdigit() and index != "0" else None)
+
+
+def element_of(job_id: str, index: str | None) -> str | None:
+    """An element's id as bjobs and bkill take it, '123[4]'; None for a job of its own."""
+    return None if index is None else f"{job_id}[{index}]"
 
 
 def _opt(record: dict[str, Any], key: str) -> str | None:
@@ -133,6 +140,7 @@ def parse_status(result: CommandResult) -> list[JobObservation]:
             JobObservation(
                 job_id=job_id,
                 array_index=index,
+                element_id=element_of(job_id, index),
                 state=state,
                 native_state=str(rec.get("STAT", "")),
                 reason=reason.rstrip(";") if reason else None,
@@ -203,6 +211,7 @@ def parse_accounting(
             AccountingRecord(
                 job_id=job_id,
                 array_index=index,
+                element_id=element_of(job_id, index),
                 name=_opt(rec, "JOB_NAME"),
                 account=_opt(rec, "PROJ_NAME"),
                 partition=_opt(rec, "QUEUE"),
