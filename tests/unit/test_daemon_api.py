@@ -3,11 +3,9 @@ client reaches every route through it (a real app on a real store, served in pro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import httpx2
 import pytest
 from starlette.routing import Route
 
@@ -15,21 +13,14 @@ import fedhpc.client
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.daemon import api
 from fedhpc.daemon.app import build_app
-from fedhpc.daemon.state import DaemonState
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest
 from fedhpc.ops.tasks import CancelRequest, GroupChild, ResultRequest, SubmitGroupRequest
-from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.store.schema import SCHEMA_VERSION
-from tests.unit.test_submit_accept import Clock, _orchestrator
-
-
-def _state(store: Store) -> DaemonState:
-    o = _orchestrator(store, Clock())
-    return DaemonState(store, o.collector, datetime.now(UTC), o)
+from tests.unit.daemon_support import daemon_state
 
 
 def test_paths_carry_each_id_as_one_quoted_segment() -> None:
@@ -48,7 +39,7 @@ def test_every_route_has_a_unique_method_and_path_and_name() -> None:
 
 
 async def test_the_app_mounts_exactly_the_route_table_in_its_order(store: Store) -> None:
-    app = build_app(_state(store))
+    app = build_app(daemon_state(store))
     mounted = [(r.path, r.methods, r.name) for r in app.routes if isinstance(r, Route)]
     assert len(mounted) == len(app.routes)
     head = {"GET": {"GET", "HEAD"}, "POST": {"POST"}}
@@ -58,17 +49,6 @@ async def test_the_app_mounts_exactly_the_route_table_in_its_order(store: Store)
 def test_the_client_writes_no_path_of_its_own() -> None:
     for module in sorted(Path(fedhpc.client.__file__).parent.glob("*.py")):
         assert "/v1/" not in module.read_text(), module.name
-
-
-@pytest.fixture
-async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
-    c = DaemonClient(DaemonSettings(home=tmp_path / "home"))
-    await c._http.aclose()
-    c._http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=build_app(_state(store))), base_url="http://fedhpc"
-    )
-    async with c:
-        yield c
 
 
 async def test_the_client_reaches_each_read_route_of_the_app(

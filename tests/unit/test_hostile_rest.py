@@ -11,12 +11,12 @@ import pytest
 
 from fedhpc.daemon.app import build_app
 from fedhpc.store import Store
-from tests.unit.test_daemon_api import _state
+from tests.unit.daemon_support import daemon_state
 
 
 @pytest.fixture
 async def http(store: Store) -> AsyncIterator[httpx2.AsyncClient]:
-    transport = httpx2.ASGITransport(app=build_app(_state(store)))
+    transport = httpx2.ASGITransport(app=build_app(daemon_state(store)))
     async with httpx2.AsyncClient(transport=transport, base_url="http://fedhpc") as client:
         yield client
 

@@ -25,7 +25,7 @@ from fedhpc.daemon.app import build_app
 from fedhpc.daemon.guard import guard
 from fedhpc.daemon.rest import RestServer
 from fedhpc.store import Store
-from tests.unit.test_daemon_api import _state
+from tests.unit.daemon_support import daemon_state
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ async def test_connections_that_send_nothing_or_half_a_head_are_closed(
     store: Store, tmp_path: Path
 ) -> None:
     """300 such clients held 300 connections for over 70 s."""
-    async with serving(build_app(_state(store)), tmp_path) as path:
+    async with serving(build_app(daemon_state(store)), tmp_path) as path:
         idle = [await anyio.connect_unix(path) for _ in range(10)]
         half = [await anyio.connect_unix(path) for _ in range(10)]
         for s in half:
@@ -93,7 +93,7 @@ async def test_a_half_sent_body_is_answered_body_timeout_and_closed(
     store: Store, tmp_path: Path
 ) -> None:
     head = "POST /v1/tasks HTTP/1.1\r\nhost: d\r\ncontent-type: application/json\r\n"
-    async with serving(build_app(_state(store)), tmp_path) as path:
+    async with serving(build_app(daemon_state(store)), tmp_path) as path:
         s = await anyio.connect_unix(path)
         await s.send(f'{head}content-length: 100\r\n\r\n{{"comm'.encode())
         answer = await _closed(s)

@@ -157,6 +157,14 @@ async def _bound(o: Orchestrator, task_id: str) -> AttemptRecord:
     return att
 
 
+async def _sweep(o: Orchestrator, n: int) -> str:
+    """A group of `n` alike one-CPU children (`echo 0` .. `echo n-1`), submitted: its id."""
+    children = tuple(GroupChild(command=("echo", str(i))) for i in range(n))
+    envelope = ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}})
+    req = SubmitGroupRequest(objective="sweep", children=children, envelope=envelope)
+    return (await o.groups.submit(req, wait_s=0)).group_id
+
+
 @pytest.fixture
 def held() -> _Gate:
     return _Gate()
@@ -509,12 +517,7 @@ async def test_a_refused_array_sends_each_member_alone_to_the_same_site(
     o, slow, _ = _world(store, slow_site=_RefusesArrays)
     monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
     o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)  # slow or nothing
-    children = tuple(GroupChild(command=("echo", str(i))) for i in range(3))
-    envelope = {"cpus": {"min": 1, "max": 1}}
-    req = SubmitGroupRequest(
-        objective="sweep", children=children, envelope=ResourceEnvelope.model_validate(envelope)
-    )
-    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    gid = await _sweep(o, 3)
     with anyio.fail_after(LIMIT_S):
         await o.place_queued()
         while len(slow.submitted) < 3:
@@ -551,22 +554,23 @@ class _MaxArraySize(_Site):
         return out
 
 
+def _max_array_world(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[Orchestrator, _Site]:
+    """The world with `slow` a MaxArraySize-3 scheduler that runs arrays and `fast` offline:
+    every child goes to `slow`."""
+    o, slow, _ = _world(store, slow_site=_MaxArraySize)
+    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
+    monkeypatch.setattr(slow, "element_id", lambda job, i: f"{job}_{i}", raising=False)
+    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)  # slow or nothing
+    return o, slow
+
+
 async def test_a_refused_array_is_halved_until_the_scheduler_takes_it(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An array too big for the site (MaxArraySize) goes again as arrays half its size, not
     as one job per member; the site's later arrays start at that size."""
-    o, slow, _ = _world(store, slow_site=_MaxArraySize)
-    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
-    monkeypatch.setattr(slow, "element_id", lambda job, i: f"{job}_{i}", raising=False)
-    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)  # slow or nothing
-    children = tuple(GroupChild(command=("echo", str(i))) for i in range(8))
-    req = SubmitGroupRequest(
-        objective="sweep",
-        children=children,
-        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}}),
-    )
-    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    o, slow = _max_array_world(store, monkeypatch)
+    gid = await _sweep(o, 8)
     with anyio.fail_after(LIMIT_S):
         await o.place_queued()
         while len(slow.submitted) < 4:
@@ -587,10 +591,7 @@ async def test_a_member_that_cannot_be_formed_again_fails_alone_never_lost(
 ) -> None:
     """Re-forming a refused array: a member whose new attempt cannot be written ends failed
     with the reason (it was left with a failed attempt and nothing live: never seen again)."""
-    o, slow, _ = _world(store, slow_site=_MaxArraySize)
-    monkeypatch.setattr(slow, "dialect", _Arrays(), raising=False)
-    monkeypatch.setattr(slow, "element_id", lambda job, i: f"{job}_{i}", raising=False)
-    o.collector.latest["fast"] = state(FAST.profile, health=Health.OFFLINE)
+    o, _ = _max_array_world(store, monkeypatch)
     dispatcher = o.placer.submitter.dispatcher
     real = dispatcher.prepare
     seen: Counter[str] = Counter()
@@ -604,13 +605,7 @@ async def test_a_member_that_cannot_be_formed_again_fails_alone_never_lost(
         return await real(task, p, **kw)
 
     monkeypatch.setattr(dispatcher, "prepare", prepare)
-    children = tuple(GroupChild(command=("echo", str(i))) for i in range(8))
-    req = SubmitGroupRequest(
-        objective="sweep",
-        children=children,
-        envelope=ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}}),
-    )
-    gid = (await o.groups.submit(req, wait_s=0)).group_id
+    gid = await _sweep(o, 8)
     with anyio.fail_after(LIMIT_S):
         await o.place_queued()
         while not (task := await o.book.load_task(victim[0])).state.terminal:

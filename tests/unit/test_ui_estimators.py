@@ -10,14 +10,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.daemon.app import build_app
 from fedhpc.placement.errors import ErrorObservation, EstimatorErrors
-from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.ui.estimators import SCHEDULER_FIRST, with_auto
 from fedhpc.ui.server import build_ui_app
-from tests.unit.test_daemon_api import _state
+from tests.unit.daemon_support import daemon_state, in_process_client
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -67,12 +65,7 @@ def test_auto_is_marked_where_the_errors_decide_and_nowhere_else() -> None:
 @pytest.fixture
 async def ui(store: Store, tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
     """The dashboard's app over a client of the real daemon app (on a fresh store)."""
-    client = DaemonClient(DaemonSettings(home=tmp_path / "home"))
-    await client._http.aclose()
-    client._http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=build_app(_state(store))), base_url="http://fedhpc"
-    )
-    async with client:
+    async with in_process_client(build_app(daemon_state(store)), tmp_path / "home") as client:
         app = build_ui_app(client, token="s3cret", port=8790)
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:

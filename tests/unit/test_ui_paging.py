@@ -5,33 +5,12 @@ literally, and each person's own only (service mode's owner header)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import httpx2
-import pytest
-
 from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
-from fedhpc.daemon.app import build_app
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
-from fedhpc.settings.daemon import DaemonSettings
-from fedhpc.store import Store
 from fedhpc.ui.data import group_summaries, task_page
-from tests.unit.test_daemon_api import _state
 
 ONE_CPU = ResourceEnvelope.model_validate({"cpus": {"min": 1, "max": 1}})
-
-
-@pytest.fixture
-async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
-    c = DaemonClient(DaemonSettings(home=tmp_path / "home"))
-    await c._http.aclose()
-    c._http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=build_app(_state(store))), base_url="http://fedhpc"
-    )
-    async with c:
-        yield c
 
 
 async def _groups(client: DaemonClient, n: int, size: int, tag: str) -> list[tuple[str, list[str]]]:

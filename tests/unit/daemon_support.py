@@ -1,0 +1,37 @@
+"""The real daemon app on a real store, served in this process: its state, and a DaemonClient
+whose requests reach the app without a socket (the tests of the REST API and of the faces that
+read it)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx2
+from starlette.types import ASGIApp
+
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.daemon.state import DaemonState
+from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.store import Store
+from tests.unit.test_submit_accept import Clock, _orchestrator
+
+
+def daemon_state(store: Store) -> DaemonState:
+    """The daemon's state on `store`: an orchestrator with no sites, on a fake clock."""
+    o = _orchestrator(store, Clock())
+    return DaemonState(store, o.collector, datetime.now(UTC), o)
+
+
+@asynccontextmanager
+async def in_process_client(app: ASGIApp, home: Path) -> AsyncIterator[DaemonClient]:
+    """A DaemonClient (its settings' home: `home`) whose requests go to `app` in process."""
+    client = DaemonClient(DaemonSettings(home=home))
+    await client._http.aclose()  # the socket's client, replaced before its first request
+    client._http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://fedhpc"
+    )
+    async with client:
+        yield client
