@@ -94,7 +94,11 @@ def _devfed_references(path: Path) -> list[str]:
             names = [node.name, node.asname]
         elif isinstance(node, ast.keyword):
             names = [node.arg]
-        out += [f"{path.name}:{node.lineno}: {n}" for n in names if n and "devfed" in n.lower()]
+        out += [
+            f"{path.name}:{getattr(node, 'lineno', 0)}: {n}"
+            for n in names
+            if n and "devfed" in n.lower()
+        ]
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
