@@ -2,8 +2,11 @@
 worst-case charge (its whole granted wall time, `placement.credit.predict_charge`), for the
 dashboard's allocation table. Every attempt in play counts, so a hedged task's copies waiting
 at two sites commit a charge at each, as the daemon's ledger counts them (`placement.spend`:
-each live attempt not set aside); a copy set aside commits nothing. Bounded: the newest
-MAX_LIVE live tasks are read, and the answer says when there were more."""
+each live attempt not set aside); a copy set aside commits nothing. The charge is the
+profile's: this page has no probe, so a charge that follows the scheduler's billing weights
+(`domain.billing.live_charge`) is shown at the profile's figure, the ledger's at the live
+one. Bounded: the newest MAX_LIVE live tasks are read, and the answer says when there were
+more."""
 
 from __future__ import annotations
 
