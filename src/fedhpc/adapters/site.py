@@ -15,6 +15,7 @@ from itertools import islice
 import structlog
 
 from fedhpc.adapters.arrays import ArrayJob, array_dialect
+from fedhpc.adapters.by_person import submit_by_person
 from fedhpc.adapters.command import (
     Command,
     CommandResult,
@@ -253,6 +254,14 @@ class SiteAdapter:
         return got
 
     async def submit_many(
+        self, jobs: Sequence[tuple[JobSpec, Sequence[str]] | ArrayJob]
+    ) -> list[SubmittedJob | FedError | None]:
+        """`_submit_many`; at a per-person site, once per person, as that person."""
+        if getattr(self.transport, "per_person", False):
+            return await submit_by_person(self._submit_many, jobs)
+        return await self._submit_many(jobs)
+
+    async def _submit_many(
         self, jobs: Sequence[tuple[JobSpec, Sequence[str]] | ArrayJob]
     ) -> list[SubmittedJob | FedError | None]:
         """Submit jobs in ONE remote call (`submit_batch`), each with the folders to make
@@ -532,7 +541,12 @@ def open_adapter(site: Site, *, command_timeout_s: float = COMMAND_TIMEOUT) -> S
 
     transport: Transport
     try:
-        transport = make_transport(site.transport, state_dir=fedhpc_home(), name=site.name)
+        transport = make_transport(
+            site.transport,
+            state_dir=fedhpc_home(),
+            name=site.name,
+            per_person=site.user.identity == "person",
+        )
     except TransportUnavailable as exc:  # raised by its first call, so other sites still work
         transport = UnusableTransport(exc, name=site.name)
     return SiteAdapter(site, transport, command_timeout_s=command_timeout_s)

@@ -15,28 +15,33 @@ sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 # Imported after blocking rich, on purpose.
 import argparse  # noqa: E402
 import functools  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import anyio  # noqa: E402
 
 from fedhpc.daemon.server import run_daemon  # noqa: E402
 from fedhpc.exit_codes import run_command  # noqa: E402
+from fedhpc.globus_auth.people import PersonTokens  # noqa: E402
 from fedhpc.logs import configure_logging  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 
 
 def _run(args: argparse.Namespace) -> int:
     settings = DaemonSettings.from_env(refresh_s=args.refresh)
-    anyio.run(functools.partial(run_daemon, settings, once=args.once))
+    anyio.run(functools.partial(run_daemon, settings, once=args.once, people=args.people))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, *, people: Callable[[], PersonTokens | None] | None = None
+) -> int:
+    """`people`: makes each person's tokens for per-person sites (`fedhpc.service.daemon`)."""
     parser = argparse.ArgumentParser(prog="python -m fedhpc.daemon")
     parser.add_argument("--once", action="store_true", help="run one control cycle and exit")
     parser.add_argument("--refresh", type=float, default=None, help="seconds between refreshes")
     args = parser.parse_args(argv)
     configure_logging()
-    return run_command(argparse.Namespace(func=_run, **vars(args)))
+    return run_command(argparse.Namespace(func=_run, people=people, **vars(args)))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from fedhpc.daemon.memory import trim_each_cycle
 from fedhpc.daemon.rest import RestServer
 from fedhpc.daemon.state import DaemonState
 from fedhpc.errors import UsageError
+from fedhpc.globus_auth.people import PersonTokens, install
 from fedhpc.orchestrator import Orchestrator
 from fedhpc.profiles import load_federation
 from fedhpc.profiles.loader import load_user_config
@@ -86,12 +87,26 @@ async def _close_adapters(adapters: dict[str, SiteAdapter]) -> None:
             await adapter.transport.aclose()
 
 
-async def run_daemon(settings: DaemonSettings, *, once: bool = False) -> None:
-    """Serve until SIGTERM/SIGINT (or run one control cycle with `once`)."""
-    with children_watched_by_pidfd() as pidfd:
-        if not pidfd:
-            log.info("child processes watched by a thread each (no pidfd here)")
-        await _run_daemon(settings, once=once)
+async def run_daemon(
+    settings: DaemonSettings,
+    *,
+    once: bool = False,
+    people: Callable[[], PersonTokens | None] | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT (or run one control cycle with `once`). `people` makes
+    each person's tokens, for sites that run people as themselves (service mode)."""
+    tokens = people() if people is not None else None
+    install(tokens)
+    try:
+        with children_watched_by_pidfd() as pidfd:
+            if not pidfd:
+                log.info("child processes watched by a thread each (no pidfd here)")
+            await _run_daemon(settings, once=once)
+    finally:
+        install(None)
+        if tokens is not None:
+            with anyio.CancelScope(shield=True):
+                await tokens.aclose()
 
 
 async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:

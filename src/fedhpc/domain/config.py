@@ -79,6 +79,12 @@ class UserSiteConfig(_Strict):
         "charge unit), what their ended jobs used plus their live jobs' whole wall time",
     )
     transport: TransportOverride = Field(default_factory=TransportOverride)
+    identity: Literal["service", "person"] = Field(
+        default="service",
+        description="whose authorization runs the work here: the service's one identity, or "
+        "(service mode with the facade, a Globus Compute site) each person's own, with the "
+        "Globus Compute token their sign-in granted",
+    )
     submits_in_flight: int | None = Field(
         default=None,
         ge=1,

@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio.from_thread
 import globus_sdk
 from globus_sdk.authorizers import GlobusAuthorizer
 from globus_sdk.gare import GlobusAuthorizationParameters, to_gare
@@ -25,6 +27,7 @@ from globus_sdk.token_storage.validating_token_storage import (
 from fedhpc.errors import FedError
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.globus_auth.identity import SERVICE_VARS, Identity, Service, choose_identity
+from fedhpc.globus_auth.people import PersonService, PersonTokens
 from fedhpc.globus_auth.store import LoginRecord, open_token_storage, read_record
 
 if TYPE_CHECKING:
@@ -35,6 +38,7 @@ __all__ = [
     "compute_client",
     "daemon_user_app",
     "login_required",
+    "person_compute_client",
     "reset",
     "transfer_client",
     "translate",
@@ -246,8 +250,47 @@ def compute_client(home: Path, env: Mapping[str, str] | None = None) -> ComputeS
         return _clients[key]  # type: ignore[no-any-return]
 
 
+class _PersonAuthorizer(GlobusAuthorizer):
+    """A person's token from the service's store (`PersonTokens`), asked at every request: a
+    refresh the service made meanwhile is used at once. The SDK calls this from the worker
+    thread the transport runs it in, so the async store is reached through `from_thread`."""
+
+    def __init__(self, tokens: PersonTokens, person: str, service: PersonService) -> None:
+        self._tokens, self._person, self._service = tokens, person, service
+
+    def get_authorization_header(self) -> str:
+        token = anyio.from_thread.run(self._tokens.access_token, self._person, self._service)
+        return f"Bearer {token}"
+
+    def handle_missing_authorization(self) -> bool:
+        return False  # a 401 is the endpoint's answer: the transport reports it
+
+
+_PERSON_CLIENTS = 64  # the most people whose Compute clients one process keeps
+_person_clients: OrderedDict[tuple[int, str], Any] = OrderedDict()
+
+
+def person_compute_client(tokens: PersonTokens, person: str) -> ComputeSDKClient:
+    """A Globus Compute Client that authorizes as `person` (service mode, a per-person site):
+    one per person, the least recently used dropped past `_PERSON_CLIENTS`."""
+    # startup: the Globus SDKs only when a Globus site or login is used
+    from globus_compute_sdk import Client
+
+    key = (id(tokens), person)
+    with _lock:
+        client = _person_clients.get(key)
+        if client is None:
+            authorizer = _PersonAuthorizer(tokens, person, "compute")
+            client = _person_clients[key] = Client(authorizer=authorizer, do_version_check=False)
+        _person_clients.move_to_end(key)
+        while len(_person_clients) > _PERSON_CLIENTS:
+            _person_clients.popitem(last=False)
+        return client
+
+
 def reset() -> None:
     """Forget every cached app and client (tests; a process that changed its environment)."""
     with _lock:
         _user_apps.clear()
         _clients.clear()
+        _person_clients.clear()

@@ -18,6 +18,7 @@ from fedhpc.domain.site import ResourceSnapshot
 from fedhpc.ops.task_views import Provenance
 from fedhpc.orchestrator import workdirs
 from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
+from fedhpc.orchestrator.people import refused_sites
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
 from fedhpc.placement import (
@@ -122,6 +123,8 @@ class Planner:
         # Service mode: per person, per site, what their work there used or holds (the ledger
         # read at the first of their tasks in a placement pass, plus what the pass placed).
         self._people: dict[str, dict[str, float]] = {}
+        # Per person: the per-person sites they hold no authorization for, read once a pass.
+        self._refused: dict[str, dict[str, str]] = {}
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -145,10 +148,13 @@ class Planner:
         """A placement pass starts: every earlier placement is in the store, so each person's
         spending is read again there (once, at their first task of the pass)."""
         self._people.clear()
+        self._refused.clear()
 
     async def _load_person(self, owner: str | None) -> None:
         """What `owner`'s work used and holds per site, read once per pass; only when a site
-        caps a person's spending (`person_budget`)."""
+        caps a person's spending (`person_budget`). And where they may not run at all."""
+        if owner is not None and owner not in self._refused:
+            self._refused[owner] = await refused_sites(owner, self.sites)
         if owner is None or owner in self._people:
             return
         if all(s.user.person_budget is None for s in self.sites.values()):
@@ -240,6 +246,7 @@ class Planner:
             errors=errors,
             task_budget=req.task_budget,
             person_budget=self._person_budget(task),
+            person_refused=self._refused.get(task.owner) if task.owner else None,
             ledger=ledger,
             score=score,
         )

@@ -140,6 +140,7 @@ class PartitionContext:
     ledger: Ledger | None
     task_budget: float | None
     fixed_site: str | None = None
+    refused: str | None = None  # why the task's person may not run at this site (service mode)
 
     @property
     def profile(self) -> SiteProfile:

@@ -55,6 +55,12 @@ def _advice(
         )
     if cat is Category.CREDIT:
         return "raise the budget in your config or shorten wall_time.max / the shape"
+    if cat is Category.AUTHORIZATION and "sign in to fedhpc again" in reason:
+        return (
+            "these sites run each person's work as that person, and your sign-in gave fedhpc "
+            "no usable authorization there: sign in to fedhpc again through your MCP client, "
+            "granting Globus Compute (or ask the operator which sites you may use)"
+        )
     if cat is Category.AUTHORIZATION:
         return "add an account for these sites and partitions in your config"
     if cat is Category.HEALTH and " is offline: " in reason and not alone:

@@ -60,6 +60,8 @@ class PlacementInputs:
     task_budget: float | None = None
     # Per site: what the task's person may still spend there (`person_budget`), and why.
     person_budget: Mapping[str, tuple[float, str]] | None = None
+    # Per site that runs each person as themselves: why the task's person cannot run there.
+    person_refused: Mapping[str, str] | None = None
     ledger: Ledger | None = None
     prune: bool = True
     top: int = TOP

@@ -109,6 +109,7 @@ class Request:
             task_budget,
         )
         self.minimum = minimum_shape(env)
+        self.refused = inputs.person_refused
         self.estimates, self.notes = estimates, estimate_notes
         self._inputs = (
             policy,
@@ -160,6 +161,7 @@ class Request:
             ledger=self.ledger,
             task_budget=self.task_budget,
             fixed=self.fixed,
+            refused=self.refused,
         )
 
     def _evaluate(self, i: int, inputs: Inputs) -> Evaluated:

@@ -199,6 +199,7 @@ def context(
     ledger: Ledger | None,
     task_budget: float | None,
     fixed: str | None,
+    refused: Mapping[str, str] | None = None,
 ) -> PartitionContext:
     live = e.live
     if (
@@ -207,8 +208,9 @@ def context(
         and ledger.jobs.get((e.site.name, e.pstate.name))
     ):
         live = Live.of(e.site.name, e.pstate, ledger)
+    why = refused.get(e.site.name) if refused else None
     return PartitionContext(
-        env, e.site, e.spec, e.state, e.pstate, live, now, settings, ledger, task_budget, fixed
+        env, e.site, e.spec, e.state, e.pstate, live, now, settings, ledger, task_budget, fixed, why
     )
 
 

@@ -191,6 +191,8 @@ def container(p: PartitionContext) -> RuleResult:
 def authorization(x: CandidateContext) -> RuleResult:
     c, p = Category.AUTHORIZATION, x.part
     site = p.site.name
+    if p.refused is not None:  # a per-person site the task's person holds no authorization for
+        return _fail(c, p.refused)
     if x.account is None:
         if p.site.user.accounts:
             return _fail(c, f"none of your accounts on {site} covers partition {p.spec.name}")

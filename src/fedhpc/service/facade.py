@@ -309,17 +309,26 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
             return False
         now = self.store.clock()
         margin = self.facade.upstream_refresh_margin_s
-        sets, changed = [], False
-        for held in stored.get("sets", []):
+        sets: list[dict[str, Any]] = []
+        changed = False
+        held_sets: list[dict[str, Any]] = list(stored.get("sets", []))
+        for i, held in enumerate(held_sets):
             token_set = held
             expires = held.get("expires_at")
             due = expires is None or float(expires) - margin <= now
+            if due and held.get("refused"):
+                return False  # refused before (here or by the daemon): sign in again
             if due and held.get("refresh_token"):
                 try:
                     token_set = await self.upstream.refresh(held, now)
                     changed = True
                 except UpstreamRefused as exc:
                     log.info("upstream refresh refused", error=exc.error, person=person)
+                    # Kept as refused (every process reading the store sees it) until the
+                    # person signs in again: never spent again, and their per-person sites
+                    # stop being candidates for their tasks (service.people).
+                    kept = [*sets, {**held, "refused": True}, *held_sets[i + 1 :]]
+                    await self.store.put_upstream(person, {**stored, "sets": kept})
                     return False
                 except (httpx2.HTTPError, ValueError) as exc:
                     log.warning("upstream refresh failed", error=type(exc).__name__)

@@ -37,6 +37,7 @@ from tenacity import (
 
 from fedhpc.adapters.command import Command, CommandResult, quote
 from fedhpc.adapters.transports.base import TransportError, TransportUnavailable
+from fedhpc.adapters.transports.globus_person import person_client, person_refused
 from fedhpc.adapters.transports.local import (
     DEFAULT_ATTEMPTS,
     OutputTooLarge,
@@ -222,6 +223,7 @@ class GlobusComputeTransport:
         name: str | None = None,
         client: ComputeClient | None = None,
         on_submitted: Callable[[str], Awaitable[None]] | None = None,
+        per_person: bool = False,
     ) -> None:
         if not spec.endpoint_id:
             raise TransportUnavailable(
@@ -232,6 +234,9 @@ class GlobusComputeTransport:
             # Which identity (the person's `fedhpc login`, or client credentials) is decided
             # per call: a login made after the daemon started is used without a restart.
             choose_identity("compute", os.environ)
+        # Service mode, `identity = "person"`: a command issued for a person (`acting_for`)
+        # runs with that person's own Globus Compute token; the rest (probes) as the service.
+        self.per_person = per_person
         self.name = name or f"globus-compute:{spec.endpoint_id}"
         self.endpoint_id = spec.endpoint_id
         self.state_dir = state_dir
@@ -254,12 +259,18 @@ class GlobusComputeTransport:
         except FedError:
             raise
         except Exception as exc:
+            refused = await person_refused(exc, self.name) if self.per_person else None
+            if refused is not None:
+                raise refused from None
             translated = _translate(exc, self.state_dir)
             if translated is exc:
                 raise
             raise translated from None  # SDK exceptions carry request data; keep them out
 
     def _get_client(self) -> ComputeClient:
+        mine: ComputeClient | None = person_client(self.name) if self.per_person else None
+        if mine is not None:
+            return mine
         if self._client is not None:
             return self._client
         # startup: the Globus SDKs only when a Globus site or login is used
