@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
@@ -17,8 +16,8 @@ from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
 from fedhpc.domain.site import Credit
 from fedhpc.orchestrator.service import Orchestrator
-from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
+from tests.unit.daemon_support import in_process_client
 from tests.unit.test_placement_world import cpu_partition, profile, site, state
 
 NOW = datetime.now(UTC)
@@ -37,10 +36,7 @@ async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
     collector = Collector({"alpha": ALPHA}, {}, store)
     o = Orchestrator(store, collector, {}, retry_window_s=120)
     app = build_app(DaemonState(store, collector, NOW, o))
-    c = DaemonClient(DaemonSettings(home=tmp_path / "home"))
-    await c._http.aclose()
-    c._http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://x")
-    async with c:
+    async with in_process_client(app, tmp_path / "home") as c:
         yield c
 
 

@@ -16,7 +16,6 @@ from typing import Any
 import httpx2
 import pytest
 
-from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
 from fedhpc.orchestrator import Orchestrator
@@ -24,9 +23,9 @@ from fedhpc.orchestrator.outlook import NOT_ASKED, WaitOutlook
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.placement import Placement, WaitObservation
 from fedhpc.placement.outlook import REQUESTS, reference_envelope
-from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from fedhpc.ui.server import build_ui_app
+from tests.unit.daemon_support import in_process_client
 from tests.unit.test_placement_world import NOW, cpu_partition, gpu_partition, profile, site, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
 
@@ -62,13 +61,8 @@ async def ui(
 ) -> AsyncIterator[tuple[httpx2.AsyncClient, Orchestrator]]:
     """The dashboard's app over a client of the real daemon app, on the federation above."""
     o = _federation(store)
-    client = DaemonClient(DaemonSettings(home=tmp_path / "home"))
-    await client._http.aclose()
-    state_ = DaemonState(store, o.collector, NOW, o)
-    client._http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=build_app(state_)), base_url="http://fedhpc"
-    )
-    async with client:
+    daemon = build_app(DaemonState(store, o.collector, NOW, o))
+    async with in_process_client(daemon, tmp_path / "home") as client:
         app = build_ui_app(client, token="s3cret", port=8790)
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8790") as h:
