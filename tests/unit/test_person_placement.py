@@ -1,0 +1,120 @@
+"""Placement for a site that runs each person as themselves (`identity = "person"`, service
+mode): a person without a usable Globus Compute authorization there is never placed on it, and
+is told what to do; another person's work, and work nobody signed in for, is placed as before.
+The real store, real placement and the real facade store with people's sealed tokens; the
+sites' adapters accept every job (`_Site`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from fedhpc.collector import Collector
+from fedhpc.domain import ChargeKind, ChargeModel, JobState
+from fedhpc.globus_auth.people import install
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import Placement, PlacementInputs, Policy, PolicyKind, Unschedulable, place
+from fedhpc.service.people import FacadeTokens
+from fedhpc.store import Store
+from tests.unit.person_tokens_world import ALICE, BOB, canary, facade_tokens, sign_in
+from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
+from tests.unit.test_slow_site import _Site
+from tests.unit.test_submit_accept import Clock, _req
+
+CORE = ChargeModel(kind=ChargeKind.CORE_HOURS)
+ENV = env(cpus=4, wall_time="1h")
+ACTION = "sign in to fedhpc again through your MCP client, granting Globus Compute"
+
+
+@pytest.fixture
+async def people(tmp_path: Path) -> AsyncIterator[FacadeTokens]:
+    """ALICE signed in granting Globus Compute; BOB signed in without that consent."""
+    tokens = facade_tokens(tmp_path)
+    await sign_in(tokens, ALICE)
+    await sign_in(tokens, BOB, compute=False)
+    install(tokens)
+    try:
+        yield tokens
+    finally:
+        install(None)
+        await tokens.aclose()
+
+
+def _world(store: Store) -> Orchestrator:
+    """alpha (idle; runs each person as themselves) and beta (busy; the service's identity)."""
+    alpha = site(profile("alpha", cpu_partition("cpu"), charge=CORE), identity="person")
+    beta = site(profile("beta", cpu_partition("cpu"), charge=CORE))
+    busy = {"free_cpus": 0, "max_free_cpus_on_node": 0, "pending_jobs": 40, "running_jobs": 4}
+    clock = Clock()
+    collector = Collector({"alpha": alpha, "beta": beta}, {}, store, clock=clock)
+    collector.latest = {"alpha": state(alpha.profile), "beta": state(beta.profile, cpu=busy)}
+    collector.ready.set()
+    adapters = {"alpha": cast(Any, _Site(alpha)), "beta": cast(Any, _Site(beta))}
+    return Orchestrator(store, collector, adapters, clock=clock, retry_window_s=120)
+
+
+async def _place(o: Orchestrator, owner: str | None, *, pinned: bool) -> Any:
+    policy = {"policy": PolicyKind.FIXED_SITE, "fixed_site": "alpha"} if pinned else {}
+    k = await o.book.store.count("tasks")
+    req = _req(command=("echo", str(k)), envelope=ENV, **policy)
+    handle = await o.intake.submit_task(req, wait_s=0, owner=owner)
+    await o.place_queued()
+    task = await o.book.load_task(handle.task_id)
+    return task, [a.site for a in await o.book.load_attempts(task.id)]
+
+
+async def test_a_person_without_compute_consent_is_never_placed_on_a_per_person_site(
+    store: Store, people: FacadeTokens
+) -> None:
+    o = _world(store)
+    alices, where = await _place(o, ALICE, pinned=True)
+    assert (alices.state, where) == (JobState.SUBMITTED, ["alpha"])
+    bobs, where = await _place(o, BOB, pinned=True)
+    assert (bobs.state, where) == (JobState.UNSCHEDULABLE, [])
+    assert "did not grant Globus Compute" in bobs.reasons[0]
+    assert ACTION in bobs.reasons[0]  # the hint says what to do
+    bobs_free, where = await _place(o, BOB, pinned=False)  # beta runs as the service: fine
+    assert (bobs_free.state, where) == (JobState.SUBMITTED, ["beta"])
+    alices_free, where = await _place(o, ALICE, pinned=False)  # alpha is faster, and hers
+    assert (alices_free.state, where) == (JobState.SUBMITTED, ["alpha"])
+    nobodys, where = await _place(o, None, pinned=True)  # not signed in: the service's identity
+    assert (nobodys.state, where) == (JobState.SUBMITTED, ["alpha"])
+    # No token of anyone's in an event or a task's answer.
+    events = await store.events_after(0, limit=1000)
+    texts = [repr(events), *(t.model_dump_json() for t in (alices, bobs, bobs_free, nobodys))]
+    for who in (ALICE, BOB):
+        for what in ("auth", "compute", "transfer"):
+            assert not any(canary(who, what) in text for text in texts)
+
+
+async def test_without_the_facade_nobody_is_placed_on_a_per_person_site(store: Store) -> None:
+    o = _world(store)  # no person tokens installed: the daemon keeps nobody's
+    task, where = await _place(o, ALICE, pinned=True)
+    assert (task.state, where) == (JobState.UNSCHEDULABLE, [])
+    assert "[service.facade]" in task.reasons[0]
+
+
+def test_the_authorization_rule_names_the_persons_refusal_and_the_action() -> None:
+    alpha = site(profile("alpha", cpu_partition("cpu")), identity="person")
+    beta = site(profile("beta", cpu_partition("cpu")))
+    why = f"alpha runs each person's work as that person: no token; {ACTION}"
+    inputs = PlacementInputs(
+        snapshot(state(alpha.profile), state(beta.profile)),
+        {"alpha": alpha, "beta": beta},
+        Policy(kind=PolicyKind.FIXED_SITE, site="alpha", fallback=False),
+        now=NOW,
+        person_refused={"alpha": why},
+    )
+    refused = place(ENV, inputs)
+    assert isinstance(refused, Unschedulable)
+    assert "fail only on authorization" in refused.hint and ACTION in refused.hint
+    assert any(why in r for c in refused.reasons for r in c.reasons)
+    anywhere = place(ENV, PlacementInputs(**{**_fields(inputs), "policy": None}))
+    assert isinstance(anywhere, Placement) and anywhere.site == "beta"
+
+
+def _fields(inputs: PlacementInputs) -> dict[str, Any]:
+    return {f: getattr(inputs, f) for f in inputs.__dataclass_fields__}
