@@ -201,8 +201,8 @@ ARRAY_MAX = _reader("daemon's submissions")(
     "ARRAY_MAX",
     "int",
     1000,
-    "group children alike go to a Slurm or PBS site as job arrays of at most this many elements "
-    "(1: no arrays, one job each)",
+    "group children alike go to a Slurm, PBS or LSF site as job arrays of at most this many "
+    "elements (1: no arrays, one job each)",
 )
 LOOP_WATCH_S = _daemon(
     "LOOP_WATCH_S",
