@@ -6,15 +6,18 @@ sites' adapters accept every job (`_Site`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from fedhpc.adapters.by_person import submit_by_person
 from fedhpc.collector import Collector
 from fedhpc.domain import ChargeKind, ChargeModel, JobState
-from fedhpc.globus_auth.people import install
+from fedhpc.domain.job import JobObservation
+from fedhpc.globus_auth.people import acting_person, install
+from fedhpc.ops.tasks import CancelRequest
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, PlacementInputs, Policy, PolicyKind, Unschedulable, place
 from fedhpc.service.people import FacadeTokens
@@ -43,6 +46,31 @@ async def people(tmp_path: Path) -> AsyncIterator[FacadeTokens]:
         await tokens.aclose()
 
 
+class _PersonSite(_Site):
+    """A per-person site's adapter surface: submissions split by person as the real adapter
+    splits them (`submit_by_person`), and who each call was issued as (`acting_person`)."""
+
+    def __init__(self, s: Any) -> None:
+        super().__init__(s)
+        self.seen: list[tuple[str, str | None, tuple[str, ...]]] = []
+
+    async def submit_many(self, jobs: Sequence[Any]) -> list[Any]:
+        return await submit_by_person(cast(Any, super().submit_many), jobs)
+
+    async def submit(self, spec: Any, *, ensure_dirs: Sequence[str] = ()) -> Any:
+        job = await super().submit(spec, ensure_dirs=ensure_dirs)
+        self.seen.append(("submit", acting_person(), (job.job_id,)))
+        return job
+
+    async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
+        self.seen.append(("status", acting_person(), tuple(job_ids)))
+        return await super().status(job_ids)
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        self.seen.append(("cancel", acting_person(), tuple(job_ids)))
+        await super().cancel(job_ids)
+
+
 def _world(store: Store) -> Orchestrator:
     """alpha (idle; runs each person as themselves) and beta (busy; the service's identity)."""
     alpha = site(profile("alpha", cpu_partition("cpu"), charge=CORE), identity="person")
@@ -52,7 +80,7 @@ def _world(store: Store) -> Orchestrator:
     collector = Collector({"alpha": alpha, "beta": beta}, {}, store, clock=clock)
     collector.latest = {"alpha": state(alpha.profile), "beta": state(beta.profile, cpu=busy)}
     collector.ready.set()
-    adapters = {"alpha": cast(Any, _Site(alpha)), "beta": cast(Any, _Site(beta))}
+    adapters = {"alpha": cast(Any, _PersonSite(alpha)), "beta": cast(Any, _Site(beta))}
     return Orchestrator(store, collector, adapters, clock=clock, retry_window_s=120)
 
 
@@ -88,6 +116,25 @@ async def test_a_person_without_compute_consent_is_never_placed_on_a_per_person_
     for who in (ALICE, BOB):
         for what in ("auth", "compute", "transfer"):
             assert not any(canary(who, what) in text for text in texts)
+
+
+async def test_each_persons_jobs_are_submitted_observed_and_cancelled_as_that_person(
+    store: Store, people: FacadeTokens
+) -> None:
+    await sign_in(people, BOB)  # BOB grants Globus Compute this time
+    o = _world(store)
+    alices, _ = await _place(o, ALICE, pinned=True)
+    bobs, _ = await _place(o, BOB, pinned=True)
+    nobodys, _ = await _place(o, None, pinned=True)
+    job = {t.owner: (await o.book.load_attempts(t.id))[0].job_id for t in (alices, bobs, nobodys)}
+    await o.tick()
+    await o.tools.cancel(CancelRequest(task_id=alices.id))
+    alpha = cast(_PersonSite, o.adapters["alpha"])
+    for kind in ("submit", "status"):
+        calls = {(who, ids) for k, who, ids in alpha.seen if k == kind}
+        # Each person's call carries their jobs only; work nobody signed in for, the service's.
+        assert calls == {(ALICE, (job[ALICE],)), (BOB, (job[BOB],)), (None, (job[None],))}, kind
+    assert [(who, ids) for k, who, ids in alpha.seen if k == "cancel"] == [(ALICE, (job[ALICE],))]
 
 
 async def test_without_the_facade_nobody_is_placed_on_a_per_person_site(store: Store) -> None:

@@ -14,6 +14,7 @@ import structlog
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import ACTIVE, JobState
+from fedhpc.globus_auth.people import acting_for
 from fedhpc.logs import isolated
 from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
@@ -21,6 +22,7 @@ from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.hedging import Hedger, live_others, place_again, set_aside
 from fedhpc.orchestrator.liveness import online
+from fedhpc.orchestrator.people import by_owner, per_person
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement
@@ -255,16 +257,20 @@ class Adaptation:
                 by_site.setdefault(a.site, []).append(a)
 
         async def one_site(site: str, some: list[AttemptRecord]) -> None:
-            for i in range(0, len(some), CANCEL_BATCH):
-                batch = some[i : i + CANCEL_BATCH]
-                try:
-                    await self.adapters[site].cancel([str(a.job_id) for a in batch])
-                    done = True
-                except Exception as exc:  # one of them may have ended meanwhile
-                    log.info("cancel failed", site=site, jobs=len(batch), error=str(exc)[:300])
-                    done = False
-                for a in batch:
-                    a.cancel_pending = not done
+            # At a per-person site, each person's jobs are cancelled as that person.
+            people = await by_owner(self.book, some) if per_person(self.adapters[site]) else {}
+            for owner, theirs in (people or {None: some}).items():
+                for i in range(0, len(theirs), CANCEL_BATCH):
+                    batch = theirs[i : i + CANCEL_BATCH]
+                    try:
+                        with acting_for(owner):
+                            await self.adapters[site].cancel([str(a.job_id) for a in batch])
+                        done = True
+                    except Exception as exc:  # one of them may have ended meanwhile
+                        log.info("cancel failed", site=site, jobs=len(batch), error=str(exc)[:300])
+                        done = False
+                    for a in batch:
+                        a.cancel_pending = not done
 
         async with anyio.create_task_group() as tg:
             for site, some in by_site.items():

@@ -21,12 +21,14 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
+from fedhpc.globus_auth.people import acting_for
 from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claims, Ended
 from fedhpc.orchestrator.hedging import outrun
 from fedhpc.orchestrator.liveness import offline, online
+from fedhpc.orchestrator.people import by_owner, per_person
 from fedhpc.orchestrator.records import AttemptRecord
 
 __all__ = ["Control"]
@@ -205,6 +207,21 @@ class Control:
         return answer
 
     async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
+        """`_ask_as`; at a per-person site once per person, as that person (service mode)."""
+        if not per_person(self.adapters[site]):
+            return await self._ask_as(site, atts)
+        whole = _Answer(asked=atts)
+        for owner, some in (await by_owner(self.book, atts)).items():
+            with acting_for(owner):
+                part = await self._ask_as(site, some)
+            whole.busy |= part.busy
+            whole.found_at = min(filter(None, (whole.found_at, part.found_at)), default=None)
+            whole.found.update(part.found)
+            whole.live.update(part.live)
+            whole.records.update(part.records)
+        return whole
+
+    async def _ask_as(self, site: str, atts: list[AttemptRecord]) -> _Answer:
         """Without the lock: what the site's scheduler says about `atts`."""
         adapter = self.adapters[site]
         answer = _Answer(asked=atts, busy=frozenset(self.dispatcher.in_flight))

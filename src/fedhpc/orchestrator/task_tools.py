@@ -14,6 +14,7 @@ from fedhpc.collector import Collector
 from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
+from fedhpc.globus_auth.people import acting_for
 from fedhpc.ops.hints import next_hint, unreadable_hint
 from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
@@ -184,7 +185,8 @@ class TaskTools:
             if a.job_id is None or not online(self.collector, a.site):
                 continue
             try:
-                seen = await self.adapters[a.site].status([a.job_id])
+                with acting_for(task.owner):  # a per-person site asks as the task's person
+                    seen = await self.adapters[a.site].status([a.job_id])
             except Exception as exc:  # any transport failure: keep the stored state
                 log.info("replan status check failed", site=a.site, error=str(exc)[:200])
                 continue
@@ -216,14 +218,16 @@ class TaskTools:
             files = [(k, p) for k, p in files if p]
             # A task stored before outputs were confined: a path outside the roots is not read.
             hidden = outside_roots(adapter, task.request.outputs)
-            sizes = await adapter.file_sizes([p for _, p in files if p not in hidden])
+            with acting_for(task.owner):  # a per-person site reads as the task's person
+                sizes = await adapter.file_sizes([p for _, p in files if p not in hidden])
             outputs = [
                 OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p)) for k, p in files
             ]
             for stream in _tail_streams(req, task.state):
                 path = cur.stdout if stream == "stdout" else cur.stderr
                 if path and sizes.get(path):
-                    tails[stream] = await adapter.tail(path, req.max_bytes)
+                    with acting_for(task.owner):
+                        tails[stream] = await adapter.tail(path, req.max_bytes)
         first = "stderr" if req.preview == "stderr" else "stdout"
         preview, truncated = tails.get(first, (None, False))
         extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
