@@ -8,7 +8,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "daemon_user_app",
     "login_required",
     "person_compute_client",
+    "person_transfer_client",
     "reset",
     "transfer_client",
     "translate",
@@ -270,22 +271,40 @@ _PERSON_CLIENTS = 64  # the most people whose Compute clients one process keeps
 _person_clients: OrderedDict[tuple[int, str], Any] = OrderedDict()
 
 
-def person_compute_client(tokens: PersonTokens, person: str) -> ComputeSDKClient:
-    """A Globus Compute Client that authorizes as `person` (service mode, a per-person site):
-    one per person, the least recently used dropped past `_PERSON_CLIENTS`."""
-    # startup: the Globus SDKs only when a Globus site or login is used
-    from globus_compute_sdk import Client
-
-    key = (id(tokens), person)
+def _kept(key: tuple[int, str], make: Callable[[], Any]) -> Any:
+    """The person's client under `key`, made once; the least recently used dropped past
+    `_PERSON_CLIENTS`."""
     with _lock:
         client = _person_clients.get(key)
         if client is None:
-            authorizer = _PersonAuthorizer(tokens, person, "compute")
-            client = _person_clients[key] = Client(authorizer=authorizer, do_version_check=False)
+            client = _person_clients[key] = make()
         _person_clients.move_to_end(key)
         while len(_person_clients) > _PERSON_CLIENTS:
             _person_clients.popitem(last=False)
         return client
+
+
+def person_compute_client(tokens: PersonTokens, person: str) -> ComputeSDKClient:
+    """A Globus Compute Client that authorizes as `person` (service mode, a per-person site)."""
+    # startup: the Globus SDKs only when a Globus site or login is used
+    from globus_compute_sdk import Client
+
+    authorizer = _PersonAuthorizer(tokens, person, "compute")
+    client: ComputeSDKClient = _kept(
+        (id(tokens), f"compute|{person}"),
+        lambda: Client(authorizer=authorizer, do_version_check=False),
+    )
+    return client
+
+
+def person_transfer_client(tokens: PersonTokens, person: str) -> globus_sdk.TransferClient:
+    """A TransferClient that authorizes as `person` (a transfer touching a per-person site)."""
+    authorizer = _PersonAuthorizer(tokens, person, "transfer")
+    client: globus_sdk.TransferClient = _kept(
+        (id(tokens), f"transfer|{person}"),
+        lambda: globus_sdk.TransferClient(authorizer=authorizer),
+    )
+    return client
 
 
 def reset() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from fedhpc.globus_auth.people import PersonNotAuthorized, acting_person, installed
 from fedhpc.ops.data import TransferIssue, TransferState
 from fedhpc.transfer.backend import BackendStatus, TransferSpec
 from fedhpc.transfer.errors import TransferAuthError, TransferFailed, TransferUnavailable
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     # startup: the Globus SDKs only when a Globus site or login is used
     import globus_sdk
 
-__all__ = ["GlobusBackend", "daemon_transfer_client"]
+__all__ = ["GlobusBackend", "acting_transfer_client", "daemon_transfer_client"]
 
 # Error codes of the Transfer API that mean "a person must renew credentials or consent".
 _AUTH_CODES = {
@@ -38,6 +39,25 @@ def daemon_transfer_client(home: Path) -> globus_sdk.TransferClient:
     from fedhpc.globus_auth.apps import transfer_client
 
     return transfer_client(home)
+
+
+def acting_transfer_client(home: Path) -> globus_sdk.TransferClient:
+    """The client of the person a call is made for (`acting_for`, a transfer touching a site
+    that runs each person as themselves): their own Transfer token from the service's store;
+    else the daemon's (`daemon_transfer_client`)."""
+    person, tokens = acting_person(), installed()
+    if person is None:
+        return daemon_transfer_client(home)
+    if tokens is None:
+        raise PersonNotAuthorized(
+            "this transfer's site runs each person as themselves, and this daemon keeps "
+            "nobody's tokens ([service.facade] is not configured)",
+            "transfer",
+        )
+    # startup: the Globus SDKs only when a Globus site or login is used
+    from fedhpc.globus_auth.apps import person_transfer_client
+
+    return person_transfer_client(tokens, person)
 
 
 def _classify(exc: Exception, home: Path | None = None) -> Exception:

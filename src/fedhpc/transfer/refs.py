@@ -30,6 +30,7 @@ __all__ = [
     "locate",
     "parse_ref",
     "resolve",
+    "runs_as",
     "within",
 ]
 
@@ -146,3 +147,11 @@ def choose_backend(source: Site, destination: Site) -> str:
         f"no backend moves data between {source.name} and {destination.name}",
         hint="The local backend joins local-test sites only; Globus joins real collections.",
     )
+
+
+def runs_as(owner: str | None, sites: Mapping[str, Site], *names: str | None) -> str | None:
+    """The person a transfer's calls run as: its owner when one of its sites runs each person
+    as themselves (`identity = "person"`: their Globus Transfer token, their own paths at
+    the site); else None, the service's identity."""
+    mine = [sites[n] for n in names if n is not None and n in sites]
+    return owner if any(s.user.identity == "person" for s in mine) else None

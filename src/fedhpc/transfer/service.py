@@ -16,6 +16,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import TERMINAL
 from fedhpc.errors import FedError
+from fedhpc.globus_auth.people import acting_for
 from fedhpc.ops.data import (
     MoveDataRequest,
     TransferHandle,
@@ -37,7 +38,7 @@ from fedhpc.transfer.errors import (
 )
 from fedhpc.transfer.plan import plan_transfer, request_key
 from fedhpc.transfer.records import TransferRecord
-from fedhpc.transfer.refs import choose_backend, locate
+from fedhpc.transfer.refs import choose_backend, locate, runs_as
 from fedhpc.transfer.site_roots import RootExpander
 
 __all__ = ["TransferService"]
@@ -102,10 +103,10 @@ class TransferService:
                 self._backends[name] = LocalBackend(self.home / "transfers")
             elif name == "globus":
                 # startup: only the transfer backend the route needs (Globus pulls in its SDK)
-                from fedhpc.transfer.globus import GlobusBackend, daemon_transfer_client
+                from fedhpc.transfer.globus import GlobusBackend, acting_transfer_client
 
                 self._backends[name] = GlobusBackend(
-                    lambda: daemon_transfer_client(self.home), home=self.home
+                    lambda: acting_transfer_client(self.home), home=self.home
                 )
             else:
                 raise KeyError(name)
@@ -196,10 +197,12 @@ class TransferService:
     async def _advance(self, rec: TransferRecord) -> TransferRecord:
         if rec.state is TransferState.WAITING:
             rec = await self._release(rec)
-        if rec.state is TransferState.QUEUED:
-            rec = await self._submit(rec)
-        elif rec.state is TransferState.ACTIVE:
-            rec = await self._poll(rec)
+        ends = (rec.source.site if rec.source else None, rec.destination.site)
+        with acting_for(runs_as(rec.owner, self.sites, *ends)):
+            if rec.state is TransferState.QUEUED:
+                rec = await self._submit(rec)
+            elif rec.state is TransferState.ACTIVE:
+                rec = await self._poll(rec)
         return rec
 
     async def _release(self, rec: TransferRecord) -> TransferRecord:
