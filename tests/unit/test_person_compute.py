@@ -22,6 +22,7 @@ from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports import make_transport
 from fedhpc.adapters.transports.base import TransportUnavailable
 from fedhpc.adapters.transports.globus_compute import GlobusComputeTransport
+from fedhpc.cli.service import site_identities
 from fedhpc.domain.config import Site
 from fedhpc.domain.site import TransportSpec
 from fedhpc.globus_auth import apps as auth_apps
@@ -201,3 +202,17 @@ def test_person_identity_needs_a_globus_compute_site(tmp_path: Path) -> None:
     ssh = TransportSpec(kind="ssh", host="login.example.org")
     with pytest.raises(TransportUnavailable, match="needs a globus-compute transport"):
         make_transport(ssh, state_dir=tmp_path, per_person=True)
+
+
+def test_service_check_names_per_person_sites_and_their_problems() -> None:
+    gc = profile("alpha", cpu_partition("cpu"), transport=SPEC)
+    sites = {
+        "alpha": site(gc, identity="person"),
+        "delta": site(profile("delta", cpu_partition("cpu")), identity="person"),
+    }
+    ids = {i.site: i for i in site_identities(sites, facade=True)}
+    assert ids["alpha"].problem is None
+    assert ids["alpha"].runs_as == f"each person's own Globus Compute sign-in, endpoint {ENDPOINT}"
+    assert "needs a globus-compute transport" in str(ids["delta"].problem)
+    (alpha,) = site_identities({"alpha": sites["alpha"]})  # no [service.facade]
+    assert "needs [service.facade]" in str(alpha.problem)

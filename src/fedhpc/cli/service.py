@@ -39,16 +39,28 @@ class Identity:
     problem: str | None = None
 
 
-def site_identities(sites: dict[str, Site]) -> list[Identity]:
+def site_identities(sites: dict[str, Site], *, facade: bool = False) -> list[Identity]:
     """Each enabled site's identity. An SSH site must name its login (`[sites.X.transport]
     user`, not left to ~/.ssh/config or the service's own user name): a person's MFA session
     cannot be carried into a shared service, so every job there runs under the account the
-    operator names (docs/service.md)."""
+    operator names (docs/service.md). A site marked `identity = "person"` runs each person
+    with their own Globus Compute sign-in: a Globus Compute site, with the `facade`."""
     out = []
     for name in sorted(sites):
         site = sites[name]
         t = site.transport
-        if t.kind == "ssh":
+        if site.user.identity == "person":
+            problem = None
+            if t.kind != "globus-compute":
+                problem = f'site {name}: identity = "person" needs a globus-compute transport'
+            elif not facade:
+                problem = (
+                    f'site {name}: identity = "person" needs [service.facade] (people sign in '
+                    "through fedhpc, which keeps their Globus Compute tokens)"
+                )
+            runs_as = f"each person's own Globus Compute sign-in, endpoint {t.endpoint_id}"
+            out.append(Identity(name, t.kind, runs_as, problem))
+        elif t.kind == "ssh":
             user = t.user
             problem = (
                 None
@@ -81,7 +93,8 @@ def _load(path: Path) -> tuple[UserConfig, ServiceConfig, list[Identity]]:
             "resource URL and who may sign in",
             hint="See docs/service.md (Configure it) and contrib/service.example.toml.",
         )
-    return config, config.service, site_identities(load_federation(config, config_path=path))
+    sites = load_federation(config, config_path=path)
+    return config, config.service, site_identities(sites, facade=config.service.facade is not None)
 
 
 def _summary(path: Path, service: ServiceConfig, ids: list[Identity]) -> dict[str, Any]:
