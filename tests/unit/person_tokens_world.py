@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 
 from fedhpc.domain.service import ServiceConfig
@@ -75,11 +76,12 @@ def answer(who: str, *, compute: bool = True, expires_in: int = 3600) -> dict[st
     }
 
 
-def _provider(refused: set[str]) -> httpx2.MockTransport:
+def _provider(refused: set[str], spent: list[str]) -> httpx2.MockTransport:
     """Globus Auth's discovery and token endpoint: a refresh token in `refused` (revoked) is
-    answered invalid_grant; any other one gets a fresh access token for the same set."""
+    answered invalid_grant; any other one gets a fresh access token for the same set. Every
+    refresh token presented is appended to `spent`."""
 
-    def handle(request: httpx2.Request) -> httpx2.Response:
+    async def handle(request: httpx2.Request) -> httpx2.Response:
         if request.url.path.endswith("/.well-known/openid-configuration"):
             return httpx2.Response(
                 200,
@@ -90,7 +92,9 @@ def _provider(refused: set[str]) -> httpx2.MockTransport:
                     "jwks_uri": f"{UPSTREAM}/jwk.json",
                 },
             )
-        form = dict(x.split("=", 1) for x in request.content.decode().split("&"))
+        form = dict(x.split("=", 1) for x in (await request.aread()).decode().split("&"))
+        spent.append(str(form.get("refresh_token")))
+        await anyio.sleep(0.05)  # a provider's round trip: another caller may run meanwhile
         if form.get("refresh_token") in refused:
             return httpx2.Response(400, json={"error": "invalid_grant"})
         fresh = "renewed-" + str(form.get("refresh_token"))
@@ -99,8 +103,12 @@ def _provider(refused: set[str]) -> httpx2.MockTransport:
     return httpx2.MockTransport(handle)
 
 
-def facade_tokens(tmp_path: Path, refused: frozenset[str] = frozenset()) -> FacadeTokens:
-    """The daemon's `FacadeTokens` over a real facade whose provider refuses `refused`."""
+def facade_tokens(
+    tmp_path: Path, refused: frozenset[str] = frozenset(), spent: list[str] | None = None
+) -> FacadeTokens:
+    """The daemon's `FacadeTokens` over a real facade whose provider refuses `refused` (and
+    records each refresh token presented in `spent`). Called twice with one `tmp_path`: two
+    processes' facades over one store file and key, as the endpoint's and the daemon's."""
     secret = tmp_path / "upstream.secret"
     secret.write_text("s3cret\n")
     secret.chmod(0o600)
@@ -114,7 +122,7 @@ def facade_tokens(tmp_path: Path, refused: frozenset[str] = frozenset()) -> Faca
     )
     folder = tmp_path / "facade"
     store = FacadeStore(folder / "facade.db", Sealer(load_fernet_key(folder / "tokens.key")))
-    http = httpx2.AsyncClient(transport=_provider(set(refused)))
+    http = httpx2.AsyncClient(transport=_provider(set(refused), [] if spent is None else spent))
     upstream = Upstream(config, "s3cret", http, KeyCache(config, http))
     signer = Signer(config, load_signing_key(folder / "signing-key.pem"))
     return FacadeTokens(Facade(config, store, signer, upstream))

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import responses
 import structlog
@@ -216,3 +217,25 @@ def test_service_check_names_per_person_sites_and_their_problems() -> None:
     assert "needs a globus-compute transport" in str(ids["delta"].problem)
     (alpha,) = site_identities({"alpha": sites["alpha"]})  # no [service.facade]
     assert "needs [service.facade]" in str(alpha.problem)
+
+
+async def test_two_processes_sharing_the_store_refresh_a_person_once(tmp_path: Path) -> None:
+    """The endpoint and the daemon both refresh through the facade: a rotating refresh token
+    must be spent once, whichever asks first (the store's refresh lease)."""
+    spent: list[str] = []
+    endpoint = facade_tokens(tmp_path, spent=spent)
+    daemon = facade_tokens(tmp_path, spent=spent)
+    await sign_in(endpoint, ALICE, expires_in=60)  # every set due
+    try:
+        async with anyio.create_task_group() as tg:
+            for facade in (endpoint.facade, daemon.facade):
+                tg.start_soon(facade.refresh_upstream, ALICE)
+        assert sorted(spent) == sorted(
+            canary(ALICE, f"{what}-refresh") for what in ("auth", "transfer", "compute")
+        )
+        assert await daemon.access_token(ALICE, "compute") == "renewed-" + canary(
+            ALICE, "compute-refresh"
+        )
+    finally:
+        await endpoint.aclose()
+        await daemon.aclose()

@@ -31,6 +31,7 @@ from mcp.server.auth.provider import (
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
@@ -45,6 +46,7 @@ log = structlog.get_logger(__name__)
 
 CALLBACK_PATH = "/callback"
 _PENDING_TTL_S = 900  # a person has this long to sign in upstream
+_REFRESH_LEASE_S = 30.0  # one upstream refresh (two HTTP calls of at most 10 s) fits
 _GRANTABLE = (READ, SUBMIT, DATA)
 
 
@@ -301,7 +303,21 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         the provider refused a refresh token (the person must sign in again). A provider that
         cannot be reached leaves the tokens as they were."""
         async with self._refreshing.setdefault(person, anyio.Lock()):
-            return await self._refresh_upstream(person)
+            # And one across the processes sharing the store (the endpoint, the daemon): the
+            # other's refresh, once done, leaves nothing due here.
+            holder = secrets.token_hex(8)
+            taking = AsyncRetrying(
+                retry=retry_if_result(lambda taken: not taken),
+                wait=wait_fixed(0.2),
+                stop=stop_after_delay(_REFRESH_LEASE_S),  # past it, a lease taken is lapsed
+                retry_error_callback=lambda _: False,
+            )
+            await taking(self.store.take_refresh, person, holder, _REFRESH_LEASE_S)
+            try:
+                return await self._refresh_upstream(person)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.store.end_refresh(person, holder)
 
     async def _refresh_upstream(self, person: str) -> bool:
         stored = await self.store.upstream(person)

@@ -8,9 +8,11 @@ UPDATE or DELETE, so two requests racing on one value cannot both win."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ import aiosqlite
 import anyio
 from cryptography.fernet import Fernet, InvalidToken
 
-__all__ = ["FacadeStore", "Sealer", "digest", "load_fernet_key"]
+__all__ = ["FacadeStore", "Sealer", "digest", "load_fernet_key", "made_once"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, info TEXT NOT NULL);
@@ -34,6 +36,8 @@ CREATE TABLE IF NOT EXISTS refresh (key TEXT PRIMARY KEY, family TEXT NOT NULL,
     record TEXT NOT NULL, expires_at REAL NOT NULL, used INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS upstream (person TEXT PRIMARY KEY, sealed BLOB NOT NULL,
     updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS refreshing (person TEXT PRIMARY KEY, holder TEXT NOT NULL,
+    until REAL NOT NULL);
 """
 
 
@@ -42,17 +46,28 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def made_once(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The bytes in `path`, made (0600, in a 0700 folder) when the file is missing. Written
+    whole under another name and linked into place: the endpoint and the daemon of `fedhpc
+    service` start together, and neither may read the other's key half written."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists():
+        return path.read_bytes()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(make())
+        with contextlib.suppress(FileExistsError):  # the other process made it first: theirs
+            os.link(tmp, path)
+    finally:
+        tmp.unlink()
+    return path.read_bytes()
+
+
 def load_fernet_key(path: Path) -> bytes:
     """The Fernet key in `path`, made (0600, in a 0700 folder) when the file is missing."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "wb") as out:
-        key = Fernet.generate_key()
-        out.write(key)
-    return key
+    return made_once(path, Fernet.generate_key).strip()
 
 
 class Sealer:
@@ -209,3 +224,20 @@ class FacadeStore:
     async def upstream(self, person: str) -> dict[str, Any] | None:
         row = await self._one("SELECT sealed FROM upstream WHERE person = ?", person)
         return self.sealer.open(bytes(row[0])) if row else None
+
+    # Who refreshes a person's upstream tokens now, across processes (the endpoint and the
+    # daemon of `fedhpc service` both may): a lease, taken by one conditional upsert.
+    async def take_refresh(self, person: str, holder: str, ttl_s: float) -> bool:
+        now = self.clock()
+        n = await self._write(
+            "INSERT INTO refreshing VALUES (?, ?, ?) ON CONFLICT(person) DO UPDATE SET "
+            "holder = excluded.holder, until = excluded.until WHERE refreshing.until < ?",
+            person,
+            holder,
+            now + ttl_s,
+            now,
+        )
+        return n == 1
+
+    async def end_refresh(self, person: str, holder: str) -> None:
+        await self._write("DELETE FROM refreshing WHERE person = ? AND holder = ?", person, holder)

@@ -5,7 +5,6 @@ verifier the endpoint checks them with (`FacadeVerifier`, the SDK's TokenVerifie
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from mcp.server.auth.provider import AccessToken
 
 from fedhpc.domain.service import ServiceConfig
-from fedhpc.service.facade_store import FacadeStore
+from fedhpc.service.facade_store import FacadeStore, made_once
 from fedhpc.service.verifier import admitted
 
 __all__ = ["FacadeAccessToken", "FacadeVerifier", "Signer", "load_signing_key"]
@@ -32,23 +31,15 @@ IDENTITY_CLAIMS = ("email", "email_verified", "preferred_username")
 
 def load_signing_key(path: Path) -> ec.EllipticCurvePrivateKey:
     """The P-256 key in `path` (PEM), made (0600, in a 0700 folder) when the file is missing."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        made = ec.generate_private_key(ec.SECP256R1())
-        with os.fdopen(fd, "wb") as out:
-            out.write(
-                made.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
-        return made
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+
+    def make() -> bytes:
+        return ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    key = serialization.load_pem_private_key(made_once(path, make), password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{path} is not an EC private key (the facade signs with ES256)")
     return key
