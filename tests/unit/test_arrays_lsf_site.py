@@ -186,7 +186,7 @@ async def test_a_sweep_runs_as_lsf_arrays_halved_past_max_job_array_size(
             await anyio.sleep(0.01)
     assert (slow.calls["array8"], slow.calls["array4"], slow.calls["array2"]) == (1, 2, 4)
     assert slow.calls["alone"] == 0
-    assert o.placer.submitter.array_caps == {SLOW.name: 2}
+    assert o.placer.submitter.array_caps.caps == {SLOW.name: 2}
     ids = set()
     for child in (await o.groups.view(gid, limit=10)).children:
         with anyio.fail_after(LIMIT_S):

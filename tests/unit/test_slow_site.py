@@ -576,7 +576,7 @@ async def test_a_refused_array_is_halved_until_the_scheduler_takes_it(
         while len(slow.submitted) < 4:
             await anyio.sleep(0.01)
     assert (slow.calls["array8"], slow.calls["array4"], slow.calls["array2"]) == (1, 2, 4)
-    assert o.placer.submitter.array_caps == {"slow": 2}
+    assert o.placer.submitter.array_caps.caps == {"slow": 2}
     for child in (await o.groups.view(gid, limit=10)).children:
         with anyio.fail_after(LIMIT_S):
             while (atts := await o.book.load_attempts(child.task_id))[-1].job_id is None:

@@ -25,6 +25,7 @@ from fedhpc.domain.job import JobState
 from fedhpc.errors import typed_error
 from fedhpc.logs import isolated
 from fedhpc.ops.task_views import TaskHandle
+from fedhpc.orchestrator.array_caps import ArrayCaps
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, Dispatcher, Intent
 from fedhpc.orchestrator.hedging import HedgePlan, set_aside
@@ -91,8 +92,8 @@ class Submitter:
         # pass's end (`finish_pass`), so a sweep placed in batches goes as a few big arrays.
         self.placing = False
         # Elements per array at a site whose scheduler refused a bigger one (halved on each
-        # refusal; under 2: no arrays there), for this process's life.
-        self.array_caps: dict[str, int] = {}
+        # refusal, doubled back after an hour without one).
+        self.array_caps = ArrayCaps()
 
     def in_flight(self, site: str) -> int:
         """Submit calls at once at `site`: its config's `submits_in_flight`, else `PER_SITE`."""
@@ -226,8 +227,8 @@ class Submitter:
         return self.placing and _array_key(item) is not None and self._arrays_at(site, most)
 
     def _array_most(self, site: str) -> int:
-        """Elements per array at `site`: FEDHPC_ARRAY_MAX, halved by each refusal there."""
-        return min(_array_max(), self.array_caps.get(site, ARRAY_MAX))
+        """Elements per array at `site`: FEDHPC_ARRAY_MAX, or less after refusals there."""
+        return min(_array_max(), self.array_caps.most(site, self.clock()))
 
     async def _call_arrays(self, chunks: list[list[Prepared]], tg: TaskGroup) -> None:
         """One submit call for `chunks`, each chunk one array: its membership written first
@@ -289,7 +290,7 @@ class Submitter:
         async with self.lock:
             for members in refused.values():
                 site = members[0][1].site
-                most = self.array_caps[site] = min(self._array_most(site), len(members) // 2)
+                most = self.array_caps.refused(site, len(members), self.clock())
                 log.warning(
                     "array refused: its members go again in arrays half its size",
                     site=site,
