@@ -12,17 +12,20 @@ from typing import Any, cast
 
 import pytest
 
+from fedhpc.adapters.arrays import ArrayJob
 from fedhpc.adapters.by_person import submit_by_person
+from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain import ChargeKind, ChargeModel, JobState
-from fedhpc.domain.job import JobObservation
-from fedhpc.globus_auth.people import acting_person, install
+from fedhpc.domain.job import JobObservation, JobSpec
+from fedhpc.globus_auth.people import PersonNotAuthorized, acting_person, install
 from fedhpc.ops.tasks import CancelRequest
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, PlacementInputs, Policy, PolicyKind, Unschedulable, place
 from fedhpc.service.people import FacadeTokens
+from fedhpc.settings import JOB_FOR
 from fedhpc.store import Store
-from tests.unit.person_tokens_world import ALICE, BOB, canary, facade_tokens, sign_in
+from tests.unit.person_tokens_world import ALICE, BOB, CAROL, canary, facade_tokens, sign_in
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
 from tests.unit.test_slow_site import _Site
 from tests.unit.test_submit_accept import Clock, _req
@@ -165,3 +168,43 @@ def test_the_authorization_rule_names_the_persons_refusal_and_the_action() -> No
 
 def _fields(inputs: PlacementInputs) -> dict[str, Any]:
     return {f: getattr(inputs, f) for f in inputs.__dataclass_fields__}
+
+
+async def test_one_persons_refused_submission_leaves_the_others_answers_whole() -> None:
+    """A batch at a per-person site is sent once per person: BOB's missing consent answers
+    his jobs with it, CAROL's unreachable call leaves hers unknown, ALICE's are queued, and
+    each answer stays at its job's place, an array's members each in turn."""
+
+    def job(owner: str | None, n: int) -> Any:
+        env = {} if owner is None else {JOB_FOR.name: owner}
+        spec = JobSpec.model_validate(
+            {
+                "name": f"j{n}",
+                "command": ["true"],
+                "partition": "cpu",
+                "env": env,
+                "shape": {"nodes": 1, "cpus": 1, "wall_time_s": 60},
+            }
+        )
+        return (spec, ())
+
+    alice_array = ArrayJob("arr", [job(ALICE, 9)[0], job(ALICE, 10)[0]], (), "/out")
+    jobs = [job(ALICE, 1), job(BOB, 2), job(CAROL, 3), alice_array, job(None, 4), job(BOB, 5)]
+    asked: list[tuple[str | None, int]] = []
+
+    async def submit(part: Sequence[Any]) -> list[Any]:
+        who = acting_person()
+        asked.append((who, len(part)))
+        if who == BOB:
+            raise PersonNotAuthorized("your sign-in did not grant Globus Compute")
+        if who == CAROL:
+            raise TransportError("the endpoint did not answer")
+        sizes = [len(j.members) if isinstance(j, ArrayJob) else 1 for j in part]
+        return [f"{who}-job" for _ in range(sum(sizes))]
+
+    got = await submit_by_person(submit, jobs)
+    assert asked == [(ALICE, 2), (BOB, 2), (CAROL, 1), (None, 1)]
+    assert got[0] == f"{ALICE}-job" and got[3:5] == [f"{ALICE}-job"] * 2
+    assert isinstance(got[1], PersonNotAuthorized) and isinstance(got[6], PersonNotAuthorized)
+    assert got[2] is None  # unknown: found by its name in a later cycle
+    assert got[5] == "None-job"

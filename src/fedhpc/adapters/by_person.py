@@ -9,7 +9,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from fedhpc.adapters.arrays import ArrayJob
+from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec
+from fedhpc.errors import FedError
+from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.globus_auth.people import acting_for
 from fedhpc.settings import JOB_FOR
 
@@ -27,20 +30,29 @@ def owner_of(job: Job) -> str | None:
 
 async def submit_by_person(
     submit: Callable[[Sequence[Job]], Awaitable[list[T]]], jobs: Sequence[Job]
-) -> list[T]:
+) -> list[T | FedError | None]:
     """`submit` once per person among `jobs` (first seen first), as that person; per job (an
-    array's members each in turn), the answer in `jobs`' order."""
+    array's members each in turn), the answer in `jobs`' order. One person's failure is
+    theirs alone, never the others' (whose jobs may be queued already): a login or consent
+    they lack answers their jobs with it; a transport failure leaves their answers unknown
+    (None: found by name later)."""
     sizes = [len(j.members) if isinstance(j, ArrayJob) else 1 for j in jobs]
     starts = [sum(sizes[:k]) for k in range(len(jobs))]
     people: dict[str | None, list[int]] = {}
     for k, job in enumerate(jobs):
         people.setdefault(owner_of(job), []).append(k)
-    out: list[T | None] = [None] * sum(sizes)
+    out: list[T | FedError | None] = [None] * sum(sizes)
     for person, ks in people.items():
-        with acting_for(person):
-            got = await submit([jobs[k] for k in ks])
+        n = sum(sizes[k] for k in ks)
+        try:
+            with acting_for(person):
+                got: list[T | FedError | None] = list(await submit([jobs[k] for k in ks]))
+        except GlobusLoginRequired as exc:
+            got = [exc] * n
+        except TransportError:
+            got = [None] * n
         at = 0
         for k in ks:
             out[starts[k] : starts[k] + sizes[k]] = got[at : at + sizes[k]]
             at += sizes[k]
-    return out  # type: ignore[return-value]
+    return out
