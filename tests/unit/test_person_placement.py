@@ -56,6 +56,7 @@ class _PersonSite(_Site):
     def __init__(self, s: Any) -> None:
         super().__init__(s)
         self.seen: list[tuple[str, str | None, tuple[str, ...]]] = []
+        self.unauthorized: set[str] = set()  # people the site refuses from now on
 
     async def submit_many(self, jobs: Sequence[Any]) -> list[Any]:
         return await submit_by_person(cast(Any, super().submit_many), jobs)
@@ -67,6 +68,8 @@ class _PersonSite(_Site):
 
     async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
         self.seen.append(("status", acting_person(), tuple(job_ids)))
+        if acting_person() in self.unauthorized:
+            raise PersonNotAuthorized("the provider refused to refresh your authorization")
         return await super().status(job_ids)
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
@@ -138,6 +141,22 @@ async def test_each_persons_jobs_are_submitted_observed_and_cancelled_as_that_pe
         # Each person's call carries their jobs only; work nobody signed in for, the service's.
         assert calls == {(ALICE, (job[ALICE],)), (BOB, (job[BOB],)), (None, (job[None],))}, kind
     assert [(who, ids) for k, who, ids in alpha.seen if k == "cancel"] == [(ALICE, (job[ALICE],))]
+
+
+async def test_a_person_refused_at_observation_leaves_the_others_observed(
+    store: Store, people: FacadeTokens
+) -> None:
+    await sign_in(people, BOB)
+    o = _world(store)
+    alices, _ = await _place(o, ALICE, pinned=True)
+    bobs, _ = await _place(o, BOB, pinned=True)
+    cast(_PersonSite, o.adapters["alpha"]).unauthorized.add(BOB)  # e.g. he revoked consent
+    await o.tick()
+    (alice_att,) = await o.book.load_attempts(alices.id)
+    (bob_att,) = await o.book.load_attempts(bobs.id)
+    assert alice_att.state is JobState.RUNNING  # observed as her
+    assert bob_att.state is JobState.SUBMITTED  # unobserved: neither lost nor failed
+    assert (await o.book.load_task(bobs.id)).state is JobState.SUBMITTED
 
 
 async def test_without_the_facade_nobody_is_placed_on_a_per_person_site(store: Store) -> None:

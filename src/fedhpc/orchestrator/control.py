@@ -21,7 +21,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_state
-from fedhpc.globus_auth.people import acting_for
+from fedhpc.globus_auth.people import PersonNotAuthorized, acting_for
 from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
 from fedhpc.orchestrator.book import TaskBook
@@ -207,13 +207,20 @@ class Control:
         return answer
 
     async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
-        """`_ask_as`; at a per-person site once per person, as that person (service mode)."""
+        """`_ask_as`; at a per-person site once per person, as that person (service mode). A
+        person without a usable authorization leaves their jobs unobserved (not asked, so
+        not taken for gone) until they sign in again; the others' are observed."""
         if not per_person(self.adapters[site]):
             return await self._ask_as(site, atts)
-        whole = _Answer(asked=atts)
+        whole = _Answer(asked=[])
         for owner, some in (await by_owner(self.book, atts)).items():
-            with acting_for(owner):
-                part = await self._ask_as(site, some)
+            try:
+                with acting_for(owner):
+                    part = await self._ask_as(site, some)
+            except PersonNotAuthorized as exc:
+                log.info("jobs unobserved", site=site, jobs=len(some), reason=exc.message)
+                continue
+            whole.asked += part.asked
             whole.busy |= part.busy
             whole.found_at = min(filter(None, (whole.found_at, part.found_at)), default=None)
             whole.found.update(part.found)
