@@ -54,7 +54,8 @@ async def test_jobs_are_cancelled_in_batches_per_site_and_the_rest_marked_for_la
             "up": SimpleNamespace(health=Health.OK),
             "refusing": SimpleNamespace(health=Health.OK),
             "down": SimpleNamespace(health=Health.OFFLINE),
-        }
+        },
+        sites={},  # none runs each person as themselves: one cancel per batch, as the service
     )
     adaptation = Adaptation(
         cast(Any, None),

@@ -1,7 +1,7 @@
 """Per-person sites (service mode, `identity = "person"`): a batch of submissions split by the
 person each job runs for, each part issued as that person (`acting_for`), the answers put back
 in the batch's order. The person is the one the dispatcher wrote into the job's environment
-(`FEDHPC_JOB_FOR`, `settings.JOB_FOR`); a job without one runs as the service."""
+(`settings.JOB_FOR`); a job without one runs as the service."""
 
 from __future__ import annotations
 

@@ -258,7 +258,8 @@ class Adaptation:
 
         async def one_site(site: str, some: list[AttemptRecord]) -> None:
             # At a per-person site, each person's jobs are cancelled as that person.
-            people = await by_owner(self.book, some) if per_person(self.adapters[site]) else {}
+            mine = per_person(self.collector.sites.get(site))
+            people = await by_owner(self.book, some) if mine else {}
             for owner, theirs in (people or {None: some}).items():
                 for i in range(0, len(theirs), CANCEL_BATCH):
                     batch = theirs[i : i + CANCEL_BATCH]

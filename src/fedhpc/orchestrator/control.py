@@ -210,7 +210,7 @@ class Control:
         """`_ask_as`; at a per-person site once per person, as that person (service mode). A
         person without a usable authorization leaves their jobs unobserved (not asked, so
         not taken for gone) until they sign in again; the others' are observed."""
-        if not per_person(self.adapters[site]):
+        if not per_person(self.collector.sites.get(site)):
             return await self._ask_as(site, atts)
         whole = _Answer(asked=[])
         for owner, some in (await by_owner(self.book, atts)).items():

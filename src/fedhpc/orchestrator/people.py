@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from fedhpc.adapters.site import SiteAdapter
 from fedhpc.domain.config import Site
 from fedhpc.globus_auth.people import installed
 from fedhpc.orchestrator.records import TaskRecord
@@ -28,9 +27,9 @@ class _Tasks(Protocol):
 A = TypeVar("A", bound=_Owned)
 
 
-def per_person(adapter: SiteAdapter) -> bool:
-    """Whether `adapter`'s site runs each person's commands as that person."""
-    return adapter.site.user.identity == "person"
+def per_person(site: Site | None) -> bool:
+    """Whether `site` runs each person's commands as that person."""
+    return site is not None and site.user.identity == "person"
 
 
 async def by_owner(book: _Tasks, atts: Sequence[A]) -> dict[str | None, list[A]]:
