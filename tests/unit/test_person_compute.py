@@ -29,7 +29,7 @@ from fedhpc.domain.site import TransportSpec
 from fedhpc.globus_auth import apps as auth_apps
 from fedhpc.globus_auth.people import PersonNotAuthorized, acting_for, install
 from fedhpc.orchestrator.people import refused_sites
-from fedhpc.service.people import FacadeTokens
+from fedhpc.service.people import FacadeTokens, people_from_config
 from tests.unit.person_tokens_world import (
     ALICE,
     BOB,
@@ -239,3 +239,31 @@ async def test_two_processes_sharing_the_store_refresh_a_person_once(tmp_path: P
     finally:
         await endpoint.aclose()
         await daemon.aclose()
+
+
+async def test_the_service_daemon_holds_the_facades_tokens_only_with_a_facade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    config = tmp_path / "config.toml"
+    service = (
+        '[service]\nissuer = "https://auth.globus.org"\n'
+        'resource = "https://fedhpc.example.org/mcp"\nallowed_domains = ["lab.example"]\n'
+    )
+    config.write_text(service)
+    monkeypatch.setenv("FEDHPC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FEDHPC_CONFIG", str(config))
+    assert people_from_config() is None  # no facade: nobody's tokens
+    config.write_text(
+        service + f'[service.facade]\nclient_id = "fedhpc"\nclient_secret_file = "{secret}"\n'
+    )
+    tokens = people_from_config()
+    assert tokens is not None
+    try:
+        await sign_in(tokens, ALICE)  # the endpoint's store: the same file under the home
+        assert (tmp_path / "home" / "facade" / "facade.db").exists()
+        assert await tokens.access_token(ALICE, "compute") == canary(ALICE, "compute")
+    finally:
+        await tokens.aclose()

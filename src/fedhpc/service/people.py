@@ -16,10 +16,12 @@ from fedhpc.globus_auth.people import (
     refusal_of,
     token_set,
 )
+from fedhpc.profiles.loader import load_user_config, user_config_path
 from fedhpc.service import ServiceAuth
 from fedhpc.service.facade import Facade
+from fedhpc.settings import fedhpc_home
 
-__all__ = ["FacadeTokens", "facade_tokens"]
+__all__ = ["FacadeTokens", "facade_tokens", "people_from_config"]
 
 
 def _stamp(access_token: object) -> str:
@@ -83,3 +85,11 @@ def facade_tokens(config: ServiceConfig, home: Path) -> FacadeTokens:
     auth = ServiceAuth.from_config(config, home)
     assert auth.facade is not None  # a config with [service.facade]
     return FacadeTokens(auth.facade)
+
+
+def people_from_config() -> FacadeTokens | None:
+    """The daemon's `FacadeTokens` when the user config has `[service.facade]`, else None."""
+    service = load_user_config(user_config_path()).service
+    if service is None or service.facade is None:
+        return None
+    return facade_tokens(service, fedhpc_home())
