@@ -7,18 +7,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fedhpc.adapters.command import BATCH_MARK, BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.adapters.dialects.slurm_probe import parse_partition_weights
 from fedhpc.adapters.site import BILLING_EVERY_S, SiteAdapter
+from fedhpc.collector import Collector
 from fedhpc.collector.carry import carry_forward
-from fedhpc.domain import ChargeKind, ChargeModel, SiteProfile
+from fedhpc.domain import ChargeKind, ChargeModel, JobState, SiteProfile
 from fedhpc.domain.config import Site
+from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.placement.spend import ledger_rows
 from fedhpc.profiles import load_profiles
+from fedhpc.store import Store
 from tests.unit.test_placement_world import (
     NOW,
     cpu_partition,
@@ -29,6 +32,8 @@ from tests.unit.test_placement_world import (
     snapshot,
     state,
 )
+from tests.unit.test_slow_site import _Site
+from tests.unit.test_submit_accept import Clock, _req
 
 FIX = Path(__file__).parent.parent / "fixtures" / "slurm"
 AT = datetime(2026, 11, 29, tzinfo=UTC)
@@ -208,3 +213,24 @@ def test_the_ledger_commits_a_live_attempt_at_the_live_charge() -> None:
     assert row["committed"] == 50.0
     (row,) = ledger_rows([attempt], {"alpha": alpha})  # no probe: the profile's rate
     assert row["committed"] == 1.0
+
+
+async def test_a_persons_budget_counts_their_live_jobs_at_the_live_charge(store: Store) -> None:
+    """alice may spend 14 SU at alpha, whose cores bill 2.0 an hour by its live weights (the
+    profile says 1.0): her first 4-core hour holds 8 SU, so a second (8 more) is refused."""
+    charge = ChargeModel(kind=ChargeKind.CORE_HOURS, follow_scheduler=True)
+    alpha = site(profile("alpha", cpu_partition("cpu"), charge=charge), person_budget=14.0)
+    collector = Collector({"alpha": alpha}, {}, store, clock=Clock())
+    live = state(alpha.profile, cpu={"billing_weights": (("CPU", 2.0),)})
+    collector.latest = {"alpha": live}
+    collector.ready.set()
+    o = Orchestrator(store, collector, {"alpha": cast(Any, _Site(alpha))}, clock=Clock())
+    placed = []
+    for n in range(2):  # one pass each: the second reads what the first holds from the store
+        req = _req(command=("echo", str(n)), envelope=env(cpus=4, wall_time="1h"))
+        handle = await o.intake.submit_task(req, wait_s=0, owner="alice")
+        await o.place_queued()
+        placed.append(await o.book.load_task(handle.task_id))
+    assert placed[0].state is JobState.SUBMITTED and "8 SU" in placed[0].decision
+    assert placed[1].state is JobState.UNSCHEDULABLE
+    assert "per-person budget 14 - 8 your jobs there used or hold" in placed[1].reasons[0]

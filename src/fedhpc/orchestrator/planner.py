@@ -160,7 +160,7 @@ class Planner:
         if all(s.user.person_budget is None for s in self.sites.values()):
             return
         attempts = await self.collector.store.owned_attempts(owner, PERSON_ATTEMPTS)
-        spent = spent_per_site(ledger_rows(attempts, self.sites))
+        spent = spent_per_site(ledger_rows(attempts, self.sites, states=self.collector.latest))
         self._people[owner] = {site: u + c for site, (u, c) in spent.items()}
 
     def _person_budget(self, task: TaskRecord) -> dict[str, tuple[float, str]] | None:
