@@ -113,6 +113,15 @@ def oidc_provider(
 
 
 _PROMPT = re.compile(r'name="prompt" value="(\w+)"')
+# fedhpc's own consent page (the facade asks which client before sending the person upstream)
+_HIDDEN = re.compile(r'<input type="hidden" name="([\w-]+)" value="([^"]*)"')
+
+
+def consent_form(page: str) -> dict[str, str] | None:
+    """The facade's consent page answered "allow" (the form's fields), or None for another."""
+    if 'action="/consent"' not in page:
+        return None
+    return {**dict(_HIDDEN.findall(page)), "decision": "allow"}
 
 
 async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict[str, str]:
@@ -129,8 +138,9 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
                 url = urljoin(url, page.headers["location"])
                 continue
             found = _PROMPT.search(page.text)
-            assert page.status_code == 200 and found, page.text[:400]
-            form = {"prompt": found.group(1), "login": login, "password": "any"}
+            consent = consent_form(page.text)
+            assert page.status_code == 200 and (found or consent), page.text[:400]
+            form = consent or {"prompt": found.group(1), "login": login, "password": "any"}
             posted = await browser.post(url, data=form)
             assert posted.is_redirect, posted.text[:400]
             url = urljoin(url, posted.headers["location"])

@@ -35,7 +35,13 @@ from mcp.shared.auth import (
 
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
-from tests.integration.oidc_support import Provider, free_port, oidc_provider, sign_in
+from tests.integration.oidc_support import (
+    Provider,
+    consent_form,
+    free_port,
+    oidc_provider,
+    sign_in,
+)
 
 REDIRECT = "http://127.0.0.1:9/callback"  # the MCP client's; never reached (sign_in stops there)
 SCOPE = "fedhpc:read fedhpc:submit fedhpc:data"
@@ -299,7 +305,12 @@ async def test_fedhpc_sends_the_person_upstream_with_its_own_client_state_and_pk
     client_id = await _register(facade)
     _, challenge = _pkce()
     async with httpx2.AsyncClient(timeout=30) as http:
-        answer = await http.get(_authorize_url(facade, client_id, challenge))
+        asked = await http.get(_authorize_url(facade, client_id, challenge))
+        assert asked.headers["location"].startswith(f"{facade.own}/consent?")  # asked first
+        page = await http.get(asked.headers["location"])
+        form = consent_form(page.text)
+        assert form is not None
+        answer = await http.post(f"{facade.own}/consent", data=form)
     assert answer.status_code == 302
     location = answer.headers["location"]
     assert location.startswith(facade.provider.issuer)

@@ -193,8 +193,8 @@ def _advertise_scopes(app: Starlette, resource: AnyHttpUrl, auth: ServiceAuth) -
 
 def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
     """With `[service.facade]`: the authorization server's routes (the SDK's, over the
-    facade: RFC 8414 metadata, /register, /authorize, /token, /revoke) and fedhpc's /callback
-    from the upstream sign-in."""
+    facade: RFC 8414 metadata, /register, /authorize, /token, /revoke), fedhpc's /consent (the
+    person allows the client) and /callback from the upstream sign-in."""
     if auth.facade is None:
         return
     settings = auth.settings
@@ -207,6 +207,11 @@ def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
                 revocation_options=settings.revocation_options,
             ),
             Route(urlsplit(auth.facade.callback_url).path, auth.facade.callback, methods=["GET"]),
+            Route(
+                urlsplit(auth.facade.consent_url).path,
+                auth.facade.consent,
+                methods=["GET", "POST"],
+            ),
         ]
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 from typing import Any
+from urllib.parse import urlencode
 
 import anyio
 import httpx2
@@ -34,18 +35,19 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from fedhpc.domain.service import ServiceConfig
+from fedhpc.service import consent
 from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
 from fedhpc.service.facade_store import FacadeStore
 from fedhpc.service.facade_tokens import FacadeAccessToken, FacadeVerifier, Signer
 from fedhpc.service.upstream import Upstream, UpstreamRefused, pkce_pair, token_sets
 from fedhpc.service.verifier import Rejected, admitted
 
-__all__ = ["CALLBACK_PATH", "Facade", "FacadeCode", "FacadeRefreshToken"]
+__all__ = ["CALLBACK_PATH", "CONSENT_PATH", "Facade", "FacadeCode", "FacadeRefreshToken"]
 
 log = structlog.get_logger(__name__)
 
 CALLBACK_PATH = "/callback"
-_PENDING_TTL_S = 900  # a person has this long to sign in upstream
+CONSENT_PATH = consent.CONSENT_PATH
 _REFRESH_LEASE_S = 30.0  # one upstream refresh (two HTTP calls of at most 10 s) fits
 _GRANTABLE = (READ, SUBMIT, DATA)
 
@@ -84,6 +86,7 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         self.upstream = upstream
         self.verifier = FacadeVerifier(config, signer, store)
         self.callback_url = config.own_issuer + CALLBACK_PATH
+        self.consent_url = config.own_issuer + CONSENT_PATH
         # One upstream refresh per person at a time: two at once would spend one rotating
         # refresh token twice, and the provider may take that for theft.
         self._refreshing: dict[str, anyio.Lock] = {}
@@ -119,20 +122,59 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
             "params": params.model_dump(mode="json"),
             "nonce": nonce,
             "verifier": verifier,
+            "challenge": challenge,
+            "consented": False,
         }
-        await self.store.put_pending(state, record, _PENDING_TTL_S)
+        await self.store.put_pending(state, record, consent.PENDING_TTL_S)
+        # The person is asked first (`consent`): fedhpc's one upstream client serves every
+        # registered client, so the upstream sign-in alone says nothing about which.
+        return f"{self.consent_url}?{urlencode({'request': state})}"
+
+    async def consent(self, request: Request) -> Response:
+        """GET: the page asking the person whether this client may act for them. POST (from
+        that page only): their answer; an approval sends them upstream."""
+        own = self.config.own_issuer
+        if request.method != "POST":
+            state = request.query_params.get("request") or ""
+            pending = await self.store.pending(state) if state else None
+            client = await self.store.client(pending["client_id"]) if pending else None
+            if pending is None or client is None or pending.get("consented"):
+                return consent.refusal("This sign-in expired: start again from your client.", 400)
+            params = AuthorizationParams.model_validate(pending["params"])
+            info = OAuthClientInformationFull.model_validate_json(client)
+            # What the sign-in will grant (admin only to admin_subjects, known after it).
+            shown = self._granted(params.scopes, None)
+            shown += [ADMIN] if params.scopes and ADMIN in params.scopes else []
+            return consent.page(own, state, info.model_dump(mode="json"), params, shown)
+        posted = await consent.posted_token(request, own)
+        if posted is None:
+            return consent.refusal("Answer from fedhpc's own page: start again.", 403)
+        state, decision = posted
+        pending = await self.store.take_pending(state)
+        if pending is None or pending.get("consented"):
+            return consent.refusal("This sign-in expired: start again from your client.", 400)
+        params = AuthorizationParams.model_validate(pending["params"])
+        if decision != "allow":
+            log.info("client not allowed by the person", client_id=pending["client_id"])
+            return consent.denied(own, params)
+        await self.store.put_pending(state, {**pending, "consented": True}, consent.PENDING_TTL_S)
         try:
-            return await self.upstream.authorize_url(state, nonce, challenge, self.callback_url)
+            url = await self.upstream.authorize_url(
+                state, pending["nonce"], pending["challenge"], self.callback_url
+            )
         except (Rejected, httpx2.HTTPError, ValueError) as exc:
             log.warning("the upstream provider cannot be used", reason=str(exc)[:200])
-            raise AuthorizeError(
-                "temporarily_unavailable", "the sign-in provider is unreachable"
-            ) from None
+            return consent.refusal("The sign-in provider is unreachable: try again later.", 503)
+        answer = RedirectResponse(url, status_code=302, headers={"Cache-Control": "no-store"})
+        answer.delete_cookie(consent.cookie_name(own), path="/")
+        return answer
 
     async def callback(self, request: Request) -> Response:
         """The upstream provider's redirect back: on to the client with fedhpc's code."""
         state = request.query_params.get("state") or ""
-        pending = await self.store.take_pending(state) if state else None
+        # Only a sign-in the person allowed on the consent page is taken (and only once).
+        asked = await self.store.pending(state) if state else None
+        pending = await self.store.take_pending(state) if asked and asked["consented"] else None
         if pending is None:
             return HTMLResponse(
                 "This sign-in expired or was already completed: start again from your client.",

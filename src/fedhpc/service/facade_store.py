@@ -140,6 +140,14 @@ class FacadeStore:
             self.clock() + ttl_s,
         )
 
+    async def pending(self, state: str) -> dict[str, Any] | None:
+        """The sign-in in flight under `state`, left in place (the consent page shows it)."""
+        row = await self._one("SELECT record, expires_at FROM pending WHERE key = ?", digest(state))
+        if row is None or float(row[1]) < self.clock():
+            return None
+        record: dict[str, Any] = json.loads(row[0])
+        return record
+
     async def take_pending(self, state: str) -> dict[str, Any] | None:
         row = await self._one(
             "DELETE FROM pending WHERE key = ? RETURNING record, expires_at", digest(state)
