@@ -149,6 +149,7 @@ PARALLEL_SAFE = frozenset(
         "test_many_sessions",
         "test_mcp_claude",
         "test_mcp_conformance",
+        "test_mcp_conformance_auth",
         "test_mcp_contract",
         "test_mcp_fuzz",
         "test_mcp_http",  # but SLURM_TESTS
