@@ -38,7 +38,7 @@ from fedhpc.domain.service import ServiceConfig
 from fedhpc.service import consent
 from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
 from fedhpc.service.facade_store import FacadeStore
-from fedhpc.service.facade_tokens import FacadeAccessToken, FacadeVerifier, Signer
+from fedhpc.service.facade_tokens import FacadeAccessToken, FacadeVerifier, Signer, held_scopes
 from fedhpc.service.upstream import Upstream, UpstreamRefused, pkce_pair, token_sets
 from fedhpc.service.verifier import Rejected, admitted
 
@@ -313,10 +313,14 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
             return None
         if record["client_id"] != client.client_id or not await self.store.family_live(family):
             return None
+        if not admitted(self.config, record["identity"]):  # taken off the allow-list since
+            await self.store.revoke_family(family)
+            log.info("sign-in ended", reason="identity not allowed", sub=record["identity"]["sub"])
+            return None
         return FacadeRefreshToken(
             token=refresh_token,
             client_id=record["client_id"],
-            scopes=record["scopes"],
+            scopes=held_scopes(self.config, record["scopes"], record["identity"]["sub"]),
             expires_at=int(record["expires_at"]),
             resource=self.config.resource,
             subject=record["identity"]["sub"],

@@ -16,10 +16,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from mcp.server.auth.provider import AccessToken
 
 from fedhpc.domain.service import ServiceConfig
+from fedhpc.service.access import ADMIN
 from fedhpc.service.facade_store import FacadeStore, made_once
 from fedhpc.service.verifier import admitted
 
-__all__ = ["FacadeAccessToken", "FacadeVerifier", "Signer", "load_signing_key"]
+__all__ = ["FacadeAccessToken", "FacadeVerifier", "Signer", "held_scopes", "load_signing_key"]
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,13 @@ def load_signing_key(path: Path) -> ec.EllipticCurvePrivateKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{path} is not an EC private key (the facade signs with ES256)")
     return key
+
+
+def held_scopes(config: ServiceConfig, scopes: list[str], sub: object) -> list[str]:
+    """`scopes` as the operator's lists allow them now: `fedhpc:admin` only while `sub` is in
+    `admin_subjects` (a token or a refresh token minted before they were removed keeps none)."""
+    admins = config.facade.admin_subjects if config.facade is not None else ()
+    return [s for s in scopes if s != ADMIN or sub in admins]
 
 
 class FacadeAccessToken(AccessToken):
@@ -128,7 +136,7 @@ class FacadeVerifier:
         return FacadeAccessToken(
             token=token,
             client_id=str(claims.get("client_id", "")),
-            scopes=str(claims.get("scope", "")).split(),
+            scopes=held_scopes(self.config, str(claims.get("scope", "")).split(), claims["sub"]),
             expires_at=int(claims["exp"]),
             resource=self.config.resource,
             subject=str(claims["sub"]),

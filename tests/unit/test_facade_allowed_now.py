@@ -1,0 +1,97 @@
+"""The facade applies the operator's current lists to every token use, not only at sign-in: a
+person taken off `allowed_domains`/`allowed_subjects` cannot refresh their sign-in, and one
+taken off `admin_subjects` loses `fedhpc:admin` on their live access tokens and on every
+refresh (rotation would otherwise carry the scope on for as long as they keep refreshing)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp.shared.auth import OAuthClientInformationFull
+
+from fedhpc.domain.service import ServiceConfig
+from fedhpc.service import ServiceAuth
+from fedhpc.service.access import ADMIN, READ
+from fedhpc.service.facade import Facade
+
+UPSTREAM = "https://auth.globus.org"
+RESOURCE = "https://fedhpc.example.org/mcp"
+CAROL = {"iss": UPSTREAM, "sub": "u-carol", "email": "carol@lab.example", "email_verified": True}
+
+
+def _facade(tmp_path: Path, **service: Any) -> tuple[ServiceAuth, Facade]:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    facade = {"client_id": "fedhpc", "client_secret_file": str(secret)}
+    config = ServiceConfig.model_validate(
+        {
+            "issuer": UPSTREAM,
+            "resource": RESOURCE,
+            "allowed_domains": ["lab.example"],
+            **service,
+            "facade": {**facade, **service.pop("facade", {})},
+        }
+    )
+    auth = ServiceAuth.from_config(config, home=tmp_path / "home")
+    assert isinstance(auth.facade, Facade)
+    return auth, auth.facade
+
+
+async def _signed_in(facade: Facade, scopes: list[str]) -> tuple[str, str]:
+    """(an access token, a refresh token) of Carol's sign-in with `scopes`."""
+    await facade.store.new_family("fam", f"{UPSTREAM}|u-carol", "agent")
+    expires_at = int(time.time()) + 3600
+    record = {"client_id": "agent", "scopes": scopes, "identity": CAROL, "expires_at": expires_at}
+    await facade.store.put_refresh("r-1", "fam", record, expires_at)
+    access = facade.signer.mint(
+        identity=CAROL,
+        client_id="agent",
+        scopes=scopes,
+        family="fam",
+        resource=RESOURCE,
+        now=time.time(),
+        ttl_s=600,
+    )
+    return access, "r-1"
+
+
+async def test_admin_ends_with_the_admin_list_on_live_and_refreshed_tokens(
+    tmp_path: Path,
+) -> None:
+    auth, facade = _facade(tmp_path, facade={"admin_subjects": ["u-carol"]})
+    try:
+        access, refresh = await _signed_in(facade, [ADMIN, READ])
+        got = await facade.load_access_token(access)
+        assert got is not None and ADMIN in got.scopes  # an admin while listed
+    finally:
+        await auth.aclose()
+
+    auth, facade = _facade(tmp_path)  # the operator took Carol off admin_subjects; restarted
+    try:
+        got = await facade.load_access_token(access)
+        assert got is not None and got.scopes == [READ]
+        client = OAuthClientInformationFull(client_id="agent", redirect_uris=None)
+        kept = await facade.load_refresh_token(client, refresh)
+        assert kept is not None and kept.scopes == [READ]
+    finally:
+        await auth.aclose()
+
+
+async def test_a_person_taken_off_the_allow_list_cannot_refresh(tmp_path: Path) -> None:
+    auth, facade = _facade(tmp_path)
+    try:
+        access, refresh = await _signed_in(facade, [READ])
+    finally:
+        await auth.aclose()
+
+    auth, facade = _facade(tmp_path, allowed_domains=["other.example"])
+    try:
+        client = OAuthClientInformationFull(client_id="agent", redirect_uris=None)
+        assert await facade.load_access_token(access) is None
+        assert await facade.load_refresh_token(client, refresh) is None
+        assert not await facade.store.family_live("fam")  # their sign-in is over
+    finally:
+        await auth.aclose()
