@@ -12,7 +12,6 @@ from fedhpc.adapters.arrays import ArrayJob
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec
 from fedhpc.errors import FedError
-from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.globus_auth.people import acting_for
 from fedhpc.settings import JOB_FOR
 
@@ -34,8 +33,8 @@ async def submit_by_person(
     """`submit` once per person among `jobs` (first seen first), as that person; per job (an
     array's members each in turn), the answer in `jobs`' order. One person's failure is
     theirs alone, never the others' (whose jobs may be queued already): a login or consent
-    they lack answers their jobs with it; a transport failure leaves their answers unknown
-    (None: found by name later)."""
+    they lack, or any other refusal of their part, answers their jobs with it; a transport
+    failure leaves their answers unknown (None: found by name later)."""
     sizes = [len(j.members) if isinstance(j, ArrayJob) else 1 for j in jobs]
     starts = [sum(sizes[:k]) for k in range(len(jobs))]
     people: dict[str | None, list[int]] = {}
@@ -47,10 +46,10 @@ async def submit_by_person(
         try:
             with acting_for(person):
                 got: list[T | FedError | None] = list(await submit([jobs[k] for k in ks]))
-        except GlobusLoginRequired as exc:
-            got = [exc] * n
         except TransportError:
             got = [None] * n
+        except FedError as exc:  # a login they lack, or their identity's refusal (404, 400)
+            got = [exc] * n
         at = 0
         for k in ks:
             out[starts[k] : starts[k] + sizes[k]] = got[at : at + sizes[k]]
