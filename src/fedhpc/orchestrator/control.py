@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -213,10 +213,17 @@ class Control:
         if not per_person(self.collector.sites.get(site)):
             return await self._ask_as(site, atts)
         whole = _Answer(asked=[])
-        for owner, some in (await by_owner(self.book, atts)).items():
+        groups = await by_owner(self.book, atts)
+        # Ended jobs whose accounting is asked for again go with their own person's, too.
+        waiting: dict[str | None, list[str]] = {}
+        for job_id, (task_id, _, _) in self.unsettled.get(site, {}).items():
+            owner = (await self.book.load_task(task_id)).owner
+            waiting.setdefault(owner, []).append(job_id)
+            groups.setdefault(owner, [])
+        for owner, some in groups.items():
             try:
                 with acting_for(owner):
-                    part = await self._ask_as(site, some)
+                    part = await self._ask_as(site, some, waiting.get(owner, []))
             except PersonNotAuthorized as exc:
                 log.info("jobs unobserved", site=site, jobs=len(some), reason=exc.message)
                 continue
@@ -228,8 +235,11 @@ class Control:
             whole.records.update(part.records)
         return whole
 
-    async def _ask_as(self, site: str, atts: list[AttemptRecord]) -> _Answer:
-        """Without the lock: what the site's scheduler says about `atts`."""
+    async def _ask_as(
+        self, site: str, atts: list[AttemptRecord], unsettled: Sequence[str] | None = None
+    ) -> _Answer:
+        """Without the lock: what the site's scheduler says about `atts` (and the accounting
+        of `unsettled` jobs, by default all the site's)."""
         adapter = self.adapters[site]
         answer = _Answer(asked=atts, busy=frozenset(self.dispatcher.in_flight))
         # An array's members are found by the array's name (one lookup for them all).
@@ -248,7 +258,9 @@ class Control:
             answer.live = {ob.key: ob for ob in await adapter.status(ids)}
         live = answer.live
         gone = {a.job_id for a in bound if a.job_id not in live or live[a.job_id].state.terminal}
-        ask = sorted({adapter.parent_id(j) for j in (*gone, *self.unsettled.get(site, {})) if j})
+        if unsettled is None:
+            unsettled = list(self.unsettled.get(site, {}))
+        ask = sorted({adapter.parent_id(j) for j in (*gone, *unsettled) if j})
         records = {r.key: r for r in await adapter.accounting(ask)}
         # A job that left the queue a moment ago may have no final accounting row yet (slurmctld
         # tells slurmdbd a fraction of a second later). Ask again briefly rather than a whole
