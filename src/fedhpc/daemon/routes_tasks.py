@@ -170,7 +170,8 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
 
     async def read_script(request: Request) -> Response:
         req = ScriptFileRequest.model_validate_json(await read_body(request))
-        return model_response(await read_script_file(state, req.path))
+        who = principal(request).owner  # a per-person site reads it as the caller
+        return model_response(await read_script_file(state, req.path, who))
 
     return {
         api.READ_SCRIPT: read_script,
