@@ -176,7 +176,7 @@ class Dispatcher:
             workdir=att.workdir,
             stdout=att.stdout,
             stderr=att.stderr,
-            env=req.env if task.owner is None else {**req.env, JOB_FOR.name: task.owner},
+            env=_env_for(req.env, task.owner),
             container_image=req.container_image,
             comment=None if task.owner is None else job_comment(task.owner),
         )
@@ -435,3 +435,11 @@ def _roots(adapter: SiteAdapter) -> list[str]:
         except WorkdirFailed:
             out.append(f"{r.path} (not expanded)")
     return out
+
+
+def _env_for(env: Mapping[str, str], owner: str | None) -> dict[str, str]:
+    """The job's environment: the daemon's FEDHPC_FOR names the task's owner, and only it. A
+    value the request itself sent is dropped: at a per-person site it picks whose token the
+    job is submitted with (`adapters.by_person`)."""
+    mine = {k: v for k, v in env.items() if k != JOB_FOR.name}
+    return mine if owner is None else {**mine, JOB_FOR.name: owner}
