@@ -374,8 +374,8 @@ async def test_a_revoked_sign_in_ends_its_access_and_refresh_tokens(facade: Faca
     async with httpx2.AsyncClient(timeout=30) as http:
         revoked = await http.post(
             f"{facade.own}/revoke",
-            # the SDK's revocation form requires client_secret, even of a public client
-            data={"client_id": client_id, "client_secret": "", "token": tokens["refresh_token"]},
+            # a public client: client_id and token only (RFC 7009 2.1), no client_secret field
+            data={"client_id": client_id, "token": tokens["refresh_token"]},
         )
     assert revoked.status_code == 200
     assert await _status(facade, tokens["access_token"]) == 401

@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.errors import UsageError
+from fedhpc.mcp_server.service_http import _serve_facade
 from fedhpc.service import ServiceAuth
 from fedhpc.service.facade import Facade
 from fedhpc.service.facade_store import FacadeStore, Sealer, load_fernet_key
@@ -27,6 +28,7 @@ from fedhpc.service.facade_tokens import FacadeVerifier, Signer, load_signing_ke
 
 UPSTREAM = "https://auth.globus.org"
 RESOURCE = "https://fedhpc.example.org/mcp"
+OWN = "https://fedhpc.example.org"
 CAROL = {"iss": UPSTREAM, "sub": "u-carol", "email": "carol@lab.example", "email_verified": True}
 
 
@@ -210,3 +212,75 @@ async def test_an_expired_code_is_refused_by_the_token_endpoint(tmp_path: Path) 
         assert "refresh_token" not in answer.text
     finally:
         await auth.aclose()
+
+
+def _app(tmp_path: Path) -> tuple[ServiceAuth, Facade, httpx2.AsyncClient]:
+    """The facade's routes as `serve --http` mounts them, and a client of them in-process."""
+    auth = ServiceAuth.from_config(_config(tmp_path), home=tmp_path / "home")
+    assert isinstance(auth.facade, Facade)
+    app = Starlette()
+    _serve_facade(app, auth)
+    for path in ("/.well-known/oauth-authorization-server", "/revoke"):  # fedhpc's, not twice
+        assert [getattr(r, "path", None) for r in app.router.routes].count(path) == 1
+    transport = httpx2.ASGITransport(app=app)
+    return auth, auth.facade, httpx2.AsyncClient(transport=transport, base_url=OWN)
+
+
+async def _public_client(web: httpx2.AsyncClient) -> str:
+    body = {"redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"}
+    registered = await web.post("/register", json=body)
+    assert registered.status_code == 201, registered.text
+    client_id: str = registered.json()["client_id"]
+    return client_id
+
+
+async def test_the_metadata_advertises_public_clients_and_the_iss_it_sends(tmp_path: Path) -> None:
+    auth, _, web = _app(tmp_path)
+    try:
+        async with web:
+            metadata = (await web.get("/.well-known/oauth-authorization-server")).json()
+    finally:
+        await auth.aclose()
+    assert metadata["issuer"] == OWN and metadata["revocation_endpoint"] == f"{OWN}/revoke"
+    for methods in ("token_endpoint_auth_methods", "revocation_endpoint_auth_methods"):
+        assert metadata[f"{methods}_supported"] == [
+            "client_secret_post",
+            "client_secret_basic",
+            "none",
+        ]
+    # RFC 9207: every authorization response carries `iss` (Facade.callback); said here, a
+    # client rejects a response without it (mix-up).
+    assert metadata["authorization_response_iss_parameter_supported"] is True
+    assert metadata["code_challenge_methods_supported"] == ["S256"]
+
+
+async def test_a_public_client_revokes_its_own_sign_in_with_no_secret(tmp_path: Path) -> None:
+    auth, facade, web = _app(tmp_path)
+    try:
+        async with web:
+            mine, theirs = await _public_client(web), await _public_client(web)
+            await facade.store.new_family("fam", f"{UPSTREAM}|u-carol", mine)
+            access = facade.signer.mint(
+                identity=CAROL,
+                client_id=mine,
+                scopes=["fedhpc:read"],
+                family="fam",
+                resource=RESOURCE,
+                now=time.time(),
+                ttl_s=60,
+            )
+            assert await facade.verifier.verify_token(access) is not None
+            # Another client's request leaves the sign-in alone, answered as RFC 7009 says.
+            other = await web.post("/revoke", data={"client_id": theirs, "token": access})
+            assert other.status_code == 200
+            assert await facade.verifier.verify_token(access) is not None
+            # client_id and token only (RFC 7009 2.1): the SDK's form wanted a client_secret.
+            revoked = await web.post("/revoke", data={"client_id": mine, "token": access})
+            unknown = await web.post("/revoke", data={"client_id": "nobody", "token": access})
+            empty = await web.post("/revoke", data={"client_id": mine})
+            assert await facade.verifier.verify_token(access) is None
+    finally:
+        await auth.aclose()
+    assert revoked.status_code == 200 and revoked.headers["cache-control"] == "no-store"
+    assert unknown.status_code == 401 and unknown.json()["error"] == "invalid_client"
+    assert empty.status_code == 400 and empty.json()["error"] == "invalid_request"

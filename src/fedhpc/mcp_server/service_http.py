@@ -14,14 +14,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
+from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.routes import (
+    build_metadata,
     build_resource_metadata_url,
+    cors_middleware,
     create_auth_routes,
     create_protected_resource_routes,
 )
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import OAuthMetadata
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
 from pydantic import AnyHttpUrl
@@ -43,10 +48,17 @@ from fedhpc.service import (
     needed_scope,
 )
 from fedhpc.service.access import ADMIN, READ
+from fedhpc.service.revocation import Revocation
 
-__all__ = ["ScopeChallenge", "caller", "run_service_http", "scope_guard"]
+__all__ = ["ScopeChallenge", "caller", "facade_metadata", "run_service_http", "scope_guard"]
 
 log = structlog.get_logger(__name__)
+
+_AS_METADATA_PATH = "/.well-known/oauth-authorization-server"
+_REVOKE_PATH = "/revoke"
+# Client authentication at /token and /revoke: the SDK's two for confidential clients, and
+# `none` for public ones (PKCE, no secret: what MCP clients register as, and accepted there).
+_CLIENT_AUTH = ["client_secret_post", "client_secret_basic", "none"]
 
 
 def caller(ctx: Context[Any, Any]) -> Caller | None:
@@ -191,6 +203,27 @@ def _advertise_scopes(app: Starlette, resource: AnyHttpUrl, auth: ServiceAuth) -
     ]
 
 
+def facade_metadata(settings: AuthSettings) -> OAuthMetadata:
+    """The facade's RFC 8414 metadata: the SDK's, plus what the facade does that the SDK's
+    defaults leave out: public clients (`none`), and the `iss` every authorization response
+    carries (RFC 9207), advertised so that a client rejects a response without it (mix-up)."""
+    metadata = build_metadata(
+        settings.issuer_url,
+        settings.service_documentation_url,
+        settings.client_registration_options or ClientRegistrationOptions(),
+        settings.revocation_options or RevocationOptions(),
+    )
+    return metadata.model_copy(
+        update={
+            "token_endpoint_auth_methods_supported": list(_CLIENT_AUTH),
+            "revocation_endpoint_auth_methods_supported": (
+                list(_CLIENT_AUTH) if metadata.revocation_endpoint else None
+            ),
+            "authorization_response_iss_parameter_supported": True,
+        }
+    )
+
+
 def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
     """With `[service.facade]`: the authorization server's routes (the SDK's, over the
     facade: RFC 8414 metadata, /register, /authorize, /token, /revoke), fedhpc's /consent (the
@@ -198,14 +231,30 @@ def _serve_facade(app: Starlette, auth: ServiceAuth) -> None:
     if auth.facade is None:
         return
     settings = auth.settings
+    sdk = create_auth_routes(
+        provider=auth.facade,
+        issuer_url=settings.issuer_url,
+        client_registration_options=settings.client_registration_options,
+        revocation_options=settings.revocation_options,
+    )
+    # fedhpc's own metadata and revocation in place of the SDK's (`facade_metadata`, `Revocation`)
+    own = [
+        Route(
+            _AS_METADATA_PATH,
+            cors_middleware(MetadataHandler(facade_metadata(settings)).handle, ["GET", "OPTIONS"]),
+            methods=["GET", "OPTIONS"],
+        ),
+        Route(
+            _REVOKE_PATH,
+            cors_middleware(Revocation(auth.facade).handle, ["POST", "OPTIONS"]),
+            methods=["POST", "OPTIONS"],
+        ),
+    ]
+    replaced = {_AS_METADATA_PATH, _REVOKE_PATH}
     app.router.routes.extend(
         [
-            *create_auth_routes(
-                provider=auth.facade,
-                issuer_url=settings.issuer_url,
-                client_registration_options=settings.client_registration_options,
-                revocation_options=settings.revocation_options,
-            ),
+            *own,
+            *(r for r in sdk if getattr(r, "path", None) not in replaced),
             Route(urlsplit(auth.facade.callback_url).path, auth.facade.callback, methods=["GET"]),
             Route(
                 urlsplit(auth.facade.consent_url).path,
