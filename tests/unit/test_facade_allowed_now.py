@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp.shared.auth import OAuthClientInformationFull
 
 from fedhpc.domain.service import ServiceConfig
+from fedhpc.errors import UsageError
 from fedhpc.service import ServiceAuth
 from fedhpc.service.access import ADMIN, READ
 from fedhpc.service.facade import Facade
@@ -95,3 +97,16 @@ async def test_a_person_taken_off_the_allow_list_cannot_refresh(tmp_path: Path) 
         assert not await facade.store.family_live("fam")  # their sign-in is over
     finally:
         await auth.aclose()
+
+
+async def test_a_key_file_others_may_read_is_refused(tmp_path: Path) -> None:
+    """The signing key mints anyone's fedhpc tokens, the sealing key opens every upstream token:
+    an operator-given (or loosened) key file others may read is refused, as the secret is."""
+    auth, _ = _facade(tmp_path)  # makes both, 0600
+    await auth.aclose()
+    keys = tmp_path / "home" / "facade"
+    for name in ("signing-key.pem", "tokens.key"):
+        (keys / name).chmod(0o644)
+        with pytest.raises(UsageError, match="may be read by others"):
+            _facade(tmp_path)
+        (keys / name).chmod(0o600)

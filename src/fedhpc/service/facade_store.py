@@ -22,6 +22,8 @@ import aiosqlite
 import anyio
 from cryptography.fernet import Fernet, InvalidToken
 
+from fedhpc.errors import UsageError
+
 __all__ = ["FacadeStore", "Sealer", "digest", "load_fernet_key", "made_once"]
 
 _SCHEMA = """
@@ -52,6 +54,11 @@ def made_once(path: Path, make: Callable[[], bytes]) -> bytes:
     service` start together, and neither may read the other's key half written."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.exists():
+        if path.stat().st_mode & 0o077:
+            raise UsageError(
+                f"{path} may be read by others",
+                hint=f"chmod 600 {path}: it holds one of the facade's keys.",
+            )
         return path.read_bytes()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
