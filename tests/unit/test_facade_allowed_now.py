@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.server.auth.provider import TokenError
 from mcp.shared.auth import OAuthClientInformationFull
 
 from fedhpc.domain.service import ServiceConfig
@@ -110,3 +111,31 @@ async def test_a_key_file_others_may_read_is_refused(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match="may be read by others"):
             _facade(tmp_path)
         (keys / name).chmod(0o600)
+
+
+async def test_a_code_exchanged_twice_at_once_revokes_what_the_first_got(tmp_path: Path) -> None:
+    """Two exchanges of one code racing (both loaded it unused): the loser is refused and,
+    as for a later replay (RFC 9700 4.2.3), the winner's sign-in is revoked too."""
+    auth, facade = _facade(tmp_path)
+    try:
+        client = OAuthClientInformationFull(client_id="agent", redirect_uris=None)
+        record = {
+            "client_id": "agent",
+            "scopes": [READ],
+            "code_challenge": "c" * 43,
+            "redirect_uri": "http://127.0.0.1:9/cb",
+            "redirect_uri_provided_explicitly": True,
+            "identity": CAROL,
+            "expires_at": time.time() + 60,
+        }
+        await facade.store.put_code("code-1", record, record["expires_at"])
+        first = await facade.load_authorization_code(client, "code-1")
+        second = await facade.load_authorization_code(client, "code-1")
+        assert first is not None and second is not None
+        tokens = await facade.exchange_authorization_code(client, first)
+        assert await facade.load_access_token(tokens.access_token) is not None
+        with pytest.raises(TokenError):
+            await facade.exchange_authorization_code(client, second)
+        assert await facade.load_access_token(tokens.access_token) is None
+    finally:
+        await auth.aclose()

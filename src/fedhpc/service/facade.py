@@ -289,6 +289,10 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
     ) -> OAuthToken:
         family = secrets.token_urlsafe(16)
         if not await self.store.use_code(authorization_code.code, family):
+            # Two exchanges raced on one code: what the other got is revoked, as on a replay.
+            spent = await self.store.code(authorization_code.code)
+            if spent is not None and spent[1] is not None:
+                await self.store.revoke_family(spent[1])
             raise TokenError("invalid_grant", "authorization code already used")
         assert client.client_id is not None
         identity = authorization_code.identity
