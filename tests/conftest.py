@@ -150,6 +150,7 @@ PARALLEL_SAFE = frozenset(
         "test_mcp_claude",
         "test_mcp_conformance",
         "test_mcp_conformance_auth",
+        "test_mcp_conformance_relay",
         "test_mcp_contract",
         "test_mcp_fuzz",
         "test_mcp_http",  # but SLURM_TESTS
