@@ -97,6 +97,12 @@ class DaemonPolicy:
         key = f"{handle.site}/{handle.partition}"
         return key, handle.job_id, handle.site, handle.partition, handle.decision
 
+    async def estimators(self) -> list[dict[str, object]]:
+        """The daemon's own calibration rows (`GET /v1/estimators`, `fedhpc status`)."""
+        async with DaemonClient(self.settings) as client:
+            rows: list[dict[str, object]] = (await client.estimators())["estimators"]
+            return rows
+
     def stop(self) -> None:
         self.proc.terminate()
         try:

@@ -11,8 +11,9 @@ time vs the fastest placement of that round.
 
 Run: .venv/bin/python benchmarks/matched_rounds.py [--rounds 15] [--seed 1] [--quick]
 Writes benchmarks/results/matched_rounds{,-quick}.{md,csv,svg,png} (figures: matplotlib,
-the `bench` extra). Cancels every job it submitted
-(matched and load) when done or interrupted.
+the `bench` extra) and, from each matched job's recorded wait forecasts, the calibration table
+per estimator and site (`wait_calibration.py`: in the .md and wait_calibration{,-LOAD}.csv).
+Cancels every job it submitted (matched and load) when done or interrupted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -41,6 +43,7 @@ from hedge_policy import hedge_copies, winner
 from loadgen import LOADS, LoadGenerator
 from plots import matched_rounds_figure
 from trace_load import TraceLoad
+from wait_calibration import METHODS, calibration_rows, markdown, write_csv
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
@@ -105,6 +108,8 @@ class Job:
     end: datetime | None = None
     state: str = ""
     censored: bool = False
+    # What each wait estimator predicted for this partition at the round's snapshot (s).
+    predicted: dict[str, float] = field(default_factory=dict)
 
     @property
     def completion(self) -> float | None:
@@ -224,6 +229,7 @@ async def run_round(
         return rnd
     estimates = await scheduler_estimates(requests_from_trace(first.trace, top=16), ads)
     hist = history_from(done) + await load_history(ads, load)
+    forecasts: dict[str, dict[str, float]] = {}  # "site/partition" -> estimator -> wait
     for name in BENCH:
         d = place(
             env,
@@ -238,6 +244,10 @@ async def run_round(
         )
         if isinstance(d, Placement):
             rnd.picks[name] = f"{d.site}/{d.partition}"
+        if name == "bf-scheduler":  # its candidates carry every estimator's prediction
+            for c in d.trace.candidates:
+                if c.feasible and c.estimates is not None and c.estimates.wait_by:
+                    forecasts.setdefault(f"{c.site}/{c.partition}", dict(c.estimates.wait_by))
     # The running daemon's own placement of the same request, through its real API: its job is
     # the matched job of the partition it chose (submitted a moment before the others).
     if daemon is not None:
@@ -283,6 +293,8 @@ async def run_round(
     async with anyio.create_task_group() as tg:
         for key in sorted(cands):
             tg.start_soon(submit, key)
+    for key, job in rnd.jobs.items():
+        job.predicted = forecasts.get(key, {})
     done.append(rnd)  # registered before waiting, so an interrupt still cancels its jobs
     await settle(rnd, ads, timeout_s)
     return rnd
@@ -411,7 +423,65 @@ def with_table(md: list[str], table: list[str]) -> list[str]:
     rows = [i for i, line in enumerate(md) if line.startswith("|")]
     if not rows:
         return [*md, "", *table]
-    return [*md[: rows[0]], *table, *md[rows[-1] + 1 :]]
+    end = rows[0]
+    while end + 1 < len(md) and md[end + 1].startswith("|"):
+        end += 1  # the first table only: the calibration tables follow it
+    return [*md[: rows[0]], *table, *md[end + 1 :]]
+
+
+CALIBRATION_HEADING = "## Wait forecasts: calibration per estimator and site"
+
+
+def with_section(md: list[str], section: list[str]) -> list[str]:
+    """`md` with its calibration section (from its heading to the daemon's own lines, which
+    --from-csv cannot recompute) replaced by `section`, or `section` put before those lines."""
+    tail = next((i for i, s in enumerate(md) if s.startswith("The daemon's")), len(md))
+    if CALIBRATION_HEADING in md:
+        return [*md[: md.index(CALIBRATION_HEADING)], *section, "", *md[tail:]]
+    return [*md[:tail], *section, "", *md[tail:]] if tail < len(md) else [*md, "", *section]
+
+
+def daemon_store_lines(own: list[dict[str, Any]] | None) -> list[str]:
+    """The daemon's own calibration rows (`GET /v1/estimators`) as a table."""
+    if not own:
+        return []
+    lines = [
+        "",
+        "The daemon's own store (`GET /v1/estimators`, as `fedhpc status` shows it: its "
+        "placed jobs only, the last 20 per partition):",
+        "",
+        "| site | partition | estimator | jobs | median abs error | median bias | p10-p90 held |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in own:
+        cov = e.get("coverage")
+        held = "-" if cov is None else f"{cov * 100:.0f} % of {e.get('scored', 0)}"
+        lines.append(
+            f"| {e['site']} | {e['partition']} | {e['method']} | {e['n']} "
+            f"| {e['median_abs_error_s']:.0f} s | {e['median_bias_s']:+.0f} s | {held} |"
+        )
+    return lines
+
+
+def calibration_section(parts, per_site, csv_name: str) -> list[str]:
+    """The .md's calibration section (`wait_calibration.py`); none without forecasts."""
+    if not per_site:
+        return []
+    return [
+        CALIBRATION_HEADING,
+        "",
+        "Every matched job's wait as each estimator predicted it at the round's snapshot "
+        "(bf-scheduler's candidates), against sacct's Start - Eligible; the p10-p90 band "
+        "is the prediction shifted by the residuals of the partition's earlier jobs, as "
+        "the daemon builds it (`placement/calibration.py`: 3 before a job is scored, the "
+        "last 20), goal 80 % ± 10. bias = median(predicted - observed), positive: it "
+        "predicted longer waits; |error| of the raw prediction (the start-time forecast) and "
+        "of the band's p50. cut = jobs that never started before the round timeout and whose "
+        "band's p90 was above the cutoff (their miss or hit unknown: left out; a p90 below it "
+        f"is counted a miss). CSV: `{csv_name}`.",
+        "",
+        *markdown(parts, per_site),
+    ]
 
 
 def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[Path]:
@@ -469,6 +539,12 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
             f"started first wins): hedged {cost['hedged']} of {cost['tasks']} tasks, "
             f"{cost['extra_per_task']:.2f} extra submissions (and as many cancels) per task.",
         ]
+    parts, per_site = calibration_rows(rounds)
+    calib_csv = RESULTS / f"wait_calibration{stem.removeprefix('matched_rounds')}.csv"
+    calib_lines = calibration_section(parts, per_site, calib_csv.name)
+    if calib_lines:
+        lines += ["", *calib_lines]
+    lines += daemon_store_lines(getattr(args, "daemon_estimators", None))
     said = [(r.index, r.decisions["daemon"]) for r in rounds if "daemon" in r.decisions]
     if said:
         lines += ["", "The daemon's decisions (its `decision` line, as get_result shows it):", ""]
@@ -476,13 +552,17 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
     md = RESULTS / f"{stem}.md"
     if getattr(args, "from_csv", None) and md.exists():
         lines = with_table(md.read_text().splitlines(), table)
+        if calib_lines:  # a CSV from before the recorded forecasts has none
+            lines = with_section(lines, calib_lines)
     md.write_text("\n".join(lines) + "\n")
+    calib = [write_csv(calib_csv, parts, per_site)] if per_site else []
     title = (
         f"Matched rounds: seed {args.seed}, {len(rounds)} rounds"
         f"{' (--quick)' if args.quick else ''}; {machine}"
     )
     if getattr(args, "from_csv", None):  # an older CSV has no queue snapshots: no scatter
-        return [md, *matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)]
+        figs = matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)
+        return [md, *calib, *figs]
     csv_path = RESULTS / f"{stem}.csv"
     with csv_path.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -508,6 +588,7 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
                 "picked_by",
                 "site_pending",
                 "site_free_gpus",
+                *(f"predicted_{m}_s" for m in METHODS),
             ]
         )
         for r in rounds:
@@ -533,10 +614,11 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
                         best,
                         " ".join(p for p, k in sorted(r.picks.items()) if k == key),
                         *r.queues.get(j.site, ("", "")),
+                        *(j.predicted.get(m, "") for m in METHODS),
                     ]
                 )
     figures = matched_rounds_figure(rounds, POLICIES, title=title, out_stem=RESULTS / stem)
-    return [md, csv_path, *figures]
+    return [md, csv_path, *calib, *figures]
 
 
 async def experiment(args, rounds: list[Round], load: LoadGenerator | None = None) -> None:
@@ -577,6 +659,8 @@ async def experiment(args, rounds: list[Round], load: LoadGenerator | None = Non
             for ad in ads.values():
                 await ad.transport.aclose()
             if daemon is not None:
+                with anyio.move_on_after(30):
+                    args.daemon_estimators = await daemon.estimators()
                 daemon.stop()
                 print(daemon.report(), flush=True)
 
@@ -609,6 +693,7 @@ def rounds_from_csv(path: Path) -> tuple[list[Round], int, datetime]:
                 t(row["end"]),
                 row["state"],
                 row["censored"] == "1",
+                {m: float(v) for m in METHODS if (v := row.get(f"predicted_{m}_s"))},
             )
             for name in row["picked_by"].split():
                 r.picks[name] = key
@@ -616,6 +701,14 @@ def rounds_from_csv(path: Path) -> tuple[list[Round], int, datetime]:
                 r.queues[row["site"]] = (int(row["site_pending"]), int(row["site_free_gpus"]))
     done = [rounds[i] for i in sorted(rounds)]
     return done, seed, min(r.taken_at for r in done)
+
+
+def from_csv(args: argparse.Namespace) -> None:
+    done, args.seed, started = rounds_from_csv(args.from_csv)
+    args.quick = args.from_csv.stem.endswith("-quick")
+    for p in write_outputs(done, summarize(done), args, args.from_csv.stem, started):
+        print(f"wrote {p}")
+    print((RESULTS / f"{args.from_csv.stem}.md").read_text())
 
 
 def main() -> None:
@@ -650,11 +743,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.from_csv:
-        done, args.seed, started = rounds_from_csv(args.from_csv)
-        args.quick = args.from_csv.stem.endswith("-quick")
-        for p in write_outputs(done, summarize(done), args, args.from_csv.stem, started):
-            print(f"wrote {p}")
-        print((RESULTS / f"{args.from_csv.stem}.md").read_text())
+        from_csv(args)
         return
     args.rounds = args.rounds or (3 if args.quick else 15)
     args.round_timeout = args.round_timeout or (90 if args.quick else 120)
@@ -688,12 +777,18 @@ def main() -> None:
         )
         if isinstance(load, TraceLoad):
             args.trace_note = load.describe()
+    report(args, rounds, started)
+
+
+def report(args: argparse.Namespace, rounds: list[Round], started: datetime) -> None:
     done = [r for r in rounds if r.jobs]
-    summary = summarize(done)
+    if not done:  # a federation that was down: keep the committed results as they are
+        print("no round submitted a job: nothing written")
+        return
     stem = "matched_rounds-quick" if args.quick else "matched_rounds"
     if args.load != "figure1":
         stem += f"-{args.load}"
-    for p in write_outputs(done, summary, args, stem, started):
+    for p in write_outputs(done, summarize(done), args, stem, started):
         print(f"wrote {p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p}")
     print((RESULTS / f"{stem}.md").read_text())
 

@@ -1,0 +1,191 @@
+"""The wait-forecast calibration table of a matched_rounds.py run, per estimator and site.
+
+Every matched job carries what each wait estimator predicted for its partition at the round's
+snapshot (`scheduler`, `learned`, `paper`: the candidate's `wait_by` in bf-scheduler's trace);
+sacct later gives the wait it had (Start - Eligible). Scored the way the daemon scores its own
+placements (`fedhpc.placement.calibration`): per (site, partition, estimator), job i's p10-p90
+band is its prediction shifted by the 10th/90th percentile of the residuals of the (at most 20)
+jobs before it there, once 3 exist; coverage is the share of scored jobs inside their band
+(goal 80 % +- 10). Bias is the median of predicted - observed (positive: it predicts longer
+waits than happen); |error| the median |predicted - observed| of the raw prediction, i.e. of
+the start-time forecast (snapshot + predicted wait), and of the band's p50. A job cut at the
+round timeout before it started has only a lower bound on its wait: it counts as a miss when its
+band's p90 lies below that bound, and is otherwise left out (`cut`); it never enters the errors
+nor the residuals.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedhpc.placement.calibration import quantile
+
+__all__ = ["METHODS", "CalibrationRow", "calibration_rows", "markdown", "write_csv"]
+
+METHODS = ("scheduler", "learned", "paper")
+MIN_SAMPLES = 3  # as the daemon's EstimatorErrors
+WINDOW = 20  # the daemon keeps the most recent 20 per (site, partition, estimator)
+
+
+@dataclass
+class CalibrationRow:
+    site: str
+    partition: str  # "*" for a site's partitions together
+    method: str
+    n: int  # judged jobs (started; the wait known)
+    cut: int  # never started before the round timeout, not known to miss their band
+    scored: int
+    covered: int
+    bias_s: float
+    abs_error_s: float
+    p50_abs_error_s: float | None  # of the scored jobs' band p50
+
+    @property
+    def coverage(self) -> float | None:
+        return self.covered / self.scored if self.scored else None
+
+
+@dataclass
+class _Acc:
+    errors: list[float]  # predicted - observed
+    p50_errors: list[float]
+    scored: int = 0
+    covered: int = 0
+    cut: int = 0
+
+
+def _score(jobs: Sequence[tuple[float, float, bool]], acc: _Acc) -> None:
+    """Prequential: each job (predicted, observed, observed is only a lower bound) against the
+    band from the jobs before it, oldest first."""
+    residuals: list[float] = []
+    for predicted, observed, cut in jobs:
+        band = None
+        if len(residuals) >= MIN_SAMPLES:
+            past = sorted(residuals[-WINDOW:])
+            band = [max(0.0, predicted + quantile(past, q)) for q in (0.1, 0.5, 0.9)]
+        if cut:  # waited at least `observed`: a known miss only when p90 is below it
+            if band is not None and band[2] < observed:
+                acc.scored += 1
+            else:
+                acc.cut += 1
+            continue
+        if band is not None:
+            acc.scored += 1
+            acc.covered += band[0] <= observed <= band[2]
+            acc.p50_errors.append(band[1] - observed)
+        residuals.append(observed - predicted)
+        acc.errors.append(predicted - observed)
+
+
+def _row(site: str, partition: str, method: str, acc: _Acc) -> CalibrationRow:
+    e = acc.errors
+    return CalibrationRow(
+        site,
+        partition,
+        method,
+        len(e),
+        acc.cut,
+        acc.scored,
+        acc.covered,
+        statistics.median(e) if e else float("nan"),
+        statistics.median(abs(x) for x in e) if e else float("nan"),
+        statistics.median(abs(x) for x in acc.p50_errors) if acc.p50_errors else None,
+    )
+
+
+def calibration_rows(rounds: Iterable[Any]) -> tuple[list[CalibrationRow], list[CalibrationRow]]:
+    """(per site and partition, per site) rows for each estimator that predicted there."""
+    jobs: dict[tuple[str, str, str], list[tuple[float, float, bool]]] = defaultdict(list)
+    for r in sorted(rounds, key=lambda r: r.index):
+        for job in r.jobs.values():
+            if job.wait is None:
+                continue
+            for method, predicted in sorted(job.predicted.items()):
+                key = (job.site, job.partition, method)
+                jobs[key].append((predicted, max(0.0, job.wait), job.start is None))
+    parts: list[CalibrationRow] = []
+    sites: dict[tuple[str, str], _Acc] = {}
+    for key in sorted(jobs):
+        acc = _Acc([], [])
+        _score(jobs[key], acc)
+        parts.append(_row(*key, acc))
+        whole = sites.setdefault((key[0], key[2]), _Acc([], []))
+        whole.errors += acc.errors
+        whole.p50_errors += acc.p50_errors
+        whole.scored += acc.scored
+        whole.covered += acc.covered
+        whole.cut += acc.cut
+    per_site = [_row(s, "*", m, a) for (s, m), a in sorted(sites.items())]
+    return parts, per_site
+
+
+def _cells(r: CalibrationRow) -> list[str]:
+    cov = "-" if r.coverage is None else f"{r.coverage * 100:.0f} % of {r.scored}"
+    p50 = "-" if r.p50_abs_error_s is None else f"{r.p50_abs_error_s:.0f} s"
+    bias, err = ("-", "-") if not r.n else (f"{r.bias_s:+.0f} s", f"{r.abs_error_s:.0f} s")
+    return [r.site, r.partition, r.method, str(r.n), str(r.cut), cov, bias, err, p50]
+
+
+HEAD = (
+    "| site | partition | estimator | judged | cut | p10-p90 coverage | bias | median abs error "
+    "| median abs error of p50 |"
+)
+
+
+def markdown(
+    parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow], *, min_rows: int = 5
+) -> list[str]:
+    """Per site, then the partitions with at least `min_rows` judged jobs."""
+    rule = "|" + "---|" * 9
+    lines = [HEAD, rule, *("| " + " | ".join(_cells(r)) + " |" for r in per_site)]
+    many = [r for r in parts if r.n >= min_rows]
+    if many:
+        lines += ["", f"Per partition (those with ≥ {min_rows} judged jobs):", "", HEAD, rule]
+        lines += ["| " + " | ".join(_cells(r)) + " |" for r in many]
+    return lines
+
+
+def write_csv(path: Path, parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow]):
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "site",
+                "partition",
+                "estimator",
+                "judged",
+                "cut",
+                "scored",
+                "covered",
+                "coverage",
+                "median_bias_s",
+                "median_abs_error_s",
+                "median_abs_error_p50_s",
+            ]
+        )
+        for r in [*per_site, *parts]:
+            cov = "" if r.coverage is None else round(r.coverage, 3)
+            p50 = "" if r.p50_abs_error_s is None else round(r.p50_abs_error_s, 1)
+            bias, err = ("", "") if not r.n else (round(r.bias_s, 1), round(r.abs_error_s, 1))
+            w.writerow(
+                [
+                    r.site,
+                    r.partition,
+                    r.method,
+                    r.n,
+                    r.cut,
+                    r.scored,
+                    r.covered,
+                    cov,
+                    bias,
+                    err,
+                    p50,
+                ]
+            )
+    return path
