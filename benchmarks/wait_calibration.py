@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedhpc.placement.calibration import quantile
+from fedhpc.placement.calibration import band_edges, quantile
 
 __all__ = ["METHODS", "CalibrationRow", "calibration_rows", "markdown", "write_csv"]
 
@@ -68,7 +68,8 @@ def _score(jobs: Sequence[tuple[float, float, bool]], acc: _Acc) -> None:
         band = None
         if len(residuals) >= MIN_SAMPLES:
             past = sorted(residuals[-WINDOW:])
-            band = [max(0.0, predicted + quantile(past, q)) for q in (0.1, 0.5, 0.9)]
+            low, high = band_edges(past)  # as the daemon builds its band
+            band = [max(0.0, predicted + r) for r in (low, quantile(past, 0.5), high)]
         if cut:  # waited at least `observed`: a known miss only when p90 is below it
             if band is not None and band[2] < observed:
                 acc.scored += 1

@@ -4,10 +4,12 @@ weight in `auto`'s choice (placement.errors)."""
 
 from __future__ import annotations
 
+import random
+import statistics
 from datetime import UTC, datetime, timedelta
 
 from fedhpc.placement import ErrorObservation, EstimatorErrors
-from fedhpc.placement.calibration import calibrate, quantile
+from fedhpc.placement.calibration import band_edges, calibrate, quantile
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -19,11 +21,12 @@ def test_quantile_interpolates_between_ranks() -> None:
 
 
 def test_a_biased_but_steady_estimator_is_calibrated_by_its_residuals() -> None:
-    # Predicts 100 s; the jobs wait 140-180 s: its band learns the shift and holds.
-    pairs = [(100.0, 140.0 + (i * 37) % 41) for i in range(30)]
+    # Predicts 100 s; the jobs wait 140-180 s (at random): its band learns the shift and holds.
+    r = random.Random(1)
+    pairs = [(100.0, 140.0 + r.uniform(0, 40)) for _ in range(30)]
     cal = calibrate(pairs, min_samples=5)
     assert (cal.n, cal.scored) == (30, 25)
-    assert cal.coverage is not None and 0.7 <= cal.coverage <= 0.9
+    assert cal.coverage is not None and 0.7 <= cal.coverage <= 0.9, cal
     assert cal.weight == 1.0
     p10, p50, p90 = cal.band(100.0)
     assert 140.0 <= p10 < p50 < p90 <= 180.0
@@ -137,3 +140,20 @@ def test_a_placement_carries_the_chosen_estimators_calibrated_wait_band() -> Non
     w = judged.estimates.wait_s
     assert band is not None and w + 30.0 <= band[0] < band[1] < band[2] <= w + 70.0
     assert method_of("scheduler:free-now; x") == "scheduler"
+
+
+def test_the_band_covers_80_percent_of_exchangeable_waits_even_from_few_residuals() -> None:
+    """The daemon keeps 20 residuals and scores from 3. Their 10th/90th percentiles covered
+    about 70 % of the next job's wait (a long LCG-trace replay found 24-75 % per site); the
+    conformal edges (`band_edges`) cover 80 %, as the band claims."""
+    coverages = []
+    for seed in range(200):
+        r = random.Random(seed)
+        pairs = [(100.0, 140.0 + r.expovariate(1 / 30)) for _ in range(60)]
+        c = calibrate(pairs, min_samples=3, window=20).coverage
+        assert c is not None
+        coverages.append(c)
+    assert 0.77 <= statistics.mean(coverages) <= 0.83, statistics.mean(coverages)
+    assert band_edges([1.0, 3.0, 5.0]) == (1.0, 5.0)  # a few residuals: all they span
+    twenty = [float(i) for i in range(20)]
+    assert band_edges(twenty) == (1.0, 18.0)  # ranks 2 and 19 of 20
