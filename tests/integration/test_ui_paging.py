@@ -22,8 +22,8 @@ from tests.integration.test_store_engines import store, store_url  # noqa: F401 
 from tests.integration.test_ui_views import NOWHERE
 from tests.integration.ui_served import Dashboard, serve_dashboard
 from tests.integration.ui_util import CHROMIUM, FLAGS, Troubles, need_browser
+from tests.unit.daemon_support import client  # noqa: F401 (a fixture, on this store)
 from tests.unit.test_ui_paging import (  # noqa: F401 (collected here, on PostgreSQL)
-    client,
     test_each_person_pages_their_own_only,
     test_find_searches_every_task_in_any_case_and_literally,
     test_pages_meet_and_count_every_task_and_group,

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.client.daemon_client import DaemonClient
-from fedhpc.daemon.app import build_app
 from fedhpc.store import Store
-from tests.unit.daemon_support import daemon_state, in_process_client
+from tests.unit.daemon_support import client  # noqa: F401 (a fixture, shared)
 
 
 @pytest.fixture
@@ -19,10 +17,3 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     s = await Store.open(tmp_path / "state" / "fedhpc.db")
     yield s
     await s.close()
-
-
-@pytest.fixture
-async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
-    """A client of the real daemon app on that store, served in process (no sites)."""
-    async with in_process_client(build_app(daemon_state(store)), tmp_path / "home") as c:
-        yield c

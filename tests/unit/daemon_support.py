@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx2
+import pytest
 from starlette.types import ASGIApp
 
 from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.daemon.app import build_app
 from fedhpc.daemon.state import DaemonState
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
@@ -35,3 +37,11 @@ async def in_process_client(app: ASGIApp, home: Path) -> AsyncIterator[DaemonCli
     )
     async with client:
         yield client
+
+
+@pytest.fixture
+async def client(store: Store, tmp_path: Path) -> AsyncIterator[DaemonClient]:
+    """A client of the real daemon app on the test's `store` (SQLite in the unit tests,
+    PostgreSQL where an integration module's own `store` fixture runs them), in process."""
+    async with in_process_client(build_app(daemon_state(store)), tmp_path / "home") as c:
+        yield c
