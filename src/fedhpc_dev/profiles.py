@@ -1,11 +1,13 @@
 """The local test federation's profile source (the `fedhpc.profiles` entry point `devfed`,
-pyproject.toml): the `local_test` profiles' `{devfed}` folder, their process and SSH variants,
-and the dev sites `FEDHPC_DEVFED` enables without a user config."""
+pyproject.toml): the `local_test` profiles (shipped here, in `site_profiles/`, not beside the
+real centers), their `{devfed}` folder, their process and SSH variants, and the dev sites
+`FEDHPC_DEVFED` enables without a user config."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,18 @@ from fedhpc.settings import DEVFED, DEVFED_DIR, DEVFED_SSH_CONFIG, LOCALSCHED_RO
 __all__ = [
     "DEVFED_PROFILES",
     "DevfedProfiles",
+    "dev_profiles_dir",
     "devfed_mode",
     "devfed_process_root",
     "devfed_root",
     "devfed_ssh_config",
     "ssh_config_hosts",
 ]
+
+
+def dev_profiles_dir() -> Path:
+    """The folder of the local test federation's profiles (package data of fedhpc_dev)."""
+    return Path(str(resources.files("fedhpc_dev") / "site_profiles"))
 
 
 def devfed_root() -> Path:
@@ -136,6 +144,11 @@ def _expand(value: Any, subs: Mapping[str, str]) -> Any:
 
 class DevfedProfiles:
     """The local test federation as a profile source (fedhpc.profiles.sources.ProfileSource)."""
+
+    def profile_dirs(self) -> tuple[Path, ...]:
+        """The `local_test` profiles' folder, always read (like a shipped center, a dev site
+        is enabled only by `FEDHPC_DEVFED` or a config entry)."""
+        return (dev_profiles_dir(),)
 
     def rewrite(self, data: dict[str, Any]) -> dict[str, Any]:
         """Every profile's `{devfed}` is the federation's folder; a `local_test` Slurm profile

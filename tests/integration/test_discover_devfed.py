@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from fedhpc.domain.config import UserConfig
-from fedhpc.profiles import load_profile, shipped_profiles_dir
+from fedhpc.profiles import load_profile
 from fedhpc.profiles.loader import load_federation, load_user_config
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.integration.conftest import Devfed
 
 SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
@@ -51,7 +52,7 @@ def test_discovered_profile_matches_shipped(devfed: Devfed, tmp_path: Path, site
     out = json.loads(done.stdout)
     assert out["shipped"] is True
     assert out["diff"] == [], out["diff"]
-    shipped = load_profile(shipped_profiles_dir() / f"{site}.toml")
+    shipped = load_profile(dev_profiles_dir() / f"{site}.toml")
     assert [p["name"] for p in out["partitions"]] == [p.name for p in shipped.partitions]
     for got, want in zip(out["partitions"], shipped.partitions, strict=True):
         acc = want.node.accelerator

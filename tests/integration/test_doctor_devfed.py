@@ -12,13 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.integration.conftest import Devfed
 
 FREE_PORT = 16999  # outside every devfed cluster's port block (16900 + 20 i)
 
 
 def _profile(devfed: Devfed, name: str, base: str, *, conf: Path, storage: str) -> str:
-    shipped = (Path(__file__).parents[2] / "src/fedhpc/site_profiles" / f"{base}.toml").read_text()
+    shipped = (dev_profiles_dir() / f"{base}.toml").read_text()
     text = shipped.replace(f'name = "{base}"', f'name = "{name}"').replace(
         "local_test = true\n", ""
     )

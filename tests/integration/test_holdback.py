@@ -19,7 +19,7 @@ from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 from fedhpc.ops.tasks import GroupChild, ResultRequest, SubmitGroupRequest
 from fedhpc.orchestrator.holdback import HOLD_PREFIX
-from fedhpc.profiles.loader import shipped_profiles_dir
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.integration.daemon_util import drain, running, settled
 
 pytestmark = pytest.mark.devfed
@@ -40,7 +40,7 @@ def limited_home(tmp_path: Path, limit: int) -> Path:
     jobs per user (a profile folder overrides the shipped profile of the same name)."""
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    text = (shipped_profiles_dir() / "devanvil.toml").read_text()
+    text = (dev_profiles_dir() / "devanvil.toml").read_text()
     text = text.replace('name = "shared"\n', f'name = "shared"\nmax_jobs_per_user = {limit}\n')
     assert f"max_jobs_per_user = {limit}" in text
     (profiles / "devanvil.toml").write_text(text)

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedhpc.profiles import load_profile, shipped_profiles_dir
+from fedhpc.profiles import load_profile
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.integration.pbs_support import SITE, Devpolaris, devpolaris
 
 __all__ = ["devpolaris"]  # the fixture, imported for pytest
@@ -47,7 +48,7 @@ def test_discovered_profile_matches_the_shipped_one(devpolaris: Devpolaris, tmp_
     assert out["dialect"] == "pbs"
     assert out["shipped"] is True
     assert out["diff"] == [], out["diff"]
-    shipped = load_profile(shipped_profiles_dir() / f"{SITE}.toml")
+    shipped = load_profile(dev_profiles_dir() / f"{SITE}.toml")
     assert [p["name"] for p in out["partitions"]] == [p.name for p in shipped.partitions]
     for got, want in zip(out["partitions"], shipped.partitions, strict=True):
         acc = want.node.accelerator
@@ -69,7 +70,7 @@ def test_doctor_passes_on_devpolaris_and_names_the_fix_for_a_dead_server(
 ) -> None:
     conf = tmp_path / "pbs-down.conf"
     conf.write_text(devpolaris.conf.read_text() + f"PBS_BATCH_SERVICE_PORT={FREE_PORT}\n")
-    shipped = (shipped_profiles_dir() / f"{SITE}.toml").read_text()
+    shipped = (dev_profiles_dir() / f"{SITE}.toml").read_text()
     text = shipped.replace(f'name = "{SITE}"', 'name = "pbsdown"').replace(
         "local_test = true\n", ""
     )

@@ -17,12 +17,12 @@ from fedhpc.domain.job import JobSpec, Shape
 from fedhpc.domain.site import SiteProfile
 from fedhpc.orchestrator.control import _found
 from fedhpc.orchestrator.records import AttemptRecord, array_name, is_own_job
-from fedhpc.profiles.loader import shipped_profiles_dir
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.injection_corpus import corpus
 
 
 def _profile() -> SiteProfile:
-    text = (shipped_profiles_dir() / "devanvil.toml").read_text()
+    text = (dev_profiles_dir() / "devanvil.toml").read_text()
     return SiteProfile.model_validate(tomllib.loads(text))
 
 

@@ -21,14 +21,14 @@ from fedhpc.domain.job import JobSpec, JobState, Shape
 from fedhpc.domain.site import SiteProfile
 from fedhpc.orchestrator.control import _found
 from fedhpc.orchestrator.records import AttemptRecord, array_name
-from fedhpc.profiles.loader import shipped_profiles_dir
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.injection_corpus import corpus
 
 QSTAT = Path(__file__).parent.parent / "fixtures" / "pbs" / "qstat_jobs.json"
 
 
 def _profile() -> SiteProfile:
-    text = (shipped_profiles_dir() / "devpolaris.toml").read_text()
+    text = (dev_profiles_dir() / "devpolaris.toml").read_text()
     return SiteProfile.model_validate(tomllib.loads(text))
 
 

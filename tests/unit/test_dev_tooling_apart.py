@@ -8,11 +8,14 @@ import ast
 import os
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from fedhpc.cli.main import COMMANDS_GROUP, build_parser
+from fedhpc.profiles import load_profiles, shipped_profiles_dir
 from fedhpc.profiles.sources import PROFILES_GROUP
+from fedhpc_dev.profiles import DEVFED_PROFILES, dev_profiles_dir
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # The registry of every FEDHPC_* variable (with its default and its reader), the dev tooling's
@@ -140,6 +143,28 @@ def test_the_devfed_check_sees_names_and_module_strings(tmp_path: Path) -> None:
 def test_the_dev_profiles_are_a_registered_entry_point() -> None:
     registered = {ep.name: ep.value for ep in entry_points(group=PROFILES_GROUP)}
     assert registered == {"devfed": "fedhpc_dev.profiles:DEVFED_PROFILES"}
+
+
+def test_no_local_test_profile_ships_in_the_runtime_package() -> None:
+    # Every TOML file under src/fedhpc, read as data (not through the loader, which a profile
+    # source could rewrite): the local federation's profiles belong to fedhpc_dev.
+    files = sorted((SRC / "fedhpc").rglob("*.toml"))
+    assert shipped_profiles_dir() / "delta.toml" in files  # the shipped folder was searched
+    local = [
+        str(path.relative_to(SRC))
+        for path in files
+        if tomllib.loads(path.read_text()).get("local_test") is True
+    ]
+    assert local == []
+
+
+def test_the_dev_profiles_ship_with_the_dev_tooling_and_load_through_its_source() -> None:
+    mine = sorted(p.stem for p in dev_profiles_dir().glob("*.toml"))
+    assert mine == ["devanvil", "devdelta", "devdeltaai", "devpolaris", "devvista"]
+    assert DEVFED_PROFILES.profile_dirs() == (dev_profiles_dir(),)
+    profiles = load_profiles()
+    assert all(profiles[name].local_test for name in mine)
+    assert not any(p.local_test for name, p in profiles.items() if name not in mine)
 
 
 def test_the_dev_commands_are_registered_entry_points() -> None:

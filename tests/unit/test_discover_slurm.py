@@ -19,7 +19,8 @@ from fedhpc.adapters.dialects.slurm_discover import (
 from fedhpc.domain.site import TransportSpec
 from fedhpc.onboard.build import build_discovery, gpu_model
 from fedhpc.onboard.render import config_entry_toml, profile_diff, profile_toml
-from fedhpc.profiles import load_profile, shipped_profiles_dir
+from fedhpc.profiles import load_profile
+from fedhpc_dev.profiles import dev_profiles_dir
 
 FIX = Path(__file__).parent.parent / "fixtures" / "slurm"
 LOCAL = TransportSpec(kind="local", env={"SLURM_CONF": "/etc/slurm/slurm.conf"})
@@ -50,7 +51,7 @@ def test_recorded_devvista_matches_the_shipped_profile() -> None:
     facts = parse_discovery(_devvista())
     assert facts.cluster == "devvista"
     found = build_discovery(facts, name="devvista", transport=LOCAL)
-    shipped = load_profile(shipped_profiles_dir() / "devvista.toml")
+    shipped = load_profile(dev_profiles_dir() / "devvista.toml")
     assert profile_diff(shipped, found.profile) == []
     gh = found.profile.partition("gh")
     assert (gh.node.count, gh.node.cpus, gh.node.memory_mib) == (2, 72, 96 * 1024)
@@ -176,7 +177,7 @@ def test_slurm_times(text: str, seconds: int | None) -> None:
 
 def test_diff_names_each_disagreement() -> None:
     found = build_discovery(parse_discovery(_devvista()), name="devvista", transport=LOCAL)
-    shipped = load_profile(shipped_profiles_dir() / "devdelta.toml")
+    shipped = load_profile(dev_profiles_dir() / "devdelta.toml")
     fields = {d.field for d in profile_diff(shipped, found.profile)}
     assert "partitions.gpuA100x4" in fields and "partitions.gh" in fields and "arch" in fields
 

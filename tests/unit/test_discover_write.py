@@ -10,7 +10,8 @@ from fedhpc.adapters.dialects.slurm_discover import parse_discovery
 from fedhpc.domain.site import TransportSpec
 from fedhpc.onboard.build import Discovery, build_discovery
 from fedhpc.onboard.discover import write_discovery
-from fedhpc.profiles import load_profile, load_user_config, shipped_profiles_dir
+from fedhpc.profiles import load_profile, load_user_config
+from fedhpc_dev.profiles import dev_profiles_dir
 from tests.unit.test_discover_slurm import _devvista
 
 SSH = TransportSpec(kind="ssh", host="vista-alias", user="me", options={"port": "2222"})
@@ -21,11 +22,11 @@ def _found(name: str, spec: TransportSpec = SSH) -> Discovery:
 
 
 def test_shipped_center_is_kept_and_reached_my_way(tmp_path: Path) -> None:
-    before = (shipped_profiles_dir() / "devvista.toml").read_text()
+    before = (dev_profiles_dir() / "devvista.toml").read_text()
     out = write_discovery(
         _found("devvista"), config_path=tmp_path / "c.toml", profiles_dir=tmp_path / "p"
     )
-    assert (shipped_profiles_dir() / "devvista.toml").read_text() == before
+    assert (dev_profiles_dir() / "devvista.toml").read_text() == before
     assert out.profile_path == tmp_path / "p" / "discovered" / "devvista.toml"
     assert out.profile_loaded is False and out.diff == ()
     assert "use --override" in out.notes[0]  # devvista ships as local; this was ssh

@@ -8,14 +8,23 @@ import pytest
 
 from fedhpc.domain.site import SiteProfile
 from fedhpc.errors import ProfileError
-from fedhpc.profiles import load_federation, load_profile, load_profiles, shipped_profiles_dir
+from fedhpc.profiles import (
+    load_federation,
+    load_profile,
+    load_profiles,
+    shipped_profile_dirs,
+    shipped_profiles_dir,
+)
 
 REQUIRED = ("delta", "deltaai", "anvil", "vista", "perlmutter", "polaris", "sophia")
 GPU_CENTERS = REQUIRED  # every required center has GPUs
 
 
 def _shipped() -> dict[str, SiteProfile]:
-    return {p.stem: load_profile(p) for p in sorted(shipped_profiles_dir().glob("*.toml"))}
+    """Every profile an installed package ships (the dev tooling's local-test ones too)."""
+    return {
+        p.stem: load_profile(p) for d in shipped_profile_dirs() for p in sorted(d.glob("*.toml"))
+    }
 
 
 def _real() -> list[SiteProfile]:

@@ -22,7 +22,7 @@ from fedhpc.onboard.build import Discovery, build_discovery
 from fedhpc.onboard.render import Difference, config_entry_toml, profile_diff, profile_toml
 from fedhpc.profiles.loader import (
     load_profile,
-    shipped_profiles_dir,
+    shipped_profile_dirs,
     user_config_path,
     user_profiles_dir,
 )
@@ -207,8 +207,11 @@ class WriteOutcome:
 
 
 def _shipped(name: str) -> SiteProfile | None:
-    path = shipped_profiles_dir() / f"{name}.toml"
-    return load_profile(path) if path.exists() else None
+    """The profile an installed package ships under this name (the last folder's wins, as in
+    load_profiles)."""
+    paths = [d / f"{name}.toml" for d in shipped_profile_dirs()]
+    found = [p for p in paths if p.exists()]
+    return load_profile(found[-1]) if found else None
 
 
 def _has_site(config_path: Path, name: str) -> bool:

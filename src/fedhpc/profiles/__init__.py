@@ -6,6 +6,7 @@ from fedhpc.profiles.loader import (
     load_profile,
     load_profiles,
     load_user_config,
+    shipped_profile_dirs,
     shipped_profiles_dir,
     user_config_path,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "load_profile",
     "load_profiles",
     "load_user_config",
+    "shipped_profile_dirs",
     "shipped_profiles_dir",
     "user_config_path",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "load_profile",
     "load_profiles",
     "load_user_config",
+    "shipped_profile_dirs",
     "shipped_profiles_dir",
     "user_config_path",
     "user_profile_dirs",
@@ -33,8 +34,14 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def shipped_profiles_dir() -> Path:
-    """The folder of profiles that ship inside the package."""
+    """The folder of profiles that ship inside the package: real centers only."""
     return Path(str(resources.files("fedhpc") / "site_profiles"))
+
+
+def shipped_profile_dirs() -> list[Path]:
+    """Every folder of profiles an installed package ships: fedhpc's, then each profile
+    source's (profiles/sources.py), in the order they are read."""
+    return [shipped_profiles_dir(), *(d for s in profile_sources() for d in s.profile_dirs())]
 
 
 def user_config_path() -> Path:
@@ -87,8 +94,9 @@ def load_profile(path: Path) -> SiteProfile:
 
 
 def load_profiles(dirs: Iterable[Path] | None = None) -> dict[str, SiteProfile]:
-    """Shipped profiles, then each folder in order; a later file with the same name wins."""
-    folders = [shipped_profiles_dir(), *(dirs or [])]
+    """Shipped profiles (fedhpc's, then the profile sources'), then each folder in order; a
+    later file with the same name wins."""
+    folders = [*shipped_profile_dirs(), *(dirs or [])]
     out: dict[str, SiteProfile] = {}
     for folder in folders:
         if not folder.is_dir():
