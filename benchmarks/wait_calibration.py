@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedhpc.placement.calibration import band_edges, quantile
+from fedhpc.placement.calibration import GAMMA, AdaptiveBand
 
 __all__ = ["METHODS", "CalibrationRow", "calibration_rows", "markdown", "write_csv"]
 
@@ -60,27 +60,27 @@ class _Acc:
     cut: int = 0
 
 
-def _score(jobs: Sequence[tuple[float, float, bool]], acc: _Acc) -> None:
+def _score(jobs: Sequence[tuple[float, float, bool]], acc: _Acc, *, adaptive: bool) -> None:
     """Prequential: each job (predicted, observed, observed is only a lower bound) against the
-    band from the jobs before it, oldest first."""
-    residuals: list[float] = []
+    band from the jobs before it, oldest first, as the daemon builds it (`AdaptiveBand`;
+    `adaptive` False: the split conformal band before it adapted)."""
+    band = AdaptiveBand(
+        min_samples=MIN_SAMPLES,
+        window=WINDOW,
+        gamma=GAMMA if adaptive else 0.0,
+        learn_censored=adaptive,
+    )
     for predicted, observed, cut in jobs:
-        band = None
-        if len(residuals) >= MIN_SAMPLES:
-            past = sorted(residuals[-WINDOW:])
-            low, high = band_edges(past)  # as the daemon builds its band
-            band = [max(0.0, predicted + r) for r in (low, quantile(past, 0.5), high)]
+        p50 = band.band(predicted)
+        judged = band.observe(predicted, observed, censored=cut)
         if cut:  # waited at least `observed`: a known miss only when p90 is below it
-            if band is not None and band[2] < observed:
-                acc.scored += 1
-            else:
-                acc.cut += 1
+            acc.scored += judged is not None
+            acc.cut += judged is None
             continue
-        if band is not None:
+        if judged is not None and p50 is not None:
             acc.scored += 1
-            acc.covered += band[0] <= observed <= band[2]
-            acc.p50_errors.append(band[1] - observed)
-        residuals.append(observed - predicted)
+            acc.covered += judged
+            acc.p50_errors.append(p50[1] - observed)
         acc.errors.append(predicted - observed)
 
 
@@ -100,7 +100,9 @@ def _row(site: str, partition: str, method: str, acc: _Acc) -> CalibrationRow:
     )
 
 
-def calibration_rows(rounds: Iterable[Any]) -> tuple[list[CalibrationRow], list[CalibrationRow]]:
+def calibration_rows(
+    rounds: Iterable[Any], *, adaptive: bool = True
+) -> tuple[list[CalibrationRow], list[CalibrationRow]]:
     """(per site and partition, per site) rows for each estimator that predicted there."""
     jobs: dict[tuple[str, str, str], list[tuple[float, float, bool]]] = defaultdict(list)
     for r in sorted(rounds, key=lambda r: r.index):
@@ -114,7 +116,7 @@ def calibration_rows(rounds: Iterable[Any]) -> tuple[list[CalibrationRow], list[
     sites: dict[tuple[str, str], _Acc] = {}
     for key in sorted(jobs):
         acc = _Acc([], [])
-        _score(jobs[key], acc)
+        _score(jobs[key], acc, adaptive=adaptive)
         parts.append(_row(*key, acc))
         whole = sites.setdefault((key[0], key[2]), _Acc([], []))
         whole.errors += acc.errors

@@ -8,8 +8,17 @@ import random
 import statistics
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from fedhpc.placement import ErrorObservation, EstimatorErrors
-from fedhpc.placement.calibration import band_edges, calibrate, quantile
+from fedhpc.placement.calibration import (
+    GAMMA,
+    TARGET_COVERAGE,
+    AdaptiveBand,
+    band_edges,
+    calibrate,
+    quantile,
+)
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -157,3 +166,67 @@ def test_the_band_covers_80_percent_of_exchangeable_waits_even_from_few_residual
     assert band_edges([1.0, 3.0, 5.0]) == (1.0, 5.0)  # a few residuals: all they span
     twenty = [float(i) for i in range(20)]
     assert band_edges(twenty) == (1.0, 18.0)  # ranks 2 and 19 of 20
+
+
+def _regime_change(seed: int, after: int) -> list[tuple[float, float]]:
+    """30 waits of a free partition (predicted 5 s, exponential mean 5 s), then `after` of a
+    full one: 120 s + exponential mean 30 s while the estimator lags (5 s, then 2 s more a job)."""
+    r = random.Random(seed)
+    free = [(5.0, r.expovariate(1 / 5)) for _ in range(30)]
+    return free + [(5.0 + 2 * i, 120.0 + r.expovariate(1 / 30)) for i in range(after)]
+
+
+def _coverage_after_change(gamma: float) -> tuple[float, float]:
+    """Mean coverage over 200 seeds before the change and on the 20 jobs after it."""
+    before, after = [], []
+    for seed in range(200):
+        pairs = _regime_change(seed, 20)
+        a = calibrate(pairs[:30], min_samples=3, window=20, gamma=gamma)
+        b = calibrate(pairs, min_samples=3, window=20, gamma=gamma)
+        assert a.coverage is not None
+        before.append(a.coverage)
+        after.append((b.covered - a.covered) / (b.scored - a.scored))
+    return statistics.mean(before), statistics.mean(after)
+
+
+def test_after_a_regime_change_the_adaptive_band_gets_back_to_80_percent() -> None:
+    """Split conformal (gamma 0) assumes exchangeable waits: after the partition fills it
+    covers 73 % of the next 20 jobs; adaptive conformal widens its level on every miss and
+    covers 80 %, as claimed, with the same 80 % before the change."""
+    split_before, split_after = _coverage_after_change(0.0)
+    aci_before, aci_after = _coverage_after_change(GAMMA)
+    assert 0.77 <= split_before <= 0.83 and 0.77 <= aci_before <= 0.83
+    assert split_after < 0.75, split_after
+    assert 0.77 <= aci_after <= 0.83, aci_after
+
+
+def test_misses_lower_the_level_and_hits_raise_it_back() -> None:
+    band = AdaptiveBand(min_samples=3, window=20)
+    for observed in (0.0, 1.0, 2.0):
+        assert band.observe(1.0, observed) is None  # no band yet: nothing judged
+    assert band.alpha == 1 - TARGET_COVERAGE
+    assert band.observe(1.0, 60.0) is False
+    assert band.alpha == pytest.approx(0.2 - GAMMA * 0.8)
+    assert band.observe(1.0, 1.0) is True
+    assert band.alpha == pytest.approx(0.2 - GAMMA * 0.8 + GAMMA * 0.2)
+
+
+def test_a_partition_that_fills_teaches_the_band_through_its_cut_jobs() -> None:
+    """The learned estimator's collapse in the LCG-trace replay: a free partition's waits are
+    all about its prediction, so the band is a point; then jobs are cut at 90 s before they
+    start. Left out, they never widen it and every later wait of 60 s misses; entered as the
+    lower bound they are (90 s at least), the band covers the partition's new waits."""
+    free = [(1.0, w) for w in (0.0, 1.0, 2.0, 1.0, 0.0, 2.0)]
+    full = [(1.0, 91.0, True)] * 3 + [(1.0, 60.0 + 5 * i, False) for i in range(6)]
+    judged = {}
+    for learn in (False, True):
+        band = AdaptiveBand(
+            min_samples=3, window=20, gamma=GAMMA if learn else 0.0, learn_censored=learn
+        )
+        for predicted, observed in free:
+            band.observe(predicted, observed)
+        judged[learn] = [band.observe(p, o, censored=c) for p, o, c in full]
+    assert judged[False] == [False] * 9  # the point band misses every cut job and start
+    assert judged[True][0] is False  # the first cut job is a known miss
+    assert judged[True][1:3] == [None, None]  # then its p90 reaches the cut: not known
+    assert judged[True][3:] == [True] * 6
