@@ -22,7 +22,8 @@ from mcp.types import (
     SubscriptionsListenResult,
 )
 
-from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.settings.daemon import DaemonSettings
 from tests.integration.test_service_oauth import (  # noqa: F401 (the module's fixture)
     Service,

@@ -35,7 +35,8 @@ from mcp.types import (
     SubscriptionsListenResult,
 )
 
-from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import ContinuationSpec
 from fedhpc.ops.data import TransferRequest

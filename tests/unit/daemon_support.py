@@ -30,12 +30,8 @@ def daemon_state(store: Store) -> DaemonState:
 @asynccontextmanager
 async def in_process_client(app: ASGIApp, home: Path) -> AsyncIterator[DaemonClient]:
     """A DaemonClient (its settings' home: `home`) whose requests go to `app` in process."""
-    client = DaemonClient(DaemonSettings(home=home))
-    await client._http.aclose()  # the socket's client, replaced before its first request
-    client._http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://fedhpc"
-    )
-    async with client:
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://fedhpc")
+    async with DaemonClient(DaemonSettings(home=home), http=http) as client:
         yield client
 
 

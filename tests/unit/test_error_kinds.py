@@ -17,8 +17,8 @@ from fedhpc.errors import EXIT_CODES, HTTP_STATUS, ErrorKind, FedError, Validati
 from tests.unit.test_cli import FEDHPC
 
 # The errors that do mean "fedhpc failed"; every other one is the caller's, a site's or a
-# service's, and must not answer 500.
-INTERNAL = {"FedError", "InternalError", "_Internal", "_Remote"}
+# service's, and must not answer 500. RemoteError (client/wire.py) carries the daemon's own kind.
+INTERNAL = {"FedError", "InternalError", "_Internal", "RemoteError"}
 
 
 def _all_errors() -> list[type[FedError]]:

@@ -5,7 +5,8 @@ literally, and each person's own only (service mode's owner header)."""
 
 from __future__ import annotations
 
-from fedhpc.client.daemon_client import ACTING_FOR, DaemonClient
+from fedhpc.client.daemon_client import DaemonClient
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.domain import ResourceEnvelope
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
 from fedhpc.ui.data import group_summaries, task_page

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import httpx2
 
-from fedhpc.client.errors import AcceptedUnknown, DaemonTimeout, DaemonUnavailable, OutcomeUnknown
+from fedhpc.client.errors import DaemonTimeout, DaemonUnavailable
+from fedhpc.client.wire import TIMEOUTS, DaemonWire, RemoteError
 from fedhpc.daemon import api
-from fedhpc.daemon.api import Endpoint
-from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError
 from fedhpc.ops.continuations import ContinuationSpec, DeliveryView, ToolBinding
 from fedhpc.ops.data import MoveDataRequest, TransferHandle, TransferRequest, TransferView
 from fedhpc.ops.draft import DraftRequest, EnvelopeDraft
@@ -32,53 +30,14 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
-from fedhpc.settings import CLIENT_TIMEOUT_SCALE
 from fedhpc.settings.daemon import DaemonSettings
 
-__all__ = ["ACTING_FOR", "DaemonClient"]
-
-# (owner, admin) of the signed-in person the current call is made for (service mode: the MCP
-# server sets it per request); the daemon records the owner on submissions and scopes reads
-# to it (daemon/owner.py). None: the single-user default, no owner.
-ACTING_FOR: ContextVar[tuple[str, bool] | None] = ContextVar("fedhpc_acting_for", default=None)
-
-_KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
-
-
-Effect = Literal["read", "change", "submit"]
-
-# Seconds each call may take, from what the daemon does for it: reads answer from memory or the
-# store; a submit is answered once durably accepted (plus a bounded wait for its placement); a
-# group's acceptance writes one row per child; results, cancel and replan talk to a site.
-TIMEOUTS: dict[str, float] = {
-    "read": 15.0,
-    "health": 5.0,
-    "draft": 30.0,
-    "submit": 30.0,
-    "per_child": 0.01,
-    "site": 60.0,
-    "replan": 90.0,
-}
-
-
-class _Remote(FedError):
-    """An error the daemon answered with; keeps its code, and its class from the HTTP status."""
-
-    def __init__(self, body: dict[str, Any], status: int = 500) -> None:
-        super().__init__(str(body.get("message", "daemon error")), hint=body.get("hint"))
-        self.code = str(body.get("code", "error"))  # type: ignore[misc]
-        self.kind = _KIND_OF_STATUS.get(status, ErrorKind.INTERNAL)  # type: ignore[misc]
-        self.body = body
-
-    def as_dict(self) -> dict[str, Any]:
-        out = super().as_dict()
-        if isinstance(self.body.get("fields"), list):
-            out["fields"] = self.body["fields"]  # a validation error names its fields
-        return out
+__all__ = ["DaemonClient"]
 
 
 class DaemonClient:
-    """Typed calls to the daemon. Holds no state beyond its HTTP connection."""
+    """Typed calls to the daemon (one per route of daemon/api.py); the requests themselves go
+    over its `wire` (client/wire.py). Holds no state beyond that connection."""
 
     def __init__(
         self,
@@ -86,84 +45,22 @@ class DaemonClient:
         *,
         timeout_s: float | None = None,
         timeout_scale: float | None = None,
+        http: httpx2.AsyncClient | None = None,
     ) -> None:
         """`timeout_s` caps every call (a hook must be quick); `timeout_scale` (default
-        FEDHPC_CLIENT_TIMEOUT_SCALE, 1) stretches or shrinks the per-operation limits."""
+        FEDHPC_CLIENT_TIMEOUT_SCALE, 1) stretches or shrinks the per-operation limits; `http`
+        replaces the socket's HTTP client (a test's in-process app)."""
         self.settings = settings
-        self.cap = timeout_s
-        scale = timeout_scale
-        if scale is None:
-            try:
-                scale = float(CLIENT_TIMEOUT_SCALE.get() or 1)
-            except ValueError:
-                scale = 1.0
-        self.scale = scale if 0 < scale < 1e6 else 1.0
-        transport = httpx2.AsyncHTTPTransport(uds=str(settings.socket_path))
-        self._http = httpx2.AsyncClient(
-            transport=transport, base_url="http://fedhpc", timeout=TIMEOUTS["site"] * self.scale
+        self.wire = DaemonWire(
+            settings, timeout_s=timeout_s, timeout_scale=timeout_scale, http=http
         )
+        self._call = self.wire.call
 
     async def __aenter__(self) -> DaemonClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._http.aclose()
-
-    async def _call(
-        self,
-        route: Endpoint,
-        *ids: str,
-        limit_s: float = TIMEOUTS["read"],
-        effect: Effect = "read",
-        key: str | None = None,
-        what: str = "",
-        **kw: Any,
-    ) -> Any:
-        """One request. A request that may have reached the daemon but got no answer is never
-        a bug: it is `DaemonTimeout` (a read), `OutcomeUnknown` (a change) or `AcceptedUnknown`
-        (a submission, with the key to retry with)."""
-        path = route.url(*ids)
-        limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
-        try:
-            acting = ACTING_FOR.get()
-            if acting is not None:
-                owner, admin = acting
-                headers = {"x-fedhpc-owner": owner, **({"x-fedhpc-admin": "1"} if admin else {})}
-                kw["headers"] = {**kw.get("headers", {}), **headers}
-            resp = await self._http.request(route.method, path, timeout=limit, **kw)
-        except (
-            httpx2.ConnectError,
-            httpx2.ConnectTimeout,
-            httpx2.PoolTimeout,
-            FileNotFoundError,
-            ConnectionRefusedError,
-        ) as exc:
-            raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
-        except httpx2.TransportError as exc:
-            timed_out = isinstance(exc, httpx2.TimeoutException)
-            lost = f"no answer came within {limit:g} s" if timed_out else "the answer was lost"
-            sent = f"{what or path} was sent to the daemon but {lost}"
-            if effect == "submit" and key:
-                raise AcceptedUnknown(
-                    f"{sent}: it may have been accepted",
-                    idempotency_key=key,
-                    tool=what or "the submit",
-                ) from exc
-            if effect == "read":
-                raise DaemonTimeout(sent) from exc
-            raise OutcomeUnknown(
-                f"{sent}: it may have taken effect",
-                hint="Check the task or transfer (get_result, fedhpc://...) before sending again.",
-            ) from exc
-        try:
-            body = resp.json()
-        except ValueError:
-            body = {"code": "daemon_error", "message": f"HTTP {resp.status_code} from the daemon"}
-        if resp.status_code >= 400:
-            raise _Remote(
-                body if isinstance(body, dict) else {"message": str(body)}, resp.status_code
-            )
-        return body
+        await self.wire.aclose()
 
     async def health(self) -> dict[str, Any]:
         body: dict[str, Any] = await self._call(api.HEALTH, limit_s=TIMEOUTS["health"])
@@ -366,7 +263,7 @@ class DaemonClient:
         """The session the PreToolUse hook reported for this tool call, or None."""
         try:
             body = await self._call(api.BINDING, tool_use_id)
-        except _Remote as exc:
+        except RemoteError as exc:
             if exc.code == "not_found":
                 return None
             raise

@@ -11,7 +11,7 @@ import structlog
 from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 
-from fedhpc.client.daemon_client import ACTING_FOR
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.session_meta import agent_session, claude_tool_use_id
 from fedhpc.ops.continuations import ContinuationSpec, Runtime

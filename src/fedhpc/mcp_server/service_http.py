@@ -35,7 +35,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fedhpc.client.daemon_client import ACTING_FOR
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.mcp_server.results import error_result
 from fedhpc.mcp_server.transport import BodyLimit
 from fedhpc.service import (

@@ -41,7 +41,7 @@ from mcp.types import (
 )
 from pydantic import BaseModel
 
-from fedhpc.client.daemon_client import ACTING_FOR
+from fedhpc.client.wire import ACTING_FOR
 from fedhpc.errors import FedError, TransientError
 from fedhpc.mcp_server.link import DaemonLink
 from fedhpc.mcp_server.task_state import EXTENSION, Handle, detailed_task, owner_of, parse
