@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fedhpc.settings import DEVFED_DIR
+from fedhpc_dev.devfed.instances import instance_root
+from fedhpc_dev.profiles import devfed_root
 
 # What a run may leave in the checkout's root: tools' caches (git ignores them).
 _CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__", ".venv"}
@@ -125,9 +130,9 @@ def canary_dir(tmp_path: Path) -> Iterator[Path]:
 
 # Integration modules that touch no Slurm cluster (private process sites, an sshd of their own,
 # or no sites at all): under `pytest -n` they run beside the Slurm tests, each module on one
-# worker (its module fixtures start once). Every other integration module joins one group that
-# runs on one worker, a test at a time: a Slurm test may drain or fill the shared clusters. A
-# new module is in that group until it is listed here.
+# worker (its module fixtures start once). Every other integration module joins one of the two
+# Slurm halves (SLURM_B), each run on one worker, a test at a time: a Slurm test may drain or
+# fill the clusters. A new module is in a Slurm half until it is listed here.
 PARALLEL_SAFE = frozenset(
     {
         "test_bridge_crash",
@@ -194,32 +199,87 @@ SLURM_TESTS = frozenset(
 )
 
 
+# The Slurm tests run in two halves, "slurm-a" and "slurm-b", on two workers, each against a
+# federation of its own (`fedhpc devfed up --instances 2`, docs/devfed.md): a worker's first
+# half picks its instance (HALVES) and every process it starts inherits that instance's
+# FEDHPC_DEVFED_DIR; a worker given both halves (`-n 1`) runs them on its one instance. These
+# modules are "slurm-b", the rest (and SLURM_TESTS) "slurm-a": about half the Slurm time each
+# by the durations of a whole `./dev test` (CI run 47: 1,020 s for 159 tests; rebalance when
+# "time per scheduling scope" shows the two halves apart).
+SLURM_B = frozenset(
+    {
+        "test_controller_loss",
+        "test_crash",
+        "test_dead_site",
+        "test_demo_slurm",
+        "test_devfed_ssh",
+        "test_etiquette_slurm",
+        "test_examples",
+        "test_hostile_daemon",
+        "test_mcp_stdio",
+        "test_orchestrator",
+        "test_transfer_devfed",
+    }
+)
+HALVES = {"slurm-a": 1, "slurm-b": 2}  # Slurm half -> the devfed instance its worker uses
+_INSTANCE = pytest.StashKey[int]()
+
+
 # Integration modules that use devpolaris (OpenPBS) alone, never a Slurm cluster (their daemons
 # run with FEDHPC_DEVFED=pbs), beside the `test_pbs_*` ones: they join the "pbs" scope.
 PBS_ONLY = frozenset({"test_arrays_pbs"})
 
 
 def _scope(nodeid: str) -> str:
-    """What runs together on one worker: every Slurm test (one scope, so one at a time), each
-    other integration module whole (its module fixtures start once), each unit test alone."""
+    """What runs together on one worker: each Slurm half (one scope, so one test at a time),
+    each other integration module whole (its module fixtures start once), each unit test alone."""
     path = nodeid.split("::", 1)[0]
     if "integration/" not in path:
         return nodeid
-    if Path(path).stem.startswith("test_pbs_") or Path(path).stem in PBS_ONLY:
+    stem = Path(path).stem
+    if stem.startswith("test_pbs_") or stem in PBS_ONLY:
         return "pbs"  # devpolaris (OpenPBS) only: one at a time, beside the Slurm tests
     test = f"{Path(path).name}::{nodeid.split('::', 1)[-1].split('[', 1)[0]}"
     if test in SLURM_TESTS:
-        return "slurm"
-    return path if Path(path).stem in PARALLEL_SAFE else "slurm"
+        return "slurm-a"
+    if stem in PARALLEL_SAFE:
+        return path
+    return "slurm-b" if stem in SLURM_B else "slurm-a"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On an xdist worker, the first Slurm test picks the worker's devfed instance (HALVES)
+    before any fixture starts a daemon: FEDHPC_DEVFED_DIR names that instance's folder from
+    then on, for this process and every process it starts (the `devfed` fixture takes that
+    instance's lock). Without xdist nothing changes: instance 1, or what the caller set."""
+    config = item.config
+    if not hasattr(config, "workerinput") or _INSTANCE in config.stash:
+        return
+    number = HALVES.get(_scope(item.nodeid))
+    if number is None:
+        return
+    config.stash[_INSTANCE] = number
+    os.environ[DEVFED_DIR.name] = str(instance_root(devfed_root(), number))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under `pytest -n N`, tests are sent to workers by `_scope` (pytest-xdist's loadscope
     scheduling, with our scopes; its `xdist_group` marks do not survive pytest-asyncio's items)."""
+    # only under xdist: a plain `pytest` run never imports it
     from xdist.scheduler import LoadScopeScheduling
 
     class Scopes(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # A worker without a Slurm half takes the next one first: the halves, the suite's
+            # long poles, start at once on workers of their own (with one worker it gets both).
+            if not HALVES.keys() & self.assigned_work.get(node, {}).keys():
+                half = next((s for s in self.workqueue if s in HALVES), None)
+                if half is not None:
+                    self.workqueue.move_to_end(half, last=False)
+            super()._assign_work_unit(node)
 
     return Scopes(config, log)

@@ -16,16 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from fedhpc.profiles import load_profiles
 from fedhpc.settings import DEVFED_TEST_LOCK, REQUIRE_REAL
 from fedhpc_dev.devfed import DevfedError
-from fedhpc_dev.devfed.plan import plan_federation
+from fedhpc_dev.devfed.manager import plan_at
 from fedhpc_dev.devfed.sshd import SshFront, start_front
 from fedhpc_dev.postgres import PgServer, PostgresUnavailable
 from fedhpc_dev.postgres import start as start_postgres
 from fedhpc_dev.profiles import devfed_root
 
-HINT = "start it with `sudo fedhpc devfed up` (check with `fedhpc devfed status`)"
+HINT = (
+    "start it with `sudo fedhpc devfed up --instances 2` (both instances `pytest -n` uses; "
+    "check with `fedhpc devfed status`)"
+)
 
 
 @dataclass(frozen=True)
@@ -56,27 +58,36 @@ class Devfed:
         )
 
 
-# Tests drain every cluster (`scancel --user root`), so two pytest runs sharing the one local
+# Tests drain every cluster (`scancel --user root`), so two pytest runs sharing one local
 # federation (several checkouts on one machine) would cancel each other's jobs: one at a time.
+# LOCK is instance 1's (benchmarks take it too); instance n has its own beside it.
 LOCK = Path(DEVFED_TEST_LOCK.get() or "")
+
+
+def lock_of(instance: int) -> Path:
+    """The lock a pytest process holds on devfed instance `instance`."""
+    return LOCK if instance == 1 else LOCK.with_name(f"{LOCK.stem}-{instance}{LOCK.suffix}")
 
 
 @pytest.fixture(scope="session")
 def devfed() -> Iterator[Devfed]:
-    """The running federation, held exclusively by this pytest run; fails (never skips) when
-    any cluster does not answer `sinfo`."""
-    with LOCK.open("a") as lock:
+    """The running federation at FEDHPC_DEVFED_DIR (under xdist, the worker's instance:
+    tests/conftest.py, HALVES), held exclusively by this process; fails (never skips) when any
+    cluster does not answer `sinfo`."""
+    plan = plan_at(devfed_root())
+    lock_path = lock_of(plan.instance.number)
+    with lock_path.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            sys.stderr.write(f"devfed: another test run holds {LOCK}; waiting for it\n")
+            sys.stderr.write(f"devfed: another test run holds {lock_path}; waiting for it\n")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield _check_devfed()
 
 
 def _check_devfed() -> Devfed:
     root = devfed_root()
-    plan = plan_federation(load_profiles().values(), root, socket.gethostname())
+    plan = plan_at(root)
     fed = Devfed(root, tuple(c.name for c in plan.clusters))
     problems = []
     for cluster in plan.clusters:

@@ -11,7 +11,9 @@ from pathlib import Path
 from fedhpc.profiles import load_profiles
 from fedhpc.settings import NO_PROGRESS
 from fedhpc_dev.devfed import DevfedError, manager
+from fedhpc_dev.devfed.instances import instances_of
 from fedhpc_dev.devfed.pbs import pbs_status
+from fedhpc_dev.devfed.plan import FederationPlan
 from fedhpc_dev.devfed.sshd import start_front
 from fedhpc_dev.devfed.status import format_status
 
@@ -19,28 +21,34 @@ __all__ = ["add_parser"]
 
 
 def _up(args: argparse.Namespace) -> int:
-    plan = manager.default_plan()
+    for number in range(1, args.instances + 1):
+        plan = manager.default_plan() if number == 1 else manager.instance_plan(number)
+        _up_one(plan, args.timeout)
+    return 0
+
+
+def _up_one(plan: FederationPlan, timeout_s: float) -> None:
     if sys.stdout.isatty() and not NO_PROGRESS.read():
         # startup: every `fedhpc` command loads this plugin; rich only when `devfed up` shows steps
         from fedhpc.ui.term import steps
 
         with steps("devfed up", manager.UP_STEPS) as progress:
-            report = manager.up(plan, timeout_s=args.timeout, progress=progress)
+            report = manager.up(plan, timeout_s=timeout_s, progress=progress)
     else:
-        report = manager.up(plan, timeout_s=args.timeout)
+        report = manager.up(plan, timeout_s=timeout_s)
     nodes = sum(len(c.nodes) for c in plan.clusters)
     if report.started:
         what = f"started {len(report.started)} daemons"
     else:
         what = "already running, nothing to start"
+    which = f" (instance {plan.instance.number})" if plan.instance.number > 1 else ""
     print(
         f"devfed up: {len(plan.clusters)} clusters, {nodes} nodes idle ({what}) in "
-        f"{report.elapsed_s:.1f}s; folder {plan.root}"
+        f"{report.elapsed_s:.1f}s; folder {plan.root}{which}"
     )
     if report.pbs is not None:
         word = "up" if report.pbs.up else "ABSENT"
         print(f"devfed up: devpolaris (OpenPBS) {word}: {report.pbs.detail}")
-    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -49,14 +57,21 @@ def _status(args: argparse.Namespace) -> int:
     sys.stdout.write(format_status(state))
     pbs = pbs_status(plan.root, plan.hostname, load_profiles().values())
     print(f"devpolaris: OpenPBS {'up' if pbs.up else 'DOWN'} ({pbs.detail})")
-    return 0 if state.healthy else 1
+    healthy = state.healthy
+    for root in instances_of(plan.root):
+        other = manager.status(manager.plan_at(root))
+        sys.stdout.write(format_status(other))
+        healthy = healthy and other.healthy
+    return 0 if healthy else 1
 
 
 def _down(args: argparse.Namespace) -> int:
-    plan = manager.default_plan()
-    stopped = manager.down(plan, purge=args.purge)
+    here = manager.default_plan()
     kept = "removed" if args.purge else "kept (state, logs, accounting db)"
-    print(f"devfed down: stopped {len(stopped)} processes; folder {plan.root} {kept}")
+    # The instances beside this one first (theirs is the primary's devpolaris), then it.
+    for plan in [*map(manager.plan_at, instances_of(here.root)), here]:
+        stopped = manager.down(plan, purge=args.purge)
+        print(f"devfed down: stopped {len(stopped)} processes; folder {plan.root} {kept}")
     return 0
 
 
@@ -98,10 +113,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub = parser.add_subparsers(dest="devfed_command", required=True, metavar="ACTION")
     up = sub.add_parser("up", help="install (as root), start and wait until every node is idle")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait (default 180)")
+    up.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also bring up instances 2..N beside this one: the same clusters in `{folder}-n` on "
+        "ports shifted by 1000 (n - 1); `./dev test` runs two, one per Slurm test worker",
+    )
     up.set_defaults(func=_up)
     status = sub.add_parser("status", help="clusters, partitions, nodes, GPUs; exit 1 if unhealthy")
     status.set_defaults(func=_status)
-    down = sub.add_parser("down", help="stop every devfed daemon, keep the folder")
+    down = sub.add_parser(
+        "down", help="stop every devfed daemon (every instance's), keep the folders"
+    )
     down.add_argument("--purge", action="store_true", help="also delete the devfed folder")
     down.set_defaults(func=_down)
     ssh = sub.add_parser(

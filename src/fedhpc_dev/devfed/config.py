@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fedhpc.domain.units import format_hms
-from fedhpc_dev.devfed.plan import DBD_PORT, MYSQL_PORT, ClusterPlan, FederationPlan
+from fedhpc_dev.devfed.plan import ClusterPlan, FederationPlan
 
 __all__ = ["render_gres_conf", "render_slurm_conf", "render_slurmdbd_conf"]
 
@@ -59,7 +59,7 @@ def render_slurm_conf(plan: FederationPlan, cluster: ClusterPlan) -> str:
             ("InactiveLimit", 0),
             ("AccountingStorageType", "accounting_storage/slurmdbd"),
             ("AccountingStorageHost", "127.0.0.1"),
-            ("AccountingStoragePort", DBD_PORT),
+            ("AccountingStoragePort", plan.dbd_port),
             # For slurmdbd connections this names the munge socket, not a password.
             ("AccountingStoragePass", plan.munge_socket),
             ("AccountingStorageEnforce", "associations"),
@@ -107,14 +107,14 @@ def render_slurmdbd_conf(plan: FederationPlan, storage_pass: str) -> str:
             ("AuthInfo", f"socket={plan.munge_socket}"),
             ("DbdHost", "localhost"),
             ("DbdAddr", "127.0.0.1"),
-            ("DbdPort", DBD_PORT),
+            ("DbdPort", plan.dbd_port),
             ("SlurmUser", "root"),
             ("PidFile", plan.pid_file("slurmdbd")),
             ("LogFile", plan.log_file("slurmdbd")),
             ("DebugLevel", "info"),
             ("StorageType", "accounting_storage/mysql"),
             ("StorageHost", "127.0.0.1"),
-            ("StoragePort", MYSQL_PORT),
+            ("StoragePort", plan.mysql_port),
             ("StorageUser", "slurm"),
             ("StoragePass", storage_pass),
             ("StorageLoc", "slurm_acct_db"),

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from fedhpc_dev.devfed import DevfedError
-from fedhpc_dev.devfed.plan import DBD_PORT, MYSQL_PORT, FederationPlan
+from fedhpc_dev.devfed.plan import FederationPlan
 from fedhpc_dev.devfed.procs import alive_pid, port_open, run, stop_pids, wait_for
 
 __all__ = ["start_daemon", "start_mariadb", "start_munge", "start_slurmdbd"]
@@ -64,7 +64,8 @@ def _mysql(plan: FederationPlan, sql: str) -> str:
 
 
 def start_mariadb(plan: FederationPlan, storage_pass: str, started: list[str]) -> None:
-    """A private mariadbd on 127.0.0.1:13306 with the `slurm` user slurmdbd logs in as."""
+    """A private mariadbd on 127.0.0.1 (13306 for instance 1) with the `slurm` user slurmdbd
+    logs in as."""
     if alive_pid(plan.pid_file("mariadbd"), "mariadbd"):
         return
     if not (plan.mysql_data / "mysql").is_dir():
@@ -77,7 +78,7 @@ def start_mariadb(plan: FederationPlan, storage_pass: str, started: list[str]) -
         "--user=root",
         f"--datadir={plan.mysql_data}",
         f"--socket={plan.mysql_socket}",
-        f"--port={MYSQL_PORT}",
+        f"--port={plan.mysql_port}",
         "--bind-address=127.0.0.1",
         f"--pid-file={plan.pid_file('mariadbd')}",
         f"--log-error={plan.log_file('mariadbd')}",
@@ -85,7 +86,7 @@ def start_mariadb(plan: FederationPlan, storage_pass: str, started: list[str]) -
         "--skip-name-resolve",
     ]
     start_daemon(argv, {}, plan.log_file("mariadbd"), foreground=True)
-    wait_for(lambda: port_open(MYSQL_PORT) and plan.mysql_socket.exists(), "mariadbd", 60)
+    wait_for(lambda: port_open(plan.mysql_port) and plan.mysql_socket.exists(), "mariadbd", 60)
     # The password is hex from secrets, never user input, so it can sit in the SQL text.
     grants = "".join(
         f"CREATE USER IF NOT EXISTS 'slurm'@'{h}' IDENTIFIED BY '{storage_pass}';"
@@ -107,5 +108,6 @@ def start_slurmdbd(plan: FederationPlan, changed: bool, started: list[str]) -> N
         return
     env = {"SLURM_CONF": str(plan.dbd_slurm_conf)}
     start_daemon(["slurmdbd"], env, plan.log_file("slurmdbd"), foreground=False)
-    wait_for(lambda: port_open(DBD_PORT), f"slurmdbd on port {DBD_PORT}", 60)
+    port = plan.dbd_port
+    wait_for(lambda: port_open(port), f"slurmdbd on port {port}", 60)
     started.append("slurmdbd")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import structlog
 
@@ -20,8 +21,9 @@ from fedhpc.profiles import load_profiles
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
 from fedhpc_dev.devfed.daemons import start_daemon, start_mariadb, start_munge, start_slurmdbd
+from fedhpc_dev.devfed.instances import instance_root, read_instance, write_instance
 from fedhpc_dev.devfed.pbs import PbsOutcome, pbs_down, pbs_up
-from fedhpc_dev.devfed.plan import ACCOUNTS, ClusterPlan, FederationPlan, plan_federation
+from fedhpc_dev.devfed.plan import ACCOUNTS, ClusterPlan, FederationPlan, Instance, plan_federation
 from fedhpc_dev.devfed.procs import (
     alive_pid,
     port_open,
@@ -34,7 +36,16 @@ from fedhpc_dev.devfed.setup import ensure_packages, prepare_dirs, require_root,
 from fedhpc_dev.devfed.status import ClusterStatus, FederationStatus, parse_nodes
 from fedhpc_dev.profiles import devfed_root
 
-__all__ = ["UpReport", "default_plan", "down", "invoking_users", "status", "up"]
+__all__ = [
+    "UpReport",
+    "default_plan",
+    "down",
+    "instance_plan",
+    "invoking_users",
+    "plan_at",
+    "status",
+    "up",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +60,27 @@ class UpReport:
     pbs: PbsOutcome | None = None  # devpolaris (OpenPBS): up, or why it is absent
 
 
+def plan_at(root: Path) -> FederationPlan:
+    """The federation of the shipped `local_test` profiles under `root`, as the instance
+    `devfed up` recorded there (instance 1 when none is)."""
+    return plan_federation(
+        load_profiles().values(), root, socket.gethostname(), read_instance(root)
+    )
+
+
 def default_plan() -> FederationPlan:
-    """The federation of the shipped `local_test` profiles under `devfed_root()`."""
-    return plan_federation(load_profiles().values(), devfed_root(), socket.gethostname())
+    """The federation under `devfed_root()` (`$FEDHPC_DEVFED_DIR`)."""
+    return plan_at(devfed_root())
+
+
+def instance_plan(number: int) -> FederationPlan:
+    """Instance `number` of the federation whose first instance is (or is beside)
+    `devfed_root()`: the same clusters under `{primary}-n` with ports shifted."""
+    here = devfed_root()
+    primary = read_instance(here).primary or here
+    instance = Instance(number, primary if number > 1 else None)
+    root = instance_root(primary, number)
+    return plan_federation(load_profiles().values(), root, socket.gethostname(), instance)
 
 
 def invoking_users() -> tuple[str, ...]:
@@ -182,6 +211,7 @@ def up(
     report = UpReport()
     step(UP_STEPS[1])
     prepare_dirs(plan)
+    write_instance(plan.root, plan.instance)
     pass_file = plan.dbd_dir / "storage.pass"
     if not pass_file.exists():
         pass_file.write_text(secrets.token_hex(16))
@@ -220,11 +250,26 @@ def up(
     wait_for(lambda: _nodes_ready(plan, resumed), "every node to be idle", left, step_s=0.5)
     phase("slurm")
     step(UP_STEPS[7])
-    # After Slurm, and never raising: a PBS failure leaves the four clusters up and says why.
-    report.pbs = pbs_up(plan.root, plan.hostname, load_profiles().values())
+    if plan.instance.primary is None:
+        # After Slurm, and never raising: a PBS failure leaves the four clusters up and says why.
+        report.pbs = pbs_up(plan.root, plan.hostname, load_profiles().values())
+    else:
+        _share_devpolaris(plan, plan.instance.primary)
     report.elapsed_s = time.monotonic() - t0
     log.info("devfed.up", started=len(report.started), elapsed_s=round(report.elapsed_s, 1))
     return report
+
+
+def _share_devpolaris(plan: FederationPlan, primary: Path) -> None:
+    """devpolaris stays single: an instance past the first names the primary's folder, so a
+    profile's `{devfed}/devpolaris/...` reaches it from any instance."""
+    link, target = plan.root / "devpolaris", primary / "devpolaris"
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    if link.is_symlink():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(target)
 
 
 def status(plan: FederationPlan) -> FederationStatus:
@@ -270,7 +315,8 @@ def down(plan: FederationPlan, *, purge: bool = False) -> list[int]:
         raise DevfedError(f"{plan.root} was not made by `fedhpc devfed up`; not touching it")
     stopped: list[int] = []
     try:
-        pbs_down(plan.root, plan.hostname, load_profiles().values(), purge=purge)
+        if plan.instance.primary is None:  # devpolaris is the primary's alone
+            pbs_down(plan.root, plan.hostname, load_profiles().values(), purge=purge)
         _cancel_jobs(plan)
         # Order: nodes, controllers (they flush accounting to slurmdbd), slurmdbd, its db, munge.
         groups = [[p for c in plan.clusters for p in _cluster_pids(c)]]

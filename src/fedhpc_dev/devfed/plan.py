@@ -15,8 +15,10 @@ __all__ = [
     "DBD_PORT",
     "MYSQL_PORT",
     "PORTS_PER_CLUSTER",
+    "PORT_STRIDE",
     "ClusterPlan",
     "FederationPlan",
+    "Instance",
     "NodePlan",
     "PartitionPlan",
     "plan_federation",
@@ -30,6 +32,22 @@ DBD_PORT = 16819
 MYSQL_PORT = 13306
 ACCOUNTS = ("fedhpc-cpu", "fedhpc-gpu")
 MARKER = ".fedhpc-devfed"
+# Instance n (a second federation beside the first, same cluster names: the test suite runs one
+# per Slurm worker) has every port of instance 1 plus PORT_STRIDE (n - 1).
+PORT_STRIDE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """Which federation a folder holds: instance 1, or instance n > 1 beside the one at
+    `primary` (devpolaris, the OpenPBS cluster, lives in the primary's folder alone)."""
+
+    number: int = 1
+    primary: Path | None = None
+
+    @property
+    def port_shift(self) -> int:
+        return PORT_STRIDE * (self.number - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +133,15 @@ class FederationPlan:
     root: Path
     hostname: str
     clusters: tuple[ClusterPlan, ...]
+    instance: Instance = Instance()
+
+    @property
+    def dbd_port(self) -> int:
+        return DBD_PORT + self.instance.port_shift
+
+    @property
+    def mysql_port(self) -> int:
+        return MYSQL_PORT + self.instance.port_shift
 
     @property
     def marker(self) -> Path:
@@ -221,13 +248,17 @@ def _plan_cluster(profile: SiteProfile, root: Path, ctld_port: int) -> ClusterPl
     return ClusterPlan(profile.name, root / profile.name, ctld_port, tuple(nodes), tuple(parts))
 
 
-def plan_federation(profiles: Iterable[SiteProfile], root: Path, hostname: str) -> FederationPlan:
+def plan_federation(
+    profiles: Iterable[SiteProfile], root: Path, hostname: str, instance: Instance = Instance()
+) -> FederationPlan:
     """The Slurm federation of the `local_test` Slurm profiles, in name order with fixed ports
-    (the PBS one, devpolaris, is planned by `devfed.pbs`)."""
+    (shifted for an `instance` past the first; the PBS one, devpolaris, is planned by
+    `devfed.pbs`)."""
     local = sorted(
         (p for p in profiles if p.local_test and p.dialect == "slurm"), key=lambda p: p.name
     )
+    base = CTLD_PORT_BASE + instance.port_shift
     clusters = tuple(
-        _plan_cluster(p, root, CTLD_PORT_BASE + i * PORTS_PER_CLUSTER) for i, p in enumerate(local)
+        _plan_cluster(p, root, base + i * PORTS_PER_CLUSTER) for i, p in enumerate(local)
     )
-    return FederationPlan(root=root, hostname=hostname, clusters=clusters)
+    return FederationPlan(root=root, hostname=hostname, clusters=clusters, instance=instance)
