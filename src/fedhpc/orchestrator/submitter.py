@@ -94,6 +94,9 @@ class Submitter:
         # Elements per array at a site whose scheduler refused a bigger one (halved on each
         # refusal, doubled back after an hour without one).
         self.array_caps = ArrayCaps()
+        # (task, attempt) of hedged copies not sent yet: one may be set aside before its lane
+        # reaches it (`_not_set_aside`).
+        self.hedged: set[tuple[str, int]] = set()
 
     def in_flight(self, site: str) -> int:
         """Submit calls at once at `site`: its config's `submits_in_flight`, else `PER_SITE`."""
@@ -137,6 +140,8 @@ class Submitter:
                 continue
             self.ready.append((task, p, prepared, history))
             first = task.attempts_made
+            if plan and plan.copies and isinstance(prepared, Intent):
+                self.hedged.add((task.id, prepared.att.n))
             for q in plan.copies if plan else ():
                 try:  # a copy that cannot be written is dropped alone: the first one goes on
                     copy = await self.dispatcher.prepare(task, q, copy_of=first)
@@ -144,6 +149,8 @@ class Submitter:
                     log.exception("a hedged copy could not be written", task=task.id, site=q.site)
                     continue
                 self.ready.append((task, q, copy, history))
+                if isinstance(copy, Intent):
+                    self.hedged.add((task.id, copy.att.n))
 
     async def send(self) -> None:
         """Without the lock: what `prepare` wrote goes to its site's lane (`_lane`): sites
@@ -261,6 +268,9 @@ class Submitter:
     async def _call(self, items: list[Prepared], tg: TaskGroup) -> None:
         """One submit call for `items` (one site's intents); a job refused there tries the
         next site on its own (`_dispatch`); a call that fails outright fails its tasks."""
+        items = await self._not_set_aside(items)
+        if not items:
+            return
         intents = [cast(Intent, prepared) for _, _, prepared, _ in items]  # `_queue` put them
         try:
             async with self._limiter(items[0][1].site):
@@ -279,6 +289,33 @@ class Submitter:
         if refused:
             await self._halve(refused, tg)
         self.signal()
+
+    async def _not_set_aside(self, items: list[Prepared]) -> list[Prepared]:
+        """`items` but the hedged copies set aside while they waited for a lane (another copy
+        started first, `outrun`): never sent, so no job to cancel; each ends cancelled."""
+        hedged = [i for i in items if (i[0].id, cast(Intent, i[2]).att.n) in self.hedged]
+        if not hedged:
+            return items
+        dropped: set[int] = set()
+        async with self.lock:
+            for task, _, prepared, _ in hedged:
+                intent = cast(Intent, prepared)
+                self.hedged.discard((task.id, intent.att.n))
+                atts = await self.book.load_attempts(task.id)
+                stored = next((a for a in atts if a.n == intent.att.n), None)
+                if stored is None or not stored.superseded or stored.job_id is not None:
+                    continue
+                stored.state, stored.ended_at = JobState.CANCELLED, self.clock()
+                stored.cancel_pending = False
+                async with self.book.store.transaction() as tx:
+                    await self.book.save_attempts(tx, stored, at=self.clock())
+                self.dispatcher.claims.drop(intent.claim)
+                self.dispatcher.in_flight.discard(intent.att.job_name)
+                dropped.add(id(prepared))
+                log.info(
+                    "set-aside copy not sent", task=task.id, attempt=stored.n, site=stored.site
+                )
+        return [i for i in items if id(i[2]) not in dropped]
 
     async def _halve(
         self, refused: dict[str, list[tuple[Prepared, AttemptRecord]]], tg: TaskGroup
