@@ -8,12 +8,20 @@ folder mirrors the real one, except that devdeltaai's `slurm.conf` is a private 
 `SlurmctldPort` is rewritten to a port nothing listens on (to every Slurm client, a stopped
 slurmctld). The shared devdeltaai keeps serving every other test; what the test puts there (a
 blocker that holds its GPUs, the task's first job) is cancelled whatever happens. The time
-it takes is measured by `benchmarks/controller_loss.py`, not asserted here."""
+it takes is measured by `benchmarks/controller_loss.py`, not asserted here.
+
+A controller that is merely slow (a proxy that holds each connection longer than the
+observation's ping deadline, shorter than the probe's) or hung (a socket that never answers)
+makes the site *suspect*: the task gets a hedged copy elsewhere at once. The slow one is never
+taken offline (the probe's pings answer) and its copy is cancelled when the other starts; the
+hung one goes offline after its second silent probe ping, its copy set aside."""
 
 from __future__ import annotations
 
 import shutil
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,8 @@ from fedhpc.domain import JobState, ResourceEnvelope
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from tests.integration.daemon_util import running, wait_terminal
+
+SLOW_S = 1.5  # over the observation's ping deadline at a 1 s cycle (1 s), under the probe's (5 s)
 
 pytestmark = pytest.mark.devfed
 
@@ -61,6 +71,54 @@ def _dead(text: str) -> str:
     return "\n".join(
         f"SlurmctldPort={free}" if ln.startswith("SlurmctldPort=") else ln for ln in lines
     )
+
+
+def _port(text: str) -> int:
+    return int(
+        next(ln for ln in text.splitlines() if ln.startswith("SlurmctldPort=")).split("=")[1]
+    )
+
+
+def _at(text: str, port: int) -> str:
+    lines = text.splitlines()
+    return "\n".join(
+        f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln for ln in lines
+    )
+
+
+async def _pipe(src: anyio.abc.SocketStream, dst: anyio.abc.SocketStream) -> None:
+    try:
+        async for chunk in src:
+            await dst.send(chunk)
+        await dst.send_eof()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+
+
+@asynccontextmanager
+async def _controller(kind: str, upstream: int) -> AsyncIterator[int]:
+    """A port in front of the real controller at `upstream`: `slow` holds each connection
+    SLOW_S before it passes it on; `hung` takes connections and never answers."""
+    if kind == "hung":
+        with socket.socket() as hung:
+            hung.bind(("127.0.0.1", 0))
+            hung.listen(4096)
+            yield int(hung.getsockname()[1])
+        return
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            await anyio.sleep(SLOW_S)
+            up = await anyio.connect_tcp("127.0.0.1", upstream)
+            async with up, anyio.create_task_group() as tg:
+                tg.start_soon(_pipe, client, up)
+                await _pipe(up, client)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield int(listener.extra(anyio.abc.SocketAttribute.local_port))
+        tg.cancel_scope.cancel()
 
 
 async def _event(client: DaemonClient, kind: str, after: int) -> dict[str, Any]:
@@ -129,5 +187,70 @@ async def test_a_dead_controller_moves_queued_work_and_events_carry_seen_times(
             done = await wait_terminal(client, handle.task_id)
             assert done.state is JobState.COMPLETED
             assert done.attempts[-1].site != DEAD
+    finally:
+        devfed.run(DEAD, "scancel", *jobs)
+
+
+@pytest.mark.parametrize("kind", ["slow", "hung"])
+async def test_a_silent_ping_hedges_queued_work_and_only_a_hung_controller_goes_offline(
+    devfed: Any, tmp_path: Path, kind: str
+) -> None:
+    conf = _mirror(devfed, tmp_path / "fed")
+    good = conf.read_text()
+    blocker = devfed.run(
+        DEAD, "sbatch", "--parsable", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4",
+        "-t", "30", "-o", "/dev/null", "--wrap", "sleep 1800",
+    )  # fmt: skip
+    assert blocker.returncode == 0, blocker.stderr
+    jobs = [blocker.stdout.strip().split(";")[0]]
+    env = {"FEDHPC_DEVFED_DIR": str(tmp_path / "fed"), "FEDHPC_PROBE_TIMEOUT_S": "40"}
+    try:
+        async with running(tmp_path / "h", **env) as client:
+            envelope = ResourceEnvelope.model_validate(
+                {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 1, "max": 1}}
+            )
+            seq0 = max((int(e["seq"]) for e in await client.events(limit=1000)), default=0)
+            handle = await client.submit_task(
+                SubmitTaskRequest(
+                    command=("sleep", "1"),
+                    envelope=envelope,
+                    policy=PolicyKind.FIXED_SITE,
+                    fixed_site=DEAD,
+                    fallback=True,
+                    adaptation=AdaptationPolicy(replace_pending=False),
+                )
+            )
+            with anyio.fail_after(120):  # in DEAD's queue, and a cycle has seen it there
+                while True:
+                    r = await client.get_result(ResultRequest(task_id=handle.task_id))
+                    first = r.attempts[0] if r.attempts else None
+                    if first is not None and first.job_id and first.state is JobState.PENDING:
+                        jobs.append(first.job_id)
+                        break
+                    await anyio.sleep(0.1)
+            async with _controller(kind, _port(good)) as port:
+                _write(conf, _at(good, port))
+                try:
+                    with anyio.fail_after(120):
+                        while len(r.attempts) < 2:
+                            await anyio.sleep(0.1)
+                            r = await client.get_result(ResultRequest(task_id=handle.task_id))
+                    assert r.attempts[1].site != DEAD and r.attempts[1].copy_of == 1
+                    if kind == "hung":
+                        lost = await _event(client, "site.offline", seq0)
+                        assert "did not answer" in lost["payload"]["error"]
+                    else:
+                        done = await wait_terminal(client, handle.task_id)
+                finally:
+                    _write(conf, good)
+            done = await wait_terminal(client, handle.task_id)
+            assert done.state is JobState.COMPLETED
+            first, copy = done.attempts
+            assert copy.site != DEAD and first.superseded
+            events = await client.events(after=seq0, limit=1000)
+            offline = [e for e in events if e["kind"] == "site.offline" and e["subject"] == DEAD]
+            if kind == "slow":  # slow, not lost: no agent was told otherwise
+                assert offline == []
+                assert first.outrun_by == copy.n
     finally:
         devfed.run(DEAD, "scancel", *jobs)

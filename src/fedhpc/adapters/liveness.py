@@ -28,12 +28,19 @@ __all__ = [
     "down_in",
     "gated",
     "ping_of",
+    "suspect_ping_s",
 ]
 
 # A controller that does not answer a ping within this is taken for lost. Slurm's own
 # MessageTimeout is 10 s; a ping is the cheapest request there is, and a controller that
 # cannot answer one in 5 s cannot take work either.
 PING_TIMEOUT_S = 5.0
+# The observation's ping is given less: a control cycle that waits 5 s for it cannot move the
+# work of a hung controller within 2 cycles at a 2 s cycle. Half a cycle, never under this
+# floor (a loaded login node), never over PING_TIMEOUT_S. Missing it makes the site *suspect*
+# (its queued work hedged elsewhere: `orchestrator.suspect`), never offline: only the probe's
+# full-deadline pings decide that.
+SUSPECT_PING_MIN_S = 1.0
 DOWN_EXIT = 75  # the gate's exit status when the ping failed (EX_TEMPFAIL)
 _MARK = "@@fedhpc-controller-down"
 
@@ -87,6 +94,12 @@ def ping_of(dialect: str) -> Ping | None:
     if dialect == "lsf":
         return Ping(lsf_discover.ping_command(), lsf_discover.ping_problem)
     return None
+
+
+def suspect_ping_s(cycle_s: float) -> float:
+    """The observation's ping deadline at a control cycle of `cycle_s` (5 s at the default
+    10 s cycle, 1 s at 2 s)."""
+    return min(PING_TIMEOUT_S, max(SUSPECT_PING_MIN_S, cycle_s / 2))
 
 
 def gated(command: Command, ping: Ping, *, ping_timeout_s: float = PING_TIMEOUT_S) -> Command:

@@ -4,7 +4,6 @@ talks to a site."""
 from __future__ import annotations
 
 import getpass
-import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,18 +15,14 @@ import structlog
 
 from fedhpc.adapters.arrays import ArrayJob, array_dialect
 from fedhpc.adapters.by_person import submit_by_person
-from fedhpc.adapters.command import (
-    Command,
-    CommandResult,
-    batch,
-    iter_lines,
-    split_batch,
-)
+from fedhpc.adapters.command import Command, CommandResult, iter_lines
 from fedhpc.adapters.dialects import Dialect, get_dialect
-from fedhpc.adapters.dialects.base import OCCASIONAL_SECTION, SchedulerRejected
-from fedhpc.adapters.dialects.busy import SchedulerBusy
-from fedhpc.adapters.liveness import ControllerDown, ControllerSilent, down_in, gated, ping_of
+from fedhpc.adapters.dialects.base import SchedulerRejected
+from fedhpc.adapters.liveness import PING_TIMEOUT_S, ControllerDown, down_in, gated, ping_of
 from fedhpc.adapters.pace import CommandPace
+from fedhpc.adapters.site_errors import CommandFailed, StorageUnread, WorkdirFailed
+from fedhpc.adapters.site_files import RemoteFiles
+from fedhpc.adapters.site_view import BILLING_EVERY_S, SiteView
 from fedhpc.adapters.submit_batch import (
     MKDIR_FAILED,
     SubmitEntry,
@@ -44,8 +39,7 @@ from fedhpc.adapters.transports.base import (
 )
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import AccountingRecord, JobObservation, JobSpec
-from fedhpc.domain.site import Health, SiteState
-from fedhpc.errors import FedError, PermanentError, TransientError, UsageError
+from fedhpc.errors import FedError, UsageError
 from fedhpc.settings import COMMAND_TIMEOUT_S, fedhpc_home
 
 __all__ = [
@@ -63,10 +57,6 @@ log = structlog.get_logger(__name__)
 # Calls that go ahead of queued submissions under the site's cap: the daemon's look at its
 # own jobs (a job's end is seen on time during a sweep's submission) and cancels.
 _URGENT = frozenset({"status", "accounting", "find", "cancel"})
-# The probe's occasional section (Slurm's partition settings: billing weights) is sent with the
-# first probe, after a probe that found the site offline, and then at most this often: one
-# command more per 10 minutes, not one more per probe (a center asks for a probe a minute).
-BILLING_EVERY_S = 600.0
 OBSERVE_BACKOFF_MAX_S = 120.0  # the longest wait after busy answers (a center's squeue pace)
 
 
@@ -83,39 +73,11 @@ class SubmittedJob:
     script: str
 
 
-class CommandFailed(PermanentError):
-    """A scheduler command ran but failed (non-zero exit) where failure is not a normal answer."""
-
-    code = "command_failed"
-
-
-class WorkdirFailed(PermanentError):
-    """The job's folders could not be created: no scheduler ever saw the job."""
-
-    code = "workdir_failed"
-    PREFIX = "cannot create the job's folder"
-
-
-class StorageUnread(TransientError):
-    """A `$NAME` storage root could not be read from the site's login shell yet (the site did not
-    answer that call): nothing was created; another site, or a later try, may do."""
-
-    code = "storage_unread"
-    PREFIX = "cannot read the storage roots"
-    default_hint = "fedhpc reads them again with the next probe; `fedhpc doctor SITE` shows why."
-
-
 COMMAND_TIMEOUT = float(str(COMMAND_TIMEOUT_S.default))  # the daemon passes its setting
 _LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
 
-# A storage root given as an environment variable of the login shell (`$SCRATCH`, `$WORK/x`: TACC
-# sets them per user). The name is checked here and expanded remotely with `${!name}`: nothing
-# from a profile is ever run.
-_VAR_ROOT = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?$")
-_EXPAND = r'for n in "$@"; do printf "%s=%s\n" "$n" "${!n}"; done'
 
-
-class SiteAdapter:
+class SiteAdapter(SiteView, RemoteFiles):
     """Profile x dialect x transport for one site. Stateless apart from the transport."""
 
     def __init__(
@@ -140,6 +102,9 @@ class SiteAdapter:
         # did not answer (None once one did).
         self.ping = ping_of(site.profile.dialect)
         self.down: ControllerDown | None = None
+        # The ping's deadline ahead of an observation (status, find): shorter than the probe's
+        # at a short control cycle (`liveness.suspect_ping_s`, set by the control cycle).
+        self.observe_ping_s = PING_TIMEOUT_S
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
@@ -205,13 +170,16 @@ class SiteAdapter:
         """`command` bounded by the site's scheduler-command deadline."""
         return replace(command, timeout_s=self.command_timeout_s)
 
-    async def _gated(self, command: Command, kind: str) -> CommandResult:
-        """`command` behind the scheduler's ping, in one remote call (`liveness`): raises
-        `ControllerDown` at once when the controller does not answer the ping."""
+    async def _gated(
+        self, command: Command, kind: str, *, ping_s: float = PING_TIMEOUT_S
+    ) -> CommandResult:
+        """`command` behind the scheduler's ping (given `ping_s`), in one remote call
+        (`liveness`): raises `ControllerDown` at once when the controller does not answer."""
         if self.ping is None:
             return await self._run(command, kind)
-        result = await self._run(gated(command, self.ping), kind)
-        found = down_in(result, self.ping, site=self.name, dialect=self.site.profile.dialect)
+        result = await self._run(gated(command, self.ping, ping_timeout_s=ping_s), kind)
+        dialect = self.site.profile.dialect
+        found = down_in(result, self.ping, site=self.name, dialect=dialect, ping_timeout_s=ping_s)
         self.down = found if isinstance(found, ControllerDown) else None
         if found is not None:
             log.warning("controller did not answer its ping", site=self.name, error=found.message)
@@ -369,7 +337,11 @@ class SiteAdapter:
         if not job_ids:
             return []
         return self.dialect.parse_status(
-            await self._gated(self._deadline(self.dialect.status_command(job_ids)), "status")
+            await self._gated(
+                self._deadline(self.dialect.status_command(job_ids)),
+                "status",
+                ping_s=self.observe_ping_s,
+            )
         )
 
     async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
@@ -391,148 +363,8 @@ class SiteAdapter:
         if not names:
             return {}
         command = self._deadline(self.dialect.find_command(names))
-        return self.dialect.parse_find(await self._gated(command, "find"))
-
-    async def file_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
-        """Sizes of files at the site in one call; None for a file that is not there."""
-        if not paths:
-            return {}
-        script = 'for f in "$@"; do s=$(stat -c %s -- "$f" 2>/dev/null) || s=-; echo "$s"; done'
-        result = await self._run(Command(("bash", "-c", script, "fedhpc", *paths)), "files")
-        sizes = result.stdout.split()
-        return {p: (int(s) if s.isdigit() else None) for p, s in zip(paths, sizes, strict=False)}
-
-    async def head(self, path: str, max_bytes: int) -> tuple[str, bool]:
-        """At most `max_bytes` of a file (decoded with replacement) and whether it was cut."""
-        result = await self._run(
-            Command(("head", "-c", str(max_bytes + 1), "--", path), timeout_s=30.0), "files"
-        )
-        if not result.ok:
-            raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
-        text = result.stdout
-        return text[:max_bytes], len(text) > max_bytes
-
-    async def tail(self, path: str, max_bytes: int) -> tuple[str, bool]:
-        """The last `max_bytes` of a file (where a failing job's error is), decoded with
-        replacement, and whether earlier bytes were left out."""
-        script = 'wc -c < "$2"; tail -c "$1" -- "$2"'
-        result = await self._run(
-            Command(("bash", "-c", script, "fedhpc", str(max_bytes), path), timeout_s=30.0),
-            "files",
-        )
-        if not result.ok:
-            raise CommandFailed(f"cannot read {path} on {self.name}: {result.stderr.strip()}")
-        size, _, text = result.stdout.partition("\n")
-        cut = size.strip().isdigit() and int(size) > max_bytes
-        return text, bool(cut)
-
-    async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
-        """Every probe command in ONE remote call, behind the scheduler's ping (a dead
-        controller is found in one ping, not after the probe's retries); a transport failure
-        or a controller down means OFFLINE (a silent ping raises `ControllerSilent`, judged by
-        the collector). Stamped with when the answer came: what was
-        observed, when it was (a site back online is never dated before it answered)."""
-        sections = self.dialect.probe_sections(self.site.profile, self.login)
-        started = time.monotonic()
-        read, skipped = self._billing_read, False
-        if read is not None and started - read < self.billing_every_s:
-            skipped = sections.pop(OCCASIONAL_SECTION, None) is not None
-        try:
-            result = await self._gated(batch(sections, timeout_s=timeout_s), "probe")
-        except (SchedulerBusy, ControllerSilent):
-            # Shedding load: the collector backs off. A ping unanswered in time: the
-            # collector asks again at once. Neither is a lost site yet.
-            raise
-        except TransportError as exc:
-            log.warning("probe failed", site=self.name, error=exc.message)
-            self._billing_read = None  # the collector keeps nothing of an offline site
-            return SiteState(
-                site=self.name, health=Health.OFFLINE, collected_at=self._clock(), error=exc.message
-            )
-        at = self._clock()
-        state = self.dialect.parse_probe(
-            split_batch(result.stdout), self.site.profile, self.login, at
-        )
-        state = self._billing(state, sections, started, skipped)
-        if self.roots is None:
-            await self.read_roots()
-        return state.model_copy(update={"latency_s": round(time.monotonic() - started, 3)})
-
-    def _billing(
-        self, state: SiteState, sections: dict[str, Command], started: float, skipped: bool
-    ) -> SiteState:
-        """`state` with the billing weights read last when this probe did not ask for them;
-        a probe that asked and was answered is the new last reading."""
-        if state.health is Health.OFFLINE:
-            self._billing_read = None  # the collector keeps nothing of an offline site
-            return state
-        if OCCASIONAL_SECTION in sections and "billing" not in state.unread:
-            self._billing_read = started
-            self._weights = {p.name: p.billing_weights for p in state.partitions}
-            return state
-        if not skipped:
-            return state
-        parts = tuple(
-            p.model_copy(update={"billing_weights": self._weights.get(p.name, ())})
-            for p in state.partitions
-        )
-        return state.model_copy(update={"partitions": parts})
-
-    async def read_roots(self, *, unless_within_s: float = 0.0) -> None:
-        """Read the `$NAME` storage roots from the login shell (one call; none without such
-        roots). A failed call leaves them unread (the next probe reads them again); no second
-        call within `unless_within_s` of the last one."""
-        names = sorted(
-            {m.group(1) for r in self.site.profile.storage if (m := _VAR_ROOT.match(r.path))}
-        )
-        if not names:
-            self.roots = {}
-            return
-        if time.monotonic() - self._roots_tried < unless_within_s:
-            return
-        self._roots_tried = time.monotonic()
-        try:
-            command = Command(("bash", "-c", _EXPAND, "fedhpc", *names))
-            result = await self._run(self._deadline(command), "roots")
-        except TransportError as exc:
-            self._roots_error = exc.message
-        else:
-            if result.returncode == 0:
-                lines = result.stdout.splitlines()
-                found = {k: v for k, _, v in (line.partition("=") for line in lines)}
-                self.roots = {n: found.get(n, "").rstrip("/") for n in names}
-                return
-            self._roots_error = result.stderr.strip()[-200:] or f"exit {result.returncode}"
-        log.warning("storage roots unread", site=self.name, error=self._roots_error)
-
-    def root_path(self, path: str) -> str:
-        """A profile storage root as a path at the site: `$NAME[/rest]` expanded as the login
-        shell sets NAME. Raises `WorkdirFailed` when it cannot be (NAME unset there, or not a
-        name), `StorageUnread` while the site has not answered the read; nothing is created."""
-        m = _VAR_ROOT.match(path)
-        if m is None:
-            if path.startswith("$"):
-                raise WorkdirFailed(
-                    f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path!r} is not "
-                    "$NAME or $NAME/path",
-                    hint="Fix the root's path in the site profile, or set `workdir` for the site.",
-                )
-            return path
-        name, rest = m.group(1), m.group(2) or ""
-        if self.roots is None:
-            raise StorageUnread(
-                f"{StorageUnread.PREFIX} of {self.name} (${name}): {self._roots_error}",
-                hint=f"fedhpc asks again with the next probe; `fedhpc doctor {self.name}` shows "
-                "whether the site answers.",
-            )
-        if self.roots.get(name, "").startswith("/"):
-            return self.roots[name] + rest
-        raise WorkdirFailed(
-            f"{WorkdirFailed.PREFIX} on {self.name}: storage root {path}: "
-            f"${name} is not set in the login environment",
-            hint=f"Set `workdir` for {self.name} in config.toml, or check with "
-            f"`fedhpc doctor {self.name}`.",
-        )
+        found = await self._gated(command, "find", ping_s=self.observe_ping_s)
+        return self.dialect.parse_find(found)
 
 
 def open_adapter(site: Site, *, command_timeout_s: float = COMMAND_TIMEOUT) -> SiteAdapter:

@@ -17,6 +17,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.dialects.busy import SchedulerBusy
+from fedhpc.adapters.liveness import ControllerSilent, suspect_ping_s
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
@@ -26,10 +27,12 @@ from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claims, Ended
+from fedhpc.orchestrator.finish import finish_ends
 from fedhpc.orchestrator.hedging import outrun
 from fedhpc.orchestrator.liveness import offline, online
 from fedhpc.orchestrator.people import by_owner, per_person
 from fedhpc.orchestrator.records import AttemptRecord
+from fedhpc.orchestrator.suspect import hedge_suspect
 
 __all__ = ["Control"]
 
@@ -71,10 +74,13 @@ class Control:
         wake_placer: Callable[[], None],
         clock: Callable[[], datetime],
         intent_grace_s: float,
+        cycle_s: float = 10.0,
     ) -> None:
         self.book = book
         self.collector = collector
         self.adapters = adapters
+        for adapter in adapters.values():  # a hung controller suspected within half a cycle
+            adapter.observe_ping_s = suspect_ping_s(cycle_s)
         self.adaptation = adaptation
         self.dispatcher = adaptation.dispatcher
         self.claims = claims
@@ -95,36 +101,9 @@ class Control:
         self.unsettled: dict[str, dict[str, tuple[str, int, float]]] = {}
 
     async def finish_ends(self) -> int:
-        """Under the lock, once this process leads: a task whose last attempt ended while the
-        task's own end was never written (the leader killed between the two writes) would
-        wait forever, since only live attempts are observed. Each is taken through its end
-        now (accepted, retried or failed, as if just observed); the count of them."""
-        done = 0
-        for task_id in await self.book.store.tasks_left_open(ACTIVE_STATES):
-            with isolated("finishing a task's end failed", task=task_id):
-                task = await self.book.load_task(task_id)
-                atts = await self.book.load_attempts(task_id)
-                # The newest attempt in play (a hedged copy another outran is not its end).
-                last = max((a for a in atts if not a.superseded), key=lambda a: a.n, default=None)
-                if last is None or not last.state.terminal:
-                    continue  # never dispatched, or every attempt set aside: not an end
-                log.warning("finishing the end of a task its attempt left", task=task_id)
-                await self.adaptation.after_end(task, last)
-                done += 1
-        for task_id in await self.book.store.tasks_completed_open(ACTIVE_STATES):
-            with isolated("finishing a task's end failed", task=task_id):
-                task = await self.book.load_task(task_id)
-                ended = [
-                    a
-                    for a in await self.book.load_attempts(task_id)
-                    if a.state is JobState.COMPLETED and a.outrun_by is None
-                ]
-                if task.state.terminal or not ended:
-                    continue
-                log.warning("finishing a hedged copy's completed end", task=task_id)
-                await self.adaptation.after_end(task, ended[0])  # its result; others cancelled
-                done += 1
-        return done
+        """Under the lock, once this process leads: the ends a killed leader left half-done,
+        taken through (`finish.finish_ends`); the count of them."""
+        return await finish_ends(self.book, self.adaptation)
 
     async def observe(self) -> None:
         """Observe every active attempt, all sites concurrently; one site's failure or
@@ -164,6 +143,11 @@ class Control:
             elif isinstance(exc, TransportError):
                 log.warning("observe failed", site=site, error=exc.message)
                 self.collector.probe_soon(site)  # a dead site is known as such within one probe
+                if isinstance(exc, ControllerSilent) and atts:  # suspect: its queue hedged
+                    async with self.lock:
+                        await hedge_suspect(
+                            self.adaptation, site, await self._stored(site), exc.message
+                        )
             else:
                 log.exception("observe failed", site=site)
                 self.collector.probe_soon(site)

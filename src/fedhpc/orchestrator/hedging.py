@@ -139,6 +139,14 @@ class Hedger:
         own = conf.user.hedges_in_flight if conf is not None else None
         return DEFAULT_IN_FLIGHT if own is None else own
 
+    async def take(self, site: str, owner: str) -> bool:
+        """Whether `owner` may have one more copy in play on `site` (counted if so)."""
+        live = await self._in_flight()
+        if live[(site, owner)] >= self.limit(site):
+            return False
+        live[(site, owner)] += 1
+        return True
+
     async def _in_flight(self) -> Counter[tuple[str, str]]:
         """Copies in play per (site, owner), read from the store once per pass."""
         if self._live is None:

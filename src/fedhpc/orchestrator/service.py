@@ -142,6 +142,7 @@ class Orchestrator:
             wake_placer=placer.wake,
             clock=clock,
             intent_grace_s=self.INTENT_GRACE_S if intent_grace_s is None else intent_grace_s,
+            cycle_s=cycle_s,
         )
         accept = Acceptance(
             book,

@@ -1,0 +1,94 @@
+"""A suspect site (issue 40, item 4): a controller that misses the observation's short ping
+deadline is not lost, but its queued work that may run elsewhere gets a hedged copy there at
+once; the first copy to start runs, the other is cancelled. No `site.offline` is written: only
+the probe's pings decide that. A real store and placement; fake adapters (`test_slow_site`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from fedhpc.adapters.liveness import ControllerSilent, suspect_ping_s
+from fedhpc.domain.job import JobObservation, JobState
+from fedhpc.orchestrator.records import AttemptRecord
+from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.placement import PolicyKind
+from fedhpc.store import Store
+from tests.unit.test_slow_site import LIMIT_S, _Site, _world
+from tests.unit.test_submit_accept import _req
+
+
+class _Hung(_Site):
+    """Its jobs wait in the queue; `silent`: the ping misses its deadline."""
+
+    silent = False
+
+    async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
+        self.calls["status"] += 1
+        if self.silent:
+            raise ControllerSilent(f"{self.name}: the controller did not answer `scontrol ping`")
+        return [
+            JobObservation(job_id=j, state=JobState.PENDING, native_state="PD") for j in job_ids
+        ]
+
+
+async def _waiting(o: Orchestrator, *, fallback: bool) -> str:
+    """A task held to `slow` (with or without fallback), bound there and seen pending."""
+    req = _req(command=("echo", "x"), policy=PolicyKind.FIXED_SITE, fixed_site="slow")
+    task_id = (
+        await o.intake.submit_task(req.model_copy(update={"fallback": fallback}), wait_s=0)
+    ).task_id
+    await o.place_queued()
+    with anyio.fail_after(LIMIT_S):
+        while (await o.book.load_attempts(task_id))[0].job_id is None:
+            await anyio.sleep(0.01)
+    await o.tick()
+    assert (await o.book.load_attempts(task_id))[0].state is JobState.PENDING
+    return task_id
+
+
+async def _attempts(o: Orchestrator, task_id: str, n: int) -> list[AttemptRecord]:
+    with anyio.fail_after(LIMIT_S):
+        while len(atts := await o.book.load_attempts(task_id)) < n or any(
+            a.job_id is None for a in atts
+        ):
+            await o.dispatcher.send_later()
+            await anyio.sleep(0.01)
+    return atts
+
+
+async def test_a_silent_ping_hedges_queued_work_elsewhere_without_taking_the_site_offline(
+    store: Store,
+) -> None:
+    o, slow, fast = _world(store, slow_site=_Hung)
+    task_id = await _waiting(o, fallback=True)
+    assert isinstance(slow, _Hung)
+    slow.silent = True
+    await o.tick()  # the observation's ping misses its deadline: suspect, not lost
+    first, copy = await _attempts(o, task_id, 2)
+    assert copy.site == "fast" and copy.copy_of == first.n
+    assert not first.superseded  # still in play: its site may answer yet
+    assert [e.kind for e in await store.events_after(0) if e.kind.startswith("site.")] == []
+    await o.tick()  # suspect again: no second copy
+    assert len(await o.book.load_attempts(task_id)) == 2
+    slow.silent = False
+    await o.tick()  # the copy on fast runs first: the one on slow is cancelled
+    first, copy = await o.book.load_attempts(task_id)
+    assert copy.state is JobState.RUNNING
+    assert first.superseded and first.outrun_by == copy.n
+    assert slow.cancelled == [first.job_id]
+
+
+async def test_work_held_to_a_suspect_site_without_fallback_stays(store: Store) -> None:
+    o, slow, _ = _world(store, slow_site=_Hung)
+    task_id = await _waiting(o, fallback=False)
+    assert isinstance(slow, _Hung)
+    slow.silent = True
+    await o.tick()
+    await o.dispatcher.send_later()
+    assert len(await o.book.load_attempts(task_id)) == 1
+
+
+def test_the_observations_ping_deadline_is_half_a_cycle_within_bounds() -> None:
+    assert [suspect_ping_s(c) for c in (0.5, 2, 4, 10, 60)] == [1.0, 1.0, 2.0, 5.0, 5.0]
