@@ -16,7 +16,6 @@ import secrets
 from typing import Any
 from urllib.parse import urlencode
 
-import anyio
 import httpx2
 import jwt
 import structlog
@@ -32,7 +31,6 @@ from mcp.server.auth.provider import (
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from fedhpc.domain.service import ServiceConfig
 from fedhpc.service import consent
@@ -40,6 +38,7 @@ from fedhpc.service.access import ADMIN, DATA, READ, SUBMIT
 from fedhpc.service.facade_store import FacadeStore
 from fedhpc.service.facade_tokens import FacadeAccessToken, FacadeVerifier, Signer, held_scopes
 from fedhpc.service.upstream import Upstream, UpstreamRefused, pkce_pair, token_sets
+from fedhpc.service.upstream_refresh import UpstreamRefresher
 from fedhpc.service.verifier import Rejected, admitted
 
 __all__ = ["CALLBACK_PATH", "CONSENT_PATH", "Facade", "FacadeCode", "FacadeRefreshToken"]
@@ -48,7 +47,6 @@ log = structlog.get_logger(__name__)
 
 CALLBACK_PATH = "/callback"
 CONSENT_PATH = consent.CONSENT_PATH
-_REFRESH_LEASE_S = 30.0  # one upstream refresh (two HTTP calls of at most 10 s) fits
 _GRANTABLE = (READ, SUBMIT, DATA)
 
 
@@ -87,9 +85,7 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         self.verifier = FacadeVerifier(config, signer, store)
         self.callback_url = config.own_issuer + CALLBACK_PATH
         self.consent_url = config.own_issuer + CONSENT_PATH
-        # One upstream refresh per person at a time: two at once would spend one rotating
-        # refresh token twice, and the provider may take that for theft.
-        self._refreshing: dict[str, anyio.Lock] = {}
+        self.refresher = UpstreamRefresher(store, upstream, self.facade.upstream_refresh_margin_s)
 
     # Clients (RFC 7591 registration; the SDK's handler validates the metadata).
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
@@ -350,58 +346,8 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
 
     async def refresh_upstream(self, person: str) -> bool:
         """Refresh the person's upstream token sets that expire within the margin; False when
-        the provider refused a refresh token (the person must sign in again). A provider that
-        cannot be reached leaves the tokens as they were."""
-        async with self._refreshing.setdefault(person, anyio.Lock()):
-            # And one across the processes sharing the store (the endpoint, the daemon): the
-            # other's refresh, once done, leaves nothing due here.
-            holder = secrets.token_hex(8)
-            taking = AsyncRetrying(
-                retry=retry_if_result(lambda taken: not taken),
-                wait=wait_fixed(0.2),
-                stop=stop_after_delay(_REFRESH_LEASE_S),  # past it, a lease taken is lapsed
-                retry_error_callback=lambda _: False,
-            )
-            await taking(self.store.take_refresh, person, holder, _REFRESH_LEASE_S)
-            try:
-                return await self._refresh_upstream(person)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self.store.end_refresh(person, holder)
-
-    async def _refresh_upstream(self, person: str) -> bool:
-        stored = await self.store.upstream(person)
-        if stored is None:
-            return False
-        now = self.store.clock()
-        margin = self.facade.upstream_refresh_margin_s
-        sets: list[dict[str, Any]] = []
-        changed = False
-        held_sets: list[dict[str, Any]] = list(stored.get("sets", []))
-        for i, held in enumerate(held_sets):
-            token_set = held
-            expires = held.get("expires_at")
-            due = expires is None or float(expires) - margin <= now
-            if due and held.get("refused"):
-                return False  # refused before (here or by the daemon): sign in again
-            if due and held.get("refresh_token"):
-                try:
-                    token_set = await self.upstream.refresh(held, now)
-                    changed = True
-                except UpstreamRefused as exc:
-                    log.info("upstream refresh refused", error=exc.error, person=person)
-                    # Kept as refused (every process reading the store sees it) until the
-                    # person signs in again: never spent again, and their per-person sites
-                    # stop being candidates for their tasks (service.people).
-                    kept = [*sets, {**held, "refused": True}, *held_sets[i + 1 :]]
-                    await self.store.put_upstream(person, {**stored, "sets": kept})
-                    return False
-                except (httpx2.HTTPError, ValueError) as exc:
-                    log.warning("upstream refresh failed", error=type(exc).__name__)
-            sets.append(token_set)
-        if changed:
-            await self.store.put_upstream(person, {**stored, "sets": sets})
-        return True
+        the provider refused a refresh token (service/upstream_refresh.py)."""
+        return await self.refresher.refresh(person)
 
     async def aclose(self) -> None:
         await self.store.aclose()
