@@ -287,6 +287,20 @@ def _state_counts(text: str) -> tuple[int, int, int]:
     return pending, running, counts.get("Held", 0) + counts.get("Waiting", 0)
 
 
+def _subjob_counts(attrs: dict[str, Any]) -> tuple[int, int] | None:
+    """(queued, running) subjobs of an array job from its `array_state_count` ('Queued:3
+    Running:1 Exiting:0 Expired:0'); None for any other job. qstat lists an array once, but
+    PBS's per-user limits count each subjob: `max_queued` refuses an array of 5 under a limit of
+    3, and takes an array of 2 and one job, then refuses the next job (OpenPBS 23.06 on the dev
+    federation, 2026-12-06); `max_run` counts running subjobs."""
+    if str(attrs.get("array", "")).lower() != "true" or "array_state_count" not in attrs:
+        return None
+    counts = {
+        k: as_int(v) for k, _, v in (p.partition(":") for p in attrs["array_state_count"].split())
+    }
+    return counts.get("Queued", 0), counts.get("Running", 0)
+
+
 def _user_counts(sec: BatchSection | None, queue: str) -> tuple[int, int, list[str]]:
     data = load_json(sec.stdout) if sec and sec.returncode == 0 else None
     jobs = (data or {}).get("Jobs", {}) or {}
@@ -296,6 +310,9 @@ def _user_counts(sec: BatchSection | None, queue: str) -> tuple[int, int, list[s
         if attrs.get("Account_Name") and attrs["Account_Name"] not in accounts:
             accounts.append(attrs["Account_Name"])
         if attrs.get("queue") != queue or str(attrs.get("job_state", "")).strip() == _EXITING:
+            continue
+        if subjobs := _subjob_counts(attrs):
+            pending, running = pending + subjobs[0], running + subjobs[1]
             continue
         state = map_state(attrs)
         pending += state is JobState.PENDING
