@@ -473,12 +473,14 @@ def calibration_section(parts, per_site, csv_name: str) -> list[str]:
         "Every matched job's wait as each estimator predicted it at the round's snapshot "
         "(bf-scheduler's candidates), against sacct's Start - Eligible; the p10-p90 band "
         "is the prediction shifted by the residuals of the partition's earlier jobs, as "
-        "the daemon builds it (`placement/calibration.py`: 3 before a job is scored, the "
-        "last 20), goal 80 % ± 10. bias = median(predicted - observed), positive: it "
-        "predicted longer waits; |error| of the raw prediction (the start-time forecast) and "
-        "of the band's p50. cut = jobs that never started before the round timeout and whose "
-        "band's p90 was above the cutoff (their miss or hit unknown: left out; a p90 below it "
-        f"is counted a miss). CSV: `{csv_name}`.",
+        "the daemon builds it (`placement/calibration.py` `AdaptiveBand`: 3 before a job is "
+        "scored, the last 20, the level adapted on every judged job), goal 80 % ± 10; next "
+        "to it the split conformal band used before (fixed level). bias = median(predicted "
+        "- observed), positive: it predicted longer waits; |error| of the raw prediction "
+        "(the start-time forecast) and of the band's p50. cut = jobs that never started "
+        "before the round timeout and whose band's p90 was above the cutoff (their miss or "
+        "hit unknown: left out; a p90 below it is counted a miss; the adaptive band learns "
+        f"their lower bound). CSV: `{csv_name}`.",
         "",
         *markdown(parts, per_site),
     ]

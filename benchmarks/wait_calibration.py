@@ -3,15 +3,20 @@
 Every matched job carries what each wait estimator predicted for its partition at the round's
 snapshot (`scheduler`, `learned`, `paper`: the candidate's `wait_by` in bf-scheduler's trace);
 sacct later gives the wait it had (Start - Eligible). Scored the way the daemon scores its own
-placements (`fedhpc.placement.calibration`): per (site, partition, estimator), job i's p10-p90
-band is its prediction shifted by the 10th/90th percentile of the residuals of the (at most 20)
-jobs before it there, once 3 exist; coverage is the share of scored jobs inside their band
-(goal 80 % +- 10). Bias is the median of predicted - observed (positive: it predicts longer
-waits than happen); |error| the median |predicted - observed| of the raw prediction, i.e. of
-the start-time forecast (snapshot + predicted wait), and of the band's p50. A job cut at the
-round timeout before it started has only a lower bound on its wait: it counts as a miss when its
-band's p90 lies below that bound, and is otherwise left out (`cut`); it never enters the errors
-nor the residuals.
+placements (`fedhpc.placement.calibration.AdaptiveBand`): per (site, partition, estimator), job
+i's p10-p90 band is its prediction shifted by the conformal edges of the residuals of the (at
+most 20) jobs before it there, once 3 exist, at the level adaptive conformal inference reached
+by then; coverage is the share of scored jobs inside their band (goal 80 % +- 10), next to the
+coverage of the split conformal band used before (fixed level, cut jobs left out). Bias is the
+median of predicted - observed (positive: it predicts longer waits than happen); |error| the
+median |predicted - observed| of the raw prediction, i.e. of the start-time forecast (snapshot
++ predicted wait), and of the band's p50. A job cut at the round timeout before it started has
+only a lower bound on its wait: it counts as a miss when its band's p90 lies below that bound,
+and is otherwise left out (`cut`); it never enters the errors, and its bound enters the
+residuals (the wait was at least that).
+
+    .venv/bin/python benchmarks/wait_calibration.py \
+        --from-csv benchmarks/results/matched_rounds-trace.csv
 """
 
 from __future__ import annotations
@@ -45,10 +50,18 @@ class CalibrationRow:
     bias_s: float
     abs_error_s: float
     p50_abs_error_s: float | None  # of the scored jobs' band p50
+    # The same jobs under the band before it adapted (split conformal at a fixed 80 %, cut
+    # jobs left out of the residuals), for comparison.
+    split_scored: int = 0
+    split_covered: int = 0
 
     @property
     def coverage(self) -> float | None:
         return self.covered / self.scored if self.scored else None
+
+    @property
+    def split_coverage(self) -> float | None:
+        return self.split_covered / self.split_scored if self.split_scored else None
 
 
 @dataclass
@@ -84,7 +97,7 @@ def _score(jobs: Sequence[tuple[float, float, bool]], acc: _Acc, *, adaptive: bo
         acc.errors.append(predicted - observed)
 
 
-def _row(site: str, partition: str, method: str, acc: _Acc) -> CalibrationRow:
+def _row(site: str, partition: str, method: str, acc: _Acc, split: _Acc) -> CalibrationRow:
     e = acc.errors
     return CalibrationRow(
         site,
@@ -97,13 +110,14 @@ def _row(site: str, partition: str, method: str, acc: _Acc) -> CalibrationRow:
         statistics.median(e) if e else float("nan"),
         statistics.median(abs(x) for x in e) if e else float("nan"),
         statistics.median(abs(x) for x in acc.p50_errors) if acc.p50_errors else None,
+        split.scored,
+        split.covered,
     )
 
 
-def calibration_rows(
-    rounds: Iterable[Any], *, adaptive: bool = True
-) -> tuple[list[CalibrationRow], list[CalibrationRow]]:
-    """(per site and partition, per site) rows for each estimator that predicted there."""
+def calibration_rows(rounds: Iterable[Any]) -> tuple[list[CalibrationRow], list[CalibrationRow]]:
+    """(per site and partition, per site) rows for each estimator that predicted there, each
+    with its coverage under the adaptive band and under the split conformal one."""
     jobs: dict[tuple[str, str, str], list[tuple[float, float, bool]]] = defaultdict(list)
     for r in sorted(rounds, key=lambda r: r.index):
         for job in r.jobs.values():
@@ -113,31 +127,38 @@ def calibration_rows(
                 key = (job.site, job.partition, method)
                 jobs[key].append((predicted, max(0.0, job.wait), job.start is None))
     parts: list[CalibrationRow] = []
-    sites: dict[tuple[str, str], _Acc] = {}
+    sites: dict[tuple[str, str], tuple[_Acc, _Acc]] = {}
     for key in sorted(jobs):
-        acc = _Acc([], [])
-        _score(jobs[key], acc, adaptive=adaptive)
-        parts.append(_row(*key, acc))
-        whole = sites.setdefault((key[0], key[2]), _Acc([], []))
-        whole.errors += acc.errors
-        whole.p50_errors += acc.p50_errors
-        whole.scored += acc.scored
-        whole.covered += acc.covered
-        whole.cut += acc.cut
-    per_site = [_row(s, "*", m, a) for (s, m), a in sorted(sites.items())]
+        acc, split = _Acc([], []), _Acc([], [])
+        _score(jobs[key], acc, adaptive=True)
+        _score(jobs[key], split, adaptive=False)
+        parts.append(_row(*key, acc, split))
+        whole, whole_split = sites.setdefault((key[0], key[2]), (_Acc([], []), _Acc([], [])))
+        for into, a in ((whole, acc), (whole_split, split)):
+            into.errors += a.errors
+            into.p50_errors += a.p50_errors
+            into.scored += a.scored
+            into.covered += a.covered
+            into.cut += a.cut
+    per_site = [_row(s, "*", m, *a) for (s, m), a in sorted(sites.items())]
     return parts, per_site
 
 
+def _share(covered: int, scored: int) -> str:
+    return "-" if not scored else f"{covered / scored * 100:.0f} % of {scored}"
+
+
 def _cells(r: CalibrationRow) -> list[str]:
-    cov = "-" if r.coverage is None else f"{r.coverage * 100:.0f} % of {r.scored}"
+    cov = _share(r.covered, r.scored)
+    split = _share(r.split_covered, r.split_scored)
     p50 = "-" if r.p50_abs_error_s is None else f"{r.p50_abs_error_s:.0f} s"
     bias, err = ("-", "-") if not r.n else (f"{r.bias_s:+.0f} s", f"{r.abs_error_s:.0f} s")
-    return [r.site, r.partition, r.method, str(r.n), str(r.cut), cov, bias, err, p50]
+    return [r.site, r.partition, r.method, str(r.n), str(r.cut), cov, split, bias, err, p50]
 
 
 HEAD = (
-    "| site | partition | estimator | judged | cut | p10-p90 coverage | bias | median abs error "
-    "| median abs error of p50 |"
+    "| site | partition | estimator | judged | cut | p10-p90 coverage (adaptive) "
+    "| split conformal (before) | bias | median abs error | median abs error of p50 |"
 )
 
 
@@ -145,7 +166,7 @@ def markdown(
     parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow], *, min_rows: int = 5
 ) -> list[str]:
     """Per site, then the partitions with at least `min_rows` judged jobs."""
-    rule = "|" + "---|" * 9
+    rule = "|" + "---|" * 10
     lines = [HEAD, rule, *("| " + " | ".join(_cells(r)) + " |" for r in per_site)]
     many = [r for r in parts if r.n >= min_rows]
     if many:
@@ -167,6 +188,8 @@ def write_csv(path: Path, parts: Sequence[CalibrationRow], per_site: Sequence[Ca
                 "scored",
                 "covered",
                 "coverage",
+                "split_scored",
+                "split_covered",
                 "median_bias_s",
                 "median_abs_error_s",
                 "median_abs_error_p50_s",
@@ -186,9 +209,31 @@ def write_csv(path: Path, parts: Sequence[CalibrationRow], per_site: Sequence[Ca
                     r.scored,
                     r.covered,
                     cov,
+                    r.split_scored,
+                    r.split_covered,
                     bias,
                     err,
                     p50,
                 ]
             )
     return path
+
+
+def main() -> None:
+    # matched_rounds imports this module: imported here, where it is used, not at the top.
+    import argparse
+
+    from matched_rounds import RESULTS, rounds_from_csv
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--from-csv", type=Path, required=True, help="a matched_rounds.py run's CSV")
+    args = ap.parse_args()
+    rounds, _, _ = rounds_from_csv(args.from_csv)
+    parts, per_site = calibration_rows(rounds)
+    stem = args.from_csv.stem.removeprefix("matched_rounds")
+    print(f"wrote {write_csv(RESULTS / f'wait_calibration{stem}.csv', parts, per_site)}")
+    print("\n".join(markdown(parts, per_site)))
+
+
+if __name__ == "__main__":
+    main()

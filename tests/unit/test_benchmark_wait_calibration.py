@@ -61,3 +61,14 @@ def test_the_table_lists_sites_then_partitions_with_enough_jobs() -> None:
     assert lines[2].startswith("| alpha | * | paper | 5 | 0 | 100 % of 2 |")
     assert any(line.startswith("| alpha | p | paper | 5 |") for line in lines)
     assert not any("| p |" in line for line in markdown(parts, per_site, min_rows=6))
+
+
+def test_a_cut_jobs_lower_bound_teaches_the_adaptive_band_not_the_split_one() -> None:
+    # Three waits of 1 s (the band a point), one job cut at 90 s (a known miss for both),
+    # then a wait of 80 s: inside the adaptive band (it learned "at least 90 s"), outside the
+    # split conformal one (cut jobs left out of its residuals).
+    (row,) = calibration_rows(_rounds([(1, False)] * 3 + [(90, True), (80, False)]))[0]
+    assert (row.scored, row.covered) == (2, 1)
+    assert (row.split_scored, row.split_covered) == (2, 0)
+    line = markdown([row], [row], min_rows=99)[2]
+    assert line.startswith("| alpha | p | paper | 4 | 0 | 50 % of 2 | 0 % of 2 |")

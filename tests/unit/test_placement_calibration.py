@@ -73,6 +73,7 @@ def test_an_estimator_that_drifts_loses_weight_and_auto_turns_to_the_other() -> 
     assert rows["paper"]["auto_prefers"] and not rows["learned"]["auto_prefers"]
     assert rows["learned"]["weight"] < 0.5 and rows["paper"]["coverage"] >= 0.7
     assert len(rows["paper"]["band_s"]) == 3 and rows["paper"]["scored"] == 9
+    assert rows["learned"]["alpha"] < 0.2 <= rows["paper"]["alpha"]  # misses lowered it
     band = errors.band("a", "p", "paper", 250.0)
     assert band is not None and 250.0 < band[0] < band[1] < band[2]
     assert errors.band("a", "q", "paper", 250.0) is None

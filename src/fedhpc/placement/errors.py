@@ -170,7 +170,8 @@ def method_of(source: str) -> str:
 def _calibration_fields(c: Calibration | None) -> dict[str, Any]:
     """`coverage`: share of jobs inside the p10-p90 band built from the jobs before them (None
     until enough were scored; goal 0.8); `band_s`: the residual p10/p50/p90 a new prediction
-    is shifted by; `weight`: 1 within 0.8 +- 0.1, less the further coverage drifts."""
+    is shifted by; `weight`: 1 within 0.8 +- 0.1, less the further coverage drifts; `alpha`:
+    the band's miscoverage level as its misses and hits moved it (0.2 at first)."""
     if c is None:
         return {}
     cov = c.coverage
@@ -179,4 +180,5 @@ def _calibration_fields(c: Calibration | None) -> dict[str, Any]:
         "scored": c.scored,
         "band_s": [round(c.lo_s, 1), round(c.mid_s, 1), round(c.hi_s, 1)],
         "weight": round(c.weight, 2),
+        "alpha": round(c.alpha, 3),
     }
