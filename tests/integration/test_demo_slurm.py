@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fedhpc_dev.profiles import devfed_root
 from tests.integration.daemon_util import drain
 from tests.integration.test_demo_process import _check_resume, _demo_env
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.devfed
 
 def _demo(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = _demo_env(tmp_path)
-    env.pop("FEDHPC_DEVFED_DIR")  # the live federation's folder
+    env["FEDHPC_DEVFED_DIR"] = str(devfed_root())  # the live federation: this worker's
     return subprocess.run(
         [
             sys.executable,

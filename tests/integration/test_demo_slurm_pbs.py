@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fedhpc_dev.profiles import devfed_root
 from tests.integration.daemon_util import drain
 from tests.integration.pbs_support import Devpolaris, devpolaris
 from tests.integration.test_demo_process import _demo_env
@@ -28,7 +29,7 @@ def test_demo_places_one_group_over_slurm_and_pbs_and_replaces_a_stuck_child(
 ) -> None:
     drain(devfed)
     env = _demo_env(tmp_path)
-    env.pop("FEDHPC_DEVFED_DIR")  # the live federation's folder
+    env["FEDHPC_DEVFED_DIR"] = str(devfed_root())  # the live federation: this worker's
     argv = ["demo", "--sites", "slurm+pbs", "--deadline", "240", "--home", str(tmp_path / "h")]
     done = subprocess.run(
         [sys.executable, "-m", "fedhpc.cli.main", *argv],

@@ -25,6 +25,7 @@ from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.profiles import load_profiles
 from fedhpc.settings import REQUIRE_REAL, UPDATE_SCREENSHOTS
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc_dev.profiles import devfed_root
 from tests.integration.daemon_util import drain
 from tests.integration.test_demo_process import _demo_env
 
@@ -166,7 +167,7 @@ def keep_demo(devfed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     drain(devfed)
     tmp = tmp_path_factory.mktemp("ui")
     env = _demo_env(tmp)
-    env.pop("FEDHPC_DEVFED_DIR")  # the live Slurm federation
+    env["FEDHPC_DEVFED_DIR"] = str(devfed_root())  # the live federation: this worker's
     home = tmp / "home"
     done = subprocess.run(
         [

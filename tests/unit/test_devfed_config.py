@@ -14,12 +14,15 @@ from fedhpc.domain.site import SiteProfile
 from fedhpc.domain.units import parse_duration
 from fedhpc.profiles import load_profiles
 from fedhpc_dev.devfed.config import render_gres_conf, render_slurm_conf, render_slurmdbd_conf
+from fedhpc_dev.devfed.instances import instance_root, instances_of, read_instance, write_instance
 from fedhpc_dev.devfed.plan import (
     CTLD_PORT_BASE,
     DBD_PORT,
     MYSQL_PORT,
+    PORT_STRIDE,
     ClusterPlan,
     FederationPlan,
+    Instance,
     plan_federation,
 )
 from fedhpc_dev.devfed.status import parse_nodes
@@ -194,3 +197,41 @@ def test_scontrol_nodes_parse_into_gpu_counts_and_health() -> None:
         ("gh", "gh-dev"),
         False,
     )
+
+
+def test_a_second_instance_has_the_same_clusters_on_ports_no_first_instance_daemon_uses(
+    profiles: dict[str, SiteProfile], plan: FederationPlan
+) -> None:
+    second = plan_federation(
+        profiles.values(), Path("/devfed-test-2"), "testhost", Instance(2, ROOT)
+    )
+    assert [c.name for c in second.clusters] == [c.name for c in plan.clusters]
+
+    def ports(p: FederationPlan) -> set[int]:
+        nodes = {n.port for c in p.clusters for n in c.nodes}
+        return {*nodes, *(c.ctld_port for c in p.clusters), p.dbd_port, p.mysql_port}
+
+    assert not ports(plan) & ports(second)
+    assert second.dbd_port == DBD_PORT + PORT_STRIDE
+    cluster = second.clusters[0]
+    conf = _conf(second, cluster)
+    assert conf["AccountingStoragePort"] == str(second.dbd_port)
+    assert conf["SlurmctldPort"] == str(CTLD_PORT_BASE + PORT_STRIDE)
+    dbd = render_slurmdbd_conf(second, "pw")
+    assert f"DbdPort={second.dbd_port}\n" in dbd
+    assert f"StoragePort={second.mysql_port}\n" in dbd
+
+
+def test_an_instance_folder_records_which_instance_it_holds(tmp_path: Path) -> None:
+    primary = tmp_path / "fed"
+    assert read_instance(primary) == Instance()  # nothing recorded: instance 1
+    roots = [instance_root(primary, n) for n in (1, 2, 3)]
+    assert roots == [primary, tmp_path / "fed-2", tmp_path / "fed-3"]
+    for n, root in reversed(list(enumerate(roots, 1))):
+        root.mkdir()
+        write_instance(root, Instance(n, primary if n > 1 else None))
+    assert read_instance(roots[2]) == Instance(3, primary)
+    assert read_instance(primary) == Instance()
+    (tmp_path / "fed-9").mkdir()  # no instance file: not one of ours
+    assert instances_of(primary) == (roots[1], roots[2])
+    assert instances_of(roots[1]) == ()

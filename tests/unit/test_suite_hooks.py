@@ -205,3 +205,65 @@ def test_under_xdist_workers_run_the_budget_and_the_controller_checks_the_root(
     result.stdout.fnmatch_lines(["*test_slow*", f"*{_MESSAGE.format('0.1')}*"])
     result.stdout.fnmatch_lines([_LEFT + "slurm-42.out"])
     assert result.stdout.str().count("left files") == 1
+
+
+def _slurm_module(seen: Path, name: str) -> str:
+    """An inner integration module whose three tests note their worker and devfed folder."""
+    return f"""
+import os
+from pathlib import Path
+
+import pytest
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_notes(n):
+    note = os.environ["PYTEST_XDIST_WORKER"] + " " + os.environ["FEDHPC_DEVFED_DIR"]
+    Path({str(seen)!r}, "{name}-" + str(n)).write_text(note)
+"""
+
+
+BIGGER = """
+import time
+
+import pytest
+
+@pytest.mark.parametrize("n", range(8))
+def test_waits(n):
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.budget(60)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_under_xdist_each_slurm_half_has_a_worker_and_a_devfed_instance_of_its_own(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
+) -> None:
+    """The two Slurm halves start at once on two workers, ahead of a bigger parallel-safe
+    module (xdist would start the bigger scopes first); every test of a half sees its
+    instance's folder (`{folder}-2` for "slurm-b"). One worker runs both on one instance."""
+    path = os.getenv("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", _CHECKOUT + (os.pathsep + path if path else ""))
+    fed = tmp_path / "fed"
+    monkeypatch.setenv("FEDHPC_DEVFED_DIR", str(fed))
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    inner.mkpydir("integration")
+    b = sorted(suite.SLURM_B)[0]  # a module of the "slurm-b" half; any other is "slurm-a"
+    inner.makepyfile(
+        **{
+            f"integration/{b}": _slurm_module(seen, "b"),
+            "integration/test_slurm_site": _slurm_module(seen, "a"),
+            "integration/test_mcp_fuzz": BIGGER,
+        }
+    )
+    result = inner.runpytest_subprocess("-n", str(workers), timeout=120)
+    result.assert_outcomes(passed=14)
+    notes = {p.name: p.read_text().split() for p in seen.iterdir()}
+    halves = {h: {tuple(v) for k, v in notes.items() if k.startswith(h)} for h in "ab"}
+    assert all(len(h) == 1 for h in halves.values()), halves  # one worker, one folder each
+    (a_worker, a_dir), (b_worker, b_dir) = halves["a"].pop(), halves["b"].pop()
+    if workers == 1:
+        assert a_worker == b_worker and a_dir == b_dir
+    else:
+        assert a_worker != b_worker
+        assert {a_dir, b_dir} == {str(fed), f"{fed}-2"} and b_dir == f"{fed}-2"
