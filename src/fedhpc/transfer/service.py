@@ -26,9 +26,9 @@ from fedhpc.ops.data import (
     TransferState,
     TransferView,
 )
-from fedhpc.store import Store, Tx
+from fedhpc.store import Store
 from fedhpc.store.continuations import put_continuation
-from fedhpc.transfer import records
+from fedhpc.transfer import events, records
 from fedhpc.transfer.backend import TransferBackend, TransferSpec
 from fedhpc.transfer.errors import (
     KeyConflict,
@@ -343,62 +343,13 @@ class TransferService:
         return rec
 
     async def _save(self, rec: TransferRecord, *, blocked: bool = False) -> TransferRecord:
-        """Write the record; tasks may have registered as waiters meanwhile, so they are
-        merged from the stored row in the same transaction that decides the event."""
+        """Write the record and the event its change tells, if any (transfer/events.py)."""
         async with self.store.transaction() as tx:
-            stored = await records.get(tx, rec.id)
-            if stored is not None:
-                rec.awaited_by = tuple(sorted(set(rec.awaited_by) | set(stored.awaited_by)))
-                was_terminal = stored.state.terminal
-            else:
-                was_terminal = False
-            await records.put(tx, rec, at=self.clock())
-            if rec.state.terminal and not was_terminal:
-                await self._emit_terminal(tx, rec)
-            # Like its outcome, a block of a transfer that tasks wait for is told through them:
-            # the orchestrator's next cycle raises task.stage_in_blocked for each (staging).
-            if blocked and rec.blocked is not None and not rec.awaited_by:
-                await self._emit(
-                    tx,
-                    "transfer.blocked",
-                    rec,
-                    key=f"{rec.id}:{rec.blocks}",
-                    error=rec.blocked.model_dump(),
-                )
+            answered = rec.id == self._answering
+            await events.save(tx, rec, clock=self.clock, blocked=blocked, answered=answered)
         if blocked and self.on_change is not None:  # the bridge, or staging for the waiters
             self.on_change()
         return rec
-
-    async def _emit_terminal(self, tx: Tx, rec: TransferRecord) -> None:
-        """Decision-relevant only: a transfer a task waits on reports through that task (the
-        task runs, or its stage-in failure is the task's one exception event); a failure
-        caused by the producing task is already that task's event."""
-        if rec.awaited_by or rec.cause == "upstream":
-            return
-        if rec.state is TransferState.SUCCEEDED:
-            await self._emit(tx, "transfer.succeeded", rec, bytes=rec.bytes, files=rec.files)
-        else:
-            await self._emit(
-                tx, "transfer.failed", rec, error=rec.error.model_dump() if rec.error else None
-            )
-
-    async def _emit(
-        self, tx: Tx, kind: str, rec: TransferRecord, *, key: str | None = None, **payload: Any
-    ) -> None:
-        body: dict[str, Any] = {
-            "transfer_id": rec.id,
-            "state": rec.state.value,
-            "mode": rec.mode.value,
-            "source": rec.source_ref,
-            "destination": rec.destination_ref,
-            "result": f"fedhpc://transfers/{rec.id}",
-        }
-        if rec.after_task:
-            body["after_task"] = rec.after_task
-        if rec.id == self._answering:  # logged, but its caller already has it: wakes nobody
-            body["answered"] = True
-        body.update({k: v for k, v in payload.items() if v is not None})
-        await tx.append_event(kind, rec.id, body, at=self.clock(), key=f"{kind}:{key or rec.id}")
 
 
 def _err(exc: FedError) -> TransferIssue:
