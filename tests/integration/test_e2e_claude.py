@@ -34,8 +34,9 @@ import anyio
 import pytest
 
 from fedhpc.bridge.group import group_members
+from fedhpc.bridge.outcome import check_result, collect
 from fedhpc.bridge.payload import SINGLE_CAP, build_payload, prompt_text
-from fedhpc.bridge.runtimes import check_result, collect, launch
+from fedhpc.bridge.runtimes import launch
 from fedhpc.bridge.warm import WarmServer
 from fedhpc.cli.daemon import stop_daemon
 from fedhpc.client.daemon_client import DaemonClient

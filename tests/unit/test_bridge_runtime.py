@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from fedhpc.bridge.outcome import Outcome, check_result, model_answered, why_silent
 from fedhpc.bridge.records import record_path, seen
 from fedhpc.bridge.routing import session_key
-from fedhpc.bridge.runtimes import (
-    Outcome,
-    binary,
-    check_result,
-    fedhpc_bin,
-    model_answered,
-    resume_env,
-    why_silent,
-)
+from fedhpc.bridge.runtimes import binary, fedhpc_bin, resume_env
 from fedhpc.cli.hooks import pre_tool_use
 from fedhpc.domain.config import ResumeRuntime, UserConfig
 from fedhpc.errors import TransientError, UsageError

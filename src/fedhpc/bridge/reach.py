@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedhpc.bridge.runtimes import out_lines
+from fedhpc.bridge.outcome import out_lines
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
 
 __all__ = ["UNREACHED", "Call", "fedhpc_calls", "unreached"]

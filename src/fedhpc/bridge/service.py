@@ -22,11 +22,12 @@ from pydantic import ValidationError
 from fedhpc.bridge.delivery import Delivery
 from fedhpc.bridge.direct import post, to_inbox
 from fedhpc.bridge.group import KILL_GRACE_S
+from fedhpc.bridge.outcome import check_result
 from fedhpc.bridge.payload import batch_size, late_payload, prompt_text
 from fedhpc.bridge.reach import unreached
 from fedhpc.bridge.records import seen
 from fedhpc.bridge.routing import SESSIONS, route_events
-from fedhpc.bridge.runtimes import binary, check_result, launch, resume_env
+from fedhpc.bridge.runtimes import binary, launch, resume_env
 from fedhpc.bridge.serve_host import ServeHost
 from fedhpc.bridge.settle import Stand, standing
 from fedhpc.bridge.warm import DAEMON_WAIT_S, WarmServer

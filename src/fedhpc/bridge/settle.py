@@ -18,7 +18,7 @@ from fedhpc.bridge.group import (
     process_alive,
     settle_group,
 )
-from fedhpc.bridge.runtimes import Outcome, collect, model_answered, tail_of, why_silent
+from fedhpc.bridge.outcome import Outcome, collect, model_answered, tail_of, why_silent
 from fedhpc.ops.continuations import ContinuationSpec
 
 __all__ = ["LAUNCH_S", "Stand", "Standing", "standing"]
