@@ -109,32 +109,40 @@ def test_every_copy_in_play_commits_its_charge_as_the_ledger_counts_it() -> None
         _att(1, "alpha", JobState.PENDING),
         _att(2, "beta", JobState.PENDING, copy_of=1),
     )
-    rows = charge_rows([m], sites)
-    # 4 cores for an hour at rate 1, waiting at each site.
+
+    def ledger(m: ResultManifest) -> list[dict[str, object]]:
+        """The daemon's ledger rows for the task's attempts (`GET /v1/ledger`)."""
+        attempts = [
+            {
+                "task_id": "t1",
+                "owner": None,
+                "site": a.site,
+                "partition": a.partition,
+                "state": a.state.value,
+                "body": {
+                    "account": a.account,
+                    "shape": SHAPE.model_dump(mode="json"),
+                    "superseded": a.superseded,
+                },
+            }
+            for a in m.attempts
+        ]
+        return ledger_rows(attempts, sites)
+
+    rows = charge_rows(ledger(m))
+    # 4 cores for an hour at rate 1, waiting at each site: each copy commits its worst case.
     assert [(r["site"], r["queued"], r["jobs"]) for r in rows] == [
         ("alpha", 4.0, 1),
         ("beta", 4.0, 1),
     ]
-    # The daemon's ledger counts the same: each copy in play commits its worst case.
-    attempts = [
-        {
-            "task_id": "t1",
-            "owner": None,
-            "site": a.site,
-            "partition": a.partition,
-            "state": a.state.value,
-            "body": {"account": a.account, "shape": SHAPE.model_dump(mode="json")},
-        }
-        for a in m.attempts
-    ]
-    ledger = ledger_rows(attempts, sites)
-    assert [(r["site"], r["committed"]) for r in ledger] == [(r["site"], r["queued"]) for r in rows]
     # Once one starts, the other is set aside: it commits nothing, the runner its charge.
     won = _m(
         _att(1, "alpha", JobState.PENDING, superseded=True, outrun_by=2),
         _att(2, "beta", JobState.RUNNING, copy_of=1, started_at=40),
     )
-    assert [(r["site"], r["jobs"]) for r in charge_rows([won], sites)] == [("beta", 1)]
+    assert [(r["site"], r["running"], r["jobs"]) for r in charge_rows(ledger(won))] == [
+        ("beta", 4.0, 1)
+    ]
 
 
 async def test_a_hedged_tasks_attempts_say_which_is_a_copy_and_its_predicted_wait(

@@ -21,6 +21,7 @@ __all__ = ["ledger_rows", "spent_per_site"]
 
 log = structlog.get_logger(__name__)
 _LIVE = {JobState.SUBMITTED.value, JobState.PENDING.value, JobState.RUNNING.value}
+_SUMS = ("used", "committed", "running", "queued")
 
 
 def _charged(
@@ -56,7 +57,8 @@ def ledger_rows(
     states: Mapping[str, SiteState] | None = None,
     unreadable: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per (owner, site, account): `used` by ended attempts, `committed` by live ones. An
+    """Per (owner, site, account): `used` by ended attempts, `committed` by live ones (of it,
+    `running` by those running, `queued` by those not started yet; `live`: how many). An
     attempt on a site or partition no longer configured, or with no account, is left out; one
     that cannot be read is logged with its traceback and its task id put in `unreadable`, and
     the others are still counted. `states`: the sites' last probes, whose live billing weights
@@ -75,12 +77,17 @@ def ledger_rows(
         account, live, charge = got
         owner = a["owner"] or ""
         key = (owner, a["site"], account)
-        empty = {"site": a["site"], "account": account, "unit": charge.unit, "attempts": 0}
-        row = rows.setdefault(key, {"owner": a["owner"], **empty, "used": 0.0, "committed": 0.0})
-        row["committed" if live else "used"] += charge.amount
+        head = {"owner": a["owner"], "site": a["site"], "account": account, "unit": charge.unit}
+        row = rows.setdefault(key, {**head, "attempts": 0, "live": 0, **dict.fromkeys(_SUMS, 0.0)})
         row["attempts"] += 1
+        if not live:
+            row["used"] += charge.amount
+            continue
+        row["committed"] += charge.amount
+        row["running" if a["state"] == JobState.RUNNING.value else "queued"] += charge.amount
+        row["live"] += 1
     for row in rows.values():
-        row["used"], row["committed"] = round(row["used"], 4), round(row["committed"], 4)
+        row.update({k: round(row[k], 4) for k in _SUMS})
     return [rows[k] for k in sorted(rows)]
 
 

@@ -165,7 +165,7 @@ function drawAllocation(view) {
 }
 
 // What the live work will charge at most (its whole granted wall time), per site and account:
-// the daemon's newest live tasks, read every 15 s (one read per task: not every 3 s).
+// the daemon's ledger (its live billing weights), read every 15 s.
 async function refreshCharges() {
   state.charges = await api("/api/charges");
   renderAllocation();
@@ -211,7 +211,7 @@ function renderAllocation() {
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "alloc-empty" }, el("td", { colspan: 9, class: "wrap" },
     "No site reports credit for your accounts (set accounts and a budget per site in config.toml)."))]));
   const c = state.charges;
-  $("#alloc-live").textContent = !c ? "" : c.more ? `running and queued: the newest ${c.read} live tasks` : `running and queued: all ${c.read} live tasks`;
+  $("#alloc-live").textContent = !c ? "" : c.more ? `at the daemon's live charges, of its newest ${c.read} attempts` : "at the daemon's live charges";
 }
 
 // ------------------------------------------------------------------------------ credit over time
