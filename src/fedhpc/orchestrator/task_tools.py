@@ -1,5 +1,5 @@
-"""The task tools' handlers: get_result, cancel, replan and task listing (the agent's and
-people's view of tasks)."""
+"""The task tools' handlers: get_result (its manifest: `task_result.py`), cancel, replan and
+task listing (the agent's and people's view of tasks)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from fedhpc.domain.envelope import ResourceEnvelope
 from fedhpc.domain.job import JobState
 from fedhpc.errors import UsageError
 from fedhpc.globus_auth.people import acting_for
-from fedhpc.ops.hints import next_hint, unreadable_hint
-from fedhpc.ops.task_views import AttemptView, OutputRef, ResultManifest, TaskHandle, TaskSummary
+from fedhpc.ops.hints import next_hint
+from fedhpc.ops.task_views import ResultManifest, TaskHandle, TaskSummary
 from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.accept import PLACE_WAIT_S
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.book import TaskBook, TaskNotFound, handle
-from fedhpc.orchestrator.dispatch import Dispatcher, Intent, outside_roots
+from fedhpc.orchestrator.dispatch import Dispatcher, Intent
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.group_cancel import cancel_group, group_named
-from fedhpc.orchestrator.liveness import offline, online
+from fedhpc.orchestrator.liveness import online
 from fedhpc.orchestrator.offline_wait import offline_sites
 from fedhpc.orchestrator.planner import Planner, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -35,89 +35,12 @@ from fedhpc.orchestrator.replan_checks import (
     what_scheduler_says,
     would_wait_refusal,
 )
+from fedhpc.orchestrator.task_result import current_attempt, result_manifest
 from fedhpc.placement import Placement
 from fedhpc.placement.normalize import merge_envelope
 from fedhpc.transfer import records as transfers
 
 __all__ = ["TaskTools"]
-
-
-def _current(atts: list[AttemptRecord], task: TaskRecord) -> AttemptRecord | None:
-    if task.accepted_attempt is not None:
-        return next((a for a in atts if a.n == task.accepted_attempt), None)
-    live = [a for a in atts if not a.superseded]
-    going = [a for a in live if not a.state.terminal]
-    if len(going) > 1:  # hedged copies: the one that started, else the first (book's rule)
-        return next((a for a in going if a.state is JobState.RUNNING), going[0])
-    return live[-1] if live else (atts[-1] if atts else None)
-
-
-def _tail_streams(req: ResultRequest, state: JobState) -> tuple[str, ...]:
-    """stdout (or the stream asked for), plus stderr when the task did not complete."""
-    if req.preview == "none":
-        return ()
-    first = req.preview or "stdout"
-    failed = state in {JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED}
-    return (first, "stderr") if failed and first == "stdout" else (first,)
-
-
-# Ended states whose answer points at the output (the hints' _READ): when it cannot be read,
-# get_result's own `next` says why.
-_READABLE_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT})
-
-
-def _round(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 1)
-
-
-def _brief(m: ResultManifest, tails: dict[str, tuple[str, bool]]) -> ResultManifest:
-    """What an agent needs after a resume, without what it has or can derive: no timestamps,
-    shapes or job names per attempt, no provenance (the submit answer had the decision), and
-    no reference to an output whose whole content is in a tail or that is empty. A task's
-    only job, in the task's state and without a reason of its own, is flattened into the
-    answer (its number and state would repeat the task's)."""
-    site = next((a.site for a in reversed(m.attempts) if not a.superseded), None)
-    shown = {k for k, (_, cut) in tails.items() if not cut}
-    outputs = tuple(
-        o.model_copy(update={"site": None if o.site == site else o.site})
-        for o in m.outputs
-        if not (o.kind in shown or (o.kind != "artifact" and o.bytes == 0))
-    )
-    attempts = tuple(
-        AttemptView(
-            n=a.n,
-            site=a.site,
-            partition=a.partition,
-            state=a.state,
-            job_id=a.job_id,
-            reason=a.reason,
-            superseded=a.superseded,
-            wait_s=_round(a.wait_s),
-            runtime_s=_round(a.runtime_s),
-            exit_code=a.exit_code,
-        )
-        for a in m.attempts
-    )
-    brief = {"attempts": attempts, "outputs": outputs, "provenance": None, "created_at": None}
-    return m.model_copy(update=brief | _flat(m, attempts))
-
-
-def _flat(m: ResultManifest, attempts: tuple[AttemptView, ...]) -> dict[str, object]:
-    """The brief answer's fields for a task whose one job is where the task is, else {}."""
-    if len(attempts) != 1:
-        return {}
-    a = attempts[0]
-    if a.superseded or a.reason or a.state is not m.state:
-        return {}
-    return {
-        "attempts": (),
-        "site": a.site,
-        "partition": a.partition,
-        "job_id": a.job_id,
-        "wait_s": a.wait_s,
-        "runtime_s": a.runtime_s,
-        "exit_code": a.exit_code,
-    }
 
 
 log = structlog.get_logger(__name__)
@@ -196,73 +119,11 @@ class TaskTools:
 
     async def get_result(self, req: ResultRequest) -> ResultManifest:
         """The manifest: state, attempts, provenance, output references with sizes, and bounded
-        tails (the last bytes, where errors are) of stdout and, after a failure, of stderr."""
+        tails of its output (orchestrator/task_result.py)."""
         task = await self._load(req.task_id)
-        atts = await self.book.load_attempts(task.id)
-        cur = _current(atts, task)
-        outputs: list[OutputRef] = []
-        tails: dict[str, tuple[str, bool]] = {}
-        ran = cur is not None and cur.job_id is not None
-        why = self._unreadable(cur.site) if cur is not None and ran else ""
-        unreadable = cur.site if cur is not None and why else None
-        if cur is not None and ran and unreadable is None:
-            adapter = self.adapters[cur.site]
-            files: list[tuple[str, str]] = [
-                ("stdout", cur.stdout or ""),
-                ("stderr", cur.stderr or ""),
-            ]
-            files += [
-                ("artifact", f"{cur.workdir}/{p}" if not p.startswith("/") else p)
-                for p in task.request.outputs
-            ]
-            files = [(k, p) for k, p in files if p]
-            # A task stored before outputs were confined: a path outside the roots is not read.
-            hidden = outside_roots(adapter, task.request.outputs)
-            with acting_for(task.owner):  # a per-person site reads as the task's person
-                sizes = await adapter.file_sizes([p for _, p in files if p not in hidden])
-            outputs = [
-                OutputRef(kind=k, site=cur.site, path=p, bytes=sizes.get(p)) for k, p in files
-            ]
-            for stream in _tail_streams(req, task.state):
-                path = cur.stdout if stream == "stdout" else cur.stderr
-                if path and sizes.get(path):
-                    with acting_for(task.owner):
-                        tails[stream] = await adapter.tail(path, req.max_bytes)
-        first = "stderr" if req.preview == "stderr" else "stdout"
-        preview, truncated = tails.get(first, (None, False))
-        extra = tails["stderr"][0] if first == "stdout" and "stderr" in tails else None
-        manifest = ResultManifest(
-            task_id=task.id,
-            name=task.request.name,
-            state=task.state,
-            group_id=task.group_id,
-            created_at=task.created_at,
-            attempts=tuple(a.view() for a in atts),
-            provenance=task.provenance,
-            outputs=tuple(outputs),
-            preview=preview,
-            truncated=truncated,
-            stderr=extra,
-            reasons=task.reasons,
-            waiting=(task.decision or None) if task.state is JobState.QUEUED else None,
-            data=await staging.data_provenance(self.book.store, task),
-            unreadable=unreadable,
+        return await result_manifest(
+            task, req, book=self.book, collector=self.collector, adapters=self.adapters
         )
-        if unreadable is not None and task.state in _READABLE_ENDS:
-            read = f"get_result(task_id={task.id!r})"
-            hint = unreadable_hint(task.state.value, unreadable, why, read)
-            manifest = manifest.model_copy(update={"next": hint})
-        return _brief(manifest, tails) if req.brief else manifest
-
-    def _unreadable(self, site: str) -> str:
-        """Why a site's files cannot be read now ("" = they can): "unknown" (no longer in
-        config.toml), "offline" (the last probe found it down), "unprobed" (not probed yet
-        since the daemon started)."""
-        if site not in self.adapters:
-            return "unknown"
-        if offline(self.collector, site):
-            return "offline"
-        return "" if online(self.collector, site) else "unprobed"
 
     async def list_tasks(
         self, *, state: str | None = None, limit: int = 100, owner: str | None = None
@@ -294,7 +155,7 @@ class TaskTools:
         atts = await self.book.load_attempts(task.id)
         if task.state.terminal:
             hint = next_hint("cancel", task.state.value, resumes=False, ref=task.id)
-            return handle(task, _current(atts, task)).model_copy(update={"next": hint}), []
+            return handle(task, current_attempt(atts, task)).model_copy(update={"next": hint}), []
         live = [a for a in atts if not a.state.terminal]
         for a in live:
             self.adaptation.owe_cancel(a)
@@ -304,7 +165,7 @@ class TaskTools:
             await self.book.save(tx, task, *live, at=self.clock())
             await self.book.emit(tx, "task.cancelled", task, reason=task.reasons[0])
         hint = next_hint("cancel", task.state.value, resumes=False, cancelled_now=True)
-        return handle(task, _current(atts, task)).model_copy(update={"next": hint}), live
+        return handle(task, current_attempt(atts, task)).model_copy(update={"next": hint}), live
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
         """Re-place a task that has not started, or send an unschedulable one back to placement:
