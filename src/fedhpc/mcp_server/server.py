@@ -23,6 +23,7 @@ from fedhpc import __version__
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.errors import ErrorKind, FedError, FieldIssue, ValidationFailed
 from fedhpc.mcp_server.link import DaemonLink, open_link
+from fedhpc.mcp_server.lowlevel import replace_handler
 from fedhpc.mcp_server.params import ID_PATTERN
 from fedhpc.mcp_server.results import UnknownTool, arguments_error, error_result
 from fedhpc.mcp_server.schema import compact_input, compact_output
@@ -148,9 +149,7 @@ def build_server(
         subscriptions=bus,
     )
     # The SDK's listen handler knows no `taskIds` (Tasks extension): ours serves both.
-    server._lowlevel_server.add_request_handler(
-        "subscriptions/listen", SubscriptionsListenRequestParams, listen
-    )
+    replace_handler(server, "subscriptions/listen", SubscriptionsListenRequestParams, listen)
     _add_resources(server, link_to)
     return server
 

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedhpc.errors import UsageError
+from fedhpc.mcp_server import lowlevel
 from fedhpc.settings import MCP_TOKEN
 
 __all__ = [
@@ -188,9 +189,7 @@ async def run_stdio(server: MCPServer[Any]) -> None:
     guard = GuardedStdin(_lines(_take_stdin()))
     async with stdio_server(stdin=cast(Any, guard)) as (read_stream, write_stream):
         guard.attach(write_stream)
-        # MCPServer has no public "run on these streams"; run_stdio_async does exactly this.
-        lowlevel = server._lowlevel_server
-        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        await lowlevel.run(server, read_stream, write_stream)  # no public "run on these"
 
 
 def is_loopback(host: str) -> bool:
