@@ -27,6 +27,7 @@ Exits 2 when the federation (or, for devpolaris, OpenPBS) is down.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -50,6 +51,10 @@ from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc_dev.profiles import devfed_root
+
+if str(Path(__file__).resolve().parent.parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.integration.conftest import LOCK  # the tests' federation lock
 
 ROOT = devfed_root()
 SLURM_SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
@@ -341,7 +346,13 @@ def main() -> None:
     args = p.parse_args()
     if args.kill == "sigterm" and args.site == "devpolaris":
         p.error("--kill sigterm is for Slurm clusters")
-    out = anyio.run(_main, args)
+    with LOCK.open("a") as lock:  # the blocker must not meet a test's drain
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.stderr.write(f"controller_loss: waiting for {LOCK} (a test run holds it)\n")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        out = anyio.run(_main, args)
     if args.json:
         print(json.dumps(out))
         return

@@ -18,7 +18,8 @@ from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.site import StorageRoot, TransportSpec
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.ops.workdir import OutputOutside
-from fedhpc.orchestrator.dispatch import _check_outputs, outside_roots
+from fedhpc.orchestrator.site_paths import check_outputs as _check_outputs
+from fedhpc.orchestrator.site_paths import outside_roots
 from fedhpc.orchestrator.workdirs import sites_without_all
 from fedhpc.profiles import load_profiles
 from fedhpc.store import Store

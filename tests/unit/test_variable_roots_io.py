@@ -22,9 +22,9 @@ from fedhpc.errors import ValidationFailed
 from fedhpc.ops.data import MoveDataRequest, TransferState
 from fedhpc.ops.tasks import SubmitTaskRequest
 from fedhpc.ops.workdir import resolve_workdir, sites_holding
-from fedhpc.orchestrator.dispatch import _roots
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
+from fedhpc.orchestrator.site_paths import site_roots as _roots
 from fedhpc.orchestrator.workdirs import sites_without
 from fedhpc.placement import Placement, PlacementInputs, Policy, place
 from fedhpc.profiles import load_profiles

@@ -326,6 +326,13 @@ class SiteAdapter(SiteView, RemoteFiles):
         dialect = array_dialect(self.dialect)
         return job_id if dialect is None else dialect.parent_id(job_id)
 
+    def array_outputs(self, output_dir: str, element_id: str) -> tuple[str, str] | None:
+        """The files the scheduler wrote for array element `element_id` (None: no element)."""
+        dialect = array_dialect(self.dialect)
+        if dialect is None or dialect.parent_id(element_id) == element_id:
+            return None
+        return dialect.array_outputs(output_dir, element_id)
+
     def element_id(self, job_id: str, index: int) -> str:
         """Element `index` of the array `job_id`."""
         dialect = array_dialect(self.dialect)

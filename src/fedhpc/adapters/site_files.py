@@ -10,6 +10,15 @@ from fedhpc.adapters.site_errors import CommandFailed
 
 __all__ = ["RemoteFiles"]
 
+_CLEAR_AT_ONCE = 300  # elements per call: 3 paths each, well under the argument limit
+# Per element (3 arguments): the scheduler's stderr, when not empty, appended to the element's
+# own; then both scheduler files removed. A missing file or folder is no error.
+_CLEAR = (
+    'while [ "$#" -ge 3 ]; do '
+    '{ [ -s "$2" ] && [ -n "$3" ] && cat -- "$2" >>"$3"; } 2>/dev/null; '
+    'rm -f -- "$1" "$2"; shift 3; done'
+)
+
 
 class RemoteFiles:
     """File reads of `SiteAdapter` (a mixin: `_run` and `name` are the adapter's)."""
@@ -53,3 +62,14 @@ class RemoteFiles:
         size, _, text = result.stdout.partition("\n")
         cut = size.strip().isdigit() and int(size) > max_bytes
         return text, bool(cut)
+
+    async def clear_array_outputs(self, leftovers: Sequence[tuple[str, str, str | None]]) -> None:
+        """Remove the files a scheduler wrote for ended array elements (`(stdout, stderr,
+        element's own stderr)`: `ArrayDialect.array_outputs`), after appending what its stderr
+        holds (a time limit's or a cancel's words) to the element's own, which `get_result`
+        reads; one remote call per `_CLEAR_AT_ONCE` elements. Only files fedhpc named."""
+        for at in range(0, len(leftovers), _CLEAR_AT_ONCE):
+            argv = [p or "" for trio in leftovers[at : at + _CLEAR_AT_ONCE] for p in trio]
+            await self._run(
+                Command(("bash", "-c", _CLEAR, "fedhpc", *argv), timeout_s=60.0), "files"
+            )

@@ -25,6 +25,7 @@ from fedhpc.domain.job import AccountingRecord, JobObservation, JobState, merge_
 from fedhpc.globus_auth.people import PersonNotAuthorized, acting_for
 from fedhpc.logs import isolated
 from fedhpc.orchestrator.adapt import ACTIVE_STATES, Adaptation
+from fedhpc.orchestrator.array_leftovers import ArrayLeftovers
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claims, Ended
 from fedhpc.orchestrator.finish import finish_ends
@@ -94,6 +95,7 @@ class Control:
         # mid-submit) may have a scheduler command of that process still running, whatever its
         # age, so the grace counts from here for it.
         self.leading_since: datetime | None = None
+        self.leftovers = ArrayLeftovers(adapters)  # ended array elements' scheduler files
         # Hedged copies a started copy outran in a merge, their cancels sent after the lock.
         self.outrun: list[AttemptRecord] = []
         # site -> job id -> (task id, attempt n, monotonic time): attempts that ended on a final
@@ -133,6 +135,7 @@ class Control:
                         await self._merge_site(site, answer)
                     elif atts:  # lost while asked (a hung controller): its work moves now
                         await self.adaptation.site_lost(site, await self._stored(site))
+                await self.leftovers.clear(site)
         except Exception as caught:  # one site's bad answer must not stall the others
             exc = _alone(caught)
             if isinstance(exc, SchedulerBusy):  # rate-limited: asked less often, not lost
@@ -362,6 +365,7 @@ class Control:
             await self.book.save(tx, task, a, *losers, at=self.clock())
         self.outrun += losers
         if a.state.terminal and not before.terminal:
+            self.leftovers.note(a)
             if a.ended_at is not None and a.job_id is not None:
                 self.claims.end(Ended(a.site, a.partition, a.ended_at))
                 self.wake_placer()  # work held by a per-user limit may go now

@@ -18,12 +18,18 @@ from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.job import JobSpec, JobState, job_comment
 from fedhpc.globus_auth.errors import GlobusLoginRequired
 from fedhpc.logs import isolated
-from fedhpc.ops.workdir import WorkdirOutside, confined, resolve_workdir
 from fedhpc.orchestrator.book import TaskBook
 from fedhpc.orchestrator.claims import Claim, Claims
 from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.planner import brief, provenance
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, array_name, job_name
+from fedhpc.orchestrator.site_paths import (
+    arrays_dir,
+    check_outputs,
+    outside_roots,
+    task_workdir,
+    workbase,
+)
 from fedhpc.placement import Placement
 from fedhpc.settings import JOB_FOR
 
@@ -73,19 +79,7 @@ class Dispatcher:
         self.in_flight: set[str] = set()
         self.deferred: list[Intent] = []  # written by `later`, submitted by `send_later`
 
-    @staticmethod
-    def _workbase(adapter: SiteAdapter) -> str:
-        """Where the site's task folders go: the user's `workdir`, else `<scratch>/<login>/fedhpc`
-        (a `$NAME` root such as TACC's `$SCRATCH` is the user's own: `<it>/fedhpc`). Raises
-        `WorkdirFailed` when a `$NAME` root cannot be expanded."""
-        site = adapter.site
-        if site.user.workdir:
-            return site.user.workdir.rstrip("/")
-        roots = {r.name: r.path for r in site.profile.storage}
-        root = roots.get("scratch") or roots.get("work") or next(iter(roots.values()), "/tmp")  # noqa: S108
-        path = adapter.root_path(root)
-        own = site.profile.local_test or path != root
-        return f"{path}/fedhpc" if own else f"{path}/{adapter.login}/fedhpc"
+    _workbase = staticmethod(workbase)  # the name tests and callers know
 
     async def dispatch(self, task: TaskRecord, p: Placement) -> AttemptRecord:
         """One placed task, by a caller that does not hold the lock: the intent is written
@@ -137,8 +131,8 @@ class Dispatcher:
             await adapter.read_roots(unless_within_s=ROOTS_RETRY_S)
         try:
             base = f"{self._workbase(adapter)}/{task.id}"
-            workdir = _workdir(adapter, req.workdir, base)
-            _check_outputs(adapter, req.outputs)
+            workdir = task_workdir(adapter, req.workdir, base)
+            check_outputs(adapter, req.outputs)
         except (WorkdirFailed, StorageUnread) as exc:
             return await self._folderless(task, p, n, exc, copy_of=copy_of)
         att = _attempt(
@@ -275,7 +269,7 @@ class Dispatcher:
             else:
                 run = intents[i:j]
                 dirs = sorted({d for x in run for d in x.dirs})
-                arrays = f"{self._workbase(adapter)}/arrays"
+                arrays = arrays_dir(adapter)
                 out.append(ArrayJob(name, [x.spec for x in run], dirs, arrays))
             i = j
         return out
@@ -380,61 +374,6 @@ def _attempt(
         stderr=stderr,
         workdir=workdir,
     )
-
-
-def _workdir(adapter: SiteAdapter, workdir: str | None, base: str) -> str:
-    """The task's folder at the site; an absolute `workdir` must lie in a root as the site's
-    shell expanded it (placement could not tell for a `$NAME` root: now it can)."""
-    roots = _roots(adapter) if (workdir or "").startswith("/") else None
-    try:
-        return resolve_workdir(workdir, base, adapter.site.profile, roots)
-    except WorkdirOutside as exc:
-        raise WorkdirFailed(
-            f"{WorkdirFailed.PREFIX} on {adapter.name}: {exc.message}",
-            hint="Give a workdir inside one of these roots, or relative to the task's folder.",
-        ) from None
-
-
-def _check_outputs(adapter: SiteAdapter, outputs: Sequence[str]) -> None:
-    """Absolute outputs must lie in a root as the site's shell expanded it, like `workdir`: their
-    sizes are reported back, which would tell whether any file there exists."""
-    absolute = [(i, o) for i, o in enumerate(outputs) if o.startswith("/")]
-    if not absolute:
-        return
-    roots = _roots(adapter)
-    for i, path in absolute:
-        if not confined(path, roots):
-            listed = ", ".join(roots) or "none"
-            raise WorkdirFailed(
-                f"{WorkdirFailed.PREFIX} on {adapter.name}: outputs[{i}] {path} is inside no "
-                f"storage root of {adapter.name} ({listed})",
-                hint="Give outputs relative to workdir, or inside one of these roots.",
-            )
-
-
-def outside_roots(adapter: SiteAdapter, paths: Sequence[str]) -> set[str]:
-    """The absolute `paths` inside none of the site's storage roots as its shell expands them
-    (every absolute one while they cannot be read): never to be looked at on the site."""
-    absolute = {p for p in paths if p.startswith("/")}
-    if not absolute:
-        return set()
-    try:
-        roots = _roots(adapter)
-    except StorageUnread:
-        return absolute
-    return {p for p in absolute if not confined(p, roots)}
-
-
-def _roots(adapter: SiteAdapter) -> list[str]:
-    """The site's storage roots as paths there; a `$NAME` root unset in its shell is named as
-    such (it holds nothing: no path is guessed for it). Raises `StorageUnread` while unread."""
-    out = []
-    for r in adapter.site.profile.storage:
-        try:
-            out.append(adapter.root_path(r.path))
-        except WorkdirFailed:
-            out.append(f"{r.path} (not expanded)")
-    return out
 
 
 def _env_for(env: Mapping[str, str], owner: str | None) -> dict[str, str]:

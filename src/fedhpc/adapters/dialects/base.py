@@ -116,3 +116,8 @@ class ArrayDialect(Dialect, Protocol):
     def parent_id(self, job_id: str) -> str:
         """The array's id for an element's id (any other job's id unchanged)."""
         ...
+
+    def array_outputs(self, output_dir: str, element_id: str) -> tuple[str, str]:
+        """The files the scheduler itself wrote for element `element_id` in `output_dir`
+        (stdout, stderr): what `render_array` named there."""
+        ...

@@ -140,6 +140,11 @@ class LsfDialect:
         m = _ELEMENT_ID.match(job_id)
         return job_id if m is None else m.group("job")
 
+    def array_outputs(self, output_dir: str, element_id: str) -> tuple[str, str]:
+        m = _ELEMENT_ID.match(element_id)
+        name = element_id if m is None else f"{m.group('job')}_{m.group('idx')}"  # %J_%I
+        return f"{output_dir}/{name}.out", f"{output_dir}/{name}.err"
+
     def submit_command(self, script: str) -> Command:
         # '#BSUB' lines are honoured only when the script comes on stdin (bsub(1)).
         return Command(("bsub",), stdin=script, idempotent=False)

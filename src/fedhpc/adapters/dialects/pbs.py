@@ -127,6 +127,9 @@ class PbsDialect:
         m = _ARRAY_ID.match(job_id)
         return job_id if m is None else f"{m.group('seq')}[]{m.group('rest')}"
 
+    def array_outputs(self, output_dir: str, element_id: str) -> tuple[str, str]:
+        return f"{output_dir}/{element_id}.OU", f"{output_dir}/{element_id}.ER"
+
     def submit_command(self, script: str) -> Command:
         # qsub with no script operand reads the script from stdin (qsub(1B)).
         return Command(("qsub",), stdin=script, idempotent=False)

@@ -127,6 +127,9 @@ class SlurmDialect:
     def parent_id(self, job_id: str) -> str:
         return job_id.split("_", 1)[0]
 
+    def array_outputs(self, output_dir: str, element_id: str) -> tuple[str, str]:
+        return f"{output_dir}/{element_id}.out", f"{output_dir}/{element_id}.err"  # %A_%a
+
     @staticmethod
     def _gres_type(profile: SiteProfile, partition: str, wanted: str | None) -> str | None:
         try:
