@@ -15,7 +15,9 @@ and without (FEDHPC_ARRAY_MAX=1: one sbatch per child, as before issue 40). Coun
 Goal: at least 20x fewer scheduler commands per task with arrays. Holds the federation's test
 lock while it runs; cancels nothing but its own jobs.
 
-Run: .venv/bin/python benchmarks/arrays.py [--tasks 5000] [--cycle 2] [--modes arrays,singles]
+Run: .venv/bin/python benchmarks/arrays.py [--tasks 5000] [--cycle 2] [--refresh 2]
+     [--modes arrays,singles]   (--cycle 0 / --refresh 0: the daemon's defaults, 10 s / 60 s)
+On the devfed instance FEDHPC_DEVFED_DIR names (instance 1 by default), under its test lock.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.submit_latency import _start  # noqa: E402
-from tests.integration.conftest import LOCK  # noqa: E402
+from tests.integration.conftest import lock_of  # noqa: E402
 
 from fedhpc.adapters.dialects import get_dialect  # noqa: E402
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
@@ -46,6 +49,8 @@ from fedhpc.domain.site import SiteProfile  # noqa: E402
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest  # noqa: E402
 from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
+from fedhpc_dev.devfed.manager import plan_at  # noqa: E402
+from fedhpc_dev.profiles import devfed_root  # noqa: E402
 
 SITE = "devanvil"
 GOAL = 20.0
@@ -77,14 +82,36 @@ async def _children_ids(client: DaemonClient, gid: str) -> list[str | None]:
         after = view.next_after
 
 
-async def _one(mode: str, tasks: int, cycle: float) -> dict[str, Any]:
+def _start_daemon(home: Path, **env: str) -> subprocess.Popen[bytes]:
+    """A daemon for `home` on the dev federation, in a session of its own (as `fedhpc serve`
+    starts it), with `env` over this process's environment."""
+    for name in ("FEDHPC_CYCLE_S", "FEDHPC_REFRESH_S"):
+        os.environ.pop(name, None)  # only what `env` says: the daemon's defaults otherwise
+    full = {**os.environ, **env, "FEDHPC_HOME": str(home), "FEDHPC_DEVFED": "1"}
+    with (home / "daemon.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            env={**full, "FEDHPC_LOG_LEVEL": "warning"},
+            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+        )  # fmt: skip
+
+
+def _cadence(cycle: float, refresh: float) -> dict[str, str]:
+    """FEDHPC_CYCLE_S / FEDHPC_REFRESH_S as asked; 0: unset (the daemon's own default)."""
+    return {
+        **({"FEDHPC_CYCLE_S": f"{cycle:g}"} if cycle else {}),
+        **({"FEDHPC_REFRESH_S": f"{refresh:g}"} if refresh else {}),
+    }
+
+
+async def _one(mode: str, tasks: int, cycle: float, refresh: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fedhpc-arrays-") as tmp:
         home = _home(Path(tmp))
-        daemon, _ = _start(
+        daemon = _start_daemon(
             home,
-            cycle,
             FEDHPC_ARRAY_MAX="1000" if mode == "arrays" else "1",
             FEDHPC_SUBMITS_PER_CYCLE=str(tasks),
+            **_cadence(cycle, refresh),
         )
         try:
             async with DaemonClient(DaemonSettings.from_env(home=home)) as client:
@@ -142,21 +169,23 @@ async def _one(mode: str, tasks: int, cycle: float) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [await _one(m, args.tasks, args.cycle) for m in args.modes.split(",")]
+    return [await _one(m, args.tasks, args.cycle, args.refresh) for m in args.modes.split(",")]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=5000)
-    ap.add_argument("--cycle", type=float, default=2.0)
+    ap.add_argument("--cycle", type=float, default=2.0, help="FEDHPC_CYCLE_S; 0: default")
+    ap.add_argument("--refresh", type=float, default=2.0, help="FEDHPC_REFRESH_S; 0: default")
     ap.add_argument("--modes", default="arrays,singles")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    with LOCK.open("a") as lock:
+    lock_path = lock_of(plan_at(devfed_root()).instance.number)
+    with lock_path.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            sys.stderr.write(f"arrays: waiting for {LOCK} (a test run holds the federation)\n")
+            sys.stderr.write(f"arrays: waiting for {lock_path} (a test run holds it)\n")
             fcntl.flock(lock, fcntl.LOCK_EX)
         out = anyio.run(_run, args)
     if args.json:

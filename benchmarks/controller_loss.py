@@ -54,7 +54,9 @@ from fedhpc_dev.profiles import devfed_root
 
 if str(Path(__file__).resolve().parent.parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.integration.conftest import LOCK  # the tests' federation lock
+from tests.integration.conftest import lock_of
+
+from fedhpc_dev.devfed.manager import plan_at
 
 ROOT = devfed_root()
 SLURM_SITES = ("devanvil", "devdelta", "devdeltaai", "devvista")
@@ -346,11 +348,12 @@ def main() -> None:
     args = p.parse_args()
     if args.kill == "sigterm" and args.site == "devpolaris":
         p.error("--kill sigterm is for Slurm clusters")
-    with LOCK.open("a") as lock:  # the blocker must not meet a test's drain
+    lock_path = lock_of(plan_at(ROOT).instance.number)  # the instance's (FEDHPC_DEVFED_DIR)
+    with lock_path.open("a") as lock:  # the blocker must not meet a test's drain
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            sys.stderr.write(f"controller_loss: waiting for {LOCK} (a test run holds it)\n")
+            sys.stderr.write(f"controller_loss: waiting for {lock_path} (a test run holds it)\n")
             fcntl.flock(lock, fcntl.LOCK_EX)
         out = anyio.run(_main, args)
     if args.json:
