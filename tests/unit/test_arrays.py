@@ -3,41 +3,21 @@ with its own output, every hostile argument inert; element ids map to and from t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tomllib
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from fedhpc.adapters.arrays import ArrayJob, array_dialect
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.slurm import SlurmDialect
-from fedhpc.domain.job import JobSpec, Shape
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.job import JobSpec
 from fedhpc.orchestrator.control import _found
 from fedhpc.orchestrator.records import AttemptRecord, array_name, is_own_job
-from fedhpc_dev.profiles import dev_profiles_dir
 from tests.injection_corpus import corpus
-
-
-def _profile() -> SiteProfile:
-    text = (dev_profiles_dir() / "devanvil.toml").read_text()
-    return SiteProfile.model_validate(tomllib.loads(text))
+from tests.unit.array_support import array_member, dev_profile, lost_member, run_element
 
 
 def _member(i: int, base: Path, arg: str) -> JobSpec:
-    folder = base / f"t{i}"
-    return JobSpec(
-        name=f"fedhpc-tabc-{i:04d}-1",
-        command=("printf", "%s", arg),
-        partition="shared",
-        shape=Shape(cpus=1, wall_time_s=60),
-        workdir=str(folder),
-        stdout=f"{folder}/1.out",
-        stderr=f"{folder}/1.err",
-        env={"SWEEP": "x y"},
-    )
+    return array_member(i, base, arg, partition="shared")
 
 
 def test_each_element_runs_its_own_argv_in_its_own_folder_every_hostile_argument_inert(
@@ -46,7 +26,11 @@ def test_each_element_runs_its_own_argv_in_its_own_folder_every_hostile_argument
     args = corpus(canary_dir)
     members = [_member(i, tmp_path, a) for i, a in enumerate(args)]
     script = SlurmDialect().render_array(
-        members, _profile(), array_name(members[0].name), throttle=8, output_dir=str(tmp_path)
+        members,
+        dev_profile("devanvil"),
+        array_name(members[0].name),
+        throttle=8,
+        output_dir=str(tmp_path),
     )
     header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
     assert f"#SBATCH --array=0-{len(args) - 1}:1%8" in header
@@ -55,18 +39,12 @@ def test_each_element_runs_its_own_argv_in_its_own_folder_every_hostile_argument
     assert not any("--chdir" in line for line in header)  # each element goes to its own
     for i, arg in enumerate(args):
         (tmp_path / f"t{i}").mkdir()
-        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i)}
-        done = subprocess.run(
-            ["bash"], check=False, input=script, env=env, capture_output=True, text=True
-        )
+        done = run_element(script, SLURM_ARRAY_TASK_ID=str(i))
         assert done.returncode == 0, done.stderr
         assert (tmp_path / f"t{i}" / "1.out").read_bytes().decode() == arg
     assert not (canary_dir / "fedhpc-canary").exists()
     # An index the array does not have fails loudly, never running another element's work.
-    env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(len(args))}
-    done = subprocess.run(
-        ["bash"], check=False, input=script, env=env, capture_output=True, text=True
-    )
+    done = run_element(script, SLURM_ARRAY_TASK_ID=str(len(args)))
     assert done.returncode == 97 and "no such array element" in done.stderr
 
 
@@ -98,18 +76,7 @@ class _Slurm:
 
 def test_a_lost_intent_in_an_array_is_found_by_the_arrays_name_never_its_own() -> None:
     def att(n: int, array: str | None, index: int | None) -> AttemptRecord:
-        return AttemptRecord(
-            task_id=f"tabc-{n:04d}",
-            n=1,
-            site="devanvil",
-            partition="shared",
-            account=None,
-            shape=Shape(),
-            job_name=f"fedhpc-tabc-{n:04d}-1",
-            created_at=datetime(2026, 12, 5, tzinfo=UTC),
-            array_name=array,
-            array_index=index,
-        )
+        return lost_member(n, "devanvil", "shared", array, index)
 
     name = array_name("fedhpc-tabc-0000-1")
     adapter = cast(Any, _Slurm())
@@ -125,7 +92,7 @@ def test_a_lost_intent_in_an_array_is_found_by_the_arrays_name_never_its_own() -
 def test_a_failing_prologue_is_told_in_each_elements_own_stderr(tmp_path: Path) -> None:
     """The prologue (`module load ...`) runs in every element: when it fails, its words reach
     the element's own stderr file, the one `get_result` reads, not only Slurm's %A_%a.err."""
-    profile = _profile()
+    profile = dev_profile("devanvil")
     broken = profile.conventions.model_copy(
         update={"prologue": ("echo 'module: cuda/99 not found' >&2", "false")}
     )
@@ -137,10 +104,7 @@ def test_a_failing_prologue_is_told_in_each_elements_own_stderr(tmp_path: Path) 
     assert script.index("#SBATCH --array") < script.index("exec >>")  # directives stay first
     for i in range(2):
         (tmp_path / f"t{i}").mkdir()
-        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i)}
-        done = subprocess.run(
-            ["bash"], check=False, input=script, env=env, capture_output=True, text=True
-        )
+        done = run_element(script, SLURM_ARRAY_TASK_ID=str(i))
         assert done.returncode != 0
         assert "cuda/99 not found" in (tmp_path / f"t{i}" / "1.err").read_text()
         assert not (tmp_path / f"t{i}" / "1.out").read_text()  # its argv never ran

@@ -5,7 +5,6 @@ element rows (recorded output, `tests/fixtures/lsf/`) are found by them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,52 +17,29 @@ from fedhpc.adapters.command import BATCH_MARK, CommandResult
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.lsf import LsfDialect
-from fedhpc.domain.job import JobSpec, JobState, Shape
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.orchestrator.control import _found
-from fedhpc.orchestrator.records import AttemptRecord, array_name
+from fedhpc.orchestrator.records import array_name
 from fedhpc.orchestrator.submitter import _SIZE_REFUSAL
 from tests.injection_corpus import corpus
+from tests.unit.array_support import (
+    array_member,
+    lost_member,
+    lsf_profile,
+    only_our_directives,
+    run_element,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "lsf"
 NOW = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
 
 
-def lsf_profile(**conventions: Any) -> SiteProfile:
-    return SiteProfile.model_validate(
-        {
-            "name": "lsfsite",
-            "dialect": "lsf",
-            "arch": "x86_64",
-            "charge": {"kind": "node-hours"},
-            "conventions": conventions,
-            "partitions": [
-                {"name": "cpu", "max_wall_s": "48h", "node": {"cpus": 128, "memory_mib": "244G"}}
-            ],
-        }
-    )
-
-
 def _member(i: int, base: Path, arg: str) -> JobSpec:
-    folder = base / f"t{i}"
-    return JobSpec(
-        name=f"fedhpc-tabc-{i:04d}-1",
-        command=("printf", "%s", arg),
-        partition="cpu",
-        account="proj42",
-        shape=Shape(cpus=1, wall_time_s=60),
-        workdir=str(folder),
-        stdout=f"{folder}/1.out",
-        stderr=f"{folder}/1.err",
-        env={"SWEEP": "x y"},
-    )
+    return array_member(i, base, arg, partition="cpu", account="proj42")
 
 
 def _run(script: str, index: int) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LSB_JOBINDEX": str(index)}
-    return subprocess.run(
-        ["bash"], check=False, input=script, env=env, capture_output=True, text=True
-    )
+    return run_element(script, LSB_JOBINDEX=str(index))
 
 
 def _directives(script: str) -> list[str]:
@@ -93,10 +69,7 @@ def test_element_i_plus_1_runs_member_i_in_its_own_folder_every_hostile_argument
         throttle=8,
         output_dir=out,
     )
-    for lines in (script.split("\n"), script.splitlines()):
-        assert [ln for ln in lines if ln.startswith("#")] == [
-            ln for ln in benign.splitlines() if ln.startswith("#")
-        ]
+    only_our_directives(script, benign)
     for i, arg in enumerate(args):
         (tmp_path / f"t{i}").mkdir()
         done = _run(script, i + 1)
@@ -204,18 +177,7 @@ def test_a_lost_intent_in_an_lsf_array_is_bound_to_its_element() -> None:
     assert d.parse_find(_found_answer("5110 fedhpc-tabc-0009-1\n")) == {
         "fedhpc-tabc-0009-1": "5110"
     }
-    att = AttemptRecord(
-        task_id="tabc-0002",
-        n=1,
-        site="lsfsite",
-        partition="cpu",
-        account=None,
-        shape=Shape(),
-        job_name="fedhpc-tabc-0002-1",
-        created_at=datetime(2026, 12, 5, tzinfo=UTC),
-        array_name=name,
-        array_index=2,
-    )
+    att = lost_member(2, "lsfsite", "cpu", name, 2)
     assert _found(att, found, cast(Any, _Lsf())) == "5124[3]"
 
 

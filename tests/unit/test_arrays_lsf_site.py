@@ -22,13 +22,13 @@ from fedhpc.adapters.site import SiteAdapter, SubmittedJob
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.domain.envelope import ResourceEnvelope
-from fedhpc.domain.job import JobSpec, JobState, Shape
+from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.domain.site import Health, TransportSpec
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest
 from fedhpc.orchestrator.records import array_name
 from fedhpc.store import Store
 from tests.injection_corpus import corpus
-from tests.unit.test_arrays_lsf import lsf_profile
+from tests.unit.array_support import array_member, lsf_profile
 from tests.unit.test_placement_world import state
 from tests.unit.test_slow_site import FAST, LIMIT_S, SLOW, _Site, _world
 
@@ -79,16 +79,7 @@ def _lsf_transport(tmp_path: Path, max_size: int) -> LocalTransport:
 
 
 def _member(i: int, base: Path, arg: str) -> JobSpec:
-    folder = base / f"t{i}"
-    return JobSpec(
-        name=f"fedhpc-tabc-{i:04d}-1",
-        command=("printf", "%s", arg),
-        partition="cpu",
-        shape=Shape(cpus=1, wall_time_s=60),
-        workdir=str(folder),
-        stdout=f"{folder}/1.out",
-        stderr=f"{folder}/1.err",
-    )
+    return array_member(i, base, arg, partition="cpu", env={})
 
 
 async def test_one_bsub_runs_every_member_as_its_own_element(

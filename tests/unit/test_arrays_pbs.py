@@ -4,9 +4,7 @@ the array's, and qstat's subjob rows are found by them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -17,41 +15,27 @@ from fedhpc.adapters.arrays import array_dialect
 from fedhpc.adapters.command import CommandResult
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.pbs import PbsDialect
-from fedhpc.domain.job import JobSpec, JobState, Shape
-from fedhpc.domain.site import SiteProfile
+from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.orchestrator.control import _found
-from fedhpc.orchestrator.records import AttemptRecord, array_name
-from fedhpc_dev.profiles import dev_profiles_dir
+from fedhpc.orchestrator.records import array_name
 from tests.injection_corpus import corpus
+from tests.unit.array_support import (
+    array_member,
+    dev_profile,
+    lost_member,
+    only_our_directives,
+    run_element,
+)
 
 QSTAT = Path(__file__).parent.parent / "fixtures" / "pbs" / "qstat_jobs.json"
 
 
-def _profile() -> SiteProfile:
-    text = (dev_profiles_dir() / "devpolaris.toml").read_text()
-    return SiteProfile.model_validate(tomllib.loads(text))
-
-
 def _member(i: int, base: Path, arg: str) -> JobSpec:
-    folder = base / f"t{i}"
-    return JobSpec(
-        name=f"fedhpc-tabc-{i:04d}-1",
-        command=("printf", "%s", arg),
-        partition="prod",
-        account="fedhpc-gpu",
-        shape=Shape(cpus=1, wall_time_s=60),
-        workdir=str(folder),
-        stdout=f"{folder}/1.out",
-        stderr=f"{folder}/1.err",
-        env={"SWEEP": "x y"},
-    )
+    return array_member(i, base, arg, partition="prod", account="fedhpc-gpu")
 
 
 def _run(script: str, index: int, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PBS_ARRAY_INDEX": str(index), "PBS_O_WORKDIR": str(cwd)}
-    return subprocess.run(
-        ["bash"], check=False, input=script, env=env, capture_output=True, text=True
-    )
+    return run_element(script, PBS_ARRAY_INDEX=str(index), PBS_O_WORKDIR=str(cwd))
 
 
 def test_each_subjob_runs_its_own_argv_in_its_own_folder_every_hostile_argument_inert(
@@ -61,7 +45,7 @@ def test_each_subjob_runs_its_own_argv_in_its_own_folder_every_hostile_argument_
     members = [_member(i, tmp_path, a) for i, a in enumerate(args)]
     name = array_name(members[0].name)
     script = PbsDialect().render_array(
-        members, _profile(), name, throttle=8, output_dir=f"{tmp_path}/arrays"
+        members, dev_profile("devpolaris"), name, throttle=8, output_dir=f"{tmp_path}/arrays"
     )
     header = [line for line in script.splitlines() if line.startswith("#PBS")]
     assert f"#PBS -J 0-{len(args) - 1}:1%8" in header
@@ -72,15 +56,12 @@ def test_each_subjob_runs_its_own_argv_in_its_own_folder_every_hostile_argument_
     # Only our directives: no member's argument ever starts a line of the script.
     benign = PbsDialect().render_array(
         [_member(i, tmp_path, "x") for i in range(len(args))],
-        _profile(),
+        dev_profile("devpolaris"),
         name,
         throttle=8,
         output_dir=f"{tmp_path}/arrays",
     )
-    for lines in (script.split("\n"), script.splitlines()):
-        assert [ln for ln in lines if ln.startswith("#")] == [
-            ln for ln in benign.splitlines() if ln.startswith("#")
-        ]
+    only_our_directives(script, benign)
     for i, arg in enumerate(args):
         (tmp_path / f"t{i}").mkdir()
         done = _run(script, i, tmp_path)
@@ -98,7 +79,11 @@ def test_a_subjobs_exit_status_is_its_members_own(tmp_path: Path) -> None:
         for i in range(3)
     ]
     script = PbsDialect().render_array(
-        members, _profile(), "fedhpc-tabc-0000-1-array", throttle=None, output_dir=str(tmp_path)
+        members,
+        dev_profile("devpolaris"),
+        "fedhpc-tabc-0000-1-array",
+        throttle=None,
+        output_dir=str(tmp_path),
     )
     assert "#PBS -J 0-2:1" in script.splitlines()  # no throttle asked: no '%'
     for i in range(3):
@@ -110,7 +95,11 @@ def test_an_array_of_fewer_than_two_subjobs_is_refused(tmp_path: Path) -> None:
     # qsub -J X-Y needs X < Y; the submitter never forms one (arrays have >= 2 members).
     with pytest.raises(ValueError, match="at least 2"):
         PbsDialect().render_array(
-            [_member(0, tmp_path, "x")], _profile(), "n-array", throttle=None, output_dir="/o"
+            [_member(0, tmp_path, "x")],
+            dev_profile("devpolaris"),
+            "n-array",
+            throttle=None,
+            output_dir="/o",
         )
 
 
@@ -162,17 +151,6 @@ class _Pbs:
 
 def test_a_lost_intent_in_a_pbs_array_is_bound_to_its_subjob() -> None:
     name = array_name("fedhpc-tabc-0000-1")
-    att = AttemptRecord(
-        task_id="tabc-0002",
-        n=1,
-        site="devpolaris",
-        partition="prod",
-        account=None,
-        shape=Shape(),
-        job_name="fedhpc-tabc-0002-1",
-        created_at=datetime(2026, 12, 5, tzinfo=UTC),
-        array_name=name,
-        array_index=2,
-    )
+    att = lost_member(2, "devpolaris", "prod", name, 2)
     # qselect -x -N finds the array by its name as '123[].server'.
     assert _found(att, {name: "77[].devpolaris"}, cast(Any, _Pbs())) == "77[2].devpolaris"
