@@ -1,7 +1,8 @@
 """A real OpenID provider for the service-mode tests (`oidc_provider.mjs`: panva's certified
 `oidc-provider` from npm, pinned and cached like the MCP CLIs), and its two sign-in paths: the
 client-credentials grant (a token per person, no browser) and the authorization-code flow with
-PKCE through the provider's own login and consent forms (for the MCP SDK's OAuth client)."""
+PKCE through the provider's own login and consent forms (for the MCP SDK's OAuth client); and
+what the facade's tests share: its service config, the SDK's OAuth client signing a person in."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+from mcp.types import CallToolResult
 
 from tests.integration.npm_tools import CACHE, unavailable
 
@@ -145,3 +156,101 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
             assert posted.is_redirect, posted.text[:400]
             url = urljoin(url, posted.headers["location"])
     raise AssertionError("the sign-in did not come back to the client")
+
+
+def facade_config(
+    base: Path,
+    provider: Provider,
+    own: str,
+    *,
+    scopes: Sequence[str] = ("openid", "email"),
+    service: str = "",
+    facade: str = "",
+) -> Path:
+    """A service config (in `base`) of fedhpc at `own` as the facade in front of `provider`,
+    with the upstream client's secret in a file beside it; `service` and `facade` are extra
+    lines for the `[service]` and `[service.facade]` tables."""
+    secret = base / "upstream.secret"
+    secret.write_text("fedhpc-facade-secret-for-tests-only\n")
+    secret.chmod(0o600)
+    config = base / "service.toml"
+    config.write_text(
+        "[service]\n"
+        f'issuer = "{provider.issuer}"\n'
+        f'resource = "{own}/mcp"\n'
+        'allowed_domains = ["lab.example"]\n'
+        f"{service}"
+        "[service.facade]\n"
+        'client_id = "fedhpc-facade"\n'
+        f'client_secret_file = "{secret}"\n'
+        "scopes = [" + ", ".join(f'"{scope}"' for scope in scopes) + "]\n" + facade
+    )
+    return config
+
+
+class TokenMemory:
+    """The OAuth client's token storage (a real client keeps it in a keyring or a file)."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def sdk_oauth(
+    resource: str, login: str, asked: list[str]
+) -> tuple[OAuthClientProvider, TokenMemory]:
+    """The MCP SDK's OAuth client for `resource` (a public client asking for fedhpc:read), and
+    its storage: `login` signs in through the provider's forms as a browser would, and every
+    authorization URL the client sends the browser to is appended to `asked`."""
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
+    answers: list[dict[str, str]] = []
+
+    async def redirect_handler(url: str) -> None:  # the person's browser
+        asked.append(url)
+        answers.append(await sign_in(url, login, redirect))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        got = answers[-1]
+        assert "code" in got, got
+        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
+
+    storage = TokenMemory()
+    oauth = OAuthClientProvider(
+        server_url=resource,
+        client_metadata=OAuthClientMetadata(
+            client_name="fedhpc test agent",
+            redirect_uris=[redirect],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+            scope="fedhpc:read",
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    return oauth, storage
+
+
+async def first_calls(
+    resource: str, oauth: OAuthClientProvider
+) -> tuple[CallToolResult, CallToolResult]:
+    """inspect_federation, then submit_task without arguments, as a client signing in with
+    `oauth` makes them (the first call starts the sign-in)."""
+    http = httpx2.AsyncClient(auth=oauth, timeout=60)
+    async with http, Client(streamable_http_client(resource, http_client=http)) as c:
+        inspect = await c.call_tool("inspect_federation", {})
+        submit = await c.call_tool("submit_task", {})
+    return inspect, submit

@@ -21,7 +21,7 @@ import pytest
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
 from tests.integration.npm_tools import npm_tool
-from tests.integration.oidc_support import free_port, oidc_provider, sign_in
+from tests.integration.oidc_support import facade_config, free_port, oidc_provider, sign_in
 from tests.integration.test_mcp_conformance import CONFORMANCE, NODE
 
 # Every authorization-server scenario the installed suite has (`conformance list`).
@@ -40,20 +40,7 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home, port = base / "h", free_port()
     own = f"http://127.0.0.1:{port}"
     with oidc_provider(base / "provider.log", facade_redirect=f"{own}/callback") as provider:
-        secret = base / "upstream.secret"
-        secret.write_text("fedhpc-facade-secret-for-tests-only\n")
-        secret.chmod(0o600)
-        config = base / "service.toml"
-        config.write_text(
-            "[service]\n"
-            f'issuer = "{provider.issuer}"\n'
-            f'resource = "{own}/mcp"\n'
-            'allowed_domains = ["lab.example"]\n'
-            "[service.facade]\n"
-            'client_id = "fedhpc-facade"\n'
-            f'client_secret_file = "{secret}"\n'
-            'scopes = ["openid", "email"]\n'
-        )
+        config = facade_config(base, provider, own)
         daemon = start(home, **env)
         argv = [*serve_argv("--http", "--port", str(port), "--no-autostart"), "--daemon-wait", "60"]
         with (base / "serve.log").open("wb") as err:

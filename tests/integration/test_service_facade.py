@@ -24,22 +24,18 @@ import jwt
 import pytest
 from cryptography.fernet import Fernet
 from mcp import Client
-from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import (
-    AuthorizationCodeResult,
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthToken,
-)
 
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
 from tests.integration.oidc_support import (
     Provider,
     consent_form,
+    facade_config,
+    first_calls,
     free_port,
     oidc_provider,
+    sdk_oauth,
     sign_in,
 )
 
@@ -129,22 +125,15 @@ def facade(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:
     home = base / "h"
     own = f"http://127.0.0.1:{free_port()}"
     with oidc_provider(base / "provider.log", facade_redirect=f"{own}/callback") as provider:
-        secret = base / "upstream.secret"
-        secret.write_text("fedhpc-facade-secret-for-tests-only\n")
-        secret.chmod(0o600)
-        config = base / "service.toml"
-        config.write_text(
-            "[service]\n"
-            f'issuer = "{provider.issuer}"\n'
-            f'resource = "{own}/mcp"\n'
-            'allowed_domains = ["lab.example"]\n'
-            "leeway_s = 0\n"
-            "[service.facade]\n"
-            'client_id = "fedhpc-facade"\n'
-            f'client_secret_file = "{secret}"\n'
-            'scopes = ["openid", "email", "offline_access"]\n'
-            'authorize_params = {prompt = "consent"}\n'  # oidc-provider's rule for offline_access
-            "upstream_refresh_margin_s = 2592000\n"  # every refresh here refreshes upstream too
+        config = facade_config(
+            base,
+            provider,
+            own,
+            scopes=("openid", "email", "offline_access"),
+            service="leeway_s = 0\n",
+            facade='authorize_params = {prompt = "consent"}\n'  # oidc-provider's rule for
+            # offline_access; every refresh here refreshes upstream too:
+            "upstream_refresh_margin_s = 2592000\n",
         )
         daemon = start(home, **env)
         setup = Facade(provider, own, home, base, env, config)
@@ -234,58 +223,13 @@ async def _status(facade: Facade, access: str) -> int:
     return answer.status_code
 
 
-class _Memory:
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 async def test_the_sdk_oauth_client_registers_at_fedhpc_and_signs_in_upstream(
     facade: Facade,
 ) -> None:
-    redirect = f"http://127.0.0.1:{free_port()}/callback"
-    answers: list[dict[str, str]] = []
-
-    async def redirect_handler(url: str) -> None:  # the person's browser
-        assert url.startswith(f"{facade.own}/authorize?"), url  # fedhpc's, not the provider's
-        answers.append(await sign_in(url, "carol@lab.example", redirect))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        got = answers[-1]
-        assert "code" in got, got
-        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
-
-    storage = _Memory()
-    oauth = OAuthClientProvider(
-        server_url=facade.resource,
-        client_metadata=OAuthClientMetadata(
-            client_name="fedhpc test agent",
-            redirect_uris=[redirect],
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-            scope="fedhpc:read",
-        ),
-        storage=storage,
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
-    http = httpx2.AsyncClient(auth=oauth, timeout=60)
-    async with http, Client(streamable_http_client(facade.resource, http_client=http)) as c:
-        inspect = await c.call_tool("inspect_federation", {})
-        submit = await c.call_tool("submit_task", {})
+    asked: list[str] = []
+    oauth, storage = sdk_oauth(facade.resource, "carol@lab.example", asked)
+    inspect, submit = await first_calls(facade.resource, oauth)
+    assert asked and all(u.startswith(f"{facade.own}/authorize?") for u in asked), asked
     assert not inspect.is_error, inspect.content
     assert json.loads(submit.content[0].text)["code"] == "validation"  # type: ignore[union-attr]
     assert storage.tokens is not None and storage.tokens.refresh_token

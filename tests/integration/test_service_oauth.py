@@ -19,18 +19,17 @@ import httpx2
 import jwt
 import pytest
 from mcp import Client, MCPError
-from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import (
-    AuthorizationCodeResult,
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthToken,
-)
 
 from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
-from tests.integration.oidc_support import Provider, free_port, oidc_provider, sign_in
+from tests.integration.oidc_support import (
+    Provider,
+    first_calls,
+    free_port,
+    oidc_provider,
+    sdk_oauth,
+)
 
 CANARY = "canary-bearer-" + "c4n4ry" * 8
 INITIALIZE = {
@@ -233,61 +232,12 @@ async def test_a_token_without_the_read_scope_gets_403_insufficient_scope(
     assert 'error="insufficient_scope"' in denied.headers["www-authenticate"]
 
 
-class _Memory:
-    """The OAuth client's token storage (a real client keeps it in a keyring or a file)."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 async def test_the_sdk_oauth_client_discovers_registers_and_signs_in_with_pkce(
     service: Service,
 ) -> None:
-    redirect = f"http://127.0.0.1:{free_port()}/callback"
-    answers: list[dict[str, str]] = []
     asked: list[str] = []
-
-    async def redirect_handler(url: str) -> None:  # the person's browser
-        asked.append(url)
-        answers.append(await sign_in(url, "carol@lab.example", redirect))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        got = answers[-1]
-        assert "code" in got, got
-        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
-
-    storage = _Memory()
-    oauth = OAuthClientProvider(
-        server_url=service.resource,
-        client_metadata=OAuthClientMetadata(
-            client_name="fedhpc test agent",
-            redirect_uris=[redirect],  # type: ignore[list-item]
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-            scope="fedhpc:read",
-        ),
-        storage=storage,
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
-    http = httpx2.AsyncClient(auth=oauth, timeout=60)
-    async with http, Client(streamable_http_client(service.resource, http_client=http)) as c:
-        inspect = await c.call_tool("inspect_federation", {})
-        submit = await c.call_tool("submit_task", {})
+    oauth, storage = sdk_oauth(service.resource, "carol@lab.example", asked)
+    inspect, submit = await first_calls(service.resource, oauth)
     assert not inspect.is_error, inspect.content
     assert _body(submit)["code"] == "validation"  # signed in with submit: the arguments are next
     [url] = asked  # one sign-in, asking for what the metadata lists
