@@ -11,13 +11,24 @@ from collections.abc import Iterator
 import globus_sdk
 import pytest
 import responses
+from globus_sdk.testing import RegisteredResponse, load_response
 from globus_sdk.transport import RetryConfig
 
 from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.profiles import load_profiles
 from fedhpc.transfer.globus import GlobusBackend
 
-__all__ = ["DST", "SRC", "TASK", "globus_backend", "globus_client", "globus_sites", "mocked_http"]
+__all__ = [
+    "DST",
+    "SRC",
+    "TASK",
+    "globus_backend",
+    "globus_client",
+    "globus_sites",
+    "mocked_http",
+    "task_status",
+    "transfer_accepted",
+]
 
 SRC = "6f1e3c2a-0000-4000-8000-00000000d001"  # delta's `work` collection
 DST = "6f1e3c2a-0000-4000-8000-00000000e001"  # polaris's `eagle` collection
@@ -50,3 +61,30 @@ def globus_client() -> globus_sdk.TransferClient:
 
 def globus_backend() -> GlobusBackend:
     return GlobusBackend(globus_client)
+
+
+def transfer_accepted() -> str:
+    """Globus hands out a submission id, then accepts the transfer submitted under it as task
+    TASK; the submission id."""
+    sid = str(load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"])
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="POST",
+            path="/v0.10/transfer",
+            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+        )
+    )
+    return sid
+
+
+def task_status(status: str, **extra: object) -> None:
+    """Globus answers the next poll of task TASK: `status`, with `extra` fields."""
+    load_response(
+        RegisteredResponse(
+            service="transfer",
+            method="GET",
+            path=f"/v0.10/task/{TASK}",
+            json={"task_id": TASK, "status": status, **extra},
+        )
+    )

@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import globus_sdk
 import pytest
 import responses
-from globus_sdk.testing import RegisteredResponse, load_response
 
 from fedhpc.domain.config import Site, UserSiteConfig
 from fedhpc.globus_auth import apps as auth_apps
@@ -23,9 +21,10 @@ from fedhpc.transfer.service import TransferService
 from tests.unit.globus_world import (
     DST,
     SRC,
-    TASK,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    task_status,
+    transfer_accepted,
 )
 from tests.unit.person_tokens_world import ALICE, UPSTREAM, canary, facade_tokens, sign_in
 
@@ -56,23 +55,8 @@ def _sites() -> dict[str, Site]:
 async def test_a_persons_transfer_goes_with_their_own_transfer_token(
     tmp_path: Path, people: FacadeTokens
 ) -> None:
-    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="GET",
-            path=f"/v0.10/task/{TASK}",
-            json={"task_id": TASK, "status": "SUCCEEDED", "bytes_transferred": 7},
-        )
-    )
+    transfer_accepted()
+    task_status("SUCCEEDED", bytes_transferred=7)
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, _sites(), home=tmp_path / "home")

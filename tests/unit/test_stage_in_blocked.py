@@ -8,9 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import globus_sdk
-from globus_sdk.testing import RegisteredResponse, load_response
-
 from fedhpc.bridge.service import Bridge
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope
@@ -22,10 +19,11 @@ from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 from tests.unit.globus_world import (
-    TASK,
     globus_backend,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    task_status,
+    transfer_accepted,
 )
 
 TRANSFER_EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
@@ -38,29 +36,14 @@ def _agent(log: Path, events: tuple[str, ...] = DEFAULT_WAKE_EVENTS) -> Continua
 
 def _globus(*statuses: str) -> None:
     """An accepted submit, then one task status per poll (the last one repeats)."""
-    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
+    transfer_accepted()
     for status in statuses:
         extra = (
             {"nice_status": "AUTH", "nice_status_short_description": "endpoint credentials expired"}
             if status == "INACTIVE"
             else {}
         )
-        load_response(
-            RegisteredResponse(
-                service="transfer",
-                method="GET",
-                path=f"/v0.10/task/{TASK}",
-                json={"task_id": TASK, "status": status, **extra},
-            )
-        )
+        task_status(status, **extra)
 
 
 class World:

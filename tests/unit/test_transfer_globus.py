@@ -30,6 +30,7 @@ from tests.unit.globus_world import (
     globus_client,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    task_status,
 )
 
 TRANSFER = "https://transfer.api.globus.org/v0.10/transfer"
@@ -51,17 +52,6 @@ def _spec(submission_id: str, **kw: Any) -> TransferSpec:
     )
     return TransferSpec(
         transfer_id="x1", submission_id=submission_id, source=src, destination=dst, **kw
-    )
-
-
-def _task(status: str, **extra: Any) -> None:
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="GET",
-            path=f"/v0.10/task/{TASK}",
-            json={"task_id": TASK, "status": status, **extra},
-        )
     )
 
 
@@ -146,7 +136,7 @@ async def test_a_duplicate_submission_returns_the_original_task_and_starts_no_se
     ],
 )
 async def test_polling_maps_the_task_status(doc: dict[str, Any], state: TransferState) -> None:
-    _task(**doc)
+    task_status(**doc)
     st = await _backend().status(TASK)
     assert st.state is state
     if state is TransferState.SUCCEEDED:
@@ -157,7 +147,7 @@ async def test_polling_maps_the_task_status(doc: dict[str, Any], state: Transfer
 
 
 async def test_an_inactive_task_waiting_for_credentials_is_active_but_blocked() -> None:
-    _task(
+    task_status(
         "INACTIVE", nice_status="AUTH", nice_status_short_description="endpoint credentials expired"
     )
     st = await _backend().status(TASK)
@@ -289,7 +279,7 @@ async def test_a_failed_submit_is_retried_next_cycle_with_the_same_persisted_sub
             json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
         )
     )
-    _task("SUCCEEDED", bytes_transferred=7, files_transferred=1)
+    task_status("SUCCEEDED", bytes_transferred=7, files_transferred=1)
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(

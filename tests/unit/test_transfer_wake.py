@@ -20,10 +20,11 @@ from fedhpc.store import Store
 from fedhpc.transfer.service import TransferService
 from tests.unit.globus_world import (
     DST,
-    TASK,
     globus_backend,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    task_status,
+    transfer_accepted,
 )
 
 EVENTS = ("transfer.succeeded", "transfer.failed", "transfer.blocked")
@@ -96,27 +97,11 @@ async def test_a_move_data_refused_at_once_answers_the_outcome_and_wakes_nobody(
 async def test_a_move_data_blocked_on_credentials_wakes_its_continuation_exactly_once(
     tmp_path: Path, sites: dict[str, Site]
 ) -> None:
-    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="GET",
-            path=f"/v0.10/task/{TASK}",
-            json={
-                "task_id": TASK,
-                "status": "INACTIVE",
-                "nice_status": "AUTH",
-                "nice_status_short_description": "endpoint credentials expired",
-            },
-        )
+    transfer_accepted()
+    task_status(
+        "INACTIVE",
+        nice_status="AUTH",
+        nice_status_short_description="endpoint credentials expired",
     )
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
@@ -141,15 +126,7 @@ async def test_a_request_without_a_continuation_keeps_its_identity(
 ) -> None:
     """Who waits is not part of what moves: the same copy asked by a pull client and then by
     an agent is one transfer, and the agent is woken for it."""
-    sid = load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"]
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
+    transfer_accepted()
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, sites, home=tmp_path, backends={"globus": globus_backend()})
