@@ -9,6 +9,8 @@ and framing, and only an approval sends the person upstream."""
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -65,6 +67,21 @@ def _facade(tmp_path: Path) -> tuple[ServiceAuth, Starlette]:
     return auth, app
 
 
+@asynccontextmanager
+async def _browser(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[httpx2.AsyncClient, httpx2.ASGITransport]]:
+    """A person's browser (its cookies kept) on the facade's app in process, and the app's
+    transport, for another browser to come from elsewhere."""
+    auth, app = _facade(tmp_path)
+    try:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url=OWN) as web:
+            yield web, transport
+    finally:
+        await auth.aclose()
+
+
 async def _authorize(web: httpx2.AsyncClient, name: str) -> httpx2.Response:
     registered = await web.post(
         "/register",
@@ -90,68 +107,57 @@ def _hidden(page: str) -> dict[str, str]:
     return dict(re.findall(r'<input type="hidden" name="([\w-]+)" value="([^"]*)"', page))
 
 
+async def _consent_page(web: httpx2.AsyncClient, name: str) -> httpx2.Response:
+    """The consent page /authorize sends the person to, for a client registered as `name`."""
+    sent = await _authorize(web, name)
+    return await web.get(sent.headers["location"])
+
+
 async def test_authorize_asks_the_person_before_sending_them_upstream(tmp_path: Path) -> None:
-    auth, app = _facade(tmp_path)
-    try:
-        transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(transport=transport, base_url=OWN) as web:
-            sent = await _authorize(web, "<b>Claude</b>")
-            assert sent.status_code == 302
-            where = sent.headers["location"]
-            assert where.startswith(f"{OWN}/consent?"), where  # fedhpc's page, not upstream's
-            page = await web.get(where)
-        assert page.status_code == 200
-        assert "&lt;b&gt;Claude&lt;/b&gt;" in page.text and "<b>Claude" not in page.text
-        assert EVIL in page.text and "fedhpc:submit" in page.text
-        assert page.headers["x-frame-options"] == "DENY"
-        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
-        assert page.headers["cache-control"] == "no-store"
-    finally:
-        await auth.aclose()
+    async with _browser(tmp_path) as (web, _):
+        sent = await _authorize(web, "<b>Claude</b>")
+        assert sent.status_code == 302
+        where = sent.headers["location"]
+        assert where.startswith(f"{OWN}/consent?"), where  # fedhpc's page, not upstream's
+        page = await web.get(where)
+    assert page.status_code == 200
+    assert "&lt;b&gt;Claude&lt;/b&gt;" in page.text and "<b>Claude" not in page.text
+    assert EVIL in page.text and "fedhpc:submit" in page.text
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-store"
 
 
 async def test_only_the_persons_own_approval_sends_them_upstream(tmp_path: Path) -> None:
-    auth, app = _facade(tmp_path)
-    try:
-        transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(transport=transport, base_url=OWN) as web:
-            sent = await _authorize(web, "agent")
-            page = await web.get(sent.headers["location"])
-            form: dict[str, Any] = {**_hidden(page.text), "decision": "allow"}
-            assert set(form) >= {"request", "csrf"}
-            state = form["request"]
+    async with _browser(tmp_path) as (web, transport):
+        page = await _consent_page(web, "agent")
+        form: dict[str, Any] = {**_hidden(page.text), "decision": "allow"}
+        assert set(form) >= {"request", "csrf"}
+        state = form["request"]
 
-            # The attacker's page posting the form cross-site: no consent cookie goes with it.
-            async with httpx2.AsyncClient(transport=transport, base_url=OWN) as other:
-                forged = await other.post("/consent", data=form)
-                assert forged.status_code == 403 and "location" not in forged.headers
-                # ... nor may anyone skip the page and come back from upstream at once
-                skipped = await other.get(f"/callback?{urlencode({'state': state, 'code': 'x'})}")
-                assert skipped.status_code == 400 and "location" not in skipped.headers
+        # The attacker's page posting the form cross-site: no consent cookie goes with it.
+        async with httpx2.AsyncClient(transport=transport, base_url=OWN) as other:
+            forged = await other.post("/consent", data=form)
+            assert forged.status_code == 403 and "location" not in forged.headers
+            # ... nor may anyone skip the page and come back from upstream at once
+            skipped = await other.get(f"/callback?{urlencode({'state': state, 'code': 'x'})}")
+            assert skipped.status_code == 400 and "location" not in skipped.headers
 
-            approved = await web.post("/consent", data=form)
-            assert approved.status_code == 302
-            upstream = approved.headers["location"]
-            assert upstream.startswith(f"{UPSTREAM}/v2/oauth2/authorize?"), upstream
-            assert parse_qs(urlsplit(upstream).query)["state"] == [state]
-            again = await web.post("/consent", data=form)  # one approval per request
-            assert again.status_code in (400, 403) and "location" not in again.headers
-    finally:
-        await auth.aclose()
+        approved = await web.post("/consent", data=form)
+        assert approved.status_code == 302
+        upstream = approved.headers["location"]
+        assert upstream.startswith(f"{UPSTREAM}/v2/oauth2/authorize?"), upstream
+        assert parse_qs(urlsplit(upstream).query)["state"] == [state]
+        again = await web.post("/consent", data=form)  # one approval per request
+        assert again.status_code in (400, 403) and "location" not in again.headers
 
 
 async def test_a_refusal_goes_back_to_the_client_as_access_denied(tmp_path: Path) -> None:
-    auth, app = _facade(tmp_path)
-    try:
-        transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(transport=transport, base_url=OWN) as web:
-            sent = await _authorize(web, "agent")
-            page = await web.get(sent.headers["location"])
-            denied = await web.post("/consent", data={**_hidden(page.text), "decision": "deny"})
-        assert denied.status_code == 302
-        back = denied.headers["location"]
-        assert back.startswith(EVIL) and "code=" not in back
-        query = parse_qs(urlsplit(back).query)
-        assert query["error"] == ["access_denied"] and query["state"] == ["client-state"]
-    finally:
-        await auth.aclose()
+    async with _browser(tmp_path) as (web, _):
+        page = await _consent_page(web, "agent")
+        denied = await web.post("/consent", data={**_hidden(page.text), "decision": "deny"})
+    assert denied.status_code == 302
+    back = denied.headers["location"]
+    assert back.startswith(EVIL) and "code=" not in back
+    query = parse_qs(urlsplit(back).query)
+    assert query["error"] == ["access_denied"] and query["state"] == ["client-state"]
