@@ -251,11 +251,13 @@ class Control:
         records = {r.key: r for r in await adapter.accounting(ask)}
         # A job that left the queue a moment ago may have no final accounting row yet (slurmctld
         # tells slurmdbd a fraction of a second later). Ask again briefly rather than a whole
-        # cycle later: this is most of the delay between a job's end and its event.
+        # cycle later: most of the delay between a job's end and its event. Not for an array's
+        # elements: a sweep ends some every cycle, and each read is of the whole array.
         just_ended = {
-            a.job_id
+            j
             for a in bound
-            if a.job_id in gone and not a.state.terminal and not _final(records, a.job_id)
+            if (j := a.job_id) in gone and not a.state.terminal and not _final(records, j)
+            if j is not None and adapter.parent_id(j) == j
         }
         for _ in range(SETTLE_RETRIES):
             if not just_ended:
@@ -382,8 +384,7 @@ def _found(a: AttemptRecord, found: dict[str, str], adapter: SiteAdapter) -> str
 
 
 def _final(records: dict[str, AccountingRecord], job_id: str | None) -> bool:
-    rec = records.get(job_id or "")
-    return rec is not None and rec.final
+    return (rec := records.get(job_id or "")) is not None and rec.final
 
 
 def _times(a: AttemptRecord, rec: AccountingRecord) -> None:
