@@ -75,7 +75,7 @@ async def test_health_tells_how_long_the_daemon_took_to_answer(client: DaemonCli
     await client.tasks()
     with pytest.raises(FedError):
         await client.group("no-such-group")
-    raw = await client.wire.http.get("/v1/tasks")
+    raw = await client.http.get("/v1/tasks")
     name, dur = raw.headers["server-timing"].split(";dur=")
     assert (name, float(dur) >= 0) == ("app", True)
     later = (await client.health())["requests"]

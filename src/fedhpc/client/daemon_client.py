@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import anyio
-import httpx2
 
 from fedhpc.client.errors import DaemonTimeout, DaemonUnavailable
 from fedhpc.client.wire import TIMEOUTS, DaemonWire, RemoteError
@@ -30,40 +29,22 @@ from fedhpc.ops.tasks import (
     SubmitGroupRequest,
     SubmitTaskRequest,
 )
-from fedhpc.settings.daemon import DaemonSettings
 
 __all__ = ["DaemonClient"]
 
 
-class DaemonClient:
-    """Typed calls to the daemon (one per route of daemon/api.py); the requests themselves go
-    over its `wire` (client/wire.py). Holds no state beyond that connection."""
-
-    def __init__(
-        self,
-        settings: DaemonSettings,
-        *,
-        timeout_s: float | None = None,
-        timeout_scale: float | None = None,
-        http: httpx2.AsyncClient | None = None,
-    ) -> None:
-        """`timeout_s` caps every call (a hook must be quick); `timeout_scale` (default
-        FEDHPC_CLIENT_TIMEOUT_SCALE, 1) stretches or shrinks the per-operation limits; `http`
-        replaces the socket's HTTP client (a test's in-process app)."""
-        self.settings = settings
-        self.wire = DaemonWire(
-            settings, timeout_s=timeout_s, timeout_scale=timeout_scale, http=http
-        )
-        self._call = self.wire.call
+class DaemonClient(DaemonWire):
+    """Typed calls to the daemon, one per route of daemon/api.py, over the connection and the
+    request rules of `DaemonWire` (client/wire.py). Holds no state beyond that connection."""
 
     async def __aenter__(self) -> DaemonClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.wire.aclose()
+        await self.aclose()
 
     async def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = await self._call(api.HEALTH, limit_s=TIMEOUTS["health"])
+        body: dict[str, Any] = await self.call(api.HEALTH, limit_s=TIMEOUTS["health"])
         return body
 
     @staticmethod
@@ -81,15 +62,15 @@ class DaemonClient:
 
     async def estimators(self) -> dict[str, Any]:
         """Each wait estimator's recent error per site and partition (`fedhpc status`)."""
-        body: dict[str, Any] = await self._call(api.ESTIMATORS)
+        body: dict[str, Any] = await self.call(api.ESTIMATORS)
         return body
 
     async def federation(self, req: InspectRequest | None = None) -> FederationView:
-        body = await self._call(api.FEDERATION, params=self._params(req))
+        body = await self.call(api.FEDERATION, params=self._params(req))
         return FederationView.model_validate(body)
 
     async def refresh(self, req: InspectRequest | None = None) -> FederationView:
-        body = await self._call(
+        body = await self.call(
             api.REFRESH,
             params=self._params(req),
             limit_s=self.settings.probe_timeout_s + TIMEOUTS["read"],
@@ -97,7 +78,7 @@ class DaemonClient:
         return FederationView.model_validate(body)
 
     async def draft_envelope(self, req: DraftRequest) -> EnvelopeDraft:
-        body = await self._call(
+        body = await self.call(
             api.DRAFT_ENVELOPE, content=req.model_dump_json(), limit_s=TIMEOUTS["draft"]
         )
         return EnvelopeDraft.model_validate(body)
@@ -105,13 +86,13 @@ class DaemonClient:
     async def read_script(self, path: str) -> ScriptFile:
         """A job script from the storage root of the site that holds `path`."""
         req = ScriptFileRequest(path=path)
-        body = await self._call(
+        body = await self.call(
             api.READ_SCRIPT, content=req.model_dump_json(), limit_s=TIMEOUTS["read"]
         )
         return ScriptFile.model_validate(body)
 
     async def submit_task(self, req: SubmitTaskRequest) -> TaskHandle:
-        body = await self._call(
+        body = await self.call(
             api.SUBMIT_TASK,
             content=req.model_dump_json(),
             limit_s=TIMEOUTS["submit"],
@@ -123,7 +104,7 @@ class DaemonClient:
 
     async def submit_group(self, req: SubmitGroupRequest) -> GroupView:
         limit = TIMEOUTS["submit"] + TIMEOUTS["per_child"] * len(req.children)
-        body = await self._call(
+        body = await self.call(
             api.SUBMIT_GROUP,
             content=req.model_dump_json(),
             limit_s=limit,
@@ -142,7 +123,7 @@ class DaemonClient:
             params["after"] = after
         if limit is not None:
             params["limit"] = limit
-        body = await self._call(api.GROUP, group_id, params=params or None)
+        body = await self.call(api.GROUP, group_id, params=params or None)
         return GroupView.model_validate(body)
 
     async def groups(self, limit: int = 20, offset: int = 0) -> list[GroupView]:
@@ -154,7 +135,7 @@ class DaemonClient:
     async def group_page(self, *, offset: int = 0, limit: int = 20) -> dict[str, Any]:
         """A page of the groups as the daemon answers it (`api.GROUPS`): `groups` (each a
         GroupView's JSON), `offset`, and `total`, how many groups there are in all."""
-        body: dict[str, Any] = await self._call(
+        body: dict[str, Any] = await self.call(
             api.GROUPS, params={"limit": limit, "offset": offset}
         )
         return body
@@ -165,9 +146,7 @@ class DaemonClient:
             params["preview"] = req.preview
         if req.brief:
             params["brief"] = "true"
-        body = await self._call(
-            api.GET_RESULT, req.task_id, params=params, limit_s=TIMEOUTS["site"]
-        )
+        body = await self.call(api.GET_RESULT, req.task_id, params=params, limit_s=TIMEOUTS["site"])
         return ResultManifest.model_validate(body)
 
     async def tasks(
@@ -184,7 +163,7 @@ class DaemonClient:
             page = await self.task_page(state=state, find=find, offset=offset or 0, limit=limit)
             return [TaskSummary.model_validate(t) for t in page["tasks"]]
         params: dict[str, Any] = {"limit": limit} | ({"state": state} if state else {})
-        body = await self._call(api.TASKS, params=params)
+        body = await self.call(api.TASKS, params=params)
         return [TaskSummary.model_validate(t) for t in body["tasks"]]
 
     async def task_page(
@@ -202,11 +181,11 @@ class DaemonClient:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         params |= {"state": state} if state else {}
         params |= {"find": find} if find else {}
-        body: dict[str, Any] = await self._call(api.TASKS, params=params)
+        body: dict[str, Any] = await self.call(api.TASKS, params=params)
         return body
 
     async def cancel(self, req: CancelRequest) -> TaskHandle:
-        body = await self._call(
+        body = await self.call(
             api.CANCEL,
             req.task_id,
             limit_s=TIMEOUTS["site"],
@@ -216,7 +195,7 @@ class DaemonClient:
         return TaskHandle.model_validate(body)
 
     async def replan(self, req: ReplanRequest) -> TaskHandle:
-        body = await self._call(
+        body = await self.call(
             api.REPLAN,
             req.task_id,
             # Only what the caller set: the daemon keeps the task's envelope fields not given.
@@ -231,7 +210,7 @@ class DaemonClient:
         self, older_than_days: float, *, dry_run: bool = False
     ) -> dict[str, Any]:
         """Move delivered events older than `older_than_days` to the daemon's archive."""
-        body: dict[str, Any] = await self._call(
+        body: dict[str, Any] = await self.call(
             api.ARCHIVE_EVENTS,
             content=json.dumps({"older_than_days": older_than_days, "dry_run": dry_run}),
             effect="change",
@@ -241,7 +220,7 @@ class DaemonClient:
 
     async def ack_events(self, consumer: str, through: int) -> int:
         """Move `consumer`'s cursor to `through` (a pulled client's acknowledgement)."""
-        body = await self._call(
+        body = await self.call(
             api.ACK_EVENTS,
             content=json.dumps({"consumer": consumer, "through": through}),
             effect="change",
@@ -251,18 +230,18 @@ class DaemonClient:
 
     async def register_continuation(self, subject: str, spec: ContinuationSpec) -> str:
         payload = json.dumps({"subject": subject, "spec": spec.model_dump(mode="json")})
-        body = await self._call(
+        body = await self.call(
             api.REGISTER_CONTINUATION, content=payload, effect="change", what="register"
         )
         return str(body["id"])
 
     async def report_binding(self, binding: ToolBinding) -> None:
-        await self._call(api.REPORT_BINDING, content=binding.model_dump_json())
+        await self.call(api.REPORT_BINDING, content=binding.model_dump_json())
 
     async def binding(self, tool_use_id: str) -> ToolBinding | None:
         """The session the PreToolUse hook reported for this tool call, or None."""
         try:
-            body = await self._call(api.BINDING, tool_use_id)
+            body = await self.call(api.BINDING, tool_use_id)
         except RemoteError as exc:
             if exc.code == "not_found":
                 return None
@@ -272,17 +251,17 @@ class DaemonClient:
     async def retry_deliveries(
         self, ids: list[str], *, all_dead: bool = False
     ) -> dict[str, list[str]]:
-        body = await self._call(
+        body = await self.call(
             api.RETRY_DELIVERIES, content=json.dumps({"ids": ids, "all_dead": all_dead})
         )
         return {"retried": list(body["retried"]), "not_dead": list(body["not_dead"])}
 
     async def deliveries(self, states: tuple[str, ...] = ()) -> list[DeliveryView]:
-        body = await self._call(api.DELIVERIES, params=[("state", s) for s in states])
+        body = await self.call(api.DELIVERIES, params=[("state", s) for s in states])
         return [DeliveryView.model_validate(d) for d in body["deliveries"]]
 
     async def move_data(self, req: MoveDataRequest) -> TransferHandle:
-        body = await self._call(
+        body = await self.call(
             api.MOVE_DATA,
             content=req.model_dump_json(),
             limit_s=TIMEOUTS["site"],
@@ -296,7 +275,7 @@ class DaemonClient:
         params: dict[str, Any] = {"max_bytes": req.max_bytes} | (
             {"preview": "1"} if req.preview else {}
         )
-        body = await self._call(
+        body = await self.call(
             api.TRANSFER, req.transfer_id, params=params, limit_s=TIMEOUTS["site"]
         )
         return TransferView.model_validate(body)
@@ -312,7 +291,7 @@ class DaemonClient:
             params["consumer"] = consumer
         if wait_s > 0:
             params["wait_s"] = wait_s
-        body = await self._call(api.EVENTS, params=params, limit_s=TIMEOUTS["read"] + wait_s)
+        body = await self.call(api.EVENTS, params=params, limit_s=TIMEOUTS["read"] + wait_s)
         events: list[dict[str, Any]] = body["events"]
         return events
 
@@ -324,18 +303,18 @@ class DaemonClient:
         params = [("site", s) for s in sites] + [("limit", str(limit))]
         if credit:
             params.append(("credit", "true"))
-        body: dict[str, Any] = await self._call(api.HISTORY, params=params)
+        body: dict[str, Any] = await self.call(api.HISTORY, params=params)
         return body
 
     async def outlook(self) -> dict[str, Any]:
         """The wait placement predicts now per site and partition for the reference requests
         (1 GPU, 1 node, 4 GPUs), or why a partition cannot run one."""
-        body: dict[str, Any] = await self._call(api.OUTLOOK)
+        body: dict[str, Any] = await self.call(api.OUTLOOK)
         return body
 
     async def ledger(self) -> dict[str, Any]:
         """Charges per (owner, site, account): used by ended attempts, committed by live ones."""
-        body: dict[str, Any] = await self._call(api.LEDGER)
+        body: dict[str, Any] = await self.call(api.LEDGER)
         return body
 
     async def wait_until_up(self, timeout_s: float = 20.0) -> None:

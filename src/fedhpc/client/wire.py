@@ -79,8 +79,9 @@ class DaemonWire:
         timeout_scale: float | None = None,
         http: httpx2.AsyncClient | None = None,
     ) -> None:
-        """`timeout_s` caps every call; `timeout_scale` stretches or shrinks the limits;
-        `http` replaces the socket's client (a test's in-process app)."""
+        """`timeout_s` caps every call (a hook must be quick); `timeout_scale` (default
+        FEDHPC_CLIENT_TIMEOUT_SCALE, 1) stretches or shrinks the per-operation limits; `http`
+        replaces the socket's HTTP client (a test's in-process app)."""
         self.settings = settings
         self.cap = timeout_s
         self.scale = _scale(timeout_scale)
