@@ -26,6 +26,7 @@ __all__ = [
     "globus_client",
     "globus_sites",
     "mocked_http",
+    "submit_answer",
     "task_status",
     "transfer_accepted",
 ]
@@ -67,15 +68,21 @@ def transfer_accepted() -> str:
     """Globus hands out a submission id, then accepts the transfer submitted under it as task
     TASK; the submission id."""
     sid = str(load_response(globus_sdk.TransferClient.get_submission_id).metadata["submission_id"])
+    submit_answer(sid)
+    return sid
+
+
+def submit_answer(sid: str, code: str = "Accepted") -> None:
+    """Globus answers the next transfer submitted under `sid` with `code`, naming task TASK
+    ("Duplicate": one submitted under it before)."""
     load_response(
         RegisteredResponse(
             service="transfer",
             method="POST",
             path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
+            json={"code": code, "task_id": TASK, "submission_id": sid},
         )
     )
-    return sid
 
 
 def task_status(status: str, **extra: object) -> None:

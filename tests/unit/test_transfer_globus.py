@@ -30,6 +30,7 @@ from tests.unit.globus_world import (
     globus_client,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    submit_answer,
     task_status,
 )
 
@@ -87,22 +88,8 @@ async def test_submit_sends_the_persisted_submission_id_and_the_copy_options() -
 
 async def test_a_duplicate_submission_returns_the_original_task_and_starts_no_second() -> None:
     sid = "8b1a0f0e-2222-4000-8000-000000000001"
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Duplicate", "task_id": TASK, "submission_id": sid},
-        )
-    )
+    submit_answer(sid)
+    submit_answer(sid, "Duplicate")
     backend = _backend()
     first = await backend.submit(_spec(sid))
     again = await backend.submit(_spec(sid))  # a retry after a lost answer
@@ -271,14 +258,7 @@ async def test_a_failed_submit_is_retried_next_cycle_with_the_same_persisted_sub
             json={"code": "ServiceUnavailable", "message": "try later"},
         )
     )
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            json={"code": "Accepted", "task_id": TASK, "submission_id": sid},
-        )
-    )
+    submit_answer(sid)
     task_status("SUCCEEDED", bytes_transferred=7, files_transferred=1)
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
