@@ -1,11 +1,11 @@
 """Every `FEDHPC_*` environment variable in one registry (name, type, default, meaning, reader;
-what one is: `setting.py`), and the only package that reads them; the variables fedhpc honours but does not own (OTHERS:
-XDG_STATE_HOME, NO_COLOR, the Globus service credentials...) are read here too. Values are read
-when asked for, not snapshotted at import: a test's monkeypatch, a child's environment and a
-daemon started later all see what is set. Code that puts a variable into a child's environment
-names it with `SETTING.name`. The daemon's tunables are the fields of `DaemonSettings`
-(`fedhpc.settings.daemon`; apart, so this module imports no pydantic). docs/settings.md is
-generated from this registry (`fedhpc_dev.settings_docs`)."""
+what one is: `setting.py`), and the only package that reads them; the variables fedhpc honours
+but does not own (OTHERS: XDG_STATE_HOME, NO_COLOR, the Globus service credentials...) are read
+here too. Values are read when asked for, not snapshotted at import: a test's monkeypatch, a
+child's environment and a daemon started later all see what is set. Code that puts a variable
+into a child's environment names it with `SETTING.name`. The daemon's tunables are the fields of
+`DaemonSettings` (`fedhpc.settings.daemon`; apart, so this module imports no pydantic).
+docs/settings.md is generated from this registry (`fedhpc_dev.settings_docs`)."""
 
 from __future__ import annotations
 
