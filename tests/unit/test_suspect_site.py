@@ -6,17 +6,25 @@ the probe's pings decide that. A real store and placement; fake adapters (`test_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
+import pytest
 
 from fedhpc.adapters.liveness import ControllerSilent, suspect_ping_s
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.domain import Health
+from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobObservation, JobState
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import PolicyKind
 from fedhpc.store import Store
+from tests.unit.test_liveness import UP, Bash, _controller, bin_dir, devvista
 from tests.unit.test_slow_site import LIMIT_S, _Site, _world
 from tests.unit.test_submit_accept import _req
+
+__all__ = ["bin_dir", "devvista"]  # fixtures, used by name
 
 
 class _Hung(_Site):
@@ -61,7 +69,7 @@ async def _attempts(o: Orchestrator, task_id: str, n: int) -> list[AttemptRecord
 async def test_a_silent_ping_hedges_queued_work_elsewhere_without_taking_the_site_offline(
     store: Store,
 ) -> None:
-    o, slow, fast = _world(store, slow_site=_Hung)
+    o, slow, _ = _world(store, slow_site=_Hung)
     task_id = await _waiting(o, fallback=True)
     assert isinstance(slow, _Hung)
     slow.silent = True
@@ -92,3 +100,16 @@ async def test_work_held_to_a_suspect_site_without_fallback_stays(store: Store) 
 
 def test_the_observations_ping_deadline_is_half_a_cycle_within_bounds() -> None:
     assert [suspect_ping_s(c) for c in (0.5, 2, 4, 10, 60)] == [1.0, 1.0, 2.0, 5.0, 5.0]
+
+
+async def test_the_observations_ping_gets_its_short_deadline_and_the_probes_the_full_one(
+    devvista: Site, bin_dir: Path
+) -> None:
+    """A controller that answers its ping in 1.5 s: silent to an observation given 1 s (the
+    site suspect), alive to the probe given 5 s (never offline for it)."""
+    adapter = SiteAdapter(devvista, Bash(bin_dir))
+    adapter.observe_ping_s = suspect_ping_s(2.0)
+    _controller(bin_dir, "sleep 1.5; " + UP)
+    with pytest.raises(ControllerSilent, match="within 1 s"):
+        await adapter.status(["1"])
+    assert (await adapter.probe()).health is not Health.OFFLINE
