@@ -27,6 +27,7 @@ __all__ = [
     "globus_sites",
     "mocked_http",
     "submit_answer",
+    "submit_refused",
     "task_status",
     "transfer_accepted",
 ]
@@ -81,6 +82,17 @@ def submit_answer(sid: str, code: str = "Accepted") -> None:
             method="POST",
             path="/v0.10/transfer",
             json={"code": code, "task_id": TASK, "submission_id": sid},
+        )
+    )
+
+
+def submit_refused(status: int, **body: object) -> None:
+    """Globus hands out a submission id, then refuses the transfer submitted under it with
+    HTTP `status` and `body` (its `code`, `message`...)."""
+    load_response(globus_sdk.TransferClient.get_submission_id)
+    load_response(
+        RegisteredResponse(
+            service="transfer", method="POST", path="/v0.10/transfer", status=status, json=body
         )
     )
 

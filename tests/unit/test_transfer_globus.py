@@ -31,6 +31,7 @@ from tests.unit.globus_world import (
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
     submit_answer,
+    submit_refused,
     task_status,
 )
 
@@ -293,16 +294,7 @@ async def test_a_failed_submit_is_retried_next_cycle_with_the_same_persisted_sub
 async def test_an_expired_consent_fails_the_transfer_with_one_event_carrying_the_hint(
     tmp_path: Path, real_sites: dict[str, Site]
 ) -> None:
-    load_response(globus_sdk.TransferClient.get_submission_id)
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            status=403,
-            json={"code": "ConsentRequired", "message": "consent expired"},
-        )
-    )
+    submit_refused(403, code="ConsentRequired", message="consent expired")
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
         svc = TransferService(store, real_sites, home=tmp_path, backends={"globus": _backend()})

@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import globus_sdk
 import pytest
-from globus_sdk.testing import RegisteredResponse, load_response
 
 from fedhpc.bridge.service import Bridge
 from fedhpc.domain.config import Site
@@ -23,6 +21,7 @@ from tests.unit.globus_world import (
     globus_backend,
     globus_sites,
     mocked_http,  # noqa: F401 (autouse: Globus answered offline)
+    submit_refused,
     task_status,
     transfer_accepted,
 )
@@ -52,22 +51,14 @@ async def _delivered(store: Store) -> list[tuple[str, str]]:
 async def test_a_move_data_refused_at_once_answers_the_outcome_and_wakes_nobody(
     tmp_path: Path, sites: dict[str, Site]
 ) -> None:
-    load_response(globus_sdk.TransferClient.get_submission_id)
-    load_response(
-        RegisteredResponse(
-            service="transfer",
-            method="POST",
-            path="/v0.10/transfer",
-            status=403,
-            json={
-                "code": "ConsentRequired",
-                "message": "Missing required data_access consent",
-                "required_scopes": [
-                    f"urn:globus:auth:scope:transfer.api.globus.org:all"
-                    f"[*https://auth.globus.org/scopes/{DST}/data_access]"
-                ],
-            },
-        )
+    submit_refused(
+        403,
+        code="ConsentRequired",
+        message="Missing required data_access consent",
+        required_scopes=[
+            f"urn:globus:auth:scope:transfer.api.globus.org:all"
+            f"[*https://auth.globus.org/scopes/{DST}/data_access]"
+        ],
     )
     store = await Store.open(tmp_path / "fedhpc.db")
     try:
