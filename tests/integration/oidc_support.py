@@ -158,6 +158,42 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
     raise AssertionError("the sign-in did not come back to the client")
 
 
+# An MCP initialize request, as a client's first POST to the service's endpoint.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+
+
+async def bearer_initialize(url: str, token: str | None) -> httpx2.Response:
+    """INITIALIZE posted to the MCP endpoint `url`, with `token` as the bearer (or none)."""
+    headers = {"accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    async with httpx2.AsyncClient(timeout=60) as http:
+        return await http.post(url, json=INITIALIZE, headers=headers)
+
+
+def service_config(base: Path, provider: Provider, resource: str, *, extra: str = "") -> Path:
+    """A service config (in `base`) trusting `provider`'s tokens for the MCP endpoint
+    `resource`, for people of lab.example; `extra`: more lines of the `[service]` table, or
+    tables after it."""
+    config = base / "service.toml"
+    config.write_text(
+        "[service]\n"
+        f'issuer = "{provider.issuer}"\n'
+        f'resource = "{resource}"\n'
+        'allowed_domains = ["lab.example"]\n' + extra
+    )
+    return config
+
+
 def facade_config(
     base: Path,
     provider: Provider,
@@ -173,19 +209,14 @@ def facade_config(
     secret = base / "upstream.secret"
     secret.write_text("fedhpc-facade-secret-for-tests-only\n")
     secret.chmod(0o600)
-    config = base / "service.toml"
-    config.write_text(
-        "[service]\n"
-        f'issuer = "{provider.issuer}"\n'
-        f'resource = "{own}/mcp"\n'
-        'allowed_domains = ["lab.example"]\n'
-        f"{service}"
+    listed = ", ".join(f'"{scope}"' for scope in scopes)
+    table = (
         "[service.facade]\n"
         'client_id = "fedhpc-facade"\n'
         f'client_secret_file = "{secret}"\n'
-        "scopes = [" + ", ".join(f'"{scope}"' for scope in scopes) + "]\n" + facade
+        f"scopes = [{listed}]\n"
     )
-    return config
+    return service_config(base, provider, f"{own}/mcp", extra=service + table + facade)
 
 
 class TokenMemory:

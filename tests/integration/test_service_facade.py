@@ -30,6 +30,7 @@ from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
 from tests.integration.oidc_support import (
     Provider,
+    bearer_initialize,
     consent_form,
     facade_config,
     first_calls,
@@ -41,16 +42,6 @@ from tests.integration.oidc_support import (
 
 REDIRECT = "http://127.0.0.1:9/callback"  # the MCP client's; never reached (sign_in stops there)
 SCOPE = "fedhpc:read fedhpc:submit fedhpc:data"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 
 
 @dataclass
@@ -211,16 +202,7 @@ async def _signed_in(facade: Facade) -> tuple[str, dict[str, Any]]:
 
 
 async def _status(facade: Facade, access: str) -> int:
-    async with httpx2.AsyncClient(timeout=30) as http:
-        answer = await http.post(
-            facade.resource,
-            json=INITIALIZE,
-            headers={
-                "authorization": f"Bearer {access}",
-                "accept": "application/json, text/event-stream",
-            },
-        )
-    return answer.status_code
+    return (await bearer_initialize(facade.resource, access)).status_code
 
 
 async def test_the_sdk_oauth_client_registers_at_fedhpc_and_signs_in_upstream(

@@ -25,23 +25,15 @@ from tests.integration.daemon_util import start, stop
 from tests.integration.mcp_support import serve_argv, serve_env
 from tests.integration.oidc_support import (
     Provider,
+    bearer_initialize,
     first_calls,
     free_port,
     oidc_provider,
     sdk_oauth,
+    service_config,
 )
 
 CANARY = "canary-bearer-" + "c4n4ry" * 8
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 
 
 @dataclass
@@ -85,14 +77,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with oidc_provider(base / "provider.log") as provider:
         port = free_port()
         resource = f"http://127.0.0.1:{port}/mcp"
-        config = base / "service.toml"
-        config.write_text(
-            "[service]\n"
-            f'issuer = "{provider.issuer}"\n'
-            f'resource = "{resource}"\n'
-            'allowed_domains = ["lab.example"]\n'
-            "leeway_s = 0\n"
-        )
+        config = service_config(base, provider, resource, extra="leeway_s = 0\n")
         daemon = start(home, **env)
         serve_log = base / "serve.log"
         with serve_log.open("wb") as err:
@@ -119,14 +104,6 @@ async def _client(url: str, token: str) -> AsyncIterator[Client]:
         yield c
 
 
-async def _initialize(url: str, token: str | None) -> httpx2.Response:
-    headers = {"accept": "application/json, text/event-stream"}
-    if token is not None:
-        headers["authorization"] = f"Bearer {token}"
-    async with httpx2.AsyncClient(timeout=60) as http:
-        return await http.post(url, json=INITIALIZE, headers=headers)
-
-
 def _body(result: Any) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(result.content[0].text)
     return body
@@ -135,7 +112,7 @@ def _body(result: Any) -> dict[str, Any]:
 async def test_without_a_token_the_401_points_to_the_protected_resource_metadata(
     service: Service,
 ) -> None:
-    denied = await _initialize(service.resource, None)
+    denied = await bearer_initialize(service.resource, None)
     assert denied.status_code == 401
     challenge = denied.headers["www-authenticate"]
     assert challenge.startswith("Bearer ")
@@ -214,12 +191,12 @@ async def test_wrong_audience_forged_stranger_and_expired_tokens_get_401(
     stranger = service.mint("mallory", "fedhpc:read")  # a domain the config does not allow
     short = service.mint("bob", "fedhpc:read")  # the provider gives bob 2-second tokens
     expiry = jwt.decode(short, options={"verify_signature": False})["exp"]
-    assert (await _initialize(service.resource, good)).status_code == 200
+    assert (await bearer_initialize(service.resource, good)).status_code == 200
     with anyio.fail_after(60):
         while time.time() <= expiry + 1:  # the token's own clock: wait until it has expired
             await anyio.sleep(0.2)
     for token in (other, forged, stranger, short, CANARY):
-        denied = await _initialize(service.resource, token)
+        denied = await bearer_initialize(service.resource, token)
         assert denied.status_code == 401, denied.text
         assert f'resource_metadata="{service.metadata_url}"' in denied.headers["www-authenticate"]
 
@@ -227,7 +204,7 @@ async def test_wrong_audience_forged_stranger_and_expired_tokens_get_401(
 async def test_a_token_without_the_read_scope_gets_403_insufficient_scope(
     service: Service,
 ) -> None:
-    denied = await _initialize(service.resource, service.mint("alice", "fedhpc:data"))
+    denied = await bearer_initialize(service.resource, service.mint("alice", "fedhpc:data"))
     assert denied.status_code == 403
     assert 'error="insufficient_scope"' in denied.headers["www-authenticate"]
 
@@ -258,7 +235,7 @@ async def test_no_token_ever_reaches_the_serve_or_daemon_logs(service: Service) 
     token = service.mint("alice", "fedhpc:read")
     async with _client(service.resource, token) as client:
         await client.call_tool("inspect_federation", {})
-    assert (await _initialize(service.resource, CANARY)).status_code == 401
+    assert (await bearer_initialize(service.resource, CANARY)).status_code == 401
     secrets = [CANARY, *service.tokens]
     signatures = [t.rsplit(".", 1)[-1] for t in service.tokens]  # a token cut in two, too
     for log in service.logs:
@@ -282,7 +259,7 @@ async def test_without_a_service_section_http_serves_as_before(service: Service)
         with anyio.fail_after(90):
             while True:
                 try:
-                    answer = await _initialize(url, None)
+                    answer = await bearer_initialize(url, None)
                     break
                 except httpx2.TransportError:
                     assert plain.poll() is None, log.read_text()[-1500:]

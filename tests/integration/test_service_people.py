@@ -44,7 +44,7 @@ from fedhpc.ops.tasks import CancelRequest, ReplanRequest, ResultRequest, Submit
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.transfer.records import stage_out_id
 from tests.integration.daemon_util import FAST, stop
-from tests.integration.oidc_support import Provider, free_port, oidc_provider
+from tests.integration.oidc_support import Provider, free_port, oidc_provider, service_config
 
 FEDHPC = [sys.executable, "-m", "fedhpc.cli.main"]
 CANARY = "canary-token-" + "Zq7wX" * 10
@@ -89,14 +89,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     with oidc_provider(base / "provider.log") as provider:
         port = free_port()
         resource = f"http://127.0.0.1:{port}/mcp"
-        config = base / "service.toml"
-        config.write_text(
-            "[service]\n"
-            f'issuer = "{provider.issuer}"\n'
-            f'resource = "{resource}"\n'
-            'allowed_domains = ["lab.example"]\n'
-            f'bind = "127.0.0.1:{port}"\n'
-        )
+        config = service_config(base, provider, resource, extra=f'bind = "127.0.0.1:{port}"\n')
         check = subprocess.run(
             [*FEDHPC, "service", "--config", str(config), "--check", "--json"],
             env=env,
