@@ -15,6 +15,17 @@ from typing import Any
 from mcp import StdioServerParameters
 
 FEDHPC = shutil.which("fedhpc", path=str(Path(sys.executable).parent)) or "fedhpc"
+# A client's first request (one JSON-RPC line on stdio, or a POST to the HTTP endpoint).
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
 
 
 def jobs(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from mcp.shared.auth import (
 )
 from mcp.types import CallToolResult
 
+from tests.integration.mcp_support import INITIALIZE
 from tests.integration.npm_tools import CACHE, unavailable
 
 PACKAGE, VERSION = "oidc-provider", "9.13.3"
@@ -156,19 +157,6 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
             assert posted.is_redirect, posted.text[:400]
             url = urljoin(url, posted.headers["location"])
     raise AssertionError("the sign-in did not come back to the client")
-
-
-# An MCP initialize request, as a client's first POST to the service's endpoint.
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 
 
 async def bearer_initialize(url: str, token: str | None) -> httpx2.Response:

@@ -20,17 +20,7 @@ import pytest
 from fedhpc.bridge.runtimes import fedhpc_bin
 from fedhpc.bridge.serve_host import ServeHost
 from fedhpc.bridge.warm import alive
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
+from tests.integration.mcp_support import INITIALIZE
 
 
 @pytest.fixture
@@ -111,7 +101,7 @@ async def test_a_resumes_serve_runs_in_the_host_as_its_own(host: ServeHost, tmp_
     (other / host.record.name).symlink_to(host.record)
     relay = Relay(other, work)
     try:
-        assert relay.ask(INIT)["result"]["serverInfo"]["name"] == "fedhpc"
+        assert relay.ask(INITIALIZE)["result"]["serverInfo"]["name"] == "fedhpc"
         (child,) = _children(pid)  # the server is the host's child, not a fresh interpreter
         proc = Path(f"/proc/{child}")
         assert os.readlink(proc / "cwd") == str(work)
@@ -140,7 +130,7 @@ async def test_the_server_ends_when_its_relay_is_killed(host: ServeHost, tmp_pat
     assert await host.ensure()
     pid = _pid(host)
     relay = Relay(host.home, tmp_path)
-    assert relay.ask(INIT)["result"]
+    assert relay.ask(INITIALIZE)["result"]
     (child,) = _children(pid)
     relay.proc.send_signal(signal.SIGKILL)
     relay.close()
@@ -155,7 +145,7 @@ async def test_without_a_host_the_relay_runs_the_server_itself(
     assert await host.ensure()
     pid = _pid(host)
     busy = Relay(host.home, tmp_path)
-    assert busy.ask(INIT)["result"]
+    assert busy.ask(INITIALIZE)["result"]
     await host.stop()
     assert not host.record.exists() and not alive(pid)
     ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
@@ -163,7 +153,7 @@ async def test_without_a_host_the_relay_runs_the_server_itself(
     host.record.write_text(json.dumps({"pid": pid, "socket": str(tmp_path / "gone")}))
     alone = Relay(host.home, tmp_path)  # a stale record: nobody answers there
     try:
-        assert alone.ask(INIT)["result"]["serverInfo"]["name"] == "fedhpc"
+        assert alone.ask(INITIALIZE)["result"]["serverInfo"]["name"] == "fedhpc"
         argv = Path(f"/proc/{alone.proc.pid}/cmdline").read_bytes()
         assert b"fedhpc.cli.relay" in argv  # the relay itself is the server
     finally:
