@@ -47,10 +47,9 @@ from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
 from fedhpc.domain import ResourceEnvelope  # noqa: E402
 from fedhpc.domain.site import SiteProfile  # noqa: E402
 from fedhpc.ops.tasks import GroupChild, SubmitGroupRequest  # noqa: E402
-from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
 from fedhpc_dev.devfed.manager import plan_at  # noqa: E402
-from fedhpc_dev.profiles import devfed_root  # noqa: E402
+from fedhpc_dev.profiles import dev_profiles_dir, devfed_root  # noqa: E402
 
 SITE = "devanvil"
 GOAL = 20.0
@@ -66,7 +65,7 @@ def _home(root: Path) -> Path:
 
 
 def _probe_sections() -> int:
-    text = (shipped_profiles_dir() / f"{SITE}.toml").read_text()
+    text = (dev_profiles_dir() / f"{SITE}.toml").read_text()
     profile = SiteProfile.model_validate(tomllib.loads(text))
     return len(get_dialect("slurm").probe_sections(profile, "root"))
 

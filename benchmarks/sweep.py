@@ -72,9 +72,8 @@ from tests.integration.conftest import LOCK  # noqa: E402
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
 from fedhpc.daemon import api  # noqa: E402
 from fedhpc.ops.task_views import GroupView, TaskSummary  # noqa: E402
-from fedhpc.profiles.loader import shipped_profiles_dir  # noqa: E402
 from fedhpc.settings.daemon import DaemonSettings  # noqa: E402
-from fedhpc_dev.profiles import devfed_root  # noqa: E402
+from fedhpc_dev.profiles import dev_profiles_dir, devfed_root  # noqa: E402
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_RSS_MB = 80.0
@@ -192,7 +191,7 @@ def loop_stalls(log: Path) -> dict[str, Any]:
 def limited_profiles(folder: Path, limit: int) -> Path:
     """The local federation's profiles with `max_jobs_per_user = limit` on every partition."""
     folder.mkdir(parents=True, exist_ok=True)
-    for path in sorted(shipped_profiles_dir().glob("dev*.toml")):
+    for path in sorted(dev_profiles_dir().glob("dev*.toml")):
         text = re.sub(r"(?m)^max_jobs_per_user\s*=.*\n", "", path.read_text())
         text = re.sub(
             r'(?m)^(\[\[partitions\]\]\nname = "[^"]+"\n)',
