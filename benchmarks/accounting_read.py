@@ -27,6 +27,7 @@ import time
 import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict
 
 import anyio
 
@@ -53,7 +54,7 @@ PARTITIONS = ("shared", "debug", "ai", "gpu")
 
 def answer(path: Path, jobs: int, own: float, now: datetime) -> int:
     """Write `jobs` rows of `sacct --parsable2` (epoch seconds) to `path`; its size in bytes."""
-    rnd = random.Random(16)
+    rnd = random.Random(16)  # noqa: S311 (seeded synthetic data)
     t_end = int(now.timestamp())
     with path.open("w") as f:
         for i in range(jobs):
@@ -69,7 +70,20 @@ def answer(path: Path, jobs: int, own: float, now: datetime) -> int:
     return path.stat().st_size
 
 
-async def read(jobs: int, own: float, tmp: Path) -> dict[str, object]:
+class Reading(TypedDict):
+    """One read's figures."""
+
+    fedhpc: str  # the fedhpc package read (which checkout)
+    jobs: int
+    own_share: float
+    answer_bytes: int
+    kept: int
+    read_s: float
+    peak_traced_mb: float
+    remote_calls: dict[str, int]
+
+
+async def read(jobs: int, own: float, tmp: Path) -> Reading:
     now = datetime.now(UTC)
     size = answer(tmp / "sacct.txt", jobs, own, now)
     fake = tmp / "bin" / "sacct"

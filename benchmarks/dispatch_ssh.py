@@ -29,6 +29,7 @@ import threading
 import time
 from collections import Counter
 from contextlib import closing, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,7 @@ class DelayProxy:
         asyncio.set_event_loop(self.loop)
         for listen, upstream in self.upstreams.items():
             self.loop.run_until_complete(
-                asyncio.start_server(
-                    lambda r, w, u=upstream: self._conn(r, w, u), "127.0.0.1", listen
-                )
+                asyncio.start_server(partial(self._conn, upstream=upstream), "127.0.0.1", listen)
             )
         self.ready.set()
         self.loop.run_forever()

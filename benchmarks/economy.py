@@ -64,7 +64,8 @@ class Agent:
         if result.is_error or result.structured_content is None:
             raise SystemExit(f"{tool} failed: {text}")
         self.calls.append((tool, len(text.encode())))
-        return result.structured_content
+        body: dict[str, Any] = result.structured_content  # mcp types it Any
+        return body
 
 
 def _take(folder: Path) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ os.environ.setdefault("FEDHPC_DEVFED", "1")
 
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter, open_adapter
+from fedhpc.adapters.transports import Transport
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.collector import Collector
 from fedhpc.domain import JobState, ResourceEnvelope
@@ -62,15 +63,17 @@ WALLS = ("10m", "30m", "1h", "2h")
 
 
 class Counting:
-    def __init__(self, inner: Any) -> None:
+    """A real transport plus a tally of the `sbatch --test-only` calls sent through it."""
+
+    def __init__(self, inner: Transport) -> None:
         self.inner = inner
+        self.name = inner.name
         self.test_only = 0
 
     async def run(self, command: Command) -> CommandResult:
         if "--test-only" in (command.stdin or ""):
             self.test_only += 1
-        result: CommandResult = await self.inner.run(command)
-        return result
+        return await self.inner.run(command)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -94,7 +97,17 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
 
 
-def _hung(site: Site, port: int, tmp: Path) -> Any:
+class ManualClock:
+    """The estimate cache's clock, moved on by hand: one control cycle per step."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _hung(site: Site, port: int, tmp: Path) -> LocalTransport:
     """`site`'s transport with its Slurm commands sent to a controller that never answers."""
     src = Path(site.transport.env["SLURM_CONF"])
     conf = tmp / f"{site.name}-conf"
@@ -122,7 +135,7 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
         k: Counting(_hung(s, port, tmp) if k == hang else open_adapter(s).transport)
         for k, s in sites.items()
     }
-    adapters = {k: SiteAdapter(s, counted[k]) for k, s in sites.items()}  # type: ignore[arg-type]
+    adapters = {k: SiteAdapter(s, counted[k]) for k, s in sites.items()}
     store = await Store.open(tmp / "b.db")
     try:
         collector = Collector(sites, probe, store, refresh_s=60, probe_timeout_s=20)
@@ -130,12 +143,12 @@ async def run(n: int, cycle: int, hang: str | None = None) -> dict[str, Any]:
         o = Orchestrator(store, collector, adapters, cycle_s=3600)
         rows = []
         for ask in (True, False):
-            clock = [0.0]  # a control cycle of 10 s every `cycle` decisions
-            o.waits.cache = EstimateCache(ttl_s=10.0, clock=lambda c=clock: c[0])
+            clock = ManualClock()  # a control cycle of 10 s every `cycle` decisions
+            o.waits.cache = EstimateCache(ttl_s=10.0, clock=clock)
             o.waits.placed = {}
             for i in range(n):
                 if i and i % cycle == 0:
-                    clock[0] += 10.0
+                    clock.now += 10.0
                 task = _task(i)
                 before = sum(c.test_only for c in counted.values())
                 t0 = time.perf_counter()

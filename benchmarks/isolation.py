@@ -45,6 +45,7 @@ def _run(
     portal: BlockingPortal,
     client: Client,
     daemon: DaemonClient,
+    *,
     schema: dict[str, Any],
     tool: str,
     examples: int,
@@ -93,17 +94,24 @@ def main() -> int:
         proc = start(base / "h", FEDHPC_DEVFED="process", FEDHPC_DEVFED_DIR=str(base / "fed"))
         daemon_settings = DaemonSettings.from_env(home=base / "h")
         try:
-            with start_blocking_portal() as portal:
-                with portal.wrap_async_context_manager(DaemonClient(daemon_settings)) as d:
-                    portal.call(d.wait_until_up, 60)
-                    portal.call(d.refresh)
-                    mcp = Client(build_server(daemon_settings, autostart=False), mode="legacy")
-                    with portal.wrap_async_context_manager(mcp) as client:
-                        schemas = {
-                            t.name: t.input_schema for t in portal.call(client.list_tools).tools
-                        }
-                        for tool in SUBMITS:
-                            rows[tool] = _run(portal, client, d, schemas[tool], tool, args.examples)
+            with (
+                start_blocking_portal() as portal,
+                portal.wrap_async_context_manager(DaemonClient(daemon_settings)) as d,
+            ):
+                portal.call(d.wait_until_up, 60)
+                portal.call(d.refresh)
+                mcp = Client(build_server(daemon_settings, autostart=False), mode="legacy")
+                with portal.wrap_async_context_manager(mcp) as client:
+                    schemas = {t.name: t.input_schema for t in portal.call(client.list_tools).tools}
+                    for tool in SUBMITS:
+                        rows[tool] = _run(
+                            portal,
+                            client,
+                            d,
+                            schema=schemas[tool],
+                            tool=tool,
+                            examples=args.examples,
+                        )
         finally:
             stop(proc)
     if args.json:

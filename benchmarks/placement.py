@@ -118,7 +118,7 @@ def synthetic_snapshot(
     )
 
 
-ENVELOPES = (
+ENVELOPES: tuple[ResourceEnvelope, ...] = (
     ResourceEnvelope.model_validate(
         {
             "cpus": {"min": 4, "max": 64},

@@ -36,11 +36,13 @@ import sys
 import tempfile
 import time
 from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp_types import CallToolResult, TextContent
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.settings.daemon import DaemonSettings
@@ -48,6 +50,11 @@ from fedhpc_dev.profiles import devfed_root
 
 ENVELOPE = {"cpus": {"min": 1, "max": 1}, "wall_time": {"min": "5m", "max": "5m"}}
 TARGET_S = 2.0  # issue 21: a 1,000-child group's id within 2 s
+
+
+def _text(result: CallToolResult) -> str:
+    """A tool result's text blocks, joined."""
+    return "".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
 def _fedhpc() -> str:
@@ -145,7 +152,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         },
                     )
                     elapsed = time.monotonic() - started
-                    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+                    text = _text(result)
                     if result.is_error:
                         rows.append({"children": n, "error": text})
                         continue
@@ -178,27 +185,36 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows, "daemon_peak_rss_mb": round(peak, 1), "jobs_cancelled": cancelled}
 
 
-async def _session(
-    params: StdioServerParameters, n: int, tag: str, ready: anyio.Event, out: list[Any]
-) -> None:
+@dataclass
+class Session:
+    """One agent session's signals to the benchmark, and its answers: (seconds, state, task id)."""
+
+    tag: str
+    connected: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answers: list[tuple[float, str, str | None]] = field(default_factory=list)
+
+
+async def _session(params: StdioServerParameters, n: int, s: Session, ready: anyio.Event) -> None:
     """One agent session: its own `fedhpc serve`, `n` submits one after another once `ready`."""
     async with Client(params, mode="legacy") as mcp:
         await mcp.list_tools()
-        out.append(None)  # connected
+        s.connected.set()
         await ready.wait()
         for i in range(n):
             args = {
                 "command": ["sleep", "1"],
-                "name": f"{tag}-{i}",
+                "name": f"{s.tag}-{i}",
                 "envelope": {"cpus": {"min": 1}, "wall_time": {"min": "5m"}},
-                "idempotency_key": f"{tag}-{i}",
+                "idempotency_key": f"{s.tag}-{i}",
             }
             started = time.monotonic()
             result = await mcp.call_tool("submit_task", args)
             took = time.monotonic() - started
-            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+            text = _text(result)
             body = json.loads(text) if text.startswith("{") else {}
-            out.append((took, body.get("state", "error"), body.get("task_id")))
+            s.answers.append((took, body.get("state", "error"), body.get("task_id")))
+        s.done.set()
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -223,20 +239,20 @@ async def _sessions(args: argparse.Namespace) -> list[dict[str, Any]]:
                     command=_fedhpc(), args=["serve", "--no-autostart"], env=env
                 )
                 ready = anyio.Event()
-                outs: list[list[Any]] = [[] for _ in range(count)]
+                sessions = [Session(f"s{k}") for k in range(count)]
                 async with anyio.create_task_group() as tg:
-                    for k in range(count):
-                        tg.start_soon(_session, params, args.per_session, f"s{k}", ready, outs[k])
+                    for s in sessions:
+                        tg.start_soon(_session, params, args.per_session, s, ready)
                     with anyio.fail_after(120):
-                        while sum(len(o) for o in outs) < count:
-                            await anyio.sleep(0.05)
+                        for s in sessions:
+                            await s.connected.wait()
                     started = time.monotonic()
                     ready.set()
                     with anyio.fail_after(600):
-                        while sum(len(o) for o in outs) < count * (1 + args.per_session):
-                            await anyio.sleep(0.01)
+                        for s in sessions:
+                            await s.done.wait()
                     wall = time.monotonic() - started
-                answers = [a for o in outs for a in o if a is not None]
+                answers = [a for s in sessions for a in s.answers]
                 took = [a[0] for a in answers]
                 health = await client.health()
                 route = health.get("requests", {}).get("by_route", {}).get("POST /v1/tasks", {})

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -21,6 +21,9 @@ from fedhpc.ops.continuations import DeliveryView
 from fedhpc.ops.task_views import ResultManifest
 from fedhpc.ops.tasks import ResultRequest
 from fedhpc.settings.daemon import DaemonSettings
+
+if TYPE_CHECKING:  # the type only: conftest's module is pytest's to import
+    from tests.integration.conftest import Devfed
 
 FAST = {
     "FEDHPC_REFRESH_S": "1",
@@ -131,7 +134,7 @@ async def settled(
             await anyio.sleep(0.2)
 
 
-def drain(devfed: Any) -> None:
+def drain(devfed: Devfed) -> None:
     """Cancel every job on every cluster and wait until the queues are empty. The clusters are
     asked side by side (a Slurm command takes a few tenths of a second on a loaded machine,
     and most tests drain before and after), and an empty federation is not waited on."""
@@ -153,7 +156,7 @@ def drain(devfed: Any) -> None:
             time.sleep(0.3)
 
 
-def sbatch(devfed: Any, site: str, *args: str) -> str:
+def sbatch(devfed: Devfed, site: str, *args: str) -> str:
     """Submit a job the way a person would; its output goes nowhere unless `args` say where
     (Slurm's default, slurm-<id>.out in the cwd, would litter the checkout)."""
     quiet = () if {"-o", "--output"} & set(args) else ("-o", "/dev/null")
