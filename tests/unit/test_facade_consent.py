@@ -161,3 +161,28 @@ async def test_a_refusal_goes_back_to_the_client_as_access_denied(tmp_path: Path
     assert back.startswith(EVIL) and "code=" not in back
     query = parse_qs(urlsplit(back).query)
     assert query["error"] == ["access_denied"] and query["state"] == ["client-state"]
+
+
+async def test_a_refresh_goes_to_the_upstream_the_facade_holds_now(tmp_path: Path) -> None:
+    """The facade's `upstream` is its one client at the provider: once replaced (as this
+    module replaces it with an offline one), refreshing a person's tokens goes through the new
+    one, never the one the facade was built with."""
+    auth, _ = _facade(tmp_path)
+    assert isinstance(auth.facade, Facade)
+    asked: list[str] = []
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.url.path)
+        if request.url.path == "/.well-known/openid-configuration":
+            return _discovery(request)
+        return httpx2.Response(400, json={"error": "invalid_grant"})
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(provider))
+    auth.facade.upstream = Upstream(auth.config, "s3cret", http, KeyCache(auth.config, http))
+    try:
+        due = {"access_token": "a", "refresh_token": "r", "expires_at": 0}
+        await auth.facade.store.put_upstream("alice", {"sets": [due]})
+        assert await auth.facade.refresh_upstream("alice") is False  # this provider refused
+        assert asked == ["/.well-known/openid-configuration", "/v2/oauth2/token"]
+    finally:
+        await auth.aclose()

@@ -81,11 +81,20 @@ class Facade(OAuthAuthorizationServerProvider[FacadeCode, FacadeRefreshToken, Fa
         self.facade = config.facade
         self.store = store
         self.signer = signer
-        self.upstream = upstream
+        self.refresher = UpstreamRefresher(store, upstream, self.facade.upstream_refresh_margin_s)
         self.verifier = FacadeVerifier(config, signer, store)
         self.callback_url = config.own_issuer + CALLBACK_PATH
         self.consent_url = config.own_issuer + CONSENT_PATH
-        self.refresher = UpstreamRefresher(store, upstream, self.facade.upstream_refresh_margin_s)
+
+    @property
+    def upstream(self) -> Upstream:
+        """fedhpc's one client at the provider: sign-ins and refreshes go through it (held by
+        the refresher, so replacing it here replaces it for refreshes too)."""
+        return self.refresher.upstream
+
+    @upstream.setter
+    def upstream(self, upstream: Upstream) -> None:
+        self.refresher.upstream = upstream
 
     # Clients (RFC 7591 registration; the SDK's handler validates the metadata).
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
