@@ -264,9 +264,14 @@ async def _round(
             r = await client.get_result(ResultRequest(task_id=handle.task_id))
             return len(r.attempts) > 1 and r.attempts[-1].site != site and r.attempts[-1]
 
+        async def offline() -> Any:
+            return _event_at(await client.events(after=seq0, limit=1000), "site.offline", site, 0)
+
         try:
             new = await _until(args.limit, moved)
             moved_s = time.monotonic() - died
+            if args.kill == "hang":  # kept hung until offline: closing its socket resets the
+                await _until(args.limit, offline, pause=0.2)  # pings under way (a DOWN)
         finally:
             back_wall = datetime.now(UTC)
             if args.kill == "sigterm":
