@@ -204,12 +204,15 @@ SLURM_TESTS = frozenset(
 # half picks its instance (HALVES) and every process it starts inherits that instance's
 # FEDHPC_DEVFED_DIR; a worker given both halves (`-n 1`) runs them on its one instance. These
 # modules are "slurm-b", the rest (and SLURM_TESTS) "slurm-a": about half the Slurm time each
-# by the durations of a whole `./dev test` (CI run 47: 1,020 s for 159 tests; rebalance when
-# "time per scheduling scope" shows the two halves apart).
+# (a whole `./dev test` on 3 workers, a loaded machine: 668 s and 470 s before test_bridge,
+# test_daemon and test_ssh_loop, 102 s, moved here); rebalance when "time per scheduling
+# scope" shows the two halves far apart.
 SLURM_B = frozenset(
     {
+        "test_bridge",
         "test_controller_loss",
         "test_crash",
+        "test_daemon",
         "test_dead_site",
         "test_demo_slurm",
         "test_devfed_ssh",
@@ -218,6 +221,7 @@ SLURM_B = frozenset(
         "test_hostile_daemon",
         "test_mcp_stdio",
         "test_orchestrator",
+        "test_ssh_loop",
         "test_transfer_devfed",
     }
 )
