@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fedhpc.settings import DEVFED_DIR
-from fedhpc_dev.devfed.instances import instance_root
+from fedhpc_dev.devfed.instances import instance_root, read_instance
 from fedhpc_dev.profiles import devfed_root
 
 # What a run may leave in the checkout's root: tools' caches (git ignores them).
@@ -264,7 +264,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if number is None:
         return
     config.stash[_INSTANCE] = number
-    os.environ[DEVFED_DIR.name] = str(instance_root(devfed_root(), number))
+    # Counted from the instance FEDHPC_DEVFED_DIR names (instance 1 unless set): a second
+    # whole run can take instances 3 and 4.
+    here = devfed_root()
+    first = read_instance(here)
+    os.environ[DEVFED_DIR.name] = str(
+        instance_root(first.primary or here, first.number + number - 1)
+    )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

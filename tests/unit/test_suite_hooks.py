@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fedhpc_dev.devfed.instances import instance_root, write_instance
+from fedhpc_dev.devfed.plan import Instance
 from tests import conftest as suite
 
 pytest_plugins = ["pytester"]
@@ -234,17 +236,25 @@ def test_waits(n):
 
 
 @pytest.mark.budget(60)
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("workers", "first"), [(1, 1), (2, 1), (2, 3)])
 def test_under_xdist_each_slurm_half_has_a_worker_and_a_devfed_instance_of_its_own(
-    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
+    inner: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    workers: int,
+    first: int,
 ) -> None:
     """The two Slurm halves start at once on two workers, ahead of a bigger parallel-safe
     module (xdist would start the bigger scopes first); every test of a half sees its
-    instance's folder (`{folder}-2` for "slurm-b"). One worker runs both on one instance."""
+    instance's folder (`{folder}-2` for "slurm-b", or the instance after the one
+    FEDHPC_DEVFED_DIR names). One worker runs both on one instance."""
     path = os.getenv("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", _CHECKOUT + (os.pathsep + path if path else ""))
     fed = tmp_path / "fed"
-    monkeypatch.setenv("FEDHPC_DEVFED_DIR", str(fed))
+    start = instance_root(fed, first)
+    start.mkdir(parents=True)
+    write_instance(start, Instance(first, fed if first > 1 else None))
+    monkeypatch.setenv("FEDHPC_DEVFED_DIR", str(start))
     seen = tmp_path / "seen"
     seen.mkdir()
     inner.mkpydir("integration")
@@ -266,4 +276,4 @@ def test_under_xdist_each_slurm_half_has_a_worker_and_a_devfed_instance_of_its_o
         assert a_worker == b_worker and a_dir == b_dir
     else:
         assert a_worker != b_worker
-        assert {a_dir, b_dir} == {str(fed), f"{fed}-2"} and b_dir == f"{fed}-2"
+        assert (a_dir, b_dir) == (str(start), str(instance_root(fed, first + 1)))

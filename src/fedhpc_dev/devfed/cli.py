@@ -21,9 +21,9 @@ __all__ = ["add_parser"]
 
 
 def _up(args: argparse.Namespace) -> int:
-    for number in range(1, args.instances + 1):
-        plan = manager.default_plan() if number == 1 else manager.instance_plan(number)
-        _up_one(plan, args.timeout)
+    here = manager.default_plan()
+    for k in range(args.instances):  # this folder's instance and the ones after it
+        _up_one(here if k == 0 else manager.instance_plan(here.instance.number + k), args.timeout)
     return 0
 
 
@@ -118,8 +118,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=int,
         default=1,
         metavar="N",
-        help="also bring up instances 2..N beside this one: the same clusters in `{folder}-n` on "
-        "ports shifted by 1000 (n - 1); `./dev test` runs two, one per Slurm test worker",
+        help="bring up N instances, this folder's and the next N - 1 beside it: the same "
+        "clusters in `{folder}-n` on ports shifted by 1000 (n - 1); `./dev test` runs two, one "
+        "per Slurm test worker",
     )
     up.set_defaults(func=_up)
     status = sub.add_parser("status", help="clusters, partitions, nodes, GPUs; exit 1 if unhealthy")
