@@ -13,12 +13,13 @@ import pytest
 
 from fedhpc.adapters.liveness import ControllerSilent, suspect_ping_s
 from fedhpc.adapters.site import SiteAdapter
-from fedhpc.domain import Health
+from fedhpc.domain import Health, UserConfig
 from fedhpc.domain.config import Site
 from fedhpc.domain.job import JobObservation, JobState
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import PolicyKind
+from fedhpc.profiles import load_federation
 from fedhpc.store import Store
 from tests.unit.test_liveness import UP, Bash, _controller, bin_dir, devvista
 from tests.unit.test_slow_site import LIMIT_S, _Site, _world
@@ -113,3 +114,22 @@ async def test_the_observations_ping_gets_its_short_deadline_and_the_probes_the_
     with pytest.raises(ControllerSilent, match="within 1 s"):
         await adapter.status(["1"])
     assert (await adapter.probe()).health is not Health.OFFLINE
+
+
+async def test_accounting_waits_behind_the_ping_where_it_asks_the_controller(
+    devvista: Site, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PBS's `qstat -x` asks the server a hung controller holds (so would the whole cycle,
+    until its deadline): it runs behind the ping. Slurm's `sacct` asks slurmdbd: it does not."""
+    monkeypatch.setenv("FEDHPC_DEVFED", "slurm+pbs")
+    polaris = load_federation(UserConfig())["devpolaris"]
+    (bin_dir / "qstat").write_text('#!/bin/bash\nif [ "$1" = -B ]; then sleep 5; fi\necho "{}"\n')
+    (bin_dir / "qstat").chmod(0o755)
+    pbs = SiteAdapter(polaris, Bash(bin_dir))
+    pbs.observe_ping_s = 0.5
+    with pytest.raises(ControllerSilent, match="qstat -B"):
+        await pbs.accounting(["1.pbs"])
+    slurm = SiteAdapter(devvista, Bash(bin_dir))
+    slurm.observe_ping_s = 0.5
+    _controller(bin_dir, "sleep 5; " + UP)
+    assert await slurm.accounting(["1"]) == []  # sacct ran, no ping waited for

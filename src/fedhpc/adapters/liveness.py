@@ -20,6 +20,7 @@ from fedhpc.adapters.dialects.busy import SchedulerBusy, busy_reason
 from fedhpc.adapters.transport_error import TransportError
 
 __all__ = [
+    "ACCOUNTING_ASKS_CONTROLLER",
     "DOWN_EXIT",
     "PING_TIMEOUT_S",
     "ControllerDown",
@@ -41,6 +42,11 @@ PING_TIMEOUT_S = 5.0
 # (its queued work hedged elsewhere: `orchestrator.suspect`), never offline: only the probe's
 # full-deadline pings decide that.
 SUSPECT_PING_MIN_S = 1.0
+# Schedulers whose accounting asks the controller too (PBS's `qstat -x`, LSF's `bjobs -a`): a
+# hung server holds it until its deadline, and the whole control cycle with it, so it runs
+# behind the ping as status does. Slurm's `sacct` asks slurmdbd, which a hung slurmctld leaves
+# answering: no ping there (it would be one command more per cycle).
+ACCOUNTING_ASKS_CONTROLLER = frozenset({"pbs", "lsf"})
 DOWN_EXIT = 75  # the gate's exit status when the ping failed (EX_TEMPFAIL)
 _MARK = "@@fedhpc-controller-down"
 

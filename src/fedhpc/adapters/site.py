@@ -18,7 +18,14 @@ from fedhpc.adapters.by_person import submit_by_person
 from fedhpc.adapters.command import Command, CommandResult, iter_lines
 from fedhpc.adapters.dialects import Dialect, get_dialect
 from fedhpc.adapters.dialects.base import SchedulerRejected
-from fedhpc.adapters.liveness import PING_TIMEOUT_S, ControllerDown, down_in, gated, ping_of
+from fedhpc.adapters.liveness import (
+    ACCOUNTING_ASKS_CONTROLLER,
+    PING_TIMEOUT_S,
+    ControllerDown,
+    down_in,
+    gated,
+    ping_of,
+)
 from fedhpc.adapters.pace import CommandPace
 from fedhpc.adapters.site_errors import CommandFailed, StorageUnread, WorkdirFailed
 from fedhpc.adapters.site_files import RemoteFiles
@@ -158,8 +165,7 @@ class SiteAdapter(SiteView, RemoteFiles):
         self._observe_backoff = 0.0
 
     async def _run(self, command: Command, kind: str) -> CommandResult:
-        # The transport applies the profile's environment (e.g. SLURM_CONF) itself.
-        if kind == "probe":
+        if kind == "probe":  # (the transport applies the profile's environment itself)
             self.pace.take(command.commands)  # the collector's look: never queued behind work
         else:
             await self.pace.acquire(command.commands, urgent=kind in _URGENT)
@@ -355,7 +361,10 @@ class SiteAdapter(SiteView, RemoteFiles):
         if not job_ids:
             return []
         command = self._deadline(self.dialect.accounting_command(job_ids))
-        result = await self._run(command, "accounting")
+        if self.site.profile.dialect in ACCOUNTING_ASKS_CONTROLLER:
+            result = await self._gated(command, "accounting", ping_s=self.observe_ping_s)
+        else:
+            result = await self._run(command, "accounting")
         return self.dialect.parse_accounting(result, now=self._clock())
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
