@@ -133,3 +133,35 @@ async def test_accounting_waits_behind_the_ping_where_it_asks_the_controller(
     slurm.observe_ping_s = 0.5
     _controller(bin_dir, "sleep 5; " + UP)
     assert await slurm.accounting(["1"]) == []  # sacct ran, no ping waited for
+
+
+class _HungAfterPing(_Hung):
+    """`hang`: the controller stops answering after an observation's ping answered: its
+    squeue never returns, and the ping asked alone is silent."""
+
+    hang = False
+    observe_ping_s = 5.0  # the control cycle sets it (`suspect_ping_s`)
+
+    async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
+        if self.hang:
+            await anyio.sleep_forever()
+        return await super().status(job_ids)
+
+    async def ping_alone(self, ping_s: float) -> ControllerSilent | None:
+        return ControllerSilent(f"{self.name}: silent") if self.hang else None
+
+
+async def test_an_observation_that_hangs_after_its_ping_makes_the_site_suspect(
+    store: Store,
+) -> None:
+    o, slow, _ = _world(store, slow_site=_HungAfterPing)
+    task_id = await _waiting(o, fallback=True)
+    assert isinstance(slow, _HungAfterPing)
+    slow.hang, slow.observe_ping_s = True, 0.1
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(o.tick)  # its squeue at slow never answers
+            first, copy = await _attempts(o, task_id, 2)
+            tg.cancel_scope.cancel()
+    assert copy.site == "fast" and copy.copy_of == first.n and not first.superseded
+    assert [e.kind for e in await store.events_after(0) if e.kind.startswith("site.")] == []

@@ -63,7 +63,7 @@ log = structlog.get_logger(__name__)
 
 # Calls that go ahead of queued submissions under the site's cap: the daemon's look at its
 # own jobs (a job's end is seen on time during a sweep's submission) and cancels.
-_URGENT = frozenset({"status", "accounting", "find", "cancel"})
+_URGENT = frozenset({"status", "accounting", "find", "cancel", "ping"})
 OBSERVE_BACKOFF_MAX_S = 120.0  # the longest wait after busy answers (a center's squeue pace)
 
 

@@ -15,7 +15,7 @@ from fedhpc.adapters.command import Command, CommandResult, batch, split_batch
 from fedhpc.adapters.dialects import Dialect
 from fedhpc.adapters.dialects.base import OCCASIONAL_SECTION
 from fedhpc.adapters.dialects.busy import SchedulerBusy
-from fedhpc.adapters.liveness import ControllerSilent
+from fedhpc.adapters.liveness import ControllerDown, ControllerSilent
 from fedhpc.adapters.site_errors import StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.domain.config import Site
@@ -65,6 +65,18 @@ class SiteView:
         async def _gated(
             self, command: Command, kind: str, *, ping_s: float = ...
         ) -> CommandResult: ...
+
+    async def ping_alone(self, ping_s: float) -> ControllerDown | None:
+        """The scheduler's ping with nothing behind it (one command): why the controller did
+        not answer within `ping_s` (`ControllerSilent`: it said nothing), or None. Beside an
+        observation that takes long, to tell a hung controller from a slow answer."""
+        try:
+            await self._gated(Command(("true",), commands=0), "ping", ping_s=ping_s)
+        except ControllerDown as exc:
+            return exc
+        except TransportError:  # busy, or unreachable: the probe judges it
+            return None
+        return None
 
     async def probe(self, *, timeout_s: float = 30.0) -> SiteState:
         """Every probe command in ONE remote call, behind the scheduler's ping (a dead

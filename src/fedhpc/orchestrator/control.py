@@ -31,6 +31,10 @@ from fedhpc.orchestrator.claims import Claims, Ended
 from fedhpc.orchestrator.finish import finish_ends
 from fedhpc.orchestrator.hedging import outrun
 from fedhpc.orchestrator.liveness import offline, online
+from fedhpc.orchestrator.observed import alone as _alone
+from fedhpc.orchestrator.observed import copy_times as _times
+from fedhpc.orchestrator.observed import final as _final
+from fedhpc.orchestrator.observed import intent_job as _found  # the names tests know
 from fedhpc.orchestrator.people import by_owner, per_person
 from fedhpc.orchestrator.records import AttemptRecord
 from fedhpc.orchestrator.suspect import hedge_suspect
@@ -189,9 +193,25 @@ class Control:
 
             tg.start_soon(ask)
             tg.start_soon(lost)
+            tg.start_soon(self._watch, site)
         if failed is not None:
             raise failed
         return answer
+
+    async def _watch(self, site: str) -> None:
+        """An observation still out after its ping's deadline (the controller hung after its
+        ping answered, say): the ping alone, beside it; silent, the site is suspect now."""
+        adapter = self.adapters[site]
+        await anyio.sleep(adapter.observe_ping_s)
+        with isolated("watching a slow observation failed", site=site):
+            found = await adapter.ping_alone(adapter.observe_ping_s)
+            if found is not None:
+                self.collector.probe_soon(site)
+            if isinstance(found, ControllerSilent):
+                async with self.lock:
+                    why = found.message
+                    await hedge_suspect(self.adaptation, site, await self._stored(site), why)
+                await self.dispatcher.send_later()
 
     async def _ask(self, site: str, atts: list[AttemptRecord]) -> _Answer:
         """`_ask_as`; at a per-person site once per person, as that person (service mode). A
@@ -372,29 +392,3 @@ class Control:
                 self.claims.end(Ended(a.site, a.partition, a.ended_at))
                 self.wake_placer()  # work held by a per-user limit may go now
             await self.adaptation.after_end(task, a)
-
-
-def _found(a: AttemptRecord, found: dict[str, str], adapter: SiteAdapter) -> str | None:
-    """The job id of an intent found by name: its own job, or its element of the array it
-    joined (found by the array's name)."""
-    if a.array_name is None or a.array_index is None:
-        return found.get(a.job_name)
-    array = found.get(a.array_name)
-    return None if array is None else adapter.element_id(array, a.array_index)
-
-
-def _final(records: dict[str, AccountingRecord], job_id: str | None) -> bool:
-    return (rec := records.get(job_id or "")) is not None and rec.final
-
-
-def _times(a: AttemptRecord, rec: AccountingRecord) -> None:
-    a.eligible_at, a.started_at, a.ended_at = rec.eligible, rec.start, rec.end
-    a.submitted_at = rec.submit or a.submitted_at
-    a.wait_s, a.runtime_s, a.exit_code = rec.wait_s, rec.runtime_s, rec.exit_code
-
-
-def _alone(exc: Exception) -> Exception:
-    """The one error inside a task group's `ExceptionGroup` (`_ask_unless_lost`), else `exc`."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
