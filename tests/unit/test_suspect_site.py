@@ -165,3 +165,22 @@ async def test_an_observation_that_hangs_after_its_ping_makes_the_site_suspect(
             tg.cancel_scope.cancel()
     assert copy.site == "fast" and copy.copy_of == first.n and not first.superseded
     assert [e.kind for e in await store.events_after(0) if e.kind.startswith("site.")] == []
+
+
+async def test_a_cancel_waits_while_the_controller_is_silent(devvista: Site, bin_dir: Path) -> None:
+    """A cancel to a controller whose last ping went unanswered is not sent (a hung one
+    would hold it, and the control cycle, until its deadline): it stays owed."""
+    (bin_dir / "scancel").write_text("#!/bin/bash\ntrue\n")
+    (bin_dir / "scancel").chmod(0o755)
+    adapter = SiteAdapter(devvista, Bash(bin_dir))
+    adapter.observe_ping_s = 0.3
+    _controller(bin_dir, "sleep 2; " + UP)
+    with pytest.raises(ControllerSilent):
+        await adapter.status(["1"])
+    with pytest.raises(ControllerSilent):
+        await adapter.cancel(["1"])
+    assert adapter.calls["cancel"] == 0
+    _controller(bin_dir, UP)
+    await adapter.status(["1"])  # answered: cancels go again
+    await adapter.cancel(["1"])
+    assert adapter.calls["cancel"] == 1

@@ -349,13 +349,9 @@ class SiteAdapter(SiteView, RemoteFiles):
     async def status(self, job_ids: Sequence[str]) -> list[JobObservation]:
         if not job_ids:
             return []
-        return self.dialect.parse_status(
-            await self._gated(
-                self._deadline(self.dialect.status_command(job_ids)),
-                "status",
-                ping_s=self.observe_ping_s,
-            )
-        )
+        command = self._deadline(self.dialect.status_command(job_ids))
+        result = await self._gated(command, "status", ping_s=self.observe_ping_s)
+        return self.dialect.parse_status(result)
 
     async def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
         if not job_ids:
@@ -370,6 +366,8 @@ class SiteAdapter(SiteView, RemoteFiles):
     async def cancel(self, job_ids: Sequence[str]) -> None:
         if not job_ids:
             return
+        if self.down is not None:  # its last ping went unanswered: not held 30 s by a hung
+            raise self.down  # controller; the cancel stays owed until the site answers
         result = await self._run(self._deadline(self.dialect.cancel_command(job_ids)), "cancel")
         if not result.ok:
             raise CommandFailed(f"cancel on {self.name} failed: {result.stderr.strip()}")

@@ -71,7 +71,7 @@ class SiteView:
         not answer within `ping_s` (`ControllerSilent`: it said nothing), or None. Beside an
         observation that takes long, to tell a hung controller from a slow answer."""
         try:
-            await self._gated(Command(("true",), commands=0), "ping", ping_s=ping_s)
+            await self._gated(Command(("true",)), "ping", ping_s=ping_s)  # counted 2: 1 sent
         except ControllerDown as exc:
             return exc
         except TransportError:  # busy, or unreachable: the probe judges it
