@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Self
 
 import anyio
 
@@ -192,7 +193,7 @@ class LoadGenerator:
     _ready: threading.Event = field(default_factory=threading.Event)
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def start(self, *, wait_initial: bool = True) -> LoadGenerator:
+    def start(self, *, wait_initial: bool = True) -> Self:
         self._thread = threading.Thread(target=self._main, name="loadgen", daemon=True)
         self._thread.start()
         if wait_initial:

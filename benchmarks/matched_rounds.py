@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,10 +44,11 @@ from hedge_policy import hedge_copies, winner
 from loadgen import LOADS, LoadGenerator
 from plots import matched_rounds_figure
 from trace_load import TraceLoad
-from wait_calibration import METHODS, calibration_rows, markdown, write_csv
+from wait_calibration import METHODS, CalibrationRow, calibration_rows, markdown, write_csv
 
 from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.domain import JobSpec, ResourceEnvelope, ResourceSnapshot
+from fedhpc.domain.config import Site
 from fedhpc.orchestrator.start_estimates import requests_from_trace, scheduler_estimates
 from fedhpc.placement import Placement, PlacementInputs, Policy, WaitObservation, place
 from fedhpc.profiles import load_federation
@@ -56,7 +58,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # The integration tests drain every cluster (scancel --user root): hold their lock meanwhile.
 LOCK = Path(DEVFED_TEST_LOCK.get() or "")
 KINDS = ("cpu", "gpu1", "gpu4")
-ENVELOPES = {
+ENVELOPES: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {"cpus": {"min": 8, "max": 8}, "memory": {"min": "4G", "max": "4G"}},
     "gpu1": {
         "gpus": {"min": 1, "max": 1},
@@ -137,7 +139,7 @@ class Round:
     hedge: tuple[str, ...] = ()  # daemon+hedge: the daemon's pick, then its copies' partitions
 
 
-async def probe_all(ads: dict[str, SiteAdapter]) -> ResourceSnapshot:
+async def probe_all(ads: Mapping[str, SiteAdapter]) -> ResourceSnapshot:
     states = {}
 
     async def one(n: str) -> None:
@@ -170,7 +172,9 @@ def history_from(rounds: list[Round]) -> list[WaitObservation]:
     return out
 
 
-async def load_history(ads, load: LoadGenerator | None) -> list[WaitObservation]:
+async def load_history(
+    ads: Mapping[str, SiteAdapter], load: LoadGenerator | None
+) -> list[WaitObservation]:
     """Waits of the background jobs that have started (sacct), for the learned estimator: what
     a daemon's history of the same queues would hold."""
     if load is None:
@@ -202,8 +206,8 @@ async def load_history(ads, load: LoadGenerator | None) -> list[WaitObservation]
 async def run_round(
     i: int,
     kind: str,
-    sites,
-    ads,
+    sites: Mapping[str, Site],
+    ads: Mapping[str, SiteAdapter],
     *,
     fixed: str,
     sleep_s: int,
@@ -300,7 +304,7 @@ async def run_round(
     return rnd
 
 
-async def settle(rnd: Round, ads, timeout_s: float) -> None:
+async def settle(rnd: Round, ads: Mapping[str, SiteAdapter], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         by_site: dict[str, list[Job]] = {}
@@ -331,7 +335,7 @@ async def settle(rnd: Round, ads, timeout_s: float) -> None:
         await anyio.sleep(2.0)
 
 
-async def cancel_jobs(ads, jobs: list[Job]) -> None:
+async def cancel_jobs(ads: Mapping[str, SiteAdapter], jobs: list[Job]) -> None:
     by_site: dict[str, list[str]] = {}
     for j in jobs:
         by_site.setdefault(j.site, []).append(j.job_id)
@@ -463,7 +467,9 @@ def daemon_store_lines(own: list[dict[str, Any]] | None) -> list[str]:
     return lines
 
 
-def calibration_section(parts, per_site, csv_name: str) -> list[str]:
+def calibration_section(
+    parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow], csv_name: str
+) -> list[str]:
     """The .md's calibration section (`wait_calibration.py`); none without forecasts."""
     if not per_site:
         return []
@@ -486,7 +492,13 @@ def calibration_section(parts, per_site, csv_name: str) -> list[str]:
     ]
 
 
-def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[Path]:
+def write_outputs(
+    rounds: list[Round],
+    summary: dict[str, dict[str, float]],
+    args: argparse.Namespace,
+    stem: str,
+    started: datetime,
+) -> list[Path]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     machine = (
         f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs, "
@@ -623,7 +635,9 @@ def write_outputs(rounds, summary, args, stem: str, started: datetime) -> list[P
     return [md, csv_path, *calib, *figures]
 
 
-async def experiment(args, rounds: list[Round], load: LoadGenerator | None = None) -> None:
+async def experiment(
+    args: argparse.Namespace, rounds: list[Round], load: LoadGenerator | None = None
+) -> None:
     sites = load_federation()
     ads = {n: open_adapter(s) for n, s in sites.items()}
     rng = random.Random(args.seed)  # noqa: S311 (seeded sleep durations)

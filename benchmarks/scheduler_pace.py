@@ -65,6 +65,31 @@ def _profile() -> SiteProfile:
     return SiteProfile.model_validate(tomllib.loads(path.read_text()))
 
 
+def _peak_per_minute(rpcs: list[float]) -> int:
+    """The most scheduler commands in any 60 s, as the cap and Slurm's limiter count them."""
+    window: deque[float] = deque()
+    peak = 0
+    for at in rpcs:
+        window.append(at)
+        while window[0] <= at - 60.0:
+            window.popleft()
+        peak = max(peak, len(window))
+    return peak
+
+
+def _refused_by_limiter(rpcs: list[float]) -> int:
+    """How many of those commands Slurm's rate limiter (rl_enable) would have refused."""
+    bucket, last, refused = RL_BUCKET, 0.0, 0
+    for at in rpcs:
+        bucket = min(RL_BUCKET, bucket + (at - last) * RL_REFILL)
+        last = at
+        if bucket >= 1.0:
+            bucket -= 1.0
+        else:
+            refused += 1
+    return refused
+
+
 async def _sweep(children: int, seed: int, etiquette: bool) -> Outcome:
     rng = random.Random(seed)  # noqa: S311  (runtimes, not secrets)
     runtimes = [rng.uniform(300, 1800) for _ in range(children)]
@@ -106,21 +131,7 @@ async def _sweep(children: int, seed: int, etiquette: bool) -> Outcome:
             await send(urgent=True)  # accounting of those that left the queue
             seen_delay.extend(t.now - e for e in ended)
             pending = pending[len(ended) :]
-    window: deque[float] = deque()
-    peak = 0
-    for at in rpcs:  # scheduler commands, as the cap and Slurm's limiter count them
-        window.append(at)
-        while window[0] <= at - 60.0:
-            window.popleft()
-        peak = max(peak, len(window))
-    bucket, last, refused = RL_BUCKET, 0.0, 0
-    for at in rpcs:
-        bucket = min(RL_BUCKET, bucket + (at - last) * RL_REFILL)
-        last = at
-        if bucket >= 1.0:
-            bucket -= 1.0
-        else:
-            refused += 1
+    peak, refused = _peak_per_minute(rpcs), _refused_by_limiter(rpcs)
     wall = max(sent[-1], 1.0)
     return Outcome(
         label="after" if etiquette else "before",

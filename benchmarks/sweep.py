@@ -65,8 +65,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.economy import RESUME  # noqa: E402
-from benchmarks.submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # noqa: E402
+from economy import RESUME  # noqa: E402
+from submit_latency import _cancel, _fedhpc, _start, _vm_hwm_mb  # noqa: E402
 from tests.integration.conftest import LOCK  # noqa: E402
 
 from fedhpc.client.daemon_client import DaemonClient  # noqa: E402
@@ -158,8 +158,8 @@ def renice_clusters(nice: int | Reniced) -> Reniced:
             procs[pid] = os.getpriority(os.PRIO_PROCESS, pid)
             os.setpriority(os.PRIO_PROCESS, pid, nice)
             if (group := _autogroup(pid)) is not None:
-                name, _, was = group.read_text().split()
-                groups.setdefault(name, (group, int(was)))
+                name, _, before = group.read_text().split()
+                groups.setdefault(name, (group, int(before)))
                 group.write_text(str(nice))
         except (ProcessLookupError, PermissionError, IndexError, ValueError, OSError):
             continue
@@ -217,7 +217,7 @@ class RestProbe:
 
     async def _call(self, client: DaemonClient, name: str, path: str, parse: Any) -> None:
         started = time.perf_counter()
-        resp = await client._http.get(path, timeout=30)
+        resp = await client.http.get(path, timeout=30)
         answered = time.perf_counter()
         if resp.status_code != 200:
             raise SystemExit(f"probe: {name} answered {resp.status_code}: {resp.text[:300]}")

@@ -175,7 +175,9 @@ def markdown(
     return lines
 
 
-def write_csv(path: Path, parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow]):
+def write_csv(
+    path: Path, parts: Sequence[CalibrationRow], per_site: Sequence[CalibrationRow]
+) -> Path:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
