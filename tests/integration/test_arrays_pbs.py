@@ -112,6 +112,18 @@ async def test_alike_children_run_as_one_qsub_j_and_one_subjob_is_cancelled_alon
         await _until(client, tasks, _all_ended, 40)
         results = await _results(client, tasks)
         after = (await client.health())["remote_calls"][SITE]["total"]
+        # PBS's own output of each subjob goes to the arrays folder (the -o/-e folder): OpenPBS
+        # 23.06 copies the mom's spool files there under their names, '<subjob id>.OU' and
+        # '.ER', before the subjob is finished. Nothing reads them (each child's output is in
+        # its task's files), so the daemon removes them once the subjob's end is merged.
+        seq = ids[0].split("[", 1)[0]
+        head = _qstat(devpolaris, f"{seq}[].devpolaris")[f"{seq}[].devpolaris"]
+        folder = Path(str(head["Output_Path"]).split(":", 1)[1])
+        assert folder.name == "arrays", folder
+        with anyio.fail_after(20):  # removed by the cycle after the end is merged
+            while left := sorted(p.name for p in folder.iterdir() if p.name.startswith(seq)):
+                await anyio.sleep(0.3)
+        assert left == []
 
     assert after.get("submit", 0) - calls.get("submit", 0) == 1  # one qsub for all six
     for i, r in enumerate(results):
@@ -130,13 +142,3 @@ async def test_alike_children_run_as_one_qsub_j_and_one_subjob_is_cancelled_alon
     assert cancelled["job_state"] in ("F", "X") and cancelled["substate"] == 91, cancelled
     sibling = _qstat(devpolaris, ids[SIBLING])[ids[SIBLING]]
     assert sibling.get("Exit_status") == 0
-    # PBS's own output of each subjob, in the arrays folder (the -o/-e folder): OpenPBS 23.06
-    # copies the mom's spool files there under their names, '<subjob id>.OU' and '.ER'.
-    seq = ids[0].split("[", 1)[0]
-    head = _qstat(devpolaris, f"{seq}[].devpolaris")[f"{seq}[].devpolaris"]
-    folder = Path(str(head["Output_Path"]).split(":", 1)[1])
-    assert folder.name == "arrays", folder
-    wanted = [folder / f"{i}.{kind}" for i in ids for kind in ("OU", "ER")]
-    with anyio.fail_after(15):  # the mom copies the files back as each subjob ends
-        while not all(f.exists() for f in wanted):
-            await anyio.sleep(0.3)
