@@ -284,7 +284,10 @@ REQUIRE_REAL = _tests(
 )
 FUZZ_CASES = _tests("FUZZ_CASES", "int", 1000, "hypothesis cases per tool in the MCP fuzz test")
 TEST_WORKERS = _tests(
-    "TEST_WORKERS", "int", 2, "pytest-xdist workers of `./dev test` (the Slurm tests keep to one)"
+    "TEST_WORKERS",
+    "int",
+    3,
+    "pytest-xdist workers of `./dev test` (one per Slurm half, one beside)",
 )
 UPDATE_SCREENSHOTS = _tests(
     "UPDATE_SCREENSHOTS", "1", None, "the dashboard test refreshes docs/img/"
