@@ -11,11 +11,7 @@ LIMIT = 400
 # never add one.
 BEING_SPLIT = frozenset(
     {
-        "fedhpc/adapters/site.py",
         "fedhpc/orchestrator/adapt.py",
-        "fedhpc/orchestrator/control.py",
-        "fedhpc/orchestrator/dispatch.py",
-        "fedhpc/orchestrator/estimates.py",
         "fedhpc/orchestrator/placer.py",
         "fedhpc/orchestrator/submitter.py",
     }
@@ -37,6 +33,9 @@ def test_no_module_is_over_400_lines() -> None:
     assert over == {}, f"split these by responsibility (STYLE.md, habit 13): {over}"
 
 
-def test_every_listed_exception_is_a_module() -> None:
+def test_every_listed_exception_is_a_module_still_over_the_limit() -> None:
+    """The list only shrinks: a module split under the limit leaves it (and may not grow back)."""
     missing = sorted(name for name in BEING_SPLIT if not (SRC / name).is_file())
     assert missing == []
+    under = sorted(name for name in BEING_SPLIT if _lines(SRC / name) <= LIMIT)
+    assert under == [], f"under {LIMIT} lines now: take them off BEING_SPLIT"
