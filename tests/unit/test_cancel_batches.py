@@ -1,4 +1,4 @@
-"""Adaptation.cancel_attempts (a group's cancel): one scheduler call per site for up to
+"""Cancels.cancel_attempts (a group's cancel): one scheduler call per site for up to
 CANCEL_BATCH job ids; a job a site did not take (no id yet, the site offline, the call
 failed) is marked for the control cycle to cancel when it can, never dropped."""
 
@@ -13,7 +13,8 @@ import anyio
 
 from fedhpc.domain.job import JobState
 from fedhpc.domain.site import Health
-from fedhpc.orchestrator.adapt import CANCEL_BATCH, Adaptation
+from fedhpc.orchestrator.adapt import Adaptation
+from fedhpc.orchestrator.cancels import CANCEL_BATCH
 from fedhpc.orchestrator.records import AttemptRecord
 from tests.unit.attempts import attempt
 
@@ -72,7 +73,7 @@ async def test_jobs_are_cancelled_in_batches_per_site_and_the_rest_marked_for_la
     offline = _on("down", 3)
     refused = _on("refusing", 4)
 
-    await adaptation.cancel_attempts([*many, *unsent, *offline, *refused])
+    await adaptation.cancels.cancel_attempts([*many, *unsent, *offline, *refused])
 
     assert [len(c) for c in up.calls] == [CANCEL_BATCH, CANCEL_BATCH, 50]
     assert [j for c in up.calls for j in c] == [a.job_id for a in many]

@@ -73,7 +73,7 @@ async def test_an_unreadable_attempt_does_not_stop_a_cancel_owed_to_another(stor
         await tx.put_task("t1", state="pending", body=task.model_dump(mode="json"), at=NOW)
         await put_attempt(tx, owed, at=NOW)
     await o.adaptation.adapt_pending()  # finds the cancel owed past the unreadable row
-    await o.adaptation.send_cancels(o.adaptation.owed)
+    await o.adaptation.cancels.send(o.adaptation.owed)
     assert adapter.cancelled == ["1"]
     assert not (await o.book.load_attempts("t1"))[0].cancel_pending
 

@@ -4,7 +4,7 @@ moves when another placement finishes sooner by the task's margin."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -14,15 +14,13 @@ import structlog
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.job import ACTIVE, JobState
-from fedhpc.globus_auth.people import acting_for
 from fedhpc.logs import isolated
 from fedhpc.ops.tasks import AdaptationPolicy
 from fedhpc.orchestrator import staging
 from fedhpc.orchestrator.book import TaskBook
+from fedhpc.orchestrator.cancels import Cancels
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.hedging import Hedger, live_others, place_again, set_aside
-from fedhpc.orchestrator.liveness import online
-from fedhpc.orchestrator.people import by_owner, per_person
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement
@@ -49,9 +47,6 @@ def _may_move(cheap: dict[str, Any], pending_s: float) -> bool:
     )
 
 
-CANCEL_BATCH = 100  # job ids in one scheduler cancel call (one command line)
-
-
 class Adaptation:
     """What fedhpc does on its own about an attempt, within the task's adaptation budget."""
 
@@ -71,14 +66,15 @@ class Adaptation:
         self.book = book
         self.hedger = hedger  # the placer's: a re-placement is hedged as a first placement is
         self.lock = lock  # the orchestrator's: held to record, never to send a cancel
-        self._cancelling: set[tuple[str, int]] = set()  # (task, attempt) being sent
-        # Cancels still owed, as `adapt_pending` found them this cycle (`send_cancels` them).
+        # Cancels still owed, as `adapt_pending` found them this cycle (`cancels.send` them).
         self.owed: list[AttemptRecord] = []
         self.collector = collector
         self.adapters = adapters
         self.planner = planner
         self.dispatcher = dispatcher
         self.clock = clock
+        # A cancel is marked under the lock and sent after it (`Cancels`).
+        self.cancels = Cancels(book, collector, adapters, clock=clock, lock=lock)
         # Work on an offline site that fedhpc cannot move wakes the agent after this long: a
         # probe that failed once is not yet a lost site.
         self.site_lost_after_s = site_lost_after_s
@@ -185,7 +181,7 @@ class Adaptation:
             if not x.superseded:  # a hedged copy still in play: this one finished first
                 x.outrun_by, x.reason = a.n, f"hedged copy: cancelled, attempt {a.n} finished first"
             x.superseded = True
-            self.owe_cancel(x)
+            self.cancels.owe(x)
         quiet = await staging.consumed_downstream(
             self.book.store, task
         )  # the next task's outcome will report
@@ -203,80 +199,6 @@ class Adaptation:
                     runtime_s=a.runtime_s,
                 )
 
-    def owe_cancel(self, a: AttemptRecord) -> None:
-        """Under the lock: `a`'s job is to be cancelled. Only marked: `send_cancels` sends it
-        after the lock is released, so a slow, hung or rate-limited scheduler never holds the
-        orchestrator's lock (and with it every other session's work)."""
-        a.cancel_pending = True
-
-    async def send_cancels(self, atts: Sequence[AttemptRecord]) -> None:
-        """Never under the lock: the cancels `atts` owe, sent at once (`cancel_attempts`);
-        those a scheduler took are recorded as no longer owed, under the lock. The rest stay
-        owed in the store: each cycle's `adapt_pending` finds them again (`owed`), until their
-        site answers."""
-        owed = [
-            a
-            for a in atts
-            if a.cancel_pending
-            and a.job_id is not None
-            and (a.task_id, a.n) not in self._cancelling
-            and online(self.collector, a.site)
-        ]
-        if not owed:
-            return
-        keys = {(a.task_id, a.n) for a in owed}
-        self._cancelling |= keys
-        try:
-            await self.cancel_attempts(owed)
-        finally:
-            self._cancelling -= keys
-        taken = {(a.task_id, a.n) for a in owed if not a.cancel_pending}
-        if not taken:
-            return
-        async with self.lock:
-            stored = []
-            for task_id in sorted({k[0] for k in taken}):
-                with isolated("recording a cancel failed", task=task_id):
-                    for a in await self.book.load_attempts(task_id):
-                        if (task_id, a.n) in taken and a.cancel_pending:
-                            a.cancel_pending = False
-                            stored.append(a)
-            async with self.book.store.transaction() as tx:
-                await self.book.save_attempts(tx, *stored, at=self.clock())
-
-    async def cancel_attempts(self, atts: Sequence[AttemptRecord]) -> None:
-        """Cancel many at once: one scheduler call per site for up to `CANCEL_BATCH` of its
-        jobs, sites concurrently (one slow site delays no other), each marked for a later
-        cancel where its site did not take it (no job id yet, offline, or the call failed: the
-        next cycle asks again)."""
-        by_site: dict[str, list[AttemptRecord]] = {}
-        for a in atts:
-            if a.job_id is None or not online(self.collector, a.site):
-                a.cancel_pending = True
-            else:
-                by_site.setdefault(a.site, []).append(a)
-
-        async def one_site(site: str, some: list[AttemptRecord]) -> None:
-            # At a per-person site, each person's jobs are cancelled as that person.
-            mine = per_person(self.collector.sites.get(site))
-            people = await by_owner(self.book, some) if mine else {}
-            for owner, theirs in (people or {None: some}).items():
-                for i in range(0, len(theirs), CANCEL_BATCH):
-                    batch = theirs[i : i + CANCEL_BATCH]
-                    try:
-                        with acting_for(owner):
-                            await self.adapters[site].cancel([str(a.job_id) for a in batch])
-                        done = True
-                    except Exception as exc:  # one of them may have ended meanwhile
-                        log.info("cancel failed", site=site, jobs=len(batch), error=str(exc)[:300])
-                        done = False
-                    for a in batch:
-                        a.cancel_pending = not done
-
-        async with anyio.create_task_group() as tg:
-            for site, some in by_site.items():
-                tg.start_soon(one_site, site, some)
-
     async def site_lost(self, site: str, atts: list[AttemptRecord]) -> None:
         """The site is offline: move its queued work elsewhere within each task's re-placement
         budget; running jobs keep their chance. Work that stays there (running, nowhere else to
@@ -291,7 +213,7 @@ class Adaptation:
             if task.state.terminal:
                 continue
             owed = a.cancel_pending
-            self.owe_cancel(a)  # saved by set_aside when a hedged copy goes on elsewhere
+            self.cancels.owe(a)  # saved by set_aside when a hedged copy goes on elsewhere
             if await set_aside(self.book, task, a, f"{a.site} offline"):
                 continue  # this copy is not waited for: cancelled when its site answers
             a.cancel_pending = owed  # not set aside: as it was
@@ -303,7 +225,7 @@ class Adaptation:
                     if isinstance(decision, Placement):
                         task.replacements_used += 1
                         a.superseded = True
-                        self.owe_cancel(a)
+                        self.cancels.owe(a)
                         a.reason = f"re-placed: {a.site} offline"
                         async with self.book.store.transaction() as tx:
                             await self.book.save(tx, task, a, at=self.clock())
@@ -364,7 +286,8 @@ class Adaptation:
 
     async def adapt_pending(self) -> None:
         """Move long-pending attempts when another placement finishes sooner by the task's
-        margin; gather the cancels still owed (`owed`: the caller sends them after the lock)."""
+        margin; gather the cancels still owed (`owed`: the caller sends them after the lock,
+        `cancels.send`)."""
         now = self.clock()
         self.owed = []
         budgets: dict[str, dict[str, Any]] | None = None
@@ -382,7 +305,7 @@ class Adaptation:
         sooner by its task's margin."""
         if a.superseded:
             if a.cancel_pending:
-                self.owed.append(a)  # sent with `send_cancels`, after the lock
+                self.owed.append(a)  # sent with `cancels.send`, after the lock
             return
         if a.state is not JobState.PENDING or a.pending_since is None:
             return  # nothing to move: its task is not loaded
@@ -439,7 +362,7 @@ class Adaptation:
             return False
         task.replacements_used += 1
         a.superseded, a.reason = True, f"re-placed to {decision.site}/{decision.partition}"
-        self.owe_cancel(a)
+        self.cancels.owe(a)
         to = f"{decision.site}/{decision.partition}"
         why = f"pending on {a.site}/{a.partition}; {to} finishes sooner"
         if stay:

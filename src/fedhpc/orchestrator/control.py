@@ -159,7 +159,7 @@ class Control:
                 log.exception("observe failed", site=site)
                 self.collector.probe_soon(site)
         losers, self.outrun = self.outrun, []
-        await self.adaptation.send_cancels(losers)  # the moment a copy started, not a cycle on
+        await self.adaptation.cancels.send(losers)  # the moment a copy started, not a cycle on
         await self.dispatcher.send_later()  # its retries and re-placements, without the lock
 
     async def _stored(self, site: str) -> list[AttemptRecord]:
@@ -382,7 +382,7 @@ class Control:
         if a.state is JobState.RUNNING and before is not JobState.RUNNING:
             # The first hedged copy to start runs: the others are set aside with its start, in
             # one transaction, and cancelled right after the lock.
-            losers = await outrun(self.book, task, a, self.adaptation.owe_cancel)
+            losers = await outrun(self.book, task, a, self.adaptation.cancels.owe)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, a, *losers, at=self.clock())
         self.outrun += losers

@@ -44,7 +44,7 @@ async def cancel_group(
 ) -> tuple[TaskHandle, list[AttemptRecord]]:
     """Cancel every live child of `group` (the caller holds the orchestrator's lock, so no
     child is placed or submitted meanwhile); the answer comes with the attempts whose jobs
-    the caller cancels after the lock (`Adaptation.send_cancels`). The group is closed as
+    the caller cancels after the lock (`Adaptation.cancels.send`). The group is closed as
     cancelled with the last chunk, with a `group.cancelled` event: it wakes nobody (the agent
     asked; no round event follows) but tells every stream following the group that it ended.
     A group whose children had all ended is left as it was, and the answer says nothing was
@@ -70,7 +70,7 @@ async def cancel_group(
             chunk.append((task, atts))
         for _, atts in chunk:
             for a in atts:
-                adaptation.owe_cancel(a)
+                adaptation.cancels.owe(a)
                 owed.append(a)
         async with store.transaction() as tx:
             for task, atts in chunk:

@@ -228,7 +228,7 @@ class Orchestrator:
             await self.adaptation.adapt_pending()
             await staging.advance(self.book, self.placer.wake)  # stage-in done: queue them
             await self.groups.advance()
-        await self.adaptation.send_cancels(self.adaptation.owed)  # after the lock
+        await self.adaptation.cancels.send(self.adaptation.owed)  # after the lock
         await self.dispatcher.send_later()  # re-placements and retries, without the lock
         self.notify()
 

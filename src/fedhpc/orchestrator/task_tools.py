@@ -144,9 +144,9 @@ class TaskTools:
                 )
             else:
                 out, live = await self._cancel(req.task_id)
-        # The scheduler's cancels go after the lock (`send_cancels`): a slow or rate-limited
+        # The scheduler's cancels go after the lock (`cancels.send`): a slow or rate-limited
         # site delays this answer, never another session's work.
-        await self.adaptation.send_cancels(live)
+        await self.adaptation.cancels.send(live)
         return _unconfirmed(out, live)
 
     async def _cancel(self, task_id: str) -> tuple[TaskHandle, list[AttemptRecord]]:
@@ -158,7 +158,7 @@ class TaskTools:
             return handle(task, current_attempt(atts, task)).model_copy(update={"next": hint}), []
         live = [a for a in atts if not a.state.terminal]
         for a in live:
-            self.adaptation.owe_cancel(a)
+            self.adaptation.cancels.owe(a)
             a.superseded = True
         task.state, task.reasons = JobState.CANCELLED, ("cancelled on request",)
         async with self.book.store.transaction() as tx:
@@ -267,7 +267,7 @@ class TaskTools:
         self, task: TaskRecord, replaced: list[AttemptRecord], intent: Intent
     ) -> TaskHandle:
         """Without the lock: the replaced jobs cancelled, then the new attempt submitted."""
-        await self.adaptation.send_cancels(replaced)
+        await self.adaptation.cancels.send(replaced)
         return handle(task, await self.dispatcher.complete(intent))
 
     async def _move(
@@ -277,7 +277,7 @@ class TaskTools:
         and the new attempt's intent written; `Dispatcher.complete` submits it."""
         for a in live:
             a.superseded, a.reason = True, "replanned on request"
-            self.adaptation.owe_cancel(a)  # sent after the lock (`send_cancels`)
+            self.adaptation.cancels.owe(a)  # sent after the lock (`cancels.send`)
         task.provenance = provenance(task.request.envelope, decision)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, *live, at=self.clock())
