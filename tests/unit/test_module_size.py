@@ -11,7 +11,6 @@ LIMIT = 400
 # never add one.
 BEING_SPLIT = frozenset(
     {
-        "fedhpc/orchestrator/placer.py",
         "fedhpc/orchestrator/submitter.py",
     }
 )

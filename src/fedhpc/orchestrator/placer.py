@@ -15,7 +15,6 @@ import structlog
 from fedhpc.collector import Collector
 from fedhpc.domain.config import HedgeConfig
 from fedhpc.domain.job import JobState
-from fedhpc.errors import ErrorKind, typed_error
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.batching import Batch, child_key, hold, missing_data, unheld
 from fedhpc.orchestrator.book import TaskBook, handle
@@ -25,6 +24,7 @@ from fedhpc.orchestrator.estimates import WaitInputs
 from fedhpc.orchestrator.hedging import Hedger
 from fedhpc.orchestrator.holdback import held_by_limits, hold_key, hold_reason
 from fedhpc.orchestrator.offline_wait import OfflineWaits, offline_sites
+from fedhpc.orchestrator.placing_failed import placing_failed
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
@@ -254,7 +254,7 @@ class Placer:
                 else:
                     await self._one(task, b)
             except Exception as exc:  # this task's (or run's) failure, never the batch's
-                await self._failed(run, exc)
+                await placing_failed(self.book, run, exc, self.clock())
         if b.holds:
             async with self.book.store.transaction() as tx:
                 for task in b.holds:
@@ -276,7 +276,7 @@ class Placer:
                 try:
                     await self._unplaced(child, decision, b)
                 except Exception as exc:  # this child's, not its siblings'
-                    await self._failed([child], exc)
+                    await placing_failed(self.book, [child], exc, self.clock())
             else:
                 self.planner.placed(child, decision)
                 b.jobs.append((child, decision))
@@ -318,39 +318,6 @@ class Placer:
             self.planner.placed(task, q)
         if plan.note:
             b.hedges[task.id] = plan
-
-    async def _failed(self, tasks: list[TaskRecord], exc: Exception) -> None:
-        """Tasks whose placement raised end alone, each with its reason, and their agents are
-        woken: a request placement refuses (a typed validation error, e.g. a site the
-        configuration no longer has) is unschedulable, anything else failed, its traceback
-        logged once with the task ids."""
-        if not tasks:
-            return
-        typed = typed_error(exc)
-        refused = typed is not None and typed.kind is ErrorKind.VALIDATION
-        ids = [t.id for t in tasks]
-        if not refused:
-            log.error("placement failed", task=ids[0], tasks=len(ids), exc_info=exc)
-        async with self.book.store.transaction() as tx:
-            for task in tasks:
-                if refused:
-                    assert typed is not None
-                    task.state = JobState.UNSCHEDULABLE
-                    task.reasons = (f"cannot be placed: {typed.message}"[:1000],)
-                    task.decision = f"unschedulable: {task.reasons[0]}"
-                    kind = "task.unschedulable"
-                else:
-                    what = typed.message if typed else f"{type(exc).__name__}: {exc}"
-                    task.state = JobState.FAILED
-                    task.reasons = (
-                        f"internal error while placing it ({what[:300]}); nothing was "
-                        "submitted. The daemon's log has the traceback; submitting it again "
-                        "may work.",
-                    )
-                    task.decision = "failed: internal error while placing it"
-                    kind = "task.retry_exhausted"
-                await self.book.save(tx, task, at=self.clock())
-                await self.book.emit(tx, kind, task, reason=task.reasons[0])
 
     async def _unplaced(self, task: TaskRecord, u: Unschedulable, b: Batch) -> None:
         """No placement now (`u`, decided without the sites at this cycle's submission bound):
