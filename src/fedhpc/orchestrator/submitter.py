@@ -1,16 +1,14 @@
-"""A placed task's submission, with fallback: a scheduler that refuses a candidate the rules
-accepted sends the task to the next feasible site (three tries in all; back to the queue when
-only offline sites are left). Submissions go through per-site lanes: at most `PER_SITE` remote
-calls in flight per site (`submits_in_flight` in the site's config), each carrying every job
-for that site that is waiting when it starts (up to `BATCH_MAX`, and the burst of the site's
-command cap), none of them under the
-orchestrator's lock; a failure of the task's own never cancels its batch-mates."""
+"""A placed task's submission, with fallback (`fallback.py`: a scheduler that refuses a
+candidate the rules accepted sends the task to the next feasible site). Submissions go through
+per-site lanes: at most `PER_SITE` remote calls in flight per site (`submits_in_flight` in the
+site's config), each carrying every job for that site that is waiting when it starts (up to
+`BATCH_MAX`, and the burst of the site's command cap; alike group children as job arrays,
+`array_forming.py`), none of them under the orchestrator's lock; a failure of the task's own
+never cancels its batch-mates."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
@@ -18,23 +16,21 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from fedhpc.adapters.arrays import ARRAY_MAX, array_dialect
-from fedhpc.adapters.site import StorageUnread, WorkdirFailed
+from fedhpc.adapters.arrays import array_dialect
 from fedhpc.collector import Collector
 from fedhpc.domain.job import JobState
-from fedhpc.errors import typed_error
 from fedhpc.logs import isolated
 from fedhpc.ops.task_views import TaskHandle
 from fedhpc.orchestrator.array_caps import ArrayCaps
+from fedhpc.orchestrator.array_forming import Prepared, array_key, array_max, refused_arrays
 from fedhpc.orchestrator.book import TaskBook
-from fedhpc.orchestrator.dispatch import LOGIN_REQUIRED, Dispatcher, Intent
-from fedhpc.orchestrator.hedging import HedgePlan, set_aside
-from fedhpc.orchestrator.offline_wait import offline_sites
+from fedhpc.orchestrator.dispatch import Dispatcher, Intent
+from fedhpc.orchestrator.fallback import Fallback, moved_on
+from fedhpc.orchestrator.hedging import HedgePlan
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.placement import Placement, Unschedulable
 from fedhpc.placement.estimators import WaitHistory
-from fedhpc.settings import ARRAY_MAX as ARRAY_MAX_SETTING
 
 __all__ = ["BATCH_MAX", "PER_SITE", "Submitter"]
 
@@ -42,19 +38,6 @@ log = structlog.get_logger(__name__)
 
 PER_SITE = 2  # submit calls in flight per site, unless its config says otherwise
 BATCH_MAX = 25  # jobs in one submit call (one remote call: a script that runs each sbatch)
-
-
-@dataclass
-class _Tries:
-    """One task's submissions so far: the sites that refused or could not take it, and why."""
-
-    rejected: list[str] = field(default_factory=list)  # not to be tried again in this dispatch
-    refused: list[str] = field(default_factory=list)  # refused by their scheduler: never again
-    reason: str = ""
-    login: str = ""
-
-
-Prepared = tuple[TaskRecord, Placement, Intent | AttemptRecord, WaitHistory | None]
 
 
 class Submitter:
@@ -76,12 +59,20 @@ class Submitter:
         signal: Callable[[], None] = lambda: None,
     ) -> None:
         self.book = book
-        self.planner = planner
         self.dispatcher = dispatcher
-        self.collector = collector
         self.lock = lock
         self.clock = clock
-        self.unschedulable = unschedulable
+        # A job its scheduler refused goes to the next feasible site (`Fallback`).
+        self.fallback = Fallback(
+            book,
+            planner,
+            dispatcher,
+            collector,
+            lock=lock,
+            clock=clock,
+            unschedulable=unschedulable,
+            limiter=self._limiter,
+        )
         self.signal = signal  # told after a submit call's outcomes are recorded
         self.limits: dict[str, anyio.CapacityLimiter] = {}
         self.ready: list[Prepared] = []  # intents written by `prepare`, for `send`
@@ -136,7 +127,7 @@ class Submitter:
                 prepared = await self.dispatcher.prepare(task, p, note=plan.note if plan else "")
             except Exception as exc:  # this task's failure, never its batch-mates'
                 with isolated("recording a failed dispatch failed", task=task.id):
-                    await self._failed(task, p, exc)
+                    await self.fallback.fail(task, p, exc)
                 continue
             self.ready.append((task, p, prepared, history))
             first = task.attempts_made
@@ -209,7 +200,7 @@ class Submitter:
             return []
         alike: dict[str, list[Prepared]] = {}
         for item in queue:
-            if (key := _array_key(item)) is not None:
+            if (key := array_key(item)) is not None:
                 alike.setdefault(key, []).append(item)
         chunks = [
             run[k : k + most]
@@ -231,11 +222,11 @@ class Submitter:
         """A would-be array member held back while the placer's pass goes on (`placing`): its
         siblings placed later in the pass join the same array."""
         most = self._array_most(site)
-        return self.placing and _array_key(item) is not None and self._arrays_at(site, most)
+        return self.placing and array_key(item) is not None and self._arrays_at(site, most)
 
     def _array_most(self, site: str) -> int:
         """Elements per array at `site`: FEDHPC_ARRAY_MAX, or less after refusals there."""
-        return min(_array_max(), self.array_caps.most(site, self.clock()))
+        return min(array_max(), self.array_caps.most(site, self.clock()))
 
     async def _call_arrays(self, chunks: list[list[Prepared]], tg: TaskGroup) -> None:
         """One submit call for `chunks`, each chunk one array: its membership written first
@@ -279,10 +270,10 @@ class Submitter:
             async with self.lock:
                 for task, p, _, _ in items:
                     with isolated("recording a failed dispatch failed", task=task.id):
-                        await self._failed(task, p, exc)
+                        await self.fallback.fail(task, p, exc)
             self.signal()
             return
-        refused = _refused_arrays(items, atts)
+        refused = refused_arrays(items, atts)
         for (task, p, prepared, history), att in zip(items, atts, strict=True):
             if att.state is JobState.FAILED and att.array_name not in refused:
                 tg.start_soon(self._dispatch, task, p, prepared, history, att)
@@ -340,12 +331,12 @@ class Submitter:
                         task = await self.book.load_task(was.id)
                         atts = await self.book.load_attempts(task.id)
                         mine = next((x for x in atts if x.n == att.n), att)
-                        if task.state.terminal or mine.superseded or _moved_on(atts, att):
+                        if task.state.terminal or mine.superseded or moved_on(atts, att):
                             continue  # cancelled, replanned or moved meanwhile
                         again.append((task, p, await self.dispatcher.prepare(task, p), history))
                     except Exception as exc:  # this member's failure: it ends with the reason
                         with isolated("recording a failed dispatch failed", task=was.id):
-                            await self._failed(was, p, exc)
+                            await self.fallback.fail(was, p, exc)
         self._queue(again, tg)
 
     async def _dispatch(
@@ -360,182 +351,9 @@ class Submitter:
         failure of its own never cancels its batch-mates nor blocks the queue behind it: the
         task fails with the reason."""
         try:
-            await self._submit(task, p, prepared, history, first)
+            await self.fallback.submit(task, p, prepared, history, first)
         except Exception as exc:  # typed or not: this task's failure, never the batch's
             async with self.lock:
                 with isolated("recording a failed dispatch failed", task=task.id):
-                    await self._failed(task, p, exc)
+                    await self.fallback.fail(task, p, exc)
         self.signal()
-
-    async def _failed(self, task: TaskRecord, p: Placement, exc: Exception) -> None:
-        """Under the lock: the task, as stored now, fails with the reason (unless it ended)."""
-        typed = typed_error(exc)  # itself, or the typed error inside a task group
-        if typed is None:
-            log.exception("dispatch failed", task=task.id, site=p.site)
-        message = typed.message if typed else f"internal: {type(exc).__name__}"
-        task = await self.book.load_task(task.id)
-        if task.state.terminal:
-            return
-        task.state = JobState.FAILED
-        task.reasons = (f"could not submit to {p.site}: {message}",)
-        async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, at=self.clock())
-            await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
-
-    async def _submit(
-        self,
-        task: TaskRecord,
-        p: Placement,
-        prepared: Intent | AttemptRecord,
-        history: WaitHistory | None,
-        first: AttemptRecord | None = None,
-    ) -> None:
-        """Submit (unless `first`, the first try's attempt, is given); a scheduler that refuses
-        a candidate the rules accepted sends the task to the next feasible site (three tries in
-        all). Each refusal is weighed under the lock, on the task as stored then: one cancelled
-        or re-placed meanwhile is left as it is."""
-        tries = _Tries()
-        solo = False  # an array's member refused with its array: tried once alone, here
-        for k in range(4):
-            if first is not None:
-                att, first = first, None
-            elif isinstance(prepared, Intent):
-                async with self._limiter(p.site):
-                    att = await self.dispatcher.complete(prepared)
-            else:
-                att = prepared  # failed before any folder or job existed
-            if att.state is not JobState.FAILED:
-                return
-            async with self.lock:
-                task = await self.book.load_task(task.id)
-                atts = await self.book.load_attempts(task.id)
-                mine = next((x for x in atts if x.n == att.n), att)
-                if task.state.terminal or mine.superseded or _moved_on(atts, att):
-                    return  # cancelled, replanned or moved meanwhile: not this submission's
-                if await set_aside(self.book, task, mine, f"not submitted to {att.site}"):
-                    return  # a hedged copy of it goes on elsewhere
-                if att.array_name is not None and not solo:
-                    # The array's refusal (its script's size, MaxArraySize, a limit counting
-                    # elements, one member's folder) says nothing of this job alone: it goes
-                    # alone to the same site before the site counts as refusing it.
-                    solo = True
-                    log.warning(
-                        "array refused: its member goes alone",
-                        task=task.id,
-                        site=att.site,
-                        reason=att.reason,
-                    )
-                    prepared = await self.dispatcher.prepare(task, p)
-                    continue
-                step = await self._refused(task, att, tries, history)
-                if step is True:
-                    return
-                if step is False or k == 2 + solo:
-                    await self._give_up(task, tries)
-                    return
-                p = step
-                prepared = await self.dispatcher.prepare(task, p)
-
-    async def _refused(
-        self, task: TaskRecord, att: AttemptRecord, tries: _Tries, history: WaitHistory | None
-    ) -> Placement | bool:
-        """After a failed submission: the next placement to try; True when the task was settled
-        here (back to the queue, or unschedulable); False when it fails (`_give_up`)."""
-        tries.reason = reason = att.reason or ""
-        if reason.startswith(WorkdirFailed.PREFIX):
-            tries.rejected = [att.site]  # the job's folder: one clear failure, not a retry
-            return False
-        tries.rejected.append(att.site)  # refused, or its storage unread: the next feasible site
-        if reason.startswith(LOGIN_REQUIRED):
-            tries.login = reason  # the person's move: they are asked, it is never waited out
-        elif not reason.startswith(StorageUnread.PREFIX):  # a refusal: again next time too
-            tries.refused.append(att.site)
-        log.warning("not submitted", task=task.id, site=att.site, reason=att.reason)
-        decision = await self.planner.decide(task, exclude=tuple(tries.rejected), history=history)
-        if tries.login and isinstance(decision, Unschedulable):
-            tries.reason = tries.login  # the task fails with the login command, whoever is offline
-            return False
-        if isinstance(decision, Unschedulable) and offline_sites(self.collector, decision):
-            await self._requeue(task, tries.refused, reason)  # the placer holds it for them
-            return True
-        if isinstance(decision, Unschedulable):
-            await self.unschedulable(task, decision)
-            return True
-        return decision
-
-    async def _give_up(self, task: TaskRecord, tries: _Tries) -> None:
-        reason, rejected = tries.reason, tries.rejected
-        task.state = JobState.FAILED
-        if reason.startswith(WorkdirFailed.PREFIX):
-            task.reasons = (reason,)  # the job's folder, not the scheduler
-        elif reason.startswith(StorageUnread.PREFIX):  # no scheduler saw it either
-            task.reasons = (f"not submitted to {', '.join(rejected)}: {reason}",)
-        else:
-            last = f": {reason}" if reason else ""
-            task.reasons = (f"rejected by the schedulers of {', '.join(rejected)}{last}",)
-        async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, at=self.clock())
-            await self.book.emit(tx, "task.retry_exhausted", task, reason=task.reasons[0])
-
-    async def _requeue(self, task: TaskRecord, refused: list[str], reason: str) -> None:
-        """Refused where it was placed, and only offline sites are left: back to the queue, as
-        any task that waits for them (`offline_wait`), never again to the sites that refused
-        it (`refused_sites`); the placer decides and holds it."""
-        task.refused_sites = tuple(sorted({*task.refused_sites, *refused}))
-        task.state = JobState.QUEUED
-        task.decision = f"queued: not submitted ({reason[:200]}); placed again next"
-        async with self.book.store.transaction() as tx:
-            await self.book.save(tx, task, at=self.clock())
-
-
-# What may differ between the members of one array: each keeps its own name, command, folder
-# and output files; everything else (shape, partition, account, environment...) is the array's.
-_OWN = frozenset({"name", "command", "workdir", "stdout", "stderr"})
-
-
-# Refusals that say an array is too big (smaller arrays may pass): Slurm's "Invalid job array
-# specification" (MaxArraySize) and its submit limits that count elements, PBS's "Array job
-# exceeds server or queue size limit", LSF's "Job array index too large. Job not submitted."
-# (LSBE_BIG_IDX: an index above MAX_JOB_ARRAY_SIZE). Any other refusal (an account, a login)
-# sends the members alone, as before.
-_SIZE_REFUSAL = re.compile(r"array|MaxSubmit|SubmitJob|size limit", re.IGNORECASE)
-
-
-def _refused_arrays(
-    items: list[Prepared], atts: list[AttemptRecord]
-) -> dict[str, list[tuple[Prepared, AttemptRecord]]]:
-    """The arrays of 4 or more elements in one submit call that were refused whole (every
-    member failed), by name: each may go again as smaller arrays (`Submitter._halve`)."""
-    by_name: dict[str, list[tuple[Prepared, AttemptRecord]]] = {}
-    for item, att in zip(items, atts, strict=True):
-        if att.array_name is not None:
-            by_name.setdefault(att.array_name, []).append((item, att))
-    return {
-        name: members
-        for name, members in by_name.items()
-        if len(members) >= 4
-        and all(a.state is JobState.FAILED for _, a in members)
-        and _SIZE_REFUSAL.search(members[0][1].reason or "") is not None
-    }
-
-
-def _moved_on(atts: list[AttemptRecord], att: AttemptRecord) -> bool:
-    """Whether the task has an attempt newer than `att` that is not a hedged copy alongside it
-    (a replan's, a re-placement's, or another copy's fallback): `att` is no longer its own."""
-    root = att.copy_of or att.n
-    return any(x.n > att.n and (x.copy_of or x.n) != root for x in atts)
-
-
-def _array_key(item: Prepared) -> str | None:
-    """Equal for group children that can share one array; None for any other job (a hedged
-    copy goes alone: it is cancelled on its own when another copy starts)."""
-    task, _, prepared, _ = item
-    if task.group_id is None or not isinstance(prepared, Intent) or prepared.att.copy_of:
-        return None
-    return task.group_id + prepared.spec.model_dump_json(exclude=set(_OWN))
-
-
-def _array_max() -> int:
-    """Elements per array: FEDHPC_ARRAY_MAX within 1..ARRAY_MAX (a bad value: the default)."""
-    raw = ARRAY_MAX_SETTING.get() or ""
-    return max(1, min(int(raw), ARRAY_MAX)) if raw.strip().isdigit() else ARRAY_MAX
