@@ -14,7 +14,7 @@ from fedhpc.errors import HTTP_STATUS, ErrorKind, FedError
 from fedhpc.settings import CLIENT_TIMEOUT_SCALE
 from fedhpc.settings.daemon import DaemonSettings
 
-__all__ = ["ACTING_FOR", "TIMEOUTS", "DaemonWire", "Effect", "RemoteError"]
+__all__ = ["ACTING_FOR", "IDLE_REUSE_S", "TIMEOUTS", "DaemonWire", "Effect", "RemoteError"]
 
 # (owner, admin) of the signed-in person the current call is made for (service mode: the MCP
 # server sets it per request); the daemon records the owner on submissions and scopes reads
@@ -22,6 +22,11 @@ __all__ = ["ACTING_FOR", "TIMEOUTS", "DaemonWire", "Effect", "RemoteError"]
 ACTING_FOR: ContextVar[tuple[str, bool] | None] = ContextVar("fedhpc_acting_for", default=None)
 
 _KIND_OF_STATUS = {status: kind for kind, status in HTTP_STATUS.items()}
+
+# An idle connection is reused for this long, well within the daemon's own keep-alive (5 s,
+# `daemon.rest.KEEP_ALIVE_S`): at httpx's default (also 5 s) a request sent as the daemon
+# closed the connection was lost on it ("sent to the daemon but the answer was lost").
+IDLE_REUSE_S = 2.0
 
 
 Effect = Literal["read", "change", "submit"]
@@ -86,7 +91,10 @@ class DaemonWire:
         self.cap = timeout_s
         self.scale = _scale(timeout_scale)
         self.http = http or httpx2.AsyncClient(
-            transport=httpx2.AsyncHTTPTransport(uds=str(settings.socket_path)),
+            transport=httpx2.AsyncHTTPTransport(
+                uds=str(settings.socket_path),
+                limits=httpx2.Limits(keepalive_expiry=IDLE_REUSE_S),
+            ),
             base_url="http://fedhpc",
             timeout=TIMEOUTS["site"] * self.scale,
         )
