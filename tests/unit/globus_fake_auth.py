@@ -125,14 +125,16 @@ class FakeAuth:
             if self.refresh_fails:
                 return 400, {}, json.dumps({"error": "invalid_grant"})
             presented = body["refresh_token"][0]
-            rs = next((r for r in self.generation if self.token(r, "refresh") == presented), None)
-            if rs is None:  # an old, already rotated refresh token
-                return 400, {}, json.dumps({"error": "invalid_grant"})
-            self.generation[rs] += 1  # rotation: the old refresh token is dead now
-            scope = {COMPUTE_RS: COMPUTE_SCOPE, TRANSFER_RS: TRANSFER_SCOPE}.get(
-                rs, "openid profile email"
+            holder = next(
+                (r for r in self.generation if self.token(r, "refresh") == presented), None
             )
-            doc = self._doc(rs, scope)
+            if holder is None:  # an old, already rotated refresh token
+                return 400, {}, json.dumps({"error": "invalid_grant"})
+            self.generation[holder] += 1  # rotation: the old refresh token is dead now
+            scope = {COMPUTE_RS: COMPUTE_SCOPE, TRANSFER_RS: TRANSFER_SCOPE}.get(
+                holder, "openid profile email"
+            )
+            doc = self._doc(holder, scope)
             doc["other_tokens"] = []
             return 200, {}, json.dumps(doc)
         return 400, {}, json.dumps({"error": "unsupported_grant_type"})

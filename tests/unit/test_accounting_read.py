@@ -17,7 +17,7 @@ import pytest
 from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
-from fedhpc.orchestrator import estimates
+from fedhpc.orchestrator import Orchestrator, estimates
 from fedhpc.orchestrator.estimates import ACCOUNTING_EVERY_S, ACCOUNTING_OVERLAP_S
 from fedhpc.placement import Policy, WaitObservation
 from fedhpc.store import Store
@@ -81,7 +81,9 @@ class Sacct:
         return None
 
 
-def _setup(store: Store, jobs: list[tuple[int, datetime, datetime | None]]) -> Any:
+def _setup(
+    store: Store, jobs: list[tuple[int, datetime, datetime | None]]
+) -> tuple[Orchestrator, Clock, Sacct]:
     clock = Clock()
     o = _orchestrator(store, clock, beta=BETA)
     o.collector.latest["beta"] = state(BETA.profile)
@@ -112,7 +114,7 @@ async def test_a_long_history_is_read_in_one_call_holding_one_batch_and_what_is_
 ) -> None:
     # 20,000 of the user's jobs over 13 days: the read holds a batch of lines and the kept
     # observations, never the answer (the whole answer was once held at once: issue 16).
-    jobs = [
+    jobs: list[tuple[int, datetime, datetime | None]] = [
         (i, NOW - timedelta(seconds=60 * i), NOW - timedelta(seconds=60 * i - 30))
         for i in range(1, 20_001)
     ]

@@ -10,7 +10,7 @@ from fedhpc.adapters.arrays import ArrayJob, array_dialect
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.domain.job import JobSpec
-from fedhpc.orchestrator.control import _found
+from fedhpc.orchestrator.observed import intent_job as _found
 from fedhpc.orchestrator.records import AttemptRecord, array_name, is_own_job
 from tests.injection_corpus import corpus
 from tests.unit.array_support import array_member, dev_profile, lost_member, run_element

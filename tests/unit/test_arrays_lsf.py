@@ -19,7 +19,7 @@ from fedhpc.adapters.dialects.base import SchedulerRejected
 from fedhpc.adapters.dialects.lsf import LsfDialect
 from fedhpc.domain.job import JobSpec, JobState
 from fedhpc.orchestrator.array_forming import SIZE_REFUSAL as _SIZE_REFUSAL
-from fedhpc.orchestrator.control import _found
+from fedhpc.orchestrator.observed import intent_job as _found
 from fedhpc.orchestrator.records import array_name
 from tests.injection_corpus import corpus
 from tests.unit.array_support import (

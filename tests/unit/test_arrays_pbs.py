@@ -16,7 +16,7 @@ from fedhpc.adapters.command import CommandResult
 from fedhpc.adapters.dialects import get_dialect
 from fedhpc.adapters.dialects.pbs import PbsDialect
 from fedhpc.domain.job import JobSpec, JobState
-from fedhpc.orchestrator.control import _found
+from fedhpc.orchestrator.observed import intent_job as _found
 from fedhpc.orchestrator.records import array_name
 from tests.injection_corpus import corpus
 from tests.unit.array_support import (

@@ -4,6 +4,7 @@ judged against the band its partition's earlier jobs give, as the daemon builds 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ class _Round:
     jobs: dict[str, _Job] = field(default_factory=dict)
 
 
-def _rounds(waits: list[tuple[float, bool]], predicted: float = 10.0) -> list[_Round]:
+def _rounds(waits: Sequence[tuple[float, bool]], predicted: float = 10.0) -> list[_Round]:
     """One job a round on alpha/p: (wait, cut before it started)."""
     out = []
     for i, (w, cut) in enumerate(waits):

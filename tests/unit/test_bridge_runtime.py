@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,7 @@ def test_the_session_record_tells_which_deliveries_it_already_holds(tmp_path: Pa
     assert seen(codex, {"CODEX_HOME": str(tmp_path / "codex")}, ["d7-cx"]) == ["d7-cx"]
 
 
-def _out(folder: Path, *lines: dict[str, object]) -> None:
+def _out(folder: Path, *lines: Mapping[str, object]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "out").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 

@@ -13,7 +13,7 @@ from fedhpc.adapters.dialects.busy import SchedulerBusy, check_busy_lookup, chec
 from fedhpc.adapters.site import OBSERVE_BACKOFF_MAX_S, SiteAdapter
 from fedhpc.adapters.transports.local import LocalTransport
 from fedhpc.domain.config import Site, UserSiteConfig
-from fedhpc.orchestrator.control import _alone
+from fedhpc.orchestrator.observed import alone as _alone
 from tests.unit.test_placement_world import cpu_partition, profile
 from tests.unit.test_scheduler_pace import Answering
 

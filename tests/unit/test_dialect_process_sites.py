@@ -105,11 +105,12 @@ async def test_adapter_probes_submits_queues_finds_and_accounts_on_a_process_sit
                     break
                 await anyio.sleep(0.2)
         by_id = {r.job_id: r for r in recs}
-        assert by_id[second.job_id].state is JobState.COMPLETED
-        assert by_id[second.job_id].start is not None
-        assert by_id[first.job_id].end is not None
-        assert by_id[second.job_id].start >= by_id[first.job_id].end
-        assert by_id[second.job_id].wait_s is not None and by_id[second.job_id].wait_s > 0
+        earlier, later = by_id[first.job_id], by_id[second.job_id]
+        assert later.state is JobState.COMPLETED
+        assert later.start is not None
+        assert earlier.end is not None
+        assert later.start >= earlier.end
+        assert later.wait_s is not None and later.wait_s > 0
         text = (storage / "w" / f"{second.job_id}.out").read_text()
         assert text == "gpus=0,1\n"
         assert await adapter.status([first.job_id, second.job_id]) == []

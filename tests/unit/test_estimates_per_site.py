@@ -19,6 +19,7 @@ from fedhpc.orchestrator.estimates import ACCOUNTING_EVERY_S, ACCOUNTING_OVERLAP
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import EstimateCache, EstimateRequest, ask_scheduler
 from fedhpc.placement import Placement, PlacementInputs, Policy, place, shape_key
+from fedhpc.placement.estimators import SchedulerKey
 from fedhpc.store import Store
 from tests.unit.test_placement_world import NOW, cpu_partition, env, profile, site, snapshot, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
@@ -130,7 +131,7 @@ def test_two_qos_on_one_partition_and_shape_keep_their_own_scheduler_answers() -
     by_qos = {c.qos: c for c in first.trace.candidates if c.feasible and c.shape == first.shape}
     assert set(by_qos) == {"normal", "low"}
     key = shape_key(first.shape)
-    starts = {
+    starts: dict[SchedulerKey, datetime] = {
         ("q", "cpu", "proj", "normal", key): NOW + timedelta(hours=3),
         ("q", "cpu", "proj2", "low", key): NOW + timedelta(minutes=1),
     }

@@ -26,7 +26,7 @@ def _hook_choices() -> set[str]:
     top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     hook = top.choices["hook"]
     positional = next(a for a in hook._actions if a.choices and not a.option_strings)
-    return set(positional.choices)  # type: ignore[arg-type]
+    return set(positional.choices)
 
 
 def test_mcp_json_is_the_one_in_docs_mcp_md() -> None:

@@ -119,6 +119,7 @@ async def test_a_code_exchanged_twice_at_once_revokes_what_the_first_got(tmp_pat
     auth, facade = _facade(tmp_path)
     try:
         client = OAuthClientInformationFull(client_id="agent", redirect_uris=None)
+        expires_at = time.time() + 60
         record = {
             "client_id": "agent",
             "scopes": [READ],
@@ -126,9 +127,9 @@ async def test_a_code_exchanged_twice_at_once_revokes_what_the_first_got(tmp_pat
             "redirect_uri": "http://127.0.0.1:9/cb",
             "redirect_uri_provided_explicitly": True,
             "identity": CAROL,
-            "expires_at": time.time() + 60,
+            "expires_at": expires_at,
         }
-        await facade.store.put_code("code-1", record, record["expires_at"])
+        await facade.store.put_code("code-1", record, expires_at)
         first = await facade.load_authorization_code(client, "code-1")
         second = await facade.load_authorization_code(client, "code-1")
         assert first is not None and second is not None

@@ -82,16 +82,20 @@ class _NoStdin(io.StringIO):
     def read(self, *a: object) -> str:
         raise AssertionError("the daemon read stdin (a login prompt)")
 
-    def readline(self, *a: object) -> str:
+    # typeshed's io._IOBase.readline returns bytes and its text streams override it to str
+    # under the same ignore.
+    def readline(self, *a: object) -> str:  # type: ignore[override]
         raise AssertionError("the daemon read stdin (a login prompt)")
 
 
 def _auth_headers(fragment: str) -> list[str]:
-    return [
-        c.request.headers.get("Authorization", "")
-        for c in responses.calls
-        if fragment in c.request.url
-    ]
+    found = []
+    for c in responses.calls:
+        if fragment in str(c.request.url):
+            header = c.request.headers.get("Authorization", "")
+            assert isinstance(header, str), header  # the SDK sends text headers
+            found.append(header)
+    return found
 
 
 def _compute_submit_responses() -> str:

@@ -3,6 +3,7 @@ group id is a typed not_found that says where group ids are found."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -64,9 +65,15 @@ async def test_advance_reads_only_the_live_child_of_a_mostly_finished_group(stor
     tasks_loaded: list[str] = []
     children, get_task = store.group_children, store.get_task
 
-    async def counting_children(gid: str, **kw: Any) -> list[dict[str, Any]]:
-        rows = await children(gid, **kw)
-        if kw.get("limit") is None:  # unbounded reads (a round's answer reads a page of one)
+    async def counting_children(
+        group_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        acting: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        rows = await children(group_id, after=after, limit=limit, acting=acting)
+        if limit is None:  # unbounded reads (a round's answer reads a page of one)
             read.extend(str(c["id"]) for c in rows)
         return rows
 

@@ -159,10 +159,10 @@ def test_an_infinite_runtime_estimate_sorts_last_instead_of_raising() -> None:
         "credit_fraction": 0.0,
         "waste": 0,
     }
-    finite = Estimates(**base, completion_s=10.0, completion_p90_s=20.0)  # type: ignore[arg-type]
+    finite = Estimates(**base, completion_s=10.0, completion_p90_s=20.0)
     endless = Estimates(
         **{**base, "credit_fraction": math.nan},
-        completion_s=math.inf,  # type: ignore[arg-type]
+        completion_s=math.inf,
         completion_p90_s=math.nan,
     )
     prefs = ResourceEnvelope().preferences
@@ -245,7 +245,7 @@ def test_naive_timestamps_are_taken_as_utc_and_the_freshness_rule_never_type_err
     when=st.datetimes(
         min_value=datetime(1, 1, 2),
         max_value=datetime(9999, 12, 30),
-        timezones=st.none() | st.timezones(),
+        timezones=st.one_of(st.none(), st.timezones()),
     )
 )
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,8 @@ from typing import Any, cast
 from fedhpc.adapters.command import BATCH_MARK, BatchSection, Command, CommandResult
 from fedhpc.adapters.dialects.slurm import SlurmDialect
 from fedhpc.adapters.dialects.slurm_probe import parse_partition_weights
-from fedhpc.adapters.site import BILLING_EVERY_S, SiteAdapter
+from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.site_view import BILLING_EVERY_S
 from fedhpc.collector import Collector
 from fedhpc.collector.carry import carry_forward
 from fedhpc.domain import ChargeKind, ChargeModel, JobState, SiteProfile

@@ -22,7 +22,7 @@ from fedhpc.settings.daemon import DaemonSettings
 
 
 def _server(tmp_path: Path) -> MCPServer[object]:
-    server: MCPServer[object] = build_server(  # type: ignore[assignment]
+    server: MCPServer[object] = build_server(
         DaemonSettings(home=tmp_path / "nodaemon"), autostart=False
     )
     return server

@@ -61,7 +61,7 @@ class FakeDaemon:
 
         async def submit_task(_: DaemonClient, req: SubmitTaskRequest) -> TaskHandle:
             fake.tasks.append(req)
-            return TaskHandle(task_id="t0123456789a", state="submitted")  # type: ignore[arg-type]
+            return TaskHandle(task_id="t0123456789a", state="submitted")
 
         async def transfer(_: DaemonClient, req: TransferRequest) -> TransferView:
             loc = DataLocation(site="devvista", root="scratch", root_path="/s", path="/s/a.dat")
@@ -73,7 +73,7 @@ class FakeDaemon:
                 destination="devvista:scratch/a.dat",
                 backend="local",
                 destination_location=loc,
-                created_at="2025-01-01T00:00:00Z",  # type: ignore[arg-type]
+                created_at="2025-01-01T00:00:00Z",
                 bytes=12,
                 files=1,
                 checksums={"a.dat": "0" * 64},

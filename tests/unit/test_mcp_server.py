@@ -53,7 +53,8 @@ async def test_the_handshake_carries_name_version_and_the_loop_instructions(
     tmp_path: Path,
 ) -> None:
     async with connect(tmp_path) as client:
-        info = client.session.server_info  # type: ignore[union-attr]
+        info = client.session.server_info
+    assert info is not None
     assert (info.name, info.version) == ("fedhpc", "0.1.0")
     for step in ("Observe", "Plan", "Act", "Yield", "Resume"):
         assert step in INSTRUCTIONS

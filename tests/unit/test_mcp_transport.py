@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import anyio
@@ -212,7 +212,7 @@ async def test_a_deep_message_nobody_waits_for_gets_no_answer(line: str) -> None
 
 
 async def _post(body: bytes, declared: bool) -> tuple[int, bytes, bytes]:
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)] or [b""]
     received: list[bytes] = []
 
@@ -220,7 +220,7 @@ async def _post(body: bytes, declared: bool) -> tuple[int, bytes, bytes]:
         chunk = chunks.pop(0)
         return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     async def echo(scope: Any, receive_: Any, send_: Any) -> None:

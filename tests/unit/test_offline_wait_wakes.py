@@ -21,8 +21,8 @@ from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
 from fedhpc.orchestrator.service import Orchestrator
 from fedhpc.placement import Placement
 from fedhpc.store import Store
-from tests.unit.test_offline_wait import ALPHA, BETA, ERROR, NOW, _agent, _alpha_down, _woken
-from tests.unit.test_placement_world import env, state
+from tests.unit.test_offline_wait import ALPHA, BETA, ERROR, _agent, _alpha_down, _woken
+from tests.unit.test_placement_world import NOW, env, state
 from tests.unit.test_submit_accept import Clock, _orchestrator, _req
 
 ONLY_ALPHA = env(cpus=1, sites_include=["alpha"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from fedhpc.domain import Credit, Shape
@@ -20,7 +20,7 @@ from fedhpc.placement import (
     size_bucket,
 )
 from fedhpc.placement.context import Ledger, Live
-from fedhpc.placement.estimators import env_prep_s, estimate_wait
+from fedhpc.placement.estimators import SchedulerKey, env_prep_s, estimate_wait
 from tests.unit.test_placement_world import NOW, env, gpu_partition, profile, pstate, site, state
 
 S = Settings()
@@ -98,7 +98,7 @@ def test_learned_wait_ignores_observations_outside_the_window_and_after_now() ->
 def test_auto_wait_prefers_scheduler_then_learned_then_paper() -> None:
     shape, key = Shape(gpus=1), "k"
     hist = WaitHistory([obs(700)] * 3, now=NOW, settings=S)
-    sched = {("s", "g", None, None, key): NOW + timedelta(seconds=90)}
+    sched: dict[SchedulerKey, datetime] = {("s", "g", None, None, key): NOW + timedelta(seconds=90)}
     args: dict[str, Any] = {
         "site": "s",
         "partition": "g",
@@ -120,7 +120,9 @@ def test_a_free_slot_with_only_blocked_jobs_queued_starts_now_whatever_slurm_pre
     """Slurm's will-run test plans dependency-blocked jobs ahead of ours; they never start
     first, so a free request-sized slot means the job starts at once."""
     shape, key = Shape(gpus=4, cpus=8), "k"
-    sched = {("s", "g", None, None, key): NOW + timedelta(seconds=3000)}
+    sched: dict[SchedulerKey, datetime] = {
+        ("s", "g", None, None, key): NOW + timedelta(seconds=3000)
+    }
 
     def wait(**kw: int) -> tuple[float, str]:
         w = estimate_wait(

@@ -333,6 +333,7 @@ def test_a_group_in_one_pass_decides_as_place_per_child_with_earlier_claims(seed
         )
         assert _key(got) == _key(want)
         if isinstance(want, Placement):
+            assert isinstance(got, Placement)  # the same outcome as `want`, by the line above
             ranked = [c for c in got.trace.candidates if c.feasible]
             everything = [c for c in want.trace.candidates if c.feasible]
             assert ranked[: _ranked_exactly(got)] == everything[: _ranked_exactly(got)]

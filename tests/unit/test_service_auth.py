@@ -14,8 +14,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 from starlette.requests import Request
 
@@ -207,19 +208,21 @@ def _request_context(
 
 async def test_the_scope_guard_fails_closed_on_a_call_that_acts_without_a_caller() -> None:
     passed: list[str] = []
+    answered = {"answered": True}
 
-    async def call_next(ctx: ServerRequestContext[Any, Any]) -> Any:
+    async def call_next(ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
         passed.append(ctx.method)
-        return "answered"
+        return answered
 
     act = _request_context("tools/call", {"name": "cancel", "arguments": {}}, None)
     refused = await scope_guard(act, call_next)
+    assert isinstance(refused, CallToolResult) and isinstance(refused.content[0], TextContent)
     assert refused.is_error and json.loads(refused.content[0].text)["code"] == "insufficient_scope"
-    assert await scope_guard(_request_context("tools/list", {}, None), call_next) == "answered"
+    assert await scope_guard(_request_context("tools/list", {}, None), call_next) is answered
     token = AccessToken(token="t", client_id="a", scopes=["fedhpc:submit"], subject="u")
     signed_in = Request({"type": "http", "user": AuthenticatedUser(token)})
     act = _request_context("tools/call", {"name": "cancel", "arguments": {}}, signed_in)
-    assert await scope_guard(act, call_next) == "answered"
+    assert await scope_guard(act, call_next) is answered
     assert passed == ["tools/list", "tools/call"]
 
 

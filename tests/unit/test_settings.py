@@ -65,13 +65,19 @@ def violations(source: str) -> list[str]:
     docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        text = node.value if isinstance(node, ast.Constant) else None
-        if isinstance(text, str) and id(node) not in docs and BARE.fullmatch(text):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docs
+            and BARE.fullmatch(node.value)
+        ):
             found.append(f"line {node.lineno}: {node.value!r} names a variable")
         key = _env_read_key(node)
         if key is not None and any(
             isinstance(n, ast.Attribute) and n.attr == "name" for n in ast.walk(key)
         ):
+            # A subscript or a call: both are expressions, which carry a line.
+            assert isinstance(node, ast.expr)
             found.append(f"line {node.lineno}: reads a setting around the registry")
     return found
 

@@ -359,8 +359,6 @@ async def test_the_copy_worker_is_started_off_the_event_loop(
     import subprocess
     import threading
 
-    from fedhpc.transfer import local
-
     loop_ran = threading.Event()
     started: list[list[str]] = []
 
@@ -370,7 +368,7 @@ async def test_the_copy_worker_is_started_off_the_event_loop(
         started.append(argv)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(local.subprocess, "run", run)
+    monkeypatch.setattr("fedhpc.transfer.local.subprocess.run", run)
 
     async def on_the_loop() -> None:
         await anyio.sleep(0.05)

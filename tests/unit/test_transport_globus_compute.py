@@ -27,7 +27,7 @@ from globus_compute_sdk.sdk.batch import Batch, create_user_runtime
 from globus_compute_sdk.sdk.client import FunctionRegistrationData
 from globus_compute_sdk.sdk.shell_function import ShellResult
 from globus_compute_sdk.serialize import ComputeSerializer
-from globus_sdk.testing import RegisteredResponse, get_last_request, load_response
+from globus_sdk.testing import RegisteredResponse, load_response
 
 from fedhpc.adapters.command import Command
 from fedhpc.adapters.transports import make_transport
@@ -42,6 +42,7 @@ from fedhpc.domain.site import TransportSpec
 from fedhpc.errors import FedError
 from fedhpc.globus_auth import apps as auth_apps
 from tests.injection_corpus import CANARY_NAME, corpus
+from tests.unit.globus_requests import json_body, last_request
 
 ENDPOINT = "4b116d3c-1703-4f8f-9f6f-39921e5864df"
 FAST = {"poll_min_s": "0.05", "poll_max_s": "0.2", "queue_timeout_s": "60"}
@@ -83,7 +84,8 @@ class LocalComputeService:
         self._tasks: dict[str, cf.Future[str]] = {}
 
     def register_function(self, function: Any) -> str:
-        data = FunctionRegistrationData(function=function, serializer=self._serde).to_dict()
+        registration = FunctionRegistrationData(function=function, serializer=self._serde)
+        data = registration.to_dict()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
         function_id = str(uuid.uuid4())
         self.functions[function_id] = data["function_code"]
         self.registered.append(function)
@@ -369,7 +371,7 @@ async def test_submit_then_pending_then_completed_through_the_real_sdk_client(
 
     # What went over the wire: the script, carrying the command only as base64.
     serde = ComputeSerializer()
-    payload = json.loads(get_last_request().body)["tasks"][function_id][0]
+    payload = json_body(last_request())["tasks"][function_id][0]
     kwargs = serde.deserialize(serde.unpack_buffers(payload)[1])
     assert "the SDK" not in kwargs["cmd"]
     shell = _run_like_an_endpoint(kwargs["cmd"], tmp_path)
@@ -396,7 +398,7 @@ async def test_submit_then_pending_then_completed_through_the_real_sdk_client(
         result = await transport.result(task_id)
     assert result is not None
     assert (result.returncode, result.stdout) == (0, "{via} the SDK\n")
-    assert json.loads(get_last_request().body) == {"task_ids": [task_id]}
+    assert json_body(last_request()) == {"task_ids": [task_id]}
 
 
 # --- import cost ---------------------------------------------------------------------------------

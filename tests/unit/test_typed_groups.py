@@ -15,6 +15,7 @@ import pytest
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 from starlette.requests import Request
+from starlette.responses import Response
 
 from fedhpc.adapters.transports.base import TransportError, TransportMisconfigured
 from fedhpc.daemon.guard import guard
@@ -71,10 +72,11 @@ async def test_an_mcp_tool_answers_the_typed_error_raised_in_its_task_group() ->
 
 
 async def test_a_rest_route_answers_the_typed_error_raised_in_its_task_group() -> None:
-    async def route(request: Request) -> None:  # type: ignore[return]
+    async def route(request: Request) -> Response:
         await _in_a_task_group(BAD_OPTION)
+        raise AssertionError("the task group raised nothing")
 
-    handler = guard(route)  # type: ignore[arg-type]
+    handler = guard(route)
     request = Request({"type": "http", "method": "GET", "path": "/v1/x", "headers": []})
     response = await handler(request)
     assert response.status_code == 422

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import pytest
 
+from fedhpc.adapters.command import Command, CommandResult
 from fedhpc.adapters.site import SiteAdapter, StorageUnread, WorkdirFailed
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.adapters.transports.local import LocalTransport
@@ -31,7 +32,7 @@ def _vista(env: dict[str, str], **user: str) -> SiteAdapter:
     """The shipped Vista profile (roots `$HOME`, `$WORK`, `$SCRATCH`) over a local shell."""
     spec = TransportSpec(kind="local", env=env)
     profile = load_profiles()["vista"].model_copy(update={"transport": spec})
-    site = Site(profile=profile, user=UserSiteConfig(**user))  # type: ignore[arg-type]
+    site = Site(profile=profile, user=UserSiteConfig(**user))
     return SiteAdapter(site, LocalTransport(spec))
 
 
@@ -115,7 +116,7 @@ async def test_an_unread_root_fails_only_that_attempt_and_names_no_folder(store:
         assert adapter.calls == {"roots": 1}, n  # one read for both tasks (within 5 s)
 
 
-async def _refuse(command: object) -> object:
+async def _refuse(command: Command) -> CommandResult:
     raise TransportError("ssh: connect to host vista: Connection refused")
 
 

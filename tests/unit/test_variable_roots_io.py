@@ -94,6 +94,7 @@ async def test_move_data_copies_between_the_expanded_work_and_scratch_roots(
     assert copied.read_bytes() == (roots["WORK"] / "in/a.dat").read_bytes()
     assert rec.destination.root_path == str(roots["SCRATCH"])
     assert rec.destination.path == str(copied)
+    assert rec.source is not None
     assert rec.source.path == str(roots["WORK"] / "in/a.dat")
     assert any("roots expanded at the sites" in line for line in rec.trace)
     assert adapter.calls["roots"] == 1  # read once, then known
