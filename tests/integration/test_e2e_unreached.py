@@ -81,6 +81,10 @@ async def test_a_resumed_turn_that_could_not_reach_the_daemon_is_delivered_again
         log = r.fedhome / "deliveries"
         first_out = sorted(log.glob("*/out"), key=lambda f: f.stat().st_mtime)[0].read_text()
     assert fake.errors == []
+    results = [e for e in fake.exchanges if e.phase == "after_result"]
+    # the first resumed turn's get_result found no daemon (what it got instead, if not)
+    got = results[0].tool_results[0]
+    assert json.loads(got)["code"] == "daemon_unavailable", got
     assert '"daemon_unavailable"' in first_out.replace('\\"', '"')  # the turn did run without it
     first, again = fake.resumes()
     assert first.payload is not None and first.payload["task_id"] == task_id
@@ -89,9 +93,7 @@ async def test_a_resumed_turn_that_could_not_reach_the_daemon_is_delivered_again
     assert "could not reach the fedhpc daemon" in again.prompt
     assert again.payload is not None and again.payload["delivery"] == d.id
     assert fake.seen_deliveries(session) == [d.id]
-    results = [e for e in fake.exchanges if e.phase == "after_result"]
     assert len(results) == 2  # two resumed turns, never a third
-    assert json.loads(results[0].tool_results[0])["code"] == "daemon_unavailable"
     if turns_unreached == 1:
         answer = result_json(results[1].tool_results[0])
         assert (answer["task_id"], answer["state"]) == (task_id, "completed")

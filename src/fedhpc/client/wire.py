@@ -117,23 +117,34 @@ class DaemonWire:
         (a submission, with the key to retry with)."""
         path = route.url(*ids)
         limit = limit_s * self.scale if self.cap is None else min(limit_s * self.scale, self.cap)
-        try:
-            acting = ACTING_FOR.get()
-            if acting is not None:
-                owner, admin = acting
-                headers = {"x-fedhpc-owner": owner, **({"x-fedhpc-admin": "1"} if admin else {})}
-                kw["headers"] = {**kw.get("headers", {}), **headers}
-            resp = await self.http.request(route.method, path, timeout=limit, **kw)
-        except (
-            httpx2.ConnectError,
-            httpx2.ConnectTimeout,
-            httpx2.PoolTimeout,
-            FileNotFoundError,
-            ConnectionRefusedError,
-        ) as exc:
-            raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
-        except httpx2.TransportError as exc:
-            raise _unanswered(exc, what or path, limit, effect=effect, key=key, tool=what) from exc
+        acting = ACTING_FOR.get()
+        if acting is not None:
+            owner, admin = acting
+            headers = {"x-fedhpc-owner": owner, **({"x-fedhpc-admin": "1"} if admin else {})}
+            kw["headers"] = {**kw.get("headers", {}), **headers}
+        # A read whose connection closed under it (the daemon killed or restarting, a
+        # keep-alive closing) is asked once more on a new connection: it changes nothing, and
+        # the second try tells a daemon that is gone (`DaemonUnavailable`) from one that is not.
+        tries = 2 if effect == "read" else 1
+        while True:
+            tries -= 1
+            try:
+                resp = await self.http.request(route.method, path, timeout=limit, **kw)
+            except (
+                httpx2.ConnectError,
+                httpx2.ConnectTimeout,
+                httpx2.PoolTimeout,
+                FileNotFoundError,
+                ConnectionRefusedError,
+            ) as exc:
+                raise DaemonUnavailable(f"no daemon at {self.settings.socket_path}") from exc
+            except httpx2.TransportError as exc:
+                if tries and not isinstance(exc, httpx2.TimeoutException):
+                    continue
+                raise _unanswered(
+                    exc, what or path, limit, effect=effect, key=key, tool=what
+                ) from exc
+            break
         try:
             body = resp.json()
         except ValueError:
