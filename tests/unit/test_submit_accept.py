@@ -4,6 +4,7 @@ wait rather than `unschedulable`. A real store and real placement; no site is co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -248,3 +249,23 @@ async def test_a_dispatch_that_raises_fails_only_its_own_task_and_wakes_its_agen
         assert task.reasons[0].startswith("could not submit to alpha: internal: KeyError")
     kinds = [e.kind for e in await store.events_after(0)]
     assert kinds == ["task.retry_exhausted", "task.retry_exhausted"]
+
+
+async def test_a_submit_waits_for_its_placement_as_long_as_the_daemon_is_set_to(
+    store: Store,
+) -> None:
+    """FEDHPC_PLACE_WAIT_S (`place_wait_s`) bounds the wait of a submit's answer for its
+    placement: a loaded daemon may be given longer, so that answers still name their site."""
+    waits: list[tuple[list[str], float]] = []
+
+    async def wait_placed(ids: list[str], wait_s: float) -> None:
+        waits.append((ids, wait_s))
+
+    collector = Collector({}, {}, store, clock=Clock())
+    o = Orchestrator(store, collector, {}, clock=Clock(), place_wait_s=30)
+    o.intake.deps = replace(o.intake.deps, wait_placed=wait_placed)
+    handle = await o.intake.submit_task(_req())
+    assert waits == [([handle.task_id], 30)]
+    await o.intake.submit_task(_req(command=("echo", "now")), wait_s=0)  # a caller's own bound
+    assert len(waits) == 1
+    assert o.tools.place_wait_s == 30  # replan's answer waits as long

@@ -134,6 +134,7 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
             intent_grace_s=settings.intent_grace_s,
             site_lost_after_s=settings.site_lost_s,
             retry_window_s=settings.retry_window_s,
+            place_wait_s=settings.place_wait_s,
             estimate_timeout_s=settings.estimate_timeout_s,
             submits_per_cycle=settings.submits_per_cycle,
         )

@@ -17,12 +17,13 @@ from fedhpc.orchestrator import idem, staging
 from fedhpc.orchestrator.book import TaskBook, handle
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.records import TaskRecord, new_id
+from fedhpc.settings import PLACE_WAIT_S as PLACE_WAIT
 
 __all__ = ["PLACE_WAIT_S", "WAITING_FOR_PROBES", "Acceptance", "Intake"]
 
 # A submit answers once its task is durably queued; it waits this long at most for the first
-# placement, so that a single task's answer usually names its site and job.
-PLACE_WAIT_S = 2.0
+# placement (default; FEDHPC_PLACE_WAIT_S), so that a single task's answer names its site.
+PLACE_WAIT_S = float(PLACE_WAIT.default or 0)
 WAITING_FOR_PROBES = "queued: waiting for the first probe of the sites (the daemon just started)"
 
 
@@ -36,6 +37,7 @@ class Acceptance:
     accepting: anyio.Lock  # a retry's lookup and the insert it races with
     clock: Callable[[], datetime]
     retry_window_s: float  # an unkeyed repeat within it is a retry (`idem`)
+    place_wait_s: float  # a submit's answer waits this long at most for its placement
     notify: Callable[[], None]  # told after events may have landed
     wake_placer: Callable[[], None]
     wait_placed: Callable[[list[str], float], Awaitable[None]]
@@ -49,15 +51,17 @@ class Intake:
         self.book = deps.book
 
     async def submit_task(
-        self, req: SubmitTaskRequest, *, wait_s: float = PLACE_WAIT_S, owner: str | None = None
+        self, req: SubmitTaskRequest, *, wait_s: float | None = None, owner: str | None = None
     ) -> TaskHandle:
         """Accept the task durably (queued, or the earlier task a retry matches), wake the
-        placer, and answer within `wait_s`: with the placement if it came by then. `owner`
-        (service mode) is written with the task's row, in the same transaction."""
+        placer, and answer within `wait_s` (default the daemon's `place_wait_s`): with the
+        placement if it came by then. `owner` (service mode) is written with the task's row,
+        in the same transaction."""
         answer, fresh = await self.accept_task(req, owner=owner)
         if not fresh:
             return answer
         self.deps.wake_placer()
+        wait_s = self.deps.place_wait_s if wait_s is None else wait_s
         if wait_s > 0:
             await self.deps.wait_placed([answer.task_id], wait_s)
         task = await self.book.load_task(answer.task_id)

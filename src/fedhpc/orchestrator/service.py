@@ -18,7 +18,7 @@ from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.config import HedgeConfig, Site
 from fedhpc.orchestrator import idem, staging
-from fedhpc.orchestrator.accept import Acceptance, Intake
+from fedhpc.orchestrator.accept import PLACE_WAIT_S, Acceptance, Intake
 from fedhpc.orchestrator.adapt import Adaptation
 from fedhpc.orchestrator.answers import Answers
 from fedhpc.orchestrator.book import TaskBook
@@ -63,6 +63,7 @@ class Orchestrator:
         intent_grace_s: float | None = None,
         site_lost_after_s: float = 300.0,
         retry_window_s: float = idem.RETRY_WINDOW_S,
+        place_wait_s: float = PLACE_WAIT_S,
         clock: Callable[[], datetime] = _utcnow,
         estimate_timeout_s: float = 2.0,
         submits_per_cycle: int = 100,
@@ -150,6 +151,7 @@ class Orchestrator:
             accepting=anyio.Lock(),  # a retry's lookup and the insert it races with
             clock=clock,
             retry_window_s=retry_window_s,
+            place_wait_s=place_wait_s,
             notify=self._notify,
             wake_placer=placer.wake,
             wait_placed=placer.wait_placed,
@@ -167,6 +169,7 @@ class Orchestrator:
             clock=clock,
             wake_placer=placer.wake,
             wait_placed=placer.wait_placed,
+            place_wait_s=place_wait_s,
         )
         self.answers = Answers(book, self._blocker)
 

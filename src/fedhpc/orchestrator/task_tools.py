@@ -63,6 +63,7 @@ class TaskTools:
         clock: Callable[[], datetime],
         wake_placer: Callable[[], None],
         wait_placed: Callable[[list[str], float], Awaitable[None]],
+        place_wait_s: float = PLACE_WAIT_S,
     ) -> None:
         self.book = book
         self.collector = collector
@@ -74,6 +75,7 @@ class TaskTools:
         self.clock = clock
         self.wake_placer = wake_placer
         self.wait_placed = wait_placed
+        self.place_wait_s = place_wait_s
 
     async def _load(self, task_id: str) -> TaskRecord:
         """The task; an id that names a group or a transfer says so and where to read it (a
@@ -256,9 +258,8 @@ class TaskTools:
                 intent = prepared
         if intent is not None:  # submitted without the lock: a slow site holds up nothing else
             return await self._send_moved(task, live, intent)
-        await self.wait_placed(
-            [task.id], PLACE_WAIT_S
-        )  # answer with the placement when it is quick
+        # answer with the placement when it is quick
+        await self.wait_placed([task.id], self.place_wait_s)
         task = await self.book.load_task(task.id)
         atts = [a for a in await self.book.load_attempts(task.id) if not a.superseded]
         return handle(task, atts[-1] if atts else None)

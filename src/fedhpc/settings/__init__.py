@@ -176,6 +176,16 @@ EVENTS_KEEP_DAYS = _daemon(
     ge=0,
     le=3650,
 )
+PLACE_WAIT_S = _daemon(
+    "PLACE_WAIT_S",
+    "seconds",
+    2.0,
+    "a submit_task (or replan) answer waits this long at most for the task's placement, so that "
+    "it names the site; past it the answer is `queued` and the placement comes as an event "
+    "(0: answer as soon as the task is durably queued)",
+    ge=0,
+    le=600,
+)
 RETRY_WINDOW_S = _daemon(
     "RETRY_WINDOW_S",
     "seconds",

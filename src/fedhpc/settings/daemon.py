@@ -24,6 +24,7 @@ from fedhpc.settings import (
     INTENT_GRACE_S,
     LEASE_S,
     LOOP_WATCH_S,
+    PLACE_WAIT_S,
     PROBE_TIMEOUT_S,
     REFRESH_S,
     RESUME_DAEMON_WAIT_S,
@@ -81,6 +82,7 @@ class DaemonSettings(BaseModel):
     submits_per_cycle: int = _tunable(SUBMITS_PER_CYCLE)
     events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
     retry_window_s: float = _tunable(RETRY_WINDOW_S)
+    place_wait_s: float = _tunable(PLACE_WAIT_S)
     loop_watch_s: float = _tunable(LOOP_WATCH_S)
     lease_s: float = _tunable(LEASE_S)
 
