@@ -40,4 +40,5 @@ async def call_ok(client: Client, tool: str, args: dict[str, Any]) -> dict[str, 
     result = await client.call_tool(tool, args)
     assert not result.is_error, result.content
     assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] = result.structured_content  # a tool's structured answer: an object
+    return body

@@ -152,7 +152,11 @@ async def sign_in(authorization_url: str, login: str, redirect_uri: str) -> dict
             found = _PROMPT.search(page.text)
             consent = consent_form(page.text)
             assert page.status_code == 200 and (found or consent), page.text[:400]
-            form = consent or {"prompt": found.group(1), "login": login, "password": "any"}
+            if consent:
+                form = consent
+            else:
+                assert found is not None  # one of the two, by the assertion above
+                form = {"prompt": found.group(1), "login": login, "password": "any"}
             posted = await browser.post(url, data=form)
             assert posted.is_redirect, posted.text[:400]
             url = urljoin(url, posted.headers["location"])
@@ -250,7 +254,7 @@ def sdk_oauth(
         server_url=resource,
         client_metadata=OAuthClientMetadata(
             client_name="fedhpc test agent",
-            redirect_uris=[redirect],  # type: ignore[list-item]
+            redirect_uris=[redirect],
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
             token_endpoint_auth_method="none",

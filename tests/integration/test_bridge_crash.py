@@ -79,9 +79,9 @@ async def test_a_launch_that_never_recorded_a_pid_is_a_failed_attempt_after_the_
         assert [x["state"] for x in await store.deliveries()] == ["started"]  # may still run
         later = Bridge(store, home, clock=lambda: datetime.now(UTC) + timedelta(minutes=5))
         await later.deliver()
-        (d,) = await store.deliveries()
-        assert d["state"] == "pending" and d["attempts"] == 1
-        assert "no pid recorded" in d["body"]["last_error"]
+        (again,) = await store.deliveries()
+        assert again["state"] == "pending" and again["attempts"] == 1
+        assert "no pid recorded" in again["body"]["last_error"]
     finally:
         await store.close()
 

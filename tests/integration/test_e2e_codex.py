@@ -238,7 +238,7 @@ async def _rig(
     *,
     serve: list[str] | None = None,
     resume_path: str = f"{VENV_BIN}:/usr/bin:/bin",
-    **bridge: str,
+    bridge: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[FakeOpenAI, Path, Path, dict[str, str], DaemonClient]]:
     """A daemon on the local-process sites (no Slurm), started from a filtered environment,
     resuming Codex from `[resume.codex]` only (`resume_path` its PATH), Codex's fedhpc
@@ -251,7 +251,7 @@ async def _rig(
         env = _env(home, fedhome, {})
         _resume_config(fedhome, codex, {"CODEX_HOME": str(home / ".codex")}, resume_path)
         daemon = {
-            **_daemon_env(home, fedhome, bridge),
+            **_daemon_env(home, fedhome, bridge or {}),
             "FEDHPC_DEVFED": "process",
             "FEDHPC_DEVFED_DIR": str(tmp_path / "devfed"),
         }
@@ -299,7 +299,7 @@ async def test_codex_model_endpoint_down_then_back_sees_the_event_once(
         "FEDHPC_BRIDGE_BACKOFF_S": "1",
         "FEDHPC_BRIDGE_ATTEMPTS": "6",
     }
-    async with _rig(codex, tmp_path, **bridge) as (fake, project, _fedhome, env, client):
+    async with _rig(codex, tmp_path, bridge=bridge) as (fake, project, _fedhome, env, client):
         fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
         thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))
         fake.down = True
@@ -414,7 +414,7 @@ async def test_codex_stuck_on_a_silent_endpoint_is_stopped_whole_and_sees_the_ev
         "FEDHPC_BRIDGE_BACKOFF_S": "1",
         "FEDHPC_BRIDGE_ATTEMPTS": "6",
     }
-    async with _rig(codex, tmp_path, **bridge) as (fake, project, fedhome, env, client):
+    async with _rig(codex, tmp_path, bridge=bridge) as (fake, project, fedhome, env, client):
         fake.submit_args = {**SUBMIT_ARGS, "command": ["bash", "-c", "sleep 3; echo done"]}
         release = fake.hold_resume()
         thread = codex_thread(await anyio.to_thread.run_sync(_first_turn, codex, project, env))

@@ -128,7 +128,7 @@ async def _orchestrator(
     counted = {
         n: Counting((swap or {}).get(n, open_adapter(s)).transport) for n, s in sites.items()
     }
-    adapters = {n: SiteAdapter(s, counted[n]) for n, s in sites.items()}  # type: ignore[arg-type]
+    adapters = {n: SiteAdapter(s, counted[n]) for n, s in sites.items()}
     store = await Store.open(tmp / "o.db")
     try:
         collector = Collector(sites, probe, store, refresh_s=60, probe_timeout_s=20)

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 
+from tests.integration.conftest import Devfed
 from tests.integration.daemon_util import drain, running
 from tests.integration.mcp_support import stdio_params
 
@@ -42,7 +43,7 @@ async def _result_when(client: Client, task_id: str, done: Any, limit: float = 1
             await anyio.sleep(0.5)
 
 
-def _sacct(devfed: Any, site: str, job_id: str, field: str) -> str:
+def _sacct(devfed: Devfed, site: str, job_id: str, field: str) -> str:
     """One accounting field of the job ("CANCELLED by 0" reads "CANCELLED")."""
     out = devfed.run(site, "sacct", "-X", "-n", "-P", "-j", job_id, "-o", field, timeout=30)
     return out.stdout.strip().split(" ")[0]

@@ -61,7 +61,8 @@ async def _ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     assert json.loads(text) == result.structured_content
     assert ":null" not in text and ":[]" not in text and ':""' not in text
     assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] = result.structured_content  # a tool's structured answer: an object
+    return body
 
 
 async def _resource(client: Client, uri: str) -> dict[str, Any]:

@@ -78,7 +78,7 @@ async def test_loopback_http_serves_tools_without_a_token(
         result = await client.call_tool("inspect_federation", {"sites": ["devdelta"]})
     assert "submit_task" in names
     assert not result.is_error
-    assert [s["site"] for s in result.structured_content["sites"]] == ["devdelta"]  # type: ignore[index]
+    assert [s["site"] for s in result.structured_content["sites"]] == ["devdelta"]
 
 
 def test_another_address_without_a_token_refuses_to_start(

@@ -25,7 +25,8 @@ async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, args)
     assert not result.is_error, result.content
     assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] = result.structured_content  # a tool's structured answer: an object
+    return body
 
 
 async def _view(client: Client, transfer_id: str) -> TransferView:

@@ -65,7 +65,8 @@ async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, args)
     assert not result.is_error, result.content
     assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] = result.structured_content  # a tool's structured answer: an object
+    return body
 
 
 def test_serve_is_wired_into_the_fedhpc_command() -> None:
@@ -77,7 +78,7 @@ async def test_lists_every_tool_with_input_and_output_schema_and_annotations(
 ) -> None:
     home = daemon
     async with Client(stdio_params(home, "--no-autostart"), mode="legacy") as client:
-        assert client.session.protocol_version == "2025-11-25"  # type: ignore[union-attr]
+        assert client.session.protocol_version == "2025-11-25"
         tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == TOOLS
     for tool in tools.values():
@@ -252,7 +253,7 @@ async def test_a_codex_submission_carries_its_thread_as_the_continuation(
             meta=meta,
         )
     assert not result.is_error, result.content
-    task_id = result.structured_content["task_id"]  # type: ignore[index]
+    task_id = result.structured_content["task_id"]
     uri = f"file:{home / 'fedhpc.db'}?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
         rows = db.execute(

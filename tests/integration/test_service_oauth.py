@@ -140,9 +140,9 @@ async def test_a_read_token_lists_and_inspects_but_may_not_submit_or_move_data(
     assert {"inspect_federation", "submit_task", "move_data"} <= names
     assert not inspect.is_error, inspect.content
     assert inspect.structured_content and inspect.structured_content["sites"]
-    for refused, scope in zip(refusals, ("fedhpc:submit", "fedhpc:data"), strict=True):
-        assert refused.data["code"] == "insufficient_scope"  # the typed body, through the SDK
-        assert scope in refused.data["message"] and scope in refused.data["hint"]
+    for refusal, scope in zip(refusals, ("fedhpc:submit", "fedhpc:data"), strict=True):
+        assert refusal.data["code"] == "insufficient_scope"  # the typed body, through the SDK
+        assert scope in refusal.data["message"] and scope in refusal.data["hint"]
 
 
 async def test_a_submit_token_passes_the_scope_guard_to_the_argument_checks(

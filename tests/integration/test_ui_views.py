@@ -137,10 +137,11 @@ def _window(page: Any) -> tuple[datetime, datetime]:
 
 
 def _looks(item: Any) -> dict[str, str]:
-    return item.evaluate(
+    looks: dict[str, str] = item.evaluate(
         "(e) => { const s = getComputedStyle(e); return { color: s.backgroundColor, "
         "image: s.backgroundImage, size: s.backgroundSize, border: s.borderTopColor }; }"
     )
+    return looks
 
 
 # Where the tooltip stands against the bars: each bar's box and, at its centre, whether the
