@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,17 +39,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class ScopeTimes:
     """The time each scheduling scope took (`_scope`), printed after the slowest tests: one
-    worker runs the Slurm scope a test at a time, so it is the suite's long pole. Under xdist
-    the controller hears every worker's reports."""
+    worker runs each Slurm half a test at a time, so they are the suite's long poles. Under
+    xdist the controller hears every worker's reports, and prints each worker's busy time and
+    when its last test ended (the run's tail: which worker finished last, after what)."""
 
     def __init__(self) -> None:
         self.scopes: dict[str, list[float]] = {}  # scope -> [tests, seconds]
+        self.started = time.monotonic()
+        self.workers: dict[str, list[Any]] = {}  # worker -> [busy seconds, ended at, last scope]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         name = _scope(report.nodeid)
-        tally = self.scopes.setdefault("unit tests" if name == report.nodeid else name, [0, 0])
+        scope = "unit tests" if name == report.nodeid else name
+        tally = self.scopes.setdefault(scope, [0, 0])
         tally[0] += report.when == "call"
         tally[1] += report.duration
+        node = getattr(report, "node", None)
+        if node is not None:  # an xdist worker's report, heard by the controller
+            worker = self.workers.setdefault(node.gateway.id, [0.0, 0.0, ""])
+            worker[0] += report.duration
+            worker[1] = time.monotonic() - self.started
+            worker[2] = scope
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.scopes:
@@ -56,6 +67,10 @@ class ScopeTimes:
         terminalreporter.write_sep("=", "time per scheduling scope (setup + call + teardown)")
         for name, (tests, seconds) in sorted(self.scopes.items(), key=lambda kv: -kv[1][1])[:8]:
             terminalreporter.write_line(f"{seconds:8.1f} s  {int(tests):5d} tests  {name}")
+        for worker, (busy, ended, last) in sorted(self.workers.items(), key=lambda kv: kv[1][1]):
+            terminalreporter.write_line(
+                f"worker {worker}: busy {busy:.0f} s, last test ended at {ended:.0f} s ({last})"
+            )
 
 
 @pytest.hookimpl(hookwrapper=True)
