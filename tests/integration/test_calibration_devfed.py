@@ -85,5 +85,6 @@ async def test_every_task_of_a_burst_is_judged_and_a_band_is_reported(
         assert all(e["n"] <= 1 + here for e in rows.values()), rows
         banded = [e for e in rows.values() if e.get("band_s")]
         assert banded, rows
-        lo, mid, hi = banded[0]["band_s"]
-        assert lo <= mid <= hi
+        # An edge at the floor (jobs that started at once) is None: 0 s whatever the prediction.
+        edges = [x for x in banded[0]["band_s"] if x is not None]
+        assert edges == sorted(edges), banded[0]

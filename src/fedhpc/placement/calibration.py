@@ -12,6 +12,14 @@ widens the band toward the whole range seen, and a band that holds too often nar
 A job cut before it started has only a lower bound on its wait: a known miss when the band's
 p90 is below it, otherwise unjudged; either way the bound enters the residuals (the wait was
 at least that), so a partition that fills teaches the band before its jobs start.
+A job that started at once (a wait of 0 s) is censored the other way: the partition had room
+before it came, so its wait says nothing of how far the estimator overshot, only that the wait
+was at its floor. Its residual is `FLOOR` (-inf), not -predicted: otherwise a prediction that
+drifts up while the jobs keep starting at once lifts the band's p10 above the 0 s the waits
+showed. When the band's lower edge falls on the floor (a tenth of the residuals; one of
+fewer than 19) its p10 is 0 s whatever the prediction, and the band puts all its miscoverage
+above (`band_edges`): an equal-tailed band whose lower tail is at 0 s covers up to 90 %, not
+the 80 % it claims (87 % when a third of the jobs start at once: `test_placement_calibration`).
 Calibration is scored *prequentially*: job i is judged against the band built from jobs
 before it only, so coverage is what a caller relying on the band would have seen. A well
 calibrated p10-p90 band covers 80 % of jobs; an estimator whose coverage drifts below
@@ -25,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "FLOOR",
     "GAMMA",
     "TARGET_COVERAGE",
     "TOLERANCE",
@@ -43,14 +52,19 @@ MIN_WEIGHT = 0.1
 # judges a band on its last 20 jobs, so the level must move within a handful.
 GAMMA = 0.04
 MAX_ALPHA = 0.5  # never narrower than the residuals' quartiles
+FLOOR = -math.inf  # the residual of a job that started at once (see the module's doc)
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of an ascending, non-empty sequence."""
+    """Linear-interpolated quantile of an ascending, non-empty sequence; between `FLOOR` and a
+    finite value, the value of the nearer rank (the floor when halfway)."""
     pos = q * (len(sorted_values) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    a, b = sorted_values[lo], sorted_values[hi]
+    if math.isinf(a):
+        return a if a == b or pos - lo <= 0.5 else b
+    return a + (b - a) * (pos - lo)
 
 
 def band_edges(
@@ -61,10 +75,15 @@ def band_edges(
     ceil((1 - alpha/2) (n+1)), held to 1..n. A new exchangeable residual then falls inside
     with probability (hi - lo)/(n+1): 81 % at n = 20 and alpha 0.2, and the whole range seen
     below 9 (the 10th/90th percentiles of a few residuals cover well under 80 %: about 69 %
-    at n = 20, 50 % or less at n = 3)."""
+    at n = 20, 50 % or less at n = 3).
+    A lower edge at `FLOOR` (jobs that started at once: p10 is 0 s) costs the band no
+    miscoverage below, so its upper edge takes all of it, rank ceil((1 - alpha) (n+1)): the
+    band then covers 80 %, where the equal-tailed one would cover 90 %."""
     n = len(sorted_values)
     lo = min(n, max(1, math.floor(alpha / 2 * (n + 1))))
     hi = min(n, max(1, math.ceil((1 - alpha / 2) * (n + 1))))
+    if sorted_values[lo - 1] == FLOOR:
+        hi = min(n, max(1, math.ceil((1 - alpha) * (n + 1))))
     return sorted_values[lo - 1], sorted_values[hi - 1]
 
 
@@ -81,7 +100,8 @@ class AdaptiveBand:
         learn_censored: bool = True,
     ) -> None:
         """`gamma` 0 and `learn_censored` False: split conformal at a fixed 80 %, cut jobs
-        left out of the residuals (the band before it adapted; benchmarks compare the two)."""
+        left out of the residuals and jobs that started at once taken as residuals like any
+        other (the band before it adapted; benchmarks compare the two)."""
         self.need = max(1, min_samples)
         self.window = window
         self.gamma = gamma
@@ -116,7 +136,10 @@ class AdaptiveBand:
             miss = 0.0 if judged else 1.0
             a = self.alpha + self.gamma * (1 - TARGET_COVERAGE - miss)
             self.alpha = min(MAX_ALPHA, max(0.0, a))
-        if self.learn_censored or not censored:
+        if not censored:
+            at_once = observed_s <= 0 and self.learn_censored
+            self.residuals.append(FLOOR if at_once else observed_s - predicted_s)
+        elif self.learn_censored:
             self.residuals.append(observed_s - predicted_s)
         return judged
 
@@ -132,8 +155,9 @@ class Calibration:
 
     `lo_s`/`mid_s`/`hi_s`: the band's offsets from its residuals (observed minus predicted)
     at the adapted level `alpha` (the p10/p90 edges) and their median, so a new prediction P
-    forecasts (P + lo_s, P + mid_s, P + hi_s). `scored`: jobs that had a band from earlier
-    jobs; `covered`: those inside it."""
+    forecasts (P + lo_s, P + mid_s, P + hi_s), none below 0 s; an offset at `FLOOR` (-inf:
+    enough jobs started at once) puts that edge at 0 s. `scored`: jobs that had a band from
+    earlier jobs; `covered`: those inside it."""
 
     n: int
     scored: int

@@ -3,6 +3,7 @@ against the wait the scheduler's accounting later reports, per site and partitio
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -170,15 +171,17 @@ def method_of(source: str) -> str:
 def _calibration_fields(c: Calibration | None) -> dict[str, Any]:
     """`coverage`: share of jobs inside the p10-p90 band built from the jobs before them (None
     until enough were scored; goal 0.8); `band_s`: the residual p10/p50/p90 a new prediction
-    is shifted by; `weight`: 1 within 0.8 +- 0.1, less the further coverage drifts; `alpha`:
-    the band's miscoverage level as its misses and hits moved it (0.2 at first)."""
+    is shifted by, None where that edge is at the floor (enough jobs started at once: 0 s
+    whatever the prediction; placement.calibration.FLOOR); `weight`: 1 within 0.8 +- 0.1,
+    less the further coverage drifts; `alpha`: the band's miscoverage level as its misses and
+    hits moved it (0.2 at first)."""
     if c is None:
         return {}
     cov = c.coverage
     return {
         "coverage": None if cov is None else round(cov, 2),
         "scored": c.scored,
-        "band_s": [round(c.lo_s, 1), round(c.mid_s, 1), round(c.hi_s, 1)],
+        "band_s": [None if math.isinf(x) else round(x, 1) for x in (c.lo_s, c.mid_s, c.hi_s)],
         "weight": round(c.weight, 2),
         "alpha": round(c.alpha, 3),
     }
