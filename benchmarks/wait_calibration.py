@@ -7,7 +7,8 @@ placements (`fedhpc.placement.calibration.AdaptiveBand`): per (site, partition, 
 i's p10-p90 band is its prediction shifted by the conformal edges of the residuals of the (at
 most 20) jobs before it there, once 3 exist, at the level adaptive conformal inference reached
 by then; coverage is the share of scored jobs inside their band (goal 80 % +- 10), next to the
-coverage of the split conformal band used before (fixed level, cut jobs left out). Bias is the
+coverage of the split conformal band used before (fixed level, cut jobs left out, a job that
+started at once not yet taken as a wait at its floor: `calibration.FLOOR`). Bias is the
 median of predicted - observed (positive: it predicts longer waits than happen); |error| the
 median |predicted - observed| of the raw prediction, i.e. of the start-time forecast (snapshot
 + predicted wait), and of the band's p50. A job cut at the round timeout before it started has
