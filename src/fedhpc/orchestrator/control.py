@@ -136,6 +136,7 @@ class Control:
                 self.adapters[site].observe_answered()
                 async with self.lock:
                     if answer is not None:
+                        self.adaptation.planner.suspects.clear(site)  # it answered
                         await self._merge_site(site, answer)
                     elif atts:  # lost while asked (a hung controller): its work moves now
                         await self.adaptation.site_lost(site, await self._stored(site))

@@ -21,6 +21,7 @@ from fedhpc.orchestrator.estimates import WaitInputs, asks_scheduler
 from fedhpc.orchestrator.people import refused_sites
 from fedhpc.orchestrator.records import TaskRecord
 from fedhpc.orchestrator.start_estimates import SchedulerAnswer
+from fedhpc.orchestrator.suspect_sites import SuspectSites, place_avoiding
 from fedhpc.placement import (
     Goal,
     Ledger,
@@ -30,7 +31,6 @@ from fedhpc.placement import (
     PolicyKind,
     Unschedulable,
     place,
-    place_group,
 )
 from fedhpc.placement.errors import EstimatorErrors
 from fedhpc.placement.estimators import WaitHistory
@@ -111,6 +111,7 @@ class Planner:
         clock: Callable[[], datetime],
         submits_per_cycle: int,
         default_goal: Goal = Goal.FASTEST,
+        suspect_hold_s: float = 30.0,
     ) -> None:
         self.collector = collector
         self.default_goal = default_goal  # the user config's `goal`: for requests naming none
@@ -125,6 +126,7 @@ class Planner:
         self._people: dict[str, dict[str, float]] = {}
         # Per person: the per-person sites they hold no authorization for, read once a pass.
         self._refused: dict[str, dict[str, str]] = {}
+        self.suspects = SuspectSites(clock, hold_s=suspect_hold_s)  # avoided while others fit
 
     @property
     def sites(self) -> dict[str, Site]:
@@ -263,21 +265,25 @@ class Planner:
         score: tuple[tuple[str, str], ...] = (),
     ) -> tuple[Attempt, tuple[str, ...], Policy]:
         """How to place `task` now: a pure function of (sites to avoid, scheduler answers),
-        the soft avoid list (siblings' sites), and the policy."""
+        the soft avoid list (siblings' sites, suspect sites), and the policy."""
         env, drop = self.envelope(task, exclude, wall_s)
         known = set(self.sites)
         inputs = self.inputs(task, history=waits, ledger=ledger, errors=errors, score=score)
+        suspects = self.suspects.now()
 
         def attempt(
             avoid: tuple[str, ...], answer: SchedulerAnswer | None
         ) -> Placement | Unschedulable:
-            e = env.model_copy(update={"sites_exclude": tuple(sorted(set(drop) | set(avoid)))})
+            doubt = {s: why for s, why in suspects.items() if s in avoid}  # named as suspect
+            out = tuple(sorted(set(drop) | set(avoid) - set(doubt)))
             starts, notes = self.waits.fresh(answer) if answer else (None, None)
-            return place(e, replace(inputs, estimates=starts, estimate_notes=notes))
+            got = replace(inputs, estimates=starts, estimate_notes=notes, suspect=doubt or None)
+            return place(env.model_copy(update={"sites_exclude": out}), got)
 
         avoid = () if task.spread_relaxed else tuple(s for s in task.avoid_sites if s in known)
         if set(avoid) >= known - set(drop):
             avoid = ()  # every usable system already has a sibling: spreading cannot help
+        avoid = tuple(sorted({*avoid, *(known & set(suspects))}))
         return attempt, avoid, inputs.policy or Policy()
 
     async def decide(
@@ -347,7 +353,7 @@ class Planner:
         inputs = replace(inputs, estimates=starts, estimate_notes=notes)
 
         def run() -> list[Placement | Unschedulable]:
-            return place_group([env] * len(tasks), inputs, site_caps=caps)
+            return place_avoiding([env] * len(tasks), inputs, caps, self.suspects.now())
 
         # Pure CPU work: a worker thread keeps the event loop serving meanwhile (as `decide`).
         return await anyio.to_thread.run_sync(run)

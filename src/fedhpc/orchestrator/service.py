@@ -104,6 +104,7 @@ class Orchestrator:
             clock=clock,
             submits_per_cycle=submits_per_cycle,
             default_goal=default_goal,
+            suspect_hold_s=3 * cycle_s,
         )
         self.dispatcher = dispatcher = Dispatcher(
             book, self.adapters, claims, waits, lock=self.lock, clock=clock

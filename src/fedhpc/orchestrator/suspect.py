@@ -5,7 +5,7 @@ probe's pings, each given the full `PING_TIMEOUT_S` and one asked again, take it
 its queued work that may run elsewhere gets a hedged copy elsewhere at once (`hedging`): the
 first copy to start runs and the other is cancelled, and the copy on a site that is then lost
 is set aside. A hung controller's work so has a new attempt within one or two control cycles,
-not after two ping deadlines."""
+not after two ping deadlines. New work avoids the site meanwhile (`suspect_sites`)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ async def hedge_suspect(
     (no `fallback`) or that fits nowhere else stays; so does one whose owner has their
     `hedges_in_flight` copies on the other site already. The budget is not spent: the copy
     that loses is set aside. The ids of the tasks copied."""
+    adaptation.planner.suspects.mark(site, why)  # new work goes elsewhere meanwhile
     hedger = adaptation.hedger
     if hedger is None:
         return []

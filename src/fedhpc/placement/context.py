@@ -141,6 +141,7 @@ class PartitionContext:
     task_budget: float | None
     fixed_site: str | None = None
     refused: str | None = None  # why the task's person may not run at this site (service mode)
+    suspect: str | None = None  # why the site is suspect now (its controller missed a ping)
 
     @property
     def profile(self) -> SiteProfile:

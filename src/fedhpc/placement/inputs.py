@@ -62,6 +62,8 @@ class PlacementInputs:
     person_budget: Mapping[str, tuple[float, str]] | None = None
     # Per site that runs each person as themselves: why the task's person cannot run there.
     person_refused: Mapping[str, str] | None = None
+    # Per site whose controller just missed a ping (the orchestrator's suspect sites): why.
+    suspect: Mapping[str, str] | None = None
     ledger: Ledger | None = None
     prune: bool = True
     top: int = TOP

@@ -109,7 +109,7 @@ class Request:
             task_budget,
         )
         self.minimum = minimum_shape(env)
-        self.refused = inputs.person_refused
+        self.refused, self.suspect = inputs.person_refused, inputs.suspect
         self.estimates, self.notes = estimates, estimate_notes
         self._inputs = (
             policy,
@@ -162,6 +162,7 @@ class Request:
             task_budget=self.task_budget,
             fixed=self.fixed,
             refused=self.refused,
+            suspect=self.suspect,
         )
 
     def _evaluate(self, i: int, inputs: Inputs) -> Evaluated:

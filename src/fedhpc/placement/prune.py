@@ -200,6 +200,7 @@ def context(
     task_budget: float | None,
     fixed: str | None,
     refused: Mapping[str, str] | None = None,
+    suspect: Mapping[str, str] | None = None,
 ) -> PartitionContext:
     live = e.live
     if (
@@ -208,9 +209,21 @@ def context(
         and ledger.jobs.get((e.site.name, e.pstate.name))
     ):
         live = Live.of(e.site.name, e.pstate, ledger)
-    why = refused.get(e.site.name) if refused else None
+    name = e.site.name
     return PartitionContext(
-        env, e.site, e.spec, e.state, e.pstate, live, now, settings, ledger, task_budget, fixed, why
+        env,
+        e.site,
+        e.spec,
+        e.state,
+        e.pstate,
+        live,
+        now,
+        settings,
+        ledger,
+        task_budget,
+        fixed,
+        refused=refused.get(name) if refused else None,
+        suspect=suspect.get(name) if suspect else None,
     )
 
 

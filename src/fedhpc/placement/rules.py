@@ -92,6 +92,8 @@ def health(p: PartitionContext) -> RuleResult:
         return _fail(c, f"no probe of {p.site.name} in the snapshot")
     if p.state.health is Health.OFFLINE:
         return _fail(c, f"{p.site.name} is offline: {p.state.error or 'probe failed'}")
+    if p.suspect is not None:
+        return _fail(c, f"{p.site.name} is suspect: {p.suspect}")
     if p.pstate is None:
         why = f" ({p.state.error})" if p.state.error else ""
         return _fail(c, f"the probe did not report partition {p.spec.name}{why}")
