@@ -166,11 +166,21 @@ def sbatch(devfed: Devfed, site: str, *args: str) -> str:
 
 
 def store_daemon(
-    home: Path, url: str, sites: Path, *, cycle_s: float = 1, lease_s: float = 3
+    home: Path,
+    url: str,
+    sites: Path,
+    *,
+    cycle_s: float = 1,
+    lease_s: float = 3,
+    intent_grace_s: float = 5,
+    bridge_poll_s: float = 1,
 ) -> subprocess.Popen[bytes]:
     """A real `fedhpc daemon` on the store `url` (PostgreSQL: several may share it) and the
     private process sites in `sites`, run in `home` (a job without an output path writes
-    there, not in the checkout)."""
+    there, not in the checkout). A process site's submit returns in well under a second, so
+    an intent a killed leader left unanswered is resubmitted after `intent_grace_s`, not the
+    default 45 s meant for a slow remote `sbatch`. The resume bridge looks for ended resumes
+    every `bridge_poll_s`: one session's resumes run one at a time, one per look at most."""
     home.mkdir(parents=True)
     env = {
         **os.environ,
@@ -181,6 +191,8 @@ def store_daemon(
         "FEDHPC_CYCLE_S": f"{cycle_s:g}",
         "FEDHPC_REFRESH_S": "2",
         "FEDHPC_LEASE_S": f"{lease_s:g}",
+        "FEDHPC_INTENT_GRACE_S": f"{intent_grace_s:g}",
+        "FEDHPC_BRIDGE_POLL_S": f"{bridge_poll_s:g}",
         "FEDHPC_LOG_LEVEL": "info",
     }
     with (home / "daemon.log").open("wb") as log:

@@ -216,9 +216,15 @@ async def test_killing_the_leader_five_times_runs_every_task_once(
     sites = tmp_path / "sites"
     woken = tmp_path / "woken.jsonl"
     procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+
+    def daemon(home: Path) -> subprocess.Popen[bytes]:
+        # Every task resumes one agent session, one resume at a time: the bridge looks for
+        # the one that ended every 0.1 s, not every second (200 resumes, one after another).
+        return store_daemon(home, url, sites, bridge_poll_s=0.1)
+
     try:
         for name in ("a", "b"):
-            procs[name] = (store_daemon(tmp_path / name, url, sites), tmp_path / name)
+            procs[name] = (daemon(tmp_path / name), tmp_path / name)
         ids: list[str] = []
         for k in range(KILLS):
             homes = {p.pid: home for p, home in procs.values() if p.poll() is None}
@@ -235,7 +241,7 @@ async def test_killing_the_leader_five_times_runs_every_task_once(
             os.kill(killed.pid, signal.SIGKILL)  # mid-dispatch, likely
             killed.wait()
             home = tmp_path / f"{leader}{k}"
-            procs[leader] = (store_daemon(home, url, sites), home)  # the new standby
+            procs[leader] = (daemon(home), home)  # the new standby
         assert len(set(ids)) == KILLS * PER_ROUND
 
         left: list[str] = []
