@@ -22,6 +22,9 @@ def _demo_env(tmp: Path) -> dict[str, str]:
     env["FEDHPC_DEVFED_DIR"] = str(tmp / "devfed")
     env["HOME"] = str(tmp)
     env["XDG_STATE_HOME"] = str(tmp / "state")
+    # The child stuck on the saturated devanvil is stalled once it has been pending 5 s, not
+    # the default 15 s: re-placed as its siblings end (they run 5 s), not 10 s after.
+    env["FEDHPC_STALL_S"] = "5"
     return env
 
 

@@ -131,6 +131,7 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
             collector,
             adapters,
             cycle_s=settings.cycle_s,
+            stall_s=settings.stall_s,
             intent_grace_s=settings.intent_grace_s,
             site_lost_after_s=settings.site_lost_s,
             retry_window_s=settings.retry_window_s,

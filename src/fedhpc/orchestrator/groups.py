@@ -24,8 +24,16 @@ from fedhpc.orchestrator.accept import WAITING_FOR_PROBES, Acceptance
 from fedhpc.orchestrator.book import TaskNotFound
 from fedhpc.orchestrator.door import check_envelope
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord, new_id
+from fedhpc.settings import STALL_S
 
-__all__ = ["LISTED", "UNKNOWN_GROUP_HINT", "Groups", "group_id_for", "group_state"]
+__all__ = [
+    "LISTED",
+    "STALL_AFTER_S",
+    "UNKNOWN_GROUP_HINT",
+    "Groups",
+    "group_id_for",
+    "group_state",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -39,8 +47,8 @@ UNKNOWN_GROUP_HINT = (
 )
 GROUP_WAIT_S = 1.0  # a group small enough to be listed waits this long for its placements
 # A child pending this long (at least three control cycles) after its siblings are done is
-# stalled: a child the scheduler has only just queued is not.
-STALL_AFTER_S = 15.0
+# stalled: a child the scheduler has only just queued is not (FEDHPC_STALL_S).
+STALL_AFTER_S = float(STALL_S.default or 15)
 
 
 def group_id_for(key: str) -> str:
@@ -93,9 +101,11 @@ class Groups:
         *,
         cycle_s: float,
         replace: Callable[[TaskRecord, AttemptRecord], Awaitable[bool]],
+        stall_s: float = STALL_AFTER_S,
     ) -> None:
         self.deps = deps
         self.cycle_s = cycle_s
+        self.stall_s = stall_s
         self.replace = replace
 
     async def submit(
@@ -292,7 +302,7 @@ class Groups:
             return  # an older submit_group still adding children: no round can be over yet
         children = await self.deps.book.store.group_children(gid, acting=terminal)
         now = self.deps.clock()
-        stall_s = max(STALL_AFTER_S, 3 * self.cycle_s)
+        stall_s = max(self.stall_s, 3 * self.cycle_s)
         for c in children:
             att = c["attempt"]
             if att is None or att["state"] != JobState.PENDING.value or c["relaxed"]:

@@ -26,7 +26,7 @@ from fedhpc.orchestrator.claims import Claims
 from fedhpc.orchestrator.control import Control
 from fedhpc.orchestrator.dispatch import Dispatcher
 from fedhpc.orchestrator.estimates import WaitInputs
-from fedhpc.orchestrator.groups import Groups
+from fedhpc.orchestrator.groups import STALL_AFTER_S, Groups
 from fedhpc.orchestrator.placer import Placer
 from fedhpc.orchestrator.planner import Planner
 from fedhpc.orchestrator.records import AttemptRecord, TaskRecord
@@ -60,6 +60,7 @@ class Orchestrator:
         adapters: Mapping[str, SiteAdapter],
         *,
         cycle_s: float = 10.0,
+        stall_s: float = STALL_AFTER_S,
         intent_grace_s: float | None = None,
         site_lost_after_s: float = 300.0,
         retry_window_s: float = idem.RETRY_WINDOW_S,
@@ -158,7 +159,7 @@ class Orchestrator:
             wait_placed=placer.wait_placed,
         )
         self.intake = Intake(accept)
-        self.groups = Groups(accept, cycle_s=cycle_s, replace=self._relax)
+        self.groups = Groups(accept, cycle_s=cycle_s, replace=self._relax, stall_s=stall_s)
         self.tools = TaskTools(
             book,
             collector,

@@ -68,6 +68,9 @@ PROBE_TIMEOUT_S = _daemon(
 HISTORY_KEEP = _daemon("HISTORY_KEEP", "int", 1440, "snapshots kept per site", ge=1)
 GRACE_S = _daemon("GRACE_S", "seconds", 10.0, "SIGTERM grace before cancelling", ge=0)
 CYCLE_S = _daemon("CYCLE_S", "seconds", 10.0, "orchestrator control cycle", gt=0)
+STALL_S = _daemon(
+    "STALL_S", "seconds", 15.0, "a group's lone pending child is re-placed after this long", gt=0
+)
 BRIDGE_POLL_S = _daemon(
     "BRIDGE_POLL_S",
     "seconds",

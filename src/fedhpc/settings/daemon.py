@@ -34,6 +34,7 @@ from fedhpc.settings import (
     RETRY_WINDOW_S,
     SETTINGS,
     SITE_LOST_S,
+    STALL_S,
     SUBMITS_PER_CYCLE,
     Bounds,
     Setting,
@@ -68,6 +69,7 @@ class DaemonSettings(BaseModel):
     history_keep: int = _tunable(HISTORY_KEEP)
     grace_s: float = _tunable(GRACE_S)
     cycle_s: float = _tunable(CYCLE_S)
+    stall_s: float = _tunable(STALL_S)
     bridge_poll_s: float = _tunable(BRIDGE_POLL_S)
     bridge_attempts: int = _tunable(BRIDGE_ATTEMPTS)
     bridge_backoff_s: float = _tunable(BRIDGE_BACKOFF_S)
