@@ -172,7 +172,9 @@ async def test_rq4_group_spreads_then_replaces_the_stalled_child(fed: Any, tmp_p
             "--wrap",
             "sleep 1800",
         )
-    async with running(tmp_path / "h") as client:
+    # The child on devanvil counts as stalled once pending 5 s (not the default 15 s): it is
+    # re-placed as its siblings end (they run 4 s).
+    async with running(tmp_path / "h", FEDHPC_STALL_S="5") as client:
         group = await client.submit_group(
             SubmitGroupRequest(
                 objective="four single-GPU evaluations on distinct systems",
