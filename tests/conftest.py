@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pluggy import Result
 
 from fedhpc.settings import DEVFED_DIR
 from fedhpc_dev.devfed.instances import instance_root, read_instance
@@ -74,7 +75,9 @@ class ScopeTimes:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" or not report.passed:

@@ -113,7 +113,8 @@ def _as_nobody(setpriv: str) -> tuple[list[str], dict[str, str]]:
 
 def test_demo_auto_without_root_says_why_and_falls_back(tmp_path: Path) -> None:
     """As a user who cannot start Slurm (nobody, when the tests run as root)."""
-    work, python, extra = tmp_path, [sys.executable], {}
+    work, python = tmp_path, [sys.executable]
+    extra: dict[str, str] = {}
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:

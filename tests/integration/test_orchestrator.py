@@ -129,6 +129,7 @@ async def test_timeout_is_resubmitted_with_a_longer_wall_time(fed: Any, tmp_path
         assert done.state is JobState.COMPLETED
         first, second = done.attempts
         assert first.state is JobState.TIMEOUT
+        assert first.shape is not None and second.shape is not None
         assert (first.shape.wall_time_s, second.shape.wall_time_s) == (60, 120)
         assert await _events(client) == [("task.terminal", handle.task_id)]
 

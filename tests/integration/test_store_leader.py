@@ -136,7 +136,8 @@ async def test_a_paused_leader_resumes_fenced_and_stops_while_the_next_leads(
 
     try:
         first = await _submit(tmp_path / "a", 3, "a")
-        assert (await leader() or {}).get("holder", "").endswith(f":{a.pid}")  # type: ignore[union-attr]
+        holder = (await leader() or {}).get("holder", "")
+        assert isinstance(holder, str) and holder.endswith(f":{a.pid}")
         await poll_until(lambda: done(first), "A runs its tasks")
         b = store_daemon(tmp_path / "b", url, sites)
         os.kill(a.pid, signal.SIGSTOP)

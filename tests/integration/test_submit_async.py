@@ -39,7 +39,8 @@ DISPATCHED_AT_ANSWER_MAX = 100
 def _ok(result: CallToolResult) -> dict[str, Any]:
     assert not result.is_error, result.content
     assert result.structured_content is not None
-    return result.structured_content
+    body: dict[str, Any] = result.structured_content  # a tool's structured answer: an object
+    return body
 
 
 def _error(result: CallToolResult) -> dict[str, Any]:
@@ -186,6 +187,7 @@ async def test_retries_return_the_same_task_and_new_requests_are_new_work(
             assert retried.existing is not None and "retry window" in retried.existing
             done = await wait_terminal(daemon, first.task_id)
             assert done.state.value == "completed"
+            assert done.created_at is not None
             age = time.time() - done.created_at.timestamp()
             await anyio.sleep(max(0.0, window_s + 0.5 - age))
             later = TaskHandle.model_validate(_ok(await client.call_tool("submit_task", args)))
