@@ -66,7 +66,12 @@ async def test_a_1000_child_group_is_answered_at_once_and_every_child_completes(
 ) -> None:
     home, log = tmp_path / "h", tmp_path / "agent.log"
     children = [{"command": ["true"], "name": f"c{i}"} for i in range(1000)]
-    async with running(home) as daemon:
+    # A thousand sbatch calls load the shared controllers, beside the other workers' tests on
+    # two cores: a ping may wait past the 5 s default twice, and the site would go offline
+    # (`site.offline` and its children moved, not what this test is about). A slow controller
+    # is the subject of test_controller_loss; here it is given room.
+    slack = {"FEDHPC_PING_TIMEOUT_S": "20", "FEDHPC_PROBE_TIMEOUT_S": "60"}
+    async with running(home, **slack) as daemon:
         params = stdio_params(
             home, "--no-autostart", FEDHPC_CONTINUATION=_resume_into(log).model_dump_json()
         )

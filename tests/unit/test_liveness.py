@@ -25,13 +25,15 @@ from fedhpc.adapters.liveness import (
     down_in,
     gated,
     ping_of,
+    suspect_ping_s,
 )
-from fedhpc.adapters.site import SiteAdapter
+from fedhpc.adapters.site import SiteAdapter, open_adapter
 from fedhpc.collector import Collector
 from fedhpc.domain import Health, UserConfig
 from fedhpc.domain.config import Site
 from fedhpc.placement import PolicyKind
 from fedhpc.profiles import load_federation
+from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.store import Store
 from tests.unit.test_placement_world import state
 from tests.unit.test_slow_site import LIMIT_S, SLOW, _Gate, _world
@@ -287,3 +289,26 @@ async def test_one_silent_ping_is_asked_again_before_the_site_is_lost(
     kinds = [e.kind for e in await store.events_after(0)]
     assert kinds == ["site.offline", "site.online"]  # the second silence woke nobody
     assert woken == [True]
+
+
+async def test_the_ping_deadline_is_the_daemons_setting(
+    devvista: Site, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FEDHPC_PING_TIMEOUT_S` is the probe's ping deadline and caps the observation's: a
+    controller that answers in 0.6 s is silent under 0.3 s and alive under 3 s (a loaded test
+    federation is given more than the 5 s default so)."""
+    _controller(bin_dir, f"sleep 0.6; {UP}")
+    for given, silent in (("0.3", True), ("3", False)):
+        monkeypatch.setenv("FEDHPC_PING_TIMEOUT_S", given)
+        settings = DaemonSettings.from_env()
+        assert settings.ping_timeout_s == float(given)
+        adapter = open_adapter(devvista, ping_timeout_s=settings.ping_timeout_s)
+        adapter.transport = Bash(bin_dir)
+        if silent:
+            with pytest.raises(ControllerSilent, match=r"within 0\.3 s"):
+                await adapter.probe()
+        else:
+            assert (await adapter.probe()).health is not Health.OFFLINE
+    assert suspect_ping_s(10.0, 3.0) == 3.0  # half a cycle, never over the probe's
+    assert suspect_ping_s(2.0, 3.0) == 1.0
+    assert suspect_ping_s(10.0) == 5.0  # the default

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from fedhpc import settings
 from fedhpc.adapters.command import Command, CommandResult, quote, shell_line
 from fedhpc.adapters.dialects import lsf_discover, pbs_discover, slurm_discover
 from fedhpc.adapters.dialects.busy import SchedulerBusy, busy_reason
@@ -34,8 +35,9 @@ __all__ = [
 
 # A controller that does not answer a ping within this is taken for lost. Slurm's own
 # MessageTimeout is 10 s; a ping is the cheapest request there is, and a controller that
-# cannot answer one in 5 s cannot take work either.
-PING_TIMEOUT_S = 5.0
+# cannot answer one in 5 s cannot take work either. The daemon passes its setting
+# (`FEDHPC_PING_TIMEOUT_S`: a test federation on a loaded 2-core machine needs more).
+PING_TIMEOUT_S = float(str(settings.PING_TIMEOUT_S.default))
 # The observation's ping is given less: a control cycle that waits 5 s for it cannot move the
 # work of a hung controller within 2 cycles at a 2 s cycle. Half a cycle, never under this
 # floor (a loaded login node), never over PING_TIMEOUT_S. Missing it makes the site *suspect*
@@ -102,10 +104,10 @@ def ping_of(dialect: str) -> Ping | None:
     return None
 
 
-def suspect_ping_s(cycle_s: float) -> float:
+def suspect_ping_s(cycle_s: float, ping_timeout_s: float = PING_TIMEOUT_S) -> float:
     """The observation's ping deadline at a control cycle of `cycle_s` (5 s at the default
-    10 s cycle, 1 s at 2 s)."""
-    return min(PING_TIMEOUT_S, max(SUSPECT_PING_MIN_S, cycle_s / 2))
+    10 s cycle, 1 s at 2 s), never over the probe's `ping_timeout_s`."""
+    return min(ping_timeout_s, max(SUSPECT_PING_MIN_S, cycle_s / 2))
 
 
 def gated(command: Command, ping: Ping, *, ping_timeout_s: float = PING_TIMEOUT_S) -> Command:

@@ -7,7 +7,7 @@ import getpass
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
 
@@ -33,6 +33,7 @@ from fedhpc.adapters.site_view import BILLING_EVERY_S, SiteView
 from fedhpc.adapters.submit_batch import (
     MKDIR_FAILED,
     SubmitEntry,
+    SubmittedJob,
     split_submissions,
     submissions_command,
 )
@@ -71,15 +72,6 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class SubmittedJob:
-    """What a submission returns: the scheduler's id and the exact script it accepted."""
-
-    site: str
-    job_id: str
-    script: str
-
-
 COMMAND_TIMEOUT = float(str(COMMAND_TIMEOUT_S.default))  # the daemon passes its setting
 _LINES_AT_ONCE = 1000  # a whole answer handed on as lines (`read_lines` without streaming)
 
@@ -95,6 +87,7 @@ class SiteAdapter(SiteView, RemoteFiles):
         dialect: Dialect | None = None,
         clock: Callable[[], datetime] = _utcnow,
         command_timeout_s: float = COMMAND_TIMEOUT,
+        ping_timeout_s: float = PING_TIMEOUT_S,
     ) -> None:
         self.site = site
         self.transport = transport
@@ -108,10 +101,10 @@ class SiteAdapter(SiteView, RemoteFiles):
         # remote call (`liveness`); `down`: what the last such call found, if the controller
         # did not answer (None once one did).
         self.ping = ping_of(site.profile.dialect)
+        self.ping_timeout_s = ping_timeout_s  # the probe's: twice unanswered, the site is lost
         self.down: ControllerDown | None = None
-        # The ping's deadline ahead of an observation (status, find): shorter than the probe's
-        # at a short control cycle (`liveness.suspect_ping_s`, set by the control cycle).
-        self.observe_ping_s = PING_TIMEOUT_S
+        # An observation's (status, find): half a cycle at most (the cycle sets `suspect_ping_s`)
+        self.observe_ping_s = ping_timeout_s
         # Remote calls made, by kind (probe, submit, status, accounting, ...): reported by
         # the daemon (`GET /v1/health`, `fedhpc daemon status`) per site and per control cycle.
         self.calls: Counter[str] = Counter()
@@ -177,10 +170,11 @@ class SiteAdapter(SiteView, RemoteFiles):
         return replace(command, timeout_s=self.command_timeout_s)
 
     async def _gated(
-        self, command: Command, kind: str, *, ping_s: float = PING_TIMEOUT_S
+        self, command: Command, kind: str, *, ping_s: float | None = None
     ) -> CommandResult:
-        """`command` behind the scheduler's ping (given `ping_s`), in one remote call
-        (`liveness`): raises `ControllerDown` at once when the controller does not answer."""
+        """`command` behind the scheduler's ping (given `ping_s`, else `ping_timeout_s`), in one
+        remote call (`liveness`): raises `ControllerDown` at once when it does not answer."""
+        ping_s = self.ping_timeout_s if ping_s is None else ping_s
         if self.ping is None:
             return await self._run(command, kind)
         result = await self._run(gated(command, self.ping, ping_timeout_s=ping_s), kind)
@@ -381,9 +375,15 @@ class SiteAdapter(SiteView, RemoteFiles):
         return self.dialect.parse_find(found)
 
 
-def open_adapter(site: Site, *, command_timeout_s: float = COMMAND_TIMEOUT) -> SiteAdapter:
+def open_adapter(
+    site: Site,
+    *,
+    command_timeout_s: float = COMMAND_TIMEOUT,
+    ping_timeout_s: float = PING_TIMEOUT_S,
+) -> SiteAdapter:
     """The adapter for `site`, with the transport its profile and the user's config name;
-    its scheduler commands are abandoned after `command_timeout_s`."""
+    its scheduler commands are abandoned after `command_timeout_s`, its pings after
+    `ping_timeout_s`."""
 
     transport: Transport
     try:
@@ -395,4 +395,6 @@ def open_adapter(site: Site, *, command_timeout_s: float = COMMAND_TIMEOUT) -> S
         )
     except TransportUnavailable as exc:  # raised by its first call, so other sites still work
         transport = UnusableTransport(exc, name=site.name)
-    return SiteAdapter(site, transport, command_timeout_s=command_timeout_s)
+    return SiteAdapter(
+        site, transport, command_timeout_s=command_timeout_s, ping_timeout_s=ping_timeout_s
+    )

@@ -18,10 +18,26 @@ from dataclasses import dataclass
 
 from fedhpc.adapters.command import Command, CommandResult, quote
 
-__all__ = ["JOB_MARK", "MKDIR_FAILED", "SubmitEntry", "split_submissions", "submissions_command"]
+__all__ = [
+    "JOB_MARK",
+    "MKDIR_FAILED",
+    "SubmitEntry",
+    "SubmittedJob",
+    "split_submissions",
+    "submissions_command",
+]
 
 JOB_MARK = "@@fedhpc-job"
 MKDIR_FAILED = 97  # a job's exit status when its folders could not be made (never submitted)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """What a submission returns: the scheduler's id and the exact script it accepted."""
+
+    site: str
+    job_id: str
+    script: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,11 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
         store = await open_store(settings.db_path, idle_s=settings.lease_s)
         sites = load_federation()
         adapters = {
-            name: open_adapter(site, command_timeout_s=settings.command_timeout_s)
+            name: open_adapter(
+                site,
+                command_timeout_s=settings.command_timeout_s,
+                ping_timeout_s=settings.ping_timeout_s,
+            )
             for name, site in sites.items()
         }
         collector = Collector(
@@ -136,6 +140,7 @@ async def _run_daemon(settings: DaemonSettings, *, once: bool) -> None:
             site_lost_after_s=settings.site_lost_s,
             retry_window_s=settings.retry_window_s,
             place_wait_s=settings.place_wait_s,
+            ping_timeout_s=settings.ping_timeout_s,
             estimate_timeout_s=settings.estimate_timeout_s,
             submits_per_cycle=settings.submits_per_cycle,
         )

@@ -17,7 +17,7 @@ import anyio
 import structlog
 
 from fedhpc.adapters.dialects.busy import SchedulerBusy
-from fedhpc.adapters.liveness import ControllerSilent, suspect_ping_s
+from fedhpc.adapters.liveness import PING_TIMEOUT_S, ControllerSilent, suspect_ping_s
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.adapters.transports.base import TransportError
 from fedhpc.collector import Collector
@@ -80,12 +80,13 @@ class Control:
         clock: Callable[[], datetime],
         intent_grace_s: float,
         cycle_s: float = 10.0,
+        ping_timeout_s: float = PING_TIMEOUT_S,
     ) -> None:
         self.book = book
         self.collector = collector
         self.adapters = adapters
         for adapter in adapters.values():  # a hung controller suspected within half a cycle
-            adapter.observe_ping_s = suspect_ping_s(cycle_s)
+            adapter.observe_ping_s = suspect_ping_s(cycle_s, ping_timeout_s)
         self.adaptation = adaptation
         self.dispatcher = adaptation.dispatcher
         self.claims = claims

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import anyio
 import structlog
 
+from fedhpc.adapters.liveness import PING_TIMEOUT_S
 from fedhpc.adapters.site import SiteAdapter
 from fedhpc.collector import Collector
 from fedhpc.domain.config import HedgeConfig, Site
@@ -65,6 +66,7 @@ class Orchestrator:
         site_lost_after_s: float = 300.0,
         retry_window_s: float = idem.RETRY_WINDOW_S,
         place_wait_s: float = PLACE_WAIT_S,
+        ping_timeout_s: float = PING_TIMEOUT_S,
         clock: Callable[[], datetime] = _utcnow,
         estimate_timeout_s: float = 2.0,
         submits_per_cycle: int = 100,
@@ -146,6 +148,7 @@ class Orchestrator:
             clock=clock,
             intent_grace_s=self.INTENT_GRACE_S if intent_grace_s is None else intent_grace_s,
             cycle_s=cycle_s,
+            ping_timeout_s=ping_timeout_s,
         )
         accept = Acceptance(
             book,

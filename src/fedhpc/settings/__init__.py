@@ -1,6 +1,6 @@
 """Every `FEDHPC_*` environment variable in one registry (name, type, default, meaning, reader;
 what one is: `setting.py`), and the only package that reads them; the variables fedhpc honours
-but does not own (OTHERS: XDG_STATE_HOME, NO_COLOR, the Globus service credentials...) are read
+but does not own (OTHERS in `others.py`: XDG_STATE_HOME, NO_COLOR, Globus credentials...) are read
 here too. Values are read when asked for, not snapshotted at import: a test's monkeypatch, a
 child's environment and a daemon started later all see what is set. Code that puts a variable
 into a child's environment names it with `SETTING.name`. The daemon's tunables are the fields of
@@ -12,11 +12,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from fedhpc.settings.others import (  # honoured, not owned: re-exported
+    CLAUDE_CONFIG_DIR,
+    CODEX_HOME,
+    COMPUTE_CLIENT_ID,
+    COMPUTE_CLIENT_SECRET,
+    NO_COLOR,
+    OTHERS,
+    TRANSFER_CLIENT_ID,
+    TRANSFER_CLIENT_SECRET,
+    XDG_STATE_HOME,
+)
 from fedhpc.settings.setting import Bounds, Setting, registrar, shown
 
 __all__ = [
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "COMPUTE_CLIENT_ID",
+    "COMPUTE_CLIENT_SECRET",
+    "NO_COLOR",
     "OTHERS",
     "SETTINGS",
+    "TRANSFER_CLIENT_ID",
+    "TRANSFER_CLIENT_SECRET",
+    "XDG_STATE_HOME",
     "Bounds",
     "Setting",
     "daemon_values",
@@ -140,6 +159,16 @@ COMMAND_TIMEOUT_S = _daemon(
     "abandoned after this long",
     gt=0,
     le=600,
+)
+PING_TIMEOUT_S = _daemon(
+    "PING_TIMEOUT_S",
+    "seconds",
+    5.0,
+    "a site's controller that does not answer its ping (`scontrol ping`, `qstat -B`, `lsid`) "
+    "within this, twice in a row, takes the site offline; an observation's ping gets half a "
+    "control cycle, never more than this",
+    gt=0,
+    le=120,
 )
 SUBMITS_PER_CYCLE = _daemon(
     "SUBMITS_PER_CYCLE",
@@ -321,51 +350,6 @@ E2E_MARK = _tests(
     "E2E_MARK", "str", None, "marks one end-to-end test's processes, to find their network peers"
 )
 VENV = _reader("./dev")("VENV", "path", ".venv", "the virtual environment ./dev makes and uses")
-
-# Variables fedhpc honours but does not own (read through this module all the same).
-OTHERS: list[Setting] = []
-
-
-def _other(name: str, type_: str, meaning: str, reader: str) -> Setting:
-    setting = Setting(name, type_, None, meaning, reader)
-    OTHERS.append(setting)
-    return setting
-
-
-XDG_STATE_HOME = _other(
-    "XDG_STATE_HOME", "path", "the default home's parent (unset: `~/.local/state`)", "every command"
-)
-NO_COLOR = _other("NO_COLOR", "flag", "any value turns terminal colours off", "CLI")
-CLAUDE_CONFIG_DIR = _other(
-    "CLAUDE_CONFIG_DIR",
-    "path",
-    "Claude Code's folder (unset: `~/.claude`): session transcripts",
-    "resume bridge",
-)
-CODEX_HOME = _other(
-    "CODEX_HOME",
-    "path",
-    "Codex's folder (unset: `~/.codex`): skills install, resume checks, session transcripts",
-    "fedhpc skills, resume bridge",
-)
-COMPUTE_CLIENT_ID = _other(
-    "GLOBUS_COMPUTE_CLIENT_ID",
-    "UUID",
-    "with its secret: Compute's service identity",
-    "Globus compute",
-)
-COMPUTE_CLIENT_SECRET = _other(
-    "GLOBUS_COMPUTE_CLIENT_SECRET", "secret", "the service identity's secret", "Globus compute"
-)
-TRANSFER_CLIENT_ID = _other(
-    "GLOBUS_CLIENT_ID",
-    "UUID",
-    "with its secret: Transfer's service identity; alone: a native client to log in with",
-    "Globus transfer, fedhpc login",
-)
-TRANSFER_CLIENT_SECRET = _other(
-    "GLOBUS_CLIENT_SECRET", "secret", "the service identity's secret", "Globus transfer"
-)
 
 _BY_NAME = {s.name: s for s in (*SETTINGS, *OTHERS)}
 

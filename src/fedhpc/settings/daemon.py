@@ -24,6 +24,7 @@ from fedhpc.settings import (
     INTENT_GRACE_S,
     LEASE_S,
     LOOP_WATCH_S,
+    PING_TIMEOUT_S,
     PLACE_WAIT_S,
     PROBE_TIMEOUT_S,
     REFRESH_S,
@@ -81,6 +82,7 @@ class DaemonSettings(BaseModel):
     site_lost_s: float = _tunable(SITE_LOST_S)
     estimate_timeout_s: float = _tunable(ESTIMATE_TIMEOUT_S)
     command_timeout_s: float = _tunable(COMMAND_TIMEOUT_S)
+    ping_timeout_s: float = _tunable(PING_TIMEOUT_S)
     submits_per_cycle: int = _tunable(SUBMITS_PER_CYCLE)
     events_keep_days: float = _tunable(EVENTS_KEEP_DAYS)
     retry_window_s: float = _tunable(RETRY_WINDOW_S)
