@@ -328,7 +328,7 @@ FUZZ_CASES = _tests("FUZZ_CASES", "int", 1000, "hypothesis cases per tool in the
 TEST_WORKERS = _tests(
     "TEST_WORKERS",
     "int",
-    3,
+    4,
     "pytest-xdist workers of `./dev test` (one per Slurm half first, the rest beside)",
 )
 UPDATE_SCREENSHOTS = _tests(
