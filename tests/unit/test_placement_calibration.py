@@ -117,6 +117,30 @@ def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
     (row,) = a.calibration
     assert row["partition"] == "p" and row["method"] == "paper" and "site" not in row
     assert row["coverage"] is not None and row["scored"] == 5 and len(row["band_s"]) == 3
+    assert a.suspect is None and b.suspect is None
+
+
+def test_inspect_federation_says_which_site_is_suspect_and_status_marks_it() -> None:
+    from fedhpc.domain.site import Health
+    from fedhpc.ops.inspect import FederationView, SiteView, federation_rows, with_calibration
+    from fedhpc.orchestrator.suspect_sites import SuspectSites
+
+    now = [NOW]
+    suspects = SuspectSites(lambda: now[0], hold_s=6.0)
+    suspects.mark("b", "b's controller did not answer its ping within 1 s")
+    view = FederationView(
+        taken_at=NOW,
+        sites=tuple(SiteView(site=s, health=Health.OK, stale=False) for s in "ab"),
+    )
+    a, b = with_calibration(view, [], suspects.now()).sites
+    assert a.suspect is None
+    assert b.suspect is not None and "within 1 s" in b.suspect and "elsewhere" in b.suspect
+    health = {
+        s.site: cells[-1] for s, cells in federation_rows(view.model_copy(update={"sites": (a, b)}))
+    }
+    assert health == {"a": "ok", "b": "ok suspect"}
+    now[0] += timedelta(seconds=7)  # its hold passed: trusted again
+    assert all(s.suspect is None for s in with_calibration(view, [], suspects.now()).sites)
 
 
 def test_a_placement_carries_the_chosen_estimators_calibrated_wait_band() -> None:

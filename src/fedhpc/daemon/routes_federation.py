@@ -71,8 +71,10 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         )
 
     async def calibrated(view: FederationView) -> Response:
-        """The view with how each estimator's forecasts held per site (placement.calibration)."""
-        return model_response(with_calibration(view, (await o.waits.errors()).as_rows()))
+        """The view with how each estimator's forecasts held per site (placement.calibration)
+        and the sites suspect now."""
+        rows = (await o.waits.errors()).as_rows()
+        return model_response(with_calibration(view, rows, o.planner.suspects.now()))
 
     async def federation(request: Request) -> Response:
         return await calibrated(state.view(_inspect_request(request)))

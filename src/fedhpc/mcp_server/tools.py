@@ -91,7 +91,8 @@ async def inspect_federation(
     got = await daemon_link(ctx).call(lambda c: c.refresh(req) if refresh else c.federation(req))
     if not fields:
         return got
-    return got.model_copy(update={"sites": tuple(project(s, fields) for s in got.sites)})
+    kept = [*fields, "suspect"]  # a site to avoid now says so, like `health`, whatever `fields`
+    return got.model_copy(update={"sites": tuple(project(s, kept) for s in got.sites)})
 
 
 @guarded()

@@ -104,6 +104,9 @@ class SiteView(BaseModel):
     # Per partition and wait estimator: how its forecasts held here (the rows of
     # /v1/estimators: coverage of the p10-p90 band, bias, error, weight; placement.calibration).
     calibration: tuple[dict[str, Any], ...] = ()
+    # Its controller just missed an observation's ping (a hung or overloaded scheduler, not yet
+    # offline): why; new work avoids it while another site fits (orchestrator.suspect_sites).
+    suspect: str | None = None
 
 
 class FederationView(BaseModel):
@@ -140,7 +143,9 @@ def federation_rows(view: FederationView) -> list[tuple[SiteView, tuple[str, ...
     dashes), under `FEDERATION_COLUMNS`; each row with its site, for the renderers' styles."""
     rows: list[tuple[SiteView, tuple[str, ...]]] = []
     for s in view.sites:
-        health = s.health.value + (" (stale)" if s.stale else "")
+        health = (
+            s.health.value + (" (stale)" if s.stale else "") + (" suspect" if s.suspect else "")
+        )
         if not s.partitions:
             rows.append((s, (s.site, "-", "-", "-", "-", "-", "-", "-", _age(s.age_s), health)))
         for p in s.partitions:
@@ -160,13 +165,20 @@ def federation_rows(view: FederationView) -> list[tuple[SiteView, tuple[str, ...
     return rows
 
 
-def with_calibration(view: FederationView, rows: list[dict[str, Any]]) -> FederationView:
-    """The view with each site's estimator rows (`/v1/estimators`) under `calibration`."""
+def with_calibration(
+    view: FederationView, rows: list[dict[str, Any]], suspects: Mapping[str, str] | None = None
+) -> FederationView:
+    """The view with each site's estimator rows (`/v1/estimators`) under `calibration`, and
+    why a site is suspect now (`suspects`, the planner's) under `suspect`."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(str(r["site"]), []).append({k: v for k, v in r.items() if k != "site"})
+    doubt = suspects or {}
     sites = tuple(
-        s.model_copy(update={"calibration": tuple(by.get(s.site, ()))}) for s in view.sites
+        s.model_copy(
+            update={"calibration": tuple(by.get(s.site, ())), "suspect": doubt.get(s.site)}
+        )
+        for s in view.sites
     )
     return view.model_copy(update={"sites": sites})
 
