@@ -7,6 +7,7 @@ at 390 and 1440 px, event subjects as links, and a 5,000-child group counted who
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,6 +145,16 @@ def _looks(item: Any) -> dict[str, str]:
     return looks
 
 
+def _looks_again(item: Any, before: dict[str, str], within_s: float = 10.0) -> dict[str, str]:
+    """`item`'s looks once they are `before` again, else the last seen after `within_s`: the
+    live page redraws its bars (a refresh lands), and a bar caught mid-redraw has no style
+    (empty strings, seen under a loaded machine)."""
+    deadline = time.monotonic() + within_s
+    while (now := _looks(item)) != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return now
+
+
 # Where the tooltip stands against the bars: each bar's box and, at its centre, whether the
 # element a person sees there (hit-testing the tooltip too, as if it took the pointer) is the bar.
 COVERED = """(tip) => {
@@ -259,7 +270,7 @@ def test_queue_wait_and_run_are_drawn_apart_in_one_stated_time_zone(dashboard: D
         before = _looks(item)
         item.click()
         expect(item).to_have_class(re.compile(r"\bvis-selected\b"))
-        after = _looks(item)
+        after = _looks_again(item, before)
         assert after == before, (before, after)
         assert RUNNING not in after.values() and VIS_SELECTED not in after.values(), after
         detail = page.locator("#attempt-detail")
