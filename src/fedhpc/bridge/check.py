@@ -25,7 +25,7 @@ from fedhpc.domain.config import ResumeRuntime
 from fedhpc.errors import FedError
 from fedhpc.ops.continuations import Runtime
 from fedhpc.profiles.loader import load_user_config, user_config_path
-from fedhpc.settings import CLAUDE_CONFIG_DIR, CODEX_HOME
+from fedhpc.settings.others import CLAUDE_CONFIG_DIR, CODEX_HOME
 
 __all__ = ["check_runtimes"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedhpc.ops.continuations import ContinuationSpec, Runtime
-from fedhpc.settings import CLAUDE_CONFIG_DIR, CODEX_HOME
+from fedhpc.settings.others import CLAUDE_CONFIG_DIR, CODEX_HOME
 
 __all__ = ["record_path", "seen"]
 

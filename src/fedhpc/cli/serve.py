@@ -15,8 +15,9 @@ import anyio
 from fedhpc.errors import UsageError
 from fedhpc.exit_codes import run_command
 from fedhpc.logs import configure_logging
-from fedhpc.settings import CODEX_HOME, MCP_TOKEN
+from fedhpc.settings import MCP_TOKEN
 from fedhpc.settings.daemon import DaemonSettings
+from fedhpc.settings.others import CODEX_HOME
 
 __all__ = ["add_parser", "main", "skills_source"]
 

@@ -13,11 +13,10 @@ from typing import Literal
 
 from fedhpc.globus_auth.errors import GlobusIdentityConfig, GlobusNoClient
 from fedhpc.globus_auth.scopes import is_collection_id
-from fedhpc.settings import (
+from fedhpc.settings import GLOBUS_CLIENT_ID, GLOBUS_IDENTITY
+from fedhpc.settings.others import (
     COMPUTE_CLIENT_ID,
     COMPUTE_CLIENT_SECRET,
-    GLOBUS_CLIENT_ID,
-    GLOBUS_IDENTITY,
     TRANSFER_CLIENT_ID,
     TRANSFER_CLIENT_SECRET,
 )

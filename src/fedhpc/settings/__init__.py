@@ -1,6 +1,6 @@
 """Every `FEDHPC_*` environment variable in one registry (name, type, default, meaning, reader;
 what one is: `setting.py`), and the only package that reads them; the variables fedhpc honours
-but does not own (OTHERS in `others.py`: XDG_STATE_HOME, NO_COLOR, Globus credentials...) are read
+but does not own (OTHERS, `others.py`: XDG_STATE_HOME, NO_COLOR, Globus credentials...) are read
 here too. Values are read when asked for, not snapshotted at import: a test's monkeypatch, a
 child's environment and a daemon started later all see what is set. Code that puts a variable
 into a child's environment names it with `SETTING.name`. The daemon's tunables are the fields of
@@ -12,30 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fedhpc.settings.others import (  # honoured, not owned: re-exported
-    CLAUDE_CONFIG_DIR,
-    CODEX_HOME,
-    COMPUTE_CLIENT_ID,
-    COMPUTE_CLIENT_SECRET,
-    NO_COLOR,
-    OTHERS,
-    TRANSFER_CLIENT_ID,
-    TRANSFER_CLIENT_SECRET,
-    XDG_STATE_HOME,
-)
+from fedhpc.settings.others import OTHERS, XDG_STATE_HOME
 from fedhpc.settings.setting import Bounds, Setting, registrar, shown
 
 __all__ = [
-    "CLAUDE_CONFIG_DIR",
-    "CODEX_HOME",
-    "COMPUTE_CLIENT_ID",
-    "COMPUTE_CLIENT_SECRET",
-    "NO_COLOR",
     "OTHERS",
     "SETTINGS",
-    "TRANSFER_CLIENT_ID",
-    "TRANSFER_CLIENT_SECRET",
-    "XDG_STATE_HOME",
     "Bounds",
     "Setting",
     "daemon_values",

@@ -1,6 +1,6 @@
 """The variables fedhpc honours but does not own (XDG_STATE_HOME, NO_COLOR, the CLIs' folders,
-the Globus service credentials), registered beside fedhpc's own (`fedhpc.settings`, which
-re-exports them) and read through the same `Setting`."""
+the Globus service credentials): registered as `OTHERS`, beside fedhpc's own in
+`fedhpc.settings`, and read through the same `Setting`."""
 
 from __future__ import annotations
 

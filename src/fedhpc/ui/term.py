@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedhpc.ops.inspect import FEDERATION_COLUMNS, FederationView, federation_rows
-from fedhpc.settings import NO_COLOR
+from fedhpc.settings.others import NO_COLOR
 from fedhpc.terminal import for_terminal
 from fedhpc.ui.timeline import Bar, span, why
 
