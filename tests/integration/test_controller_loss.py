@@ -31,6 +31,7 @@ import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
+from fedhpc.ops import ResultManifest, TaskHandle
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from tests.integration.daemon_util import running, wait_terminal
@@ -121,6 +122,47 @@ async def _controller(kind: str, upstream: int) -> AsyncIterator[int]:
         tg.cancel_scope.cancel()
 
 
+def _block(devfed: Any) -> str:
+    """A job of the test's own holding all of DEAD's `ghx4` GPUs (a task sent there waits in
+    its queue): its job id."""
+    blocker = devfed.run(
+        DEAD, "sbatch", "--parsable", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4",
+        "-t", "30", "-o", "/dev/null", "--wrap", "sleep 1800",
+    )  # fmt: skip
+    assert blocker.returncode == 0, blocker.stderr
+    return str(blocker.stdout.strip().split(";")[0])
+
+
+async def _queued_on_dead(
+    client: DaemonClient, jobs: list[str]
+) -> tuple[int, TaskHandle, ResultManifest]:
+    """A 1-GPU task held to DEAD (with `fallback`, never re-placed for its wait), once a
+    control cycle has seen it pending there: the event seq before it, its handle and its
+    result then; its job id joins `jobs` (cancelled at the end)."""
+    envelope = ResourceEnvelope.model_validate(
+        {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 1, "max": 1}}
+    )
+    seq0 = max((int(e["seq"]) for e in await client.events(limit=1000)), default=0)
+    handle = await client.submit_task(
+        SubmitTaskRequest(
+            command=("sleep", "1"),
+            envelope=envelope,
+            policy=PolicyKind.FIXED_SITE,
+            fixed_site=DEAD,
+            fallback=True,
+            adaptation=AdaptationPolicy(replace_pending=False),
+        )
+    )
+    with anyio.fail_after(120):  # in DEAD's queue, and a cycle has seen it there
+        while True:
+            r = await client.get_result(ResultRequest(task_id=handle.task_id))
+            first = r.attempts[0] if r.attempts else None
+            if first is not None and first.job_id and first.state is JobState.PENDING:
+                jobs.append(first.job_id)
+                return seq0, handle, r
+            await anyio.sleep(0.1)
+
+
 async def _event(client: DaemonClient, kind: str, after: int) -> dict[str, Any]:
     """The first `kind` event about DEAD after seq `after`, once there is one."""
     with anyio.fail_after(120):
@@ -136,37 +178,11 @@ async def test_a_dead_controller_moves_queued_work_and_events_carry_seen_times(
 ) -> None:
     conf = _mirror(devfed, tmp_path / "fed")
     good = conf.read_text()
-    blocker = devfed.run(
-        DEAD, "sbatch", "--parsable", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4",
-        "-t", "30", "-o", "/dev/null", "--wrap", "sleep 1800",
-    )  # fmt: skip
-    assert blocker.returncode == 0, blocker.stderr
-    jobs = [blocker.stdout.strip().split(";")[0]]
+    jobs = [_block(devfed)]
     try:
         async with running(tmp_path / "h", FEDHPC_DEVFED_DIR=str(tmp_path / "fed")) as client:
-            envelope = ResourceEnvelope.model_validate(
-                {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 1, "max": 1}}
-            )
-            seq0 = max((int(e["seq"]) for e in await client.events(limit=1000)), default=0)
-            handle = await client.submit_task(
-                SubmitTaskRequest(
-                    command=("sleep", "1"),
-                    envelope=envelope,
-                    policy=PolicyKind.FIXED_SITE,
-                    fixed_site=DEAD,
-                    fallback=True,
-                    adaptation=AdaptationPolicy(replace_pending=False),
-                )
-            )
+            seq0, handle, r = await _queued_on_dead(client, jobs)
             assert handle.site == DEAD  # fallback only once DEAD cannot run it
-            with anyio.fail_after(120):  # in DEAD's queue, and a cycle has seen it there
-                while True:
-                    r = await client.get_result(ResultRequest(task_id=handle.task_id))
-                    first = r.attempts[0] if r.attempts else None
-                    if first is not None and first.job_id and first.state is JobState.PENDING:
-                        jobs.append(first.job_id)
-                        break
-                    await anyio.sleep(0.1)
             died = datetime.now(UTC)
             _write(conf, _dead(good))
             try:
@@ -197,37 +213,11 @@ async def test_a_silent_ping_hedges_queued_work_and_only_a_hung_controller_goes_
 ) -> None:
     conf = _mirror(devfed, tmp_path / "fed")
     good = conf.read_text()
-    blocker = devfed.run(
-        DEAD, "sbatch", "--parsable", "-p", "ghx4", "-A", "fedhpc-gpu", "--gres=gpu:gh200:4",
-        "-t", "30", "-o", "/dev/null", "--wrap", "sleep 1800",
-    )  # fmt: skip
-    assert blocker.returncode == 0, blocker.stderr
-    jobs = [blocker.stdout.strip().split(";")[0]]
+    jobs = [_block(devfed)]
     env = {"FEDHPC_DEVFED_DIR": str(tmp_path / "fed"), "FEDHPC_PROBE_TIMEOUT_S": "40"}
     try:
         async with running(tmp_path / "h", **env) as client:
-            envelope = ResourceEnvelope.model_validate(
-                {"gpus": {"min": 1, "max": 1}, "cpus": {"min": 1, "max": 1}}
-            )
-            seq0 = max((int(e["seq"]) for e in await client.events(limit=1000)), default=0)
-            handle = await client.submit_task(
-                SubmitTaskRequest(
-                    command=("sleep", "1"),
-                    envelope=envelope,
-                    policy=PolicyKind.FIXED_SITE,
-                    fixed_site=DEAD,
-                    fallback=True,
-                    adaptation=AdaptationPolicy(replace_pending=False),
-                )
-            )
-            with anyio.fail_after(120):  # in DEAD's queue, and a cycle has seen it there
-                while True:
-                    r = await client.get_result(ResultRequest(task_id=handle.task_id))
-                    first = r.attempts[0] if r.attempts else None
-                    if first is not None and first.job_id and first.state is JobState.PENDING:
-                        jobs.append(first.job_id)
-                        break
-                    await anyio.sleep(0.1)
+            seq0, handle, r = await _queued_on_dead(client, jobs)
             async with _controller(kind, _port(good)) as port:
                 _write(conf, _at(good, port))
                 try:
