@@ -35,6 +35,7 @@ def test_there_are_figures_to_check() -> None:
         "matched_rounds-churn",
         "matched_rounds-quick",
         "matched_rounds-trace",
+        "matched_rounds-trace-seed2",
     ]
 
 
