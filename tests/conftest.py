@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import pytest
 from pluggy import Result
 
+from fedhpc.logs import configure_logging
 from fedhpc.settings import DEVFED_DIR
 from fedhpc_dev.devfed.instances import instance_root, read_instance
 from fedhpc_dev.profiles import devfed_root
@@ -35,7 +38,23 @@ _BUDGET_INTEGRATION = 60.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "budget(seconds): the test's time budget (fails at 3x)")
+    # The daemon's own log format in every test process: key-value lines, plain tracebacks.
+    # Unconfigured, structlog renders each logged exception with rich, every frame's locals
+    # included: 2-6 s of CPU per `log.exception` (a 10 s unit-test wait ran out so under load).
+    # Every level passes, as unconfigured (capture_logs sees debug lines); each line goes to
+    # the stderr of the moment (pytest swaps it for each test's capture).
+    configure_logging("debug", stream=cast(TextIO, _Stderr()))
     config.pluginmanager.register(ScopeTimes(), "fedhpc-scope-times")
+
+
+class _Stderr(io.TextIOBase):
+    """Whatever `sys.stderr` is when a line is written."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 class ScopeTimes:

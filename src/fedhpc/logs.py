@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -129,9 +129,9 @@ def isolated(event: str, **ids: object) -> Iterator[None]:
         structlog.get_logger("fedhpc.loops").exception(event, **ids)
 
 
-def configure_logging(level: str | None = None) -> None:
-    """Key-value lines on stderr at `level` (default `$FEDHPC_LOG_LEVEL` or WARNING); an
-    exception's traceback goes in its line's `exception` field."""
+def configure_logging(level: str | None = None, *, stream: TextIO | None = None) -> None:
+    """Key-value lines on stderr (or `stream`) at `level` (default `$FEDHPC_LOG_LEVEL` or
+    WARNING); an exception's traceback goes in its line's `exception` field, as plain text."""
     name = (level or LOG_LEVEL.get() or "WARNING").upper()
     numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
     structlog.configure(
@@ -144,6 +144,6 @@ def configure_logging(level: str | None = None) -> None:
             structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
