@@ -19,6 +19,7 @@ import pytest
 from fedhpc.settings import DEVFED_TEST_LOCK, REQUIRE_REAL
 from fedhpc_dev.devfed import DevfedError
 from fedhpc_dev.devfed.manager import plan_at
+from fedhpc_dev.devfed.procs import alive_pid
 from fedhpc_dev.devfed.sshd import SshFront, start_front
 from fedhpc_dev.postgres import PgServer, PostgresUnavailable
 from fedhpc_dev.postgres import start as start_postgres
@@ -45,6 +46,13 @@ class Devfed:
     def env(self, site: str) -> dict[str, str]:
         """Environment overrides that point Slurm commands at `site`."""
         return {"SLURM_CONF": str(self.conf(site))}
+
+    def controller_pid(self, site: str) -> int:
+        """`site`'s running slurmctld, never a stale pid file's number: pids wrap at 32,768
+        here, and a signal sent to a reused one stops some other test's process."""
+        pid = alive_pid(self.root / site / "run" / "slurmctld.pid", "slurmctld")
+        assert pid is not None, f"{site}'s slurmctld is not running"
+        return pid
 
     def run(self, site: str, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a Slurm command (argv) against `site`; the caller checks the return code."""

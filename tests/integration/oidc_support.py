@@ -91,6 +91,21 @@ class Provider:
         return token
 
 
+def _how(proc: subprocess.Popen[bytes]) -> str:
+    """Why a provider is not up: its exit code, or its scheduler state and CPU time (a stopped
+    process, one starved of CPU and one blocked in a call read differently)."""
+    if proc.returncode is not None:
+        return f"exit {proc.returncode}"
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
+        load = Path("/proc/loadavg").read_text().split()[0]
+    except OSError as e:
+        return f"state unknown: {e}"
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return f"alive, state {fields[0]}, {cpu:.1f} s CPU, waiting in {wchan or '-'}, load {load}"
+
+
 @contextmanager
 def oidc_provider(
     log: Path, port: int | None = None, facade_redirect: str | None = None
@@ -108,6 +123,7 @@ def oidc_provider(
                 "OIDC_PROVIDER_LIB": str(lib),
                 **extra,
             },
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -116,7 +132,9 @@ def oidc_provider(
         deadline = time.monotonic() + 60
         while b"ready " not in log.read_bytes():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the OIDC provider did not start: {log.read_text()[-800:]}")
+                raise AssertionError(
+                    f"the OIDC provider did not start ({_how(proc)}): {log.read_text()[-800:]}"
+                )
             time.sleep(0.1)
         yield Provider(issuer)
     finally:

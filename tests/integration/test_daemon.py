@@ -227,8 +227,7 @@ async def test_stopped_controller_goes_offline_then_comes_back(
     quiet_federation: Any, daemon: tuple[Any, DaemonClient], home: Path
 ) -> None:
     _, client = daemon
-    pid_file = quiet_federation.root / "devvista" / "run" / "slurmctld.pid"
-    pid = int(pid_file.read_text().split()[0])
+    pid = quiet_federation.controller_pid("devvista")
     os.kill(pid, signal.SIGTERM)
     try:
         with anyio.fail_after(30):

@@ -126,7 +126,7 @@ def test_up_replaces_a_controller_that_runs_but_does_not_answer(devfed: Devfed) 
     from tests.unit.test_cli import _run  # the installed CLI, as a user runs it
 
     pid_file = devfed.root / "devvista" / "run" / "slurmctld.pid"
-    old = int(pid_file.read_text().split()[0])
+    old = devfed.controller_pid("devvista")
     os.kill(old, signal.SIGSTOP)  # alive, silent: as a controller busy shutting down
     try:
         up = _run("devfed", "up")

@@ -230,7 +230,6 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
         "--wrap",
         "sleep 1800",
     )
-    pid_file = fed.root / "devdeltaai" / "run" / "slurmctld.pid"
     async with running(tmp_path / "h") as client:
         handle = await client.submit_task(
             SubmitTaskRequest(
@@ -247,7 +246,7 @@ async def test_lost_controller_replaces_pending_work_and_accepts_one_result(
         import os
         import signal
 
-        os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+        os.kill(fed.controller_pid("devdeltaai"), signal.SIGTERM)
         try:
             with anyio.fail_after(60):
                 while (
