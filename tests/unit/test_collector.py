@@ -193,6 +193,47 @@ async def test_a_restarted_collector_starts_from_the_stored_view(
     assert fresh.latest["devvista"].health is Health.OK
 
 
+class HeldTransport(FakeTransport):
+    """Answers once `release` is set: a site whose probe is the round's slowest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = anyio.Event()
+        self.asked = False
+
+    async def run(self, command: Command) -> CommandResult:
+        self.asked = True
+        await self.release.wait()
+        return await super().run(command)
+
+
+async def test_a_probed_state_is_served_only_once_its_round_is_stored(
+    sites: dict[str, Site], store: Store
+) -> None:
+    """A site probed early in a round waits for the round's slowest probe before it is served:
+    a daemon killed meanwhile must not have answered with a view it never stored (ci22a)."""
+    fast, slow = FakeTransport(), HeldTransport()
+    other = load_federation(UserConfig(sites={"devdelta": UserSiteConfig()}))["devdelta"]
+    two = {"devvista": sites["devvista"], "devdelta": other}
+    adapters = {
+        "devvista": SiteAdapter(two["devvista"], fast, clock=lambda: T0),
+        "devdelta": SiteAdapter(other, slow, clock=lambda: T0),
+    }
+    col = Collector(two, adapters, store, refresh_s=60, probe_timeout_s=5, clock=lambda: T0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(col.refresh)
+        with anyio.fail_after(5):
+            while not fast.calls or not slow.asked:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # the fast probe has parsed its answer
+        assert col.latest == {}  # probed, not stored: not served
+        assert await store.latest_site_states() == {}
+        slow.release.set()
+    stored = await store.latest_site_states()
+    assert col.latest == stored and set(stored) == {"devvista", "devdelta"}
+    assert col.latest["devvista"].health is Health.OK
+
+
 async def test_inspect_marks_stale_sites_and_filters(sites: dict[str, Site], store: Store) -> None:
     col = _collector(sites, store, FakeTransport())
     await col.refresh(force=True)

@@ -35,10 +35,12 @@ def _utcnow() -> datetime:
 
 
 class RefreshReport:
-    """What one refresh did: which sites were probed, how long each took, the whole round."""
+    """What one refresh did: which sites were probed, how long each took, the whole round,
+    and each probed site's new state (served only once the round has stored it)."""
 
     def __init__(self) -> None:
         self.probed: dict[str, float] = {}
+        self.states: dict[str, SiteState] = {}
         self.wall_s = 0.0
 
     @property
@@ -102,7 +104,9 @@ class Collector:
         self._due[site] = min(self._due.get(site, 0.0), allowed)
         self.wake.set()
 
-    def _back_off(self, name: str, busy: SchedulerBusy, started: float) -> bool:
+    def _back_off(
+        self, name: str, busy: SchedulerBusy, started: float, report: RefreshReport
+    ) -> bool:
         """A scheduler shedding load is no lost site: keep its last view (degraded, saying
         why) and ask again after a doubled interval. False (judge it as any failed probe)
         without a live view, or after `BUSY_LIMIT` such answers in a row."""
@@ -111,13 +115,13 @@ class Collector:
         if before is None or before.health is Health.OFFLINE or self._busy[name] > BUSY_LIMIT:
             return False
         update = {"health": Health.DEGRADED, "error": busy.message}
-        self.latest[name] = before.model_copy(update=update)
+        report.states[name] = before.model_copy(update=update)
         wait = self.interval(name) * 2 ** self._busy[name]
         self._due[name] = started + wait
         log.warning("scheduler busy: backing off", site=name, seconds=wait, error=busy.message)
         return True
 
-    def _ask_again(self, name: str, silent: ControllerSilent) -> bool:
+    def _ask_again(self, name: str, silent: ControllerSilent, report: RefreshReport) -> bool:
         """A controller that did not answer its ping in time, once, after answering before:
         keep the site's last view (degraded, saying why) and ping again at once. A second
         silence in a row takes the site offline (False: judged as any failed probe), so a
@@ -128,7 +132,7 @@ class Collector:
         if before is None or before.health is Health.OFFLINE or self._silent[name] > 1:
             return False
         update = {"health": Health.DEGRADED, "error": silent.message}
-        self.latest[name] = before.model_copy(update=update)
+        report.states[name] = before.model_copy(update=update)
         self._due[name] = time.monotonic()  # the run loop probes it again now
         log.warning("controller silent: asking again", site=name, error=silent.message)
         return True
@@ -154,9 +158,10 @@ class Collector:
                 state = await self.adapters[name].probe(timeout_s=self.probe_timeout_s)
             except Exception as exc:  # a broken site must not stop the others
                 typed = typed_error(exc)  # itself, or the typed error inside a task group
-                if (isinstance(typed, SchedulerBusy) and self._back_off(name, typed, started)) or (
-                    isinstance(typed, ControllerSilent) and self._ask_again(name, typed)
-                ):
+                if (
+                    isinstance(typed, SchedulerBusy)
+                    and self._back_off(name, typed, started, report)
+                ) or (isinstance(typed, ControllerSilent) and self._ask_again(name, typed, report)):
                     report.probed[name] = time.monotonic() - started
                     return
                 if typed is None:  # not a site's answer we know: a bug, with its traceback
@@ -194,7 +199,7 @@ class Collector:
         before = self.latest.get(name)
         if before is None or (before.health is Health.OFFLINE) != (state.health is Health.OFFLINE):
             self._changes.append((name, state, before.health if before else None))
-        self.latest[name] = budgeted
+        report.states[name] = budgeted
         elapsed = time.monotonic() - started
         report.probed[name] = elapsed
         self._due[name] = time.monotonic() + self.interval(name)
@@ -211,12 +216,15 @@ class Collector:
                 tg.start_soon(self._probe, name, report, name=f"probe:{name}")
         report.wall_s = time.monotonic() - started
         changes, self._changes = self._changes, []
-        if due:
+        if report.states:
             with anyio.CancelScope(shield=True):  # a refresh that ran is always recorded
                 async with self.store.transaction() as tx:
-                    await tx.save_site_states([self.latest[n] for n in due], keep=self.history_keep)
+                    await tx.save_site_states(report.states.values(), keep=self.history_keep)
                     for name, state, before in changes:
                         await self._health_event(tx, name, state, before)
+            # Served once stored: a view the daemon answered with survives its kill -9 (a
+            # site probed early in a round waited here for the round's slowest probe).
+            self.latest.update(report.states)
             lost = [name for name, s, _ in changes if s.health is Health.OFFLINE]
             for name in lost:
                 self._lost.pop(name, anyio.Event()).set()
