@@ -1,6 +1,7 @@
-"""The commands agents start at every turn or tool call (`fedhpc serve`, `fedhpc hook ...`)
-load only their own module: none of the other commands' imports, nor the dev tooling's entry
-points (their start-up is on the path from a job's end to the resumed turn's first request)."""
+"""The commands agents start at every turn or tool call (`fedhpc serve`, `fedhpc hook ...`),
+and the daemon an agent's first call starts, load only their own module: none of the other
+commands' imports, nor the dev tooling's entry points (their start-up is on the path from a
+job's end to the resumed turn's first request)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_serve_and_the_hooks_load_only_their_own_command_module() -> None:
     assert _loaded("serve", ["serve", "--no-autostart"]) == ["fedhpc.cli.main", "fedhpc.cli.serve"]
     hook = _loaded("hook", ["hook", "pre-tool-use"])
     assert hook == ["fedhpc.cli.hooks", "fedhpc.cli.main"]
+    daemon = _loaded("daemon", ["daemon", "--once"])
+    assert "fedhpc.cli.daemon" in daemon and "fedhpc.cli.connect" not in daemon
     every = _loaded(None, ["serve"])
     assert "fedhpc.cli.connect" in every and any(m.startswith("fedhpc_dev") for m in every)
 
@@ -41,6 +44,8 @@ def test_a_lean_parser_reads_its_command_as_the_full_one_does() -> None:
             "serve": ["--log-level", "info", "serve", "--daemon-wait", "3"],
             "hook": ["hook", "pre-tool-use"],
             "deliveries": ["deliveries", "--json", "retry", "--all-dead"],
+            "daemon": ["daemon", "--once", "--refresh", "2"],
+            "status": ["status", "--site", "devdelta", "--all"],
         }[command]
         lean, full = build_parser(command).parse_args(argv), build_parser().parse_args(argv)
         assert vars(lean) == vars(full)

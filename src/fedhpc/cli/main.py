@@ -37,8 +37,16 @@ _MODULES = (
 # Commands agents start at every turn or tool call (`fedhpc serve` for a resumed Codex turn,
 # `fedhpc hook ...`): only their own module is loaded, none of the other commands' imports
 # (connect's discovery, the transports, the dev tooling's entry points): their start-up is
-# on the path from a job's end to the resumed turn's first model request.
-LEAN = {"serve": "serve", "hook": "hooks", "deliveries": "hooks"}
+# on the path from a job's end to the resumed turn's first model request. `fedhpc daemon`,
+# which an agent's first call starts, re-executes itself as `python -m fedhpc.daemon`: the
+# whole parser before that cost 0.1 s of CPU more than its own module (0.57 s against 0.46 s).
+LEAN = {
+    "serve": "serve",
+    "hook": "hooks",
+    "deliveries": "hooks",
+    "daemon": "daemon",
+    "status": "daemon",
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
