@@ -217,6 +217,9 @@ def _check(tool: str, args: dict[str, Any], result: CallToolResult) -> None:
         assert all(f["field"] for f in body["fields"]), body
 
 
+_STRATEGIES: dict[str, Any] = {}  # tool -> the strategy of its arguments
+
+
 @pytest.mark.parametrize("tool", TOOLS)
 @settings(
     max_examples=CASES,
@@ -229,7 +232,9 @@ def test_fuzzed_arguments_get_a_result_or_a_typed_error(
     session: tuple[BlockingPortal, Client, dict[str, Any]], tool: str, data: st.DataObject
 ) -> None:
     portal, client, schemas = session
-    args = data.draw(_arguments(schemas[tool]), label="arguments")
+    if tool not in _STRATEGIES:  # built once per tool: building it per case cost half the CPU
+        _STRATEGIES[tool] = _arguments(schemas[tool])
+    args = data.draw(_STRATEGIES[tool], label="arguments")
 
     async def call() -> CallToolResult:
         with anyio.fail_after(30):
