@@ -97,7 +97,7 @@ def test_a_new_realised_start_moves_the_calibration() -> None:
 
 def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
     from fedhpc.domain.site import Health
-    from fedhpc.ops.inspect import FederationView, SiteView, with_calibration
+    from fedhpc.ops.inspect import FederationView, SiteView, with_planner_view
 
     view = FederationView(
         taken_at=NOW,
@@ -111,7 +111,7 @@ def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
         for i in range(8)
     ]
     rows = EstimatorErrors(obs, now=NOW, window_s=86400.0).as_rows()
-    shown = with_calibration(view, rows)
+    shown = with_planner_view(view, rows)
     a, b = shown.sites
     assert b.calibration == ()
     (row,) = a.calibration
@@ -122,7 +122,7 @@ def test_inspect_federation_carries_each_sites_calibration_rows() -> None:
 
 def test_inspect_federation_says_which_site_is_suspect_and_status_marks_it() -> None:
     from fedhpc.domain.site import Health
-    from fedhpc.ops.inspect import FederationView, SiteView, federation_rows, with_calibration
+    from fedhpc.ops.inspect import FederationView, SiteView, federation_rows, with_planner_view
     from fedhpc.orchestrator.suspect_sites import SuspectSites
 
     now = [NOW]
@@ -132,7 +132,7 @@ def test_inspect_federation_says_which_site_is_suspect_and_status_marks_it() -> 
         taken_at=NOW,
         sites=tuple(SiteView(site=s, health=Health.OK, stale=False) for s in "ab"),
     )
-    a, b = with_calibration(view, [], suspects.now()).sites
+    a, b = with_planner_view(view, [], suspects.now()).sites
     assert a.suspect is None
     assert b.suspect is not None and "within 1 s" in b.suspect and "elsewhere" in b.suspect
     health = {
@@ -140,7 +140,7 @@ def test_inspect_federation_says_which_site_is_suspect_and_status_marks_it() -> 
     }
     assert health == {"a": "ok", "b": "ok suspect"}
     now[0] += timedelta(seconds=7)  # its hold passed: trusted again
-    assert all(s.suspect is None for s in with_calibration(view, [], suspects.now()).sites)
+    assert all(s.suspect is None for s in with_planner_view(view, [], suspects.now()).sites)
 
 
 def test_a_placement_carries_the_chosen_estimators_calibrated_wait_band() -> None:

@@ -15,7 +15,7 @@ from fedhpc.daemon.api import Endpoint
 from fedhpc.daemon.guard import Handler, model_response
 from fedhpc.daemon.state import DaemonState
 from fedhpc.logs import recent_errors
-from fedhpc.ops.inspect import FederationView, InspectRequest, with_calibration
+from fedhpc.ops.inspect import FederationView, InspectRequest, with_planner_view
 from fedhpc.orchestrator.outlook import WaitOutlook
 from fedhpc.store.engine import StoreUnavailable
 from fedhpc.store.lease import holder_of
@@ -74,7 +74,7 @@ def handlers(state: DaemonState) -> dict[Endpoint, Handler]:
         """The view with how each estimator's forecasts held per site (placement.calibration)
         and the sites suspect now."""
         rows = (await o.waits.errors()).as_rows()
-        return model_response(with_calibration(view, rows, o.planner.suspects.now()))
+        return model_response(with_planner_view(view, rows, o.planner.suspects.now()))
 
     async def federation(request: Request) -> Response:
         return await calibrated(state.view(_inspect_request(request)))

@@ -26,7 +26,7 @@ __all__ = [
     "federation_rows",
     "inspect_federation",
     "stale_after_s",
-    "with_calibration",
+    "with_planner_view",
 ]
 
 
@@ -165,11 +165,12 @@ def federation_rows(view: FederationView) -> list[tuple[SiteView, tuple[str, ...
     return rows
 
 
-def with_calibration(
+def with_planner_view(
     view: FederationView, rows: list[dict[str, Any]], suspects: Mapping[str, str] | None = None
 ) -> FederationView:
-    """The view with each site's estimator rows (`/v1/estimators`) under `calibration`, and
-    why a site is suspect now (`suspects`, the planner's) under `suspect`."""
+    """The view with what the planner adds to the probes: each site's estimator rows
+    (`/v1/estimators`) under `calibration`, and why a site is suspect now (`suspects`) under
+    `suspect`."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(str(r["site"]), []).append({k: v for k, v in r.items() if k != "site"})
