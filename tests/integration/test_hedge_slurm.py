@@ -1,7 +1,8 @@
 """Hedged submission through the real MCP client on the local Slurm federation (issue 42): one
-task sent to two idle clusters at once starts on both within a second; the first copy the
-daemon sees running wins, the other is cancelled by its own Slurm (sacct says CANCELLED), the
-task completes once with one result, and no failure or retry is counted for the loser."""
+task sent to two idle clusters at once starts on both (run again, up to three times, when a
+loaded controller starts the second late); the first copy the daemon sees running wins, the
+other is cancelled by its own Slurm (sacct says CANCELLED), the task completes once with one
+result, and no failure or retry is counted for the loser."""
 
 from __future__ import annotations
 
@@ -49,25 +50,27 @@ def _sacct(devfed: Devfed, site: str, job_id: str, field: str) -> str:
     return out.stdout.strip().split(" ")[0]
 
 
-async def test_two_copies_started_at_once_one_completes_the_other_is_cancelled(
-    fed: Any, tmp_path: Path
-) -> None:
-    home = tmp_path / "h"
-    args = {
-        "command": ["bash", "-c", 'echo "started on $SLURM_CLUSTER_NAME"; sleep 8; echo finished'],
-        "envelope": {
-            "cpus": {"min": 1, "max": 1},
-            "wall_time": {"min": "5m", "max": "5m"},
-            "sites_include": list(SITES),
-        },
-        # Any overlap is enough: both clusters are idle, so both copies start at once.
-        "adaptation": {"hedge_copies": 2, "hedge_min_gain_s": 0},
-    }
+ARGS = {
+    "command": ["bash", "-c", 'echo "started on $SLURM_CLUSTER_NAME"; sleep 8; echo finished'],
+    "envelope": {
+        "cpus": {"min": 1, "max": 1},
+        "wall_time": {"min": "5m", "max": "5m"},
+        "sites_include": list(SITES),
+    },
+    # Any overlap is enough: both clusters are idle, so both copies start at once.
+    "adaptation": {"hedge_copies": 2, "hedge_min_gain_s": 0},
+}
+ROUNDS = 3  # hedged runs until both copies had started (see the test)
+
+
+async def _hedged_once(fed: Any, home: Path) -> tuple[list[Any], str]:
+    """One hedged task run to its end, its result checked: (its events, the loser's Start as
+    its Slurm accounts it)."""
     async with (
         running(home) as daemon,
         Client(stdio_params(home, "--no-autostart"), mode="legacy") as c,
     ):
-        answer = _ok(await c.call_tool("submit_task", args))
+        answer = _ok(await c.call_tool("submit_task", ARGS))
         task_id = answer["task_id"]
         assert "hedged: also on " in answer["decision"], answer["decision"]
         assert "cost: 1 more submission, cancelled when one copy starts" in answer["decision"]
@@ -94,10 +97,24 @@ async def test_two_copies_started_at_once_one_completes_the_other_is_cancelled(
     # Each Slurm says the same: the winner ran to completion, the loser was cancelled there.
     assert _sacct(fed, winner["site"], winner["job_id"], "State") == "COMPLETED"
     assert _sacct(fed, loser["site"], loser["job_id"], "State") == "CANCELLED"
-    # Both copies had started (an idle Slurm starts a job as it is submitted): the race the
-    # daemon settled was a real one, not a cancel of a job still waiting.
-    started = _sacct(fed, loser["site"], loser["job_id"], "Start")
-    assert started not in {"", "Unknown", "None"}, started
+    return events, _sacct(fed, loser["site"], loser["job_id"], "Start")
+
+
+async def test_two_copies_started_at_once_one_completes_the_other_is_cancelled(
+    fed: Any, tmp_path: Path
+) -> None:
+    # Both copies must have started for the race the daemon settles to be a real one, not a
+    # cancel of a job still waiting. An idle Slurm starts a job as it is submitted, but under a
+    # loaded suite its controller can start the second a cycle late, after the daemon saw the
+    # first running (a right cancel of a pending copy, checked as well): run it again then.
+    starts: list[str] = []
+    for n in range(ROUNDS):
+        events, started = await _hedged_once(fed, tmp_path / f"h{n}")
+        starts.append(started)
+        if started not in {"", "Unknown", "None"}:
+            break
+        drain(fed)
+    assert starts[-1] not in {"", "Unknown", "None"}, f"the loser never started: {starts}"
     # One outcome event, and the loser never counted as a failure or a retry.
     kinds = [e["kind"] for e in events]
     assert kinds.count("task.terminal") == 1, kinds
