@@ -50,7 +50,8 @@ class Devfed:
     def controller_pid(self, site: str) -> int:
         """`site`'s running slurmctld, never a stale pid file's number: pids wrap at 32,768
         here, and a signal sent to a reused one stops some other test's process."""
-        pid = alive_pid(self.root / site / "run" / "slurmctld.pid", "slurmctld")
+        (cluster,) = [c for c in plan_at(self.root).clusters if c.name == site]
+        pid = alive_pid(cluster.ctld_pid, "slurmctld")
         assert pid is not None, f"{site}'s slurmctld is not running"
         return pid
 
