@@ -14,9 +14,10 @@ import pytest
 from pluggy import Result
 
 from fedhpc.logs import configure_logging
-from fedhpc.settings import DEVFED_DIR
+from fedhpc.settings import DEVFED_DIR, TEST_CPU
 from fedhpc_dev.devfed.instances import instance_root, read_instance
 from fedhpc_dev.profiles import devfed_root
+from tests.cpu_usage import CPU_KEY, CpuPerTest
 
 # What a run may leave in the checkout's root: tools' caches (git ignores them).
 _CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__", ".venv"}
@@ -44,7 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every level passes, as unconfigured (capture_logs sees debug lines); each line goes to
     # the stderr of the moment (pytest swaps it for each test's capture).
     configure_logging("debug", stream=cast(TextIO, _Stderr()))
-    config.pluginmanager.register(ScopeTimes(), "fedhpc-scope-times")
+    cpu = TEST_CPU.read() == "1"
+    if cpu:
+        config.pluginmanager.register(CpuPerTest(config), "fedhpc-cpu-per-test")
+    config.pluginmanager.register(ScopeTimes(cpu), "fedhpc-scope-times")
 
 
 class _Stderr(io.TextIOBase):
@@ -63,17 +67,22 @@ class ScopeTimes:
     xdist the controller hears every worker's reports, and prints each worker's busy time and
     when its last test ended (the run's tail: which worker finished last, after what)."""
 
-    def __init__(self) -> None:
-        self.scopes: dict[str, list[float]] = {}  # scope -> [tests, seconds]
+    def __init__(self, cpu: bool) -> None:
+        self.scopes: dict[str, list[float]] = {}  # scope -> [tests, seconds, CPU seconds]
         self.started = time.monotonic()
         self.workers: dict[str, list[Any]] = {}  # worker -> [busy seconds, ended at, last scope]
+        self.cpu: dict[str, float] | None = {} if cpu else None  # test -> CPU seconds
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         name = _scope(report.nodeid)
         scope = "unit tests" if name == report.nodeid else name
-        tally = self.scopes.setdefault(scope, [0, 0])
+        tally = self.scopes.setdefault(scope, [0, 0, 0])
         tally[0] += report.when == "call"
         tally[1] += report.duration
+        cpu = dict(report.user_properties).get(CPU_KEY)
+        if self.cpu is not None and isinstance(cpu, float | int):
+            tally[2] += cpu
+            self.cpu[report.nodeid] = self.cpu.get(report.nodeid, 0.0) + cpu
         node = getattr(report, "node", None)
         if node is not None:  # an xdist worker's report, heard by the controller
             worker = self.workers.setdefault(node.gateway.id, [0.0, 0.0, ""])
@@ -85,12 +94,29 @@ class ScopeTimes:
         if not self.scopes:
             return
         terminalreporter.write_sep("=", "time per scheduling scope (setup + call + teardown)")
-        for name, (tests, seconds) in sorted(self.scopes.items(), key=lambda kv: -kv[1][1])[:8]:
-            terminalreporter.write_line(f"{seconds:8.1f} s  {int(tests):5d} tests  {name}")
+        cpu = bool(self.cpu)  # measured (FEDHPC_TEST_CPU=1, and a cgroup could be joined)
+        for name, (tests, secs, used) in sorted(self.scopes.items(), key=lambda kv: -kv[1][1])[:8]:
+            used_s = f"  cpu {used:7.1f} s" if cpu else ""
+            terminalreporter.write_line(f"{secs:8.1f} s{used_s}  {int(tests):5d} tests  {name}")
         for worker, (busy, ended, last) in sorted(self.workers.items(), key=lambda kv: kv[1][1]):
             terminalreporter.write_line(
                 f"worker {worker}: busy {busy:.0f} s, last test ended at {ended:.0f} s ({last})"
             )
+        if self.cpu is not None:
+            self._cpu_summary(terminalreporter)
+
+    def _cpu_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        assert self.cpu is not None
+        if not self.cpu:
+            terminalreporter.write_line(
+                f"{TEST_CPU.name}: CPU not measured (no cgroup to join: it needs root and "
+                "cgroup v1 cpuacct or v2; tests/cpu_usage.py)"
+            )
+            return
+        total = sum(self.cpu.values())
+        terminalreporter.write_sep("=", f"most CPU (the test and all it started; {total:.0f} s)")
+        for nodeid, used in sorted(self.cpu.items(), key=lambda kv: -kv[1])[:15]:
+            terminalreporter.write_line(f"{used:7.1f} s  {nodeid}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -277,3 +277,49 @@ def test_under_xdist_each_slurm_half_has_a_worker_and_a_devfed_instance_of_its_o
     else:
         assert a_worker != b_worker
         assert (a_dir, b_dir) == (str(start), str(instance_root(fed, first + 1)))
+
+
+BURN = """
+import subprocess
+import sys
+
+BURN = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.8: pass"
+
+def test_burns_in_a_child():
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+
+def test_idle():
+    pass
+"""
+
+
+@pytest.mark.budget(60)
+def test_with_test_cpu_each_test_is_charged_the_cpu_of_what_it_started(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FEDHPC_TEST_CPU=1 under xdist: a worker's cgroup holds the processes its tests start,
+    each report carries its CPU to the controller, and the summary lists the test whose child
+    burnt 0.8 s first, with at least that, per scope and per test."""
+    path = os.getenv("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", _CHECKOUT + (os.pathsep + path if path else ""))
+    monkeypatch.setenv("FEDHPC_TEST_CPU", "1")
+    inner.makepyfile(test_inner_cpu=BURN)
+    result = inner.runpytest_subprocess("-n", "2", timeout=120)
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    if "CPU not measured" in out and not os.getenv("FEDHPC_REQUIRE_REAL"):
+        pytest.skip("no cgroup to join here (root and cgroup cpuacct or v2 needed)")
+    assert "most CPU" in out, out
+    ranked = out.split("most CPU", 1)[1].splitlines()[1:3]
+    first = re.match(r"\s*(\d+\.\d) s  \S+::test_burns_in_a_child$", ranked[0])
+    assert first and float(first.group(1)) >= 0.8, ranked
+    assert ranked[1].endswith("::test_idle"), ranked
+    assert re.search(r" s  cpu +\d+\.\d s +2 tests  unit tests", out), out
+
+
+def test_without_a_writable_cgroup_nothing_is_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests import cpu_usage
+
+    monkeypatch.setattr(cpu_usage, "V1", Path("/nonexistent/cpuacct"))
+    monkeypatch.setattr(cpu_usage, "_v2_parent", lambda: None)
+    assert cpu_usage.CpuGroup.join("fedhpc-tests-never") is None

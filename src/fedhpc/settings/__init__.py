@@ -307,6 +307,13 @@ REQUIRE_REAL = _tests(
     "a missing real component (Slurm, sshd, a CLI) fails its test instead of skipping it",
 )
 FUZZ_CASES = _tests("FUZZ_CASES", "int", 1000, "hypothesis cases per tool in the MCP fuzz test")
+TEST_CPU = _tests(
+    "TEST_CPU",
+    "flag",
+    None,
+    "1: the test run measures each test's CPU, with all it starts, in a cgroup (root); the "
+    "summary lists CPU per scope and the tests that used the most",
+)
 TEST_WORKERS = _tests(
     "TEST_WORKERS",
     "int",
