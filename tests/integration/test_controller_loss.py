@@ -31,7 +31,7 @@ import pytest
 
 from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.domain import JobState, ResourceEnvelope
-from fedhpc.ops import ResultManifest, TaskHandle
+from fedhpc.ops.task_views import ResultManifest, TaskHandle
 from fedhpc.ops.tasks import AdaptationPolicy, ResultRequest, SubmitTaskRequest
 from fedhpc.placement import PolicyKind
 from tests.integration.daemon_util import running, wait_terminal

@@ -6,8 +6,10 @@ job's end to the resumed turn's first request)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from fedhpc.cli.main import LEAN, build_parser
 
@@ -49,3 +51,36 @@ def test_a_lean_parser_reads_its_command_as_the_full_one_does() -> None:
         }[command]
         lean, full = build_parser(command).parse_args(argv), build_parser().parse_args(argv)
         assert vars(lean) == vars(full)
+
+
+HOOK_RUN = """
+import json, sys
+from fedhpc.cli.main import main
+code = main({argv!r})
+heavy = sorted(m for m in sys.modules if m in ("fedhpc.client.daemon_client", "fedhpc.daemon.api"))
+print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
+"""
+
+
+def test_the_prompt_and_post_tool_hooks_never_load_the_daemon_contract(tmp_path: Path) -> None:
+    """`fedhpc hook user-prompt-submit` (every prompt) and `post-tool-use` (every fedhpc call)
+    run whole, for real, without importing the daemon client and its contract models (0.3 s of
+    CPU of the hook's 0.6 s); the prompt hook still injects what waits in the inbox."""
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "s1.jsonl").write_text('{"kind": "task.terminal"}\n')
+    env = {**os.environ, "FEDHPC_HOME": str(tmp_path)}
+    runs = {
+        "user-prompt-submit": '{"session_id": "s1", "prompt": "hi"}',
+        "post-tool-use": '{"session_id": "s1", "tool_name": "mcp__fedhpc__get_result"}',
+    }
+    for event, stdin in runs.items():
+        code = HOOK_RUN.format(argv=["hook", event])
+        out = subprocess.run(
+            [sys.executable, "-c", code], input=stdin, env=env,
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        said = json.loads(out.stderr.strip().splitlines()[-1])
+        assert said == {"code": 0, "heavy": []}, (event, out.stderr)
+        if event == "user-prompt-submit":
+            context = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+            assert '{"kind": "task.terminal"}' in context

@@ -7,12 +7,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import ValidationError
 
-from fedhpc.client.daemon_client import DaemonClient
 from fedhpc.client.errors import DaemonUnavailable
 from fedhpc.client.relay_bindings import BINDINGS, bind_from_hook
 from fedhpc.client.start import start_daemon
@@ -22,16 +21,27 @@ from fedhpc.settings import fedhpc_home
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.terminal import for_terminal
 
+if TYPE_CHECKING:
+    from fedhpc.client.daemon_client import DaemonClient
+
 __all__ = ["BIND_TOOLS", "add_parser", "post_tool_use", "pre_tool_use", "user_prompt_submit"]
 
 # The tools whose calls start work that a continuation wakes the session about.
 BIND_TOOLS = ("submit_task", "submit_group", "move_data")
 
 
+def _client(settings: DaemonSettings, timeout_s: float | None = None) -> DaemonClient:
+    # startup: the client carries the whole contract's models (0.3 s of CPU), which the
+    # user-prompt-submit and post-tool-use hooks, run at every prompt or call, never need
+    from fedhpc.client.daemon_client import DaemonClient
+
+    return DaemonClient(settings, timeout_s=timeout_s)
+
+
 async def _report(binding: ToolBinding) -> None:
 
     settings = DaemonSettings.from_env()
-    async with DaemonClient(settings, timeout_s=10) as client:
+    async with _client(settings, timeout_s=10) as client:
         try:
             await client.report_binding(binding)
         except DaemonUnavailable:
@@ -124,7 +134,7 @@ def _hook(args: argparse.Namespace) -> int:
 # -- fedhpc deliveries ------------------------------------------------------------------------
 async def _deliveries(states: tuple[str, ...]) -> list[dict[str, Any]]:
 
-    async with DaemonClient(DaemonSettings.from_env()) as client:
+    async with _client(DaemonSettings.from_env()) as client:
         rows = await client.deliveries(states)
     return [d.model_dump(mode="json") for d in rows]
 
@@ -147,7 +157,7 @@ def _list(args: argparse.Namespace) -> int:
 
 async def _retry(ids: list[str], all_dead: bool) -> dict[str, list[str]]:
 
-    async with DaemonClient(DaemonSettings.from_env()) as client:
+    async with _client(DaemonSettings.from_env()) as client:
         return await client.retry_deliveries(ids, all_dead=all_dead)
 
 

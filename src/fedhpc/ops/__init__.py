@@ -1,54 +1,5 @@
-"""The operation contract: request and answer models shared by REST, MCP and the CLI."""
+"""The operation contract: request and answer models shared by REST, MCP and the CLI, one
+module per operation family (`draft`, `inspect`, `tasks`, `task_views`, `continuations`, ...).
 
-from fedhpc.ops.draft import DraftIssue, DraftRequest, EnvelopeDraft, draft_envelope
-from fedhpc.ops.inspect import (
-    FederationView,
-    InspectRequest,
-    PartitionView,
-    SiteView,
-    inspect_federation,
-)
-from fedhpc.ops.task_views import (
-    AttemptView,
-    GroupView,
-    OutputRef,
-    Provenance,
-    ResultManifest,
-    TaskHandle,
-    TaskSummary,
-)
-from fedhpc.ops.tasks import (
-    AdaptationPolicy,
-    CancelRequest,
-    GroupChild,
-    ReplanRequest,
-    ResultRequest,
-    SubmitGroupRequest,
-    SubmitTaskRequest,
-)
-
-__all__ = [
-    "AdaptationPolicy",
-    "AttemptView",
-    "CancelRequest",
-    "DraftIssue",
-    "DraftRequest",
-    "EnvelopeDraft",
-    "FederationView",
-    "GroupChild",
-    "GroupView",
-    "InspectRequest",
-    "OutputRef",
-    "PartitionView",
-    "Provenance",
-    "ReplanRequest",
-    "ResultManifest",
-    "ResultRequest",
-    "SiteView",
-    "SubmitGroupRequest",
-    "SubmitTaskRequest",
-    "TaskHandle",
-    "TaskSummary",
-    "draft_envelope",
-    "inspect_federation",
-]
+Nothing is imported here: a process that needs one family (`fedhpc hook` reads a tool binding
+from `continuations`) does not pay for building every other family's models."""
