@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedhpc.cli.hooks import BIND_TOOLS
+
 __all__ = [
     "HOOK_MATCHER",
     "VENV_BIN",
@@ -27,7 +29,8 @@ __all__ = [
 ]
 
 VENV_BIN = str(Path(sys.executable).parent)
-HOOK_MATCHER = "mcp__fedhpc__(submit_task|submit_group|move_data)"  # what `fedhpc setup` writes
+# The PreToolUse matcher docs/continuation.md and examples/config/claude-settings.json give.
+HOOK_MATCHER = f"mcp__fedhpc__({'|'.join(BIND_TOOLS)})"
 
 
 def claude_env(home: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fedhpc.cli.hooks import BIND_TOOLS
 from fedhpc.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,8 @@ def test_claude_hooks_call_existing_fedhpc_hook_subcommands() -> None:
     hooks = ours["hooks"]
     assert set(hooks) == {"PreToolUse", "UserPromptSubmit"}
     (bind,) = hooks["PreToolUse"]
-    for tool in ("submit_task", "submit_group", "move_data"):  # the tools that start work
+    assert bind["matcher"] == f"mcp__fedhpc__({'|'.join(BIND_TOOLS)})"  # the tools that start work
+    for tool in BIND_TOOLS:
         assert re.fullmatch(bind["matcher"], f"mcp__fedhpc__{tool}"), tool
     assert not re.fullmatch(bind["matcher"], "mcp__fedhpc__get_result")
     commands = [h["command"] for entry in hooks.values() for m in entry for h in m["hooks"]]
