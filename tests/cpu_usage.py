@@ -11,6 +11,7 @@ cgroup v2's own group. Without one, the summary says so and the run goes on unme
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Generator
 from pathlib import Path
@@ -34,7 +35,7 @@ class CpuGroup:
     def join(cls, name: str) -> CpuGroup | None:
         """A new group `name` holding this process (and what it starts from now on), or None
         when no hierarchy can be written."""
-        for parent, counter in ((V1, "cpuacct.usage"), (_v2_parent(), "cpu.stat")):
+        for parent, counter in ((_own(V1, "cpuacct"), "cpuacct.usage"), (_v2_parent(), "cpu.stat")):
             if parent is None or not (parent / counter).exists():
                 continue
             folder = parent / name
@@ -54,25 +55,32 @@ class CpuGroup:
         return int(fields["usage_usec"]) / 1e6
 
     def leave(self) -> None:
-        """Back to the parent group; the group is removed once nothing is left in it."""
-        try:
+        """Back to the group it came from; the group is removed once nothing is left in it
+        (a process it started that still runs keeps it, for the next run to find)."""
+        with contextlib.suppress(OSError):
             (self.folder.parent / "cgroup.procs").write_text(str(os.getpid()))
             self.folder.rmdir()
-        except OSError:  # a process it started still runs there: left for the next run
-            pass
+
+
+def _own(mount: Path, controller: str) -> Path | None:
+    """This process's group under `mount`, read from /proc/self/cgroup: the v1 line whose
+    controllers include `controller`, or the v2 line (`controller` empty)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        number, names, path = line.split(":", 2)
+        if controller in names.split(",") if controller else (number == "0" and not names):
+            return mount / path.lstrip("/")
+    return None
 
 
 def _v2_parent() -> Path | None:
     """This process's own cgroup v2 folder, when cgroup2 is mounted where we look."""
-    try:
-        line = next(
-            x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.startswith("0::")
-        )
-    except (OSError, StopIteration):
-        return None
     for mount in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
         if (mount / "cgroup.controllers").exists():
-            return mount / line[3:].lstrip("/")
+            return _own(mount, "")
     return None
 
 
