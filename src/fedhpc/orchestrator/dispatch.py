@@ -134,7 +134,7 @@ class Dispatcher:
             workdir = task_workdir(adapter, req.workdir, base)
             check_outputs(adapter, req.outputs)
         except (WorkdirFailed, StorageUnread) as exc:
-            return await self._folderless(task, p, n, exc, copy_of=copy_of)
+            return await self._folderless(task, p, n, exc, note=note, copy_of=copy_of)
         att = _attempt(
             task,
             p,
@@ -317,17 +317,21 @@ class Dispatcher:
         n: int,
         exc: WorkdirFailed | StorageUnread,
         *,
+        note: str,
         copy_of: int | None,
     ) -> AttemptRecord:
         """An attempt that failed before any folder or job existed: its site's storage root is
         unset there (final, like a refused `mkdir`) or could not be read yet (the placer tries
-        the next site, as for a refusal). Recorded as failed with the reason."""
+        the next site, as for a refusal). Recorded as failed with the reason; the task's
+        decision and its provenance both become `p`'s, as for an attempt that was submitted
+        (a provenance left at an earlier placement contradicted the decision beside it)."""
         now = self.clock()
         att = _attempt(task, p, n, now, state=JobState.FAILED, reason=exc.message, ended_at=now)
         att.copy_of = copy_of
         task.attempts_made = n
         if copy_of is None:
-            task.decision = brief(p)
+            task.decision = brief(p) + (f"; {note}" if note else "")
+            task.provenance = provenance(task.request.envelope, p, note)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att
