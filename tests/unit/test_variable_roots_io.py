@@ -209,7 +209,9 @@ async def test_dispatch_fails_an_attempt_whose_workdir_is_outside_the_expanded_s
     store: Store, roots: dict[str, Path]
 ) -> None:
     """Placement let the task through (a `$NAME` root may hold it); dispatch knows better, and
-    the attempt fails before any folder or job exists, naming the expanded roots."""
+    the attempt fails before any folder or job exists, naming the expanded roots. Its placement
+    still becomes the task's decision and provenance together: the provenance once stayed at
+    an earlier placement (get_result answered a FALLBACK move with the fixed site's decision)."""
     sites, snap = paper_world()
     envelope = env(gpus=4, cpus=8, wall_time="1h")
     decision = place(envelope, PlacementInputs(snap, sites, Policy(), now=NOW))
@@ -222,6 +224,7 @@ async def test_dispatch_fails_an_attempt_whose_workdir_is_outside_the_expanded_s
         request=SubmitTaskRequest(command=("true",), envelope=envelope, workdir=outside),
         idempotency_key="k1",
         created_at=NOW,
+        decision="an earlier placement",
     )
     att = await o.dispatcher.dispatch(task, decision)
     assert (att.state, att.job_id) == (JobState.FAILED, None)
@@ -232,33 +235,7 @@ async def test_dispatch_fails_an_attempt_whose_workdir_is_outside_the_expanded_s
     assert adapter.calls["submit"] == 0
     assert not (roots["SCRATCH"] / "fedhpc").exists()
     assert (await o.book.load_attempts("t1"))[-1].state is JobState.FAILED
-
-
-async def test_an_attempt_failed_before_any_folder_takes_the_decision_and_its_provenance(
-    store: Store, roots: dict[str, Path]
-) -> None:
-    """A re-placement whose attempt fails before any folder exists (here a workdir outside
-    every root) makes its placement the task's decision and provenance together: the
-    provenance once stayed at the earlier placement, and get_result answered a FALLBACK move
-    with the fixed site's decision beside it."""
-    sites, snap = paper_world()
-    envelope = env(gpus=4, cpus=8, wall_time="1h")
-    decision = place(envelope, PlacementInputs(snap, sites, Policy(), now=NOW))
-    assert isinstance(decision, Placement)
-    adapter = _vista({n: str(p) for n, p in roots.items()})
-    o = Orchestrator(store, cast(Any, None), {decision.site: adapter}, clock=lambda: NOW)
-    task = TaskRecord(
-        id="t1",
-        request=SubmitTaskRequest(
-            command=("true",), envelope=envelope, workdir=f"{roots['SCRATCH'].parent}/other"
-        ),
-        idempotency_key="k1",
-        created_at=NOW,
-        decision="an earlier placement",
-    )
-    att = await o.dispatcher.dispatch(task, decision)
-    assert att.state is JobState.FAILED and att.job_id is None
     saved = await o.book.load_task("t1")
-    assert saved.decision is not None and saved.decision.startswith("est. wait")
+    assert saved.decision.startswith("est. wait")
     assert saved.provenance is not None
     assert saved.provenance.decision.startswith(f"{decision.site}/{decision.partition} ")
