@@ -150,9 +150,7 @@ class Dispatcher:
         )
         att.copy_of = copy_of
         task.attempts_made = n
-        if copy_of is None:
-            task.decision = brief(p) + (f"; {note}" if note else "")
-            task.provenance = provenance(req.envelope, p, note)  # re-placements: never stale
+        _decided(task, p, note, copy_of)
         if task.state is JobState.QUEUED:
             task.state = JobState.SUBMITTED
         async with self.book.store.transaction() as tx:
@@ -329,12 +327,18 @@ class Dispatcher:
         att = _attempt(task, p, n, now, state=JobState.FAILED, reason=exc.message, ended_at=now)
         att.copy_of = copy_of
         task.attempts_made = n
-        if copy_of is None:
-            task.decision = brief(p) + (f"; {note}" if note else "")
-            task.provenance = provenance(task.request.envelope, p, note)
+        _decided(task, p, note, copy_of)
         async with self.book.store.transaction() as tx:
             await self.book.save(tx, task, att, at=now)
         return att
+
+
+def _decided(task: TaskRecord, p: Placement, note: str, copy_of: int | None) -> None:
+    """The task's decision and its provenance become `p`'s (with `note`, a hedge's), together:
+    on every re-placement, never stale; a hedged copy (`copy_of`) leaves both as they were."""
+    if copy_of is None:
+        task.decision = brief(p) + (f"; {note}" if note else "")
+        task.provenance = provenance(task.request.envelope, p, note)
 
 
 def _attempt(
