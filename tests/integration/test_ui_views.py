@@ -263,6 +263,12 @@ def test_queue_wait_and_run_are_drawn_apart_in_one_stated_time_zone(dashboard: D
         assert fonts[0] == fonts[1], fonts
         box = tip.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1440, box
+        # A live refresh changes the bars in place: the element a pointer is on stays the same.
+        page.evaluate("window.kept = document.querySelector('.vis-item.attempt')")
+        reads = int(page.get_attribute("#timeline", "data-reads") or "0")
+        expect(page.locator("#timeline")).not_to_have_attribute("data-reads", str(reads))
+        assert page.evaluate("window.kept.isConnected"), "a refresh redrew the bars"
+
         # The top bar of the three stacked ones: its tooltip hides neither it nor the two below.
         _hover_top_bar_and_see_below(page, expect)
 

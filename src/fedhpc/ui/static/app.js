@@ -9,7 +9,7 @@ const MAX_CHILDREN_SHOWN = 64;  // a group's page of children (ui/data.py MAX_CH
 // No red among the sites' colours: red means failure on this page (failed bars, offline sites).
 const SITE_COLORS = ["#2f6fde", "#b7791f", "#8e44ad", "#16a085", "#7f8c8d", "#1d4ed8", "#2a9d4b"];
 
-const state = { page: null, timers: [], chart: null, timeline: null, selected: null,
+const state = { page: null, timers: [], chart: null, timeline: null, bars: null, lanes: null, selected: null,
                 eventSeq: null, events: [], siteColor: {}, failures: new Map(),
                 tz: localStorage.getItem("fedhpc_tz") === "local" ? "local" : "utc" };
 
@@ -507,12 +507,23 @@ async function readOutput(taskId) {
   }
 }
 
+// A refresh changes the Gantt's rows in place: a bar that is still there keeps its element, so a
+// hover, its tooltip or a pointer on its way to it survives the page's live refresh (new data
+// sets redrew every bar: the element under the pointer went away every few seconds).
+function syncGantt(lanes, bars) {
+  const stale = (rows, fresh) => { const keep = new Set(fresh.map((r) => r.id)); return rows.getIds().filter((id) => !keep.has(id)); };
+  state.lanes.update(lanes);
+  state.bars.remove(stale(state.bars, bars));
+  state.bars.update(bars);
+  state.lanes.remove(stale(state.lanes, lanes));
+}
+
 function clearTimeline(title, summary) {
   $("#tl-title").textContent = title;
   $("#tl-summary").textContent = summary;
   $("#attempt-detail").textContent = "";
   taskDetail(null);
-  if (state.timeline) state.timeline.setData({ groups: new vis.DataSet([]), items: new vis.DataSet([]) });
+  if (state.timeline) syncGantt([], []);
   state.itemCount = 0;
   $("#timeline").dataset.attempts = "0";
 }
@@ -571,7 +582,9 @@ async function refreshTimeline() {
   const fit = items.length && state.fitted !== key ? span(items) : null;
   const created = !state.timeline;
   if (created) {
-    state.timeline = new vis.Timeline($("#timeline"), new vis.DataSet(itemsWithoutBar), new vis.DataSet(groups), {
+    state.bars = new vis.DataSet(itemsWithoutBar);
+    state.lanes = new vis.DataSet(groups);
+    state.timeline = new vis.Timeline($("#timeline"), state.bars, state.lanes, {
       stack: true, orientation: "top", zoomKey: "ctrlKey", showTooltips: false,  // #tip instead
       margin: { item: 6 }, showCurrentTime: true, dataAttributes: ["task", "n", "wait"], ...axisOptions(),
     });
@@ -592,7 +605,7 @@ async function refreshTimeline() {
       $("#attempt-detail").textContent = b ? detail(b, new Date()) : "";
     });
   } else {
-    state.timeline.setData({ groups: new vis.DataSet(groups), items: new vis.DataSet(itemsWithoutBar) });
+    syncGantt(groups, itemsWithoutBar);
   }
   state.byId = byId;
   if (state.picked in byId) {  // the person's pick stays selected over the refresh, its detail fresh
@@ -604,6 +617,8 @@ async function refreshTimeline() {
     else state.timeline.setWindow(fit.start, fit.end, { animation: false });
     state.fitted = key;
   }
+  state.timelineReads = (state.timelineReads || 0) + 1;  // a reader (or a test) sees each refresh
+  $("#timeline").dataset.reads = String(state.timelineReads);
 }
 
 // A big group's children, a page at a time (the daemon's pages: each names the child after
