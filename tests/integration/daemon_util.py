@@ -58,7 +58,7 @@ def _spawn(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     full = {**env, "FEDHPC_HOME": str(home), "FEDHPC_LOG_LEVEL": "info"}
     log = (home.parent / f"daemon-{time.monotonic_ns()}.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        [sys.executable, "-m", "fedhpc.daemon"],
         env=full,
         stdout=subprocess.DEVNULL,
         stderr=log,
@@ -205,7 +205,7 @@ def store_daemon(
     }
     with (home / "daemon.log").open("wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            [sys.executable, "-m", "fedhpc.daemon"],
             env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, cwd=home,
         )  # fmt: skip
 

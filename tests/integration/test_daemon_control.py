@@ -1,4 +1,7 @@
-"""`fedhpc daemon restart` and `fedhpc daemon stop`: a person never has to find a pid."""
+"""`fedhpc daemon restart` and `fedhpc daemon stop`: a person never has to find a pid. The
+daemon they start (as every client's autostart does, `start_daemon`) is `python -m
+fedhpc.daemon`, not the CLI again; with `[service.facade]` in the config that process
+re-executes as `fedhpc.service.daemon` (same pid), the daemon holding each person's tokens."""
 
 from __future__ import annotations
 
@@ -12,8 +15,19 @@ from fedhpc.settings.daemon import DaemonSettings
 VENV_BIN = str(Path(sys.executable).parent)
 
 
-def _fedhpc(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+FACADE = """[service]
+issuer = "https://idp.lab.example"
+resource = "http://127.0.0.1:9/mcp"
+allowed_domains = ["lab.example"]
+[service.facade]
+client_id = "fedhpc-facade"
+client_secret_file = "{secret}"
+"""
+
+
+def _fedhpc(home: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {
+        **extra,
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
         "FEDHPC_HOME": str(home / "fed"),
@@ -37,6 +51,8 @@ def test_restart_starts_or_replaces_the_daemon_and_stop_ends_it(tmp_path: Path) 
         assert first.returncode == 0, first.stderr
         assert "no daemon ran" in first.stdout and "started the daemon (pid" in first.stdout
         pid1 = int(settings.lock_path.read_text().split()[0])
+        assert _argv(pid1)[1:3] == ["-m", "fedhpc.daemon"]  # started lean, not via the CLI
+        assert not (settings.home / "facade").exists()
         again = _fedhpc(tmp_path, "daemon", "restart")
         assert again.returncode == 0, again.stderr
         assert f"stopped the daemon (pid {pid1})" in again.stdout
@@ -50,5 +66,26 @@ def test_restart_starts_or_replaces_the_daemon_and_stop_ends_it(tmp_path: Path) 
         assert done.returncode == 0 and f"stopped the daemon (pid {pid2})" in done.stdout
         assert not Path(f"/proc/{pid2}").exists() or "Z" in Path(f"/proc/{pid2}/stat").read_text()
         assert "no daemon ran" in _fedhpc(tmp_path, "daemon", "stop").stdout
+    finally:
+        stop_daemon(settings)
+
+
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+
+
+def test_with_a_facade_the_daemon_started_holds_each_persons_tokens(tmp_path: Path) -> None:
+    settings = DaemonSettings.from_env(home=tmp_path / "fed")
+    secret = tmp_path / "upstream.secret"
+    secret.write_text("a-secret-for-tests-only\n")
+    secret.chmod(0o600)
+    config = tmp_path / "config.toml"
+    config.write_text(FACADE.format(secret=secret))
+    try:
+        up = _fedhpc(tmp_path, "daemon", "restart", FEDHPC_CONFIG=str(config))
+        assert up.returncode == 0, up.stderr
+        pid = int(settings.lock_path.read_text().split()[0])
+        assert _argv(pid)[1:3] == ["-m", "fedhpc.service.daemon"]  # same pid, re-executed
+        assert (settings.home / "facade" / "tokens.key").exists()  # its people's tokens' seal
     finally:
         stop_daemon(settings)

@@ -237,7 +237,7 @@ async def test_claude_is_resumed_once_with_the_payload_and_reads_the_result(
             pid = int((r.fedhome / "daemon.lock").read_text().split()[0])
             os.kill(pid, 9)
             log = (tmp_path / "daemon2.log").open("wb")
-            argv = [sys.executable, "-m", "fedhpc.cli.main", "daemon"]
+            argv = [sys.executable, "-m", "fedhpc.daemon"]
             again = subprocess.Popen(
                 argv, env=r.daemon_env(), stdout=subprocess.DEVNULL, stderr=log
             )

@@ -52,7 +52,7 @@ async def _kill_during_resume(
             await anyio.sleep(0.2)
     with (r.fedhome.parent / f"daemon{n + 1}.log").open("wb") as log:
         again = subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            [sys.executable, "-m", "fedhpc.daemon"],
             env={**r.daemon_env(), **BRIDGE},
             stdout=subprocess.DEVNULL,
             stderr=log,

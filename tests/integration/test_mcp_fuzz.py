@@ -157,7 +157,7 @@ def _start_daemon(home: Path) -> subprocess.Popen[bytes]:
     home.mkdir(parents=True)
     with (home.parent / "daemon.log").open("wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+            [sys.executable, "-m", "fedhpc.daemon"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,

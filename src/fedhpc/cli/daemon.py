@@ -28,7 +28,6 @@ from fedhpc.ops.inspect import (
     InspectRequest,
     federation_rows,
 )
-from fedhpc.profiles.loader import load_user_config, user_config_path
 from fedhpc.settings.daemon import DaemonSettings
 from fedhpc.terminal import for_terminal
 
@@ -100,14 +99,12 @@ def _control(args: argparse.Namespace) -> int:
 
 
 def _exec_lean(args: argparse.Namespace) -> NoReturn:
-    """Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich. With
-    `[service.facade]`, as `fedhpc.service.daemon`: the same, holding each person's tokens."""
+    """Re-run as `python -m fedhpc.daemon` (same pid): a process that never loads rich (and,
+    with `[service.facade]`, re-runs as the daemon holding each person's tokens)."""
     argv = ["--once"] if args.once else []
     if args.refresh is not None:
         argv += ["--refresh", str(args.refresh)]
-    service = load_user_config(user_config_path()).service
-    module = "fedhpc.service.daemon" if service and service.facade else "fedhpc.daemon"
-    os.execv(sys.executable, [sys.executable, "-m", module, *argv])  # noqa: S606
+    os.execv(sys.executable, [sys.executable, "-m", "fedhpc.daemon", *argv])  # noqa: S606
 
 
 def _plain(text: str) -> str:

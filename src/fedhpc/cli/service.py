@@ -209,8 +209,8 @@ def _service(args: argparse.Namespace) -> int:
     ).host_port  # the same checks as the config's own
     # The daemon, the endpoint and every resume they start read this one file.
     os.environ[CONFIG.name] = str(path)
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+    daemon = subprocess.Popen(  # what `fedhpc daemon` re-executes as (client.start)
+        [sys.executable, "-m", "fedhpc.daemon"],
         preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads yet: nothing else is forking)
     )
     signal.signal(signal.SIGTERM, _on_sigterm)

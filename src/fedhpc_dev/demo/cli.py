@@ -231,7 +231,7 @@ def _loop(args: argparse.Namespace) -> int:
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "daemon.log").open("ab")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "fedhpc.cli.main", "daemon"],
+        [sys.executable, "-m", "fedhpc.daemon"],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
