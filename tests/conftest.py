@@ -117,6 +117,14 @@ class ScopeTimes:
         terminalreporter.write_sep("=", f"most CPU (the test and all it started; {total:.0f} s)")
         for nodeid, used in sorted(self.cpu.items(), key=lambda kv: -kv[1])[:15]:
             terminalreporter.write_line(f"{used:7.1f} s  {nodeid}")
+        files: dict[str, list[float]] = {}
+        for nodeid, used in self.cpu.items():
+            tally = files.setdefault(nodeid.split("::", 1)[0], [0.0, 0])
+            tally[0] += used
+            tally[1] += 1
+        terminalreporter.write_sep("=", "most CPU per file")
+        for path, (used, tests) in sorted(files.items(), key=lambda kv: -kv[1][0])[:25]:
+            terminalreporter.write_line(f"{used:7.1f} s  {int(tests):4d} tests  {path}")
 
 
 @pytest.hookimpl(hookwrapper=True)

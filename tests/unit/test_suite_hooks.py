@@ -299,7 +299,7 @@ def test_with_test_cpu_each_test_is_charged_the_cpu_of_what_it_started(
 ) -> None:
     """FEDHPC_TEST_CPU=1 under xdist: a worker's cgroup holds the processes its tests start,
     each report carries its CPU to the controller, and the summary lists the test whose child
-    burnt 0.8 s first, with at least that, per scope and per test."""
+    burnt 0.8 s first, with at least that, per scope, per test and per file."""
     path = os.getenv("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", _CHECKOUT + (os.pathsep + path if path else ""))
     monkeypatch.setenv("FEDHPC_TEST_CPU", "1")
@@ -315,6 +315,9 @@ def test_with_test_cpu_each_test_is_charged_the_cpu_of_what_it_started(
     assert first and float(first.group(1)) >= 0.8, ranked
     assert ranked[1].endswith("::test_idle"), ranked
     assert re.search(r" s  cpu +\d+\.\d s +2 tests  unit tests", out), out
+    per_file = out.split("most CPU per file", 1)[1].splitlines()[1]
+    both = re.match(r"\s*(\d+\.\d) s +2 tests  test_inner_cpu.py$", per_file)
+    assert both and float(both.group(1)) >= 0.8, per_file
 
 
 def test_without_a_writable_cgroup_nothing_is_joined(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -339,6 +339,12 @@ E2E_MARK = _tests(
     "E2E_MARK", "str", None, "marks one end-to-end test's processes, to find their network peers"
 )
 VENV = _reader("./dev")("VENV", "path", ".venv", "the virtual environment ./dev makes and uses")
+PYTHON = _reader("./dev")(
+    "PYTHON",
+    "path",
+    None,
+    "the interpreter ./dev makes a new .venv from (unset: /usr/bin/python3, else python3)",
+)
 
 _BY_NAME = {s.name: s for s in (*SETTINGS, *OTHERS)}
 
