@@ -343,7 +343,8 @@ PYTHON = _reader("./dev")(
     "PYTHON",
     "path",
     None,
-    "the interpreter ./dev makes a new .venv from (unset: /usr/bin/python3, else python3)",
+    "the interpreter ./dev makes a new .venv from (unset: /usr/bin/python3 if 3.11 or newer, "
+    "else python3)",
 )
 
 _BY_NAME = {s.name: s for s in (*SETTINGS, *OTHERS)}
