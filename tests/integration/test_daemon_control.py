@@ -11,18 +11,9 @@ from pathlib import Path
 
 from fedhpc.cli.daemon import stop_daemon
 from fedhpc.settings.daemon import DaemonSettings
+from tests.integration.oidc_support import Provider, facade_config
 
 VENV_BIN = str(Path(sys.executable).parent)
-
-
-FACADE = """[service]
-issuer = "https://idp.lab.example"
-resource = "http://127.0.0.1:9/mcp"
-allowed_domains = ["lab.example"]
-[service.facade]
-client_id = "fedhpc-facade"
-client_secret_file = "{secret}"
-"""
 
 
 def _fedhpc(home: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -76,11 +67,8 @@ def _argv(pid: int) -> list[str]:
 
 def test_with_a_facade_the_daemon_started_holds_each_persons_tokens(tmp_path: Path) -> None:
     settings = DaemonSettings.from_env(home=tmp_path / "fed")
-    secret = tmp_path / "upstream.secret"
-    secret.write_text("a-secret-for-tests-only\n")
-    secret.chmod(0o600)
-    config = tmp_path / "config.toml"
-    config.write_text(FACADE.format(secret=secret))
+    # No provider is reached: the daemon only reads the config and seals people's tokens.
+    config = facade_config(tmp_path, Provider("https://idp.lab.example"), "http://127.0.0.1:9")
     try:
         up = _fedhpc(tmp_path, "daemon", "restart", FEDHPC_CONFIG=str(config))
         assert up.returncode == 0, up.stderr
