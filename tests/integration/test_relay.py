@@ -84,6 +84,11 @@ async def test_a_relay_killed_while_three_jobs_end_resumes_each_once(
         with anyio.fail_after(120):
             while set(_resumed(resumed)) != set(ids):
                 await anyio.sleep(0.2)
+        # The resume is woken before the page is acknowledged and "relay mirrored" logged:
+        # a stop in between would leave the log without it.
+        with anyio.fail_after(30):
+            while "relay mirrored" not in (tmp_path / "relay.log").read_text():
+                await anyio.sleep(0.2)
         relay.send_signal(signal.SIGTERM)  # stopped, and started once more: nothing again
         assert relay.wait(timeout=30) == 0
         relay = _relay(service, tmp_path, token, resumed)
